@@ -1,0 +1,28 @@
+# Two entry points do all the set-up on a fresh machine: `make demo` and `make test`.
+# Every pip install goes through constraints.txt (torch==2.13.0, the CPU wheel).
+VENV ?= .venv
+PY := $(VENV)/bin/python
+export PIP_CONSTRAINT := $(CURDIR)/constraints.txt
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+
+.PHONY: demo test lint bench clean
+
+$(VENV)/.installed: pyproject.toml constraints.txt
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -c constraints.txt -e ".[models,ray,dev]"
+	touch $@
+
+demo: $(VENV)/.installed
+	$(VENV)/bin/headlab compare
+
+test: $(VENV)/.installed
+	$(PY) -m ruff check src tests benchmarks
+	$(PY) -m pytest
+
+bench: $(VENV)/.installed
+	$(PY) benchmarks/bench_attention.py
+
+clean:
+	rm -rf $(VENV) headlab-report

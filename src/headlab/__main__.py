@@ -1,0 +1,3 @@
+from headlab.cli.main import main
+
+main()

@@ -1,0 +1,16 @@
+"""The typer application; command modules register themselves on it when imported below."""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(
+    name="headlab",
+    help="Exact, fast and inspectable multi-head attention, and measured answers about heads.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+# Command modules: each adds its commands to ``app``. Imported last, for their side effect.
+from headlab.cli import params as _params  # noqa: E402,F401

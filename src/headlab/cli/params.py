@@ -1,0 +1,36 @@
+"""``headlab params``: the parameter table over head counts and K/V head counts."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from headlab.analysis.params import parameter_table
+from headlab.cli.app import app
+from headlab.cli.parsing import int_list
+
+
+@app.command()
+def params(
+    d_model: int = typer.Option(512, "--d-model", help="Model width E."),
+    heads: str = typer.Option("1,2,4,8,16", "--heads", help="Head counts, comma separated."),
+    kv_heads: str = typer.Option(
+        "", "--kv-heads", help="K/V head counts (GQA; 1 = MQA), comma separated."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON rows only."),
+) -> None:
+    """Show that the parameter count does not depend on the number of heads (and what GQA saves)."""
+    rows = parameter_table(d_model, int_list(heads, "--heads"), int_list(kv_heads, "--kv-heads"))
+    if as_json:
+        print(json.dumps([r.to_dict() for r in rows], indent=2))
+        return
+    table = Table(title=f"Parameters of one attention layer, d_model={d_model}")
+    for col in ("heads", "kv heads", "head dim", "W_Q+b", "W_K,W_V+b", "W_O+b", "total", "saved"):
+        table.add_column(col, justify="right")
+    for r in rows:
+        table.add_row(*map(str, (r.num_heads, r.num_kv_heads, r.head_dim, r.q_proj, r.kv_proj,
+                                 r.out_proj, r.total, r.saved_vs_full_mha)))
+    Console().print(table)
