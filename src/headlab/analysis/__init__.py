@@ -1,4 +1,4 @@
-"""Analyses on shared weights: comparisons and their findings, gradients per head, parameter counts."""
+"""Analyses on shared weights: comparisons, findings, per-head gradients, parameter counts."""
 
 from headlab.analysis.params import ParamRow, parameter_count, parameter_table
 

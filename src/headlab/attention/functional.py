@@ -10,7 +10,6 @@ query heads share a K/V head, as in Llama's ``repeat_kv``.
 
 from __future__ import annotations
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor
 

@@ -50,7 +50,7 @@ def causal_mask(q_len: int, k_len: int, device: torch.device | None = None) -> T
 def canonical_attn_mask(
     attn_mask: Tensor, *, batch: int, num_heads: int, q_len: int, k_len: int, batched: bool
 ) -> Tensor:
-    """Check ``attn_mask`` against torch's accepted shapes; return it as ``(batch|1, head|1, q, k)``.
+    """Check ``attn_mask`` against torch's shapes; return it as ``(batch|1, head|1, q_pos, k_pos)``.
 
     Accepted: ``(q_pos, k_pos)``, or 3-D ``(batch * head, q_pos, k_pos)`` (``(head, q_pos, k_pos)``
     for unbatched input), the batch-major order torch uses.
@@ -78,7 +78,7 @@ def canonical_attn_mask(
 def canonical_key_padding_mask(
     key_padding_mask: Tensor, *, batch: int, k_len: int, batched: bool
 ) -> Tensor:
-    """Check ``key_padding_mask`` (``(batch, k_pos)``, or ``(k_pos,)`` unbatched): ``(b, 1, 1, k)``."""
+    """Check ``key_padding_mask`` ((batch, k_pos), or (k_pos,) unbatched): (batch, 1, 1, k_pos)."""
     _check_mask_dtype("key_padding_mask", key_padding_mask)
     expected = (batch, k_len) if batched else (k_len,)
     if tuple(key_padding_mask.shape) != expected:
@@ -114,7 +114,11 @@ def merge_masks(
     if attn_mask is not None:
         parts.append(
             canonical_attn_mask(
-                attn_mask, batch=batch, num_heads=num_heads, q_len=q_len, k_len=k_len,
+                attn_mask,
+                batch=batch,
+                num_heads=num_heads,
+                q_len=q_len,
+                k_len=k_len,
                 batched=batched,
             )
         )

@@ -13,6 +13,8 @@ Notation, with E = embed_dim, H = num_heads, G = num_kv_heads, D = head_dim:
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -52,9 +54,7 @@ def resolve_head_sizes(
     num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
     _check_positive_int("num_kv_heads", num_kv_heads)
     if num_heads % num_kv_heads:
-        raise ValueError(
-            f"num_heads={num_heads} is not divisible by num_kv_heads={num_kv_heads}"
-        )
+        raise ValueError(f"num_heads={num_heads} is not divisible by num_kv_heads={num_kv_heads}")
     return head_dim, num_kv_heads
 
 
@@ -67,7 +67,7 @@ class MultiHeadAttention(nn.Module):
     ``num_heads``; 1 is multi-query attention). Raises ValueError for sizes that do not fit.
     """
 
-    __constants__ = ["batch_first"]
+    __constants__: ClassVar[list[str]] = ["batch_first"]
 
     def __init__(
         self,
@@ -106,7 +106,8 @@ class MultiHeadAttention(nn.Module):
         q_dim, kv_dim = num_heads * head_dim, num_kv_heads * head_dim
 
         if self._qkv_same_embed_dim:
-            self.in_proj_weight = nn.Parameter(torch.empty(q_dim + 2 * kv_dim, embed_dim, **factory))
+            packed = torch.empty(q_dim + 2 * kv_dim, embed_dim, **factory)
+            self.in_proj_weight = nn.Parameter(packed)
             self.register_parameter("q_proj_weight", None)
             self.register_parameter("k_proj_weight", None)
             self.register_parameter("v_proj_weight", None)
@@ -182,12 +183,12 @@ class MultiHeadAttention(nn.Module):
                     f"{name} must have {query.dim()} dims like query, got shape {tuple(t.shape)}"
                 )
         for name, t, width in (
-            ("query", query, self.embed_dim), ("key", key, self.kdim), ("value", value, self.vdim)
+            ("query", query, self.embed_dim),
+            ("key", key, self.kdim),
+            ("value", value, self.vdim),
         ):
             if t.shape[-1] != width:
-                raise ValueError(
-                    f"{name} last dim must be {width}, got shape {tuple(t.shape)}"
-                )
+                raise ValueError(f"{name} last dim must be {width}, got shape {tuple(t.shape)}")
             param_dtype = self.out_proj.weight.dtype
             if t.dtype != param_dtype:
                 raise ValueError(f"{name} dtype must be {param_dtype}, got {t.dtype}")
@@ -214,9 +215,7 @@ class MultiHeadAttention(nn.Module):
             return x.squeeze(0)
         return x if self.batch_first else x.transpose(0, 1)
 
-    def _project(
-        self, query: Tensor, key: Tensor, value: Tensor
-    ) -> tuple[Tensor, Tensor, Tensor]:
+    def _project(self, query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """(batch, pos, E) inputs -> q (batch, H, q_pos, D), k and v (batch, G, k_pos', D).
 
         k_pos' = k_pos plus one column for add_bias_kv and one for add_zero_attn.
@@ -309,8 +308,12 @@ class MultiHeadAttention(nn.Module):
         q, k, v = self._project(xq, xk, xv)
         dropout_p = self.dropout if self.training else 0.0
         plain_causal = (
-            is_causal and attn_mask is None and key_padding_mask is None and not explicit
-            and self.bias_k is None and not self.add_zero_attn
+            is_causal
+            and attn_mask is None
+            and key_padding_mask is None
+            and not explicit
+            and self.bias_k is None
+            and not self.add_zero_attn
         )
         mask = self._mask(
             attn_mask=attn_mask,
@@ -328,9 +331,7 @@ class MultiHeadAttention(nn.Module):
             head_out, weights, scores = explicit_attention(q, k, v, mask, dropout_p=dropout_p)
             intermediates = (q, k, v, scores)
         else:
-            head_out = fused_attention(
-                q, k, v, mask, dropout_p=dropout_p, is_causal=plain_causal
-            )
+            head_out = fused_attention(q, k, v, mask, dropout_p=dropout_p, is_causal=plain_causal)
             weights, intermediates = None, None
         if scale is not None:
             head_out = head_out * scale
@@ -361,9 +362,14 @@ class MultiHeadAttention(nn.Module):
         the fused kernel (scaled_dot_product_attention) does the work.
         """
         batched, head_out, weights, _ = self._run(
-            query, key, value,
-            key_padding_mask=key_padding_mask, attn_mask=attn_mask, is_causal=is_causal,
-            head_mask=head_mask, explicit=need_weights,
+            query,
+            key,
+            value,
+            key_padding_mask=key_padding_mask,
+            attn_mask=attn_mask,
+            is_causal=is_causal,
+            head_mask=head_mask,
+            explicit=need_weights,
         )
         output = self._from_batch_first(self.out_proj(merge_heads(head_out)), batched)
         if weights is None:
@@ -391,9 +397,14 @@ class MultiHeadAttention(nn.Module):
         key = query if key is None else key
         value = key if value is None else value
         _, head_out, weights, (q, k, v, scores) = self._run(
-            query, key, value,
-            key_padding_mask=key_padding_mask, attn_mask=attn_mask, is_causal=is_causal,
-            head_mask=head_mask, explicit=True,
+            query,
+            key,
+            value,
+            key_padding_mask=key_padding_mask,
+            attn_mask=attn_mask,
+            is_causal=is_causal,
+            head_mask=head_mask,
+            explicit=True,
         )
         w_o = self.out_proj.weight.view(self.embed_dim, self.num_heads, self.head_dim)
         contributions = torch.einsum("bhqd,ehd->bhqe", head_out, w_o)
@@ -401,8 +412,14 @@ class MultiHeadAttention(nn.Module):
         if self.out_proj.bias is not None:
             output = output + self.out_proj.bias
         return AttentionTrace(
-            q=q, k=k, v=v, scores=scores, weights=weights, head_outputs=head_out,
-            contributions=contributions, output=output,
+            q=q,
+            k=k,
+            v=v,
+            scores=scores,
+            weights=weights,
+            head_outputs=head_out,
+            contributions=contributions,
+            output=output,
         )
 
     # ----------------------------------------------------------------- other views
@@ -439,8 +456,15 @@ class MultiHeadAttention(nn.Module):
         resolve_head_sizes(q_dim, num_heads, head_dim, num_kv_heads)
         view = MultiHeadAttention.__new__(MultiHeadAttention)
         nn.Module.__init__(view)
-        for name in ("embed_dim", "kdim", "vdim", "_qkv_same_embed_dim", "dropout",
-                     "batch_first", "add_zero_attn"):
+        for name in (
+            "embed_dim",
+            "kdim",
+            "vdim",
+            "_qkv_same_embed_dim",
+            "dropout",
+            "batch_first",
+            "add_zero_attn",
+        ):
             setattr(view, name, getattr(self, name))
         view.num_heads, view.head_dim, view.num_kv_heads = num_heads, head_dim, num_kv_heads
         for name, param in self._parameters.items():

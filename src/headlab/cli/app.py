@@ -12,5 +12,11 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+
+@app.callback()
+def _root() -> None:
+    """Exact, fast and inspectable multi-head attention, and measured answers about heads."""
+
+
 # Command modules: each adds its commands to ``app``. Imported last, for their side effect.
 from headlab.cli import params as _params  # noqa: E402,F401

@@ -4,28 +4,30 @@ from __future__ import annotations
 
 import sys
 
-import click
+import typer
 
 from headlab.cli.app import app
+
+
+def _fail(message: str) -> None:
+    print(f"headlab: error: {' '.join(message.split())}", file=sys.stderr)
+    sys.exit(2)
 
 
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI. Bad input (ValueError, usage errors) prints one line on stderr and exits 2."""
     try:
         app(args=argv, prog_name="headlab", standalone_mode=False)
-    except click.exceptions.Exit as exit_:
+    except typer.Exit as exit_:
         sys.exit(exit_.exit_code)
-    except click.exceptions.Abort:
+    except typer.Abort:
         print("headlab: aborted", file=sys.stderr)
         sys.exit(130)
-    except click.exceptions.ClickException as error:
-        message = error.format_message().replace("\n", " ")
-        print(f"headlab: error: {message}", file=sys.stderr)
-        sys.exit(2)
-    except (ValueError, FileNotFoundError, FileExistsError) as error:
-        message = str(error).replace("\n", " ")
-        print(f"headlab: error: {message}", file=sys.stderr)
-        sys.exit(2)
+    except typer.TyperException as error:  # typer's usage errors (unknown option, bad value)
+        format_message = getattr(error, "format_message", None)
+        _fail(format_message() if format_message else str(error))
+    except (ValueError, FileNotFoundError, FileExistsError, NotADirectoryError) as error:
+        _fail(str(error))
 
 
 if __name__ == "__main__":  # pragma: no cover

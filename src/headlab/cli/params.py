@@ -31,6 +31,19 @@ def params(
     for col in ("heads", "kv heads", "head dim", "W_Q+b", "W_K,W_V+b", "W_O+b", "total", "saved"):
         table.add_column(col, justify="right")
     for r in rows:
-        table.add_row(*map(str, (r.num_heads, r.num_kv_heads, r.head_dim, r.q_proj, r.kv_proj,
-                                 r.out_proj, r.total, r.saved_vs_full_mha)))
+        table.add_row(
+            *map(
+                str,
+                (
+                    r.num_heads,
+                    r.num_kv_heads,
+                    r.head_dim,
+                    r.q_proj,
+                    r.kv_proj,
+                    r.out_proj,
+                    r.total,
+                    r.saved_vs_full_mha,
+                ),
+            )
+        )
     Console().print(table)
