@@ -472,6 +472,8 @@ class MultiHeadAttention(nn.Module):
                 view.register_parameter(name, None)
             else:
                 setattr(view, name, param)
+        if self.bias_k is None:  # plain attributes, not in _parameters
+            view.bias_k = view.bias_v = None
         view.out_proj = self.out_proj
         view.train(self.training)
         return view

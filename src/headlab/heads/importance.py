@@ -1,0 +1,149 @@
+"""Head importance after Michel, Levy & Neubig (2019): I_h = E_x |dL(x)/d xi_h|.
+
+xi_h multiplies head h's output before W_O (MultiHeadAttention's ``head_mask``), evaluated at
+xi = 1 (the unpruned model). Scores are normalised per layer by their l2 norm, as Michel et al. do.
+
+The loss L needs no labels: an in-batch contrastive loss (InfoNCE) between the embeddings of the
+first half and the second half of each text (split at the middle word). For a batch of n texts
+with normalised half-embeddings a_i, b_i and temperature tau:
+    logits_ij = a_i . b_j / tau
+    L = (CE(logits, i -> i) + CE(logits^T, i -> i)) / 2
+It is low when each first half is closer to its own second half than to other texts' ones, so its
+gradient is not zero at the trained model. The expectation runs over batches (|grad| per batch).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from headlab.models import Encoder
+
+OBJECTIVE = "in-batch InfoNCE between the two halves of each text (temperature {tau})"
+
+
+@dataclass(frozen=True)
+class ImportanceResult:
+    """importance: (layer, head) normalised per layer (l2); raw: E|dL/d xi| before that."""
+
+    model: str
+    n_texts: int
+    objective: str
+    importance: list[list[float]]
+    raw: list[list[float]]
+
+    def to_dict(self) -> dict:
+        return {
+            "model": self.model,
+            "n_texts": self.n_texts,
+            "objective": self.objective,
+            "importance": self.importance,
+            "raw": self.raw,
+        }
+
+    def ranking(self) -> list[tuple[int, int]]:
+        """All (layer, head) pairs, least important first (ties: lower layer, lower head)."""
+        pairs = [(l, h) for l, row in enumerate(self.importance) for h in range(len(row))]
+        return sorted(pairs, key=lambda p: (self.importance[p[0]][p[1]], p))
+
+
+def split_halves(texts: list[str]) -> tuple[list[str], list[str]]:
+    """Each text split at its middle word into (first halves, second halves).
+
+    Raises ValueError naming the first text with fewer than 2 words.
+    """
+    firsts, seconds = [], []
+    for text in texts:
+        words = text.split()
+        if len(words) < 2:
+            raise ValueError(f"each text needs at least 2 words to be split, got {text!r}")
+        mid = len(words) // 2
+        firsts.append(" ".join(words[:mid]))
+        seconds.append(" ".join(words[mid:]))
+    return firsts, seconds
+
+
+def info_nce(a: Tensor, b: Tensor, temperature: float) -> Tensor:
+    """Symmetric InfoNCE of paired (n, E) embeddings (row i of a pairs with row i of b)."""
+    logits = F.normalize(a, dim=1) @ F.normalize(b, dim=1).T / temperature
+    labels = torch.arange(a.shape[0])
+    return (F.cross_entropy(logits, labels) + F.cross_entropy(logits.T, labels)) / 2
+
+
+def contrastive_objective(
+    encoder: Encoder,
+    texts: list[str],
+    head_mask: list[Tensor],
+    *,
+    temperature: float = 0.05,
+    max_length: int = 128,
+) -> Tensor:
+    """The loss L(xi) of one batch of ``texts`` (at least 2) with head_mask xi (one (head,)
+    tensor per layer). A scalar with autograd to ``head_mask``."""
+    if len(texts) < 2:
+        raise ValueError(f"the in-batch objective needs at least 2 texts, got {len(texts)}")
+    firsts, seconds = split_halves(texts)
+    a = encoder.embed_batch(encoder.tokenize(firsts, max_length), head_mask)
+    b = encoder.embed_batch(encoder.tokenize(seconds, max_length), head_mask)
+    return info_nce(a, b, temperature)
+
+
+def _even_batches(n: int, batch_size: int) -> list[range]:
+    """Split range(n) into ceil(n / batch_size) contiguous batches of near-equal size."""
+    count = -(-n // batch_size)
+    bounds = [round(i * n / count) for i in range(count + 1)]
+    return [range(bounds[i], bounds[i + 1]) for i in range(count)]
+
+
+def head_importance(
+    encoder: Encoder,
+    texts: list[str],
+    *,
+    batch_size: int = 32,
+    temperature: float = 0.05,
+    max_length: int = 128,
+) -> ImportanceResult:
+    """Michel et al.'s importance of every head of ``encoder`` over ``texts`` (see module doc).
+
+    Only the head-mask gradient is computed (the parameters are frozen meanwhile). Texts with
+    fewer than 2 words are skipped; at least 2 usable texts are needed (ValueError).
+    """
+    usable = [t for t in texts if len(t.split()) >= 2]
+    if len(usable) < 2 or batch_size < 2:
+        raise ValueError(
+            f"need at least 2 texts of 2+ words and batch_size >= 2, got {len(usable)} texts "
+            f"and batch_size={batch_size}"
+        )
+    dtype = next(encoder.model.parameters()).dtype
+    xi = [torch.ones(h, dtype=dtype, requires_grad=True) for h in encoder.heads_per_layer]
+    raw = [torch.zeros(h, dtype=torch.float64) for h in encoder.heads_per_layer]
+    flags = [p.requires_grad for p in encoder.model.parameters()]
+    encoder.model.requires_grad_(False)
+    try:
+        batches = _even_batches(len(usable), batch_size)
+        for idx in batches:
+            loss = contrastive_objective(
+                encoder,
+                [usable[i] for i in idx],
+                xi,
+                temperature=temperature,
+                max_length=max_length,
+            )
+            grads = torch.autograd.grad(loss, xi)
+            for total, g in zip(raw, grads, strict=True):
+                total += g.abs().to(torch.float64)
+    finally:
+        for p, flag in zip(encoder.model.parameters(), flags, strict=True):
+            p.requires_grad_(flag)
+    raw = [r / len(batches) for r in raw]
+    normalised = [r / r.norm().clamp_min(1e-30) for r in raw]
+    return ImportanceResult(
+        model=encoder.name,
+        n_texts=len(usable),
+        objective=OBJECTIVE.format(tau=temperature),
+        importance=[r.tolist() for r in normalised],
+        raw=[r.tolist() for r in raw],
+    )

@@ -1,0 +1,66 @@
+"""Tokenisation with the model's own ``tokenizer.json`` (``tokenizers``, not transformers)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer
+from torch import Tensor
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Token ids of a padded batch (pad on the right).
+
+    input_ids, token_type_ids: (batch, pos) int64; attention_mask: (batch, pos) bool, True on
+    real tokens; tokens: the token strings of each text without padding.
+    """
+
+    input_ids: Tensor
+    token_type_ids: Tensor
+    attention_mask: Tensor
+    tokens: list[list[str]]
+
+
+class TextTokenizer:
+    """Encode texts as BERT does: [CLS] text [SEP], truncated to ``max_length`` tokens.
+
+    The truncation and padding saved inside tokenizer.json are replaced: texts are truncated to
+    the ``max_length`` asked for and padded to the longest text of each batch.
+    """
+
+    def __init__(self, path: Path, pad_token_id: int) -> None:
+        try:
+            self._tokenizer = Tokenizer.from_file(str(path))
+        except Exception as error:  # tokenizers raises a bare Exception for bad files
+            raise ValueError(f"{path}: not a readable tokenizer.json ({error})") from None
+        self._tokenizer.no_truncation()
+        self._tokenizer.no_padding()
+        self.pad_token_id = pad_token_id
+        self._max_length: int | None = None
+
+    def _configure(self, max_length: int) -> None:
+        if max_length < 2:
+            raise ValueError(f"max_length must be at least 2 ([CLS] and [SEP]), got {max_length}")
+        if self._max_length != max_length:
+            self._tokenizer.enable_truncation(max_length=max_length)
+            pad = self._tokenizer.id_to_token(self.pad_token_id) or "[PAD]"
+            self._tokenizer.enable_padding(pad_id=self.pad_token_id, pad_token=pad)
+            self._max_length = max_length
+
+    def __call__(self, texts: list[str], max_length: int) -> Batch:
+        """Encode ``texts`` (at least one) to a padded Batch of at most ``max_length`` tokens."""
+        if not texts:
+            raise ValueError("expected at least one text, got an empty list")
+        self._configure(max_length)
+        encodings = self._tokenizer.encode_batch(list(texts))
+        return Batch(
+            input_ids=torch.tensor([e.ids for e in encodings], dtype=torch.int64),
+            token_type_ids=torch.tensor([e.type_ids for e in encodings], dtype=torch.int64),
+            attention_mask=torch.tensor([e.attention_mask for e in encodings], dtype=torch.bool),
+            tokens=[
+                [t for t, m in zip(e.tokens, e.attention_mask, strict=True) if m] for e in encodings
+            ],
+        )
