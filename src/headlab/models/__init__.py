@@ -5,6 +5,7 @@ from headlab.models.corpus import default_corpus, read_corpus
 from headlab.models.encoder import BertEncoder, BertLayer, NoHeads
 from headlab.models.load import default_model_dir, load_encoder
 from headlab.models.pipeline import Encoder, EncoderTrace
+from headlab.models.synthetic import write_random_bert
 
 __all__ = [
     "BertConfig",
@@ -18,4 +19,5 @@ __all__ = [
     "default_model_dir",
     "load_encoder",
     "read_corpus",
+    "write_random_bert",
 ]

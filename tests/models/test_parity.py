@@ -1,0 +1,87 @@
+"""Parity with the reference implementations on the packaged all-MiniLM-L6-v2.
+
+Embeddings against sentence-transformers' own pipeline; every layer's per-head attention weights
+against transformers' BertModel (eager attention, output_attentions=True).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+pytestmark = pytest.mark.model
+
+LONG = " ".join(
+    f"Sentence {i} of a long document, with a clause (and a parenthesis); then more words."
+    for i in range(60)
+)  # far beyond 512 tokens
+TEXTS = [
+    "Hi",
+    "The quick brown fox jumps over the lazy dog.",
+    "What?! Wait... really -- yes: [brackets], {braces}, <angles> & 100% #tags @you.",
+    "Ünïcödé text: naïve café, Größe, 日本語のテキスト, emoji 🙂, Ελληνικά, русский.",
+    "   leading and trailing spaces   ",
+    "Repeated repeated repeated repeated words words words.",
+    LONG,
+]
+
+
+@pytest.fixture(scope="module")
+def sentence_transformer():
+    from sentence_transformers import SentenceTransformer
+
+    from headlab.models import default_model_dir
+
+    return SentenceTransformer(str(default_model_dir()), device="cpu")
+
+
+@pytest.fixture(scope="module")
+def bert():
+    from transformers import AutoModel
+
+    from headlab.models import default_model_dir
+
+    return AutoModel.from_pretrained(str(default_model_dir()), attn_implementation="eager").eval()
+
+
+def _check_embeddings(ours, theirs):
+    assert ours.shape == theirs.shape
+    assert F.cosine_similarity(ours, theirs, dim=1).min().item() >= 0.99999
+    assert (ours - theirs).abs().max().item() <= 1e-4
+
+
+def test_embeddings_equal_sentence_transformers(minilm, sentence_transformer):
+    assert minilm.pooling.max_seq_length == sentence_transformer.max_seq_length == 256
+    theirs = sentence_transformer.encode(TEXTS, batch_size=4, convert_to_tensor=True)
+    _check_embeddings(minilm.embed(TEXTS, batch_size=4), theirs.cpu())
+
+
+def test_embeddings_equal_at_512_tokens(minilm, sentence_transformer):
+    old = sentence_transformer.max_seq_length
+    sentence_transformer.max_seq_length = 512
+    try:
+        theirs = sentence_transformer.encode([LONG, TEXTS[3]], convert_to_tensor=True)
+    finally:
+        sentence_transformer.max_seq_length = old
+    assert minilm.tokenize([LONG], 512).input_ids.shape == (1, 512)
+    _check_embeddings(minilm.embed([LONG, TEXTS[3]], max_length=512), theirs.cpu())
+
+
+@pytest.mark.parametrize("text", [TEXTS[2], TEXTS[3], LONG])
+def test_attention_weights_equal_transformers(minilm, bert, text):
+    max_length = 512
+    trace = minilm.trace(text, max_length=max_length)
+    batch = minilm.tokenize([text], max_length)
+    with torch.no_grad():
+        out = bert(
+            input_ids=batch.input_ids,
+            attention_mask=batch.attention_mask.long(),
+            token_type_ids=batch.token_type_ids,
+            output_attentions=True,
+        )
+    assert len(out.attentions) == len(trace.layers) == 6
+    for ours, theirs in zip(trace.layers, out.attentions, strict=True):
+        assert ours.weights.shape == theirs.shape == (1, 12, len(trace.tokens), len(trace.tokens))
+        torch.testing.assert_close(ours.weights, theirs, rtol=0, atol=2e-5)
+    assert trace.layers[-1].output.shape == (1, len(trace.tokens), 384)
