@@ -1,0 +1,69 @@
+"""Collapse (same weights, fewer heads) and per-head statistics."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from headlab.heads import collapse_heads, head_statistics
+
+TEXTS = [
+    "Heads attend to different things in a trained model.",
+    "short text",
+    "A much longer text, with punctuation; and clauses, so that positions differ a lot here.",
+    "Ünïcödé café",
+    "The last one.",
+]
+
+
+def test_collapse_original_count_is_exact(tiny):
+    result = collapse_heads(tiny, TEXTS, (1, 3))
+    rows = {r.num_heads: r for r in result.all_layers}
+    assert rows[3].mean_cosine == pytest.approx(1.0, abs=1e-6) and rows[3].nn_agreement == 1.0
+    assert rows[1].mean_cosine < 0.9999
+    assert [r.layer for r in result.per_layer] == [0, 1]
+    doc = result.to_dict()
+    assert set(doc["all_layers"][0]) == {"num_heads", "mean_cosine", "nn_agreement"}
+    assert set(doc["per_layer"][0]) == {"layer", "num_heads", "mean_cosine", "nn_agreement"}
+
+
+def test_statistics_independent_of_batching(tiny):
+    one = head_statistics(tiny, TEXTS, batch_size=1)
+    many = head_statistics(tiny, TEXTS, batch_size=4)
+    for name, grid in one.metrics.items():
+        torch.testing.assert_close(torch.tensor(many.metrics[name]), torch.tensor(grid))
+
+
+def test_statistics_by_hand_on_one_text(tiny):
+    text = TEXTS[2]
+    stats = head_statistics(tiny, [text])
+    trace = tiny.trace(text, max_length=128)
+    for layer, t in enumerate(trace.layers):
+        w = t.weights[0].double()  # (head, q_pos, k_pos)
+        n = w.shape[-1]
+        entropy = -(w * w.log()).sum(-1).mean(-1)
+        prev = torch.stack([w[:, q, q - 1] for q in range(1, n)], dim=1).mean(-1)
+        expect = {
+            "entropy": entropy,
+            "max_weight": w.max(-1).values.mean(-1),
+            "cls": w[:, :, 0].mean(-1),
+            "sep": w[:, :, n - 1].mean(-1),
+            "self": torch.diagonal(w, dim1=-2, dim2=-1).mean(-1),
+            "prev": prev,
+            "contribution_norm": t.contributions[0].double().norm(dim=-1).mean(-1),
+        }
+        for name, values in expect.items():
+            got = torch.tensor(stats.metrics[name][layer], dtype=torch.float64)
+            torch.testing.assert_close(got, values, rtol=1e-5, atol=1e-6)
+        assert (entropy <= math.log(n) + 1e-9).all()
+
+
+@pytest.mark.model
+def test_collapse_twelve_heads_is_the_original_exactly(minilm):
+    texts = TEXTS[:3]
+    assert torch.equal(minilm.with_num_heads(12).embed(texts), minilm.embed(texts))
+    result = collapse_heads(minilm, texts, (12,))
+    assert result.all_layers[0].mean_cosine == pytest.approx(1.0, abs=1e-6)
+    assert result.all_layers[0].nn_agreement == 1.0

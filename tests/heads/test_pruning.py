@@ -1,0 +1,83 @@
+"""Physical pruning equals masking; parameter counts fall by exactly the removed rows/columns."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from headlab.analysis.params import parameter_count
+from headlab.heads import prune_curve, prune_heads
+from headlab.heads.pruning import as_mask
+from headlab.models import NoHeads
+
+TEXTS = [
+    "Pruned heads must leave nothing behind.",
+    "A longer text gives the attention more positions to look at, with commas.",
+    "short",
+    "Ünïcödé and punctuation?!",
+]
+
+
+@pytest.mark.parametrize(
+    "removed", [{0: [1]}, {0: [0, 2], 1: [1]}, {1: [0, 1, 2]}, {0: [0, 1, 2], 1: [2]}]
+)
+def test_pruned_equals_masked(tiny, removed):
+    pruned = prune_heads(tiny, removed)
+    masked = tiny.embed(TEXTS, head_mask=as_mask(tiny, removed))
+    torch.testing.assert_close(pruned.embed(TEXTS), masked, rtol=1e-5, atol=1e-6)
+    assert pruned.heads_per_layer == [3 - len(removed.get(i, [])) for i in range(2)]
+    # Each head has D=5 rows in each of Q, K, V (+ biases) and 5 columns of W_O.
+    n = sum(map(len, removed.values()))
+    assert parameter_count(tiny.model) - parameter_count(pruned.model) == n * (3 * 5 * 16 + 5 * 15)
+    # The original is untouched.
+    assert tiny.heads_per_layer == [3, 3]
+
+
+def test_layer_without_heads_outputs_the_bias(tiny):
+    pruned = prune_heads(tiny, {1: [0, 1, 2]})
+    attention = pruned.model.layers[1].attention
+    assert isinstance(attention, NoHeads)
+    torch.testing.assert_close(attention.bias, tiny.model.layers[1].attention.out_proj.bias)
+    trace = pruned.trace(TEXTS[0])
+    assert trace.layers[1].weights.shape[1] == 0
+
+
+def test_pruned_trace_matches_masked_trace(tiny):
+    removed = {0: [2]}
+    pruned = prune_heads(tiny, removed).trace(TEXTS[1])
+    masked = tiny.trace(TEXTS[1], head_mask=as_mask(tiny, removed))
+    torch.testing.assert_close(pruned.layers[0].weights, masked.layers[0].weights[:, :2])
+    torch.testing.assert_close(
+        pruned.layers[1].output, masked.layers[1].output, rtol=1e-5, atol=1e-6
+    )
+
+
+def test_bad_indices(tiny):
+    with pytest.raises(ValueError, match=r"head indices must be in \[0, 3\), got \[3\]"):
+        prune_heads(tiny, {0: [3]})
+    with pytest.raises(ValueError, match=r"layer must be in \[0, 2\), got 2"):
+        prune_heads(tiny, {2: [0]})
+
+
+def test_prune_curve_on_tiny(tiny):
+    ranking = [(l, h) for l in range(2) for h in range(3)]
+    result = prune_curve(tiny, TEXTS, ranking, fractions=(0.0, 0.5, 1.0), latency_repeats=1)
+    steps = result.to_dict()["steps"]
+    assert [(s["order"], s["heads_pruned"]) for s in steps] == [
+        ("importance", 0), ("importance", 3), ("importance", 6),
+        ("random", 0), ("random", 3), ("random", 6),
+    ]  # fmt: skip
+    assert steps[0]["mean_cosine"] == pytest.approx(1.0) and steps[0]["nn_agreement"] == 1.0
+    assert steps[0]["params"] > steps[1]["params"] > steps[2]["params"] == steps[5]["params"]
+    assert steps[2]["mean_cosine"] == pytest.approx(steps[5]["mean_cosine"])
+    with pytest.raises(ValueError, match="each of the 6"):
+        prune_curve(tiny, TEXTS, ranking[:-1])
+
+
+@pytest.mark.model
+def test_pruned_equals_masked_on_minilm(minilm):
+    removed = {0: [3, 7], 2: list(range(12)), 5: [0, 11]}
+    texts = [*TEXTS, "The library reads model weights from safetensors files."]
+    masked = minilm.embed(texts, head_mask=as_mask(minilm, removed))
+    pruned = prune_heads(minilm, removed).embed(texts)
+    torch.testing.assert_close(pruned, masked, rtol=1e-4, atol=1e-5)
