@@ -103,3 +103,9 @@ def write_results(directory: Path, seed: int = 7) -> Path:
 @pytest.fixture
 def results_dir(tmp_path: Path) -> Path:
     return write_results(tmp_path / "results")
+
+
+@pytest.fixture(scope="session")
+def shared_results(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One set of results files for module-scoped builds (read only)."""
+    return write_results(tmp_path_factory.mktemp("shared") / "results")
