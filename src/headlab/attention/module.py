@@ -468,10 +468,8 @@ class MultiHeadAttention(nn.Module):
             setattr(view, name, getattr(self, name))
         view.num_heads, view.head_dim, view.num_kv_heads = num_heads, head_dim, num_kv_heads
         for name, param in self._parameters.items():
-            if param is None:
-                view.register_parameter(name, None)
-            else:
-                setattr(view, name, param)
+            view.register_parameter(name, param)
+        view.bias_k, view.bias_v = self.bias_k, self.bias_v
         view.out_proj = self.out_proj
         view.train(self.training)
         return view
