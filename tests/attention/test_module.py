@@ -68,7 +68,7 @@ def test_trace_contributions_sum_to_output():
     assert t.scores.shape == t.weights.shape == (B, 4, LQ, LK)
     assert t.head_outputs.shape == (B, 4, LQ, 5) and t.contributions.shape == (B, 4, LQ, E)
     torch.testing.assert_close(t.contributions.sum(1) + m.out_proj.bias, out)
-    torch.testing.assert_close(t.output, out)
+    assert torch.equal(t.output, out)  # bit for bit: the same computation as forward
     torch.testing.assert_close(t.weights, weights)
     torch.testing.assert_close(t.weights, torch.softmax(t.scores, -1))
     assert not t.detach().output.requires_grad

@@ -408,9 +408,9 @@ class MultiHeadAttention(nn.Module):
         )
         w_o = self.out_proj.weight.view(self.embed_dim, self.num_heads, self.head_dim)
         contributions = torch.einsum("bhqd,ehd->bhqe", head_out, w_o)
-        output = contributions.sum(dim=1)
-        if self.out_proj.bias is not None:
-            output = output + self.out_proj.bias
+        # The output is computed as forward computes it (one matmul), not as the sum of the
+        # contributions, so that trace and forward agree bit for bit; the sum agrees to rounding.
+        output = self.out_proj(merge_heads(head_out))
         return AttentionTrace(
             q=q,
             k=k,
