@@ -408,9 +408,9 @@ class MultiHeadAttention(nn.Module):
         )
         w_o = self.out_proj.weight.view(self.embed_dim, self.num_heads, self.head_dim)
         contributions = torch.einsum("bhqd,ehd->bhqe", head_out, w_o)
-        output = contributions.sum(dim=1)
-        if self.out_proj.bias is not None:
-            output = output + self.out_proj.bias
+        # The output is computed as forward computes it (one matmul), not as the sum of the
+        # contributions, so that trace and forward agree bit for bit; the sum agrees to rounding.
+        output = self.out_proj(merge_heads(head_out))
         return AttentionTrace(
             q=q,
             k=k,
@@ -468,10 +468,8 @@ class MultiHeadAttention(nn.Module):
             setattr(view, name, getattr(self, name))
         view.num_heads, view.head_dim, view.num_kv_heads = num_heads, head_dim, num_kv_heads
         for name, param in self._parameters.items():
-            if param is None:
-                view.register_parameter(name, None)
-            else:
-                setattr(view, name, param)
+            view.register_parameter(name, param)
+        view.bias_k, view.bias_v = self.bias_k, self.bias_v
         view.out_proj = self.out_proj
         view.train(self.training)
         return view
