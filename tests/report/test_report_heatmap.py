@@ -15,8 +15,9 @@ from headlab.report.heatmap import (
     HeatmapView,
     bin_edges,
     downsample,
+    embed,
     heatmap_data,
-    one_head_copy,
+    seeded_layer,
     synthetic_views,
     words,
 )
@@ -98,16 +99,17 @@ def test_synthetic_views_are_the_same_weights_as_8_heads_and_as_1_head() -> None
     np.testing.assert_array_equal(again[0].weights, multi.weights)
 
 
-def test_one_head_copy_computes_one_softmax_over_all_components() -> None:
-    torch.manual_seed(0)
-    from headlab import MultiHeadAttention
-
-    m = MultiHeadAttention(12, 3, batch_first=True, dtype=torch.float64)
-    x = torch.randn(1, 5, 12, dtype=torch.float64)
-    one = one_head_copy(m)
-    assert one.num_heads == 1 and one.head_dim == 12
-    w_q, w_k, _ = m.projection_weights()
-    b_q, b_k, _ = m.projection_biases()
-    q, k = x[0] @ w_q.T + b_q, x[0] @ w_k.T + b_k  # outside reference: plain matrix math
-    expected = torch.softmax(q @ k.T / math.sqrt(12), dim=-1)
-    torch.testing.assert_close(one.trace(x).weights[0, 0], expected)
+def test_single_head_view_is_one_softmax_over_all_components() -> None:
+    tokens = ["to", "be", "or", "not", "to"]
+    _, single = synthetic_views(tokens, d_model=12, num_heads=3, seed=4)
+    m, x = seeded_layer(12, 3, 4), embed(tokens, 12, 4)[0].double()
+    w_q, w_k, _ = (w.detach().double() for w in m.projection_weights())
+    b_q, b_k, _ = (b.detach().double() for b in m.projection_biases())
+    q, k = x @ w_q.T + b_q, x @ w_k.T + b_k  # outside reference: plain matrix math
+    expected = torch.softmax(q @ k.T / math.sqrt(12), dim=-1).numpy()
+    np.testing.assert_allclose(single.weights[0, 0], expected, rtol=1e-4, atol=1e-6)
+    # the 3-head view's head 1: softmax over components 4..7 only, scaled by sqrt(4)
+    multi, _ = synthetic_views(tokens, d_model=12, num_heads=3, seed=4)
+    q1, k1 = q[:, 4:8], k[:, 4:8]
+    expected_1 = torch.softmax(q1 @ k1.T / 2.0, dim=-1).numpy()
+    np.testing.assert_allclose(multi.weights[0, 1], expected_1, rtol=1e-4, atol=1e-6)

@@ -104,52 +104,49 @@ def words(text: str) -> list[str]:
     return tokens
 
 
+def seeded_layer(d_model: int, num_heads: int, seed: int) -> MultiHeadAttention:
+    """A MultiHeadAttention (batch first, eval mode) with N(0, 2/d_model) parameters from ``seed``.
+
+    The scale is larger than torch's default init so that heads show structure, not near-uniform
+    rows.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    module = MultiHeadAttention(d_model, num_heads, batch_first=True)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen) * (2.0 / d_model) ** 0.5)
+    return module.eval()
+
+
+def embed(tokens: list[str], d_model: int, seed: int) -> torch.Tensor:
+    """(batch=1, q_pos, d_model): one seeded vector per distinct token plus a position code.
+
+    Repeated words get the same vector (only the position differs), so the page is reproducible
+    and shows the same word the same way.
+    """
+    return (
+        torch.stack([_token_vector(t, d_model, seed) for t in tokens])
+        + _positions(len(tokens), d_model)
+    ).unsqueeze(0)
+
+
 def synthetic_views(
     tokens: list[str], *, d_model: int = 64, num_heads: int = 8, seed: int = 0
 ) -> list[HeatmapView]:
-    """Seeded embeddings of ``tokens`` through a seeded MultiHeadAttention and its 1-head view.
+    """``tokens`` embedded by ``embed`` through ``seeded_layer`` and its one-head view.
 
-    Each distinct token gets one random embedding (seeded by the token's text and ``seed``) plus a
-    sinusoidal position code, so repeated words look alike and the result is deterministic.
-    Returns views "<h> heads" (1, h, n, n) and "1 head, same weights" (1, 1, n, n).
+    Returns views "<h> heads" (1, h, n, n) and "1 head, same weights" (1, 1, n, n): the same
+    parameters (``with_num_heads(1)`` shares them) seen as h heads and as one.
     """
-    gen = torch.Generator().manual_seed(seed)
+    module = seeded_layer(d_model, num_heads, seed)
+    x = embed(tokens, d_model, seed)
     with torch.no_grad():
-        module = MultiHeadAttention(d_model, num_heads, batch_first=True)
-        for p in module.parameters():
-            p.copy_(torch.randn(p.shape, generator=gen) * (2.0 / d_model) ** 0.5)
-        x = torch.stack([_token_vector(t, d_model, seed) for t in tokens]) + _positions(
-            len(tokens), d_model
-        )
-        x = x.unsqueeze(0)  # (batch=1, q_pos, E)
-        multi = module.eval().trace(x).weights[0]  # (head, q_pos, k_pos)
-        single = one_head_copy(module).eval().trace(x).weights[0]
+        multi = module.trace(x).weights[0]  # (head, q_pos, k_pos)
+        single = module.with_num_heads(1).trace(x).weights[0]
     return [
         HeatmapView(f"{num_heads} heads", multi.unsqueeze(0).numpy()),
         HeatmapView("1 head, same weights", single.unsqueeze(0).numpy()),
     ]
-
-
-def one_head_copy(module: MultiHeadAttention) -> MultiHeadAttention:
-    """A one-head module holding a copy of ``module``'s parameters (same state_dict).
-
-    Stands in for ``module.with_num_heads(1)``, whose view lacks ``bias_k``/``bias_v`` when they
-    are None (AttributeError in forward, headlab 0.1.0); for forward passes and gradients the
-    copy is the same function of the same numbers.
-    """
-    w_q, w_k, _ = module.projection_weights()
-    if w_q.shape != w_k.shape:
-        raise ValueError(f"one_head_copy needs num_kv_heads == num_heads, got {module!r}")
-    copy = MultiHeadAttention(
-        module.embed_dim,
-        1,
-        bias=module.in_proj_bias is not None,
-        batch_first=module.batch_first,
-        head_dim=module.num_heads * module.head_dim,
-        dtype=w_q.dtype,
-    )
-    copy.load_state_dict(module.state_dict())
-    return copy
 
 
 def _token_vector(token: str, d_model: int, seed: int) -> torch.Tensor:

@@ -80,6 +80,8 @@
       const canvas = el("canvas", "heatmap");
       canvas.width = canvas.height = size;
       canvas.dataset.testid = "heatmap-" + root.dataset.explorer + "-" + v;
+      // geometry, for anyone mapping pixels to cells (the browser tests do)
+      canvas.dataset.margin = margin; canvas.dataset.cell = cell; canvas.dataset.bins = bins;
       panel.appendChild(strip);
       panel.appendChild(canvas);
       row.appendChild(panel);
@@ -171,8 +173,10 @@
     render();
   }
 
+  const start = performance.now();
   document.querySelectorAll("[data-explorer]").forEach((root) => {
     const ex = DATA.explorers[root.dataset.explorer];
     if (ex) Explorer(root, ex);
   });
+  document.body.dataset.renderMs = (performance.now() - start).toFixed(1);
 })();
