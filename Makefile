@@ -16,6 +16,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 
 demo: $(VENV)/.installed
 	$(VENV)/bin/headlab compare
+	$(VENV)/bin/headlab report
 
 test: $(VENV)/.installed
 	$(PY) -m ruff check src tests benchmarks
