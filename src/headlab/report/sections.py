@@ -50,13 +50,21 @@ def _data_uri(png: bytes) -> str:
     return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
 
 
-def _model_attention(text: str, max_bins: int) -> dict | None:
-    """The packaged encoder's attention on ``text`` when headlab.models is installed, else None."""
+def _model_attention(text: str, max_bins: int) -> dict | str | None:
+    """The packaged encoder's attention on ``text`` when headlab.models is installed, else None.
+
+    A str is why the encoder could not be loaded (missing weights): the page says so in one line
+    instead of failing the whole report over an optional section.
+    """
     try:
         from headlab.models import load_encoder
     except ImportError:
         return None
-    trace = load_encoder().trace(text)
+    try:
+        encoder = load_encoder()
+    except (OSError, ValueError) as error:
+        return f"the packaged encoder could not be loaded: {error}"
+    trace = encoder.trace(text)
     # layers: list of AttentionTrace with weights (batch=1, head, q_pos, k_pos)
     weights = np.stack([t.weights[0].detach().double().numpy() for t in trace.layers])
     return heatmap_data(
@@ -137,7 +145,7 @@ def collect(options: ReportOptions, *, want_png: bool = False) -> Collected:
             figures.attention_figure("Attention per head on the text", tokens, views)
         )
     model = _model_attention(options.text, options.max_bins) if options.use_model else None
-    if model is not None:
+    if isinstance(model, dict):
         explorers["model"] = model
 
     scenarios = engine.seed_scenarios(seed=options.seed)
@@ -154,7 +162,8 @@ def collect(options: ReportOptions, *, want_png: bool = False) -> Collected:
         "num_tokens": len(tokens),
         "binned": explorers["text"]["bins"] < len(tokens),
         "bins": explorers["text"]["bins"],
-        "has_model": model is not None,
+        "has_model": isinstance(model, dict),
+        "model_problem": model if isinstance(model, str) else None,
         "scenarios": scenarios,
         "params": engine.parameter_rows(),
         "coupling": coupling,
