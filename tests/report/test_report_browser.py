@@ -106,9 +106,11 @@ def test_heads_switch_and_cells_name_their_tokens(browser: object, report: Path)
     page.get_by_test_id("head-text-0-3").click()
     assert opened.picture("text", 0) != before
     assert "active" in page.get_by_test_id("head-text-0-3").get_attribute("class")
+    largest = float(page.get_by_test_id("scale-text-0").inner_text().split("largest cell ")[1][:5])
 
     tokens = DEFAULT_TEXT.split()
     multi, single = synthetic_views(tokens)
+    assert largest == pytest.approx(multi.weights[0, 3].max(), abs=1e-3)
     text = opened.hover_cell("text", 0, q=2, k=5)
     assert f"query \u201c{tokens[2]}\u201d (2)" in text
     assert f"key \u201c{tokens[5]}\u201d (5)" in text

@@ -82,10 +82,13 @@
       canvas.dataset.testid = "heatmap-" + root.dataset.explorer + "-" + v;
       // geometry, for anyone mapping pixels to cells (the browser tests do)
       canvas.dataset.margin = margin; canvas.dataset.cell = cell; canvas.dataset.bins = bins;
+      const caption = el("p", "scale");
+      caption.dataset.testid = "scale-" + root.dataset.explorer + "-" + v;
       panel.appendChild(strip);
       panel.appendChild(canvas);
+      panel.appendChild(caption);
       row.appendChild(panel);
-      panels.push({ strip, canvas, view });
+      panels.push({ strip, canvas, caption, view });
       canvas.addEventListener("mousemove", (e) => hover(e, v));
       canvas.addEventListener("mouseleave", () => { tooltip.hidden = true; });
     });
@@ -144,6 +147,9 @@
         });
       }
       [...p.strip.children].forEach((b, h) => b.classList.toggle("active", h === state.heads[v]));
+      const which = p.view.layers[state.layer].length > 1 ? "head " + state.heads[v] : "the one head";
+      p.caption.textContent = which + (layerCount > 1 ? ", layer " + state.layer : "") +
+        ": largest cell " + head.scale.toFixed(3) + " (yellow)";
     }
 
     function render() {
