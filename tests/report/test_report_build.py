@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from headlab.cli.main import main
 from headlab.report import ReportOptions, build_report, safe_json
 from headlab.report.build import MARKER
 
@@ -127,22 +126,3 @@ def test_png_figures(tmp_path: Path, results_dir: Path) -> None:
     assert expected | ({"coupling.png"} if HAS_ENGINE else set()) == names
     for name in names:
         assert (figures / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-
-
-def test_cli_prints_the_path_and_refuses_with_exit_2(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    out = tmp_path / "site"
-    main(["report", "--out", str(out), "--text", "hello world", "--results", str(tmp_path)])
-    assert capsys.readouterr().out.strip() == str(out / "index.html")
-    foreign = tmp_path / "foreign"
-    foreign.mkdir()
-    (foreign / "keep.txt").write_text("keep")
-    with pytest.raises(SystemExit) as exit_:
-        main(["report", "--out", str(foreign)])
-    assert exit_.value.code == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "not a headlab report" in err and "--force" in err
-    with pytest.raises(SystemExit) as exit_:
-        main(["report", "--out", str(out), "--text", "  "])
-    assert exit_.value.code == 2
