@@ -1,7 +1,7 @@
 """Bridges between headlab.MultiHeadAttention (torch) and headlab.reference (NumPy) for the tests.
 
 The reference package may not import torch, so the torch -> NumPy conversion lives here.
-Imported by the test modules of this folder as ``torch_bridge`` (pytest puts the folder on sys.path).
+Imported by this folder's test modules as ``torch_bridge`` (pytest puts the folder on sys.path).
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ def additive_mask(mask: np.ndarray, scores_shape: tuple[int, ...], dtype: np.dty
 
 
 def _sum_to_shape(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-    """Undo broadcasting: sum ``x`` over the dims that were added or stretched to reach its shape."""
+    """Undo broadcasting: sum ``x`` over the dims added or stretched to reach ``shape``."""
     lead = x.ndim - len(shape)
     x = x.sum(axis=tuple(range(lead))) if lead else x
     stretched = tuple(i for i, n in enumerate(shape) if n == 1 and x.shape[i] != 1)
