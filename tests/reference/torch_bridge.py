@@ -15,25 +15,33 @@ from headlab import MultiHeadAttention
 from headlab.reference import MultiHeadParams
 
 
+def _arr(t: torch.Tensor | None) -> np.ndarray | None:
+    return None if t is None else t.detach().cpu().numpy().copy()
+
+
+def module_arrays(mha: MultiHeadAttention, *, grad: bool = False) -> dict[str, np.ndarray | None]:
+    """The module's parameters (or their .grad) by reference name: w_q, w_k, ..., b_o."""
+
+    def get(p: torch.Tensor | None) -> torch.Tensor | None:
+        return None if p is None else (p.grad if grad else p)
+
+    q_dim, kv_dim = mha.num_heads * mha.head_dim, mha.num_kv_heads * mha.head_dim
+    sizes = [q_dim, kv_dim, kv_dim]
+    if mha.in_proj_weight is not None:
+        w_q, w_k, w_v = get(mha.in_proj_weight).split(sizes)
+    else:
+        w_q, w_k, w_v = (get(p) for p in (mha.q_proj_weight, mha.k_proj_weight, mha.v_proj_weight))
+    b = get(mha.in_proj_bias)
+    b_q, b_k, b_v = (None, None, None) if b is None else b.split(sizes)
+    named = {"w_q": w_q, "w_k": w_k, "w_v": w_v, "w_o": get(mha.out_proj.weight)}
+    named |= {"b_q": b_q, "b_k": b_k, "b_v": b_v, "b_o": get(mha.out_proj.bias)}
+    return {name: _arr(t) for name, t in named.items()}
+
+
 def params_from_module(mha: MultiHeadAttention) -> MultiHeadParams:
     """The module's parameters as a MultiHeadParams of NumPy copies (same dtype)."""
-
-    def arr(t: torch.Tensor | None) -> np.ndarray | None:
-        return None if t is None else t.detach().cpu().numpy().copy()
-
-    w_q, w_k, w_v = mha.projection_weights()
-    b_q, b_k, b_v = mha.projection_biases()
     return MultiHeadParams(
-        w_q=arr(w_q),
-        w_k=arr(w_k),
-        w_v=arr(w_v),
-        w_o=arr(mha.out_proj.weight),
-        num_heads=mha.num_heads,
-        num_kv_heads=mha.num_kv_heads,
-        b_q=arr(b_q),
-        b_k=arr(b_k),
-        b_v=arr(b_v),
-        b_o=arr(mha.out_proj.bias),
+        num_heads=mha.num_heads, num_kv_heads=mha.num_kv_heads, **module_arrays(mha)
     )
 
 
