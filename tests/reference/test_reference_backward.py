@@ -66,7 +66,8 @@ def _assert_grads_equal(grads, torch_grads, tol: float) -> None:
             assert ours is None, name
             continue
         assert ours.shape == theirs.shape, name
-        assert np.abs(theirs).max() > 0, f"{name}: zero gradient cannot test anything"
+        if name != "b_k":  # d b_K is zero in theory (test_key_bias_gets_no_gradient)
+            assert np.abs(theirs).max() > 1e-6, f"{name}: zero gradient cannot test anything"
         np.testing.assert_allclose(ours, theirs, rtol=tol, atol=tol, err_msg=name)
     if "x" in torch_grads:
         np.testing.assert_allclose(
@@ -107,6 +108,15 @@ def test_head_mask_gradient_matches_autograd(shape: str) -> None:
 def test_self_attention_sums_input_gradients() -> None:
     grads, torch_grads = _autograd("e_over_h", "causal", need_weights=False, self_attention=True)
     _assert_grads_equal(grads, torch_grads, 1e-10)
+
+
+def test_key_bias_gets_no_gradient() -> None:
+    """q . (k_j + b_K) shifts every score of a row by q . b_K: softmax ignores it, so d b_K = 0."""
+    grads, torch_grads = _autograd("gqa", "key_padding", need_weights=True)
+    scale = np.abs(grads.w_k).max()
+    assert scale > 1e-3
+    assert np.abs(grads.b_k).max() < 1e-12 * scale
+    assert np.abs(torch_grads["b_k"]).max() < 1e-12 * scale
 
 
 # ----------------------------------------------------------------- finite differences
