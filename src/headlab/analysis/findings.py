@@ -219,7 +219,8 @@ def diagnose(
         saturated_note = (
             f"; {int(split_keys.sum())} of these rows are one-hot in every head but not on the "
             "same key (saturated, and the heads' slices pick different keys)"
-            if split_keys.any() else ""
+            if split_keys.any()
+            else ""
         )
         d_many, d_few = many.q.shape[-1], few.q.shape[-1]
         findings.append(
