@@ -69,8 +69,11 @@ def _rows_single_key(traces: tuple[AttentionTrace, AttentionTrace]) -> Tensor:
     return torch.stack([_all_heads(_visible(t).sum(-1) == 1) for t in traces]).all(0)
 
 
-def _rows_saturated_same_key(traces) -> tuple[Tensor, float, float]:
-    """Rows where all heads of both sides are one-hot on the same key; (rows, max |score|, gap)."""
+def _rows_saturated_same_key(traces) -> tuple[Tensor, Tensor, float, float]:
+    """Rows where all heads of both sides are one-hot on the same key.
+
+    Returns (rows, one-hot rows whatever the key, max |score|, smallest top-two score gap).
+    """
     tops = [t.weights.max(dim=-1) for t in traces]
     one_hot = torch.stack([_all_heads(top.values >= 1 - SATURATION) for top in tops]).all(0)
     keys = torch.cat([top.indices for top in tops], dim=1)  # (batch, head_a + head_b, q_pos)
@@ -86,7 +89,7 @@ def _rows_saturated_same_key(traces) -> tuple[Tensor, float, float]:
             gap = (top2[..., 0] - top2[..., 1]).amin(dim=1)  # (batch, q_pos)
             gaps.append(gap[rows & torch.isfinite(gap)])
     gap = min((float(g.min()) for g in gaps if g.numel()), default=float("nan"))
-    return rows, scale, gap
+    return rows, one_hot, scale, gap
 
 
 def _rows_uniform(traces) -> Tensor:
@@ -162,7 +165,7 @@ def diagnose(
                 single,
             )
         )
-    saturated, scale, gap = _rows_saturated_same_key(traces)
+    saturated, one_hot, scale, gap = _rows_saturated_same_key(traces)
     saturated = saturated & ~single
     if saturated.any():
         findings.append(
@@ -212,6 +215,13 @@ def diagnose(
     if partition.any():
         tv = _total_variation(many, few, partition)
         per_head = ", ".join(f"{x:.2f}" for x in tv.tolist())
+        split_keys = partition & one_hot
+        saturated_note = (
+            f"; {int(split_keys.sum())} of these rows are one-hot in every head but not on the "
+            "same key (saturated, and the heads' slices pick different keys)"
+            if split_keys.any()
+            else ""
+        )
         d_many, d_few = many.q.shape[-1], few.q.shape[-1]
         findings.append(
             Finding(
@@ -220,7 +230,7 @@ def diagnose(
                 f"{_in_rows(partition)} the {h_many} softmaxes over "
                 f"{d_many}-component slices differ from the {h_few} over {d_few} components: total "
                 f"variation of each head's weights from the other side's closest head: {per_head} "
-                f"(mean {float(tv.mean()):.2f})",
+                f"(mean {float(tv.mean()):.2f}){saturated_note}",
                 partition,
             )
         )
