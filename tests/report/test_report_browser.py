@@ -12,8 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from headlab.report import DEFAULT_TEXT, ReportOptions, build_report
-from headlab.report.heatmap import synthetic_views
+from headlab.report import DEFAULT_TEXT, ReportOptions, build_report, render
+from headlab.report.heatmap import HeatmapView, heatmap_data, synthetic_views
+from headlab.report.sections import collect
 
 pytestmark = pytest.mark.browser
 
@@ -165,5 +166,31 @@ def test_2048_tokens_open_and_switch_heads_fast(
     tip = opened.hover_cell("text", 0, q=200, k=3)  # not a corner: those are rounded
     assert "(1600\u20131607)" in tip and "(24\u201331)" in tip  # 256 bins of 8 tokens
     opened.shot("report-2048.png")
+    opened.assert_clean()
+    page.close()
+
+
+def test_layer_selector_switches_every_panel(
+    browser: object, tmp_path: Path, shared_results: Path
+) -> None:
+    """A multi-layer source (as the trained encoder gives): layer chips redraw the heatmap."""
+    tokens = ["[CLS]", "heads", "<b>see</b>", "things", "[SEP]"]
+    rng = np.random.default_rng(2)
+    weights = rng.random((3, 4, 5, 5)) ** 4  # (layer, head, q_pos, k_pos), distinct sizes
+    weights /= weights.sum(-1, keepdims=True)
+    collected = collect(ReportOptions(text="a b", results=shared_results))
+    collected.explorers["model"] = heatmap_data("model", tokens, [HeatmapView("4 heads", weights)])
+    collected.sections["has_model"] = True
+    index = tmp_path / "index.html"
+    index.write_text(render(collected), encoding="utf-8")
+    opened = Opened(browser, index)
+    page = opened.page
+    before = opened.picture("model", 0)
+    page.get_by_test_id("layer-model-2").click()
+    assert opened.picture("model", 0) != before
+    page.get_by_test_id("head-model-0-3").click()
+    tip = opened.hover_cell("model", 0, q=2, k=4)
+    assert "layer 2, head 3" in tip and "query \u201c<b>see</b>\u201d (2)" in tip
+    assert float(tip.rsplit("weight ", 1)[1]) == pytest.approx(weights[2, 3, 2, 4], abs=2e-4)
     opened.assert_clean()
     page.close()
