@@ -6,7 +6,7 @@ export PIP_CONSTRAINT := $(CURDIR)/constraints.txt
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test browser bench clean
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
@@ -16,8 +16,13 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 
 demo: $(VENV)/.installed
 	$(VENV)/bin/headlab compare
+	$(VENV)/bin/headlab report
 
-test: $(VENV)/.installed
+# The report's browser tests need a real Chromium (Debian's package); they fail without it.
+browser:
+	@command -v chromium >/dev/null || (apt-get update -q && apt-get install -y -q chromium)
+
+test: $(VENV)/.installed browser
 	$(PY) -m ruff check src tests benchmarks
 	$(PY) -m pytest
 

@@ -1,5 +1,33 @@
 """Analyses on shared weights: comparisons, findings, per-head gradients, parameter counts."""
 
+from headlab.analysis.compare import Comparison, compare
+from headlab.analysis.coupling import HeadGradientNorms, gradient_coupling, head_gradient_norms
+from headlab.analysis.explain import explain
+from headlab.analysis.findings import CODES, Finding
 from headlab.analysis.params import ParamRow, parameter_count, parameter_table
+from headlab.analysis.scenarios import (
+    CompareSetup,
+    ScenarioResult,
+    build,
+    run_seed_scenarios,
+    run_setup,
+)
 
-__all__ = ["ParamRow", "parameter_count", "parameter_table"]
+__all__ = [
+    "CODES",
+    "CompareSetup",
+    "Comparison",
+    "Finding",
+    "HeadGradientNorms",
+    "ParamRow",
+    "ScenarioResult",
+    "build",
+    "compare",
+    "explain",
+    "gradient_coupling",
+    "head_gradient_norms",
+    "parameter_count",
+    "parameter_table",
+    "run_seed_scenarios",
+    "run_setup",
+]

@@ -45,7 +45,9 @@ def explicit_attention(
     """
     num_heads = q.shape[1]
     k, v = expand_kv(k, num_heads), expand_kv(v, num_heads)
-    scores = (q @ k.transpose(-2, -1)) * q.shape[-1] ** -0.5
+    # Scale q (q_pos x d_head) rather than the scores (q_pos x k_pos): one pass over the small
+    # tensor instead of the big one, and torch's own order of operations.
+    scores = (q * q.shape[-1] ** -0.5) @ k.transpose(-2, -1)
     if mask is not None:
         scores = scores + mask.additive
     weights = scores.softmax(dim=-1)

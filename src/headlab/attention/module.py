@@ -182,6 +182,7 @@ class MultiHeadAttention(nn.Module):
                 raise ValueError(
                     f"{name} must have {query.dim()} dims like query, got shape {tuple(t.shape)}"
                 )
+        param_dtype = self.out_proj.weight.dtype
         for name, t, width in (
             ("query", query, self.embed_dim),
             ("key", key, self.kdim),
@@ -189,7 +190,6 @@ class MultiHeadAttention(nn.Module):
         ):
             if t.shape[-1] != width:
                 raise ValueError(f"{name} last dim must be {width}, got shape {tuple(t.shape)}")
-            param_dtype = self.out_proj.weight.dtype
             if t.dtype != param_dtype:
                 raise ValueError(f"{name} dtype must be {param_dtype}, got {t.dtype}")
         if key.shape[:-1] != value.shape[:-1]:
@@ -220,13 +220,16 @@ class MultiHeadAttention(nn.Module):
 
         k_pos' = k_pos plus one column for add_bias_kv and one for add_zero_attn.
         """
-        w_q, w_k, w_v = self.projection_weights()
-        b_q, b_k, b_v = self.projection_biases()
         if query is key and key is value and self._qkv_same_embed_dim:
+            # One packed matmul; sizes from ints, not projection_weights(): its six split() calls
+            # cost more than the attention itself at small sizes (benchmarks/bench_attention.py).
+            q_dim, kv_dim = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
             q, k, v = F.linear(query, self.in_proj_weight, self.in_proj_bias).split(
-                [w_q.shape[0], w_k.shape[0], w_v.shape[0]], dim=-1
+                [q_dim, kv_dim, kv_dim], dim=-1
             )
         else:
+            w_q, w_k, w_v = self.projection_weights()
+            b_q, b_k, b_v = self.projection_biases()
             q, k, v = F.linear(query, w_q, b_q), F.linear(key, w_k, b_k), F.linear(value, w_v, b_v)
         batch = q.shape[0]
         if self.bias_k is not None:
@@ -408,9 +411,9 @@ class MultiHeadAttention(nn.Module):
         )
         w_o = self.out_proj.weight.view(self.embed_dim, self.num_heads, self.head_dim)
         contributions = torch.einsum("bhqd,ehd->bhqe", head_out, w_o)
-        output = contributions.sum(dim=1)
-        if self.out_proj.bias is not None:
-            output = output + self.out_proj.bias
+        # The output is computed as forward computes it (one matmul), not as the sum of the
+        # contributions, so that trace and forward agree bit for bit; the sum agrees to rounding.
+        output = self.out_proj(merge_heads(head_out))
         return AttentionTrace(
             q=q,
             k=k,
@@ -468,12 +471,8 @@ class MultiHeadAttention(nn.Module):
             setattr(view, name, getattr(self, name))
         view.num_heads, view.head_dim, view.num_kv_heads = num_heads, head_dim, num_kv_heads
         for name, param in self._parameters.items():
-            if param is None:
-                view.register_parameter(name, None)
-            else:
-                setattr(view, name, param)
-        if self.bias_k is None:  # plain attributes, not in _parameters
-            view.bias_k = view.bias_v = None
+            view.register_parameter(name, param)
+        view.bias_k, view.bias_v = self.bias_k, self.bias_v
         view.out_proj = self.out_proj
         view.train(self.training)
         return view

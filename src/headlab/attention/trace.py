@@ -23,7 +23,9 @@ class AttentionTrace:
                                                      masked); after dropout in training mode
     head_outputs:  (batch, head, q_pos, d_head)     weights @ v times the head mask, before W_O
     contributions: (batch, head, q_pos, embed_dim)  head_outputs[:, i] @ W_O[:, block i]^T
-    output:        (batch, q_pos, embed_dim)        contributions.sum(head) + out_proj.bias
+    output:        (batch, q_pos, embed_dim)        out_proj(concat(head_outputs)), forward's
+                                                     output bit for bit; contributions.sum(head)
+                                                     + out_proj.bias equals it up to rounding
     """
 
     q: Tensor

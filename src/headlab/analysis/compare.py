@@ -1,0 +1,152 @@
+"""Compare two head configurations on the same input: outputs, weights, gradients, and why.
+
+Typical use is a module against the same weights viewed with another head count::
+
+    m = MultiHeadAttention(512, 8, batch_first=True)
+    c = compare(m, m.with_num_heads(1), x)
+    c.verdict, c.findings, explain(c)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from headlab.analysis.findings import Finding, diagnose
+from headlab.analysis.params import parameter_count
+from headlab.attention.module import MultiHeadAttention
+from headlab.attention.trace import AttentionTrace
+
+CLOSE_EPS_FACTOR = 1e3  # "close": allclose with rtol = atol = 1e3 * machine epsilon of the dtype
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """What ``compare`` measured. Tensors are batch first: output (batch, q_pos, embed_dim),
+    weights (batch, head, q_pos, k_pos), rows_equal (batch, q_pos).
+
+    verdict: "identical" (bit for bit), "close" (within 1e3 machine epsilons) or "different".
+    gradients_equal: the gradients of every shared parameter coincide (within the same tolerance)
+    for one fixed upstream gradient; gradient_diffs holds the largest difference per parameter.
+    """
+
+    heads_a: int
+    heads_b: int
+    head_dim_a: int
+    head_dim_b: int
+    output_a: Tensor
+    output_b: Tensor
+    weights_a: Tensor
+    weights_b: Tensor
+    rows_equal: Tensor
+    identical: bool
+    max_abs_diff: float
+    rel_diff: float
+    verdict: str
+    gradients_equal: bool
+    gradient_diffs: dict[str, float]
+    params: dict[str, int]
+    findings: list[Finding] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, object]:
+        """Plain JSON-ready data (the documented schema of ``headlab compare --json``)."""
+        return {
+            "verdict": self.verdict,
+            "identical": self.identical,
+            "max_abs_diff": self.max_abs_diff,
+            "rel_diff": self.rel_diff,
+            "gradients_equal": self.gradients_equal,
+            "findings": [f.to_dict() for f in self.findings],
+            "params": dict(self.params),
+        }
+
+
+def _tolerance(dtype: torch.dtype) -> float:
+    return CLOSE_EPS_FACTOR * torch.finfo(dtype).eps
+
+
+def _gradients(module: MultiHeadAttention, output: Tensor, upstream: Tensor) -> dict[str, Tensor]:
+    named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
+    grads = torch.autograd.grad(output, [p for _, p in named], upstream, allow_unused=True)
+    return {
+        n: torch.zeros_like(p) if g is None else g for (n, p), g in zip(named, grads, strict=True)
+    }
+
+
+def compare(
+    a: MultiHeadAttention,
+    b: MultiHeadAttention,
+    query: Tensor,
+    key: Tensor | None = None,
+    value: Tensor | None = None,
+    *,
+    attn_mask: Tensor | None = None,
+    key_padding_mask: Tensor | None = None,
+    is_causal: bool = False,
+    upstream_seed: int = 0,
+) -> Comparison:
+    """Run ``a`` and ``b`` on the same input and measure where and why their outputs differ.
+
+    query/key/value are in the modules' own layout (``batch_first`` etc.); key and value default
+    to query. The gradient check uses one upstream gradient drawn from N(0, 1) with
+    ``upstream_seed`` and compares the gradients of parameters with the same name and shape.
+    Raises ValueError when the two modules do not take the same input widths.
+    """
+    if (a.embed_dim, a.kdim, a.vdim) != (b.embed_dim, b.kdim, b.vdim):
+        raise ValueError(
+            f"modules must take the same widths, got (embed_dim, kdim, vdim)="
+            f"{(a.embed_dim, a.kdim, a.vdim)} and {(b.embed_dim, b.kdim, b.vdim)}"
+        )
+    masks = {"attn_mask": attn_mask, "key_padding_mask": key_padding_mask, "is_causal": is_causal}
+    with torch.enable_grad():
+        ta: AttentionTrace = a.trace(query, key, value, **masks)
+        tb: AttentionTrace = b.trace(query, key, value, **masks)
+        gen = torch.Generator(device=ta.output.device).manual_seed(upstream_seed)
+        upstream = torch.randn(
+            ta.output.shape, generator=gen, dtype=ta.output.dtype, device=ta.output.device
+        )
+        grads_a = _gradients(a, ta.output, upstream)
+        grads_b = _gradients(b, tb.output, upstream)
+    out_a, out_b = ta.output.detach(), tb.output.detach()
+    tol = _tolerance(out_a.dtype)
+    diff = (out_a - out_b).abs()
+    max_abs = float(diff.max()) if diff.numel() else 0.0
+    rel = float(diff.norm() / out_a.norm().clamp(min=torch.finfo(out_a.dtype).tiny))
+    identical = torch.equal(out_a, out_b)
+    close = torch.allclose(out_a, out_b, rtol=tol, atol=tol)
+    verdict = "identical" if identical else "close" if close else "different"
+    gradient_diffs = {
+        name: float((grads_a[name] - g).abs().max())
+        for name, g in grads_b.items()
+        if name in grads_a and grads_a[name].shape == g.shape
+    }
+    gradients_equal = bool(gradient_diffs) and all(
+        torch.allclose(grads_a[n], grads_b[n], rtol=tol, atol=tol) for n in gradient_diffs
+    )
+    same_config = (a.num_heads, a.head_dim, a.num_kv_heads) == (
+        b.num_heads,
+        b.head_dim,
+        b.num_kv_heads,
+    ) and all(torch.equal(pa, pb) for pa, pb in zip(a.parameters(), b.parameters(), strict=False))
+    ta, tb = ta.detach(), tb.detach()
+    return Comparison(
+        heads_a=a.num_heads,
+        heads_b=b.num_heads,
+        head_dim_a=a.head_dim,
+        head_dim_b=b.head_dim,
+        output_a=out_a,
+        output_b=out_b,
+        weights_a=ta.weights,
+        weights_b=tb.weights,
+        rows_equal=(out_a == out_b).all(dim=-1),
+        identical=identical,
+        max_abs_diff=max_abs,
+        rel_diff=rel,
+        verdict=verdict,
+        gradients_equal=gradients_equal,
+        gradient_diffs=gradient_diffs,
+        params={"a": parameter_count(a), "b": parameter_count(b)},
+        findings=diagnose(ta, tb, same_config=same_config, gradients_equal=gradients_equal),
+    )

@@ -1,0 +1,237 @@
+"""Why two head configurations give equal or different outputs: diagnosis per query row.
+
+Every finding is measured on the two traces of the same input, row by row (a row is one query
+position of one batch item), and covers the share of rows where its condition holds:
+
+- ``same_config``: both sides have the same heads and head size (and so compute the same function);
+  when it holds it is the only finding.
+- ``single_key``: the row sees exactly one key, so every head puts weight 1 on it.
+- ``saturated_same_key``: every head of both sides puts all but ``SATURATION`` of its weight on the
+  same key (scores of order 1e5, as with ``torch.rand`` weights, make float32 softmax one-hot).
+- ``uniform``: every head of both sides attends uniformly over its visible keys (identical keys,
+  zero W_K): the split cannot change an average.
+- ``identical_values``: the visible value rows are equal, so any weights give the same output.
+- ``partition``: the general case, every row not covered above: the h softmaxes over a partition
+  of the components differ from the one softmax over all of them. The detail says by how much
+  (total variation between each head's weights and the other side's closest head).
+
+Rows that see exactly one key are not also counted as saturated or uniform.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from headlab.attention.trace import AttentionTrace
+
+SATURATION = 1e-6  # weight a "one-hot" row may leave off its top key
+UNIFORM_TOL = 1e-6  # largest deviation from 1/n_visible that still counts as uniform
+CODES = (
+    "same_config",
+    "single_key",
+    "saturated_same_key",
+    "uniform",
+    "identical_values",
+    "partition",
+)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One explanation: its code, the share of query rows it covers and a measured detail.
+
+    rows: (batch, q_pos) bool, the rows it covers (not serialised).
+    """
+
+    code: str
+    fraction: float
+    detail: str
+    rows: Tensor
+
+    def to_dict(self) -> dict[str, object]:
+        return {"code": self.code, "fraction": self.fraction, "detail": self.detail}
+
+
+def _visible(trace: AttentionTrace) -> Tensor:
+    """(batch, head, q_pos, k_pos) bool: keys a head may attend to."""
+    return torch.isfinite(trace.scores) & (trace.weights.sum(-1, keepdim=True) > 0)
+
+
+def _all_heads(x: Tensor) -> Tensor:
+    """(batch, head, q_pos) bool -> (batch, q_pos): true where every head agrees."""
+    return x.all(dim=1)
+
+
+def _rows_single_key(traces: tuple[AttentionTrace, AttentionTrace]) -> Tensor:
+    return torch.stack([_all_heads(_visible(t).sum(-1) == 1) for t in traces]).all(0)
+
+
+def _rows_saturated_same_key(traces) -> tuple[Tensor, Tensor, float, float]:
+    """Rows where all heads of both sides are one-hot on the same key.
+
+    Returns (rows, one-hot rows whatever the key, max |score|, smallest top-two score gap).
+    """
+    tops = [t.weights.max(dim=-1) for t in traces]
+    one_hot = torch.stack([_all_heads(top.values >= 1 - SATURATION) for top in tops]).all(0)
+    keys = torch.cat([top.indices for top in tops], dim=1)  # (batch, head_a + head_b, q_pos)
+    same_key = (keys == keys[:, :1]).all(dim=1)
+    rows = one_hot & same_key
+    finite = [t.scores[torch.isfinite(t.scores)] for t in traces]
+    scale = max(float(f.abs().max()) if f.numel() else 0.0 for f in finite)
+    gaps = []
+    for t in traces:
+        masked = t.scores.masked_fill(~_visible(t), float("-inf"))
+        if masked.shape[-1] >= 2:
+            top2 = masked.topk(2, dim=-1).values  # (batch, head, q_pos, 2)
+            gap = (top2[..., 0] - top2[..., 1]).amin(dim=1)  # (batch, q_pos)
+            gaps.append(gap[rows & torch.isfinite(gap)])
+    gap = min((float(g.min()) for g in gaps if g.numel()), default=float("nan"))
+    return rows, one_hot, scale, gap
+
+
+def _rows_uniform(traces) -> Tensor:
+    per_side = []
+    for t in traces:
+        visible = _visible(t)
+        n = visible.sum(-1, keepdim=True).clamp(min=1)
+        deviation = ((t.weights - 1.0 / n).abs() * visible).amax(dim=-1)
+        per_side.append(_all_heads(deviation <= UNIFORM_TOL))
+    return torch.stack(per_side).all(0)
+
+
+def _rows_identical_values(traces) -> tuple[Tensor, float]:
+    """Rows whose visible value rows are all equal (on both sides); (rows, largest spread)."""
+    per_side, spreads = [], []
+    for t in traces:
+        visible = _visible(t).any(dim=1)  # (batch, q_pos, k_pos): visible to some head
+        batch, kv_heads, k_pos, d_head = t.v.shape
+        v = t.v.transpose(1, 2).reshape(batch, 1, k_pos, kv_heads * d_head)
+        spread = (v.unsqueeze(2) - v.unsqueeze(3)).abs().amax(-1)  # (batch, 1, k, k)
+        pair_visible = visible.unsqueeze(-1) & visible.unsqueeze(-2)  # (batch, q, k, k)
+        row_spread = (spread * pair_visible).flatten(2).amax(-1)  # (batch, q_pos)
+        tol = 1e-6 * (1.0 + float(v.abs().max()))
+        per_side.append(row_spread <= tol)
+        spreads.append(row_spread)
+    rows = torch.stack(per_side).all(0)
+    spread = float(torch.stack(spreads).amax(0)[rows].max()) if rows.any() else float("nan")
+    return rows, spread
+
+
+def _total_variation(a: AttentionTrace, b: AttentionTrace, rows: Tensor) -> Tensor:
+    """(head_a,) mean over ``rows`` of the TV distance from each head of a to b's closest head."""
+    wa = a.weights.unsqueeze(2)  # (batch, head_a, 1, q_pos, k_pos)
+    wb = b.weights.unsqueeze(1)  # (batch, 1, head_b, q_pos, k_pos)
+    tv = 0.5 * (wa - wb).abs().sum(-1)  # (batch, head_a, head_b, q_pos)
+    tv = tv.permute(0, 3, 1, 2)[rows]  # (rows, head_a, head_b)
+    return tv.amin(dim=-1).mean(dim=0)
+
+
+def _in_rows(rows: Tensor) -> str:
+    return f"in {int(rows.sum())} of {rows.numel()} rows"
+
+
+def _fraction(rows: Tensor) -> float:
+    return float(rows.float().mean())
+
+
+def diagnose(
+    a: AttentionTrace, b: AttentionTrace, *, same_config: bool, gradients_equal: bool
+) -> list[Finding]:
+    """The findings for two traces of the same input, ranked by the share of rows they cover."""
+    rows_shape = a.output.shape[:2]
+    everything = torch.ones(rows_shape, dtype=torch.bool)
+    if same_config:
+        detail = (
+            f"both sides have {a.weights.shape[1]} heads of {a.q.shape[-1]}: the same function "
+            "of the same weights"
+        )
+        return [Finding("same_config", 1.0, detail, everything)]
+    traces = (a, b)
+    # Side a is the one with more heads, so that "each head" reads naturally in the details.
+    many, few = (a, b) if a.weights.shape[1] >= b.weights.shape[1] else (b, a)
+    h_many, h_few = many.weights.shape[1], few.weights.shape[1]
+    findings = []
+    single = _rows_single_key(traces)
+    if single.any():
+        findings.append(
+            Finding(
+                "single_key",
+                _fraction(single),
+                f"{int(single.sum())} of {single.numel()} rows see exactly one key (a causal first "
+                "position or padding), so every head puts weight 1 on it",
+                single,
+            )
+        )
+    saturated, one_hot, scale, gap = _rows_saturated_same_key(traces)
+    saturated = saturated & ~single
+    if saturated.any():
+        findings.append(
+            Finding(
+                "saturated_same_key",
+                _fraction(saturated),
+                f"{_in_rows(saturated)} every head of both sides puts all but {SATURATION:g} "
+                f"of its weight on the same key: scores reach {scale:.3g} and the top two keys "
+                f"are at least {gap:.3g} apart, so softmax is one-hot",
+                saturated,
+            )
+        )
+    uniform = _rows_uniform(traces) & ~single
+    if uniform.any():
+        grads = (
+            ""
+            if gradients_equal
+            else (
+                "; the outputs agree there but the gradients do not (dW_K differs: each head's "
+                "softmax Jacobian sees only its own slice)"
+            )
+        )
+        findings.append(
+            Finding(
+                "uniform",
+                _fraction(uniform),
+                f"{_in_rows(uniform)} every head of both sides attends "
+                f"uniformly over its visible keys (all scores in a row equal: identical keys or "
+                f"W_K = 0), and an average does not depend on the split{grads}",
+                uniform,
+            )
+        )
+    identical, spread = _rows_identical_values(traces)
+    identical = identical & ~single
+    if identical.any():
+        findings.append(
+            Finding(
+                "identical_values",
+                _fraction(identical),
+                f"{_in_rows(identical)} the visible value rows are "
+                f"equal (largest spread {spread:.3g}), so any weights give the same output",
+                identical,
+            )
+        )
+    explained = single | saturated | uniform | identical
+    partition = ~explained
+    if partition.any():
+        tv = _total_variation(many, few, partition)
+        per_head = ", ".join(f"{x:.2f}" for x in tv.tolist())
+        split_keys = partition & one_hot
+        saturated_note = (
+            f"; {int(split_keys.sum())} of these rows are one-hot in every head but not on the "
+            "same key (saturated, and the heads' slices pick different keys)"
+            if split_keys.any()
+            else ""
+        )
+        d_many, d_few = many.q.shape[-1], few.q.shape[-1]
+        findings.append(
+            Finding(
+                "partition",
+                _fraction(partition),
+                f"{_in_rows(partition)} the {h_many} softmaxes over "
+                f"{d_many}-component slices differ from the {h_few} over {d_few} components: total "
+                f"variation of each head's weights from the other side's closest head: {per_head} "
+                f"(mean {float(tv.mean()):.2f}){saturated_note}",
+                partition,
+            )
+        )
+    return sorted(findings, key=lambda f: -f.fraction)

@@ -1,0 +1,36 @@
+"""``headlab report``: build the self-contained HTML report and print the path of index.html."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from headlab.cli.app import app
+from headlab.report import DEFAULT_TEXT, ReportOptions, build_report
+
+DEFAULT_OUT = Path("headlab-report")
+DEFAULT_RESULTS = Path("headlab-results")
+
+
+@app.command()
+def report(
+    out: Annotated[Path, typer.Option("--out", help="Directory of the report.")] = DEFAULT_OUT,
+    text: Annotated[str, typer.Option("--text", help="Text whose attention is shown.")] = (
+        DEFAULT_TEXT
+    ),
+    force: Annotated[
+        bool, typer.Option("--force", help="Replace DIR even if it is not a headlab report.")
+    ] = False,
+    png: Annotated[
+        Path | None, typer.Option("--png", help="Also write every figure as a PNG here.")
+    ] = None,
+    results: Annotated[
+        Path, typer.Option("--results", help="Directory of model and sweep results files.")
+    ] = DEFAULT_RESULTS,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of scenarios and layer.")] = 0,
+) -> None:
+    """Write DIR/index.html: the seed questions answered, heads, gradients, model and sweeps."""
+    options = ReportOptions(text=text, results=results, seed=seed)
+    print(build_report(out, options, force=force, png=png))

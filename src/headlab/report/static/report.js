@@ -1,0 +1,188 @@
+// headlab report: heatmap explorers drawn on canvas from the JSON embedded in the page.
+// Text from the data is only ever written with textContent, never parsed as HTML.
+(function () {
+  "use strict";
+  const DATA = JSON.parse(document.getElementById("report-data").textContent);
+  const tooltip = document.getElementById("tooltip");
+
+  // viridis, 9 stops, interpolated into a 256-entry lookup table
+  const STOPS = [[68, 1, 84], [71, 44, 122], [59, 81, 139], [44, 113, 142], [33, 144, 141],
+    [39, 173, 129], [92, 200, 99], [170, 220, 50], [253, 231, 37]];
+  const LUT = new Uint8ClampedArray(256 * 3);
+  for (let i = 0; i < 256; i++) {
+    const t = (i / 255) * (STOPS.length - 1), k = Math.min(STOPS.length - 2, Math.floor(t)), f = t - k;
+    for (let c = 0; c < 3; c++) LUT[3 * i + c] = STOPS[k][c] * (1 - f) + STOPS[k + 1][c] * f;
+  }
+
+  function el(tag, cls, text) {
+    const node = document.createElement(tag);
+    if (cls) node.className = cls;
+    if (text !== undefined) node.textContent = text;
+    return node;
+  }
+
+  // One head: decode lazily (uint16 little endian, base64) and keep the pixels.
+  function decodeHead(head, bins) {
+    if (head.values) return head;
+    const raw = atob(head.data);
+    const values = new Float32Array(bins * bins);
+    const image = new ImageData(bins, bins);
+    const px = image.data;
+    const unit = head.scale / 65535;
+    for (let i = 0; i < bins * bins; i++) {
+      const q = raw.charCodeAt(2 * i) | (raw.charCodeAt(2 * i + 1) << 8);
+      values[i] = q * unit;
+      // colour: sqrt of the share of the head's largest cell, so weak structure stays visible
+      const idx = Math.round(Math.sqrt(q / 65535) * 255) * 3;
+      px[4 * i] = LUT[idx]; px[4 * i + 1] = LUT[idx + 1]; px[4 * i + 2] = LUT[idx + 2]; px[4 * i + 3] = 255;
+    }
+    const bitmap = document.createElement("canvas");
+    bitmap.width = bitmap.height = bins;
+    bitmap.getContext("2d").putImageData(image, 0, 0);
+    head.values = values;
+    head.bitmap = bitmap;
+    return head;
+  }
+
+  function rangeLabel(tokens, edges, bin) {
+    const a = edges[bin], b = edges[bin + 1] - 1;
+    if (a === b) return "\u201c" + tokens[a] + "\u201d (" + a + ")";
+    return "\u201c" + tokens[a] + "\u201d \u2026 \u201c" + tokens[b] + "\u201d (" + a + "\u2013" + b + ")";
+  }
+
+  function Explorer(root, ex) {
+    const bins = ex.bins, labelled = bins === ex.tokens.length && bins <= 40;
+    const cell = labelled ? Math.max(12, Math.floor(440 / bins)) : Math.max(1, Math.floor(512 / bins));
+    const margin = labelled ? 86 : 0;
+    const size = margin + bins * cell;
+    const layerCount = ex.views[0].layers.length;
+    const state = { layer: 0, heads: ex.views.map(() => 0) };
+    const panels = [];
+
+    if (ex.note) root.appendChild(el("p", "note", ex.note));
+    const layerBar = el("div", "layers");
+    if (layerCount > 1) {
+      layerBar.appendChild(el("span", "label", "layer"));
+      for (let l = 0; l < layerCount; l++) {
+        const b = el("button", "chip", String(l));
+        b.dataset.testid = "layer-" + root.dataset.explorer + "-" + l;
+        b.addEventListener("click", () => { state.layer = l; render(); });
+        layerBar.appendChild(b);
+      }
+      root.appendChild(layerBar);
+    }
+    const row = el("div", "panels");
+    root.appendChild(row);
+    ex.views.forEach((view, v) => {
+      const panel = el("div", "panel");
+      panel.appendChild(el("h4", null, view.name));
+      const strip = el("div", "heads");
+      const canvas = el("canvas", "heatmap");
+      canvas.width = canvas.height = size;
+      canvas.dataset.testid = "heatmap-" + root.dataset.explorer + "-" + v;
+      // geometry, for anyone mapping pixels to cells (the browser tests do)
+      canvas.dataset.margin = margin; canvas.dataset.cell = cell; canvas.dataset.bins = bins;
+      const caption = el("p", "scale");
+      caption.dataset.testid = "scale-" + root.dataset.explorer + "-" + v;
+      panel.appendChild(strip);
+      panel.appendChild(canvas);
+      panel.appendChild(caption);
+      row.appendChild(panel);
+      panels.push({ strip, canvas, caption, view });
+      canvas.addEventListener("mousemove", (e) => hover(e, v));
+      canvas.addEventListener("mouseleave", () => { tooltip.hidden = true; });
+    });
+    if (bins < ex.tokens.length) {
+      root.appendChild(el("p", "note", ex.tokens.length + " tokens shown in " + bins + "\u00d7" + bins +
+        " bins: a cell is the weight a query of its bin puts on the keys of its bin (mean over queries, sum over keys)."));
+    }
+    root.appendChild(el("p", "note", "Colour: square root of the weight relative to the head\u2019s largest cell (dark = 0, yellow = largest)."));
+
+    function buildStrip(p, v) {
+      p.strip.replaceChildren();
+      const heads = p.view.layers[state.layer];
+      heads.forEach((head, h) => {
+        const b = el("button", "head");
+        b.dataset.testid = "head-" + root.dataset.explorer + "-" + v + "-" + h;
+        b.title = p.view.name + ", head " + h;
+        const thumb = el("canvas");
+        thumb.width = thumb.height = 36;
+        const ctx = thumb.getContext("2d");
+        ctx.imageSmoothingEnabled = bins > 36;
+        ctx.drawImage(decodeHead(head, bins).bitmap, 0, 0, 36, 36);
+        b.appendChild(thumb);
+        b.appendChild(el("span", null, heads.length === 1 ? "all" : String(h)));
+        b.addEventListener("click", () => { state.heads[v] = h; render(); });
+        p.strip.appendChild(b);
+      });
+    }
+
+    function draw(p, v) {
+      const head = decodeHead(p.view.layers[state.layer][state.heads[v]], bins);
+      const ctx = p.canvas.getContext("2d");
+      ctx.fillStyle = "#fff";
+      ctx.fillRect(0, 0, size, size);
+      ctx.imageSmoothingEnabled = false;
+      ctx.drawImage(head.bitmap, margin, margin, bins * cell, bins * cell);
+      if (labelled) {
+        ctx.fillStyle = "#9aa5b1";
+        ctx.font = "11px system-ui, sans-serif";
+        ctx.textAlign = "left";
+        ctx.textBaseline = "top";
+        ctx.fillText("key \u2192", 2, 2);
+        ctx.fillText("query \u2193", 2, 16);
+        ctx.fillStyle = "#3e4c59";
+        ctx.font = Math.min(12, cell - 2) + "px system-ui, sans-serif";
+        ctx.textBaseline = "middle";
+        ctx.textAlign = "right";
+        ex.tokens.forEach((t, i) => {
+          const label = t.length > 12 ? t.slice(0, 11) + "\u2026" : t;
+          ctx.fillText(label, margin - 4, margin + (i + 0.5) * cell);
+          ctx.save();
+          ctx.translate(margin + (i + 0.5) * cell, margin - 4);
+          ctx.rotate(-Math.PI / 2);
+          ctx.textAlign = "left";
+          ctx.fillText(label, 0, 0);
+          ctx.restore();
+        });
+      }
+      [...p.strip.children].forEach((b, h) => b.classList.toggle("active", h === state.heads[v]));
+      const which = p.view.layers[state.layer].length > 1 ? "head " + state.heads[v] : "the one head";
+      p.caption.textContent = which + (layerCount > 1 ? ", layer " + state.layer : "") +
+        ": largest cell " + head.scale.toFixed(3) + " (yellow)";
+    }
+
+    function render() {
+      [...layerBar.querySelectorAll("button")].forEach((b, l) => b.classList.toggle("active", l === state.layer));
+      panels.forEach((p, v) => { buildStrip(p, v); draw(p, v); });
+    }
+
+    function hover(e, v) {
+      const p = panels[v], rect = p.canvas.getBoundingClientRect();
+      const x = ((e.clientX - rect.left) / rect.width) * size - margin;
+      const y = ((e.clientY - rect.top) / rect.height) * size - margin;
+      const kb = Math.floor(x / cell), qb = Math.floor(y / cell);
+      if (kb < 0 || qb < 0 || kb >= bins || qb >= bins) { tooltip.hidden = true; return; }
+      const head = decodeHead(p.view.layers[state.layer][state.heads[v]], bins);
+      const w = head.values[qb * bins + kb];
+      tooltip.replaceChildren(
+        el("div", "tt-head", p.view.name + (layerCount > 1 ? ", layer " + state.layer : "") +
+          (p.view.layers[state.layer].length > 1 ? ", head " + state.heads[v] : "")),
+        el("div", "tt-q", "query " + rangeLabel(ex.tokens, ex.edges, qb)),
+        el("div", "tt-k", "key " + rangeLabel(ex.tokens, ex.edges, kb)),
+        el("div", "tt-w", "weight " + w.toFixed(4)));
+      tooltip.hidden = false;
+      tooltip.style.left = Math.min(window.innerWidth - 260, e.clientX + 14) + "px";
+      tooltip.style.top = (e.clientY + 14) + "px";
+    }
+
+    render();
+  }
+
+  const start = performance.now();
+  document.querySelectorAll("[data-explorer]").forEach((root) => {
+    const ex = DATA.explorers[root.dataset.explorer];
+    if (ex) Explorer(root, ex);
+  });
+  document.body.dataset.renderMs = (performance.now() - start).toFixed(1);
+})();

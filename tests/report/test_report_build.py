@@ -1,0 +1,128 @@
+"""Building the page: sections, escaping, atomic placement, refusing to overwrite, PNGs, CLI."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from headlab.report import ReportOptions, build_report, safe_json
+from headlab.report.build import MARKER
+
+XSS = "<img src=x onerror=alert(1)> </script><script>alert(2)</script> & done"
+HAS_ENGINE = importlib.util.find_spec("headlab.analysis.compare") is not None
+
+
+def _page_data(html: str) -> dict:
+    pattern = r'<script type="application/json" id="report-data">(.*?)</script>'
+    match = re.search(pattern, html, re.S)
+    assert match, "the page must embed its data in one JSON script element"
+    return json.loads(match.group(1))
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory, shared_results: Path) -> tuple[Path, str]:
+    root = tmp_path_factory.mktemp("built")
+    index = build_report(root / "report", ReportOptions(text=XSS, results=shared_results))
+    return index, index.read_text(encoding="utf-8")
+
+
+def test_safe_json_keeps_script_breakers_inside_the_string() -> None:
+    text = safe_json({"t": "</script><b>&amp;\u2028"})
+    assert "<" not in text and ">" not in text and "&" not in text and "\u2028" not in text
+    assert json.loads(text) == {"t": "</script><b>&amp;\u2028"}
+
+
+def test_user_text_is_escaped_everywhere(built: tuple[Path, str]) -> None:
+    _, html = built
+    assert "<img src=x" not in html and "<script>alert" not in html
+    assert "&lt;img src=x onerror=alert(1)&gt;" in html  # the text, shown as text
+    assert html.count("<script") == 2  # the data element and our own script, nothing else
+    assert _page_data(html)["explorers"]["text"]["tokens"] == XSS.split()
+
+
+def test_page_is_self_contained(built: tuple[Path, str]) -> None:
+    _, html = built
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html)
+    assert "@import" not in html and "url(http" not in html
+    assert re.findall(r'<img[^>]+src="([^"]{0,22})', html) == ["data:image/png;base64,"] * 4
+
+
+def test_results_sections_show_figures_and_tables(
+    built: tuple[Path, str], shared_results: Path
+) -> None:
+    _, html = built
+    for key in ("heads", "collapse", "prune", "sweep"):
+        assert f'data-testid="figure-{key}"' in html
+        assert f'data-testid="missing-{key}"' not in html
+    grid = json.loads((shared_results / "model_heads.json").read_text())["metrics"]["self"]
+    value, layer, head = max((v, l, h) for l, row in enumerate(grid) for h, v in enumerate(row))
+    assert f"<td>self</td><td>layer {layer}, head {head}</td><td>{value:.3f}</td>" in html
+    # sweep: mean over the two seeds of retrieval with 4 heads (0.2 + 0.4 + 0.05 + 0.005)
+    assert "<td>retrieval</td><td>4</td><td>2</td><td>0.655</td>" in html
+
+
+def test_answer_engine_section(built: tuple[Path, str]) -> None:
+    _, html = built
+    if not HAS_ENGINE:
+        assert 'data-testid="missing-scenarios"' in html
+        assert 'data-testid="missing-coupling"' in html
+        return
+    from headlab.analysis import run_seed_scenarios
+
+    expected = run_seed_scenarios(seed=0)
+    for i, scenario in enumerate(expected):
+        verdict = scenario.comparison.to_dict()["verdict"]
+        assert re.search(rf'data-testid="verdict-{i}">{verdict}<', html)
+    assert 'data-testid="coupling-1"' in html
+
+
+def test_missing_results_say_which_command_makes_them(tmp_path: Path) -> None:
+    index = build_report(tmp_path / "r", ReportOptions(text="a b", results=tmp_path / "none"))
+    html = index.read_text()
+    for key, command in (
+        ("heads", "headlab model heads"),
+        ("collapse", "headlab model collapse"),
+        ("prune", "headlab model prune"),
+        ("sweep", "headlab sweep"),
+    ):
+        line = re.search(rf'data-testid="missing-{key}">(.*?)</p>', html).group(1)
+        assert f"<code>{command}</code>" in line
+
+
+def test_rebuild_replaces_a_report_but_never_a_foreign_directory(tmp_path: Path) -> None:
+    options = ReportOptions(text="x y z", results=tmp_path / "none")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "thesis.tex").write_text("mine")
+    with pytest.raises(FileExistsError, match=r"not a headlab report.*--force"):
+        build_report(out, options)
+    assert (out / "thesis.tex").read_text() == "mine"
+
+    report = tmp_path / "report"
+    build_report(report, options)
+    (report / "stale.txt").write_text("from an older build")
+    build_report(report, ReportOptions(text="p q", results=tmp_path / "none"))
+    assert sorted(p.name for p in report.iterdir()) == [MARKER, "index.html"]
+    assert _page_data((report / "index.html").read_text())["explorers"]["text"]["tokens"] == [
+        "p",
+        "q",
+    ]
+    # nothing left behind next to the target (temp and old directories are gone)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "report"]
+
+    build_report(out, options, force=True)
+    assert not (out / "thesis.tex").exists() and (out / MARKER).is_file()
+
+
+def test_png_figures(tmp_path: Path, results_dir: Path) -> None:
+    figures = tmp_path / "figs"
+    build_report(tmp_path / "r", ReportOptions(text="a b c d", results=results_dir), png=figures)
+    names = {p.name for p in figures.iterdir() if not p.name.startswith(".")}
+    expected = {"attention.png", "heads.png", "collapse.png", "prune.png", "sweep.png"}
+    assert expected | ({"coupling.png"} if HAS_ENGINE else set()) == names
+    for name in names:
+        assert (figures / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,0 +1,53 @@
+"""Results files: read per schema, missing -> None, broken -> ValueError naming the file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from headlab.report.results import (
+    read_model_collapse,
+    read_model_heads,
+    read_model_prune,
+    read_sweep,
+)
+
+
+def test_missing_files_read_as_none(tmp_path: Path) -> None:
+    for read in (read_model_heads, read_model_collapse, read_model_prune, read_sweep):
+        assert read(tmp_path) is None
+
+
+def test_fixture_files_read_back(results_dir: Path) -> None:
+    heads = read_model_heads(results_dir)
+    assert heads["num_layers"] == 3 and heads["num_heads"] == 5
+    assert len(heads["metrics"]["entropy"]) == 3 and len(heads["metrics"]["entropy"][0]) == 5
+    assert len(read_model_collapse(results_dir)["per_layer"]) == 3
+    assert {s["order"] for s in read_model_prune(results_dir)["steps"]} == {"importance", "random"}
+
+
+def test_sweep_keeps_the_final_record_of_finished_runs(results_dir: Path) -> None:
+    finals = read_sweep(results_dir)
+    assert len(finals) == 12  # 2 tasks x 3 head counts x 2 seeds; the unfinished run is left out
+    assert all(r["final"] and r["step"] == 20 for r in finals)
+
+
+def test_a_transposed_grid_is_rejected(results_dir: Path) -> None:
+    path = results_dir / "model_heads.json"
+    data = json.loads(path.read_text())
+    grid = data["metrics"]["entropy"]
+    data["metrics"]["entropy"] = [list(col) for col in zip(*grid, strict=True)]
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=r"model_heads\.json.*'entropy' must be 3 x 5"):
+        read_model_heads(results_dir)
+
+
+def test_broken_files_name_the_file(results_dir: Path) -> None:
+    (results_dir / "model_prune.json").write_text("{not json")
+    with pytest.raises(ValueError, match=r"model_prune\.json: expected JSON"):
+        read_model_prune(results_dir)
+    (results_dir / "sweep.jsonl").write_text('{"run_id": "a"}\n')
+    with pytest.raises(ValueError, match=r"sweep\.jsonl.*missing"):
+        read_sweep(results_dir)
