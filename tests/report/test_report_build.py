@@ -126,3 +126,14 @@ def test_png_figures(tmp_path: Path, results_dir: Path) -> None:
     assert expected | ({"coupling.png"} if HAS_ENGINE else set()) == names
     for name in names:
         assert (figures / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.model
+def test_trained_encoder_is_shown_with_all_heads_and_as_one_head(built: tuple[Path, str]) -> None:
+    _, html = built
+    model = _page_data(html)["explorers"]["model"]
+    names = [view["name"] for view in model["views"]]
+    assert names == ["12 heads", "1 head, same weights"]
+    assert [len(view["layers"]) for view in model["views"]] == [6, 6]
+    assert [len(view["layers"][0]) for view in model["views"]] == [12, 1]
+    assert model["tokens"][0] == "[CLS]" and model["tokens"][-1] == "[SEP]"

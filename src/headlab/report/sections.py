@@ -64,14 +64,21 @@ def _model_attention(text: str, max_bins: int) -> dict | str | None:
         encoder = load_encoder()
     except (OSError, ValueError) as error:
         return f"the packaged encoder could not be loaded: {error}"
-    trace = encoder.trace(text)
-    # layers: list of AttentionTrace with weights (batch=1, head, q_pos, k_pos)
-    weights = np.stack([t.weights[0].detach().double().numpy() for t in trace.layers])
+    views = []
+    for label, model in (
+        (f"{encoder.num_heads} heads", encoder),
+        ("1 head, same weights", encoder.with_num_heads(1)),
+    ):
+        trace = model.trace(text)
+        # layers: list of AttentionTrace with weights (batch=1, head, q_pos, k_pos)
+        weights = np.stack([t.weights[0].detach().double().numpy() for t in trace.layers])
+        views.append(HeatmapView(label, weights))
     return heatmap_data(
         "The trained encoder's heads on your text",
         list(trace.tokens),
-        [HeatmapView(f"{weights.shape[1]} heads", weights)],
-        note="Attention of the packaged MiniLM encoder, every layer and head.",
+        views,
+        note="Attention of the packaged MiniLM encoder, every layer and head, and the same "
+        "trained weights viewed as one head per layer (every layer collapsed).",
         max_bins=max_bins,
     )
 
