@@ -20,3 +20,4 @@ def _root() -> None:
 
 # Command modules: each adds its commands to ``app``. Imported last, for their side effect.
 from headlab.cli import params as _params  # noqa: E402,F401
+from headlab.cli import sweep as _sweep  # noqa: E402,F401
