@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 
 import typer
 from rich.console import Console
@@ -148,6 +149,8 @@ def summary(
     results: str = typer.Option(str(DEFAULT_OUT), "--results", help="Results file (JSONL)."),
 ) -> None:
     """Print the summary table of a results file."""
+    if not Path(results).is_file():
+        raise FileNotFoundError(f"results file not found: {results}")
     Console(width=120).print(summary_table(summarize(read_rows(results)), str(results)))
 
 

@@ -52,14 +52,20 @@ def run_local(
     manager = ctx.Manager() if on_eval is not None else None
     events = manager.Queue() if manager is not None else None
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
+    pending: set[Future] = set()
     try:
-        pending: set[Future] = {pool.submit(_run_reporting, c, events) for c in configs}
+        pending = {pool.submit(_run_reporting, c, events) for c in configs}
         while pending:
             done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
             _drain(events, on_eval)
             for future in done:
                 yield future.result()
     finally:
+        if pending:
+            # Interrupted (Ctrl-C, or the consumer stopped early): the runs in flight are lost
+            # anyway, so stop their processes instead of waiting for them at exit.
+            for process in list((getattr(pool, "_processes", None) or {}).values()):
+                process.terminate()
         pool.shutdown(wait=False, cancel_futures=True)
         if manager is not None:
             manager.shutdown()
