@@ -127,7 +127,7 @@ def sweep(
             "run the same command again to resume",
             file=sys.stderr,
         )
-        raise typer.Exit(130) from None
+        raise  # the entry point turns it into "headlab: aborted", exit 130
     print(f"{done} runs in {time.perf_counter() - start:.1f} s; results in {plan.out}")
     wanted = {c.run_id for c in plan.configs}
     rows = [r for r in read_rows(plan.out) if r["run_id"] in wanted]
