@@ -87,12 +87,14 @@ def plot_sweep(results: str | Path, out: str | Path) -> Path:
     tasks = sorted({s.task for s in summary})
     fig, axes = plt.subplots(2, len(tasks), figsize=(4.2 * len(tasks), 6.4), squeeze=False)
     for col, task in enumerate(tasks):
-        series: dict[tuple[int, int | None], list[SummaryRow]] = {}
+        # One line per K/V setting: G = H (full multi-head), or a fixed G (GQA / MQA).
+        series: dict[int | None, list[SummaryRow]] = {}
         for s in summary:
             if s.task == task:
                 kv = None if s.num_kv_heads == s.num_heads else s.num_kv_heads
-                series.setdefault((s.head_dim if kv is None else -1, kv), []).append(s)
-        for (_, kv), rows in series.items():
+                series.setdefault(kv, []).append(s)
+        ticks = sorted({s.num_heads for s in summary if s.task == task})
+        for kv, rows in series.items():
             label = "G = H" if kv is None else f"G = {kv}"
             hs = [r.num_heads for r in rows]
             for row, (mean, std, name) in enumerate(
@@ -104,9 +106,10 @@ def plot_sweep(results: str | Path, out: str | Path) -> Path:
                 ax = axes[row][col]
                 ax.errorbar(hs, mean, yerr=std, marker="o", capsize=3, label=label)
                 ax.set_xscale("log", base=2)
-                ax.set_xticks(hs, [str(h) for h in hs])
+                ax.set_xticks(ticks, [str(h) for h in ticks])
+                ax.minorticks_off()
                 ax.set_xlabel("heads (d_model fixed)")
-                ax.set_ylabel(f"final {name}")
+                ax.set_ylabel(f"final {name} (mean ± std over seeds)")
         axes[0][col].set_title(task)
         if len(series) > 1:
             axes[0][col].legend()

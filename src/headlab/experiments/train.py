@@ -7,6 +7,7 @@ execute in any process or on any machine of a Ray cluster.
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
@@ -83,8 +84,6 @@ def run_one(
     AdamW with a linear warm-up of 5% of the steps and cosine decay; cross-entropy over all
     outputs; evaluation on eval_size fixed held-out examples.
     """
-    import time
-
     start = time.perf_counter()
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # runs are parallel across processes, not inside one
