@@ -53,3 +53,13 @@ def test_a_bad_line_in_the_middle_is_an_error_naming_the_line(tmp_path):
 def test_final_rows_keep_one_row_per_run():
     rows = [_row("a", 1, False), _row("a", 2, True), _row("b", 2, True), _row("a", 2, True)]
     assert sorted(r["run_id"] for r in final_rows(rows)) == ["a", "b"]
+
+
+def test_a_foreign_file_is_never_cut_or_appended_to(tmp_path):
+    path = tmp_path / "notes.txt"
+    path.write_text("my notes, no newline")
+    with pytest.raises(ValueError, match=r"notes.txt:1: expected a JSON results row"):
+        read_rows(path)
+    with pytest.raises(ValueError, match="does not end like a results file"):
+        ResultsWriter(path)
+    assert path.read_text() == "my notes, no newline"

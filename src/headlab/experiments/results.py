@@ -17,6 +17,9 @@ import os
 import warnings
 from pathlib import Path
 
+# Every row we write starts so (run_id first): how a torn line is told from a foreign one.
+ROW_START = '{"run_id":'
+
 
 class TornLineWarning(UserWarning):
     """The results file ends in an incomplete line (an interrupted write); it was ignored."""
@@ -25,8 +28,9 @@ class TornLineWarning(UserWarning):
 def read_rows(path: str | Path) -> list[dict]:
     """All complete rows of a results file ([] when it does not exist).
 
-    A last line that is not valid JSON (a torn write) is skipped with a TornLineWarning; a bad
-    line anywhere else means the file is not ours or was edited: ValueError with its number.
+    A last line without a newline that starts like our rows but does not parse (a torn write) is
+    skipped with a TornLineWarning; any other bad line means the file is not ours or was edited:
+    ValueError with its number.
     """
     path = Path(path)
     if not path.exists():
@@ -41,7 +45,8 @@ def read_rows(path: str | Path) -> list[dict]:
             if not isinstance(row, dict) or "run_id" not in row:
                 raise ValueError("not a results row")
         except ValueError:
-            if number == len(lines):  # no newline after it: the write was cut short
+            # No newline after it and our row's opening: a write of ours that was cut short.
+            if number == len(lines) and line.startswith(ROW_START):
                 warnings.warn(
                     f"{path}: ignoring a torn last line (an interrupted write)",
                     TornLineWarning,
@@ -82,12 +87,18 @@ class ResultsWriter:
             data = f.read()
             if data.endswith(b"\n"):
                 return
-            f.truncate(data.rfind(b"\n") + 1)
+            start = data.rfind(b"\n") + 1
+            if not data[start:].startswith(ROW_START.encode()):
+                raise ValueError(f"{self.path} does not end like a results file; not appending")
+            f.truncate(start)
             f.flush()
             os.fsync(f.fileno())
 
     def append(self, rows: list[dict]) -> None:
-        text = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in rows)
+        # run_id first, always: ROW_START is how a torn line of ours is recognised.
+        text = "".join(
+            json.dumps({"run_id": r["run_id"], **r}, separators=(",", ":")) + "\n" for r in rows
+        )
         with self.path.open("a", encoding="utf-8") as f:
             f.write(text)
             f.flush()

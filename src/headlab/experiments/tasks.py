@@ -61,6 +61,8 @@ def multi_lookup(n: int, generator: torch.Generator) -> Batch:
 
     tokens[:, j] = (key_j, value_j) for j < 8; tokens[:, 8] = (8, 16), the query marker.
     labels[:, d] = the value stored with key d, for d < 4.
+    Why heads matter: one head returns a single average over the four keys' positions, in which
+    the values are no longer bound to their keys; four heads can fetch one key each.
     """
     keys = torch.argsort(torch.rand(n, LOOKUP_KEYS, generator=generator), dim=1)
     values = torch.randint(0, LOOKUP_VALUES, (n, LOOKUP_KEYS), generator=generator)
@@ -100,6 +102,8 @@ def recall(n: int, generator: torch.Generator) -> Batch:
 
     tokens[:, j] = (key_j, value_j) for j < 32; tokens[:, 32] = (q, 32), q uniform in [0, 32).
     labels[:, 0] = the value stored with key q.
+    Why heads matter: matching one key out of 32 sharply needs a score matrix of rank about 32;
+    heads of size d_model / h < 32 blur it and mix in other keys' values.
     """
     keys = torch.argsort(torch.rand(n, RECALL_KEYS, generator=generator), dim=1)
     values = torch.randint(0, RECALL_VALUES, (n, RECALL_KEYS), generator=generator)
@@ -134,6 +138,8 @@ def induction(n: int, generator: torch.Generator) -> Batch:
     """Random causal sequences whose last token appears exactly once earlier, not just before.
 
     The earlier occurrence is at p in [0, len-3]; labels[:, 0] = tokens[:, p + 1].
+    Why heads matter: a previous-token head and an induction head in two layers do it, one head
+    per layer is enough, so only heads too small to attend sharply should hurt.
     """
     length, vocab = INDUCTION_LEN, INDUCTION_VOCAB
     tokens = torch.randint(0, vocab, (n, length), generator=generator)
