@@ -4,7 +4,7 @@ import pytest
 
 from headlab.experiments import sweep as sweep_module
 from headlab.experiments.results import read_rows
-from headlab.experiments.summary import plot_sweep, summarize
+from headlab.experiments.summary import plot_series, plot_sweep, summarize
 from headlab.experiments.sweep import SweepSpec, expand_grid, plan_sweep, run_sweep
 
 TINY = {"eval_size": 32, "batch_size": 8}
@@ -70,3 +70,13 @@ def test_bad_configs_are_rejected_before_any_training(tmp_path, monkeypatch, kwa
 def test_free_head_dim_changes_parameters_and_is_recorded():
     configs = expand_grid(tiny_spec(heads=(1, 3), head_dim=5, seeds=1))
     assert [(c.num_heads, c.head_dim) for c in configs] == [(1, 5), (3, 5)]
+
+
+def test_plot_draws_one_line_per_kv_setting_across_head_counts(tmp_path):
+    out = tmp_path / "sweep.jsonl"
+    spec = tiny_spec(heads=(2, 4), kv_heads=(1, 2), seeds=1)
+    list(run_sweep(plan_sweep(spec, out)))
+    series = plot_series(summarize(read_rows(out)), "multi-lookup")
+    # (h=2, G=1) and (h=4, G=1) are one MQA line; (h=2, G=2) is full MHA; (h=4, G=2) is GQA.
+    lines = {kv: [r.num_heads for r in rows] for kv, rows in series.items()}
+    assert lines == {1: [2, 4], None: [2], 2: [4]}

@@ -22,7 +22,7 @@ from headlab.cli.app import app
 from headlab.cli.parsing import int_list
 from headlab.experiments.results import read_rows
 from headlab.experiments.summary import SummaryRow, plot_sweep, summarize
-from headlab.experiments.sweep import DEFAULT_OUT, SweepSpec, plan_sweep, run_sweep
+from headlab.experiments.sweep import DEFAULT_OUT, SweepPlan, SweepSpec, plan_sweep, run_sweep
 
 sweep_app = typer.Typer(
     help="Train small attention models that differ only in the head split.",
@@ -49,6 +49,45 @@ def summary_table(rows: list[SummaryRow], title: str) -> Table:
             "-" if r.entropy_mean is None else f"{r.entropy_mean:.2f}",
         )
     return table
+
+
+def _run_with_progress(plan: SweepPlan, *, executor: str, workers: int, address: str | None) -> int:
+    """Run the plan's remaining configs under a progress bar; return how many finished.
+
+    Ctrl-C: says what was saved, then re-raises (the entry point exits 130).
+    """
+    if not plan.todo:
+        return 0
+    done = 0
+    try:
+        with Progress(
+            TextColumn("[bold]runs"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("loss {task.fields[loss]}"),
+            TimeElapsedColumn(),
+            TextColumn("left"),
+            TimeRemainingColumn(),
+            console=Console(stderr=True),
+        ) as progress:
+            bar = progress.add_task("sweep", total=len(plan.todo), loss="-")
+
+            def on_eval(run_id: str, step: int, loss: float) -> None:
+                progress.update(bar, loss=f"{loss:.3f} (step {step})")
+
+            for _ in run_sweep(
+                plan, executor=executor, workers=workers, address=address, on_eval=on_eval
+            ):
+                done += 1
+                progress.advance(bar)
+    except KeyboardInterrupt:
+        print(
+            f"headlab: interrupted; {done} runs of this session saved in {plan.out}; "
+            "run the same command again to resume",
+            file=sys.stderr,
+        )
+        raise  # the entry point turns it into exit 130
+    return done
 
 
 @sweep_app.callback(invoke_without_command=True)
@@ -87,47 +126,13 @@ def sweep(
         head_dim=head_dim or None,
     )
     plan = plan_sweep(spec, out)  # every config validated before any training
-    console = Console(stderr=True)
     print(
         f"sweep {task}: {len(plan.configs)} runs, {plan.skipped} already finished in "
         f"{plan.out} (skipped), {len(plan.todo)} to run",
         flush=True,
     )
     start = time.perf_counter()
-    done = 0
-    try:
-        with Progress(
-            TextColumn("[bold]runs"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("loss {task.fields[loss]}"),
-            TimeElapsedColumn(),
-            TextColumn("left"),
-            TimeRemainingColumn(),
-            console=console,
-            transient=False,
-        ) as progress:
-            bar = progress.add_task("sweep", total=len(plan.todo), loss="-")
-
-            def on_eval(run_id: str, step: int, loss: float) -> None:
-                progress.update(bar, loss=f"{loss:.3f} (step {step})")
-
-            for _ in run_sweep(
-                plan,
-                executor=executor,
-                workers=workers,
-                address=address or None,
-                on_eval=on_eval,
-            ):
-                done += 1
-                progress.advance(bar)
-    except KeyboardInterrupt:
-        print(
-            f"headlab: interrupted; {done} runs of this session saved in {plan.out}; "
-            "run the same command again to resume",
-            file=sys.stderr,
-        )
-        raise  # the entry point turns it into "headlab: aborted", exit 130
+    done = _run_with_progress(plan, executor=executor, workers=workers, address=address or None)
     print(f"{done} runs in {time.perf_counter() - start:.1f} s; results in {plan.out}")
     wanted = {c.run_id for c in plan.configs}
     rows = [r for r in read_rows(plan.out) if r["run_id"] in wanted]

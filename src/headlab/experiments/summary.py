@@ -68,6 +68,17 @@ def summarize(rows: list[dict]) -> list[SummaryRow]:
     return out
 
 
+def plot_series(summary: list[SummaryRow], task: str) -> dict[int | None, list[SummaryRow]]:
+    """The lines of one task's panel: one per K/V setting, None = G = H (full multi-head), an
+    int = that fixed number of K/V heads (GQA / MQA); each line's rows by head count."""
+    series: dict[int | None, list[SummaryRow]] = {}
+    for s in summary:
+        if s.task == task:
+            kv = None if s.num_kv_heads == s.num_heads else s.num_kv_heads
+            series.setdefault(kv, []).append(s)
+    return series
+
+
 def plot_sweep(results: str | Path, out: str | Path) -> Path:
     """Final accuracy and loss (mean +- std over seeds) against head count, per task -> PNG.
 
@@ -87,12 +98,7 @@ def plot_sweep(results: str | Path, out: str | Path) -> Path:
     tasks = sorted({s.task for s in summary})
     fig, axes = plt.subplots(2, len(tasks), figsize=(4.2 * len(tasks), 6.4), squeeze=False)
     for col, task in enumerate(tasks):
-        # One line per K/V setting: G = H (full multi-head), or a fixed G (GQA / MQA).
-        series: dict[int | None, list[SummaryRow]] = {}
-        for s in summary:
-            if s.task == task:
-                kv = None if s.num_kv_heads == s.num_heads else s.num_kv_heads
-                series.setdefault(kv, []).append(s)
+        series = plot_series(summary, task)
         ticks = sorted({s.num_heads for s in summary if s.task == task})
         for kv, rows in series.items():
             label = "G = H" if kv is None else f"G = {kv}"
