@@ -17,7 +17,8 @@ def _fail(message: str) -> None:
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI. Bad input (ValueError, usage errors) prints one line on stderr and exits 2."""
     try:
-        app(args=argv, prog_name="headlab", standalone_mode=False)
+        # standalone_mode=False *returns* typer.Exit's code (130 for Ctrl-C) instead of exiting.
+        code = app(args=argv, prog_name="headlab", standalone_mode=False)
     except typer.Exit as exit_:
         sys.exit(exit_.exit_code)
     except typer.Abort:
@@ -28,6 +29,9 @@ def main(argv: list[str] | None = None) -> None:
         _fail(format_message() if format_message else str(error))
     except (ValueError, FileNotFoundError, FileExistsError, NotADirectoryError) as error:
         _fail(str(error))
+    else:
+        if isinstance(code, int) and not isinstance(code, bool) and code != 0:
+            sys.exit(code)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,0 +1,162 @@
+"""``headlab sweep``: train small models across head counts; ``headlab sweep plot``: the figure."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+from headlab.cli.app import app
+from headlab.cli.parsing import int_list
+from headlab.experiments.results import read_rows
+from headlab.experiments.summary import SummaryRow, plot_sweep, summarize
+from headlab.experiments.sweep import DEFAULT_OUT, SweepPlan, SweepSpec, plan_sweep, run_sweep
+
+sweep_app = typer.Typer(
+    help="Train small attention models that differ only in the head split.",
+    no_args_is_help=False,
+)
+
+
+def summary_table(rows: list[SummaryRow], title: str) -> Table:
+    """The summary as a rich Table: one row per (task, heads, K/V heads, head size)."""
+    table = Table(title=title)
+    for col in ("task", "heads", "kv", "d_head", "params", "seeds", "final loss", "accuracy"):
+        table.add_column(col, justify="left" if col == "task" else "right")
+    table.add_column("head entropy", justify="right")
+    for r in rows:
+        table.add_row(
+            r.task,
+            str(r.num_heads),
+            str(r.num_kv_heads),
+            str(r.head_dim),
+            str(r.params),
+            str(r.seeds),
+            f"{r.loss_mean:.3f} ± {r.loss_std:.3f}",
+            f"{r.accuracy_mean:.3f} ± {r.accuracy_std:.3f}",
+            "-" if r.entropy_mean is None else f"{r.entropy_mean:.2f}",
+        )
+    return table
+
+
+def _run_with_progress(plan: SweepPlan, *, executor: str, workers: int, address: str | None) -> int:
+    """Run the plan's remaining configs under a progress bar; return how many finished.
+
+    Ctrl-C: says what was saved, then re-raises (the entry point exits 130).
+    """
+    if not plan.todo:
+        return 0
+    done = 0
+    try:
+        with Progress(
+            TextColumn("[bold]runs"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("loss {task.fields[loss]}"),
+            TimeElapsedColumn(),
+            TextColumn("left"),
+            TimeRemainingColumn(),
+            console=Console(stderr=True),
+        ) as progress:
+            bar = progress.add_task("sweep", total=len(plan.todo), loss="-")
+
+            def on_eval(run_id: str, step: int, loss: float) -> None:
+                progress.update(bar, loss=f"{loss:.3f} (step {step})")
+
+            for _ in run_sweep(
+                plan, executor=executor, workers=workers, address=address, on_eval=on_eval
+            ):
+                done += 1
+                progress.advance(bar)
+    except KeyboardInterrupt:
+        print(
+            f"headlab: interrupted; {done} runs of this session saved in {plan.out}; "
+            "run the same command again to resume",
+            file=sys.stderr,
+        )
+        raise  # the entry point turns it into exit 130
+    return done
+
+
+@sweep_app.callback(invoke_without_command=True)
+def sweep(
+    ctx: typer.Context,
+    task: str = typer.Option("multi-lookup", "--task", help="multi-lookup, recall or induction."),
+    heads: str = typer.Option("1,2,4,8,16", "--heads", help="Head counts, comma separated."),
+    d_model: int = typer.Option(64, "--d-model", help="Model width (fixed across head counts)."),
+    layers: int = typer.Option(1, "--layers", help="Transformer blocks."),
+    seeds: int = typer.Option(3, "--seeds", help="Seeds 0..N-1 per head count."),
+    steps: int = typer.Option(800, "--steps", help="Training steps per run."),
+    kv_heads: str = typer.Option("", "--kv-heads", help="K/V head counts (GQA), comma separated."),
+    head_dim: int = typer.Option(
+        0, "--head-dim", help="Head size; 0 = d_model / heads (equal parameters)."
+    ),
+    workers: int = typer.Option(2, "--workers", help="Local worker processes."),
+    executor: str = typer.Option("local", "--executor", help="local or ray."),
+    address: str = typer.Option("", "--address", help="Ray cluster address (default: local)."),
+    out: str = typer.Option(str(DEFAULT_OUT), "--out", help="Results file (JSONL, appended)."),
+) -> None:
+    """Run a sweep (resumable: finished runs in --out are skipped), then print the summary."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if executor not in ("local", "ray"):
+        raise ValueError(f"--executor must be local or ray, got {executor!r}")
+    if workers < 1:
+        raise ValueError(f"--workers must be >= 1, got {workers}")
+    spec = SweepSpec(
+        task=task,
+        heads=tuple(int_list(heads, "--heads") or ()),
+        d_model=d_model,
+        layers=layers,
+        seeds=seeds,
+        steps=steps,
+        kv_heads=tuple(int_list(kv_heads, "--kv-heads") or ()) or None,
+        head_dim=head_dim or None,
+    )
+    plan = plan_sweep(spec, out)  # every config validated before any training
+    print(
+        f"sweep {task}: {len(plan.configs)} runs, {plan.skipped} already finished in "
+        f"{plan.out} (skipped), {len(plan.todo)} to run",
+        flush=True,
+    )
+    start = time.perf_counter()
+    done = _run_with_progress(plan, executor=executor, workers=workers, address=address or None)
+    print(f"{done} runs in {time.perf_counter() - start:.1f} s; results in {plan.out}")
+    wanted = {c.run_id for c in plan.configs}
+    rows = [r for r in read_rows(plan.out) if r["run_id"] in wanted]
+    Console(width=120).print(summary_table(summarize(rows), f"{task}: final metrics over seeds"))
+
+
+@sweep_app.command("plot")
+def plot(
+    results: str = typer.Option(str(DEFAULT_OUT), "--results", help="Results file (JSONL)."),
+    out: str = typer.Option("headlab-results/sweep.png", "--out", help="PNG to write."),
+) -> None:
+    """Plot final accuracy and loss against head count, one column per task."""
+    path = plot_sweep(results, out)
+    print(f"wrote {path}")
+
+
+@sweep_app.command("summary")
+def summary(
+    results: str = typer.Option(str(DEFAULT_OUT), "--results", help="Results file (JSONL)."),
+) -> None:
+    """Print the summary table of a results file."""
+    if not Path(results).is_file():
+        raise FileNotFoundError(f"results file not found: {results}")
+    Console(width=120).print(summary_table(summarize(read_rows(results)), str(results)))
+
+
+app.add_typer(sweep_app, name="sweep")

@@ -1,0 +1,27 @@
+"""Training sweeps across head counts at an equal parameter budget: tasks, runs, executors."""
+
+from headlab.experiments.config import RunConfig, make_config
+from headlab.experiments.results import TornLineWarning, read_rows
+from headlab.experiments.summary import SummaryRow, plot_sweep, summarize
+from headlab.experiments.sweep import SweepSpec, expand_grid, plan_sweep, run_sweep
+from headlab.experiments.tasks import TASKS, generate, get_task
+from headlab.experiments.train import RunResult, run_one
+
+__all__ = [
+    "TASKS",
+    "RunConfig",
+    "RunResult",
+    "SummaryRow",
+    "SweepSpec",
+    "TornLineWarning",
+    "expand_grid",
+    "generate",
+    "get_task",
+    "make_config",
+    "plan_sweep",
+    "plot_sweep",
+    "read_rows",
+    "run_one",
+    "run_sweep",
+    "summarize",
+]

@@ -1,0 +1,126 @@
+"""A sweep: the grid of RunConfigs, validated before anything trains, run resumably.
+
+``expand_grid`` checks every configuration first (a bad one raises ValueError, one line, before
+any training); ``run_sweep`` skips run_ids already finished in the results file, runs the rest on
+an executor and appends each run's rows as it finishes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from headlab.experiments.config import RunConfig, make_config
+from headlab.experiments.executors import OnEval, execute
+from headlab.experiments.results import ResultsWriter, finished_run_ids, read_rows
+from headlab.experiments.tasks import get_task
+from headlab.experiments.train import RunResult
+
+DEFAULT_OUT = Path("headlab-results") / "sweep.jsonl"
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """The grid: every head count x K/V head count x seed, with the rest fixed.
+
+    ``kv_heads`` None means G = H (full multi-head); otherwise each G must divide each H.
+    ``head_dim`` None means d_model / H (equal parameters across H).
+    """
+
+    task: str = "multi-lookup"
+    heads: tuple[int, ...] = (1, 2, 4, 8, 16)
+    d_model: int = 64
+    layers: int = 1
+    seeds: int = 3
+    steps: int = 800
+    kv_heads: tuple[int, ...] | None = None
+    head_dim: int | None = None
+    training: dict = field(default_factory=dict)  # other RunConfig fields (batch_size, lr, ...)
+
+
+def expand_grid(spec: SweepSpec) -> list[RunConfig]:
+    """All RunConfigs of the sweep, each validated; ValueError on the first that cannot run."""
+    get_task(spec.task)
+    if not spec.heads:
+        raise ValueError("--heads must list at least one head count, got none")
+    if spec.seeds < 1:
+        raise ValueError(f"--seeds must be >= 1, got {spec.seeds}")
+    configs = []
+    for h in spec.heads:
+        for g in spec.kv_heads or (None,):
+            if g is not None and h % g:
+                raise ValueError(f"--kv-heads {g} does not divide --heads {h}")
+            if spec.head_dim is None and spec.d_model % h:
+                raise ValueError(
+                    f"--heads {h} does not divide --d-model {spec.d_model} "
+                    "(pass --head-dim to choose the head size freely)"
+                )
+            for seed in range(spec.seeds):
+                configs.append(
+                    make_config(
+                        spec.task,
+                        h,
+                        d_model=spec.d_model,
+                        layers=spec.layers,
+                        seed=seed,
+                        steps=spec.steps,
+                        num_kv_heads=g,
+                        head_dim=spec.head_dim,
+                        **spec.training,
+                    )
+                )
+    return configs
+
+
+@dataclass
+class SweepPlan:
+    """What a sweep will do: all configs, and those still to run (not finished in ``out``)."""
+
+    configs: list[RunConfig]
+    todo: list[RunConfig]
+    out: Path
+
+    @property
+    def skipped(self) -> int:
+        return len(self.configs) - len(self.todo)
+
+
+def plan_sweep(spec: SweepSpec, out: str | Path = DEFAULT_OUT) -> SweepPlan:
+    """Validate the grid and read ``out`` to find the finished runs (resume)."""
+    configs = expand_grid(spec)
+    out = Path(out)
+    if out.exists() and not out.is_file():
+        raise ValueError(f"--out must be a file, got the directory {out}")
+    done = finished_run_ids(read_rows(out))
+    seen: set[str] = set()
+    todo = []
+    for c in configs:
+        if c.run_id not in done and c.run_id not in seen:
+            seen.add(c.run_id)
+            todo.append(c)
+    return SweepPlan(configs=configs, todo=todo, out=out)
+
+
+def run_sweep(
+    plan: SweepPlan,
+    *,
+    executor: str = "local",
+    workers: int = 1,
+    address: str | None = None,
+    on_eval: OnEval | None = None,
+    on_result: Callable[[RunResult], None] | None = None,
+) -> Iterator[RunResult]:
+    """Run the plan's remaining configs; each result's rows are appended as soon as it arrives.
+
+    A generator: iterate it to drive the sweep. Interrupting it (Ctrl-C) loses only the runs in
+    flight; the file holds whole lines of every finished run.
+    """
+    writer = ResultsWriter(plan.out)
+    for result in execute(
+        plan.todo, executor=executor, workers=workers, address=address, on_eval=on_eval
+    ):
+        writer.append(result.rows())
+        if on_result is not None:
+            on_result(result)
+        yield result

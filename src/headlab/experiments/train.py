@@ -1,0 +1,130 @@
+"""``run_one``: one training run as a pure function of its RunConfig.
+
+Same config -> same result (seeded torch and numpy, one thread, deterministic data), so a run can
+execute in any process or on any machine of a Ray cluster.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from headlab.analysis.params import parameter_count
+from headlab.experiments.config import RunConfig
+from headlab.experiments.model import TinyTransformer, attention_entropy
+from headlab.experiments.tasks import Batch, generate, get_task
+
+# Evaluation data come from a seed range that training never draws from.
+EVAL_SEED_OFFSET = 1_000_003
+
+
+@dataclass(frozen=True)
+class EvalPoint:
+    step: int
+    loss: float
+    accuracy: float
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What a run produced: the curve (evaluations every eval_every steps and at the end), the
+    final per-head attention entropy (layer-major, L*H floats) and the parameter count."""
+
+    config: RunConfig
+    curve: list[EvalPoint]
+    head_entropy: list[float]
+    params: int
+    seconds: float
+
+    @property
+    def final(self) -> EvalPoint:
+        return self.curve[-1]
+
+    def rows(self) -> list[dict]:
+        """Rows of sweep.jsonl (schema in docs/experiments.md): one per evaluation point."""
+        run_id, config = self.config.run_id, self.config.to_dict()
+        last = len(self.curve) - 1
+        return [
+            {
+                "run_id": run_id,
+                "config": config,
+                **asdict(p),
+                "final": i == last,
+                "head_entropy": self.head_entropy if i == last else None,
+                "params": self.params,
+                "seconds": self.seconds if i == last else None,
+            }
+            for i, p in enumerate(self.curve)
+        ]
+
+
+def _evaluate(model: TinyTransformer, batch: Batch) -> tuple[EvalPoint, list[float]]:
+    model.eval()
+    with torch.no_grad():
+        logits, weights = model(batch.tokens, need_weights=True)
+        loss = F.cross_entropy(logits.flatten(0, 1), batch.labels.flatten()).item()
+        accuracy = (logits.argmax(-1) == batch.labels).double().mean().item()
+    model.train()
+    return EvalPoint(step=0, loss=loss, accuracy=accuracy), attention_entropy(
+        weights or [], model.spec.readout
+    )
+
+
+def run_one(
+    config: RunConfig, on_eval: Callable[[str, int, float], None] | None = None
+) -> RunResult:
+    """Train ``config``'s model from scratch; ``on_eval(run_id, step, loss)`` reports progress.
+
+    AdamW with a linear warm-up of 5% of the steps and cosine decay; cross-entropy over all
+    outputs; evaluation on eval_size fixed held-out examples.
+    """
+    start = time.perf_counter()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # runs are parallel across processes, not inside one
+    try:
+        torch.manual_seed(config.seed)
+        np.random.seed(config.seed)
+        random.seed(config.seed)
+        spec, make_batch = get_task(config.task)
+        model = TinyTransformer(config, spec)
+        opt = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.01)
+        warmup = max(1, config.steps // 20)
+
+        def lr_factor(step: int) -> float:
+            if step < warmup:
+                return (step + 1) / warmup
+            return 0.5 * (1 + np.cos(np.pi * (step - warmup) / max(1, config.steps - warmup)))
+
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor)
+        data = torch.Generator().manual_seed(config.seed)
+        eval_batch = generate(config.task, config.eval_size, config.seed + EVAL_SEED_OFFSET)
+        curve: list[EvalPoint] = []
+        entropy: list[float] = []
+        for step in range(1, config.steps + 1):
+            batch = make_batch(config.batch_size, data)
+            logits, _ = model(batch.tokens)
+            loss = F.cross_entropy(logits.flatten(0, 1), batch.labels.flatten())
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            sched.step()
+            if step % config.eval_every == 0 or step == config.steps:
+                point, entropy = _evaluate(model, eval_batch)
+                curve.append(EvalPoint(step=step, loss=point.loss, accuracy=point.accuracy))
+                if on_eval is not None:
+                    on_eval(config.run_id, step, point.loss)
+        return RunResult(
+            config=config,
+            curve=curve,
+            head_entropy=entropy,
+            params=parameter_count(model),
+            seconds=round(time.perf_counter() - start, 3),
+        )
+    finally:
+        torch.set_num_threads(threads)

@@ -1,0 +1,53 @@
+"""The Ray executor on a local Ray instance started (and shut down) by the test."""
+
+import os
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from headlab.experiments.results import read_rows  # noqa: E402
+from headlab.experiments.sweep import SweepSpec, plan_sweep, run_sweep  # noqa: E402
+
+pytestmark = [
+    pytest.mark.slow,
+    # Ray's own start-up chatter, nothing of ours.
+    pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.*"),
+    pytest.mark.filterwarnings("ignore::FutureWarning:ray.*"),
+    pytest.mark.filterwarnings("ignore::ResourceWarning"),
+]
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    src = os.path.join(os.path.dirname(__file__), "..", "..", "src")
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        configure_logging=False,
+        runtime_env={"env_vars": {"PYTHONPATH": os.path.abspath(src)}},
+    )
+    yield
+    ray.shutdown()
+
+
+def test_tiny_sweep_on_ray_matches_the_local_pool(tmp_path, local_ray):
+    spec = SweepSpec(
+        task="multi-lookup",
+        heads=(1, 2),
+        d_model=8,
+        seeds=1,
+        steps=3,
+        training={"eval_size": 32, "batch_size": 8},
+    )
+    on_ray, local = tmp_path / "ray.jsonl", tmp_path / "local.jsonl"
+    results = list(run_sweep(plan_sweep(spec, on_ray), executor="ray"))
+    assert len(results) == 2
+    list(run_sweep(plan_sweep(spec, local), executor="local"))
+
+    def finals(path):
+        return {r["run_id"]: (r["loss"], r["accuracy"]) for r in read_rows(path) if r["final"]}
+
+    assert finals(on_ray) == finals(local)  # a run is a pure function of its config
+    assert plan_sweep(spec, on_ray).skipped == 2
