@@ -51,3 +51,19 @@ def test_broken_files_name_the_file(results_dir: Path) -> None:
     (results_dir / "sweep.jsonl").write_text('{"run_id": "a"}\n')
     with pytest.raises(ValueError, match=r"sweep\.jsonl.*missing"):
         read_sweep(results_dir)
+
+
+def test_a_torn_last_sweep_line_is_skipped_with_the_sweeps_warning(tmp_path: Path) -> None:
+    from headlab.experiments.results import TornLineWarning
+    from headlab.report.results import read_sweep
+
+    row = {
+        "run_id": "a1",
+        "config": {"task": "multi-lookup", "num_heads": 4},
+        "accuracy": 0.9,
+        "final": True,
+    }
+    (tmp_path / "sweep.jsonl").write_text(json.dumps(row) + "\n" + '{"run_id": "b2", "conf')
+    with pytest.warns(TornLineWarning):
+        finals = read_sweep(tmp_path)
+    assert [r["run_id"] for r in finals] == ["a1"]

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from headlab.experiments.results import read_rows
+
 # file name -> the command that produces it (shown instead of an empty section)
 PRODUCERS = {
     "model_heads.json": "headlab model heads",
@@ -89,22 +91,15 @@ def read_model_prune(directory: Path) -> dict | None:
 def read_sweep(directory: Path) -> list[dict] | None:
     """sweep.jsonl -> the final record of each run: [{run_id, config, accuracy, ...}, ...].
 
-    A run's final record is the one with ``final: true``; runs without one (still running,
-    interrupted) are left out. Blank lines are ignored.
+    Read with the sweep's own reader, so a torn last line (an interrupted sweep) is skipped with
+    its warning, as ``headlab sweep`` does on resume. A run's final record is the one with
+    ``final: true``; runs without one (still running, interrupted) are left out.
     """
     path = directory / "sweep.jsonl"
     if not path.is_file():
         return None
     finals: dict[str, dict] = {}
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise ValueError(f"{path}:{number}: expected one JSON object, got ({error})") from None
-        if not isinstance(record, dict):
-            raise ValueError(f"{path}:{number}: expected a JSON object")
+    for record in read_rows(path):
         _require(path, record, ("run_id", "config", "accuracy", "final"))
         _require(path, record["config"], ("task", "num_heads"))
         if record["final"]:
