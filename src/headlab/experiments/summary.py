@@ -7,13 +7,12 @@ the head count (one column per task) and writes a PNG atomically.
 
 from __future__ import annotations
 
-import os
 import statistics
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from headlab.experiments.results import final_rows, read_rows
+from headlab.files import save_figure
 
 
 @dataclass(frozen=True)
@@ -120,15 +119,4 @@ def plot_sweep(results: str | Path, out: str | Path) -> Path:
         if len(series) > 1:
             axes[0][col].legend()
     fig.tight_layout()
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=out.parent, suffix=".png.tmp")
-    os.close(fd)
-    try:
-        fig.savefig(tmp, format="png", dpi=110)
-        os.replace(tmp, out)
-    finally:
-        plt.close(fig)
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return out
+    return save_figure(fig, out, dpi=110)

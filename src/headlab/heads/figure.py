@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
+from headlab.files import save_figure
 from headlab.heads.statistics import METRICS, HeadStatistics
 
 
@@ -31,13 +30,4 @@ def write_grid_figure(stats: HeadStatistics, path: str | Path) -> Path:
         fig.colorbar(image, ax=ax, fraction=0.046)
     fig.suptitle(f"{stats.model}: attention statistics per head ({stats.n_texts} texts)")
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
-    os.close(fd)
-    try:
-        fig.savefig(tmp, dpi=100)
-        os.replace(tmp, path)
-    finally:
-        plt.close(fig)
-        Path(tmp).unlink(missing_ok=True)
-    return path
+    return save_figure(fig, path, dpi=100)

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
+
+from headlab.files import atomic_write_text
 
 RESULTS_DIR = Path("headlab-results")
 
@@ -24,14 +24,4 @@ def write_json(path: str | Path, document: dict) -> Path:
             old = None
         if not (isinstance(old, dict) and "model" in old):
             raise FileExistsError(f"{path} exists and is not a headlab results file; not replacing")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as file:
-            json.dump(document, file, indent=1)
-            file.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return atomic_write_text(path, json.dumps(document, indent=1) + "\n")

@@ -18,6 +18,7 @@ from jinja2 import Environment, PackageLoader
 from markupsafe import Markup
 
 from headlab import __version__
+from headlab.files import atomic_write_bytes
 from headlab.report.sections import Collected, ReportOptions, collect
 
 MARKER = ".headlab-report"
@@ -109,11 +110,7 @@ def _write_pngs(pngs: dict[str, bytes], directory: Path, force: bool) -> None:
         directory.unlink()
     directory.mkdir(parents=True, exist_ok=True)
     for name, png in {**pngs, FIGURES_MARKER: b"headlab figures\n"}.items():
-        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=directory)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(png)
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; figures are meant to be shared
-        os.replace(tmp, directory / name)
+        atomic_write_bytes(directory / name, png)
 
 
 def build_report(
