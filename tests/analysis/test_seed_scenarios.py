@@ -76,3 +76,14 @@ def test_run_seed_scenarios_answers_each_thread():
         assert r.command.startswith("headlab compare")
         assert r.explanation == explain(r.comparison)
         assert r.to_dict()["comparison"] == r.comparison.to_dict()
+
+
+def test_the_public_names_are_importable_from_the_package():
+    import headlab
+
+    m = headlab.MultiHeadAttention(12, 3, batch_first=True)
+    x = torch.randn(2, 5, 12)
+    c = headlab.compare(m, m.with_num_heads(1), x)
+    assert isinstance(c, headlab.Comparison) and headlab.explain(c)
+    assert headlab.parameter_count(m) == 4 * 12 * 12 + 4 * 12
+    assert headlab.gradient_coupling(m, x).shape == (3, 3)
