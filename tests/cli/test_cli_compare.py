@@ -74,3 +74,14 @@ def test_params_table_and_json(capsys):
     assert code == 0 and {r["total"] for r in rows} == {4 * 512 * 512 + 4 * 512}
     code, out, _ = run(["params", "--d-model", "64", "--heads", "8", "--kv-heads", "1,8"], capsys)
     assert code == 0 and "saved" in out
+
+
+def test_ctrl_c_is_one_line_and_exit_130(capsys, monkeypatch):
+    import headlab.cli.compare as compare_cli
+
+    def interrupted(setup):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(compare_cli, "run_setup", interrupted)
+    code, out, err = run(["compare"], capsys)
+    assert code == 130 and out == "" and err == "headlab: aborted\n"

@@ -21,7 +21,7 @@ def main(argv: list[str] | None = None) -> None:
         code = app(args=argv, prog_name="headlab", standalone_mode=False)
     except typer.Exit as exit_:
         sys.exit(exit_.exit_code)
-    except typer.Abort:
+    except (typer.Abort, KeyboardInterrupt):
         print("headlab: aborted", file=sys.stderr)
         sys.exit(130)
     except typer.TyperException as error:  # typer's usage errors (unknown option, bad value)
