@@ -103,15 +103,20 @@ def _rows_uniform(traces) -> Tensor:
 
 
 def _rows_identical_values(traces) -> tuple[Tensor, float]:
-    """Rows whose visible value rows are all equal (on both sides); (rows, largest spread)."""
+    """Rows whose visible value rows are all equal (on both sides); (rows, largest spread).
+
+    The spread of a row is the largest max-norm distance from its first visible value row to
+    any other visible one: zero exactly when they are all equal. Memory (batch, q_pos, k_pos).
+    """
     per_side, spreads = [], []
     for t in traces:
         visible = _visible(t).any(dim=1)  # (batch, q_pos, k_pos): visible to some head
         batch, kv_heads, k_pos, d_head = t.v.shape
-        v = t.v.transpose(1, 2).reshape(batch, 1, k_pos, kv_heads * d_head)
-        spread = (v.unsqueeze(2) - v.unsqueeze(3)).abs().amax(-1)  # (batch, 1, k, k)
-        pair_visible = visible.unsqueeze(-1) & visible.unsqueeze(-2)  # (batch, q, k, k)
-        row_spread = (spread * pair_visible).flatten(2).amax(-1)  # (batch, q_pos)
+        v = t.v.transpose(1, 2).reshape(batch, k_pos, kv_heads * d_head)
+        distance = torch.cdist(v, v, p=float("inf"))  # (batch, k_pos, k_pos)
+        first = visible.to(torch.uint8).argmax(dim=-1)  # (batch, q_pos): first visible key
+        to_first = distance.gather(1, first.unsqueeze(-1).expand(-1, -1, k_pos))  # (b, q, k)
+        row_spread = (to_first * visible).amax(dim=-1)  # (batch, q_pos)
         tol = 1e-6 * (1.0 + float(v.abs().max()))
         per_side.append(row_spread <= tol)
         spreads.append(row_spread)
@@ -121,11 +126,18 @@ def _rows_identical_values(traces) -> tuple[Tensor, float]:
 
 
 def _total_variation(a: AttentionTrace, b: AttentionTrace, rows: Tensor) -> Tensor:
-    """(head_a,) mean over ``rows`` of the TV distance from each head of a to b's closest head."""
-    wa = a.weights.unsqueeze(2)  # (batch, head_a, 1, q_pos, k_pos)
-    wb = b.weights.unsqueeze(1)  # (batch, 1, head_b, q_pos, k_pos)
-    tv = 0.5 * (wa - wb).abs().sum(-1)  # (batch, head_a, head_b, q_pos)
-    tv = tv.permute(0, 3, 1, 2)[rows]  # (rows, head_a, head_b)
+    """(head_a,) mean over ``rows`` of the TV distance from each head of a to b's closest head.
+
+    One head of b at a time, so memory stays at one (batch, head_a, q_pos, k_pos) tensor.
+    """
+    tv = torch.stack(
+        [
+            0.5 * (a.weights - b.weights[:, j : j + 1]).abs().sum(-1)
+            for j in range(b.weights.shape[1])
+        ],
+        dim=-1,
+    )  # (batch, head_a, q_pos, head_b)
+    tv = tv.permute(0, 2, 1, 3)[rows]  # (rows, head_a, head_b)
     return tv.amin(dim=-1).mean(dim=0)
 
 

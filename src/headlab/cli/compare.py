@@ -49,7 +49,15 @@ def compare(
     weights and input, no output projection).
     """
     setup = CompareSetup(
-        d_model, heads, vs_heads, seq_len, batch, init, seed, output_projection, causal
+        d_model=d_model,
+        heads=heads,
+        vs_heads=vs_heads,
+        seq_len=seq_len,
+        batch=batch,
+        init=init,
+        seed=seed,
+        output_projection=output_projection,
+        causal=causal,
     )
     comparison = run_setup(setup)
     if as_json:
@@ -87,7 +95,16 @@ def grad(
     Entry (i, j): how much block i's W_Q/W_K/W_V gradient changes when only the upstream gradient
     of output block j changes. Zero off the diagonal means the heads are optimised separately.
     """
-    setup = CompareSetup(d_model, heads, vs_heads, seq_len, batch, init, seed, True, False)
+    setup = CompareSetup(
+        d_model=d_model,
+        heads=heads,
+        vs_heads=vs_heads,
+        seq_len=seq_len,
+        batch=batch,
+        init=init,
+        seed=seed,
+        output_projection=True,
+    )
     a, b, x = build(setup)
     blocks = max(heads, vs_heads)
     doc = {"setup": setup.to_dict(), "blocks": blocks, "sides": []}
