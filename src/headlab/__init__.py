@@ -1,26 +1,64 @@
-"""headlab: exact, fast and inspectable multi-head attention."""
+"""headlab: exact, fast and inspectable multi-head attention.
 
-from headlab.analysis import (
-    Comparison,
-    compare,
-    explain,
-    gradient_coupling,
-    head_gradient_norms,
-    parameter_count,
-    parameter_table,
-)
-from headlab.attention import AttentionTrace, MultiHeadAttention, causal_mask
+The public names below are imported on first use (PEP 562), so that ``import headlab`` (and the
+``headlab`` command's start, its ``--help``) does not pay for torch until it is needed.
+"""
 
-__all__ = [
-    "AttentionTrace",
-    "Comparison",
-    "MultiHeadAttention",
-    "causal_mask",
-    "compare",
-    "explain",
-    "gradient_coupling",
-    "head_gradient_norms",
-    "parameter_count",
-    "parameter_table",
-]
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
+
+_WHERE = {
+    "AttentionTrace": "headlab.attention",
+    "MultiHeadAttention": "headlab.attention",
+    "causal_mask": "headlab.attention",
+    "Comparison": "headlab.analysis",
+    "compare": "headlab.analysis",
+    "explain": "headlab.analysis",
+    "gradient_coupling": "headlab.analysis",
+    "head_gradient_norms": "headlab.analysis",
+    "parameter_count": "headlab.analysis",
+    "parameter_table": "headlab.analysis",
+}
+__all__ = sorted(_WHERE)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from headlab.analysis import (
+        Comparison as Comparison,
+    )
+    from headlab.analysis import (
+        compare as compare,
+    )
+    from headlab.analysis import (
+        explain as explain,
+    )
+    from headlab.analysis import (
+        gradient_coupling as gradient_coupling,
+    )
+    from headlab.analysis import (
+        head_gradient_norms as head_gradient_norms,
+    )
+    from headlab.analysis import (
+        parameter_count as parameter_count,
+    )
+    from headlab.analysis import (
+        parameter_table as parameter_table,
+    )
+    from headlab.attention import AttentionTrace as AttentionTrace
+    from headlab.attention import MultiHeadAttention as MultiHeadAttention
+    from headlab.attention import causal_mask as causal_mask
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module 'headlab' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_WHERE[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_WHERE])

@@ -2,6 +2,8 @@
 
 A reader sees the old file or the new one, never a half-written one; an interrupted write leaves
 no temp file behind. New files get the usual permissions (0666 less the umask), not mkstemp's 0600.
+``write_output`` and ``save_figure`` apply headlab's output policy (``headlab.output_policy``) at
+the moment of writing; ``atomic_write_bytes`` is for paths inside a folder headlab owns.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import os
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from headlab.output_policy import Kind, check_output
 
 
 def _umask() -> int:
@@ -42,13 +46,40 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
     return atomic_write_bytes(path, text.encode("utf-8"))
 
 
-def save_figure(figure: Any, path: str | Path, **savefig: Any) -> Path:
-    """Render a matplotlib figure to PNG bytes, write them atomically, close the figure."""
+def write_output(
+    path: str | Path, data: bytes, kind: Kind, *, force: bool = False, option: str = "--out"
+) -> Path:
+    """Write ``data`` atomically to ``path`` if the output policy allows ``kind`` there.
+
+    Raises OutputRefused (a ValueError) otherwise; the check is repeated here, at write time.
+    """
+    return atomic_write_bytes(check_output(path, kind, force=force, option=option), data)
+
+
+def figure_png(figure: Any, kind_name: str, **savefig: Any) -> bytes:
+    """Render a matplotlib figure to PNG bytes tagged as headlab's ``kind_name``; close it.
+
+    Every text is drawn verbatim: a user's ``$x^$`` is not read as TeX (mathtext).
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.text import Text
+
+    if not isinstance(figure.canvas, FigureCanvasAgg):
+        FigureCanvasAgg(figure)
+    for text in figure.findobj(Text):
+        text.set_parse_math(False)
     buffer = io.BytesIO()
     try:
-        figure.savefig(buffer, format="png", **savefig)
+        figure.savefig(buffer, format="png", metadata={"headlab": kind_name}, **savefig)
     finally:
         import matplotlib.pyplot as plt
 
         plt.close(figure)
-    return atomic_write_bytes(path, buffer.getvalue())
+    return buffer.getvalue()
+
+
+def save_figure(
+    figure: Any, path: str | Path, kind: Kind, *, force: bool = False, **savefig: Any
+) -> Path:
+    """Render a figure to PNG and write it under the output policy (``kind`` must be a PNG kind)."""
+    return write_output(path, figure_png(figure, kind.name, **savefig), kind, force=force)

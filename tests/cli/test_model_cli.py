@@ -37,10 +37,10 @@ def run_ok(argv, capsys):
 
 
 KEYS = {
-    "heads": {"model", "n_texts", "num_layers", "num_heads", "metrics"},
-    "collapse": {"model", "n_texts", "all_layers", "per_layer"},
-    "importance": {"model", "n_texts", "objective", "importance", "raw"},
-    "prune": {"model", "n_texts", "steps"},
+    "heads": {"headlab", "model", "n_texts", "num_layers", "num_heads", "metrics"},
+    "collapse": {"headlab", "model", "n_texts", "all_layers", "per_layer"},
+    "importance": {"headlab", "model", "n_texts", "objective", "importance", "raw"},
+    "prune": {"headlab", "model", "n_texts", "steps"},
 }
 
 
@@ -95,5 +95,5 @@ def test_refuses_to_overwrite_foreign_file(tiny_dir, corpus, tmp_path, capsys):
     foreign.write_text("my notes")
     argv = ["model", "importance", "--model-dir", str(tiny_dir), "--corpus", str(corpus)]
     code, _, err = run([*argv, "--out", str(foreign)], capsys)
-    assert code == 2 and "not a headlab results file" in err
+    assert code == 2 and "is not headlab model-importance results" in err
     assert foreign.read_text() == "my notes"

@@ -84,7 +84,16 @@ def write_results(directory: Path, seed: int = 7) -> Path:
     lines.append(
         {
             "run_id": "unfinished",
-            "config": {"task": "copy", "num_heads": 8},
+            "config": {
+                "task": "copy",
+                "num_heads": 8,
+                "num_kv_heads": 8,
+                "head_dim": 2,
+                "d_model": 16,
+                "layers": 1,
+                "seed": 0,
+                "steps": 20,
+            },
             "step": 3,
             "loss": 2.0,
             "accuracy": 0.0,

@@ -98,14 +98,19 @@ def test_rebuild_replaces_a_report_but_never_a_foreign_directory(tmp_path: Path)
     out = tmp_path / "out"
     out.mkdir()
     (out / "thesis.tex").write_text("mine")
-    with pytest.raises(FileExistsError, match=r"not a headlab report.*--force"):
-        build_report(out, options)
+    for force in (False, True):  # --force never replaces a folder headlab did not write
+        with pytest.raises(ValueError, match=r"headlab did not write"):
+            build_report(out, options, force=force)
     assert (out / "thesis.tex").read_text() == "mine"
 
     report = tmp_path / "report"
     build_report(report, options)
-    (report / "stale.txt").write_text("from an older build")
-    build_report(report, ReportOptions(text="p q", results=tmp_path / "none"))
+    (report / "stale.txt").write_text("added by a user")
+    with pytest.raises(ValueError, match=r"files headlab did not write \(stale.txt\)"):
+        build_report(report, options)
+    assert (report / "stale.txt").read_text() == "added by a user"
+    with pytest.warns(UserWarning, match="deleting files that headlab did not write.*stale.txt"):
+        build_report(report, ReportOptions(text="p q", results=tmp_path / "none"), force=True)
     assert sorted(p.name for p in report.iterdir()) == [MARKER, "index.html"]
     assert _page_data((report / "index.html").read_text())["explorers"]["text"]["tokens"] == [
         "p",
@@ -113,9 +118,6 @@ def test_rebuild_replaces_a_report_but_never_a_foreign_directory(tmp_path: Path)
     ]
     # nothing left behind next to the target (temp and old directories are gone)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "report"]
-
-    build_report(out, options, force=True)
-    assert not (out / "thesis.tex").exists() and (out / MARKER).is_file()
 
 
 def test_png_figures(tmp_path: Path, results_dir: Path) -> None:

@@ -1,37 +1,85 @@
-"""Entry point of the ``headlab`` command: builds the app and turns errors into one line, exit 2."""
+"""Entry point of the ``headlab`` command: errors become one line on stderr, never a traceback.
+
+Bad input (ValueError and the other errors below) exits 2; Ctrl-C or SIGTERM exits 130 (also
+during the imports, which is why they happen inside ``main``); an OSError while reading or writing
+(a full disk, a permission) and a sweep whose worker died exit 1. Library warnings (a skipped
+results line) are one line each: ``headlab: warning: ...``.
+"""
 
 from __future__ import annotations
 
+import signal
 import sys
-
-import typer
-
-from headlab.cli.app import app
+import warnings
 
 
-def _fail(message: str) -> None:
-    print(f"headlab: error: {' '.join(message.split())}", file=sys.stderr)
-    sys.exit(2)
+def _say(kind: str, message: str) -> None:
+    print(f"headlab: {kind}: {' '.join(str(message).split())}", file=sys.stderr)
+
+
+def _fail(message: str, code: int = 2) -> None:
+    _say("error", message)
+    sys.exit(code)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # SIGTERM is handled like Ctrl-C: workers stopped, results kept
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    _say("warning", str(message))
+
+
+def _os_error(error: OSError) -> str:
+    where = f"{error.filename}: " if error.filename else ""
+    return f"{where}{error.strerror or error}"
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Run the CLI. Bad input (ValueError, usage errors) prints one line on stderr and exits 2."""
+    """Run the CLI (see the module docstring for exit codes)."""
+    signal.signal(signal.SIGTERM, _interrupt)
+    warnings.showwarning = _show_warning
     try:
+        from headlab.cli.app import app
+
         # standalone_mode=False *returns* typer.Exit's code (130 for Ctrl-C) instead of exiting.
         code = app(args=argv, prog_name="headlab", standalone_mode=False)
-    except typer.Exit as exit_:
-        sys.exit(exit_.exit_code)
-    except (typer.Abort, KeyboardInterrupt):
+    except KeyboardInterrupt:
         print("headlab: aborted", file=sys.stderr)
         sys.exit(130)
-    except typer.TyperException as error:  # typer's usage errors (unknown option, bad value)
-        format_message = getattr(error, "format_message", None)
-        _fail(format_message() if format_message else str(error))
-    except (ValueError, FileNotFoundError, FileExistsError, NotADirectoryError) as error:
-        _fail(str(error))
+    except SystemExit:
+        raise
+    except Exception as error:
+        _handle(error)
     else:
         if isinstance(code, int) and not isinstance(code, bool) and code != 0:
             sys.exit(code)
+
+
+def _handle(error: Exception) -> None:
+    import typer
+
+    from headlab.experiments.executors import WorkerDied
+
+    if isinstance(error, typer.Exit):
+        sys.exit(error.exit_code)
+    if isinstance(error, typer.Abort):
+        print("headlab: aborted", file=sys.stderr)
+        sys.exit(130)
+    if isinstance(error, typer.TyperException):  # usage errors (unknown option, bad value)
+        format_message = getattr(error, "format_message", None)
+        _fail(format_message() if format_message else str(error))
+    if isinstance(error, UnicodeDecodeError):
+        _fail(f"expected UTF-8 text, got undecodable bytes ({error.reason} at byte {error.start})")
+    if isinstance(error, ValueError | FileExistsError | FileNotFoundError | NotADirectoryError):
+        _fail(str(error))
+    if isinstance(error, OverflowError):
+        _fail(f"a number is too large: {error}")
+    if isinstance(error, WorkerDied):
+        _fail(str(error), code=1)
+    if isinstance(error, OSError):
+        _fail(_os_error(error), code=1)
+    raise error
 
 
 if __name__ == "__main__":  # pragma: no cover

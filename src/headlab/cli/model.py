@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from headlab.cli.app import app
+from headlab.locations import model_results
 
 model_app = typer.Typer(
     help="Analyse the heads of a trained encoder (default: the packaged all-MiniLM-L6-v2).",
@@ -27,14 +28,24 @@ AS_JSON = typer.Option(False, "--json", help="Print the results document as JSON
 
 
 def _out(name: str) -> typer.models.OptionInfo:
-    return typer.Option(
-        Path("headlab-results") / f"model_{name}.json", "--out", help="Results file (JSON)."
-    )
+    return typer.Option(model_results(name), "--out", help="Results file (JSON).")
 
 
 OUT_HEADS, OUT_COLLAPSE = _out("heads"), _out("collapse")
 OUT_IMPORTANCE, OUT_PRUNE = _out("importance"), _out("prune")
 FIGURE = typer.Option(None, "--figure", help="Write a layers x heads PNG grid.")
+FORCE = typer.Option(
+    False, "--force", help="Replace --out (and --figure) even if it is not this analysis' file."
+)
+
+
+def _claim(analysis: str, out: Path, force: bool, figure: Path | None = None) -> None:
+    """Check the output paths before any work (they are checked again when written)."""
+    from headlab.output_policy import Kind, check_output
+
+    check_output(out, Kind.json(f"model-{analysis}"), force=force)
+    if figure is not None:
+        check_output(figure, Kind.png(f"model-{analysis}"), force=force, option="--figure")
 
 
 def _load(model_dir: Path | None, corpus: Path | None, n_texts: int):
@@ -48,12 +59,14 @@ def _load(model_dir: Path | None, corpus: Path | None, n_texts: int):
     return encoder, texts
 
 
-def _emit(document: dict, out: Path, as_json: bool, table: Table) -> None:
+def _emit(
+    analysis: str, document: dict, out: Path, force: bool, as_json: bool, table: Table
+) -> None:
     from headlab.heads import write_json
 
-    write_json(out, document)
+    written = write_json(out, document, f"model-{analysis}", force=force)
     if as_json:
-        print(json.dumps(document, indent=1))
+        print(json.dumps(written, indent=1))
     else:
         Console(width=None if sys.stdout.isatty() else 160).print(table)
         print(f"wrote {out}")
@@ -79,6 +92,7 @@ def heads(
     figure: Path | None = FIGURE,
     out: Path = OUT_HEADS,
     as_json: bool = AS_JSON,
+    force: bool = FORCE,
 ) -> None:
     """Per-head attention statistics over the corpus (entropy, max weight, [CLS], [SEP], ...)."""
     from headlab.heads import head_statistics
@@ -86,14 +100,15 @@ def heads(
 
     if metric not in METRICS:
         raise ValueError(f"--metric must be one of {', '.join(METRICS)}, got {metric!r}")
+    _claim("heads", out, force, figure)
     encoder, texts = _load(model_dir, corpus, n_texts)
     result = head_statistics(encoder, texts, max_length=max_length)
     if figure is not None:
         from headlab.heads.figure import write_grid_figure
 
-        write_grid_figure(result, figure)
+        write_grid_figure(result, figure, force=force)
     title = f"{metric} per head, {result.model}, {result.n_texts} texts"
-    _emit(result.to_dict(), out, as_json, _grid(title, result.metrics[metric]))
+    _emit("heads", result.to_dict(), out, force, as_json, _grid(title, result.metrics[metric]))
 
 
 @model_app.command()
@@ -104,10 +119,12 @@ def collapse(
     max_length: int = MAX_LENGTH,
     out: Path = OUT_COLLAPSE,
     as_json: bool = AS_JSON,
+    force: bool = FORCE,
 ) -> None:
     """The same weights viewed with fewer heads: all layers, then one layer at a time."""
     from headlab.heads import collapse_heads
 
+    _claim("collapse", out, force)
     encoder, texts = _load(model_dir, corpus, n_texts)
     counts = tuple(h for h in (1, 2, 3, 4, 6, 12, encoder.num_heads) if encoder.d_model % h == 0)
     result = collapse_heads(encoder, texts, tuple(sorted(set(counts))), max_length=max_length)
@@ -117,7 +134,7 @@ def collapse(
     for r in result.all_layers + result.per_layer:
         where = "all" if r.layer is None else str(r.layer)
         table.add_row(where, str(r.num_heads), f"{r.mean_cosine:.4f}", f"{r.nn_agreement:.3f}")
-    _emit(result.to_dict(), out, as_json, table)
+    _emit("collapse", result.to_dict(), out, force, as_json, table)
 
 
 @model_app.command()
@@ -129,16 +146,18 @@ def importance(
     temperature: float = typer.Option(0.05, "--temperature", help="InfoNCE temperature."),
     out: Path = OUT_IMPORTANCE,
     as_json: bool = AS_JSON,
+    force: bool = FORCE,
 ) -> None:
     """Michel et al. head importance E|dL/d xi_h| (contrastive halves objective)."""
     from headlab.heads import head_importance
 
     if temperature <= 0:
         raise ValueError(f"--temperature must be positive, got {temperature}")
+    _claim("importance", out, force)
     encoder, texts = _load(model_dir, corpus, n_texts)
     result = head_importance(encoder, texts, temperature=temperature, max_length=max_length)
     title = f"Importance (normalised per layer), {result.model}, {result.n_texts} texts"
-    _emit(result.to_dict(), out, as_json, _grid(title, result.importance))
+    _emit("importance", result.to_dict(), out, force, as_json, _grid(title, result.importance))
 
 
 @model_app.command()
@@ -150,10 +169,12 @@ def prune(
     seed: int = typer.Option(0, "--seed", help="Seed of the random pruning order."),
     out: Path = OUT_PRUNE,
     as_json: bool = AS_JSON,
+    force: bool = FORCE,
 ) -> None:
     """Remove heads in 10% steps, by importance and at random; measure each pruned model."""
     from headlab.heads import head_importance, prune_curve
 
+    _claim("prune", out, force)
     encoder, texts = _load(model_dir, corpus, n_texts)
     ranking = head_importance(encoder, texts, max_length=max_length).ranking()
     result = prune_curve(encoder, texts, ranking, seed=seed, max_length=max_length)
@@ -170,4 +191,4 @@ def prune(
             f"{s.mean_cosine:.4f}",
             f"{s.nn_agreement:.3f}",
         )
-    _emit(result.to_dict(), out, as_json, table)
+    _emit("prune", result.to_dict(), out, force, as_json, table)

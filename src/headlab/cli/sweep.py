@@ -20,9 +20,11 @@ from rich.table import Table
 
 from headlab.cli.app import app
 from headlab.cli.parsing import int_list
+from headlab.experiments.executors import capped_workers
 from headlab.experiments.results import read_rows
 from headlab.experiments.summary import SummaryRow, plot_sweep, summarize
 from headlab.experiments.sweep import DEFAULT_OUT, SweepPlan, SweepSpec, plan_sweep, run_sweep
+from headlab.locations import SWEEP_FIGURE
 
 sweep_app = typer.Typer(
     help="Train small attention models that differ only in the head split.",
@@ -125,10 +127,11 @@ def sweep(
         kv_heads=tuple(int_list(kv_heads, "--kv-heads") or ()) or None,
         head_dim=head_dim or None,
     )
-    plan = plan_sweep(spec, out)  # every config validated before any training
+    plan = plan_sweep(spec, out)  # every config and --out validated before any training
+    workers = capped_workers(workers, len(plan.todo))
     print(
         f"sweep {task}: {len(plan.configs)} runs, {plan.skipped} already finished in "
-        f"{plan.out} (skipped), {len(plan.todo)} to run",
+        f"{plan.out} (skipped), {len(plan.todo)} to run on {workers} worker(s)",
         flush=True,
     )
     start = time.perf_counter()
@@ -142,10 +145,13 @@ def sweep(
 @sweep_app.command("plot")
 def plot(
     results: str = typer.Option(str(DEFAULT_OUT), "--results", help="Results file (JSONL)."),
-    out: str = typer.Option("headlab-results/sweep.png", "--out", help="PNG to write."),
+    out: str = typer.Option(str(SWEEP_FIGURE), "--out", help="PNG to write."),
+    force: bool = typer.Option(
+        False, "--force", help="Replace --out even if it is not a headlab sweep figure."
+    ),
 ) -> None:
     """Plot final accuracy and loss against head count, one column per task."""
-    path = plot_sweep(results, out)
+    path = plot_sweep(results, out, force=force)
     print(f"wrote {path}")
 
 

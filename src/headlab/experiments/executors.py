@@ -9,14 +9,34 @@ loss shown is that of the last finished run).
 from __future__ import annotations
 
 import multiprocessing
+import os
 import queue as queue_module
+import signal
+import socket
+import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 
 from headlab.experiments.config import RunConfig
 from headlab.experiments.train import RunResult, run_one
 
 OnEval = Callable[[str, int, float], None]
+
+
+class WorkerDied(RuntimeError):
+    """A worker process died (killed, out of memory) while running; the sweep stopped cleanly."""
+
+
+def capped_workers(workers: int, runs: int) -> int:
+    """``workers`` capped at the machine's cores and at the number of runs (at least 1).
+
+    More processes than cores only share the same cores (each run uses one torch thread).
+    """
+    if workers < 1:
+        raise ValueError(f"--workers must be >= 1, got {workers}")
+    return max(1, min(workers, os.cpu_count() or 1, runs))
 
 
 def _drain(events: queue_module.Queue | None, on_eval: OnEval | None) -> None:
@@ -31,6 +51,23 @@ def _drain(events: queue_module.Queue | None, on_eval: OnEval | None) -> None:
 
 def _run_reporting(config: RunConfig, events: queue_module.Queue | None) -> RunResult:
     return run_one(config, None if events is None else lambda *event: events.put(event))
+
+
+@contextmanager
+def _children_ignore_sigint() -> Iterator[None]:
+    """Processes started inside ignore Ctrl-C (an ignored signal stays ignored across exec).
+
+    Ctrl-C reaches the whole process group; the parent alone handles it and terminates its
+    workers, so no worker prints a KeyboardInterrupt traceback from the middle of its imports.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def run_local(
@@ -49,17 +86,29 @@ def run_local(
         return
     # spawn, not fork: the parent has torch (and its thread pools) initialised already.
     ctx = multiprocessing.get_context("spawn")
-    manager = ctx.Manager() if on_eval is not None else None
+    with _children_ignore_sigint():
+        manager = ctx.Manager() if on_eval is not None else None
     events = manager.Queue() if manager is not None else None
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
-    pending: set[Future] = set()
+    pending: dict[Future, RunConfig] = {}
     try:
-        pending = {pool.submit(_run_reporting, c, events) for c in configs}
+        with _children_ignore_sigint():  # the pool starts its processes on the first submits
+            pending = {pool.submit(_run_reporting, c, events): c for c in configs}
         while pending:
-            done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+            done, _ = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
             _drain(events, on_eval)
             for future in done:
-                yield future.result()
+                config = pending.pop(future)
+                try:
+                    result = future.result()
+                except BrokenProcessPool:
+                    raise WorkerDied(
+                        f"a worker process died while running {config.run_id} "
+                        f"({config.task}, {config.num_heads} heads, seed {config.seed}); the runs "
+                        "in flight are lost, every finished run is saved; run the same command "
+                        "again to resume"
+                    ) from None
+                yield result
     finally:
         if pending:
             # Interrupted (Ctrl-C, or the consumer stopped early): the runs in flight are lost
@@ -86,6 +135,8 @@ def run_ray(
             "--executor ray needs the optional extra: pip install 'headlab[ray]'"
         ) from None
     if not ray.is_initialized():
+        if address not in (None, "", "auto", "local"):
+            check_reachable(address)
         ray.init(address=address, log_to_driver=False)
     remote = ray.remote(num_cpus=1)(run_one)
     pending = [remote.remote(c) for c in configs]
@@ -100,6 +151,24 @@ def run_ray(
     finally:
         for ref in pending:
             ray.cancel(ref, force=True)
+
+
+def check_reachable(address: str, timeout: float = 5.0) -> None:
+    """ValueError unless something accepts TCP connections at ``address`` ([ray://]host:port).
+
+    Ray itself retries an unreachable address for minutes; this answers in ``timeout`` seconds.
+    """
+    host_port = address.split("://", 1)[-1]
+    host, sep, port = host_port.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"--address must be host:port or ray://host:port, got {address!r}")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as error:
+        raise ValueError(
+            f"--address {address} does not answer ({error.strerror or error}; "
+            f"tried for {timeout:.0f} s)"
+        ) from None
 
 
 def execute(

@@ -1,23 +1,35 @@
-"""sweep.jsonl: append-only results that survive interrupts.
-
-Writers append a run's rows as whole lines in one write, then flush and fsync, so a crash loses
-at most the run being written; a torn last line (a killed writer) is ignored on reading with a
-warning, and cut off before the next append so that it never glues onto a new line.
+"""sweep.jsonl: the one reader and writer of sweep results; append-only, locked, validated.
 
 Row schema (one JSON object per line; a run has one row per evaluation point, the last final):
-    {"run_id": str, "config": {RunConfig fields}, "step": int, "loss": float,
-     "accuracy": float, "final": bool, "head_entropy": [float, L*H layer-major] | null,
-     "params": int, "seconds": float | null}
+    {"run_id": str, "config": {RunConfig fields}, "step": int >= 0, "loss": finite float,
+     "accuracy": float in [0, 1], "final": bool, "head_entropy": [finite float, L*H layer-major]
+     | null, "params": int >= 0, "seconds": finite float >= 0 | null}
+
+Reading never loses a complete valid row. A line that is not valid UTF-8, not JSON, or not a row of
+this schema is skipped and reported (``SkippedLinesWarning``, with its line number and the reason);
+a last line without its newline that does not parse is a torn write (``TornLineWarning``).
+Writing holds an OS lock on the file for the whole sweep (a second sweep into the same file is
+refused with a clear message), appends whole lines in one write, flushes and fsyncs. Before the
+first append a torn last line is cut, and a complete last line that lacks its newline gets one.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import warnings
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 
-# Every row we write starts so (run_id first): how a torn line is told from a foreign one.
+from headlab.output_policy import OutputRefused, check_parent
+
+try:  # POSIX; elsewhere concurrent sweeps into one file are not detected
+    import fcntl
+except ImportError:  # pragma: no cover
+    fcntl = None  # type: ignore[assignment]
+
+# Every row we write starts so (run_id first).
 ROW_START = '{"run_id":'
 
 
@@ -25,81 +37,237 @@ class TornLineWarning(UserWarning):
     """The results file ends in an incomplete line (an interrupted write); it was ignored."""
 
 
-def read_rows(path: str | Path) -> list[dict]:
-    """All complete rows of a results file ([] when it does not exist).
+class SkippedLinesWarning(UserWarning):
+    """Lines of a results file that are not results rows were skipped (numbers and reasons)."""
 
-    A last line without a newline that starts like our rows but does not parse (a torn write) is
-    skipped with a TornLineWarning; any other bad line means the file is not ours or was edited:
-    ValueError with its number.
-    """
+
+@dataclass(frozen=True)
+class SkippedLine:
+    number: int  # 1-based line number
+    reason: str
+
+
+@dataclass
+class ResultsFile:
+    """What a results file holds: valid rows in file order, and what was skipped and why."""
+
+    rows: list[dict] = field(default_factory=list)
+    skipped: list[SkippedLine] = field(default_factory=list)
+    torn_tail: bool = False  # the last line has no newline and does not parse
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    return (_is_int(value) or isinstance(value, float)) and math.isfinite(value)  # type: ignore[arg-type]
+
+
+def _config_problem(config: object) -> str | None:
+    from headlab.experiments.config import RunConfig
+
+    if not isinstance(config, dict):
+        return "config is not an object"
+    for f in fields(RunConfig):
+        if f.name not in config:
+            if f.default is not MISSING:  # has a default: optional in rows of older versions
+                continue
+            return f"config lacks {f.name!r}"
+        value, expected = config[f.name], f.type
+        if expected in ("int", int) and not _is_int(value):
+            return f"config.{f.name} is not an integer"
+        if expected in ("float", float) and not _is_number(value):
+            return f"config.{f.name} is not a finite number"
+        if expected in ("str", str) and not isinstance(value, str):
+            return f"config.{f.name} is not a string"
+    return None
+
+
+def row_problem(row: object) -> str | None:
+    """Why ``row`` is not a valid results row, or None when it is."""
+    if not isinstance(row, dict):
+        return "not a JSON object"
+    checks = (
+        ("run_id", lambda v: isinstance(v, str) and v != "", "a non-empty string"),
+        ("step", lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
+        ("loss", _is_number, "a finite number"),
+        ("accuracy", lambda v: _is_number(v) and 0 <= v <= 1, "a number in [0, 1]"),
+        ("final", lambda v: isinstance(v, bool), "true or false"),
+        ("params", lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
+    )
+    for key, ok, expected in checks:
+        if key not in row:
+            return f"missing {key!r}"
+        if not ok(row[key]):
+            return f"{key!r} must be {expected}, got {json.dumps(row[key])[:40]}"
+    entropy = row.get("head_entropy")
+    if entropy is not None and not (
+        isinstance(entropy, list) and all(_is_number(v) for v in entropy)
+    ):
+        return "'head_entropy' must be a list of finite numbers or null"
+    seconds = row.get("seconds")
+    if seconds is not None and not (_is_number(seconds) and seconds >= 0):
+        return "'seconds' must be a finite number >= 0 or null"
+    return _config_problem(row.get("config"))
+
+
+def parse_results(data: bytes) -> ResultsFile:
+    """Parse the bytes of a results file (never raises; see the module docstring)."""
+    result = ResultsFile()
+    lines = data.split(b"\n")
+    for number, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        last_without_newline = number == len(lines)
+        try:
+            row = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            row, problem = None, "not UTF-8 text"
+        except ValueError:
+            row, problem = None, "not JSON"
+        else:
+            problem = row_problem(row)
+        if problem is None:
+            result.rows.append(row)
+        elif last_without_newline and row is None:
+            result.torn_tail = True
+        else:
+            result.skipped.append(SkippedLine(number, problem))
+    return result
+
+
+def read_results(path: str | Path) -> ResultsFile:
+    """Read a results file (an empty ResultsFile when it does not exist)."""
     path = Path(path)
     if not path.exists():
-        return []
-    lines = path.read_text(encoding="utf-8").split("\n")
-    rows = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-            if not isinstance(row, dict) or "run_id" not in row:
-                raise ValueError("not a results row")
-        except ValueError:
-            # No newline after it and our row's opening: a write of ours that was cut short.
-            if number == len(lines) and line.startswith(ROW_START):
-                warnings.warn(
-                    f"{path}: ignoring a torn last line (an interrupted write)",
-                    TornLineWarning,
-                    stacklevel=2,
-                )
-                continue
-            raise ValueError(
-                f"{path}:{number}: expected a JSON results row, got {line[:60]!r}"
-            ) from None
-        rows.append(row)
-    return rows
+        return ResultsFile()
+    if not path.is_file():
+        raise ValueError(f"{path} is not a results file (expected a regular file)")
+    return parse_results(path.read_bytes())
+
+
+def warn_about(path: Path, result: ResultsFile) -> None:
+    if result.torn_tail:
+        warnings.warn(
+            f"{path}: ignoring a torn last line (an interrupted write)",
+            TornLineWarning,
+            stacklevel=3,
+        )
+    if result.skipped:
+        shown = "; ".join(f"line {s.number}: {s.reason}" for s in result.skipped[:5])
+        more = f" (and {len(result.skipped) - 5} more)" if len(result.skipped) > 5 else ""
+        warnings.warn(
+            f"{path}: skipped {len(result.skipped)} lines that are not results rows: {shown}{more}",
+            SkippedLinesWarning,
+            stacklevel=3,
+        )
+
+
+def read_rows(path: str | Path) -> list[dict]:
+    """All valid rows of a results file ([] when it does not exist); warns about what it skips."""
+    result = read_results(path)
+    warn_about(Path(path), result)
+    return result.rows
 
 
 def finished_run_ids(rows: list[dict]) -> set[str]:
     """run_ids with a final row: runs that need not run again."""
-    return {r["run_id"] for r in rows if r.get("final")}
+    return {r["run_id"] for r in rows if r["final"] is True}
 
 
 def final_rows(rows: list[dict]) -> list[dict]:
     """One final row per run_id (the last written wins)."""
-    return list({r["run_id"]: r for r in rows if r.get("final")}.values())
+    return list({r["run_id"]: r for r in rows if r["final"] is True}.values())
+
+
+def check_results_output(path: str | Path) -> Path:
+    """OutputRefused unless ``path`` is new or a regular file (not a link) in a writable folder.
+
+    Whether an existing file holds results is checked when the writer opens it (under its lock).
+    """
+    path = Path(path)
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        raise OutputRefused(f"--out {path} is not a regular file; expected a results file (JSONL)")
+    check_parent(path)
+    return path
 
 
 class ResultsWriter:
-    """Appends rows to a results file; each ``append`` is whole lines, flushed and fsynced."""
+    """Appends rows to a results file while holding an exclusive OS lock on it.
+
+    Opening checks the output policy (a regular file of results rows, or a new path), takes the
+    lock (ValueError naming the file when another sweep holds it) and repairs the end of the file.
+    Use as a context manager, or call ``close``; the lock also ends with the process.
+    """
 
     def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
+        self.path = check_results_output(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._cut_torn_tail()
+        self._handle = open(self.path, "a+b")  # noqa: SIM115 (held for the writer's lifetime)
+        try:
+            self._lock()
+            self._repair_end()
+        except BaseException:
+            self._handle.close()
+            raise
 
-    def _cut_torn_tail(self) -> None:
-        # A file that does not end in a newline was torn by an interrupted append of ours; cut
-        # the fragment so that the next line starts clean (read_rows already warns about it).
-        if not self.path.exists() or self.path.stat().st_size == 0:
+    def _lock(self) -> None:
+        if fcntl is None:  # pragma: no cover
             return
-        with self.path.open("rb+") as f:
-            data = f.read()
-            if data.endswith(b"\n"):
-                return
-            start = data.rfind(b"\n") + 1
-            if not data[start:].startswith(ROW_START.encode()):
-                raise ValueError(f"{self.path} does not end like a results file; not appending")
-            f.truncate(start)
-            f.flush()
-            os.fsync(f.fileno())
+        try:
+            fcntl.flock(self._handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ValueError(
+                f"another headlab sweep is writing {self.path}; wait for it to finish, "
+                "or choose another --out"
+            ) from None
+
+    def read(self) -> ResultsFile:
+        """The file's content as of now (under the lock: nobody else appends meanwhile)."""
+        self._handle.seek(0)
+        return parse_results(self._handle.read())
+
+    def _repair_end(self) -> None:
+        self._handle.seek(0)
+        data = self._handle.read()
+        content = parse_results(data)
+        only_torn = content.torn_tail and data.startswith(ROW_START.encode())
+        if data.strip() and not content.rows and not only_torn:
+            raise OutputRefused(
+                f"--out {self.path} holds no results rows; not appending to a file "
+                "headlab did not write (choose another --out)"
+            )
+        if not data or data.endswith(b"\n"):
+            return
+        start = data.rfind(b"\n") + 1
+        tail = parse_results(data[start:])
+        if tail.rows or tail.skipped:  # a complete line that only lacks its newline: keep it
+            self._write(b"\n")
+        else:  # a torn write: cut the fragment so the next line starts clean
+            self._handle.truncate(start)
+            self._handle.flush()
+            os.fsync(self._handle.fileno())
+
+    def _write(self, data: bytes) -> None:
+        self._handle.seek(0, os.SEEK_END)
+        self._handle.write(data)
+        self._handle.flush()
+        os.fsync(self._handle.fileno())
 
     def append(self, rows: list[dict]) -> None:
-        # run_id first, always: ROW_START is how a torn line of ours is recognised.
+        """Append ``rows`` as whole lines (run_id first), in one write."""
         text = "".join(
-            json.dumps({"run_id": r["run_id"], **r}, separators=(",", ":")) + "\n" for r in rows
+            json.dumps({"run_id": r["run_id"], **r}, separators=(",", ":"), allow_nan=False) + "\n"
+            for r in rows
         )
-        with self.path.open("a", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
+        self._write(text.encode("utf-8"))
+
+    def close(self) -> None:
+        self._handle.close()  # closing the file releases the lock
+
+    def __enter__(self) -> ResultsWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

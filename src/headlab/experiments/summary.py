@@ -13,6 +13,9 @@ from pathlib import Path
 
 from headlab.experiments.results import final_rows, read_rows
 from headlab.files import save_figure
+from headlab.output_policy import Kind, check_output
+
+SWEEP_FIGURE_KIND = Kind.png("sweep-plot")
 
 
 @dataclass(frozen=True)
@@ -78,11 +81,14 @@ def plot_series(summary: list[SummaryRow], task: str) -> dict[int | None, list[S
     return series
 
 
-def plot_sweep(results: str | Path, out: str | Path) -> Path:
+def plot_sweep(results: str | Path, out: str | Path, *, force: bool = False) -> Path:
     """Final accuracy and loss (mean +- std over seeds) against head count, per task -> PNG.
 
-    FileNotFoundError when ``results`` is missing; ValueError when it has no finished run.
+    FileNotFoundError when ``results`` is missing; ValueError when it has no finished run;
+    OutputRefused when ``out`` is not a path headlab may write a sweep figure to (the results
+    file itself, a user's file: checked before plotting).
     """
+    check_output(out, SWEEP_FIGURE_KIND, force=force)
     import matplotlib
 
     matplotlib.use("Agg")
@@ -119,4 +125,4 @@ def plot_sweep(results: str | Path, out: str | Path) -> Path:
         if len(series) > 1:
             axes[0][col].legend()
     fig.tight_layout()
-    return save_figure(fig, out, dpi=110)
+    return save_figure(fig, out, SWEEP_FIGURE_KIND, force=force, dpi=110)

@@ -13,11 +13,18 @@ from pathlib import Path
 
 from headlab.experiments.config import RunConfig, make_config
 from headlab.experiments.executors import OnEval, execute
-from headlab.experiments.results import ResultsWriter, finished_run_ids, read_rows
+from headlab.experiments.results import (
+    ResultsWriter,
+    check_results_output,
+    finished_run_ids,
+    read_results,
+    warn_about,
+)
 from headlab.experiments.tasks import get_task
 from headlab.experiments.train import RunResult
+from headlab.locations import SWEEP_RESULTS
 
-DEFAULT_OUT = Path("headlab-results") / "sweep.jsonl"
+DEFAULT_OUT = SWEEP_RESULTS
 
 
 @dataclass(frozen=True)
@@ -86,20 +93,29 @@ class SweepPlan:
         return len(self.configs) - len(self.todo)
 
 
-def plan_sweep(spec: SweepSpec, out: str | Path = DEFAULT_OUT) -> SweepPlan:
-    """Validate the grid and read ``out`` to find the finished runs (resume)."""
-    configs = expand_grid(spec)
-    out = Path(out)
-    if out.exists() and not out.is_file():
-        raise ValueError(f"--out must be a file, got the directory {out}")
-    done = finished_run_ids(read_rows(out))
+def _unfinished(configs: list[RunConfig], rows: list[dict]) -> list[RunConfig]:
+    done = finished_run_ids(rows)
     seen: set[str] = set()
     todo = []
     for c in configs:
         if c.run_id not in done and c.run_id not in seen:
             seen.add(c.run_id)
             todo.append(c)
-    return SweepPlan(configs=configs, todo=todo, out=out)
+    return todo
+
+
+def plan_sweep(spec: SweepSpec, out: str | Path = DEFAULT_OUT) -> SweepPlan:
+    """Validate the grid and ``out``, and read ``out`` to find the finished runs (resume).
+
+    ValueError (one line) for a bad grid or an output path headlab may not append results to;
+    both before anything trains.
+    """
+    configs = expand_grid(spec)
+    out = Path(out)
+    check_results_output(out)
+    content = read_results(out)
+    warn_about(out, content)
+    return SweepPlan(configs=configs, todo=_unfinished(configs, content.rows), out=out)
 
 
 def run_sweep(
@@ -116,11 +132,13 @@ def run_sweep(
     A generator: iterate it to drive the sweep. Interrupting it (Ctrl-C) loses only the runs in
     flight; the file holds whole lines of every finished run.
     """
-    writer = ResultsWriter(plan.out)
-    for result in execute(
-        plan.todo, executor=executor, workers=workers, address=address, on_eval=on_eval
-    ):
-        writer.append(result.rows())
-        if on_result is not None:
-            on_result(result)
-        yield result
+    with ResultsWriter(plan.out) as writer:  # locked: another sweep into it is refused
+        # Read again under the lock: runs that finished since planning are not run twice.
+        todo = _unfinished(plan.todo, writer.read().rows)
+        for result in execute(
+            todo, executor=executor, workers=workers, address=address, on_eval=on_eval
+        ):
+            writer.append(result.rows())
+            if on_result is not None:
+                on_result(result)
+            yield result

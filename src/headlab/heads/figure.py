@@ -6,9 +6,10 @@ from pathlib import Path
 
 from headlab.files import save_figure
 from headlab.heads.statistics import METRICS, HeadStatistics
+from headlab.output_policy import Kind
 
 
-def write_grid_figure(stats: HeadStatistics, path: str | Path) -> Path:
+def write_grid_figure(stats: HeadStatistics, path: str | Path, *, force: bool = False) -> Path:
     """One heat map per metric (rows = layers, columns = heads), saved atomically to ``path``."""
     import matplotlib
 
@@ -30,4 +31,4 @@ def write_grid_figure(stats: HeadStatistics, path: str | Path) -> Path:
         fig.colorbar(image, ax=ax, fraction=0.046)
     fig.suptitle(f"{stats.model}: attention statistics per head ({stats.n_texts} texts)")
     fig.tight_layout()
-    return save_figure(fig, path, dpi=100)
+    return save_figure(fig, path, Kind.png("model-heads"), force=force, dpi=100)

@@ -1,27 +1,38 @@
-"""Writing results files atomically (temp file in the same folder, then os.replace)."""
+"""Writing results documents (JSON) under the output policy, atomically."""
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
-from headlab.files import atomic_write_text
+from headlab.files import write_output
+from headlab.locations import RESULTS_DIR
+from headlab.output_policy import Kind
 
-RESULTS_DIR = Path("headlab-results")
+__all__ = ["RESULTS_DIR", "write_json"]
 
 
-def write_json(path: str | Path, document: dict) -> Path:
-    """Write ``document`` as JSON to ``path`` atomically; create the parent folders.
+def write_json(path: str | Path, document: dict, kind: str, *, force: bool = False) -> dict:
+    """Write ``document`` as JSON to ``path``, tagged ``{"headlab": kind, ...}``; return that.
 
-    Refuses (FileExistsError) to replace an existing file that is not a headlab results
-    document (a JSON object with a "model" key), so that a user's file is never overwritten.
+    Replaces only a missing path, an empty file, or a headlab results file of the same ``kind``
+    (OutputRefused otherwise, unless ``force``). NaN or infinity in ``document`` is a ValueError
+    naming the field: JSON has no NaN, and a number that is not finite is a failed measurement.
     """
-    path = Path(path)
-    if path.exists():
-        try:
-            old = json.loads(path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError, IsADirectoryError):
-            old = None
-        if not (isinstance(old, dict) and "model" in old):
-            raise FileExistsError(f"{path} exists and is not a headlab results file; not replacing")
-    return atomic_write_text(path, json.dumps(document, indent=1) + "\n")
+    _check_finite(document, kind)
+    tagged = {"headlab": kind, **document}
+    text = json.dumps(tagged, indent=1, allow_nan=False) + "\n"
+    write_output(path, text.encode("utf-8"), Kind.json(kind), force=force)
+    return tagged
+
+
+def _check_finite(value: object, where: str) -> None:
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{where}: expected a finite number, got {value} (not written)")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _check_finite(item, f"{where}.{key}")
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            _check_finite(item, f"{where}[{index}]")

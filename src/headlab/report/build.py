@@ -1,16 +1,13 @@
 """Build the report: collect the sections, render one self-contained HTML page, move it into place.
 
 The page is built in a temporary directory next to the target and renamed into place, so a
-reader never sees half a report. A target directory that exists and was not written by headlab
-(no ``.headlab-report`` marker inside) is never replaced without ``force``.
+reader never sees half a report. Where a report may go is ``headlab.report.target``'s rule.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import tempfile
 from importlib import resources
 from pathlib import Path
 
@@ -19,7 +16,16 @@ from markupsafe import Markup
 
 from headlab import __version__
 from headlab.files import atomic_write_bytes
+from headlab.output_policy import OutputRefused
 from headlab.report.sections import Collected, ReportOptions, collect
+from headlab.report.target import (
+    FolderKind,
+    check_folder,
+    inside,
+    new_folder,
+    swap_into_place,
+    write_marker,
+)
 
 MARKER = ".headlab-report"
 FIGURES_MARKER = ".headlab-figures"
@@ -72,45 +78,21 @@ def render(collected: Collected) -> str:
     )
 
 
-def _check_target(path: Path, marker: str, force: bool, what: str) -> None:
-    if not path.exists():
-        return
-    if not path.is_dir():
-        if force:
-            return
-        raise FileExistsError(f"{path} exists and is not a directory; pass --force to replace it")
-    if any(path.iterdir()) and not (path / marker).is_file() and not force:
-        raise FileExistsError(
-            f"{path} exists and is not a headlab {what} (no {marker} inside); "
-            "choose another directory or pass --force to replace it"
-        )
+REPORT = FolderKind(MARKER, "report", "--out")
+FIGURES = FolderKind(FIGURES_MARKER, "figures folder", "--png")
 
 
-def _swap_into_place(tmp: Path, target: Path) -> None:
-    """Rename ``tmp`` to ``target``; an old ``target`` is moved aside first, then deleted."""
-    if not target.exists():
-        os.replace(tmp, target)
-        return
-    old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old.", dir=target.parent))
-    aside = old / "previous"
-    os.replace(target, aside)
+def _build_folder(files: dict[str, bytes], target: Path, kind: FolderKind) -> Path:
+    """A temporary folder beside ``target`` holding ``files`` and the marker listing them."""
+    tmp = new_folder(target)
     try:
-        os.replace(tmp, target)
-    except OSError:
-        os.replace(aside, target)  # put the old report back
+        for name, data in files.items():
+            atomic_write_bytes(tmp / name, data)
+        write_marker(tmp, kind, f"headlab {__version__} {kind.what}")
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
         raise
-    finally:
-        shutil.rmtree(old, ignore_errors=True)
-
-
-def _write_pngs(pngs: dict[str, bytes], directory: Path, force: bool) -> None:
-    """Write each figure atomically into ``directory`` (created; marked as ours)."""
-    _check_target(directory, FIGURES_MARKER, force, "figures directory")
-    if directory.exists() and not directory.is_dir():
-        directory.unlink()
-    directory.mkdir(parents=True, exist_ok=True)
-    for name, png in {**pngs, FIGURES_MARKER: b"headlab figures\n"}.items():
-        atomic_write_bytes(directory / name, png)
+    return tmp
 
 
 def build_report(
@@ -123,30 +105,27 @@ def build_report(
     """Build the report into ``out``; return the path of ``out/index.html``.
 
     png: also write every figure as a PNG into this directory.
-    Raises FileExistsError when ``out`` (or ``png``) exists and is not ours, unless ``force``;
-    ValueError for an empty text or a results file that breaks its schema.
+    Raises OutputRefused (a ValueError) before any work when ``out`` or ``png`` may not be
+    written (see ``headlab.report.target``); ValueError for an empty text or a results file
+    that breaks its schema.
     """
-    out = Path(out)
     options = options or ReportOptions()
-    _check_target(out, MARKER, force, "report")
-    if png is not None:
-        _check_target(Path(png), FIGURES_MARKER, force, "figures directory")
+    inputs = (Path(options.results),)
+    target = check_folder(out, REPORT, inputs=inputs, force=force)
+    figures = None if png is None else check_folder(png, FIGURES, inputs=inputs, force=force)
+    if figures is not None and (inside(figures, target) or inside(target, figures)):
+        raise OutputRefused(f"--png {png} and --out {out} must be separate folders")
     collected = collect(options, want_png=png is not None)
     html = render(collected)
 
-    parent = out.absolute().parent
-    parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp.", dir=parent))
+    report = _build_folder({"index.html": html.encode("utf-8")}, target, REPORT)
+    pictures = None if figures is None else _build_folder(collected.pngs, figures, FIGURES)
     try:
-        (tmp / "index.html").write_text(html, encoding="utf-8")
-        (tmp / MARKER).write_text(f"headlab {__version__} report\n", encoding="utf-8")
-        os.chmod(tmp, 0o755)  # mkdtemp makes 0700; a report is meant to be shared
-        if out.exists() and not out.is_dir():
-            out.unlink()  # only reached with force (checked above)
-        _swap_into_place(tmp, out.absolute())
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    if png is not None:
-        _write_pngs(collected.pngs, Path(png), force)
-    return out / "index.html"
+        swap_into_place(report, target, REPORT, inputs=inputs, force=force)
+        if pictures is not None:
+            swap_into_place(pictures, figures, FIGURES, inputs=inputs, force=force)
+    finally:
+        for leftover in (report, pictures):
+            if leftover is not None:
+                shutil.rmtree(leftover, ignore_errors=True)
+    return Path(out) / "index.html"

@@ -6,12 +6,12 @@ Every function takes the plain data the page uses and returns a Figure.
 
 from __future__ import annotations
 
-import io
 from collections import defaultdict
 
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+
+from headlab.files import figure_png
 
 INK = "#1f2933"
 GRID = "#d9dee5"
@@ -19,11 +19,8 @@ COLOURS = ["#3b6fd8", "#e4572e", "#17a398", "#f3a712", "#8c5ed1", "#6b7a8f"]
 
 
 def png_bytes(fig: Figure, dpi: int = 110) -> bytes:
-    """Render ``fig`` to PNG bytes."""
-    FigureCanvasAgg(fig)
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight", facecolor="white")
-    return buffer.getvalue()
+    """Render ``fig`` to PNG bytes (text drawn verbatim, tagged as a report figure)."""
+    return figure_png(fig, "report-figure", dpi=dpi, bbox_inches="tight", facecolor="white")
 
 
 def _style(ax) -> None:

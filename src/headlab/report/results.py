@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from headlab.experiments.results import read_rows
+from headlab.experiments.results import final_rows, read_rows
 
 # file name -> the command that produces it (shown instead of an empty section)
 PRODUCERS = {
@@ -89,19 +89,13 @@ def read_model_prune(directory: Path) -> dict | None:
 
 
 def read_sweep(directory: Path) -> list[dict] | None:
-    """sweep.jsonl -> the final record of each run: [{run_id, config, accuracy, ...}, ...].
+    """sweep.jsonl -> the final row of each run: [{run_id, config, accuracy, ...}, ...].
 
-    Read with the sweep's own reader, so a torn last line (an interrupted sweep) is skipped with
-    its warning, as ``headlab sweep`` does on resume. A run's final record is the one with
-    ``final: true``; runs without one (still running, interrupted) are left out.
+    Read with the sweep's own reader and schema: a torn last line (an interrupted sweep) and lines
+    that are not results rows are skipped with its warnings. Runs without a final row (still
+    running, interrupted) are left out.
     """
     path = directory / "sweep.jsonl"
     if not path.is_file():
         return None
-    finals: dict[str, dict] = {}
-    for record in read_rows(path):
-        _require(path, record, ("run_id", "config", "accuracy", "final"))
-        _require(path, record["config"], ("task", "num_heads"))
-        if record["final"]:
-            finals[str(record["run_id"])] = record
-    return list(finals.values())
+    return final_rows(read_rows(path))

@@ -1,0 +1,141 @@
+"""Where headlab may write: one policy for every file and folder it writes.
+
+headlab writes only to a path that does not exist, or to a regular file (or folder) that headlab
+wrote itself and that holds the same kind of output. It never writes to a device, a FIFO, a
+socket, through a symbolic link, or over a directory; it never replaces a user's file unless the
+caller passes ``force`` (the CLI's ``--force``). Every refusal is an ``OutputRefused`` (a
+ValueError, so the CLI prints one line and exits 2) that names the path and the reason.
+
+The check runs twice: before any long work starts (``check_output``), and again at the moment of
+writing (the writers in ``headlab.files`` call it), so a file that appeared in between is safe.
+
+How a file is recognised as headlab's own, by kind:
+- ``Kind.json(name)``: a JSON object whose ``"headlab"`` key equals ``name``;
+- ``Kind.png(name)``: a PNG whose ``headlab`` text chunk equals ``name``;
+- ``Kind.jsonl(name)``: a results file (see ``headlab.experiments.results``), appended to;
+- folders: a marker file inside (``headlab.report.build``).
+An empty regular file holds nothing to lose and counts as new.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+class OutputRefused(ValueError):
+    """headlab will not write to this path (the message says why and what to do)."""
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A kind of output: its name and how to tell an existing file of that kind."""
+
+    name: str
+    description: str
+    is_ours: Callable[[Path, str], bool]
+
+    @staticmethod
+    def json(name: str) -> Kind:
+        return Kind(name, f"headlab {name} results (JSON)", _is_our_json)
+
+    @staticmethod
+    def png(name: str) -> Kind:
+        return Kind(name, f"headlab {name} figure (PNG)", _is_our_png)
+
+    def recognises(self, path: Path) -> bool:
+        try:
+            return self.is_ours(path, self.name)
+        except (OSError, ValueError):
+            return False
+
+
+def _is_our_json(path: Path, name: str) -> bool:
+    with path.open("rb") as handle:
+        data = handle.read(64 * 2**20 + 1)  # a results document is far smaller than 64 MiB
+    if len(data) > 64 * 2**20:
+        return False
+    document = json.loads(data.decode("utf-8"))
+    return isinstance(document, dict) and document.get("headlab") == name
+
+
+def png_text_chunks(data: bytes) -> dict[str, str]:
+    """The tEXt chunks of a PNG (keyword -> text); {} when ``data`` is not a PNG."""
+    if not data.startswith(PNG_SIGNATURE):
+        return {}
+    chunks, at = {}, len(PNG_SIGNATURE)
+    while at + 8 <= len(data):
+        length = int.from_bytes(data[at : at + 4], "big")
+        chunk_type, body = data[at + 4 : at + 8], data[at + 8 : at + 8 + length]
+        if chunk_type == b"tEXt" and b"\0" in body:
+            keyword, _, text = body.partition(b"\0")
+            chunks[keyword.decode("latin-1")] = text.decode("latin-1")
+        if chunk_type in (b"IDAT", b"IEND"):
+            break  # matplotlib writes its text chunks before the image data
+        at += 12 + length
+    return chunks
+
+
+def _is_our_png(path: Path, name: str) -> bool:
+    with path.open("rb") as handle:
+        head = handle.read(2**16)
+    return png_text_chunks(head).get("headlab") == name
+
+
+def _file_type(mode: int) -> str:
+    for test, what in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return what
+    return "not a regular file"
+
+
+def check_parent(path: Path, option: str = "--out") -> None:
+    """The nearest existing ancestor of ``path`` must be a writable directory."""
+    parent = path.absolute().parent
+    while not parent.exists() and not parent.is_symlink():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise OutputRefused(f"{option} {path}: {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise OutputRefused(f"{option} {path}: the folder {parent} is not writable")
+
+
+def check_output(
+    path: str | Path, kind: Kind, *, force: bool = False, option: str = "--out"
+) -> Path:
+    """Return ``path`` if headlab may write ``kind`` there; otherwise raise OutputRefused.
+
+    force: also replace a regular file that is not headlab's ``kind`` (never a device, FIFO,
+    directory or a symbolic link's target).
+    """
+    path = Path(path)
+    check_parent(path, option)
+    try:
+        info = path.lstat()
+    except FileNotFoundError:
+        return path
+    if stat.S_ISLNK(info.st_mode):
+        raise OutputRefused(
+            f"{option} {path} is a symbolic link; headlab does not write through links "
+            "(give the real path)"
+        )
+    if not stat.S_ISREG(info.st_mode):
+        raise OutputRefused(f"{option} {path} is {_file_type(info.st_mode)}; expected a file path")
+    if info.st_size == 0 or force or kind.recognises(path):
+        return path
+    raise OutputRefused(
+        f"{option} {path} exists and is not {kind.description}; not replacing it "
+        "(choose a new path, or pass --force to replace it)"
+    )
