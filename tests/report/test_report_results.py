@@ -54,10 +54,9 @@ def test_broken_files_name_the_file(results_dir: Path) -> None:
 
 
 def test_a_torn_last_sweep_line_is_skipped_with_the_sweeps_warning(tmp_path: Path) -> None:
+    from headlab.experiments.config import make_config
     from headlab.experiments.results import TornLineWarning
     from headlab.report.results import read_sweep
-
-    from headlab.experiments.config import make_config
 
     config = make_config("multi-lookup", 4, d_model=8)
     row = {

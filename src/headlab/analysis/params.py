@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 from torch import nn
 
 from headlab.attention.module import MultiHeadAttention
+from headlab.limits import check_int
 
 
 def parameter_count(module: nn.Module) -> int:
@@ -45,6 +46,11 @@ def parameter_table(
     ``kv_heads`` None means full multi-head (G = H); else every G that divides H is listed
     (1 is MQA). Raises ValueError when d_model is not divisible by a head count.
     """
+    check_int("d_model", d_model)
+    if not heads:
+        raise ValueError("heads must list at least one head count, got none")
+    for h in [*heads, *(kv_heads or [])]:
+        check_int("a head count", h, high=d_model)
     rows = []
     for h in heads:
         full = parameter_count(MultiHeadAttention(d_model, h, bias=bias, device="meta"))

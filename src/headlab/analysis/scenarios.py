@@ -15,6 +15,7 @@ from torch import Tensor
 from headlab.analysis.compare import Comparison, compare
 from headlab.analysis.explain import explain
 from headlab.attention.module import MultiHeadAttention
+from headlab.limits import check_fits, check_int, check_seed
 
 INITS = ("rand", "normal", "xavier", "ones")
 
@@ -45,8 +46,8 @@ class CompareSetup:
         if self.init not in INITS:
             raise ValueError(f"init must be one of {', '.join(INITS)}, got {self.init!r}")
         for name in ("d_model", "heads", "vs_heads", "seq_len", "batch"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+            check_int(f"--{name.replace('_', '-')}", getattr(self, name))
+        check_seed("--seed", self.seed)
         for name in ("heads", "vs_heads"):
             if self.d_model % getattr(self, name):
                 raise ValueError(
@@ -57,10 +58,25 @@ class CompareSetup:
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
 
+    def memory_estimate(self) -> int:
+        """Bytes at the peak of ``run_setup``: per side a trace of scores and weights (float32),
+        the backward's copies of them, the findings' (batch, q_pos, k_pos) checks, the weights."""
+        t, b, e = self.seq_len, self.batch, self.d_model
+        attention = 4 * b * (self.heads + self.vs_heads) * t * t * 4
+        return attention + 2 * 4 * e * e * 4 * 3 + 16 * b * t * e * 4
+
 
 def build(setup: CompareSetup) -> tuple[MultiHeadAttention, MultiHeadAttention, Tensor]:
     """(module with ``heads``, the same parameters viewed with ``vs_heads``, input
-    (batch, seq_len, d_model)), all float32, batch first, deterministic in ``seed``."""
+    (batch, seq_len, d_model)), all float32, batch first, deterministic in ``seed``.
+
+    ValueError before anything is allocated when the set-up's estimate does not fit in memory.
+    """
+    check_fits(
+        f"--seq-len {setup.seq_len} with --batch {setup.batch} and --d-model {setup.d_model}",
+        setup.memory_estimate(),
+        "lower --seq-len or --batch",
+    )
     e = setup.d_model
     gen = torch.Generator().manual_seed(setup.seed)
     bias = setup.output_projection

@@ -35,10 +35,30 @@ def _os_error(error: OSError) -> str:
     return f"{where}{error.strerror or error}"
 
 
+def _check_arguments(argv: list[str]) -> None:
+    """Arguments that are not valid UTF-8 (Python keeps their bytes as surrogates): one line
+    naming the option they belong to, instead of an encoding error deep inside a command."""
+    for i, arg in enumerate(argv):
+        if any("\udc80" <= ch <= "\udcff" for ch in arg):
+            owner = argv[i - 1] if i and argv[i - 1].startswith("-") else f"argument {i + 1}"
+            if arg.startswith("-"):
+                owner = arg.split("=", 1)[0]
+            _fail(f"{owner}: expected UTF-8 text, got undecodable bytes")
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI (see the module docstring for exit codes)."""
     signal.signal(signal.SIGTERM, _interrupt)
-    warnings.showwarning = _show_warning
+    _check_arguments(sys.argv[1:] if argv is None else argv)
+    with warnings.catch_warnings():
+        from headlab.notices import HeadlabWarning
+
+        warnings.filterwarnings("always", category=HeadlabWarning)
+        warnings.showwarning = _show_warning
+        _run(argv)
+
+
+def _run(argv: list[str] | None) -> None:
     try:
         from headlab.cli.app import app
 

@@ -23,7 +23,9 @@ app.add_typer(model_app, name="model")
 MODEL_DIR = typer.Option(None, "--model-dir", help="BERT model directory (default: packaged).")
 CORPUS = typer.Option(None, "--corpus", help="Text file, one text per line (default: stdlib).")
 N_TEXTS = typer.Option(300, "--n-texts", help="Number of texts to use.")
-MAX_LENGTH = typer.Option(128, "--max-length", help="Tokens kept per text.")
+MAX_LENGTH = typer.Option(
+    None, "--max-length", help="Tokens kept per text [default: 128, or the model's positions]."
+)
 AS_JSON = typer.Option(False, "--json", help="Print the results document as JSON.")
 
 
@@ -48,15 +50,24 @@ def _claim(analysis: str, out: Path, force: bool, figure: Path | None = None) ->
         check_output(figure, Kind.png(f"model-{analysis}"), force=force, option="--figure")
 
 
-def _load(model_dir: Path | None, corpus: Path | None, n_texts: int):
+def _load(model_dir: Path | None, corpus: Path | None, n_texts: int, max_length: int | None):
+    """(encoder, texts, max_length): all inputs checked before any analysis runs."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from headlab.limits import check_int
     from headlab.models import default_corpus, load_encoder, read_corpus
 
     if n_texts <= 0:
         raise ValueError(f"--n-texts must be positive, got {n_texts}")
+    check_int("--n-texts", n_texts, high=10**6)
+    if max_length is not None:
+        check_int("--max-length", max_length, low=2)
     encoder = load_encoder(model_dir)
+    positions = encoder.model.config.max_position_embeddings
+    if max_length is None:
+        max_length = min(128, positions)
+    check_int("--max-length", max_length, low=2, high=positions)
     texts = default_corpus(n_texts) if corpus is None else read_corpus(corpus, n_texts)
-    return encoder, texts
+    return encoder, texts, max_length
 
 
 def _emit(
@@ -87,7 +98,7 @@ def heads(
     model_dir: Path | None = MODEL_DIR,
     corpus: Path | None = CORPUS,
     n_texts: int = N_TEXTS,
-    max_length: int = MAX_LENGTH,
+    max_length: int | None = MAX_LENGTH,
     metric: str = typer.Option("entropy", "--metric", help="Metric shown in the table."),
     figure: Path | None = FIGURE,
     out: Path = OUT_HEADS,
@@ -101,7 +112,7 @@ def heads(
     if metric not in METRICS:
         raise ValueError(f"--metric must be one of {', '.join(METRICS)}, got {metric!r}")
     _claim("heads", out, force, figure)
-    encoder, texts = _load(model_dir, corpus, n_texts)
+    encoder, texts, max_length = _load(model_dir, corpus, n_texts, max_length)
     result = head_statistics(encoder, texts, max_length=max_length)
     if figure is not None:
         from headlab.heads.figure import write_grid_figure
@@ -116,7 +127,7 @@ def collapse(
     model_dir: Path | None = MODEL_DIR,
     corpus: Path | None = CORPUS,
     n_texts: int = N_TEXTS,
-    max_length: int = MAX_LENGTH,
+    max_length: int | None = MAX_LENGTH,
     out: Path = OUT_COLLAPSE,
     as_json: bool = AS_JSON,
     force: bool = FORCE,
@@ -125,7 +136,7 @@ def collapse(
     from headlab.heads import collapse_heads
 
     _claim("collapse", out, force)
-    encoder, texts = _load(model_dir, corpus, n_texts)
+    encoder, texts, max_length = _load(model_dir, corpus, n_texts, max_length)
     counts = tuple(h for h in (1, 2, 3, 4, 6, 12, encoder.num_heads) if encoder.d_model % h == 0)
     result = collapse_heads(encoder, texts, tuple(sorted(set(counts))), max_length=max_length)
     table = Table(title=f"Collapse, {result.model}, {result.n_texts} texts")
@@ -142,7 +153,7 @@ def importance(
     model_dir: Path | None = MODEL_DIR,
     corpus: Path | None = CORPUS,
     n_texts: int = N_TEXTS,
-    max_length: int = MAX_LENGTH,
+    max_length: int | None = MAX_LENGTH,
     temperature: float = typer.Option(0.05, "--temperature", help="InfoNCE temperature."),
     out: Path = OUT_IMPORTANCE,
     as_json: bool = AS_JSON,
@@ -150,11 +161,11 @@ def importance(
 ) -> None:
     """Michel et al. head importance E|dL/d xi_h| (contrastive halves objective)."""
     from headlab.heads import head_importance
+    from headlab.limits import check_finite
 
-    if temperature <= 0:
-        raise ValueError(f"--temperature must be positive, got {temperature}")
+    check_finite("--temperature", temperature, positive=True)
     _claim("importance", out, force)
-    encoder, texts = _load(model_dir, corpus, n_texts)
+    encoder, texts, max_length = _load(model_dir, corpus, n_texts, max_length)
     result = head_importance(encoder, texts, temperature=temperature, max_length=max_length)
     title = f"Importance (normalised per layer), {result.model}, {result.n_texts} texts"
     _emit("importance", result.to_dict(), out, force, as_json, _grid(title, result.importance))
@@ -165,7 +176,7 @@ def prune(
     model_dir: Path | None = MODEL_DIR,
     corpus: Path | None = CORPUS,
     n_texts: int = N_TEXTS,
-    max_length: int = MAX_LENGTH,
+    max_length: int | None = MAX_LENGTH,
     seed: int = typer.Option(0, "--seed", help="Seed of the random pruning order."),
     out: Path = OUT_PRUNE,
     as_json: bool = AS_JSON,
@@ -175,7 +186,7 @@ def prune(
     from headlab.heads import head_importance, prune_curve
 
     _claim("prune", out, force)
-    encoder, texts = _load(model_dir, corpus, n_texts)
+    encoder, texts, max_length = _load(model_dir, corpus, n_texts, max_length)
     ranking = head_importance(encoder, texts, max_length=max_length).ranking()
     result = prune_curve(encoder, texts, ranking, seed=seed, max_length=max_length)
     table = Table(title=f"Pruning, {result.model}, {result.n_texts} texts")

@@ -20,7 +20,7 @@ from rich.table import Table
 
 from headlab.cli.app import app
 from headlab.cli.parsing import int_list
-from headlab.experiments.executors import capped_workers
+from headlab.experiments.executors import capped_workers, check_reachable
 from headlab.experiments.results import read_rows
 from headlab.experiments.summary import SummaryRow, plot_sweep, summarize
 from headlab.experiments.sweep import DEFAULT_OUT, SweepPlan, SweepSpec, plan_sweep, run_sweep
@@ -127,6 +127,8 @@ def sweep(
         kv_heads=tuple(int_list(kv_heads, "--kv-heads") or ()) or None,
         head_dim=head_dim or None,
     )
+    if executor == "ray" and address:
+        check_reachable(address)  # Ray itself would retry an unreachable address for minutes
     plan = plan_sweep(spec, out)  # every config and --out validated before any training
     workers = capped_workers(workers, len(plan.todo))
     print(

@@ -22,6 +22,7 @@ import warnings
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 
+from headlab.notices import HeadlabWarning
 from headlab.output_policy import OutputRefused, check_parent
 
 try:  # POSIX; elsewhere concurrent sweeps into one file are not detected
@@ -33,11 +34,11 @@ except ImportError:  # pragma: no cover
 ROW_START = '{"run_id":'
 
 
-class TornLineWarning(UserWarning):
+class TornLineWarning(HeadlabWarning):
     """The results file ends in an incomplete line (an interrupted write); it was ignored."""
 
 
-class SkippedLinesWarning(UserWarning):
+class SkippedLinesWarning(HeadlabWarning):
     """Lines of a results file that are not results rows were skipped (numbers and reasons)."""
 
 
@@ -191,6 +192,22 @@ def check_results_output(path: str | Path) -> Path:
         raise OutputRefused(f"--out {path} is not a regular file; expected a results file (JSONL)")
     check_parent(path)
     return path
+
+
+def check_not_locked(path: str | Path) -> None:
+    """ValueError now, before any work, when another sweep holds the lock on ``path``."""
+    path = Path(path)
+    if fcntl is None or not path.is_file():
+        return
+    with path.open("rb") as handle:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ValueError(
+                f"another headlab sweep is writing {path}; wait for it to finish, "
+                "or choose another --out"
+            ) from None
+        fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
 class ResultsWriter:

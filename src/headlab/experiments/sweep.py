@@ -15,6 +15,7 @@ from headlab.experiments.config import RunConfig, make_config
 from headlab.experiments.executors import OnEval, execute
 from headlab.experiments.results import (
     ResultsWriter,
+    check_not_locked,
     check_results_output,
     finished_run_ids,
     read_results,
@@ -22,9 +23,12 @@ from headlab.experiments.results import (
 )
 from headlab.experiments.tasks import get_task
 from headlab.experiments.train import RunResult
+from headlab.limits import check_int
 from headlab.locations import SWEEP_RESULTS
+from headlab.output_policy import OutputRefused
 
 DEFAULT_OUT = SWEEP_RESULTS
+MAX_RUNS = 10_000  # a grid larger than this is a typo (each run trains for seconds to minutes)
 
 
 @dataclass(frozen=True)
@@ -51,8 +55,13 @@ def expand_grid(spec: SweepSpec) -> list[RunConfig]:
     get_task(spec.task)
     if not spec.heads:
         raise ValueError("--heads must list at least one head count, got none")
-    if spec.seeds < 1:
-        raise ValueError(f"--seeds must be >= 1, got {spec.seeds}")
+    check_int("--seeds", spec.seeds, high=MAX_RUNS)
+    check_int("--steps", spec.steps, high=10**7)
+    check_int("--d-model", spec.d_model, high=2**14)
+    check_int("--layers", spec.layers, high=256)
+    runs = len(spec.heads) * len(spec.kv_heads or (None,)) * spec.seeds
+    if runs > MAX_RUNS:
+        raise ValueError(f"a sweep holds at most {MAX_RUNS} runs, got {runs}")
     configs = []
     for h in spec.heads:
         for g in spec.kv_heads or (None,):
@@ -113,7 +122,13 @@ def plan_sweep(spec: SweepSpec, out: str | Path = DEFAULT_OUT) -> SweepPlan:
     configs = expand_grid(spec)
     out = Path(out)
     check_results_output(out)
+    check_not_locked(out)
     content = read_results(out)
+    if content.skipped and not content.rows:
+        raise OutputRefused(
+            f"--out {out} holds no results rows; not appending to a file headlab did not write "
+            "(choose another --out)"
+        )
     warn_about(out, content)
     return SweepPlan(configs=configs, todo=_unfinished(configs, content.rows), out=out)
 

@@ -12,6 +12,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from headlab.limits import check_finite, check_fits, check_int
+
 REQUIRED_FILES = ("config.json", "model.safetensors", "tokenizer.json")
 ACTIVATIONS = ("gelu", "gelu_new", "relu")
 POOLING_MODES = ("mean", "cls", "max")
@@ -50,13 +52,17 @@ class PoolingConfig:
     max_seq_length: int = 512
 
 
-def _read_json(path: Path) -> dict:
+def _read_json(path: Path, expected: type = dict) -> dict | list:
+    """The JSON document at ``path``, which must be a ``expected`` (dict or list)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: expected UTF-8 JSON, got undecodable bytes") from None
     except json.JSONDecodeError as error:
         raise ValueError(f"{path}: not valid JSON ({error})") from None
-    if not isinstance(data, dict | list):
-        raise ValueError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    if not isinstance(data, expected):
+        name = "a JSON object" if expected is dict else "a JSON list"
+        raise ValueError(f"{path}: expected {name}, got {type(data).__name__}")
     return data
 
 
@@ -78,8 +84,16 @@ def _field(data: dict, path: Path, name: str, kind: type, default: object = None
         ok = isinstance(value, int | float) and not isinstance(value, bool)
     if not ok:
         raise ValueError(f"{path}: {name!r} must be {kind.__name__}, got {value!r}")
-    if kind is int and value <= 0 and name != "pad_token_id":
-        raise ValueError(f"{path}: {name!r} must be positive, got {value}")
+    if kind is int:
+        try:
+            check_int(name, value, low=0 if name == "pad_token_id" else 1)
+        except ValueError as error:
+            raise ValueError(f"{path}: {error}") from None
+    if kind is float:
+        try:
+            check_finite(name, value, positive=True)
+        except ValueError as error:
+            raise ValueError(f"{path}: {error}") from None
     return value
 
 
@@ -91,8 +105,6 @@ def read_bert_config(path: Path) -> BertConfig:
     or position embedding type.
     """
     data = _read_json(path)
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a JSON object, got a list")
     model_type = data.get("model_type")
     if model_type != "bert":
         raise ValueError(
@@ -120,11 +132,25 @@ def read_bert_config(path: Path) -> BertConfig:
             f"{path}: hidden_size={config.hidden_size} is not divisible by "
             f"num_attention_heads={config.num_attention_heads}"
         )
+    if config.pad_token_id >= config.vocab_size:
+        raise ValueError(
+            f"{path}: pad_token_id must be below vocab_size={config.vocab_size}, "
+            f"got {config.pad_token_id}"
+        )
+    check_fits(f"{path}: a BERT of these sizes", 4 * bert_parameters(config))
     if config.hidden_act not in ACTIVATIONS:
         raise ValueError(
             f"{path}: hidden_act must be one of {ACTIVATIONS}, got {config.hidden_act!r}"
         )
     return config
+
+
+def bert_parameters(config: BertConfig) -> int:
+    """The parameter count of a BERT of ``config``'s sizes (embeddings, layers; no pooler)."""
+    h, i = config.hidden_size, config.intermediate_size
+    embeddings = (config.vocab_size + config.max_position_embeddings + config.type_vocab_size) * h
+    layer = 4 * (h * h + h) + 2 * h * i + i + h + 4 * h
+    return embeddings + 2 * h + config.num_hidden_layers * layer
 
 
 def read_pooling_config(model_dir: Path, max_positions: int) -> PoolingConfig:
@@ -133,9 +159,7 @@ def read_pooling_config(model_dir: Path, max_positions: int) -> PoolingConfig:
     mode, normalize, max_len = "mean", False, max_positions
     modules_path = model_dir / "modules.json"
     if modules_path.is_file():
-        modules = _read_json(modules_path)
-        if not isinstance(modules, list):
-            raise ValueError(f"{modules_path}: expected a JSON list of modules")
+        modules = _read_json(modules_path, list)
         types = [str(m.get("type", "")) for m in modules if isinstance(m, dict)]
         normalize = any(t.endswith("models.Normalize") for t in types)
     pooling_path = model_dir / "1_Pooling" / "config.json"
@@ -157,8 +181,12 @@ def read_pooling_config(model_dir: Path, max_positions: int) -> PoolingConfig:
     st_path = model_dir / "sentence_bert_config.json"
     if st_path.is_file():
         st = _read_json(st_path)
-        max_len = int(st.get("max_seq_length", max_len))
-        if not 2 <= max_len <= max_positions:
+        max_len = st.get("max_seq_length", max_len)
+        if (
+            not isinstance(max_len, int)
+            or isinstance(max_len, bool)
+            or not (2 <= max_len <= max_positions)
+        ):
             raise ValueError(
                 f"{st_path}: max_seq_length must be in [2, {max_positions}], got {max_len}"
             )

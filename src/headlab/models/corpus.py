@@ -73,13 +73,19 @@ def default_corpus(n_texts: int = DEFAULT_N_TEXTS) -> list[str]:
 def read_corpus(path: str | Path, n_texts: int | None = None) -> list[str]:
     """Non-empty lines of a UTF-8 text file, one text each; the first ``n_texts`` if given.
 
-    Raises FileNotFoundError for a missing file, ValueError when it has fewer than 2 texts.
+    Raises FileNotFoundError for a missing file, ValueError when it has fewer than 2 texts or
+    bytes that are not UTF-8 (naming the line).
     """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"corpus file {path} does not exist")
-    texts = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
-    texts = [t for t in texts if t]
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data[: error.start].count(b"\n") + 1
+        raise ValueError(f"{path}:{line}: expected UTF-8 text, got undecodable bytes") from None
+    texts = [t for t in (line.strip() for line in text.splitlines()) if t]
     if n_texts is not None:
         if n_texts <= 0:
             raise ValueError(f"n_texts must be positive, got {n_texts}")

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from headlab.attention import AttentionTrace
+from headlab.limits import check_int
 from headlab.models.config import PoolingConfig
 from headlab.models.encoder import BertEncoder, HeadMask
 from headlab.models.tokenizer import Batch, TextTokenizer
@@ -99,8 +100,12 @@ class Encoder:
         return self.with_model(self.model.with_layers(new))
 
     def tokenize(self, texts: list[str], max_length: int | None = None) -> Batch:
-        """Encode texts; ``max_length`` defaults to the model's max_seq_length."""
-        return self.tokenizer(texts, max_length or self.pooling.max_seq_length)
+        """Encode texts, truncated to ``max_length`` tokens (default: the model's max_seq_length)
+        and never more than the model's positions. ValueError when ``max_length`` < 2."""
+        if max_length is None:
+            return self.tokenizer(texts, self.pooling.max_seq_length)
+        check_int("max_length", max_length, low=2)
+        return self.tokenizer(texts, min(max_length, self.model.config.max_position_embeddings))
 
     def embed_batch(self, batch: Batch, head_mask: HeadMask = None) -> Tensor:
         """(batch, E) embeddings of a tokenised batch, with autograd (for gradients)."""

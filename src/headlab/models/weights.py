@@ -48,8 +48,8 @@ def expected_shapes(config: BertConfig) -> dict[str, tuple[int, ...]]:
 def read_bert_tensors(path: Path, config: BertConfig) -> dict[str, Tensor]:
     """The tensors of ``path`` that ``config`` needs, as float32, keyed without ``bert.``.
 
-    Raises ValueError naming ``path`` when the file is unreadable, a tensor is missing or a
-    shape disagrees with config.json.
+    Raises ValueError naming ``path`` when the file is unreadable, a tensor is missing, a
+    shape disagrees with config.json or a tensor holds NaN or infinity.
     """
     shapes = expected_shapes(config)
     try:
@@ -70,7 +70,14 @@ def read_bert_tensors(path: Path, config: BertConfig) -> dict[str, Tensor]:
                     raise ValueError(
                         f"{path}: tensor {key!r} has shape {got}, config.json says {shape}"
                     )
-                tensors[name] = file.get_tensor(key).to(torch.float32)
+                tensor = file.get_tensor(key).to(torch.float32)
+                if not torch.isfinite(tensor).all():
+                    bad = int((~torch.isfinite(tensor)).sum())
+                    raise ValueError(
+                        f"{path}: tensor {key!r} holds {bad} NaN or infinite values; "
+                        "expected finite weights"
+                    )
+                tensors[name] = tensor
     except (SafetensorError, OSError) as error:
         raise ValueError(f"{path}: not a readable safetensors file ({error})") from None
     return tensors

@@ -68,18 +68,21 @@ def heatmap_data(
     """Plain data for one heatmap explorer on the page.
 
     tokens: the q_pos = k_pos labels (self-attention). Each view's weights must be
-    (layer, head, len(tokens), len(tokens)); ValueError otherwise.
+    (layer, head, len(tokens), len(tokens)), or already binned to ``bin_edges(len(tokens),
+    max_bins)``: (layer, head, bins, bins); ValueError otherwise.
     """
     n = len(tokens)
     edges = bin_edges(n, max_bins)
+    bins = len(edges) - 1
     out_views = []
     for view in views:
-        w = np.asarray(view.weights, dtype=np.float64)
-        if w.ndim != 4 or w.shape[2:] != (n, n):
+        w = np.asarray(view.weights)
+        if w.ndim != 4 or w.shape[2:] not in ((n, n), (bins, bins)):
             raise ValueError(
-                f"view {view.name!r}: weights must be (layer, head, {n}, {n}), got {w.shape}"
+                f"view {view.name!r}: weights must be (layer, head, {n}, {n}) or binned "
+                f"(layer, head, {bins}, {bins}), got {w.shape}"
             )
-        binned = downsample(w, edges)
+        binned = w if w.shape[2:] == (bins, bins) else downsample(w.astype(np.float64), edges)
         out_views.append(
             {
                 "name": view.name,
@@ -130,22 +133,54 @@ def embed(tokens: list[str], d_model: int, seed: int) -> torch.Tensor:
     ).unsqueeze(0)
 
 
+def binned_weights(
+    module: MultiHeadAttention, x: torch.Tensor, edges: np.ndarray, rows: int = 256
+) -> np.ndarray:
+    """Self-attention weights of ``x`` (1, n, E) binned to ``edges``, (head, bins, bins) float64.
+
+    Computed bin by bin over the queries (about ``rows`` queries at a time), so that memory grows
+    with n x rows, never n x n: a 10k-word text needs megabytes, not gigabytes.
+    """
+    bins = len(edges) - 1
+    out = np.zeros((module.num_heads, bins, bins))
+    start_bin = 0
+    with torch.no_grad():
+        while start_bin < bins:
+            stop_bin = start_bin + 1
+            while stop_bin < bins and edges[stop_bin + 1] - edges[start_bin] <= rows:
+                stop_bin += 1
+            lo, hi = int(edges[start_bin]), int(edges[stop_bin])
+            weights = module.trace(x[:, lo:hi], x, x).weights[0]  # (head, hi - lo, n)
+            local = edges[start_bin : stop_bin + 1] - lo
+            summed = np.add.reduceat(weights.double().numpy(), edges[:-1], axis=-1)
+            summed = np.add.reduceat(summed, local[:-1], axis=-2)  # (head, bins here, bins)
+            out[:, start_bin:stop_bin] = summed / np.diff(local)[:, None]
+            start_bin = stop_bin
+    return out
+
+
 def synthetic_views(
-    tokens: list[str], *, d_model: int = 64, num_heads: int = 8, seed: int = 0
+    tokens: list[str],
+    *,
+    d_model: int = 64,
+    num_heads: int = 8,
+    seed: int = 0,
+    max_bins: int = MAX_BINS,
 ) -> list[HeatmapView]:
     """``tokens`` embedded by ``embed`` through ``seeded_layer`` and its one-head view.
 
-    Returns views "<h> heads" (1, h, n, n) and "1 head, same weights" (1, 1, n, n): the same
-    parameters (``with_num_heads(1)`` shares them) seen as h heads and as one.
+    Returns views "<h> heads" (1, h, bins, bins) and "1 head, same weights" (1, 1, bins, bins),
+    binned to ``bin_edges(len(tokens), max_bins)`` as they are computed: the same parameters
+    (``with_num_heads(1)`` shares them) seen as h heads and as one.
     """
     module = seeded_layer(d_model, num_heads, seed)
     x = embed(tokens, d_model, seed)
-    with torch.no_grad():
-        multi = module.trace(x).weights[0]  # (head, q_pos, k_pos)
-        single = module.with_num_heads(1).trace(x).weights[0]
+    edges = bin_edges(len(tokens), max_bins)
     return [
-        HeatmapView(f"{num_heads} heads", multi.unsqueeze(0).numpy()),
-        HeatmapView("1 head, same weights", single.unsqueeze(0).numpy()),
+        HeatmapView(f"{num_heads} heads", binned_weights(module, x, edges)[None]),
+        HeatmapView(
+            "1 head, same weights", binned_weights(module.with_num_heads(1), x, edges)[None]
+        ),
     ]
 
 

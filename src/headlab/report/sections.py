@@ -136,7 +136,7 @@ def collect(options: ReportOptions, *, want_png: bool = False) -> Collected:
     pngs: dict[str, bytes] = {}
     explorers: dict[str, dict] = {}
 
-    views = synthetic_views(tokens, seed=options.seed)
+    views = synthetic_views(tokens, seed=options.seed, max_bins=options.max_bins)
     explorers["text"] = heatmap_data(
         "Your text through one attention layer",
         tokens,

@@ -17,6 +17,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+from headlab.notices import HeadlabWarning
 from headlab.output_policy import OutputRefused, check_parent
 
 
@@ -27,7 +28,7 @@ class FolderKind:
     option: str  # the CLI option that names it
 
 
-class ReplacedUserFilesWarning(UserWarning):
+class ReplacedUserFilesWarning(HeadlabWarning):
     """--force deleted files that a user had added inside a headlab folder (named)."""
 
 

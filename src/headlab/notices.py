@@ -1,0 +1,8 @@
+"""The base class of headlab's warnings: what was skipped or replaced, said once, not raised.
+
+The CLI shows each as one line, ``headlab: warning: ...``; library users filter them as usual.
+"""
+
+
+class HeadlabWarning(UserWarning):
+    """Something headlab skipped or replaced on the way (the message names it)."""
