@@ -14,7 +14,7 @@ import queue as queue_module
 import signal
 import socket
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
@@ -47,6 +47,11 @@ def _drain(events: queue_module.Queue | None, on_eval: OnEval | None) -> None:
             on_eval(*events.get_nowait())
         except queue_module.Empty:
             return
+        except (EOFError, OSError):  # the process that carries progress events was killed
+            raise WorkerDied(
+                "the sweep's progress process died; every finished run is saved; run the same "
+                "command again to resume"
+            ) from None
 
 
 def _run_reporting(config: RunConfig, events: queue_module.Queue | None) -> RunResult:
@@ -91,12 +96,16 @@ def run_local(
     events = manager.Queue() if manager is not None else None
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
     pending: dict[Future, RunConfig] = {}
+    started: list = []
     try:
         with _children_ignore_sigint():  # the pool starts its processes on the first submits
             pending = {pool.submit(_run_reporting, c, events): c for c in configs}
+        started = list((getattr(pool, "_processes", None) or {}).values())
         while pending:
             done, _ = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
             _drain(events, on_eval)
+            if not done:
+                _check_alive(started, pending.values())
             for future in done:
                 config = pending.pop(future)
                 try:
@@ -111,13 +120,39 @@ def run_local(
                 yield result
     finally:
         if pending:
-            # Interrupted (Ctrl-C, or the consumer stopped early): the runs in flight are lost
-            # anyway, so stop their processes instead of waiting for them at exit.
-            for process in list((getattr(pool, "_processes", None) or {}).values()):
-                process.terminate()
+            # Interrupted (Ctrl-C, SIGTERM, a dead worker, or the consumer stopped early): the
+            # runs in flight are lost anyway, so stop their processes instead of waiting.
+            _stop(started)
         pool.shutdown(wait=False, cancel_futures=True)
         if manager is not None:
             manager.shutdown()
+
+
+def _check_alive(processes: list, in_flight: Iterable[RunConfig]) -> None:
+    """WorkerDied when one of the pool's processes has exited while runs are in flight.
+
+    The pool notices a dead worker itself in most cases (BrokenProcessPool); this also covers a
+    worker killed right after it started, which CPython's pool can miss and then wait forever.
+    """
+    for process in processes:
+        if process.exitcode is not None:
+            names = ", ".join(c.run_id for c in in_flight)
+            raise WorkerDied(
+                f"a worker process (pid {process.pid}) died with exit code {process.exitcode}; "
+                f"runs not finished: {names}; every finished run is saved; run the same command "
+                "again to resume"
+            )
+
+
+def _stop(processes: list, grace: float = 5.0) -> None:
+    """Terminate ``processes``, then kill any still alive after ``grace`` seconds."""
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    for process in processes:
+        process.join(timeout=grace)
+        if process.is_alive():
+            process.kill()
 
 
 def run_ray(

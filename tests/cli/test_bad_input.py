@@ -1,0 +1,169 @@
+"""Bad input ends in one line and exit 2, before any long work; what cannot fit is refused early."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from headlab.cli.main import main
+
+HUGE = "99999999999999999999999"
+
+
+def run(argv, capsys):
+    try:
+        main(argv)
+        code = 0
+    except SystemExit as exit_:
+        code = exit_.code
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def one_line(argv, capsys, message, code=2):
+    got, out, err = run(argv, capsys)
+    assert got == code, err
+    assert err.count("\n") == 1 and err.startswith("headlab: error:"), err
+    assert "Traceback" not in err and message in err, err
+    return out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["params", "--heads", ""], "at least one head count"),
+        (["params", "--d-model", HUGE], "d_model must be between 1 and"),
+        (["compare", "--d-model", HUGE], "--d-model must be between 1 and"),
+        (["compare", "--seq-len", HUGE], "--seq-len must be between 1 and"),
+        (["compare", "--batch", HUGE], "--batch must be between 1 and"),
+        (["compare", "--seed", HUGE], "--seed must be between 0 and"),
+        (["grad", "--seq-len", HUGE], "--seq-len must be between 1 and"),
+        (["sweep", "--seeds", HUGE], "--seeds must be between 1 and 10000"),
+        (["sweep", "--heads", "1,2", "--d-model", "8", "--seeds", "9000"], "at most 10000 runs"),
+        (["compare", "--seq-len", "40000"], "more than half of this machine's"),
+        (["grad", "--seq-len", "40000"], "more than half of this machine's"),
+    ],
+)
+def test_sizes_out_of_range_are_one_line(argv, message, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    one_line(argv, capsys, message)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_ray_address_that_does_not_answer_is_one_line_in_seconds(tmp_path, capsys):
+    argv = ["sweep", "--executor", "ray", "--address", "127.0.0.1:1", "--heads", "1"]
+    one_line([*argv, "--out", str(tmp_path / "s.jsonl")], capsys, "does not answer")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_undecodable_argument_names_its_option(capsys, tmp_path):
+    text = b"caf\xe9".decode("utf-8", "surrogateescape")
+    one_line(["report", "--text", text, "--out", str(tmp_path / "r")], capsys, "--text: expected")
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    path = tmp_path / "corpus.txt"
+    path.write_text("one text here\nanother text there\n")
+    return path
+
+
+def model_argv(model_dir, corpus, tmp_path, command="heads"):
+    out = str(tmp_path / "out.json")
+    return ["model", command, "--model-dir", str(model_dir), "--corpus", str(corpus), "--out", out]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--max-length", "38"], "--max-length must be between 2 and 37, got 38"),
+        (["--max-length", "0"], "--max-length must be between 2"),
+        (["--n-texts", HUGE], "--n-texts must be between"),
+    ],
+)
+def test_max_length_is_capped_at_the_model_positions(
+    tiny_dir, corpus, tmp_path, capsys, extra, message
+):
+    one_line([*model_argv(tiny_dir, corpus, tmp_path), *extra], capsys, message)
+    assert not (tmp_path / "out.json").exists()
+
+
+def test_the_default_max_length_fits_a_model_with_few_positions(tiny_dir, corpus, tmp_path, capsys):
+    code, _, err = run(model_argv(tiny_dir, corpus, tmp_path), capsys)  # 37 positions, default 128
+    assert code == 0, err
+
+
+def test_nan_temperature_is_refused_before_the_model_loads(tiny_dir, corpus, tmp_path, capsys):
+    argv = [*model_argv(tiny_dir, corpus, tmp_path, "importance"), "--temperature", "nan"]
+    one_line(argv, capsys, "--temperature must be a finite number > 0, got nan")
+
+
+def test_undecodable_corpus_names_the_file_and_line(tiny_dir, tmp_path, capsys):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_bytes(b"good line\nbad \xff\xfe line\n")
+    one_line(model_argv(tiny_dir, corpus, tmp_path), capsys, "corpus.txt:2: expected UTF-8 text")
+
+
+def edited_model(tiny_dir: Path, tmp_path: Path, **config_changes) -> Path:
+    copy = tmp_path / "model"
+    shutil.copytree(tiny_dir, copy)
+    config = json.loads((copy / "config.json").read_text())
+    config.update(config_changes)
+    (copy / "config.json").write_text(json.dumps(config))
+    return copy
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"pad_token_id": 40000}, "pad_token_id must be below vocab_size=30522, got 40000"),
+        ({"layer_norm_eps": math.nan}, "layer_norm_eps must be a finite number > 0, got nan"),
+        ({"num_hidden_layers": 10_000_000}, "more than half of this machine's"),
+        ({"hidden_size": int(HUGE)}, "hidden_size must be between 1 and"),
+    ],
+)
+def test_bad_config_numbers_name_the_file(tiny_dir, corpus, tmp_path, capsys, changes, message):
+    model = edited_model(tiny_dir, tmp_path, **changes)
+    one_line(model_argv(model, corpus, tmp_path), capsys, message)
+
+
+def test_pooling_configs_that_are_lists_name_the_file(tiny_dir, corpus, tmp_path, capsys):
+    model = edited_model(tiny_dir, tmp_path)
+    (model / "1_Pooling").mkdir(exist_ok=True)
+    (model / "1_Pooling" / "config.json").write_text("[1, 2]")
+    one_line(model_argv(model, corpus, tmp_path), capsys, "config.json: expected a JSON object")
+
+
+def test_nan_weights_name_the_tensor(tiny_dir, corpus, tmp_path, capsys):
+    from safetensors.torch import load_file, save_file
+
+    model = edited_model(tiny_dir, tmp_path)
+    tensors = load_file(model / "model.safetensors")
+    name = next(k for k in tensors if "query.weight" in k)
+    tensors[name][0, 0] = math.nan
+    save_file(tensors, model / "model.safetensors")
+    one_line(model_argv(model, corpus, tmp_path), capsys, f"tensor {name!r} holds 1 NaN")
+
+
+def test_fast_and_explicit_paths_agree_on_nan_inputs():
+    """A NaN in one key's input reaches every query of that sequence on both paths, as in torch."""
+    from headlab import MultiHeadAttention
+
+    torch.manual_seed(0)
+    module = MultiHeadAttention(12, 3, batch_first=True).eval()
+    reference = torch.nn.MultiheadAttention(12, 3, batch_first=True).eval()
+    reference.load_state_dict(module.state_dict(), strict=False)
+    x = torch.randn(2, 5, 12)
+    x[0, 2, 3] = math.nan
+    with torch.no_grad():
+        fast, _ = module(x, x, x, need_weights=False)
+        explicit, _ = module(x, x, x, need_weights=True)
+        torch_out, _ = reference(x, x, x, need_weights=False)
+    for out in (fast, explicit, torch_out):
+        assert torch.isnan(out[0]).all() and not torch.isnan(out[1]).any()
+    torch.testing.assert_close(fast[1], explicit[1])

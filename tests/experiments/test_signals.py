@@ -1,0 +1,94 @@
+"""A running sweep under signals, as a real process: SIGTERM stops its workers too, and a worker
+killed with SIGKILL ends the sweep with one line (exit 1), every finished run kept."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(sys.platform != "linux", reason="/proc")]
+
+LONG = ["--heads", "1,2", "--d-model", "8", "--seeds", "1", "--steps", "100000", "--workers", "2"]
+
+
+def children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def workers(pid: int) -> list[int]:
+    """Child processes that run spawn_main (the pool's workers; not the resource tracker)."""
+    out = []
+    for child in children(pid):
+        try:
+            cmdline = Path(f"/proc/{child}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"spawn_main" in cmdline:
+            out.append(child)
+    return out
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def start_sweep(tmp_path: Path) -> tuple[subprocess.Popen, list[int]]:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    argv = [sys.executable, "-m", "headlab", "sweep", *LONG, "--out", str(tmp_path / "s.jsonl")]
+    process = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=tmp_path
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        pool = workers(process.pid)
+        if len(pool) >= 3:  # the progress manager and both pool workers
+            time.sleep(3)  # let them get into training
+            return process, workers(process.pid)
+        time.sleep(0.2)
+    process.kill()
+    pytest.fail("the sweep did not start its workers")
+
+
+def test_sigterm_stops_the_sweep_and_its_workers(tmp_path):
+    process, pool = start_sweep(tmp_path)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err
+    assert b"Traceback" not in err and b"interrupted" in err
+    deadline = time.monotonic() + 10
+    while any(alive(p) for p in pool) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(alive(p) for p in pool)
+
+
+def test_a_killed_worker_ends_the_sweep_with_one_line(tmp_path):
+    process, pool = start_sweep(tmp_path)
+    os.kill(max(pool), signal.SIGKILL)  # a pool worker (the progress manager started first)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 1, err
+    lines = [line for line in err.decode().splitlines() if line.startswith("headlab:")]
+    assert b"Traceback" not in err
+    assert len(lines) == 1 and "a worker process" in lines[0] and "died" in lines[0]
+    deadline = time.monotonic() + 10
+    while any(alive(p) for p in pool) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(alive(p) for p in pool)
