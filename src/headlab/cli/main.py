@@ -56,6 +56,8 @@ def main(argv: list[str] | None = None) -> None:
         warnings.filterwarnings("always", category=HeadlabWarning)
         warnings.showwarning = _show_warning
         _run(argv)
+    if argv is None:  # the real command, done: a Ctrl-C during interpreter exit changes nothing
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _run(argv: list[str] | None) -> None:
@@ -73,6 +75,8 @@ def _run(argv: list[str] | None) -> None:
         _handle(error)
     else:
         if isinstance(code, int) and not isinstance(code, bool) and code != 0:
+            if code == 130:  # typer caught the Ctrl-C itself
+                print("headlab: aborted", file=sys.stderr)
             sys.exit(code)
 
 
