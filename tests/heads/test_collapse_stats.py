@@ -21,8 +21,8 @@ TEXTS = [
 def test_collapse_original_count_is_exact(tiny):
     result = collapse_heads(tiny, TEXTS, (1, 3))
     rows = {r.num_heads: r for r in result.all_layers}
-    assert rows[3].mean_cosine == pytest.approx(1.0, abs=1e-6) and rows[3].nn_agreement == 1.0
-    assert rows[1].mean_cosine < 0.9999
+    assert rows[3].measures["mean_cosine"] == pytest.approx(1.0, abs=1e-6) and rows[3].measures["nn_agreement"] == 1.0
+    assert rows[1].measures["mean_cosine"] < 0.9999
     assert [r.layer for r in result.per_layer] == [0, 1]
     doc = result.to_dict()
     assert set(doc["all_layers"][0]) == {"num_heads", "mean_cosine", "nn_agreement"}
@@ -65,5 +65,5 @@ def test_collapse_twelve_heads_is_the_original_exactly(minilm):
     texts = TEXTS[:3]
     assert torch.equal(minilm.with_num_heads(12).embed(texts), minilm.embed(texts))
     result = collapse_heads(minilm, texts, (12,))
-    assert result.all_layers[0].mean_cosine == pytest.approx(1.0, abs=1e-6)
-    assert result.all_layers[0].nn_agreement == 1.0
+    assert result.all_layers[0].measures["mean_cosine"] == pytest.approx(1.0, abs=1e-6)
+    assert result.all_layers[0].measures["nn_agreement"] == 1.0

@@ -2,7 +2,8 @@
 
 Same constructor, defaults, parameter names, forward signature and mask meaning as torch's module,
 so state dicts load both ways. Extras (keyword-only): ``head_dim`` (free head size),
-``num_kv_heads`` (GQA/MQA), ``head_mask`` in forward, ``trace`` and ``with_num_heads``.
+``num_kv_heads`` (GQA/MQA), ``rotary_base`` (rotary positions, as in Llama), ``causal`` (always
+causal, as in a decoder), ``head_mask`` in forward, ``trace`` and ``with_num_heads``.
 
 Notation, with E = embed_dim, H = num_heads, G = num_kv_heads, D = head_dim:
     Q = X_q W_Q^T + b_Q   (q_pos, H*D)     W_Q = in_proj_weight[:H*D]
@@ -28,6 +29,7 @@ from headlab.attention.functional import (
     split_heads,
 )
 from headlab.attention.masks import MergedMask, merge_masks
+from headlab.attention.rotary import apply_rotary
 from headlab.attention.trace import AttentionTrace
 
 
@@ -63,8 +65,10 @@ class MultiHeadAttention(nn.Module):
 
     Args are torch's (``embed_dim``, ``num_heads``, ``dropout``, ``bias``, ``add_bias_kv``,
     ``add_zero_attn``, ``kdim``, ``vdim``, ``batch_first``, ``device``, ``dtype``) plus
-    ``head_dim`` (default ``embed_dim // num_heads``) and ``num_kv_heads`` (default
-    ``num_heads``; 1 is multi-query attention). Raises ValueError for sizes that do not fit.
+    ``head_dim`` (default ``embed_dim // num_heads``), ``num_kv_heads`` (default
+    ``num_heads``; 1 is multi-query attention), ``rotary_base`` (rotate q and k by position after
+    the projection, see ``headlab.attention.rotary``; positions start at 0 in query and key) and
+    ``causal`` (every call is causal). Raises ValueError for sizes that do not fit.
     """
 
     __constants__: ClassVar[list[str]] = ["batch_first"]
@@ -85,9 +89,17 @@ class MultiHeadAttention(nn.Module):
         *,
         head_dim: int | None = None,
         num_kv_heads: int | None = None,
+        rotary_base: float | None = None,
+        causal: bool = False,
     ) -> None:
         super().__init__()
         head_dim, num_kv_heads = resolve_head_sizes(embed_dim, num_heads, head_dim, num_kv_heads)
+        if rotary_base is not None and (not rotary_base > 0 or head_dim % 2):
+            raise ValueError(
+                f"rotary_base must be > 0 with an even head_dim, got {rotary_base} and {head_dim}"
+            )
+        self.rotary_base = rotary_base
+        self.causal = causal
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
         factory = {"device": device, "dtype": dtype}
@@ -148,6 +160,8 @@ class MultiHeadAttention(nn.Module):
         return (
             f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, head_dim={self.head_dim}, "
             f"num_kv_heads={self.num_kv_heads}, batch_first={self.batch_first}"
+            + (f", rotary_base={self.rotary_base}" if self.rotary_base is not None else "")
+            + (", causal=True" if self.causal else "")
         )
 
     # ----------------------------------------------------------------- weights by role
@@ -309,6 +323,9 @@ class MultiHeadAttention(nn.Module):
         xv = xk if value is key else self._to_batch_first(value, batched)
         batch, q_len, k_len = xq.shape[0], xq.shape[1], xk.shape[1]
         q, k, v = self._project(xq, xk, xv)
+        if self.rotary_base is not None:  # (batch, head, pos, D), rotated by position
+            q, k = apply_rotary(q, self.rotary_base), apply_rotary(k, self.rotary_base)
+        is_causal = is_causal or self.causal
         dropout_p = self.dropout if self.training else 0.0
         plain_causal = (
             is_causal
@@ -467,6 +484,8 @@ class MultiHeadAttention(nn.Module):
             "dropout",
             "batch_first",
             "add_zero_attn",
+            "rotary_base",
+            "causal",
         ):
             setattr(view, name, getattr(self, name))
         view.num_heads, view.head_dim, view.num_kv_heads = num_heads, head_dim, num_kv_heads

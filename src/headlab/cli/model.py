@@ -1,4 +1,9 @@
-"""``headlab model heads|collapse|importance|prune``: analyses of a trained encoder's heads."""
+"""``headlab model heads|collapse|importance|prune|generate``: the heads of a trained model.
+
+``--model`` names the model: minilm (default, the packaged all-MiniLM-L6-v2 encoder), smollm2
+(the packaged SmolLM2-135M-Instruct decoder) or a path (a .gguf file, a BERT folder, a Hugging
+Face folder of the Llama family). The commands parse, call ``headlab.heads`` and print.
+"""
 
 from __future__ import annotations
 
@@ -12,15 +17,19 @@ from rich.console import Console
 from rich.table import Table
 
 from headlab.cli.app import app
+from headlab.cli.progress import progress
 from headlab.locations import model_results
 
 model_app = typer.Typer(
-    help="Analyse the heads of a trained encoder (default: the packaged all-MiniLM-L6-v2).",
+    help="Analyse the heads of a trained model: minilm (default), smollm2 or a path.",
     no_args_is_help=True,
 )
 app.add_typer(model_app, name="model")
 
-MODEL_DIR = typer.Option(None, "--model-dir", help="BERT model directory (default: packaged).")
+MODEL = typer.Option(
+    None, "--model", help="minilm (default), smollm2, or a path (.gguf, BERT or Llama folder)."
+)
+MODEL_DIR = typer.Option(None, "--model-dir", help="A BERT model folder (same as --model PATH).")
 CORPUS = typer.Option(None, "--corpus", help="Text file, one text per line (default: stdlib).")
 N_TEXTS = typer.Option(300, "--n-texts", help="Number of texts to use.")
 MAX_LENGTH = typer.Option(
@@ -43,58 +52,82 @@ FORCE = typer.Option(
 
 def _claim(analysis: str, out: Path, force: bool, figure: Path | None = None) -> None:
     """Check the output paths before any work (they are checked again when written)."""
-    from headlab.output_policy import Kind, check_output
+    from headlab.output_policy import Kind, OutputRefused, check_output
 
     check_output(out, Kind.json(f"model-{analysis}"), force=force)
     if figure is not None:
+        if Path(os.path.abspath(figure)) == Path(os.path.abspath(out)):
+            raise OutputRefused(f"--figure and --out must be different files, got {out} twice")
         check_output(figure, Kind.png(f"model-{analysis}"), force=force, option="--figure")
 
 
-def _load(model_dir: Path | None, corpus: Path | None, n_texts: int, max_length: int | None):
-    """(encoder, texts, max_length): all inputs checked before any analysis runs."""
+def _load(
+    model: str | None,
+    model_dir: Path | None,
+    corpus: Path | None,
+    n_texts: int,
+    max_length: int | None,
+):
+    """(model, texts, max_length): every input checked before any analysis runs."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from headlab.limits import check_int
-    from headlab.models import default_corpus, load_encoder, read_corpus
+    from headlab.models import default_corpus, load, read_corpus
 
-    if n_texts <= 0:
-        raise ValueError(f"--n-texts must be positive, got {n_texts}")
+    if model is not None and model_dir is not None:
+        raise ValueError("pass --model or --model-dir, not both")
     check_int("--n-texts", n_texts, high=10**6)
     if max_length is not None:
         check_int("--max-length", max_length, low=2)
-    encoder = load_encoder(model_dir)
-    positions = encoder.model.config.max_position_embeddings
-    if max_length is None:
-        max_length = min(128, positions)
+    if corpus is not None:
+        texts = read_corpus(corpus, n_texts)
+    loaded = load(model if model_dir is None else model_dir)
+    positions = loaded.max_positions
+    max_length = min(128, positions) if max_length is None else max_length
     check_int("--max-length", max_length, low=2, high=positions)
-    texts = default_corpus(n_texts) if corpus is None else read_corpus(corpus, n_texts)
-    return encoder, texts, max_length
+    if corpus is None:
+        texts = default_corpus(n_texts)
+    return loaded, texts, max_length
 
 
 def _emit(
-    analysis: str, document: dict, out: Path, force: bool, as_json: bool, table: Table
+    analysis: str, document: dict, out: Path, force: bool, as_json: bool, tables: list[Table]
 ) -> None:
     from headlab.heads import write_json
 
     written = write_json(out, document, f"model-{analysis}", force=force)
     if as_json:
         print(json.dumps(written, indent=1))
-    else:
-        Console(width=None if sys.stdout.isatty() else 160).print(table)
-        print(f"wrote {out}")
+        return
+    console = Console(width=None if sys.stdout.isatty() else 100)
+    for table in tables:
+        console.print(table)
+    print(f"wrote {out}")
 
 
 def _grid(title: str, values: list[list[float]], fmt: str = "{:.2f}") -> Table:
-    table = Table(title=title)
+    """layers x heads; more than 12 heads are shown as the top of each row (80 columns)."""
+    table = Table(title=title, title_justify="left")
     table.add_column("layer", justify="right")
-    for h in range(max(len(row) for row in values)):
-        table.add_column(f"h{h}", justify="right")
+    heads = max(len(row) for row in values)
+    for h in range(heads):
+        table.add_column(f"h{h}", justify="right", no_wrap=True)
     for layer, row in enumerate(values):
         table.add_row(str(layer), *(fmt.format(v) for v in row))
     return table
 
 
+def _top_table(title: str, rows: list[tuple[int, int, float]]) -> Table:
+    table = Table(title=title, title_justify="left")
+    for col in ("rank", "layer", "head", "score"):
+        table.add_column(col, justify="right")
+    for rank, (layer, head, value) in enumerate(rows, start=1):
+        table.add_row(str(rank), str(layer), str(head), f"{value:.3f}")
+    return table
+
+
 @model_app.command()
 def heads(
+    model: str | None = MODEL,
     model_dir: Path | None = MODEL_DIR,
     corpus: Path | None = CORPUS,
     n_texts: int = N_TEXTS,
@@ -105,25 +138,37 @@ def heads(
     as_json: bool = AS_JSON,
     force: bool = FORCE,
 ) -> None:
-    """Per-head attention statistics over the corpus (entropy, max weight, [CLS], [SEP], ...)."""
+    """Per-head attention statistics over the corpus, and (decoders) the head kinds:
+    previous-token, duplicate-token and induction heads, and the attention sinks."""
     from headlab.heads import head_statistics
-    from headlab.heads.statistics import METRICS
 
-    if metric not in METRICS:
-        raise ValueError(f"--metric must be one of {', '.join(METRICS)}, got {metric!r}")
     _claim("heads", out, force, figure)
-    encoder, texts, max_length = _load(model_dir, corpus, n_texts, max_length)
-    result = head_statistics(encoder, texts, max_length=max_length)
+    loaded, texts, max_length = _load(model, model_dir, corpus, n_texts, max_length)
+    with progress("heads", len(texts), quiet=as_json) as update:
+        result = head_statistics(
+            loaded, texts, max_length=max_length, detector_length=50, on_batch=update
+        )
+    if metric not in result.metrics:
+        names = ", ".join(result.metrics)
+        raise ValueError(f"--metric must be one of {names} for this model, got {metric!r}")
     if figure is not None:
         from headlab.heads.figure import write_grid_figure
 
         write_grid_figure(result, figure, force=force)
     title = f"{metric} per head, {result.model}, {result.n_texts} texts"
-    _emit("heads", result.to_dict(), out, force, as_json, _grid(title, result.metrics[metric]))
+    tables = [_grid(title, result.metrics[metric])]
+    for name in result.detectors:
+        tables.append(_top_table(f"top {name.replace('_', '-')} heads", result.top(name)))
+    if "first" in result.metrics:
+        tables.append(
+            _top_table("top attention sinks (mean weight on the first token)", result.top("first"))
+        )
+    _emit("heads", result.to_dict(), out, force, as_json, tables)
 
 
 @model_app.command()
 def collapse(
+    model: str | None = MODEL,
     model_dir: Path | None = MODEL_DIR,
     corpus: Path | None = CORPUS,
     n_texts: int = N_TEXTS,
@@ -133,23 +178,27 @@ def collapse(
     force: bool = FORCE,
 ) -> None:
     """The same weights viewed with fewer heads: all layers, then one layer at a time."""
-    from headlab.heads import collapse_heads
+    from headlab.heads import collapse_head_counts, collapse_heads
 
     _claim("collapse", out, force)
-    encoder, texts, max_length = _load(model_dir, corpus, n_texts, max_length)
-    counts = tuple(h for h in (1, 2, 3, 4, 6, 12, encoder.num_heads) if encoder.d_model % h == 0)
-    result = collapse_heads(encoder, texts, tuple(sorted(set(counts))), max_length=max_length)
-    table = Table(title=f"Collapse, {result.model}, {result.n_texts} texts")
-    for col in ("layers", "heads", "mean cosine", "NN agreement"):
-        table.add_column(col, justify="right")
+    loaded, texts, max_length = _load(model, model_dir, corpus, n_texts, max_length)
+    counts = collapse_head_counts(loaded)
+    steps = len(counts) + loaded.num_layers + 1
+    with progress("collapse", steps, quiet=as_json) as update:
+        result = collapse_heads(loaded, texts, counts, max_length=max_length, on_step=update)
+    table = Table(title=f"Collapse, {result.model}, {result.n_texts} texts", title_justify="left")
+    names = list(result.all_layers[0].measures)
+    for col in ("layers", "heads", *names):
+        table.add_column(col.replace("_", " "), justify="right")
     for r in result.all_layers + result.per_layer:
         where = "all" if r.layer is None else str(r.layer)
-        table.add_row(where, str(r.num_heads), f"{r.mean_cosine:.4f}", f"{r.nn_agreement:.3f}")
-    _emit("collapse", result.to_dict(), out, force, as_json, table)
+        table.add_row(where, str(r.num_heads), *(f"{r.measures[n]:.4f}" for n in names))
+    _emit("collapse", result.to_dict(), out, force, as_json, [table])
 
 
 @model_app.command()
 def importance(
+    model: str | None = MODEL,
     model_dir: Path | None = MODEL_DIR,
     corpus: Path | None = CORPUS,
     n_texts: int = N_TEXTS,
@@ -159,20 +208,28 @@ def importance(
     as_json: bool = AS_JSON,
     force: bool = FORCE,
 ) -> None:
-    """Michel et al. head importance E|dL/d xi_h| (contrastive halves objective)."""
+    """Michel et al. head importance E|dL/d xi_h| (decoders: next-token cross-entropy)."""
     from headlab.heads import head_importance
     from headlab.limits import check_finite
 
     check_finite("--temperature", temperature, positive=True)
     _claim("importance", out, force)
-    encoder, texts, max_length = _load(model_dir, corpus, n_texts, max_length)
-    result = head_importance(encoder, texts, temperature=temperature, max_length=max_length)
+    loaded, texts, max_length = _load(model, model_dir, corpus, n_texts, max_length)
+    with progress("importance", 1, quiet=as_json) as update:
+        result = head_importance(
+            loaded,
+            texts,
+            temperature=temperature,
+            max_length=max_length,
+            on_batch=lambda done, total: update(done / total),
+        )
     title = f"Importance (normalised per layer), {result.model}, {result.n_texts} texts"
-    _emit("importance", result.to_dict(), out, force, as_json, _grid(title, result.importance))
+    _emit("importance", result.to_dict(), out, force, as_json, [_grid(title, result.importance)])
 
 
 @model_app.command()
 def prune(
+    model: str | None = MODEL,
     model_dir: Path | None = MODEL_DIR,
     corpus: Path | None = CORPUS,
     n_texts: int = N_TEXTS,
@@ -184,14 +241,26 @@ def prune(
 ) -> None:
     """Remove heads in 10% steps, by importance and at random; measure each pruned model."""
     from headlab.heads import head_importance, prune_curve
+    from headlab.limits import check_seed
 
+    check_seed("--seed", seed)
     _claim("prune", out, force)
-    encoder, texts, max_length = _load(model_dir, corpus, n_texts, max_length)
-    ranking = head_importance(encoder, texts, max_length=max_length).ranking()
-    result = prune_curve(encoder, texts, ranking, seed=seed, max_length=max_length)
-    table = Table(title=f"Pruning, {result.model}, {result.n_texts} texts")
-    for col in ("order", "pruned", "heads", "params", "latency ms", "mean cosine", "NN agree"):
-        table.add_column(col, justify="right")
+    loaded, texts, max_length = _load(model, model_dir, corpus, n_texts, max_length)
+    with progress("prune", 23, quiet=as_json) as update:
+        ranking = head_importance(loaded, texts, max_length=max_length).ranking()
+        update(1)
+        result = prune_curve(
+            loaded,
+            texts,
+            ranking,
+            seed=seed,
+            max_length=max_length,
+            on_step=lambda done: update(1 + done),
+        )
+    table = Table(title=f"Pruning, {result.model}, {result.n_texts} texts", title_justify="left")
+    names = list(result.steps[0].measures)
+    for col in ("order", "pruned", "heads", "params", "ms", *names):
+        table.add_column(col.replace("_", " "), justify="right")
     for s in result.steps:
         table.add_row(
             s.order,
@@ -199,7 +268,33 @@ def prune(
             str(s.heads_pruned),
             str(s.params),
             f"{s.latency_ms:.1f}",
-            f"{s.mean_cosine:.4f}",
-            f"{s.nn_agreement:.3f}",
+            *(f"{s.measures[n]:.4f}" for n in names),
         )
-    _emit("prune", result.to_dict(), out, force, as_json, table)
+    _emit("prune", result.to_dict(), out, force, as_json, [table])
+
+
+@model_app.command()
+def generate(
+    prompt: str = typer.Argument(..., help="The text to continue."),
+    model: str = typer.Option("smollm2", "--model", help="smollm2 (default) or a decoder path."),
+    max_new_tokens: int = typer.Option(32, "--max-new-tokens", help="Tokens to generate."),
+    chat: bool = typer.Option(False, "--chat", help="Wrap the prompt in the chat template."),
+    as_json: bool = AS_JSON,
+) -> None:
+    """Greedy continuation of PROMPT by a decoder (no sampling: the same output every time)."""
+    from headlab.limits import check_int
+    from headlab.models import load
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    check_int("--max-new-tokens", max_new_tokens, high=4096)
+    loaded = load(model)
+    if not loaded.causal:
+        raise ValueError(f"--model must be a decoder (a language model), got {loaded.name}")
+    text = f"<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n" if chat else prompt
+    with progress("generate", max_new_tokens, quiet=as_json):
+        new = loaded.generate(text, max_new_tokens)
+    if as_json:
+        doc = {"model": loaded.name, "prompt": prompt, "new_ids": new, "text": loaded.decode(new)}
+        print(json.dumps(doc, indent=1, ensure_ascii=False))
+        return
+    print(loaded.decode(new))

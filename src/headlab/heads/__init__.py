@@ -1,28 +1,34 @@
-"""Analyses of the heads of any encoder built from headlab's MultiHeadAttention.
+"""Analyses of the heads of any model behind ``headlab.models.HeadModel`` (encoders, decoders).
 
 statistics (what each head attends to), collapse (the same weights viewed with fewer heads),
 importance (Michel et al.'s gradient of a loss with respect to a head mask), pruning (physical
 removal of heads). Each returns a plain dataclass with ``to_dict`` (the results-file schema).
 """
 
-from headlab.heads.collapse import CollapseResult, collapse_heads
+from headlab.heads.collapse import CollapseResult, collapse_head_counts, collapse_heads, collapsed
 from headlab.heads.compare import mean_cosine, nn_agreement
+from headlab.heads.detectors import DETECTORS, detect_heads
 from headlab.heads.importance import ImportanceResult, contrastive_objective, head_importance
-from headlab.heads.pruning import PruneResult, prune_curve, prune_heads
+from headlab.heads.pruning import PruneResult, prune_attention, prune_curve, prune_heads
 from headlab.heads.results import write_json
 from headlab.heads.statistics import HeadStatistics, head_statistics
 
 __all__ = [
+    "DETECTORS",
     "CollapseResult",
     "HeadStatistics",
     "ImportanceResult",
     "PruneResult",
+    "collapse_head_counts",
     "collapse_heads",
+    "collapsed",
     "contrastive_objective",
+    "detect_heads",
     "head_importance",
     "head_statistics",
     "mean_cosine",
     "nn_agreement",
+    "prune_attention",
     "prune_curve",
     "prune_heads",
     "write_json",

@@ -1,19 +1,23 @@
 """The seed question on a trained model: the same weights viewed with fewer heads.
 
-Viewing a layer's attention as h heads (MultiHeadAttention.with_num_heads) keeps every parameter
-and changes only how Q, K and V are split: h softmaxes over wider blocks instead of 12 over
-blocks of 32. Each variant embeds the corpus; we report the mean cosine of each text's embedding
-to the original one and the share of texts whose nearest neighbour in the corpus is unchanged.
+Viewing a layer's attention as h heads keeps every parameter and changes only how the heads'
+scores are grouped: h softmaxes over merged groups of heads instead of one per head
+(``headlab.attention.head_groups``: re-split projections where that applies, else the sum of a
+group's scores / sqrt(group size), which also covers grouped K/V heads and rotary positions; for
+SmolLM2's 9 query heads on 3 K/V heads, 3 heads means one head per K/V group). Each variant runs
+over the corpus and is compared with the original (``headlab.heads.quality``): mean cosine and
+nearest-neighbour agreement of an encoder's embeddings, perplexity and next-token agreement of a
+decoder's predictions.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import dataclass
 
-from headlab.heads.compare import mean_cosine, nn_agreement
-from headlab.models import Encoder
-
-DEFAULT_HEAD_COUNTS = (1, 2, 3, 4, 6, 12)
+from headlab.attention.head_groups import grouped_view
+from headlab.heads.quality import measures, reference
+from headlab.models.interface import HeadModel
 
 
 @dataclass(frozen=True)
@@ -21,15 +25,12 @@ class CollapseRow:
     """One variant: ``layer`` None means every layer was viewed as ``num_heads`` heads."""
 
     num_heads: int
-    mean_cosine: float
-    nn_agreement: float
+    measures: dict[str, float]
     layer: int | None = None
 
     def to_dict(self) -> dict:
-        d = asdict(self)
-        if self.layer is None:
-            del d["layer"]
-        return d
+        where = {} if self.layer is None else {"layer": self.layer}
+        return {**where, "num_heads": self.num_heads, **self.measures}
 
 
 @dataclass(frozen=True)
@@ -44,40 +45,58 @@ class CollapseResult:
             "model": self.model,
             "n_texts": self.n_texts,
             "all_layers": [r.to_dict() for r in self.all_layers],
-            "per_layer": [
-                {"layer": r.layer, **{k: v for k, v in r.to_dict().items() if k != "layer"}}
-                for r in self.per_layer
-            ],
+            "per_layer": [r.to_dict() for r in self.per_layer],
         }
 
 
+def collapse_head_counts(model: HeadModel) -> tuple[int, ...]:
+    """Every head count that divides each layer's query heads (ascending, the original last)."""
+    heads = model.heads_per_layer
+    return tuple(h for h in range(1, min(heads) + 1) if all(n % h == 0 for n in heads))
+
+
+def collapsed(model: HeadModel, num_heads: int, layers: list[int] | None = None) -> HeadModel:
+    """``model`` with the attention of ``layers`` (default: all) viewed as ``num_heads`` heads."""
+    chosen = range(model.num_layers) if layers is None else layers
+    for i in chosen:
+        if not 0 <= i < model.num_layers:
+            raise ValueError(f"layer must be in [0, {model.num_layers}), got {i}")
+    attention = model.attention_layers()
+    return model.with_attention({i: grouped_view(attention[i], num_heads) for i in chosen})
+
+
 def collapse_heads(
-    encoder: Encoder,
+    model: HeadModel,
     texts: list[str],
-    head_counts: tuple[int, ...] = DEFAULT_HEAD_COUNTS,
+    head_counts: tuple[int, ...] | None = None,
     *,
     per_layer_heads: int = 1,
     batch_size: int = 32,
     max_length: int = 128,
+    on_step: Callable[[int], None] | None = None,
 ) -> CollapseResult:
-    """Embed ``texts`` with every layer viewed as each of ``head_counts`` heads, then with one
-    layer at a time viewed as ``per_layer_heads``; compare with the original embeddings.
-
-    Needs at least 2 texts. Raises ValueError for a head count that does not divide the width.
-    """
+    """Run ``texts`` with every layer viewed as each of ``head_counts`` heads (default: all that
+    divide), then with one layer at a time viewed as ``per_layer_heads``; compare each with the
+    original. Needs at least 2 texts. Raises ValueError for a count that does not divide."""
     if len(texts) < 2:
         raise ValueError(f"expected at least 2 texts, got {len(texts)}")
+    counts = collapse_head_counts(model) if head_counts is None else head_counts
+    done = 0
 
-    def row(variant: Encoder, num_heads: int, layer: int | None) -> CollapseRow:
-        emb = variant.embed(texts, batch_size, max_length=max_length)
-        return CollapseRow(
-            num_heads, mean_cosine(original, emb), nn_agreement(original, emb), layer
+    def row(variant: HeadModel, num_heads: int, layer: int | None) -> CollapseRow:
+        nonlocal done
+        result = CollapseRow(
+            num_heads, measures(variant, texts, original, max_length, batch_size), layer
         )
+        done += 1
+        if on_step is not None:
+            on_step(done)
+        return result
 
-    original = encoder.embed(texts, batch_size, max_length=max_length)
-    all_layers = [row(encoder.with_num_heads(h), h, None) for h in head_counts]
+    original = reference(model, texts, max_length, batch_size)
+    all_layers = [row(collapsed(model, h), h, None) for h in counts]
     per_layer = [
-        row(encoder.with_num_heads(per_layer_heads, [layer]), per_layer_heads, layer)
-        for layer in range(encoder.num_layers)
+        row(collapsed(model, per_layer_heads, [layer]), per_layer_heads, layer)
+        for layer in range(model.num_layers)
     ]
-    return CollapseResult(encoder.name, len(texts), all_layers, per_layer)
+    return CollapseResult(model.name, len(texts), all_layers, per_layer)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from headlab.files import save_figure
-from headlab.heads.statistics import METRICS, HeadStatistics
+from headlab.heads.statistics import HeadStatistics
 from headlab.output_policy import Kind
 
 
@@ -18,8 +18,9 @@ def write_grid_figure(stats: HeadStatistics, path: str | Path, *, force: bool = 
     import numpy as np
 
     path = Path(path)
-    fig, axes = plt.subplots(1, len(METRICS), figsize=(3.2 * len(METRICS), 3.0))
-    for ax, name in zip(axes, METRICS, strict=True):
+    names = list(stats.metrics)
+    fig, axes = plt.subplots(1, len(names), figsize=(3.2 * len(names), 3.0))
+    for ax, name in zip(axes, names, strict=True):
         rows = stats.metrics[name]
         grid = np.full((len(rows), max(map(len, rows))), np.nan)
         for i, row in enumerate(rows):

@@ -1,10 +1,12 @@
-"""Head importance after Michel, Levy & Neubig (2019): I_h = E_x |dL(x)/d xi_h|.
+"""Head importance after Michel, Levy & Neubig (2019): I_h = E_x |dL(x)/d xi_h|, for any model.
 
 xi_h multiplies head h's output before W_O (MultiHeadAttention's ``head_mask``), evaluated at
 xi = 1 (the unpruned model). Scores are normalised per layer by their l2 norm, as Michel et al. do.
 
-The loss L needs no labels: an in-batch contrastive loss (InfoNCE) between the embeddings of the
-first half and the second half of each text (split at the middle word). For a batch of n texts
+L is the model's own ``objective`` (``headlab.models.interface``): the next-token cross-entropy
+for a decoder. A sentence encoder has no labels to use, so its L is an in-batch contrastive loss
+(InfoNCE) between the embeddings of the first half and the second half of each text (split at the
+middle word), defined here. For a batch of n texts
 with normalised half-embeddings a_i, b_i and temperature tau:
     logits_ij = a_i . b_j / tau
     L = (CE(logits, i -> i) + CE(logits^T, i -> i)) / 2
@@ -21,8 +23,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from headlab.models import Encoder
+from headlab.models.interface import HeadModel
 
 OBJECTIVE = "in-batch InfoNCE between the two halves of each text (temperature {tau})"
+NEXT_TOKEN = "next-token cross-entropy (nats)"
 
 
 @dataclass(frozen=True)
@@ -99,17 +103,19 @@ def _even_batches(n: int, batch_size: int) -> list[range]:
 
 
 def head_importance(
-    encoder: Encoder,
+    model: HeadModel,
     texts: list[str],
     *,
     batch_size: int = 32,
     temperature: float = 0.05,
     max_length: int = 128,
+    on_batch=None,
 ) -> ImportanceResult:
-    """Michel et al.'s importance of every head of ``encoder`` over ``texts`` (see module doc).
+    """Michel et al.'s importance of every head of ``model`` over ``texts`` (see module doc).
 
     Only the head-mask gradient is computed (the parameters are frozen meanwhile). Texts with
     fewer than 2 words are skipped; at least 2 usable texts are needed (ValueError).
+    ``temperature`` is the encoders' InfoNCE temperature. on_batch(done, total): progress.
     """
     usable = [t for t in texts if len(t.split()) >= 2]
     if len(usable) < 2 or batch_size < 2:
@@ -117,33 +123,37 @@ def head_importance(
             f"need at least 2 texts of 2+ words and batch_size >= 2, got {len(usable)} texts "
             f"and batch_size={batch_size}"
         )
-    dtype = next(encoder.model.parameters()).dtype
-    xi = [torch.ones(h, dtype=dtype, requires_grad=True) for h in encoder.heads_per_layer]
-    raw = [torch.zeros(h, dtype=torch.float64) for h in encoder.heads_per_layer]
-    flags = [p.requires_grad for p in encoder.model.parameters()]
-    encoder.model.requires_grad_(False)
+    params = list(model.parameters())
+    dtype = params[0].dtype
+    xi = [torch.ones(h, dtype=dtype, requires_grad=True) for h in model.heads_per_layer]
+    raw = [torch.zeros(h, dtype=torch.float64) for h in model.heads_per_layer]
+    flags = [p.requires_grad for p in params]
+    for p in params:
+        p.requires_grad_(False)
     try:
         batches = _even_batches(len(usable), batch_size)
-        for idx in batches:
-            loss = contrastive_objective(
-                encoder,
-                [usable[i] for i in idx],
-                xi,
-                temperature=temperature,
-                max_length=max_length,
-            )
+        for done, idx in enumerate(batches, start=1):
+            chunk = [usable[i] for i in idx]
+            if model.causal:
+                loss = model.objective(chunk, xi, max_length)
+            else:
+                loss = contrastive_objective(
+                    model, chunk, xi, temperature=temperature, max_length=max_length
+                )
             grads = torch.autograd.grad(loss, xi)
             for total, g in zip(raw, grads, strict=True):
                 total += g.abs().to(torch.float64)
+            if on_batch is not None:
+                on_batch(done, len(batches))
     finally:
-        for p, flag in zip(encoder.model.parameters(), flags, strict=True):
+        for p, flag in zip(params, flags, strict=True):
             p.requires_grad_(flag)
     raw = [r / len(batches) for r in raw]
     normalised = [r / r.norm().clamp_min(1e-30) for r in raw]
     return ImportanceResult(
-        model=encoder.name,
+        model=model.name,
         n_texts=len(usable),
-        objective=OBJECTIVE.format(tau=temperature),
+        objective=NEXT_TOKEN if model.causal else OBJECTIVE.format(tau=temperature),
         importance=[r.tolist() for r in normalised],
         raw=[r.tolist() for r in raw],
     )

@@ -1,22 +1,30 @@
-"""Encoders built from headlab's MultiHeadAttention: loading BERT models, tokenising, corpora."""
+"""Models built from headlab's MultiHeadAttention (a BERT encoder, Llama-family decoders), their
+loading, tokenising and corpora; ``load`` gives any of them behind ``HeadModel``."""
 
 from headlab.models.config import BertConfig, PoolingConfig
 from headlab.models.corpus import default_corpus, read_corpus
+from headlab.models.decoder import Decoder
 from headlab.models.encoder import BertEncoder, BertLayer, NoHeads
-from headlab.models.load import default_model_dir, load_encoder
+from headlab.models.interface import HeadModel, TokenBatch
+from headlab.models.load import MODEL_NAMES, default_model_dir, load, load_encoder
 from headlab.models.pipeline import Encoder, EncoderTrace
 from headlab.models.synthetic import write_random_bert
 
 __all__ = [
+    "MODEL_NAMES",
     "BertConfig",
     "BertEncoder",
     "BertLayer",
+    "Decoder",
     "Encoder",
     "EncoderTrace",
+    "HeadModel",
     "NoHeads",
     "PoolingConfig",
+    "TokenBatch",
     "default_corpus",
     "default_model_dir",
+    "load",
     "load_encoder",
     "read_corpus",
     "write_random_bert",

@@ -34,11 +34,14 @@ class NoHeads(nn.Module):
         self.bias = nn.Parameter(bias.detach().clone())
         self.embed_dim = bias.shape[0]
 
-    def forward(self, x: Tensor) -> Tensor:
-        """x: (batch, pos, E) -> (batch, pos, E), the bias everywhere."""
-        return self.bias.expand_as(x)
+    num_kv_heads = 0
 
-    def trace(self, x: Tensor) -> AttentionTrace:
+    def forward(self, x: Tensor, *args: object, **kwargs: object) -> tuple[Tensor, None]:
+        """x: (batch, pos, E) -> ((batch, pos, E) the bias everywhere, None); called like a
+        MultiHeadAttention (key, value, masks and head_mask change nothing)."""
+        return self.bias.expand_as(x), None
+
+    def trace(self, x: Tensor, *args: object, **kwargs: object) -> AttentionTrace:
         """A trace with zero heads: per-head tensors have head = 0."""
         batch, pos, e = x.shape
         empty = x.new_zeros(batch, 0, pos, 0)
@@ -51,7 +54,7 @@ class NoHeads(nn.Module):
             weights=square,
             head_outputs=empty,
             contributions=x.new_zeros(batch, 0, pos, e),
-            output=self.forward(x),
+            output=self.forward(x)[0],
         )
 
 
@@ -132,8 +135,6 @@ class BertLayer(nn.Module):
     def forward(self, x: Tensor, padding: Tensor | None, head_mask: Tensor | None = None) -> Tensor:
         """x: (batch, pos, E); padding: (batch, pos) bool, True = padding (may not be attended);
         head_mask: (head,) or (batch, head). Uses the fused attention path."""
-        if isinstance(self.attention, NoHeads):
-            return self._finish(x, self.attention(x))
         attended, _ = self.attention(
             x, x, x, key_padding_mask=padding, need_weights=False, head_mask=head_mask
         )
@@ -143,10 +144,7 @@ class BertLayer(nn.Module):
         self, x: Tensor, padding: Tensor | None, head_mask: Tensor | None = None
     ) -> tuple[Tensor, AttentionTrace]:
         """Like forward, through the explicit path; returns (layer output, attention trace)."""
-        if isinstance(self.attention, NoHeads):
-            t = self.attention.trace(x)
-        else:
-            t = self.attention.trace(x, key_padding_mask=padding, head_mask=head_mask)
+        t = self.attention.trace(x, key_padding_mask=padding, head_mask=head_mask)
         return self._finish(x, t.output), t
 
 

@@ -9,18 +9,22 @@ Conventions:
 - ``head_mask`` is one entry per layer, each None or a (head,) / (batch, head) tensor that
   multiplies each query head's output before W_O (Michel et al.'s xi), or one (layer, head)
   tensor when every layer has the same head count.
-- ``objective`` is the scalar the model is judged by, lower is better, differentiable in
-  ``head_mask``: the next-token cross-entropy for a decoder, an in-batch contrastive loss for a
-  sentence encoder. Importance (Michel et al.) is E|d objective / d head_mask|.
+- ``objective`` is the scalar the model is judged by on a list of texts, lower is better,
+  differentiable in ``head_mask``: the next-token cross-entropy for a decoder, an in-batch
+  contrastive loss between the halves of each text for a sentence encoder. Importance (Michel et
+  al.) is E|d objective / d head_mask|.
+- ``run`` gives (batch, pos, vocab) logits when ``causal`` (a language model) and (batch, E)
+  sentence embeddings otherwise; ``heads/`` compares variants of a model through these two.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from torch import Tensor
+from torch.nn import Parameter
 
 from headlab.attention import AttentionTrace, MultiHeadAttention
 
@@ -68,6 +72,10 @@ class HeadModel(Protocol):
         """The longest input (in tokens) the model takes."""
         ...
 
+    def parameters(self) -> Iterator[Parameter]:
+        """Every parameter of the model (frozen while an analysis takes head-mask gradients)."""
+        ...
+
     def attention_layers(self) -> list[MultiHeadAttention]:
         """Each layer's attention module, in order (the modules themselves, not copies)."""
         ...
@@ -86,14 +94,16 @@ class HeadModel(Protocol):
         (batch, embed_dim) sentence embeddings for an encoder. Fused attention path."""
         ...
 
-    def trace(
+    def trace_batch(
         self, batch: TokenBatch, head_mask: HeadMask = None
     ) -> tuple[Tensor, list[AttentionTrace]]:
         """Like run through the explicit path; returns (output, one AttentionTrace per layer)."""
         ...
 
-    def objective(self, batch: TokenBatch, head_mask: HeadMask = None) -> Tensor:
-        """The scalar loss the model is judged by (see the module docstring)."""
+    def objective(
+        self, texts: list[str], head_mask: HeadMask = None, max_length: int | None = None
+    ) -> Tensor:
+        """The scalar loss the model is judged by on ``texts`` (see the module docstring)."""
         ...
 
     def special_positions(self, batch: TokenBatch) -> dict[str, Tensor]:

@@ -44,3 +44,49 @@ def load_encoder(model_dir: str | Path | None = None) -> Encoder:
     model.load_state_dict(to_headlab_state(tensors, config), strict=True)
     name = path.name if model_dir is not None else "all-MiniLM-L6-v2"
     return Encoder(model, tokenizer, pooling, name)
+
+
+MODEL_NAMES = ("minilm", "smollm2")
+
+
+def load(name_or_path: str | Path | None = None):
+    """A model behind ``HeadModel``: "minilm" (default; the packaged all-MiniLM-L6-v2 encoder),
+    "smollm2" (the packaged SmolLM2-135M-Instruct decoder), or a path: a ``.gguf`` file, a BERT
+    folder, or a Hugging Face folder of the Llama family (llama, mistral, qwen2).
+
+    Raises FileNotFoundError for a missing path, ValueError naming the file for anything else.
+    """
+    from headlab.models.gguf import packaged_smollm2
+    from headlab.models.llama_config import FAMILIES
+    from headlab.models.load_decoder import load_gguf, load_hf_folder
+
+    if name_or_path is None or name_or_path == "minilm":
+        return load_encoder()
+    if name_or_path == "smollm2":
+        return load_gguf(packaged_smollm2(), "SmolLM2-135M-Instruct")
+    path = Path(name_or_path)
+    if not path.exists():
+        raise FileNotFoundError(
+            f"--model must be one of {', '.join(MODEL_NAMES)} or a path, got {str(name_or_path)!r}"
+            " (no such file or folder)"
+        )
+    if path.is_file():
+        if path.suffix != ".gguf":
+            raise ValueError(f"{path}: expected a .gguf file or a model folder")
+        return load_gguf(path)
+    config = path / "config.json"
+    if not config.is_file():
+        raise FileNotFoundError(f"model folder {path}: config.json is missing")
+    import json
+
+    try:
+        family = json.loads(config.read_text(encoding="utf-8")).get("model_type")
+    except (UnicodeDecodeError, json.JSONDecodeError, AttributeError) as error:
+        raise ValueError(f"{config}: not a JSON object ({error})") from None
+    if family == "bert":
+        return load_encoder(path)
+    if family not in FAMILIES:
+        raise ValueError(
+            f"{config}: model_type must be bert, {', '.join(FAMILIES)}, got {family!r}"
+        )
+    return load_hf_folder(path)

@@ -7,14 +7,14 @@ embedding = pool(states over real tokens)             (batch, E), l2-normalised 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from headlab.attention import AttentionTrace
+from headlab.attention import AttentionTrace, MultiHeadAttention
 from headlab.limits import check_int
 from headlab.models.config import PoolingConfig
 from headlab.models.encoder import BertEncoder, HeadMask
@@ -52,6 +52,8 @@ class Encoder:
     after pruning or viewing one layer with fewer heads); ``d_model``.
     """
 
+    causal = False
+
     def __init__(
         self, model: BertEncoder, tokenizer: TextTokenizer, pooling: PoolingConfig, name: str
     ) -> None:
@@ -75,6 +77,54 @@ class Encoder:
     @property
     def d_model(self) -> int:
         return self.model.config.hidden_size
+
+    # ------------------------------------------------------------------ HeadModel
+    @property
+    def kv_heads_per_layer(self) -> list[int]:
+        return [getattr(layer.attention, "num_kv_heads", 0) for layer in self.model.layers]
+
+    @property
+    def max_positions(self) -> int:
+        return self.model.config.max_position_embeddings
+
+    def parameters(self):
+        return self.model.parameters()
+
+    def attention_layers(self) -> list[MultiHeadAttention]:
+        return [layer.attention for layer in self.model.layers]
+
+    def with_attention(self, replace: Mapping[int, MultiHeadAttention]) -> Encoder:
+        layers = [
+            layer.with_attention(replace[i]) if i in replace else layer
+            for i, layer in enumerate(self.model.layers)
+        ]
+        return self.with_model(self.model.with_layers(layers))
+
+    def run(self, batch: Batch, head_mask: HeadMask = None) -> Tensor:
+        """(batch, E) sentence embeddings with autograd (the HeadModel name of embed_batch)."""
+        return self.embed_batch(batch, head_mask)
+
+    def trace_batch(self, batch: Batch, head_mask: HeadMask = None) -> tuple[Tensor, list]:
+        """(embeddings (batch, E), one AttentionTrace per layer), explicit attention path."""
+        states, traces = self.model.trace(
+            batch.input_ids, batch.token_type_ids, batch.attention_mask, head_mask
+        )
+        return pool(states, batch.attention_mask, self.pooling), traces
+
+    def objective(
+        self, texts: list[str], head_mask: HeadMask = None, max_length: int | None = None
+    ) -> Tensor:
+        """In-batch InfoNCE between the halves of each text (headlab.heads.importance)."""
+        from headlab.heads.importance import contrastive_objective
+
+        return contrastive_objective(self, texts, head_mask, max_length=max_length or 128)
+
+    def special_positions(self, batch: Batch) -> dict[str, Tensor]:
+        """[CLS] (position 0) and [SEP] (each text's last real token)."""
+        return {
+            "cls": torch.zeros(batch.input_ids.shape[0], dtype=torch.long),
+            "sep": batch.attention_mask.sum(dim=1) - 1,
+        }
 
     def with_model(self, model: BertEncoder) -> Encoder:
         """This encoder (tokenizer, pooling, name) around another BertEncoder."""

@@ -2,26 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from tokenizers import Tokenizer
-from torch import Tensor
 
+from headlab.models.interface import TokenBatch
 
-@dataclass(frozen=True)
-class Batch:
-    """Token ids of a padded batch (pad on the right).
-
-    input_ids, token_type_ids: (batch, pos) int64; attention_mask: (batch, pos) bool, True on
-    real tokens; tokens: the token strings of each text without padding.
-    """
-
-    input_ids: Tensor
-    token_type_ids: Tensor
-    attention_mask: Tensor
-    tokens: list[list[str]]
+Batch = TokenBatch  # the padded batch of every model (headlab.models.interface)
 
 
 class TextTokenizer:
