@@ -55,3 +55,60 @@ def minilm():
     from headlab.models import load_encoder
 
     return load_encoder()
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    """headlab's SmolLM2-135M-Instruct from the packaged GGUF (loaded once per session)."""
+    from headlab.models import load
+
+    return load("smollm2")
+
+
+@pytest.fixture(scope="session")
+def smollm2_reference():
+    """transformers' LlamaForCausalLM from the same GGUF, eager attention, float32."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from headlab.models.gguf import packaged_smollm2
+
+    path = packaged_smollm2()
+    model = AutoModelForCausalLM.from_pretrained(
+        str(path.parent), gguf_file=path.name, attn_implementation="eager", dtype=torch.float32
+    ).eval()
+    tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    return model, tokenizer
+
+
+@pytest.fixture(scope="session")
+def tiny_llama(tmp_path_factory):
+    """A random Llama decoder: 3 layers, 6 query heads of 10 on 2 K/V heads, vocab 97, loaded
+    through headlab's folder loader (written by transformers' save_pretrained)."""
+    import torch
+    import transformers
+    from tokenizers import Tokenizer, models
+
+    from headlab.models import load
+
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    config = transformers.LlamaConfig(
+        vocab_size=97,
+        hidden_size=60,
+        num_attention_heads=6,
+        num_key_value_heads=2,
+        intermediate_size=43,
+        num_hidden_layers=3,
+        max_position_embeddings=64,
+        rope_theta=500.0,
+        tie_word_embeddings=False,
+    )
+    torch.manual_seed(11)
+    transformers.LlamaForCausalLM(config).save_pretrained(folder, safe_serialization=True)
+    vocab = {f"t{i}": i for i in range(97)}
+    tokenizer = Tokenizer(models.WordLevel(vocab=vocab, unk_token="t0"))
+    from tokenizers import pre_tokenizers
+
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer.save(str(folder / "tokenizer.json"))
+    return load(folder)

@@ -21,7 +21,10 @@ TEXTS = [
 def test_collapse_original_count_is_exact(tiny):
     result = collapse_heads(tiny, TEXTS, (1, 3))
     rows = {r.num_heads: r for r in result.all_layers}
-    assert rows[3].measures["mean_cosine"] == pytest.approx(1.0, abs=1e-6) and rows[3].measures["nn_agreement"] == 1.0
+    assert (
+        rows[3].measures["mean_cosine"] == pytest.approx(1.0, abs=1e-6)
+        and rows[3].measures["nn_agreement"] == 1.0
+    )
     assert rows[1].measures["mean_cosine"] < 0.9999
     assert [r.layer for r in result.per_layer] == [0, 1]
     doc = result.to_dict()
