@@ -51,21 +51,34 @@ def heads_grid(heads: dict) -> Figure:
     return fig
 
 
+# The measures of a model variant (headlab.heads.quality): an encoder's and a decoder's.
+SHARES = ("mean_cosine", "nn_agreement", "next_token_agreement")
+
+
+def shares(row: dict) -> list[str]:
+    """The measures of ``row`` that are shares in [0, 1] (plotted on one axis)."""
+    return [key for key in SHARES if key in row]
+
+
 def collapse_curve(collapse: dict) -> Figure:
     """model_collapse.json data -> agreement with the original model when heads are merged."""
     fig = Figure(figsize=(9, 3.2), layout="constrained")
     ax1, ax2 = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
     rows = sorted(collapse["all_layers"], key=lambda r: r["num_heads"])
     h = [r["num_heads"] for r in rows]
-    for key, colour in (("mean_cosine", COLOURS[0]), ("nn_agreement", COLOURS[1])):
+    keys = shares(rows[0])
+    for key, colour in zip(keys, COLOURS, strict=False):
         ax1.plot(h, [r[key] for r in rows], "o-", color=colour, label=key.replace("_", " "))
     ax1.set_xscale("log", base=2)
     ax1.set_xlabel("heads in every layer (same weights)")
     ax1.set_title("all layers viewed with fewer heads", fontsize=9)
     per = sorted(collapse["per_layer"], key=lambda r: r["layer"])
     x = np.arange(len(per))
-    ax2.bar(x - 0.2, [r["mean_cosine"] for r in per], 0.4, color=COLOURS[0], label="mean cosine")
-    ax2.bar(x + 0.2, [r["nn_agreement"] for r in per], 0.4, color=COLOURS[1], label="nn agreement")
+    width = 0.8 / len(keys)
+    for i, (key, colour) in enumerate(zip(keys, COLOURS, strict=False)):
+        offset = (i - (len(keys) - 1) / 2) * width
+        label = key.replace("_", " ")
+        ax2.bar(x + offset, [r[key] for r in per], width, color=colour, label=label)
     ax2.set_xticks(x, [str(r["layer"]) for r in per])
     ax2.set_xlabel("layer viewed as one head (others intact)")
     ax2.set_title("one layer at a time", fontsize=9)
@@ -78,20 +91,21 @@ def collapse_curve(collapse: dict) -> Figure:
 
 def prune_curve(prune: dict) -> Figure:
     """model_prune.json data -> quality against the fraction of heads pruned, per order."""
-    fig = Figure(figsize=(9, 3.2), layout="constrained")
-    axes = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
+    keys = shares(prune["steps"][0])
+    fig = Figure(figsize=(4.5 * len(keys), 3.2), layout="constrained")
+    axes = [fig.add_subplot(1, len(keys), i + 1) for i in range(len(keys))]
     by_order: dict[str, list[dict]] = defaultdict(list)
     for step in prune["steps"]:
         by_order[str(step["order"])].append(step)
     for colour, (order, steps) in zip(COLOURS, sorted(by_order.items()), strict=False):
         steps.sort(key=lambda s: s["fraction_pruned"])
         x = [s["fraction_pruned"] for s in steps]
-        for ax, key in zip(axes, ("mean_cosine", "nn_agreement"), strict=True):
+        for ax, key in zip(axes, keys, strict=True):
             ax.plot(x, [s[key] for s in steps], "o-", color=colour, label=f"{order} order")
-    for ax, key in zip(axes, ("mean cosine", "nn agreement"), strict=True):
+    for ax, key in zip(axes, keys, strict=True):
         _style(ax)
         ax.set_xlabel("fraction of heads pruned")
-        ax.set_title(key, fontsize=9)
+        ax.set_title(key.replace("_", " "), fontsize=9)
         ax.legend(fontsize=8, frameon=False)
     return fig
 

@@ -50,6 +50,15 @@ def _grid(path: Path, name: str, grid: object, layers: int, heads: int) -> list[
     return [[float(v) for v in row] for row in grid]
 
 
+def _agreement(path: Path, row: dict) -> str:
+    """The agreement measure of a row: an encoder's nn_agreement or a decoder's
+    next_token_agreement (headlab.heads.quality)."""
+    for key in ("nn_agreement", "next_token_agreement"):
+        if key in row:
+            return key
+    raise ValueError(f"{path}: expected nn_agreement or next_token_agreement in {sorted(row)}")
+
+
 def read_model_heads(directory: Path) -> dict | None:
     """model_heads.json -> {model, n_texts, num_layers, num_heads, metrics: {name: LxH}}."""
     path = directory / "model_heads.json"
@@ -72,7 +81,7 @@ def read_model_collapse(directory: Path) -> dict | None:
         return None
     _require(path, data, ("model", "n_texts", "all_layers", "per_layer"))
     for row in [*data["all_layers"], *data["per_layer"]]:
-        _require(path, row, ("num_heads", "mean_cosine", "nn_agreement"))
+        _require(path, row, ("num_heads", _agreement(path, row)))
     return data
 
 
@@ -84,7 +93,7 @@ def read_model_prune(directory: Path) -> dict | None:
         return None
     _require(path, data, ("model", "n_texts", "steps"))
     for row in data["steps"]:
-        _require(path, row, ("order", "fraction_pruned", "mean_cosine", "nn_agreement"))
+        _require(path, row, ("order", "fraction_pruned", _agreement(path, row)))
     return data
 
 
