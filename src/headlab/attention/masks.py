@@ -14,6 +14,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from headlab.attention.layout import static_graph
+
 
 @dataclass(frozen=True)
 class MergedMask:
@@ -136,7 +138,9 @@ def merge_masks(
     if extra_keys:
         additive = torch.nn.functional.pad(additive, (0, extra_keys))
     dead = torch.isneginf(additive).all(dim=-1, keepdim=True)  # (b|1, h|1, q_pos, 1)
-    if not bool(dead.any()):
+    # Eagerly, skip ``keep`` when no row is dead (the common case, one pass less). A recorded
+    # graph (jit.trace, export, compile) may not branch on values: it always carries ``keep``.
+    if not static_graph() and not bool(dead.any()):
         return MergedMask(additive=additive, keep=None)
     return MergedMask(
         additive=additive.masked_fill(dead, 0.0),
