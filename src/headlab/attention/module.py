@@ -17,7 +17,6 @@ Notation, with E = embed_dim, H = num_heads, G = num_kv_heads, D = head_dim:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
@@ -36,24 +35,15 @@ from headlab.attention.functional import (
 from headlab.attention.masks import merge_masks
 from headlab.attention.rotary import apply_rotary
 from headlab.attention.sizes import check_positive_int, resolve_head_sizes
-from headlab.attention.torch_layers import fused_kernel_computes_forward, torch_merge_masks
-from headlab.attention.trace import AttentionTrace
+from headlab.attention.torch_layers import (
+    forward_nested,
+    fused_kernel_computes_forward,
+    torch_merge_masks,
+)
+from headlab.attention.trace import AttentionTrace, HeadRun
 from headlab.attention.views import with_num_heads
 
 __all__ = ["MultiHeadAttention", "resolve_head_sizes"]
-
-
-@dataclass(frozen=True)
-class _HeadRun:
-    """One call up to the head outputs, batch first (see AttentionTrace for the shapes)."""
-
-    batched: bool
-    head_out: Tensor  # (batch, head, q_pos, d_head), after head_mask and interventions
-    weights: Tensor | None  # (batch, head, q_pos, k_pos) on the explicit path
-    q: Tensor
-    k: Tensor
-    v: Tensor
-    scores: Tensor | None
 
 
 class MultiHeadAttention(nn.Module):
@@ -191,18 +181,6 @@ class MultiHeadAttention(nn.Module):
         return torch_merge_masks(self.num_heads, attn_mask, key_padding_mask, query)
 
     # ----------------------------------------------------------------- intervention sites
-    def _add_intervention(self, site: str, fn: Callable[[Tensor], Tensor | None]) -> Callable:
-        """Call ``fn`` on ``site``'s tensor in every call until the returned remover is called;
-        a tensor returned by ``fn`` replaces the site's value. Use interventions.intervene."""
-        self._interventions.setdefault(site, []).append(fn)
-
-        def remove() -> None:
-            self._interventions[site].remove(fn)
-            if not self._interventions[site]:
-                del self._interventions[site]
-
-        return remove
-
     def _at(self, site: str, x: Tensor) -> Tensor:
         for fn in self._interventions.get(site, ()):
             replaced = fn(x)
@@ -250,7 +228,7 @@ class MultiHeadAttention(nn.Module):
         is_causal: bool,
         head_mask: Tensor | None,
         explicit: bool,
-    ) -> _HeadRun:
+    ) -> HeadRun:
         """Shared body of forward and trace, up to the head outputs (before W_O)."""
         batched = layout.check_inputs(
             query,
@@ -305,7 +283,7 @@ class MultiHeadAttention(nn.Module):
             head_out = head_out * scale
         if site is not None:
             head_out = site("head_outputs", head_out)
-        return _HeadRun(batched, head_out, weights, q, k, v, scores)
+        return HeadRun(batched, head_out, weights, q, k, v, scores)
 
     def forward(
         self,
@@ -331,6 +309,17 @@ class MultiHeadAttention(nn.Module):
         or (batch, head, q_pos, k_pos), or None when need_weights=False). With need_weights=False
         the fused kernel (scaled_dot_product_attention) does the work.
         """
+        if isinstance(query, Tensor) and query.is_nested:  # TransformerEncoder's nested path
+            return forward_nested(
+                self,
+                query,
+                key,
+                value,
+                attn_mask=attn_mask,
+                key_padding_mask=key_padding_mask,
+                is_causal=is_causal,
+                head_mask=head_mask,
+            )
         run = self._run(
             query,
             key,

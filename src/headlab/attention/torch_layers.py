@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import torch
 from torch import Tensor
 
 if TYPE_CHECKING:
@@ -59,3 +60,42 @@ def torch_merge_masks(
             padding = key_padding_mask.view(batch, 1, 1, seq).expand(-1, num_heads, -1, -1)
             merged = merged + padding
     return merged, mask_type
+
+
+def padded_from_nested(x: Tensor) -> tuple[Tensor, Tensor]:
+    """A nested (batch, pos_i, E) tensor -> (padded (batch, pos, E), key_padding_mask
+    (batch, pos), True on padding). nn.TransformerEncoder hands such a tensor to each layer."""
+    padded = x.to_padded_tensor(0.0)
+    lengths = torch.tensor([t.shape[0] for t in x.unbind()], device=padded.device)
+    positions = torch.arange(padded.shape[1], device=padded.device)
+    return padded, positions[None, :] >= lengths[:, None]
+
+
+def nested_from_padded(x: Tensor, padding: Tensor) -> Tensor:
+    """The inverse of ``padded_from_nested``: (batch, pos, E) and its padding mask -> nested."""
+    return torch._nested_tensor_from_mask(x, padding.logical_not(), mask_check=False)
+
+
+def forward_nested(
+    module: MultiHeadAttention, query: Tensor, key: Tensor, value: Tensor, **options: object
+) -> tuple[Tensor, None]:
+    """Self-attention on a nested batch_first ``query`` (batch, pos_i, E): padded, run with its
+    padding as key_padding_mask, and nested again. Raises ValueError for anything else."""
+    if key is not query or value is not query or not module.batch_first:
+        raise ValueError(
+            "nested tensor input needs self-attention (key is value is query) "
+            "and batch_first=True, as nn.TransformerEncoder's nested path has"
+        )
+    if options.get("attn_mask") is not None or options.get("key_padding_mask") is not None:
+        raise ValueError("nested tensor input takes no attn_mask or key_padding_mask")
+    padded, padding = padded_from_nested(query)
+    out, _ = module(
+        padded,
+        padded,
+        padded,
+        key_padding_mask=padding,
+        need_weights=False,
+        is_causal=bool(options.get("is_causal", False)),
+        head_mask=options.get("head_mask"),
+    )
+    return nested_from_padded(out, padding), None
