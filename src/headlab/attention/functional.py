@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor
 
@@ -91,6 +92,8 @@ def fused_attention(
     Same shapes as ``explicit_attention``; returns head_out (batch, head, q_pos, d_head).
     ``is_causal`` is only passed on when ``mask`` is None (the causal mask was not merged).
     """
+    if group != 1 and torch.jit.is_tracing():  # the ONNX exporter has no SDPA with enable_gqa
+        k, v, group = expand_kv(k, group), expand_kv(v, group), 1
     out = F.scaled_dot_product_attention(
         q,
         k,

@@ -6,10 +6,34 @@ check what comes in and convert at the edges.
 
 from __future__ import annotations
 
+import functools
+import warnings
+from collections.abc import Callable
+from typing import TypeVar
+
 import torch
 from torch import Tensor
 
+_F = TypeVar("_F", bound=Callable)
 
+
+def shape_check(fn: _F) -> _F:
+    """Decorate a function whose branches only validate sizes. torch.jit.trace (and so the legacy
+    ONNX export) records sizes as tensors and warns (TracerWarning) at every comparison; these
+    comparisons hold for the example input and decide no computation, so they are silenced."""
+
+    @functools.wraps(fn)
+    def checked(*args, **kwargs):
+        if not torch.jit.is_tracing():
+            return fn(*args, **kwargs)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", torch.jit.TracerWarning)
+            return fn(*args, **kwargs)
+
+    return checked  # type: ignore[return-value]
+
+
+@shape_check
 def check_inputs(
     query: Tensor,
     key: Tensor,
@@ -76,6 +100,7 @@ def from_batch_first(x: Tensor, *, batched: bool, batch_first: bool) -> Tensor:
     return x if batch_first else x.transpose(0, 1)
 
 
+@shape_check
 def head_scale(head_mask: Tensor | None, batch: int, num_heads: int) -> Tensor | None:
     """head_mask (head,) or (batch, head) -> (batch|1, head, 1, 1); None stays None."""
     if head_mask is None:
