@@ -18,6 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from headlab.attention.averaged import mean_attention
+from headlab.attention.layout import static_graph
 from headlab.attention.masks import MergedMask
 
 #: An intervention point: (site name, tensor) -> the tensor to use from there on.
@@ -106,3 +108,39 @@ def fused_attention(
     if mask is not None and mask.keep is not None:
         out = out * mask.keep
     return out
+
+
+def attend(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: MergedMask | None,
+    *,
+    path: str,
+    group: int,
+    dropout_p: float,
+    is_causal: bool,
+    site: Site | None,
+) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    """The kernel for one call: (head_out, weights, scores).
+
+    path "fused": SDPA, no weights. "averaged": weights averaged over heads (batch, q_pos,
+    k_pos) from ``averaged.mean_attention``, no scores; it falls back to "explicit" (the weights
+    are then per head) with dropout, intervention sites, a mask that requires grad, or while a
+    graph is recorded (jit.trace, export, compile: the custom autograd function and the block
+    loop are eager-only). "explicit": per-head weights and scores (batch, head, q_pos, k_pos).
+    """
+    if path == "fused":
+        out = fused_attention(q, k, v, mask, group=group, dropout_p=dropout_p, is_causal=is_causal)
+        return out, None, None
+    additive, keep = (None, None) if mask is None else (mask.additive, mask.keep)
+    if (
+        path == "averaged"
+        and dropout_p == 0.0
+        and site is None
+        and not (additive is not None and additive.requires_grad)
+        and not static_graph()
+    ):
+        out, weights = mean_attention(q, expand_kv(k, group), expand_kv(v, group), additive, keep)
+        return out, weights, None
+    return explicit_attention(q, k, v, mask, group=group, dropout_p=dropout_p, site=site)

@@ -26,12 +26,7 @@ from torch.nn.init import constant_, xavier_normal_, xavier_uniform_
 from torch.nn.modules.linear import NonDynamicallyQuantizableLinear
 
 from headlab.attention import layout
-from headlab.attention.functional import (
-    explicit_attention,
-    fused_attention,
-    merge_heads,
-    split_heads,
-)
+from headlab.attention.functional import attend, merge_heads, split_heads
 from headlab.attention.masks import merge_masks
 from headlab.attention.rotary import apply_rotary
 from headlab.attention.sizes import check_positive_int, resolve_head_sizes
@@ -227,9 +222,10 @@ class MultiHeadAttention(nn.Module):
         attn_mask: Tensor | None,
         is_causal: bool,
         head_mask: Tensor | None,
-        explicit: bool,
+        path: str,
     ) -> HeadRun:
-        """Shared body of forward and trace, up to the head outputs (before W_O)."""
+        """Shared body of forward and trace, up to the head outputs (before W_O); ``path``:
+        fused, averaged or explicit (see functional.attend)."""
         batched = layout.check_inputs(
             query,
             key,
@@ -246,11 +242,10 @@ class MultiHeadAttention(nn.Module):
         site = self._at if self._interventions else None
         if site is not None:
             q, k, v = site("q", q), site("k", k), site("v", v)
-        explicit = explicit or site is not None
         is_causal = is_causal or self.causal
         # A bare causal call goes to SDPA's is_causal; anything else merges into one mask.
         extra_keys = int(self.bias_k is not None) + int(self.add_zero_attn)
-        plain_causal = is_causal and not explicit and attn_mask is None
+        plain_causal = is_causal and path == "fused" and site is None and attn_mask is None
         plain_causal = plain_causal and key_padding_mask is None and not extra_keys
         mask = merge_masks(
             attn_mask=attn_mask,
@@ -269,15 +264,17 @@ class MultiHeadAttention(nn.Module):
             self.num_heads // self.num_kv_heads,
             self.dropout if self.training else 0.0,
         )
-        weights = scores = None
-        if explicit:
-            head_out, weights, scores = explicit_attention(
-                q, k, v, mask, group=group, dropout_p=dropout_p, site=site
-            )
-        else:
-            head_out = fused_attention(
-                q, k, v, mask, group=group, dropout_p=dropout_p, is_causal=plain_causal
-            )
+        head_out, weights, scores = attend(
+            q,
+            k,
+            v,
+            mask,
+            path="explicit" if site is not None else path,
+            group=group,
+            dropout_p=dropout_p,
+            is_causal=plain_causal,
+            site=site,
+        )
         scale = layout.head_scale(head_mask, batch, self.num_heads)  # (batch|1, H, 1, 1)
         if scale is not None:
             head_out = head_out * scale
@@ -328,13 +325,19 @@ class MultiHeadAttention(nn.Module):
             attn_mask=attn_mask,
             is_causal=is_causal,
             head_mask=head_mask,
-            explicit=need_weights,
+            path="fused"
+            if not need_weights
+            else "averaged"
+            if average_attn_weights
+            else "explicit",
         )
         out = self.out_proj(merge_heads(run.head_out))  # (batch, q_pos, E)
         output = layout.from_batch_first(out, batched=run.batched, batch_first=self.batch_first)
         if not need_weights or run.weights is None:
             return output, None
-        weights = run.weights.mean(dim=1) if average_attn_weights else run.weights
+        weights = run.weights  # (batch, head|-, q_pos, k_pos): the averaged path averaged already
+        if average_attn_weights and weights.dim() == 4:
+            weights = weights.mean(dim=1)
         return output, weights if run.batched else weights.squeeze(0)
 
     def trace(
@@ -363,7 +366,7 @@ class MultiHeadAttention(nn.Module):
             attn_mask=attn_mask,
             is_causal=is_causal,
             head_mask=head_mask,
-            explicit=True,
+            path="explicit",
         )
         w_o = self.out_proj.weight.view(self.embed_dim, self.num_heads, self.head_dim)
         contributions = torch.einsum("bhqd,ehd->bhqe", run.head_out, w_o)

@@ -49,7 +49,7 @@ class HeadRun:
 
     batched: bool
     head_out: Tensor  # (batch, head, q_pos, d_head), after head_mask and interventions
-    weights: Tensor | None  # (batch, head, q_pos, k_pos) on the explicit path
+    weights: Tensor | None  # (batch, head, q_pos, k_pos); averaged path: (batch, q_pos, k_pos)
     q: Tensor
     k: Tensor
     v: Tensor
