@@ -1,4 +1,4 @@
-"""``headlab model heads|collapse|importance|prune|generate``: the heads of a trained model.
+"""``headlab model heads|collapse|importance|prune|ablate|generate``: the heads of a trained model.
 
 ``--model`` names the model: minilm (default, the packaged all-MiniLM-L6-v2 encoder), smollm2
 (the packaged SmolLM2-135M-Instruct decoder) or a path (a .gguf file, a BERT folder, a Hugging
@@ -44,6 +44,7 @@ def _out(name: str) -> typer.models.OptionInfo:
 
 OUT_COLLAPSE = _out("collapse")
 OUT_IMPORTANCE, OUT_PRUNE = _out("importance"), _out("prune")
+OUT_ABLATE = _out("ablate")
 FIGURE = typer.Option(None, "--figure", help="Write a layers x heads PNG grid.")
 FORCE = typer.Option(
     False, "--force", help="Replace --out (and --figure) even if it is not this analysis' file."
@@ -385,6 +386,43 @@ def prune(
             *(f"{s.measures[n]:.4f}" for n in names),
         )
     _emit("prune", result.to_dict(), out, force, as_json, [table])
+
+
+@model_app.command()
+def ablate(
+    heads: str = typer.Option(..., "--ablate", help="Heads to ablate: LAYER.HEAD,... (3.5,4.1)."),
+    mode: str = typer.Option("zero", "--mode", help="zero, mean or resample."),
+    model: str | None = MODEL,
+    model_dir: Path | None = MODEL_DIR,
+    corpus: Path | None = CORPUS,
+    n_texts: int = N_TEXTS,
+    max_length: int | None = MAX_LENGTH,
+    out: Path = OUT_ABLATE,
+    as_json: bool = AS_JSON,
+    force: bool = FORCE,
+) -> None:
+    """The model's loss with and without the --ablate heads (their outputs before W_O)."""
+    from headlab.heads.ablation import ablation_effect, parse_heads
+
+    chosen = parse_heads(heads)
+    if mode not in ("zero", "mean", "resample"):
+        raise ValueError(f"--mode must be zero, mean or resample, got {mode!r}")
+    _claim("ablate", out, force)
+    loaded, texts, max_length = _load(model, model_dir, corpus, n_texts, max_length)
+    with progress("ablate", 1, quiet=as_json):
+        result = ablation_effect(loaded, texts, chosen, mode=mode, max_length=max_length)
+    table = Table(title=f"Ablation, {result.model}, {result.n_texts} texts", title_justify="left")
+    for col in ("heads", "mode", "objective", "baseline", "ablated", "change"):
+        table.add_column(col, justify="left" if col in ("heads", "objective") else "right")
+    table.add_row(
+        ",".join(f"{l}.{h}" for l, h in result.heads),
+        result.mode,
+        result.objective,
+        f"{result.baseline:.4f}",
+        f"{result.ablated:.4f}",
+        f"{result.change:+.4f}",
+    )
+    _emit("ablate", result.to_dict(), out, force, as_json, [table])
 
 
 @model_app.command()
