@@ -27,10 +27,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from headlab.attention import layout
 from headlab.attention.functional import merge_heads
 from headlab.attention.masks import merge_masks
 from headlab.attention.module import MultiHeadAttention
-from headlab.attention.rotary import apply_rotary
 
 PER_QUERY = ("entropy", "max_weight", "self", "prev", "distance", "contribution_norm")
 #: Elements (batch x head x chunk x k_pos) of one chunk of weights: 2**22 floats = 16 MiB.
@@ -118,15 +118,20 @@ def _at(weights: Tensor, keys: Tensor) -> Tensor:
 
 
 def _project(mha: MultiHeadAttention, query: Tensor, key: Tensor, value: Tensor):
-    """Inputs in the module's layout -> (batched, q (b, H, q_pos, D), k and v (b, G, k_pos, D))."""
-    batched = mha._check_inputs(query, key, value)
-    xq = mha._to_batch_first(query, batched)
-    xk = xq if key is query else mha._to_batch_first(key, batched)
-    xv = xk if value is key else mha._to_batch_first(value, batched)
-    q, k, v = mha._project(xq, xk, xv)
-    if mha.rotary_base is not None:
-        q, k = apply_rotary(q, mha.rotary_base), apply_rotary(k, mha.rotary_base)
-    return batched, q, k, v
+    """Inputs in the module's layout -> (batched, q (b, H, q_pos, D), k and v (b, G, k_pos, D)),
+    q and k rotated when the module has rotary positions (as forward computes them)."""
+    batched = layout.check_inputs(
+        query,
+        key,
+        value,
+        widths=(mha.embed_dim, mha.kdim, mha.vdim),
+        dtype=mha.out_proj.weight.dtype,
+        batch_first=mha.batch_first,
+    )
+    xq, xk, xv = layout.inputs_batch_first(
+        query, key, value, batched=batched, batch_first=mha.batch_first
+    )
+    return (batched, *mha._project(xq, xk, xv))
 
 
 def attention_statistics(
@@ -167,7 +172,7 @@ def attention_statistics(
             if query_mask is None
             else query_mask.reshape(batch, q_len).to(q.device, q.dtype)
         )  # (batch, q_pos)
-        scale = mha._head_scale(head_mask, batch)
+        scale = layout.head_scale(head_mask, batch, heads)  # (batch|1, head, 1, 1)
         w_o = mha.out_proj.weight.view(mha.embed_dim, heads, mha.head_dim)
         special = {name: index.to(q.device) for name, index in (special or {}).items()}
         totals = {"dtype": torch.float64, "device": q.device}
@@ -242,7 +247,9 @@ def attention_statistics(
             seen = counted[:, None, None, rows] @ weights  # (batch, head, 1, keys), no copy
             received[:, :keys] += seen.sum(dim=(0, 2)).to(torch.float64)
         head_out = torch.cat(outputs, dim=2)  # (batch, head, q_pos, D)
-        output = mha._from_batch_first(mha.out_proj(merge_heads(head_out)), batched)
+        output = layout.from_batch_first(
+            mha.out_proj(merge_heads(head_out)), batched=batched, batch_first=mha.batch_first
+        )
     n_queries = int(counted.sum())
     n_prev = int(counted[:, 1:].sum())
     sums = {name: value.cpu() for name, value in sums.items()}
