@@ -4,15 +4,10 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import typer
-from rich.console import Console
-from rich.table import Table
 
-from headlab.analysis.coupling import gradient_coupling, head_gradient_norms
-from headlab.analysis.explain import explain
-from headlab.analysis.scenarios import INITS, CompareSetup, build, run_setup
 from headlab.cli.app import app
+from headlab.defaults import INITS
 
 _D_MODEL = typer.Option(512, "--d-model", help="Model width E (d_model).")
 _HEADS = typer.Option(8, "--heads", help="Head count of the first side.")
@@ -48,6 +43,12 @@ def compare(
     With no options: the first seed question (8 heads against 1, d_model 512, torch.rand
     weights and input, no output projection).
     """
+    from rich.console import Console
+    from rich.table import Table
+
+    from headlab.analysis.explain import explain
+    from headlab.analysis.scenarios import CompareSetup, run_setup
+
     setup = CompareSetup(
         d_model=d_model,
         heads=heads,
@@ -95,6 +96,13 @@ def grad(
     Entry (i, j): how much block i's W_Q/W_K/W_V gradient changes when only the upstream gradient
     of output block j changes. Zero off the diagonal means the heads are optimised separately.
     """
+    import numpy as np
+    from rich.console import Console
+    from rich.table import Table
+
+    from headlab.analysis.coupling import gradient_coupling, head_gradient_norms
+    from headlab.analysis.scenarios import CompareSetup, build
+
     setup = CompareSetup(
         d_model=d_model,
         heads=heads,

@@ -83,8 +83,6 @@ def _run(argv: list[str] | None) -> None:
 def _handle(error: Exception) -> None:
     import typer
 
-    from headlab.experiments.executors import WorkerDied
-
     if isinstance(error, typer.Exit):
         sys.exit(error.exit_code)
     if isinstance(error, typer.Abort):
@@ -99,6 +97,8 @@ def _handle(error: Exception) -> None:
         _fail(str(error))
     if isinstance(error, OverflowError):
         _fail(f"a number is too large: {error}")
+    from headlab.experiments.executors import WorkerDied  # imports torch: only when needed here
+
     if isinstance(error, WorkerDied):
         _fail(str(error), code=1)
     if isinstance(error, OSError):

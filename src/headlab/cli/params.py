@@ -5,10 +5,7 @@ from __future__ import annotations
 import json
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
-from headlab.analysis.params import parameter_table
 from headlab.cli.app import app
 from headlab.cli.parsing import int_list
 
@@ -23,6 +20,11 @@ def params(
     as_json: bool = typer.Option(False, "--json", help="Print JSON rows only."),
 ) -> None:
     """Show that the parameter count does not depend on the number of heads (and what GQA saves)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from headlab.analysis.params import parameter_table
+
     rows = parameter_table(d_model, int_list(heads, "--heads"), int_list(kv_heads, "--kv-heads"))
     if as_json:
         print(json.dumps([r.to_dict() for r in rows], indent=2))

@@ -5,26 +5,19 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
-from rich.table import Table
 
 from headlab.cli.app import app
 from headlab.cli.parsing import int_list
-from headlab.experiments.executors import capped_workers, check_reachable
-from headlab.experiments.results import read_rows
-from headlab.experiments.summary import SummaryRow, plot_sweep, summarize
-from headlab.experiments.sweep import DEFAULT_OUT, SweepPlan, SweepSpec, plan_sweep, run_sweep
-from headlab.locations import SWEEP_FIGURE
+from headlab.locations import SWEEP_FIGURE, SWEEP_RESULTS
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rich.table import Table
+
+    from headlab.experiments.summary import SummaryRow
+    from headlab.experiments.sweep import SweepPlan
 
 sweep_app = typer.Typer(
     help="Train small attention models that differ only in the head split.",
@@ -34,6 +27,8 @@ sweep_app = typer.Typer(
 
 def summary_table(rows: list[SummaryRow], title: str) -> Table:
     """The summary as a rich Table: one row per (task, heads, K/V heads, head size)."""
+    from rich.table import Table
+
     table = Table(title=title)
     for col in ("task", "heads", "kv", "d_head", "params", "seeds", "final loss", "accuracy"):
         table.add_column(col, justify="left" if col == "task" else "right")
@@ -58,6 +53,18 @@ def _run_with_progress(plan: SweepPlan, *, executor: str, workers: int, address:
 
     Ctrl-C: says what was saved, then re-raises (the entry point exits 130).
     """
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    from headlab.experiments.sweep import run_sweep
+
     if not plan.todo:
         return 0
     done = 0
@@ -108,11 +115,18 @@ def sweep(
     workers: int = typer.Option(2, "--workers", help="Local worker processes."),
     executor: str = typer.Option("local", "--executor", help="local or ray."),
     address: str = typer.Option("", "--address", help="Ray cluster address (default: local)."),
-    out: str = typer.Option(str(DEFAULT_OUT), "--out", help="Results file (JSONL, appended)."),
+    out: str = typer.Option(str(SWEEP_RESULTS), "--out", help="Results file (JSONL, appended)."),
 ) -> None:
     """Run a sweep (resumable: finished runs in --out are skipped), then print the summary."""
     if ctx.invoked_subcommand is not None:
         return
+    from rich.console import Console
+
+    from headlab.experiments.executors import capped_workers, check_reachable
+    from headlab.experiments.results import read_rows
+    from headlab.experiments.summary import summarize
+    from headlab.experiments.sweep import SweepSpec, plan_sweep
+
     if executor not in ("local", "ray"):
         raise ValueError(f"--executor must be local or ray, got {executor!r}")
     if workers < 1:
@@ -146,22 +160,29 @@ def sweep(
 
 @sweep_app.command("plot")
 def plot(
-    results: str = typer.Option(str(DEFAULT_OUT), "--results", help="Results file (JSONL)."),
+    results: str = typer.Option(str(SWEEP_RESULTS), "--results", help="Results file (JSONL)."),
     out: str = typer.Option(str(SWEEP_FIGURE), "--out", help="PNG to write."),
     force: bool = typer.Option(
         False, "--force", help="Replace --out even if it is not a headlab sweep figure."
     ),
 ) -> None:
     """Plot final accuracy and loss against head count, one column per task."""
+    from headlab.experiments.summary import plot_sweep
+
     path = plot_sweep(results, out, force=force)
     print(f"wrote {path}")
 
 
 @sweep_app.command("summary")
 def summary(
-    results: str = typer.Option(str(DEFAULT_OUT), "--results", help="Results file (JSONL)."),
+    results: str = typer.Option(str(SWEEP_RESULTS), "--results", help="Results file (JSONL)."),
 ) -> None:
     """Print the summary table of a results file."""
+    from rich.console import Console
+
+    from headlab.experiments.results import read_rows
+    from headlab.experiments.summary import summarize
+
     if not Path(results).is_file():
         raise FileNotFoundError(f"results file not found: {results}")
     Console(width=120).print(summary_table(summarize(read_rows(results)), str(results)))
