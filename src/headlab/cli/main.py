@@ -88,6 +88,11 @@ def _handle(error: Exception) -> None:
     if isinstance(error, typer.Abort):
         print("headlab: aborted", file=sys.stderr)
         sys.exit(130)
+    if type(error).__name__ == "NoArgsIsHelpError":  # bare `headlab` or `headlab model`
+        help_text = error.format_message()  # typer's rich help has printed itself already
+        if help_text.strip():
+            print(help_text)
+        sys.exit(0)
     if isinstance(error, typer.TyperException):  # usage errors (unknown option, bad value)
         format_message = getattr(error, "format_message", None)
         _fail(format_message() if format_message else str(error))

@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from headlab.cli.app import app
+from headlab.cli.parsing import int_list
 from headlab.cli.progress import progress
 from headlab.locations import model_results
 
@@ -288,6 +289,12 @@ def collapse(
     corpus: Path | None = CORPUS,
     n_texts: int = N_TEXTS,
     max_length: int | None = MAX_LENGTH,
+    heads: str = typer.Option(
+        "",
+        "--heads",
+        help="Head counts to view every layer as, comma separated [default: every count that "
+        "divides each layer's heads].",
+    ),
     out: Path = OUT_COLLAPSE,
     as_json: bool = AS_JSON,
     force: bool = FORCE,
@@ -295,9 +302,17 @@ def collapse(
     """The same weights viewed with fewer heads: all layers, then one layer at a time."""
     from headlab.heads import collapse_head_counts, collapse_heads
 
+    chosen = int_list(heads, "--heads")
     _claim("collapse", out, force)
     loaded, texts, max_length = _load(model, model_dir, corpus, n_texts, max_length)
     counts = collapse_head_counts(loaded)
+    for h in chosen or ():
+        if h not in counts:
+            raise ValueError(
+                f"--heads {h} does not divide the heads of every layer of {loaded.name}; "
+                f"choose from {','.join(map(str, counts))}"
+            )
+    counts = counts if chosen is None else tuple(chosen)
     steps = len(counts) + loaded.num_layers + 1
     with progress("collapse", steps, quiet=as_json) as update:
         result = collapse_heads(loaded, texts, counts, max_length=max_length, on_step=update)

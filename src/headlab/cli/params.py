@@ -24,8 +24,14 @@ def params(
     from rich.table import Table
 
     from headlab.analysis.params import parameter_table
+    from headlab.limits import check_int
 
-    rows = parameter_table(d_model, int_list(heads, "--heads"), int_list(kv_heads, "--kv-heads"))
+    check_int("--d-model", d_model)
+    head_counts = int_list(heads, "--heads")
+    for h in head_counts or ():
+        if d_model % h:  # the library's message names its arguments (num_heads=, head_dim=)
+            raise ValueError(f"--heads {h} does not divide --d-model {d_model}")
+    rows = parameter_table(d_model, head_counts, int_list(kv_heads, "--kv-heads"))
     if as_json:
         print(json.dumps([r.to_dict() for r in rows], indent=2))
         return
