@@ -7,6 +7,7 @@ import json
 import typer
 
 from headlab.cli.app import app
+from headlab.cli.tables import fitted_tables
 from headlab.defaults import INITS
 
 _D_MODEL = typer.Option(512, "--d-model", help="Model width E (d_model).")
@@ -98,7 +99,6 @@ def grad(
     """
     import numpy as np
     from rich.console import Console
-    from rich.table import Table
 
     from headlab.analysis.coupling import gradient_coupling, head_gradient_norms
     from headlab.analysis.scenarios import CompareSetup, build
@@ -133,16 +133,13 @@ def grad(
         return
     console = Console()
     for side in doc["sides"]:
-        table = Table(
-            title=f"{side['num_heads']} head(s): coupling of {blocks} blocks "
+        title = (
+            f"{side['num_heads']} head(s): coupling of {blocks} blocks "
             f"(off-diagonal max {side['off_diagonal_max']:.3g})"
         )
-        table.add_column("block i \\ changed j")
-        for j in range(blocks):
-            table.add_column(str(j), justify="right")
-        for i, row in enumerate(side["coupling"]):
-            table.add_row(str(i), *(f"{v:.3g}" for v in row))
-        console.print(table)
+        columns = ["block i \\ changed j", *map(str, range(blocks))]
+        rows = [[str(i), *(f"{v:.3g}" for v in row)] for i, row in enumerate(side["coupling"])]
+        console.print(*fitted_tables(title, columns, rows))
         norms = side["head_gradient_norms"]
         console.print(
             "per-head gradient norms  W_Q: "

@@ -8,6 +8,7 @@ import typer
 
 from headlab.cli.app import app
 from headlab.cli.parsing import int_list
+from headlab.cli.tables import fitted_tables
 
 
 @app.command()
@@ -21,7 +22,6 @@ def params(
 ) -> None:
     """Show that the parameter count does not depend on the number of heads (and what GQA saves)."""
     from rich.console import Console
-    from rich.table import Table
 
     from headlab.analysis.params import parameter_table
     from headlab.limits import check_int
@@ -35,23 +35,22 @@ def params(
     if as_json:
         print(json.dumps([r.to_dict() for r in rows], indent=2))
         return
-    table = Table(title=f"Parameters of one attention layer, d_model={d_model}")
-    for col in ("heads", "kv heads", "head dim", "W_Q+b", "W_K,W_V+b", "W_O+b", "total", "saved"):
-        table.add_column(col, justify="right")
-    for r in rows:
-        table.add_row(
-            *map(
-                str,
-                (
-                    r.num_heads,
-                    r.num_kv_heads,
-                    r.head_dim,
-                    r.q_proj,
-                    r.kv_proj,
-                    r.out_proj,
-                    r.total,
-                    r.saved_vs_full_mha,
-                ),
+    columns = ["heads", "kv heads", "head dim", "W_Q+b", "W_K,W_V+b", "W_O+b", "total", "saved"]
+    cells = [
+        [
+            str(v)
+            for v in (
+                r.num_heads,
+                r.num_kv_heads,
+                r.head_dim,
+                r.q_proj,
+                r.kv_proj,
+                r.out_proj,
+                r.total,
+                r.saved_vs_full_mha,
             )
-        )
-    Console().print(table)
+        ]
+        for r in rows
+    ]
+    title = f"Parameters of one attention layer, d_model={d_model}"
+    Console().print(*fitted_tables(title, columns, cells, keys=2))

@@ -11,6 +11,7 @@ import typer
 
 from headlab.cli.app import app
 from headlab.cli.parsing import int_list
+from headlab.cli.tables import fitted_tables
 from headlab.locations import SWEEP_FIGURE, SWEEP_RESULTS
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -25,16 +26,12 @@ sweep_app = typer.Typer(
 )
 
 
-def summary_table(rows: list[SummaryRow], title: str) -> Table:
-    """The summary as a rich Table: one row per (task, heads, K/V heads, head size)."""
-    from rich.table import Table
-
-    table = Table(title=title)
-    for col in ("task", "heads", "kv", "d_head", "params", "seeds", "final loss", "accuracy"):
-        table.add_column(col, justify="left" if col == "task" else "right")
-    table.add_column("head entropy", justify="right")
-    for r in rows:
-        table.add_row(
+def summary_tables(rows: list[SummaryRow], title: str) -> list[Table]:
+    """The summary as rich Tables (split to fit the terminal): one row per (task, heads, K/V
+    heads, head size)."""
+    columns = ["task", "heads", "kv", "d_head", "params", "seeds", "final loss", "accuracy"]
+    cells = [
+        [
             r.task,
             str(r.num_heads),
             str(r.num_kv_heads),
@@ -44,8 +41,10 @@ def summary_table(rows: list[SummaryRow], title: str) -> Table:
             f"{r.loss_mean:.3f} ± {r.loss_std:.3f}",
             f"{r.accuracy_mean:.3f} ± {r.accuracy_std:.3f}",
             "-" if r.entropy_mean is None else f"{r.entropy_mean:.2f}",
-        )
-    return table
+        ]
+        for r in rows
+    ]
+    return fitted_tables(title, [*columns, "head entropy"], cells, keys=2, left=["task"])
 
 
 def _run_with_progress(plan: SweepPlan, *, executor: str, workers: int, address: str | None) -> int:
@@ -155,7 +154,7 @@ def sweep(
     print(f"{done} runs in {time.perf_counter() - start:.1f} s; results in {plan.out}")
     wanted = {c.run_id for c in plan.configs}
     rows = [r for r in read_rows(plan.out) if r["run_id"] in wanted]
-    Console(width=120).print(summary_table(summarize(rows), f"{task}: final metrics over seeds"))
+    Console().print(*summary_tables(summarize(rows), f"{task}: final metrics over seeds"))
 
 
 @sweep_app.command("plot")
@@ -185,7 +184,7 @@ def summary(
 
     if not Path(results).is_file():
         raise FileNotFoundError(f"results file not found: {results}")
-    Console(width=120).print(summary_table(summarize(read_rows(results)), str(results)))
+    Console().print(*summary_tables(summarize(read_rows(results)), str(results)))
 
 
 app.add_typer(sweep_app, name="sweep")
