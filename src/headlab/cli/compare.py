@@ -97,11 +97,10 @@ def grad(
     Entry (i, j): how much block i's W_Q/W_K/W_V gradient changes when only the upstream gradient
     of output block j changes. Zero off the diagonal means the heads are optimised separately.
     """
-    import numpy as np
     from rich.console import Console
 
-    from headlab.analysis.coupling import gradient_coupling, head_gradient_norms
-    from headlab.analysis.scenarios import CompareSetup, build
+    from headlab.analysis.grad import coupling_comparison
+    from headlab.analysis.scenarios import CompareSetup
 
     setup = CompareSetup(
         d_model=d_model,
@@ -113,21 +112,8 @@ def grad(
         seed=seed,
         output_projection=True,
     )
-    a, b, x = build(setup)
-    blocks = max(heads, vs_heads)
-    doc = {"setup": setup.to_dict(), "blocks": blocks, "sides": []}
-    for module in (a, b):
-        matrix = gradient_coupling(module, x, blocks=blocks)
-        off = matrix[~np.eye(blocks, dtype=bool)]
-        doc["sides"].append(
-            {
-                "num_heads": module.num_heads,
-                "coupling": matrix.tolist(),
-                "off_diagonal_max": float(off.max()) if off.size else 0.0,
-                "diagonal_mean": float(np.diag(matrix).mean()),
-                "head_gradient_norms": head_gradient_norms(module, x).to_dict(),
-            }
-        )
+    doc = coupling_comparison(setup).to_dict()
+    blocks = doc["blocks"]
     if as_json:
         print(json.dumps(doc, indent=2))
         return

@@ -300,21 +300,15 @@ def collapse(
     force: bool = FORCE,
 ) -> None:
     """The same weights viewed with fewer heads: all layers, then one layer at a time."""
-    from headlab.heads import collapse_head_counts, collapse_heads
+    from headlab.heads import check_head_counts, collapse_heads
 
     chosen = int_list(heads, "--heads")
     _claim("collapse", out, force)
     loaded, texts, max_length = _load(model, model_dir, corpus, n_texts, max_length)
-    counts = collapse_head_counts(loaded)
-    for h in chosen or ():
-        if h not in counts:
-            raise ValueError(
-                f"--heads {h} does not divide the heads of every layer of {loaded.name}; "
-                f"choose from {','.join(map(str, counts))}"
-            )
-    counts = counts if chosen is None else tuple(chosen)
-    steps = len(counts) + loaded.num_layers + 1
-    with progress("collapse", steps, quiet=as_json) as update:
+    counts = None if chosen is None else tuple(chosen)
+    if counts is not None:
+        check_head_counts(loaded, counts, "--heads")
+    with progress("collapse", 1, quiet=as_json) as update:
         result = collapse_heads(loaded, texts, counts, max_length=max_length, on_step=update)
     names = list(result.all_layers[0].measures)
     rows = [
@@ -353,7 +347,7 @@ def importance(
             texts,
             temperature=temperature,
             max_length=max_length,
-            on_batch=lambda done, total: update(done / total),
+            on_batch=update,
         )
     title = f"Importance (normalised per layer), {result.model}, {result.n_texts} texts"
     _emit("importance", result.to_dict(), out, force, as_json, _grid(title, result.importance))
@@ -372,22 +366,15 @@ def prune(
     force: bool = FORCE,
 ) -> None:
     """Remove heads in 10% steps, by importance and at random; measure each pruned model."""
-    from headlab.heads import head_importance, prune_curve
+    from headlab.heads import prune_by_importance
     from headlab.limits import check_seed
 
     check_seed("--seed", seed)
     _claim("prune", out, force)
     loaded, texts, max_length = _load(model, model_dir, corpus, n_texts, max_length)
-    with progress("prune", 23, quiet=as_json) as update:
-        ranking = head_importance(loaded, texts, max_length=max_length).ranking()
-        update(1)
-        result = prune_curve(
-            loaded,
-            texts,
-            ranking,
-            seed=seed,
-            max_length=max_length,
-            on_step=lambda done: update(1 + done),
+    with progress("prune", 1, quiet=as_json) as update:
+        result = prune_by_importance(
+            loaded, texts, seed=seed, max_length=max_length, on_step=update
         )
     names = list(result.steps[0].measures)
     rows = [
