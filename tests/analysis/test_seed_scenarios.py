@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from headlab.analysis import CompareSetup, explain, run_seed_scenarios, run_setup
+from headlab.analysis import CompareSetup, build, explain, run_seed_scenarios, run_setup
 
 
 def _seed_attention(query, key, value):
@@ -87,3 +87,56 @@ def test_the_public_names_are_importable_from_the_package():
     assert isinstance(c, headlab.Comparison) and headlab.explain(c)
     assert headlab.parameter_count(m) == 4 * 12 * 12 + 4 * 12
     assert headlab.gradient_coupling(m, x).shape == (3, 3)
+
+
+def _by_hand(module, x, heads, kv_heads, head_dim):
+    """Grouped-query attention written out: each K/V head serves heads // kv_heads query heads."""
+    w_q, w_k, w_v = module.projection_weights()
+    b_q, b_k, b_v = module.in_proj_bias.split([w_q.shape[0], w_k.shape[0], w_v.shape[0]])
+    batch, length, _ = x.shape
+    q = (x @ w_q.T + b_q).view(batch, length, heads, head_dim).transpose(1, 2)
+    k = (x @ w_k.T + b_k).view(batch, length, kv_heads, head_dim).transpose(1, 2)
+    v = (x @ w_v.T + b_v).view(batch, length, kv_heads, head_dim).transpose(1, 2)
+    k = k.repeat_interleave(heads // kv_heads, dim=1)  # (batch, head, k_pos, d_head)
+    v = v.repeat_interleave(heads // kv_heads, dim=1)
+    weights = torch.softmax(q @ k.transpose(-1, -2) / head_dim**0.5, dim=-1)
+    out = (weights @ v).transpose(1, 2).reshape(batch, length, heads * head_dim)
+    return module.out_proj(out)
+
+
+@pytest.mark.parametrize(
+    ("heads", "kv_heads", "head_dim", "vs_heads"), [(4, 2, 16, 2), (6, 2, 5, 3)]
+)
+def test_kv_heads_and_head_dim_build_what_the_library_module_means(
+    heads, kv_heads, head_dim, vs_heads
+):
+    setup = CompareSetup(
+        d_model=12, heads=heads, vs_heads=vs_heads, seq_len=5, batch=2, init="normal", seed=2,
+        output_projection=True, kv_heads=kv_heads, head_dim=head_dim,
+    )  # fmt: skip
+    a, b, x = build(setup)
+    assert (a.num_heads, a.num_kv_heads, a.head_dim) == (heads, kv_heads, head_dim)
+    view_dim = heads * head_dim // vs_heads
+    assert (b.num_heads, b.head_dim, b.num_kv_heads) == (
+        vs_heads,
+        view_dim,
+        kv_heads * head_dim // view_dim,
+    )
+    with torch.no_grad():
+        for module in (a, b):
+            got = module(x, x, x, need_weights=False)[0]
+            want = _by_hand(module, x, module.num_heads, module.num_kv_heads, module.head_dim)
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    comparison = run_setup(setup)
+    with torch.no_grad():
+        diff = (a(x, x, x, need_weights=False)[0] - b(x, x, x, need_weights=False)[0]).abs().max()
+    assert comparison.max_abs_diff == pytest.approx(float(diff), rel=1e-5, abs=1e-6)
+
+
+def test_head_sizes_that_do_not_split_are_refused_naming_the_flags():
+    with pytest.raises(ValueError, match="--kv-heads 3 does not divide --heads 8"):
+        CompareSetup(kv_heads=3)
+    with pytest.raises(ValueError, match="add --output-projection"):
+        CompareSetup(head_dim=32)
+    with pytest.raises(ValueError, match="--vs-heads 1 gives heads of 512"):
+        CompareSetup(kv_heads=2)

@@ -89,3 +89,23 @@ def test_collapse_takes_heads_as_a_list(tiny_dir, tmp_path, capsys):
     assert [r["num_heads"] for r in json.loads(printed)["all_layers"]] == [1, 3]
     code, _, err = run([*args, "--heads", "2", "--out", str(out), "--force"], capsys)
     assert code == 2 and "--heads 2 does not divide" in err and "choose from 1,3" in err
+
+
+def test_compare_and_grad_take_kv_heads_and_head_dim_like_the_library(capsys):
+    from headlab.analysis.scenarios import CompareSetup, run_setup
+
+    argv = ["--d-model", "12", "--heads", "4", "--kv-heads", "2", "--head-dim", "6"]
+    argv += ["--vs-heads", "2", "--seq-len", "5", "--init", "normal"]
+    code, out, err = run(["compare", *argv, "--output-projection", "--json"], capsys)
+    assert code == 0, err
+    setup = CompareSetup(
+        d_model=12, heads=4, kv_heads=2, head_dim=6, vs_heads=2, seq_len=5, init="normal",
+        output_projection=True,
+    )  # fmt: skip
+    assert json.loads(out)["max_abs_diff"] == run_setup(setup).max_abs_diff
+    code, out, err = run(["grad", *argv, "--json"], capsys)
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["setup"]["kv_heads"] == 2 and doc["setup"]["head_dim"] == 6
+    code, _, err = run(["compare", *argv], capsys)
+    assert code == 2 and "add --output-projection" in err and err.count("\n") == 1

@@ -29,6 +29,8 @@ class CompareSetup:
     input N(0,1)), "ones" (every weight and bias 1, through torch's packed in_proj and out_proj,
     as in seed 003; input U(0,1)). Without an output projection W_O is the identity and no
     biases are used (the seed's code has neither); with it, W_O and biases follow ``init``.
+    kv_heads and head_dim are those of ``MultiHeadAttention`` (None: ``heads`` K/V heads of
+    d_model / heads); the ``vs_heads`` view splits the same widths (``with_num_heads``).
     """
 
     d_model: int = 512
@@ -40,6 +42,8 @@ class CompareSetup:
     seed: int = 0
     output_projection: bool = False
     causal: bool = False
+    kv_heads: int | None = None
+    head_dim: int | None = None
 
     def __post_init__(self) -> None:
         if self.init not in INITS:
@@ -47,12 +51,39 @@ class CompareSetup:
         for name in ("d_model", "heads", "vs_heads", "seq_len", "batch"):
             check_int(f"--{name.replace('_', '-')}", getattr(self, name))
         check_seed("--seed", self.seed)
-        for name in ("heads", "vs_heads"):
-            if self.d_model % getattr(self, name):
-                raise ValueError(
-                    f"embed_dim={self.d_model} is not divisible by num_heads="
-                    f"{getattr(self, name)} (--{name.replace('_', '-')})"
-                )
+        for name in ("kv_heads", "head_dim"):
+            if getattr(self, name) is not None:
+                check_int(f"--{name.replace('_', '-')}", getattr(self, name))
+        if self.head_dim is None and self.d_model % self.heads:
+            raise ValueError(
+                f"embed_dim={self.d_model} is not divisible by num_heads={self.heads} (--heads)"
+            )
+        if self.kv_heads is not None and self.heads % self.kv_heads:
+            raise ValueError(f"--kv-heads {self.kv_heads} does not divide --heads {self.heads}")
+        q_dim = self.q_dim
+        if q_dim % self.vs_heads:
+            raise ValueError(
+                f"embed_dim={q_dim} is not divisible by num_heads={self.vs_heads} (--vs-heads)"
+                if self.head_dim is None
+                else f"--vs-heads {self.vs_heads} does not divide the query width {q_dim} "
+                "(--heads x --head-dim)"
+            )
+        kv_dim = (self.kv_heads or self.heads) * (q_dim // self.heads)
+        if kv_dim % (q_dim // self.vs_heads):
+            raise ValueError(
+                f"--vs-heads {self.vs_heads} gives heads of {q_dim // self.vs_heads}, which do not "
+                f"split the K/V width {kv_dim} (--kv-heads x head size)"
+            )
+        if q_dim != self.d_model and not self.output_projection:
+            raise ValueError(
+                f"--heads {self.heads} of --head-dim {self.head_dim} give width {q_dim}, not "
+                f"--d-model {self.d_model}: add --output-projection (W_O maps it back)"
+            )
+
+    @property
+    def q_dim(self) -> int:
+        """Width of the query projection: heads x head size."""
+        return self.heads * (self.head_dim or self.d_model // self.heads)
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -60,7 +91,7 @@ class CompareSetup:
     def memory_estimate(self) -> int:
         """Bytes at the peak of ``run_setup``: per side a trace of scores and weights (float32),
         the backward's copies of them, the findings' (batch, q_pos, k_pos) checks, the weights."""
-        t, b, e = self.seq_len, self.batch, self.d_model
+        t, b, e = self.seq_len, self.batch, max(self.d_model, self.q_dim)
         attention = 4 * b * (self.heads + self.vs_heads) * t * t * 4
         return attention + 2 * 4 * e * e * 4 * 3 + 16 * b * t * e * 4
 
@@ -79,13 +110,22 @@ def build(setup: CompareSetup) -> tuple[MultiHeadAttention, MultiHeadAttention, 
     e = setup.d_model
     gen = torch.Generator().manual_seed(setup.seed)
     bias = setup.output_projection
-    module = MultiHeadAttention(e, setup.heads, bias=bias, batch_first=True)
+    module = MultiHeadAttention(
+        e,
+        setup.heads,
+        bias=bias,
+        batch_first=True,
+        num_kv_heads=setup.kv_heads,
+        head_dim=setup.head_dim,
+    )
+    w_q, w_k, w_v = module.projection_weights()
     with torch.no_grad():
         if setup.init == "rand":
-            w_q, w_k, w_v = (torch.rand(e, e, generator=gen) for _ in range(3))
+            widths = (w_q.shape[0], w_k.shape[0], w_v.shape[0])
+            drawn = [torch.rand(e, width, generator=gen) for width in widths]
             # The seed computes x @ W; torch's layout stores W^T.
-            module.in_proj_weight.copy_(torch.cat([w_q.T, w_k.T, w_v.T]))
-            module.out_proj.weight.copy_(torch.rand(e, e, generator=gen))
+            module.in_proj_weight.copy_(torch.cat([w.T for w in drawn]))
+            module.out_proj.weight.copy_(torch.rand(e, w_q.shape[0], generator=gen))
         elif setup.init == "normal":
             module.in_proj_weight.normal_(0.0, e**-0.5, generator=gen)
             module.out_proj.weight.normal_(0.0, e**-0.5, generator=gen)

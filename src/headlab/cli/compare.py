@@ -23,6 +23,12 @@ _OUT_PROJ = typer.Option(
     help="Use a drawn W_O and biases (default: none, as in the first seed question).",
 )
 _CAUSAL = typer.Option(False, "--causal", help="Causal mask.")
+_KV_HEADS = typer.Option(
+    None, "--kv-heads", help="K/V heads of the first side (GQA; 1 = MQA) [default: --heads]."
+)
+_HEAD_DIM = typer.Option(
+    None, "--head-dim", help="Head size of the first side [default: d_model / heads]."
+)
 _JSON = typer.Option(False, "--json", help="Print the JSON document only.")
 
 
@@ -37,6 +43,8 @@ def compare(
     seed: int = _SEED,
     output_projection: bool = _OUT_PROJ,
     causal: bool = _CAUSAL,
+    kv_heads: int | None = _KV_HEADS,
+    head_dim: int | None = _HEAD_DIM,
     as_json: bool = _JSON,
 ) -> None:
     """Compare h heads with the same weights viewed as another head count, and say why.
@@ -60,6 +68,8 @@ def compare(
         seed=seed,
         output_projection=output_projection,
         causal=causal,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
     )
     comparison = run_setup(setup)
     if as_json:
@@ -90,6 +100,8 @@ def grad(
     batch: int = _BATCH,
     init: str = typer.Option("normal", "--init", help=f"Weight draw: {', '.join(INITS)}."),
     seed: int = _SEED,
+    kv_heads: int | None = _KV_HEADS,
+    head_dim: int | None = _HEAD_DIM,
     as_json: bool = _JSON,
 ) -> None:
     """Gradient coupling between head blocks, for h heads and for the same weights as vs-heads.
@@ -111,6 +123,8 @@ def grad(
         init=init,
         seed=seed,
         output_projection=True,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
     )
     doc = coupling_comparison(setup).to_dict()
     blocks = doc["blocks"]
