@@ -102,9 +102,10 @@ def _handle(error: Exception) -> None:
         _fail(str(error))
     if isinstance(error, OverflowError):
         _fail(f"a number is too large: {error}")
-    from headlab.experiments.executors import WorkerDied  # imports torch: only when needed here
-
-    if isinstance(error, WorkerDied):
+    # Only a sweep raises WorkerDied, and then its module is loaded: importing it here would import
+    # torch again after an interrupted first import (numpy then refuses to load twice).
+    executors = sys.modules.get("headlab.experiments.executors")
+    if executors is not None and isinstance(error, executors.WorkerDied):
         _fail(str(error), code=1)
     if isinstance(error, OSError):
         _fail(_os_error(error), code=1)
