@@ -54,3 +54,22 @@ def test_bad_input_one_line_exit_2(args, message, capsys):
     code, out, err = run(args, capsys)
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and message in err
+
+
+def test_specialisation_json_and_figure(tmp_path, capsys):
+    files = ["--out", str(tmp_path / "s.json"), "--figure", str(tmp_path / "s.png")]
+    args = ["specialisation", "--heads", "1,2", "--steps", "10", "--eval-every", "5", *files]
+    args.append("--json")
+    code, out, err = run(args, capsys)
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["headlab"] == "specialisation"
+    assert [(r["attention"], r["num_heads"]) for r in doc["runs"]] == [
+        ("plain", 1), ("plain", 2), ("talking-heads", 2)
+    ]  # fmt: skip
+    assert (tmp_path / "s.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_specialisation_bad_attention(capsys):
+    code, out, err = run(["specialisation", "--attention", "fancy"], capsys)
+    assert code == 2 and out == "" and "--attention must list" in err

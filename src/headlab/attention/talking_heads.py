@@ -30,8 +30,10 @@ class TalkingHeadsAttention(MultiHeadAttention):
     attn_mask (ValueError naming the option)."""
 
     def __init__(self, embed_dim: int, num_heads: int, **kwargs: object) -> None:
+        allowed = {"num_kv_heads": (None, num_heads), "kdim": (None, embed_dim),
+                   "vdim": (None, embed_dim)}  # fmt: skip
         for option in ("add_bias_kv", "add_zero_attn", "num_kv_heads", "kdim", "vdim"):
-            if kwargs.get(option) not in (None, False):
+            if kwargs.get(option) not in allowed.get(option, (None, False)):
                 raise ValueError(f"TalkingHeadsAttention does not support {option}")
         super().__init__(embed_dim, num_heads, **kwargs)  # type: ignore[arg-type]
         factory = {"device": self.out_proj.weight.device, "dtype": self.out_proj.weight.dtype}

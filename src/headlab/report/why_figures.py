@@ -83,3 +83,63 @@ def _matrix(ax, matrix: np.ndarray, title: str, xlabel: str, ylabel: str) -> Non
             color="white" if v < 0.6 else INK,
         )
     return image
+
+
+def _drop(checkpoint: dict) -> np.ndarray:
+    """(head, lookup) accuracy lost by removing each head, clipped at 0."""
+    base = np.asarray(checkpoint["accuracy"])[None, :]
+    return np.clip(base - np.asarray(checkpoint["ablated"]), 0.0, 1.0)
+
+
+def specialisation_figure(doc: dict) -> Figure:
+    """Top: the final heads x lookups ablation matrix of each plain run. Bottom: the number of
+    distinct serving heads over training (split step marked), and final accuracy of plain
+    against talking heads by head count."""
+    plain = [r for r in doc["runs"] if r["attention"] == "plain"]
+    cols = max(len(plain), 2)
+    fig = Figure(figsize=(2.6 * cols, 6.4), layout="constrained")
+    grid = fig.add_gridspec(2, cols, height_ratios=[1.2, 1])
+    for i, run in enumerate(plain):
+        ax = fig.add_subplot(grid[0, i])
+        _matrix(
+            ax,
+            _drop(run["checkpoints"][-1]),
+            f"{run['num_heads']} x {run['head_dim']}: accuracy lost",
+            "lookup",
+            "head ablated",
+        )
+    half = cols // 2
+    ax = fig.add_subplot(grid[1, :half])
+    multi = sorted({r["num_heads"] for r in doc["runs"] if r["num_heads"] > 1})
+    for run in (r for r in doc["runs"] if r["num_heads"] > 1):
+        k = multi.index(run["num_heads"])
+        steps = [c["step"] for c in run["checkpoints"]]
+        served = [len({h for h in c["served_by"] if h is not None}) for c in run["checkpoints"]]
+        style = "-" if run["attention"] == "plain" else "--"
+        colour = COLOURS[k % len(COLOURS)]
+        ax.plot(
+            steps, served, style, color=colour, label=f"{run['attention']} h={run['num_heads']}"
+        )
+        if run["split_step"] is not None:
+            ax.axvline(run["split_step"], color=colour, linestyle=":", linewidth=1)
+    ax.set_xlabel("training step (dotted: split step)")
+    ax.set_ylabel("heads serving a lookup")
+    ax.set_yticks(range(0, 5))
+    ax.set_title("when the heads divide the 4 lookups", fontsize=9)
+    ax.legend(fontsize=6, frameon=False)
+    _style(ax)
+    ax = fig.add_subplot(grid[1, half:])
+    counts = sorted({r["num_heads"] for r in doc["runs"]})
+    width = 0.38
+    for j, kind in enumerate(("plain", "talking-heads")):
+        acc = {r["num_heads"]: r["accuracy"] for r in doc["runs"] if r["attention"] == kind}
+        xs = [i + (j - 0.5) * width for i, h in enumerate(counts) if h in acc]
+        ax.bar(xs, [acc[h] for h in counts if h in acc], width, color=COLOURS[j], label=kind)
+    ax.set_xticks(range(len(counts)), [str(h) for h in counts])
+    ax.set_xlabel("heads (d_model 64, equal parameters)")
+    ax.set_ylabel("final accuracy (4 lookups)")
+    ax.set_ylim(0, 1.05)
+    ax.set_title("plain against talking heads", fontsize=9)
+    ax.legend(fontsize=7, frameon=False)
+    _style(ax)
+    return fig
