@@ -73,3 +73,15 @@ def test_specialisation_json_and_figure(tmp_path, capsys):
 def test_specialisation_bad_attention(capsys):
     code, out, err = run(["specialisation", "--attention", "fancy"], capsys)
     assert code == 2 and out == "" and "--attention must list" in err
+
+
+def test_redundancy_json_on_a_tiny_model(tiny_dir, tmp_path, capsys):
+    files = ["--out", str(tmp_path / "r.json"), "--figure", str(tmp_path / "r.png")]
+    args = ["redundancy", "--model", str(tiny_dir), "--ranks", "15,3", "--n-texts", "4", *files]
+    code, out, err = run([*args, "--max-length", "12", "--json"], capsys)
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["headlab"] == "redundancy" and doc["qk_width"] == 15
+    assert [r["rank"] for r in doc["curve"]] == [15, 15, 3]
+    assert doc["curve"][1]["mean_cosine"] == pytest.approx(1.0, abs=1e-6)
+    assert (tmp_path / "r.png").read_bytes().startswith(b"\x89PNG")

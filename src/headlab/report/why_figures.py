@@ -143,3 +143,59 @@ def specialisation_figure(doc: dict) -> Figure:
     ax.legend(fontsize=7, frameon=False)
     _style(ax)
     return fig
+
+
+def redundancy_figure(doc: dict) -> Figure:
+    """Left: each layer's normalised spectrum of [B_1 | ... | B_H] (effective rank in the
+    legend). Right: quality against the shared key/query rank, Cordonnier et al.'s 4x marked."""
+    fig = Figure(figsize=(10, 3.6), layout="constrained")
+    ax1, ax2 = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
+    for k, layer in enumerate(doc["layers"]):
+        values = np.cumsum(layer["singular_values"])
+        ax1.plot(
+            np.arange(1, len(values) + 1),
+            values,
+            color=COLOURS[k % len(COLOURS)],
+            alpha=0.4 + 0.6 * (k + 1) / len(doc["layers"]),
+            label=f"layer {layer['layer']}: eff. rank {layer['effective_rank']:.0f}",
+        )
+    ax1.set_xlabel(f"shared query directions k (of {doc['embed_dim']})")
+    ax1.set_ylabel("share of singular-value mass")
+    ax1.set_title(f"{doc['model']}: spectrum of the heads' W_Q_i^T W_K_i", fontsize=9)
+    ax1.legend(fontsize=6, frameon=False, ncol=2 if len(doc["layers"]) > 8 else 1)
+    _style(ax1)
+    rows = sorted((r for r in doc["curve"] if not r.get("original")), key=lambda r: r["rank"])
+    key = "perplexity" if "perplexity" in rows[0] else "mean_cosine"
+    ranks = [r["rank"] for r in rows]
+    ax2.plot(
+        range(len(rows)),
+        [r[key] for r in rows],
+        "o-",
+        color=COLOURS[0],
+        label=key.replace("_", " "),
+    )
+    for i, r in enumerate(rows):
+        ax2.annotate(
+            f"{r[key]:.3g}",
+            (i, r[key]),
+            textcoords="offset points",
+            xytext=(0, 6),
+            ha="center",
+            fontsize=7,
+            color=INK,
+        )
+    width = doc["qk_width"]
+    if width // 4 in ranks:
+        ax2.axvline(
+            ranks.index(width // 4),
+            color=COLOURS[1],
+            linestyle=":",
+            label="Cordonnier et al.: 4x cut at no loss (retrained)",
+        )
+    ax2.set_xticks(range(len(rows)), [f"{k}\n({width / k:.0f}x)" for k in ranks])
+    ax2.set_xlabel("shared key/query rank k (cut factor), every layer, no retraining")
+    ax2.set_ylabel(key.replace("_", " ") + (" (original = 1)" if key == "mean_cosine" else ""))
+    ax2.set_title("the model with its key/query width cut", fontsize=9)
+    ax2.legend(fontsize=7, frameon=False)
+    _style(ax2)
+    return fig
