@@ -15,7 +15,7 @@ from headlab.cli.progress import progress
 from headlab.locations import why_results
 
 
-def _ints(name: str, text: str) -> tuple[int, ...]:
+def _ints(name: str, text: str, high: int = 512) -> tuple[int, ...]:
     from headlab.limits import check_int
 
     try:
@@ -24,7 +24,7 @@ def _ints(name: str, text: str) -> tuple[int, ...]:
         raise ValueError(f"{name} must be comma-separated integers, got {text!r}") from None
     if not values:
         raise ValueError(f"{name} must list at least one integer, got {text!r}")
-    return tuple(check_int(name, v, high=512) for v in values)
+    return tuple(check_int(name, v, high=high) for v in values)
 
 
 OUT = typer.Option(why_results("expressivity"), "--out", help="Results file (JSON).")
