@@ -45,8 +45,8 @@ def test_expressivity_json_rows(tmp_path, capsys):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["expressivity", "--seq-lens", "a"], "--seq-lens must be comma-separated integers"),
-        (["expressivity", "--head-dims", "0"], "--head-dims must be between 1 and 512"),
+        (["expressivity", "--seq-lens", "a"], "--seq-lens takes comma-separated integers"),
+        (["expressivity", "--head-dims", "0"], "--head-dims values must be positive, got 0"),
         (["grad", "--talking-heads", "nan"], "--talking-heads must be a finite number"),
     ],
 )

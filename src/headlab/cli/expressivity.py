@@ -11,21 +11,9 @@ from rich.console import Console
 from rich.table import Table
 
 from headlab.cli.app import app
+from headlab.cli.parsing import sizes
 from headlab.cli.progress import progress
 from headlab.locations import why_results
-
-
-def _ints(name: str, text: str, high: int = 512) -> tuple[int, ...]:
-    from headlab.limits import check_int
-
-    try:
-        values = tuple(int(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise ValueError(f"{name} must be comma-separated integers, got {text!r}") from None
-    if not values:
-        raise ValueError(f"{name} must list at least one integer, got {text!r}")
-    return tuple(check_int(name, v, high=high) for v in values)
-
 
 OUT = typer.Option(why_results("expressivity"), "--out", help="Results file (JSON).")
 FIGURE = typer.Option(None, "--figure", help="Write the figure (PNG).")
@@ -58,8 +46,8 @@ def expressivity(
     if figure is not None:
         check_output(figure, Kind.png("expressivity"), force=force, option="--figure")
     config = ExpressivityConfig(
-        seq_lens=_ints("--seq-lens", seq_lens),
-        head_dims=_ints("--head-dims", head_dims),
+        seq_lens=sizes(seq_lens, "--seq-lens", 512),
+        head_dims=sizes(head_dims, "--head-dims", 512),
         targets=check_int("--targets", targets, high=1000),
         steps=check_int("--steps", steps, high=10**6),
         heads=check_int("--heads", heads, high=32),

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from headlab.cli.app import app
-from headlab.cli.expressivity import _ints
+from headlab.cli.parsing import sizes
 from headlab.cli.progress import progress
 from headlab.locations import why_results
 
@@ -43,7 +43,7 @@ def redundancy(
     if figure is not None:
         check_output(figure, Kind.png("redundancy"), force=force, option="--figure")
     check_int("--n-texts", n_texts, high=10**5)
-    chosen = _ints("--ranks", ranks, high=2**16) if ranks else None
+    chosen = sizes(ranks, "--ranks", 2**16) if ranks else None
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from headlab.models import default_corpus, load
 

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from headlab.cli.app import app
-from headlab.cli.expressivity import _ints
+from headlab.cli.parsing import sizes
 from headlab.cli.progress import progress
 from headlab.locations import why_results
 
@@ -48,7 +48,7 @@ def specialisation(
         raise ValueError(
             f"--attention must list {' and/or '.join(ATTENTION_KINDS)}, got {attention!r}"
         )
-    head_counts = _ints("--heads", heads)
+    head_counts = sizes(heads, "--heads", 64)
     for h in head_counts:
         if 64 % h:
             raise ValueError(f"--heads {h} does not divide d_model 64")
