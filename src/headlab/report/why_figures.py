@@ -8,6 +8,7 @@ the measured values (text is drawn verbatim, so no log-scale mathtext labels).
 from __future__ import annotations
 
 import numpy as np
+from matplotlib import colormaps
 from matplotlib.figure import Figure
 
 from headlab.report.figures import COLOURS, INK, _style
@@ -150,19 +151,21 @@ def redundancy_figure(doc: dict) -> Figure:
     legend). Right: quality against the shared key/query rank, Cordonnier et al.'s 4x marked."""
     fig = Figure(figsize=(10, 3.6), layout="constrained")
     ax1, ax2 = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
+    count = len(doc["layers"])
+    shown = {0, count // 2, count - 1} if count > 8 else set(range(count))
     for k, layer in enumerate(doc["layers"]):
         values = np.cumsum(layer["singular_values"])
+        label = f"layer {layer['layer']}: eff. rank {layer['effective_rank']:.0f}"
         ax1.plot(
             np.arange(1, len(values) + 1),
             values,
-            color=COLOURS[k % len(COLOURS)],
-            alpha=0.4 + 0.6 * (k + 1) / len(doc["layers"]),
-            label=f"layer {layer['layer']}: eff. rank {layer['effective_rank']:.0f}",
+            color=colormaps["viridis"](k / max(count - 1, 1)),
+            label=label if k in shown else None,
         )
     ax1.set_xlabel(f"shared query directions k (of {doc['embed_dim']})")
     ax1.set_ylabel("share of singular-value mass")
     ax1.set_title(f"{doc['model']}: spectrum of the heads' W_Q_i^T W_K_i", fontsize=9)
-    ax1.legend(fontsize=6, frameon=False, ncol=2 if len(doc["layers"]) > 8 else 1)
+    ax1.legend(fontsize=7, frameon=False, title="colour: layer, first to last", title_fontsize=7)
     _style(ax1)
     rows = sorted((r for r in doc["curve"] if not r.get("original")), key=lambda r: r["rank"])
     key = "perplexity" if "perplexity" in rows[0] else "mean_cosine"
