@@ -75,3 +75,12 @@ def test_plain_runs_keep_their_run_id_and_talking_heads_differ():
     assert talking.to_dict()["attention"] == "talking-heads" and talking.run_id != plain.run_id
     with pytest.raises(ValueError, match="attention must be one of plain, talking-heads"):
         make_config("multi-lookup", 4, attention="mixed")
+
+
+def test_talking_heads_run_reports_no_entropy():
+    from headlab.experiments.train import run_one
+
+    config = make_config("multi-lookup", 2, d_model=8, steps=3, attention="talking-heads")
+    result = run_one(config)
+    assert result.head_entropy == []
+    assert result.rows()[-1]["config"]["attention"] == "talking-heads"

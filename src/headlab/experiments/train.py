@@ -34,7 +34,8 @@ class EvalPoint:
 @dataclass(frozen=True)
 class RunResult:
     """What a run produced: the curve (evaluations every eval_every steps and at the end), the
-    final per-head attention entropy (layer-major, L*H floats) and the parameter count."""
+    final per-head attention entropy (layer-major, L*H floats; empty for talking heads, whose
+    mixed weights are not distributions) and the parameter count."""
 
     config: RunConfig
     curve: list[EvalPoint]
@@ -119,6 +120,7 @@ def run_one(
             sched.step()
             if step % config.eval_every == 0 or step == config.steps:
                 point, entropy = _evaluate(model, eval_batch)
+                entropy = entropy if config.attention == "plain" else []
                 curve.append(EvalPoint(step=step, loss=point.loss, accuracy=point.accuracy))
                 if on_eval is not None:
                     on_eval(config.run_id, step, point.loss)
