@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from headlab.attention import layout
 from headlab.attention.functional import merge_heads, split_heads
 from headlab.attention.masks import causal_mask
 from headlab.attention.module import MultiHeadAttention
@@ -89,7 +90,14 @@ class TalkingHeadsAttention(MultiHeadAttention):
 
     def _inputs(self, query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Checked, batch-first (batch, pos, E) inputs."""
-        self._check_inputs(query, key, value)
+        layout.check_inputs(
+            query,
+            key,
+            value,
+            widths=(self.embed_dim, self.kdim, self.vdim),
+            dtype=self.out_proj.weight.dtype,
+            batch_first=self.batch_first,
+        )
         if query.dim() != 3:
             raise ValueError(f"query must be batched (3 dims), got shape {tuple(query.shape)}")
         if not self.batch_first:
@@ -116,7 +124,7 @@ class TalkingHeadsAttention(MultiHeadAttention):
         xq, xk, xv = self._inputs(query, key, value)
         *_, weights, head_out = self._talk(xq, xk, xv, key_padding_mask, is_causal)
         if head_mask is not None:
-            head_out = head_out * self._head_scale(head_mask, head_out.shape[0])
+            head_out = head_out * layout.head_scale(head_mask, head_out.shape[0], self.num_heads)
         out = self.out_proj(merge_heads(head_out))  # (batch, q_pos, E)
         out = out if self.batch_first else out.transpose(0, 1)
         if not need_weights:
@@ -143,7 +151,7 @@ class TalkingHeadsAttention(MultiHeadAttention):
         xq, xk, xv = self._inputs(query, key, value)
         q, k, v, scores, weights, head_out = self._talk(xq, xk, xv, key_padding_mask, is_causal)
         if head_mask is not None:
-            head_out = head_out * self._head_scale(head_mask, head_out.shape[0])
+            head_out = head_out * layout.head_scale(head_mask, head_out.shape[0], self.num_heads)
         w_o = self.out_proj.weight.view(self.embed_dim, self.num_heads, self.head_dim)
         return AttentionTrace(
             q=q,
