@@ -8,9 +8,14 @@ Training: train mode (dropout 0), forward then backward of (out * g).sum() into 
 Inference: eval mode inside torch.inference_mode(); that is the configuration in which torch's
 module takes its native fast path (batch_first, eval, no grad, query is key is value, packed
 in_proj, even head count): its best case. Whether it was taken is checked with the profiler and
-printed. Times are medians over --repeats calls after --warmup calls; speedup = torch / headlab
+printed. Times are medians over --repeats rounds after --warmup calls, each round calling every
+implementation once in turn (load changes hit all alike); speedup = torch / headlab
 (>= 1.0: headlab at least as fast), for the fast path (need_weights=False) against torch's
 need_weights=False, and for the default (need_weights=True) against torch's default.
+
+Then the cost of inspection: ``trace()`` (every intermediate per head) against the plain
+need_weights=True forward on the same module and input, eval mode, no grad, at batch 4 x 512
+tokens x 512 wide, 8 heads (--quick: the quick size); ratio = trace / forward (target <= 2).
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ class Size:
 
 FULL = (Size("b8-s256-e512-h8", 8, 256, 512, 8), Size("b1-s2048-e768-h12", 1, 2048, 768, 12))
 QUICK = (Size("quick-b2-s32-e64-h4", 2, 32, 64, 4),)
+TRACE_SIZE = Size("b4-s512-e512-h8", 4, 512, 512, 8)
 
 # name -> (module kind, need_weights); None: the Annotated module has no such switch.
 IMPLS = {
@@ -148,32 +154,58 @@ def measure(size: Size, repeats: int, warmup: int) -> tuple[list[Result], dict[s
     }
     g = torch.randn(size.batch, size.seq, size.embed)
     results = []
-    for name, (kind, nw) in IMPLS.items():
-        module = modules[kind]
-        call = make_call(module, kind, nw, x)
+    for mode in ("train", "inference"):
+        steps = {}
+        for name, (kind, nw) in IMPLS.items():
+            module = modules[kind].train(mode == "train")
+            call = make_call(module, kind, nw, x)
 
-        def train_step(module=module, call=call) -> None:
-            module.zero_grad(set_to_none=True)
-            (call() * g).sum().backward()
+            def train_step(module=module, call=call) -> None:
+                module.zero_grad(set_to_none=True)
+                (call() * g).sum().backward()
 
-        def infer_step(call=call) -> None:
-            with torch.inference_mode():
-                call()
+            def infer_step(call=call) -> None:
+                with torch.inference_mode():
+                    call()
 
-        module.train()
-        times = time_calls(train_step, repeats, warmup)
-        results.append(Result(size.name, "train", name, statistics.median(times), times))
-        module.eval()
-        times = time_calls(infer_step, repeats, warmup)
-        results.append(Result(size.name, "inference", name, statistics.median(times), times))
+            steps[name] = train_step if mode == "train" else infer_step
+        for name, times in interleaved(steps, repeats, warmup).items():
+            results.append(Result(size.name, mode, name, statistics.median(times), times))
     return results, native
+
+
+def interleaved(steps: dict[str, Callable[[], None]], repeats: int, warmup: int):
+    """name -> times (ms): every step once per round, so that a change of machine load during
+    the run hits all implementations alike."""
+    for step in steps.values():
+        time_calls(step, 0, warmup)
+    times: dict[str, list[float]] = {name: [] for name in steps}
+    for _ in range(repeats):
+        for name, step in steps.items():
+            times[name] += time_calls(step, 1, 0)
+    return times
+
+
+def measure_trace(size: Size, repeats: int, warmup: int) -> list[Result]:
+    """trace() and the need_weights=True forward, alternating repeat by repeat (eval, no grad)."""
+    module = build_modules(size)["headlab"].eval()
+    x = torch.randn(size.batch, size.seq, size.embed)
+    calls = {
+        "headlab forward (need_weights=True)": lambda: module(x, x, x, need_weights=True),
+        "headlab trace()": lambda: module.trace(x),
+    }
+    with torch.no_grad():
+        times = interleaved(calls, repeats, warmup)
+    return [
+        Result(size.name, "inspection", name, statistics.median(t), t) for name, t in times.items()
+    ]
 
 
 def ratios(results: list[Result]) -> list[dict]:
     """speedup = torch median / headlab median, per size, mode and comparison."""
     by_key = {(r.size, r.mode, r.impl): r.median_ms for r in results}
     out = []
-    for size, mode in dict.fromkeys((r.size, r.mode) for r in results):
+    for size, mode in dict.fromkeys((r.size, r.mode) for r in results if r.mode != "inspection"):
         for label, ours, theirs in RATIOS:
             speedup = by_key[(size, mode, theirs)] / by_key[(size, mode, ours)]
             out.append({"size": size, "mode": mode, "comparison": label, "speedup": speedup})
@@ -233,8 +265,20 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"measuring {size} ...")
         res, native[size.name] = measure(size, args.repeats, args.warmup)
         results += res
+    trace_size = QUICK[0] if args.quick else TRACE_SIZE
+    if args.only is None:
+        console.print(f"measuring trace() at {trace_size} ...")
+        results += measure_trace(trace_size, args.repeats, args.warmup)
     speedups = ratios(results)
     print_table(results, speedups, console)
+    inspection = {r.impl: r.median_ms for r in results if r.mode == "inspection"}
+    if inspection:
+        trace_cost = (
+            inspection["headlab trace()"] / inspection["headlab forward (need_weights=True)"]
+        )
+        console.print(
+            f"trace() / forward(need_weights=True) at {trace_size.name}: {trace_cost:.2f}"
+        )
     console.print(f"torch inference took its native fast path: {native}")
     if args.json_out:
         payload = {
@@ -245,6 +289,7 @@ def main(argv: list[str] | None = None) -> int:
             "torch_native_fast_path": native,
             "results": [asdict(r) for r in results],
             "speedups": speedups,
+            "trace_over_forward": trace_cost if inspection else None,
         }
         write_json_atomic(args.json_out, payload)
     return 0

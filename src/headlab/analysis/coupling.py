@@ -22,9 +22,9 @@ from headlab.attention.module import MultiHeadAttention
 def _projection_grads(module: MultiHeadAttention, concat: Tensor, upstream: Tensor) -> list[Tensor]:
     """Gradients of (W_Q, W_K, W_V) for an upstream gradient on the head outputs before W_O."""
     weights = module.projection_weights()
-    leaves = [module.in_proj_weight] if module._qkv_same_embed_dim else list(weights)
+    leaves = [module.in_proj_weight] if module.in_proj_weight is not None else list(weights)
     grads = torch.autograd.grad(concat, leaves, upstream, retain_graph=True)
-    if module._qkv_same_embed_dim:
+    if module.in_proj_weight is not None:
         sizes = [w.shape[0] for w in weights]
         return list(grads[0].split(sizes))
     return list(grads)

@@ -46,7 +46,7 @@ class HeadGroupView(nn.Module):
         batch, heads, q_pos, k_pos = t.scores.shape
         m = heads // self.num_heads
         merged = t.scores.view(batch, self.num_heads, m, q_pos, k_pos).sum(dim=2) / m**0.5
-        return merged.softmax(dim=-1), expand_kv(t.v, heads)
+        return merged.softmax(dim=-1), expand_kv(t.v, heads // t.v.shape[1])
 
     def forward(
         self,

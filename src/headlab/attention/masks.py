@@ -14,6 +14,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from headlab.attention.layout import shape_check, static_graph
+
 
 @dataclass(frozen=True)
 class MergedMask:
@@ -47,6 +49,7 @@ def causal_mask(q_len: int, k_len: int, device: torch.device | None = None) -> T
     return torch.ones(q_len, k_len, dtype=torch.bool, device=device).triu(1)
 
 
+@shape_check
 def canonical_attn_mask(
     attn_mask: Tensor, *, batch: int, num_heads: int, q_len: int, k_len: int, batched: bool
 ) -> Tensor:
@@ -75,6 +78,7 @@ def canonical_attn_mask(
     raise ValueError(f"attn_mask must have 2 or 3 dims, got {attn_mask.dim()} dims")
 
 
+@shape_check
 def canonical_key_padding_mask(
     key_padding_mask: Tensor, *, batch: int, k_len: int, batched: bool
 ) -> Tensor:
@@ -135,8 +139,10 @@ def merge_masks(
         additive = additive + _as_additive(part, dtype)
     if extra_keys:
         additive = torch.nn.functional.pad(additive, (0, extra_keys))
-    dead = torch.isneginf(additive).all(dim=-1, keepdim=True)  # (b|1, h|1, q_pos, 1)
-    if not bool(dead.any()):
+    dead = (additive == float("-inf")).all(dim=-1, keepdim=True)  # (b|1, h|1, q_pos, 1)
+    # Eagerly, skip ``keep`` when no row is dead (the common case, one pass less). A recorded
+    # graph (jit.trace, export, compile) may not branch on values: it always carries ``keep``.
+    if not static_graph() and not bool(dead.any()):
         return MergedMask(additive=additive, keep=None)
     return MergedMask(
         additive=additive.masked_fill(dead, 0.0),

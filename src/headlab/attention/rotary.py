@@ -16,7 +16,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from headlab.attention.layout import shape_check
 
+
+@shape_check
 def rotary_angles(positions: Tensor, head_dim: int, base: float) -> tuple[Tensor, Tensor]:
     """(cos, sin), each (pos, head_dim) float32, for integer ``positions`` (pos,)."""
     if head_dim % 2:

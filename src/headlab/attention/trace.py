@@ -40,3 +40,17 @@ class AttentionTrace:
     def detach(self) -> AttentionTrace:
         """A copy with every tensor detached from the autograd graph."""
         return AttentionTrace(**{f.name: getattr(self, f.name).detach() for f in fields(self)})
+
+
+@dataclass(frozen=True)
+class HeadRun:
+    """One call of MultiHeadAttention up to the head outputs, batch first (AttentionTrace's
+    shapes); internal: forward and trace build their results from it."""
+
+    batched: bool
+    head_out: Tensor  # (batch, head, q_pos, d_head), after head_mask and interventions
+    weights: Tensor | None  # (batch, head, q_pos, k_pos); averaged path: (batch, q_pos, k_pos)
+    q: Tensor
+    k: Tensor
+    v: Tensor
+    scores: Tensor | None

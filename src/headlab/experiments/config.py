@@ -6,7 +6,7 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, fields
 
-from headlab.attention.module import resolve_head_sizes
+from headlab.attention.sizes import resolve_head_sizes
 from headlab.experiments.tasks import get_task
 
 ATTENTION_KINDS = ("plain", "talking-heads")

@@ -95,7 +95,7 @@ def contrastive_objective(
     return info_nce(a, b, temperature)
 
 
-def _even_batches(n: int, batch_size: int) -> list[range]:
+def even_batches(n: int, batch_size: int) -> list[range]:
     """Split range(n) into ceil(n / batch_size) contiguous batches of near-equal size."""
     count = -(-n // batch_size)
     bounds = [round(i * n / count) for i in range(count + 1)]
@@ -131,7 +131,7 @@ def head_importance(
     for p in params:
         p.requires_grad_(False)
     try:
-        batches = _even_batches(len(usable), batch_size)
+        batches = even_batches(len(usable), batch_size)
         for done, idx in enumerate(batches, start=1):
             chunk = [usable[i] for i in idx]
             if model.causal:

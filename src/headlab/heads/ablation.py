@@ -1,0 +1,184 @@
+"""What one head (or a few) does to a trained model's loss: ablate it and measure the objective.
+
+The heads are ablated at their output, before W_O (``headlab.attention.interventions.ablate``),
+in every batch of the objective:
+
+    zero      the head's output is 0 (the same as head_mask 0)
+    mean      its mean output over ``reference_texts`` (real tokens only), at every position
+    resample  the output of the previous text of the same batch at the same position (a position
+              past that text's end takes its output at a padding position)
+
+The result is the model's own objective (``HeadModel.objective``: next-token cross-entropy for a
+decoder, in-batch InfoNCE for a sentence encoder) averaged over the same batches, with and
+without the ablation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+
+import torch
+
+from headlab.attention.interventions import AblationMode, ablate, mean_head_output, record
+from headlab.heads.importance import NEXT_TOKEN, OBJECTIVE, even_batches
+from headlab.models.interface import HeadModel
+
+Head = tuple[int, int]  # (layer, head)
+
+
+@dataclass(frozen=True)
+class AblationResult:
+    """The objective over ``n_texts`` texts with and without ablating ``heads`` (layer, head)."""
+
+    model: str
+    n_texts: int
+    objective: str
+    mode: str
+    heads: list[Head]
+    baseline: float
+    ablated: float
+
+    @property
+    def change(self) -> float:
+        """ablated - baseline: how much worse (> 0) the model is without the heads."""
+        return self.ablated - self.baseline
+
+    def to_dict(self) -> dict:
+        return {
+            "model": self.model,
+            "n_texts": self.n_texts,
+            "objective": self.objective,
+            "mode": self.mode,
+            "heads": [list(h) for h in self.heads],
+            "baseline": self.baseline,
+            "ablated": self.ablated,
+            "change": self.change,
+        }
+
+
+def parse_heads(spec: str) -> list[Head]:
+    """ "3.5,4.1" -> [(3, 5), (4, 1)]: LAYER.HEAD pairs, comma-separated. Raises ValueError."""
+    heads = []
+    for item in spec.split(","):
+        layer, dot, head = item.strip().partition(".")
+        if not (dot and layer.isdigit() and head.isdigit()):
+            raise ValueError(f"heads must be LAYER.HEAD pairs like 3.5,4.1, got {item.strip()!r}")
+        heads.append((int(layer), int(head)))
+    return heads
+
+
+def check_heads(model: HeadModel, heads: Sequence[Head]) -> None:
+    """Raise ValueError naming the first (layer, head) that ``model`` does not have."""
+    if not heads:
+        raise ValueError("name at least one head to ablate (LAYER.HEAD)")
+    counts = model.heads_per_layer
+    for layer, head in heads:
+        if not 0 <= layer < len(counts):
+            raise ValueError(f"layer {layer} out of range: {model.name} has {len(counts)} layers")
+        if not 0 <= head < counts[layer]:
+            raise ValueError(
+                f"head {head} out of range in layer {layer}: it has {counts[layer]} heads"
+            )
+
+
+@torch.no_grad()
+def reference_means(
+    model: HeadModel, layers: Sequence[int], texts: list[str], *, batch_size: int, max_length: int
+) -> dict[int, torch.Tensor]:
+    """layer -> (head, d_head): each head's mean output over the real tokens of ``texts``."""
+    attention = model.attention_layers()
+    sums: dict[int, torch.Tensor] = {}
+    tokens = 0
+    for idx in even_batches(len(texts), batch_size):
+        batch = model.tokenize([texts[i] for i in idx], max_length)
+        real = batch.attention_mask.sum()
+        with ExitStack() as stack:
+            recs = {i: stack.enter_context(record(attention[i], ["head_outputs"])) for i in layers}
+            model.run(batch)
+        for i, rec in recs.items():
+            part = mean_head_output(rec["head_outputs"], batch.attention_mask) * real
+            sums[i] = part if i not in sums else sums[i] + part
+        tokens += int(real)
+    return {i: total / tokens for i, total in sums.items()}
+
+
+@contextmanager
+def ablated(
+    model: HeadModel,
+    heads: Sequence[Head],
+    *,
+    mode: AblationMode = "zero",
+    reference_texts: list[str] | None = None,
+    batch_size: int = 32,
+    max_length: int = 128,
+) -> Iterator[HeadModel]:
+    """Within the block, ``model`` runs with ``heads`` ablated (see the module docstring)."""
+    check_heads(model, heads)
+    layers = sorted({layer for layer, _ in heads})
+    means = {}
+    if mode == "mean":
+        if not reference_texts:
+            raise ValueError("mode 'mean' needs reference texts")
+        means = reference_means(
+            model, layers, reference_texts, batch_size=batch_size, max_length=max_length
+        )
+    attention = model.attention_layers()
+    with ExitStack() as stack:
+        for layer in layers:
+            chosen = [h for l, h in heads if l == layer]
+            reference = means.get(layer)
+            stack.enter_context(ablate(attention[layer], chosen, mode=mode, reference=reference))
+        yield model
+
+
+@torch.no_grad()
+def mean_objective(
+    model: HeadModel, texts: list[str], *, batch_size: int, max_length: int
+) -> float:
+    """The model's objective averaged over even batches of ``texts``."""
+    batches = even_batches(len(texts), batch_size)
+    total = sum(
+        float(model.objective([texts[i] for i in idx], None, max_length)) for idx in batches
+    )
+    return total / len(batches)
+
+
+def ablation_effect(
+    model: HeadModel,
+    texts: list[str],
+    heads: Sequence[Head],
+    *,
+    mode: AblationMode = "zero",
+    reference_texts: list[str] | None = None,
+    batch_size: int = 32,
+    max_length: int = 128,
+) -> AblationResult:
+    """The objective over ``texts`` with and without ``heads`` ablated, on the same batches.
+
+    Texts with fewer than 2 words are skipped (the encoders' objective splits each text); at
+    least 2 usable texts are needed. ``reference_texts`` (mode "mean") default to ``texts``.
+    Raises ValueError for unknown heads, too few texts or a bad mode.
+    """
+    usable = [t for t in texts if len(t.split()) >= 2]
+    if len(usable) < 2 or batch_size < 2:
+        raise ValueError(
+            f"need at least 2 texts of 2+ words and batch_size >= 2, got {len(usable)} texts "
+            f"and batch_size={batch_size}"
+        )
+    check_heads(model, heads)
+    baseline = mean_objective(model, usable, batch_size=batch_size, max_length=max_length)
+    reference = reference_texts if reference_texts is not None else usable
+    options = {"batch_size": batch_size, "max_length": max_length}
+    with ablated(model, heads, mode=mode, reference_texts=reference, **options):
+        ablated_value = mean_objective(model, usable, batch_size=batch_size, max_length=max_length)
+    return AblationResult(
+        model=model.name,
+        n_texts=len(usable),
+        objective=NEXT_TOKEN if model.causal else OBJECTIVE.format(tau=0.05),
+        mode=mode,
+        heads=[tuple(h) for h in heads],
+        baseline=baseline,
+        ablated=ablated_value,
+    )
