@@ -91,3 +91,14 @@ def test_gradients_float64_against_finite_differences():
 def test_unsupported_options(option, value):
     with pytest.raises(ValueError, match=option):
         TalkingHeadsAttention(6, 3, **{option: value})
+
+
+def test_unbatched_input_and_head_mask_match_plain():
+    plain, talking = _pair(embed=15, heads=5, seed=6)
+    x = torch.randn(7, 15, dtype=torch.float64)  # (pos, E), no batch
+    mask = torch.tensor([1.0, 0.0, 0.5, 1.0, 2.0], dtype=torch.float64)
+    want, w_want = plain(x, x, x, head_mask=mask, average_attn_weights=False)
+    got, w_got = talking(x, x, x, head_mask=mask, average_attn_weights=False)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(w_got, w_want, rtol=1e-12, atol=1e-12)
+    assert talking._qkv_same_embed_dim is False  # torch's fused layer kernel must not replace it

@@ -12,6 +12,7 @@ from headlab.experiments.specialisation import (
     ablation_matrix,
     measure_specialisation,
     served_by,
+    settled_step,
     split_step,
 )
 from headlab.experiments.tasks import generate
@@ -52,6 +53,9 @@ def test_served_by_and_split_step_hand_cases():
     assert split_step(points, heads=2) == 30
     assert split_step(points, heads=1) is None
     assert split_step(points, heads=3) is None  # never 3 different heads
+    assert settled_step(points) == 30
+    assert settled_step([*points, {"step": 40, "served_by": [1, 0, 1]}]) == 30
+    assert settled_step([{"step": 5, "served_by": [None]}, {"step": 9, "served_by": [None]}]) == 5
 
 
 def test_measure_small_schema_round_trip():

@@ -26,9 +26,10 @@ from headlab.attention.trace import AttentionTrace
 
 class TalkingHeadsAttention(MultiHeadAttention):
     """``MultiHeadAttention`` plus ``pre_mix`` and ``post_mix`` (head, head), both identity at
-    construction. Supported: self- or cross-attention with ``batch_first``, ``is_causal`` and a
-    boolean ``key_padding_mask`` (batch, k_pos); not GQA, add_bias_kv, add_zero_attn or
-    attn_mask (ValueError naming the option)."""
+    construction. Supported: self- or cross-attention, batched or not, ``batch_first``,
+    ``is_causal``, ``head_mask`` and a boolean ``key_padding_mask`` (batch, k_pos); not GQA,
+    add_bias_kv, add_zero_attn or attn_mask (ValueError naming the option), nor the
+    intervention sites of ``headlab.attention.interventions``."""
 
     def __init__(self, embed_dim: int, num_heads: int, **kwargs: object) -> None:
         allowed = {"num_kv_heads": (None, num_heads), "kdim": (None, embed_dim),
@@ -88,21 +89,23 @@ class TalkingHeadsAttention(MultiHeadAttention):
         weights = torch.einsum("bhqk,hj->bjqk", probs, self.post_mix)
         return q, k, v, scores, weights, weights @ v
 
-    def _inputs(self, query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Checked, batch-first (batch, pos, E) inputs."""
-        layout.check_inputs(
-            query,
-            key,
-            value,
-            widths=(self.embed_dim, self.kdim, self.vdim),
-            dtype=self.out_proj.weight.dtype,
+    @property
+    def _qkv_same_embed_dim(self) -> bool:
+        """False: torch's fused encoder kernel knows nothing of the mixing, so torch's Transformer
+        layers must call this module's forward."""
+        return False
+
+    def _inputs(self, query: Tensor, key: Tensor, value: Tensor) -> tuple[bool, Tensor, ...]:
+        """(batched, query, key, value as checked batch-first (batch, pos, E) tensors)."""
+        e = self.embed_dim
+        batched = layout.check_inputs(
+            query, key, value, widths=(e, e, e), dtype=self.out_proj.weight.dtype,
             batch_first=self.batch_first,
+        )  # fmt: skip
+        inputs = layout.inputs_batch_first(
+            query, key, value, batched=batched, batch_first=self.batch_first
         )
-        if query.dim() != 3:
-            raise ValueError(f"query must be batched (3 dims), got shape {tuple(query.shape)}")
-        if not self.batch_first:
-            query, key, value = (t.transpose(0, 1) for t in (query, key, value))
-        return query, key, value
+        return (batched, *inputs)
 
     def forward(
         self,
@@ -121,15 +124,16 @@ class TalkingHeadsAttention(MultiHeadAttention):
         weights W (batch, head, q_pos, k_pos), averaged over heads unless told otherwise."""
         if attn_mask is not None:
             raise ValueError("TalkingHeadsAttention does not support attn_mask")
-        xq, xk, xv = self._inputs(query, key, value)
+        batched, xq, xk, xv = self._inputs(query, key, value)
         *_, weights, head_out = self._talk(xq, xk, xv, key_padding_mask, is_causal)
-        if head_mask is not None:
-            head_out = head_out * layout.head_scale(head_mask, head_out.shape[0], self.num_heads)
+        scale = layout.head_scale(head_mask, head_out.shape[0], self.num_heads)
+        head_out = head_out if scale is None else head_out * scale
         out = self.out_proj(merge_heads(head_out))  # (batch, q_pos, E)
-        out = out if self.batch_first else out.transpose(0, 1)
+        out = layout.from_batch_first(out, batched=batched, batch_first=self.batch_first)
         if not need_weights:
             return out, None
-        return out, weights.mean(1) if average_attn_weights else weights
+        weights = weights.mean(1) if average_attn_weights else weights
+        return out, weights if batched else weights.squeeze(0)
 
     def trace(
         self,
@@ -148,10 +152,10 @@ class TalkingHeadsAttention(MultiHeadAttention):
             raise ValueError("TalkingHeadsAttention does not support attn_mask")
         key = query if key is None else key
         value = key if value is None else value
-        xq, xk, xv = self._inputs(query, key, value)
+        _, xq, xk, xv = self._inputs(query, key, value)
         q, k, v, scores, weights, head_out = self._talk(xq, xk, xv, key_padding_mask, is_causal)
-        if head_mask is not None:
-            head_out = head_out * layout.head_scale(head_mask, head_out.shape[0], self.num_heads)
+        scale = layout.head_scale(head_mask, head_out.shape[0], self.num_heads)
+        head_out = head_out if scale is None else head_out * scale
         w_o = self.out_proj.weight.view(self.embed_dim, self.num_heads, self.head_dim)
         return AttentionTrace(
             q=q,

@@ -73,7 +73,8 @@ def specialisation(
         print(json.dumps(written, indent=1))
         return
     table = Table(title="multi-lookup: which head serves which lookup", title_justify="left")
-    for col in ("attention", "heads", "params", "accuracy", "split step", "lookup 0..3 served by"):
+    columns = ("attention", "heads", "params", "accuracy", "split step", "settled", "served by")
+    for col in columns:
         table.add_column(col, justify="left" if col == "attention" else "right")
     for run in result.runs:
         served = run["checkpoints"][-1]["served_by"]
@@ -83,6 +84,7 @@ def specialisation(
             str(run["params"]),
             f"{run['accuracy']:.3f}",
             "-" if run["split_step"] is None else str(run["split_step"]),
+            str(run["settled_step"]),
             " ".join("-" if h is None else str(h) for h in served),
         )
     Console().print(table)

@@ -68,6 +68,17 @@ def split_step(checkpoints: list[dict], heads: int) -> int | None:
     return None
 
 
+def settled_step(checkpoints: list[dict]) -> int:
+    """The first checkpoint step from which the lookups' serving heads no longer change."""
+    final = checkpoints[-1]["served_by"]
+    step = checkpoints[-1]["step"]
+    for point in reversed(checkpoints):
+        if point["served_by"] != final:
+            break
+        step = point["step"]
+    return step
+
+
 @dataclass(frozen=True)
 class SpecialisationConfig:
     """The runs: every head count x attention kind, one seed; defaults take about 2 minutes."""
@@ -84,7 +95,8 @@ class SpecialisationConfig:
 @dataclass(frozen=True)
 class SpecialisationResult:
     """``runs``: one dict per run (schema in docs/answers.md): num_heads, attention, params,
-    accuracy (final, mean over lookups), split_step, checkpoints [{step, accuracy (D,),
+    accuracy (final, mean over lookups), split_step, settled_step (from when the serving heads
+    stay as they end), checkpoints [{step, accuracy (D,),
     ablated (H, D), served_by (D,)}]."""
 
     config: dict
@@ -154,5 +166,6 @@ def _one_run(
         "params": result.params,
         "accuracy": float(np.mean(checkpoints[-1]["accuracy"])),
         "split_step": split_step(checkpoints, heads),
+        "settled_step": settled_step(checkpoints),
         "checkpoints": checkpoints,
     }
