@@ -78,3 +78,23 @@ def test_measure_on_tiny_encoder_full_rank_is_exact(tiny):
         assert sum(layer["singular_values"]) == pytest.approx(1.0)
         assert 1.0 <= layer["effective_rank"] <= 15
     assert RedundancyResult.from_dict(result.to_dict()) == result
+
+
+@pytest.mark.model
+def test_full_rank_reproduces_minilm(minilm):
+    """Every layer of the packaged MiniLM re-parameterised at k = 384: the same embeddings."""
+    modules = minilm.attention_layers()
+    full = minilm.with_attention({i: shared_key_query(m, 384) for i, m in enumerate(modules)})
+    batch = minilm.tokenize(["heads share their key and query spaces", "a short one"])
+    with torch.inference_mode():
+        torch.testing.assert_close(full.run(batch), minilm.run(batch), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.model
+def test_full_rank_reproduces_smollm2(smollm2):
+    """SmolLM2 (9 query heads on 3 K/V heads, rotary) at k = 576 in every layer: same logits."""
+    modules = smollm2.attention_layers()
+    full = smollm2.with_attention({i: shared_key_query(m, 576) for i, m in enumerate(modules)})
+    batch = smollm2.tokenize(["Heads share their key and query spaces."])
+    with torch.inference_mode():
+        torch.testing.assert_close(full.run(batch), smollm2.run(batch), rtol=1e-3, atol=1e-3)
