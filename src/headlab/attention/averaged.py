@@ -125,7 +125,8 @@ def mean_attention(
 ) -> tuple[Tensor, Tensor]:
     """(head_out, weights averaged over heads); see the module docstring. K/V heads expanded."""
     needs_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
-    if not needs_grad and q.shape[0] * q.shape[1] * q.shape[2] * k.shape[2] >= MIN_BLOCKED:
+    big = q.shape[0] * q.shape[1] * q.shape[2] * k.shape[2] >= MIN_BLOCKED
+    if not needs_grad and big and q.device.type == "cpu":  # blocks are sized for a CPU cache
         with torch.no_grad():
             return blocked_mean_attention(q, k, v, additive, keep)
     return AveragedAttention.apply(q, k, v, additive, keep)
