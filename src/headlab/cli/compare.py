@@ -88,6 +88,12 @@ def grad(
     batch: int = _BATCH,
     init: str = typer.Option("normal", "--init", help=f"Weight draw: {', '.join(INITS)}."),
     seed: int = _SEED,
+    talking_heads: float = typer.Option(
+        0.0,
+        "--talking-heads",
+        help="Make the first side talking heads (Shazeer et al. 2020) with mixing "
+        "identity + this * N(0, 1); 0 (default) is plain multi-head attention.",
+    ),
     as_json: bool = _JSON,
 ) -> None:
     """Gradient coupling between head blocks, for h heads and for the same weights as vs-heads.
@@ -106,14 +112,22 @@ def grad(
         output_projection=True,
     )
     a, b, x = build(setup)
+    if talking_heads:
+        from headlab.attention.talking_heads import TalkingHeadsAttention
+        from headlab.limits import check_finite
+
+        scale = check_finite("--talking-heads", talking_heads)
+        a = TalkingHeadsAttention.from_plain(a, mix_scale=scale, seed=seed)
     blocks = max(heads, vs_heads)
-    doc = {"setup": setup.to_dict(), "blocks": blocks, "sides": []}
+    doc = {"setup": setup.to_dict(), "blocks": blocks, "talking_heads": talking_heads, "sides": []}
     for module in (a, b):
         matrix = gradient_coupling(module, x, blocks=blocks)
+        kind = " (talking heads)" if module is a and talking_heads else ""
         off = matrix[~np.eye(blocks, dtype=bool)]
         doc["sides"].append(
             {
                 "num_heads": module.num_heads,
+                "kind": kind,
                 "coupling": matrix.tolist(),
                 "off_diagonal_max": float(off.max()) if off.size else 0.0,
                 "diagonal_mean": float(np.diag(matrix).mean()),
@@ -126,7 +140,7 @@ def grad(
     console = Console()
     for side in doc["sides"]:
         table = Table(
-            title=f"{side['num_heads']} head(s): coupling of {blocks} blocks "
+            title=f"{side['num_heads']} head(s){side['kind']}: coupling of {blocks} blocks "
             f"(off-diagonal max {side['off_diagonal_max']:.3g})"
         )
         table.add_column("block i \\ changed j")

@@ -42,7 +42,7 @@ def _out(name: str) -> typer.models.OptionInfo:
     return typer.Option(model_results(name), "--out", help="Results file (JSON).")
 
 
-OUT_HEADS, OUT_COLLAPSE = _out("heads"), _out("collapse")
+OUT_COLLAPSE = _out("collapse")
 OUT_IMPORTANCE, OUT_PRUNE = _out("importance"), _out("prune")
 OUT_ABLATE = _out("ablate")
 FIGURE = typer.Option(None, "--figure", help="Write a layers x heads PNG grid.")
@@ -126,6 +126,25 @@ def _top_table(title: str, rows: list[tuple[int, int, float]]) -> Table:
     return table
 
 
+TEXT_FILE = typer.Option(
+    None, "--text-file", help="One long text (UTF-8): every head on it, at full length."
+)
+MAX_TOKENS = typer.Option(
+    None,
+    "--max-tokens",
+    help="Cut the long text to this many tokens [default: the model's context]; without "
+    "--text-file, a long document from the standard library's docstrings.",
+)
+
+
+OUT_HEADS_OR_LONG = typer.Option(
+    None,
+    "--out",
+    help=f"Results file (JSON) [default: {model_results('heads')}, or "
+    f"{model_results('long-context')} for one long text].",
+)
+
+
 @model_app.command()
 def heads(
     model: str | None = MODEL,
@@ -133,25 +152,36 @@ def heads(
     corpus: Path | None = CORPUS,
     n_texts: int = N_TEXTS,
     max_length: int | None = MAX_LENGTH,
+    text_file: Path | None = TEXT_FILE,
+    max_tokens: int | None = MAX_TOKENS,
     metric: str = typer.Option("entropy", "--metric", help="Metric shown in the table."),
     figure: Path | None = FIGURE,
-    out: Path = OUT_HEADS,
+    out: Path | None = OUT_HEADS_OR_LONG,
     as_json: bool = AS_JSON,
     force: bool = FORCE,
 ) -> None:
     """Per-head attention statistics over the corpus, and (decoders) the head kinds:
-    previous-token, duplicate-token and induction heads, and the attention sinks."""
+    previous-token, duplicate-token and induction heads, and the attention sinks. With
+    --text-file or --max-tokens: every head on one long text, exactly, without ever holding
+    the attention weights (memory grows linearly with the length)."""
+    if text_file is not None or max_tokens is not None:
+        if corpus is not None or max_length is not None:
+            raise ValueError(
+                "--corpus and --max-length are for many short texts; with "
+                "--text-file or --max-tokens pass neither"
+            )
+        _long_context(model, model_dir, text_file, max_tokens, metric, out, as_json, force)
+        return
     from headlab.heads import head_statistics
 
+    out = model_results("heads") if out is None else out
     _claim("heads", out, force, figure)
     loaded, texts, max_length = _load(model, model_dir, corpus, n_texts, max_length)
     with progress("heads", len(texts), quiet=as_json) as update:
         result = head_statistics(
             loaded, texts, max_length=max_length, detector_length=50, on_batch=update
         )
-    if metric not in result.metrics:
-        names = ", ".join(result.metrics)
-        raise ValueError(f"--metric must be one of {names} for this model, got {metric!r}")
+    _check_metric(metric, result)
     if figure is not None:
         from headlab.heads.figure import write_grid_figure
 
@@ -165,6 +195,90 @@ def heads(
             _top_table("top attention sinks (mean weight on the first token)", result.top("first"))
         )
     _emit("heads", result.to_dict(), out, force, as_json, tables)
+
+
+def _check_metric(metric: str, result) -> None:
+    if metric not in result.metrics:
+        names = ", ".join(result.metrics)
+        raise ValueError(f"--metric must be one of {names} for this model, got {metric!r}")
+
+
+def _long_context(
+    model: str | None,
+    model_dir: Path | None,
+    text_file: Path | None,
+    max_tokens: int | None,
+    metric: str,
+    out: Path | None,
+    as_json: bool,
+    force: bool,
+) -> None:
+    """``model heads --text-file/--max-tokens``: one long text, streaming statistics."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from headlab.heads.long_context import long_text_statistics
+    from headlab.limits import check_int
+    from headlab.models import load, long_document
+    from headlab.models.corpus import read_text_file
+
+    out = model_results("long-context") if out is None else out
+    _claim("long-context", out, force)
+    if max_tokens is not None:
+        check_int("--max-tokens", max_tokens, low=2)
+    if model is not None and model_dir is not None:
+        raise ValueError("pass --model or --model-dir, not both")
+    text = long_document() if text_file is None else read_text_file(text_file)
+    if not text.strip():
+        raise ValueError(f"--text-file {text_file}: expected text, got an empty file")
+    loaded = load(model if model_dir is None else model_dir)
+    if max_tokens is not None:
+        check_int("--max-tokens", max_tokens, low=2, high=loaded.max_positions)
+    with progress("layers", loaded.num_layers, quiet=as_json) as update:
+        result = long_text_statistics(loaded, text, max_tokens=max_tokens, on_layer=update)
+    _check_metric(metric, result.statistics)
+    special = [0] if loaded.causal else [0, len(result.tokens) - 1]
+    document = result.to_dict(special=special)
+    findings = document["findings"]
+    n, whole = len(result.tokens), result.text_tokens
+    cut = f" (cut from {whole}: the rest was not analysed)" if result.truncated else ""
+    title = f"{metric} per head, {result.statistics.model}, one text of {n} tokens{cut}"
+    tables = [_grid(title, result.statistics.metrics[metric])]
+    tables.append(_sink_table(findings))
+    tables.append(_concentration_table(findings, document["heavy_hitters"], result.tokens))
+    _emit("long-context", document, out, force, as_json, tables)
+
+
+def _sink_table(findings: dict) -> Table:
+    share = findings["sink_share"]
+    table = Table(
+        title=f"attention sinks: {findings['sinks']} of {findings['heads']} heads ({share:.0%}) "
+        f"put > {findings['sink_threshold']} of their weight on the first token; "
+        "mean attention distance per layer (tokens)",
+        title_justify="left",
+    )
+    distances = findings["mean_distance_per_layer"]
+    per_row = 10
+    table.add_column("layers", justify="right")
+    for i in range(per_row):
+        table.add_column(f"+{i}", justify="right", no_wrap=True)
+    for start in range(0, len(distances), per_row):
+        row = [f"{d:.0f}" for d in distances[start : start + per_row]]
+        table.add_row(f"{start}-", *row, *([""] * (per_row - len(row))))
+    return table
+
+
+def _concentration_table(findings: dict, heavy: dict, tokens: list[str]) -> Table:
+    table = Table(
+        title="heads whose attention is most concentrated on a few keys (share of the "
+        "attention to keys after the first that the top 1% of keys receive)",
+        title_justify="left",
+    )
+    for col in ("layer", "head", "share", "most attended keys (position: token)"):
+        table.add_column(col, justify="left" if col.startswith("most") else "right")
+    for layer, head, share in findings["most_concentrated"]:
+        keys = heavy["top_keys"][layer][head][:3]
+        shown = ", ".join(f"{k}: {tokens[k]!r}" for k in keys)
+        table.add_row(str(layer), str(head), f"{share:.2f}", shown)
+    return table
 
 
 @model_app.command()

@@ -2,7 +2,7 @@
 loading, tokenising and corpora; ``load`` gives any of them behind ``HeadModel``."""
 
 from headlab.models.config import BertConfig, PoolingConfig
-from headlab.models.corpus import default_corpus, read_corpus
+from headlab.models.corpus import default_corpus, long_document, read_corpus
 from headlab.models.decoder import Decoder
 from headlab.models.encoder import BertEncoder, BertLayer, NoHeads
 from headlab.models.interface import HeadModel, TokenBatch
@@ -26,6 +26,7 @@ __all__ = [
     "default_model_dir",
     "load",
     "load_encoder",
+    "long_document",
     "read_corpus",
     "write_random_bert",
 ]

@@ -50,13 +50,8 @@ def _module_texts(name: str) -> tuple[str, ...]:
     return tuple(texts)
 
 
-def default_corpus(n_texts: int = DEFAULT_N_TEXTS) -> list[str]:
-    """``n_texts`` distinct sentences from standard-library docstrings (deterministic).
-
-    Raises ValueError when n_texts is not positive or more than the docstrings provide.
-    """
-    if n_texts <= 0:
-        raise ValueError(f"n_texts must be positive, got {n_texts}")
+def _round_robin() -> list[str]:
+    """Every distinct docstring paragraph, the modules taken in turn (deterministic)."""
     pools = [_module_texts(name) for name in STDLIB_MODULES]
     seen: set[str] = set()
     texts: list[str] = []
@@ -65,9 +60,56 @@ def default_corpus(n_texts: int = DEFAULT_N_TEXTS) -> list[str]:
             if depth < len(pool) and pool[depth] not in seen:
                 seen.add(pool[depth])
                 texts.append(pool[depth])
-                if len(texts) == n_texts:
-                    return texts
-    raise ValueError(f"n_texts must be at most {len(texts)} for the default corpus, got {n_texts}")
+    return texts
+
+
+def default_corpus(n_texts: int = DEFAULT_N_TEXTS) -> list[str]:
+    """``n_texts`` distinct sentences from standard-library docstrings (deterministic).
+
+    Raises ValueError when n_texts is not positive or more than the docstrings provide.
+    """
+    if n_texts <= 0:
+        raise ValueError(f"n_texts must be positive, got {n_texts}")
+    texts = _round_robin()
+    if n_texts > len(texts):
+        raise ValueError(
+            f"n_texts must be at most {len(texts)} for the default corpus, got {n_texts}"
+        )
+    return texts[:n_texts]
+
+
+def long_document() -> str:
+    """One long text: every paragraph of the default corpus, in order, blank-line separated.
+
+    About 19 000 words in 1 383 paragraphs on Python 3.11; deterministic for a Python version.
+    """
+    return "\n\n".join(_round_robin())
+
+
+MAX_TEXT_BYTES = 64 * 2**20  # a text file larger than this is refused before it is read
+
+
+def read_text_file(path: str | Path, what: str = "text file") -> str:
+    """The whole of a UTF-8 text file (at most 64 MiB).
+
+    Raises FileNotFoundError for a missing file, ValueError for a larger file or bytes that are
+    not UTF-8 (naming the line).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{what} {path} does not exist")
+    size = path.stat().st_size
+    if size > MAX_TEXT_BYTES:
+        raise ValueError(
+            f"{path}: expected a text file of at most {MAX_TEXT_BYTES // 2**20} MiB, "
+            f"got {size / 2**20:.0f} MiB"
+        )
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data[: error.start].count(b"\n") + 1
+        raise ValueError(f"{path}:{line}: expected UTF-8 text, got undecodable bytes") from None
 
 
 def read_corpus(path: str | Path, n_texts: int | None = None) -> list[str]:
@@ -76,15 +118,7 @@ def read_corpus(path: str | Path, n_texts: int | None = None) -> list[str]:
     Raises FileNotFoundError for a missing file, ValueError when it has fewer than 2 texts or
     bytes that are not UTF-8 (naming the line).
     """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"corpus file {path} does not exist")
-    data = path.read_bytes()
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        line = data[: error.start].count(b"\n") + 1
-        raise ValueError(f"{path}:{line}: expected UTF-8 text, got undecodable bytes") from None
+    text = read_text_file(path, "corpus file")
     texts = [t for t in (line.strip() for line in text.splitlines()) if t]
     if n_texts is not None:
         if n_texts <= 0:

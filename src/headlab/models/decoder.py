@@ -67,6 +67,9 @@ class Decoder:
         """The token ids of ``text`` (no BOS added, as the model was trained)."""
         return self.tokenizer.encode(text).ids
 
+    def count_tokens(self, text: str) -> int:
+        return len(self.encode(text))
+
     def tokenize(self, texts: list[str], max_length: int | None = None) -> TokenBatch:
         if not texts:
             raise ValueError("texts must hold at least one text, got none")

@@ -89,6 +89,10 @@ class HeadModel(Protocol):
         (default: the model's own limit). Raises ValueError for max_length out of range."""
         ...
 
+    def count_tokens(self, text: str) -> int:
+        """The number of tokens of ``text`` as ``tokenize`` makes them, without any cut."""
+        ...
+
     def run(self, batch: TokenBatch, head_mask: HeadMask = None) -> Tensor:
         """The model's output with autograd: (batch, pos, vocab) logits for a decoder,
         (batch, embed_dim) sentence embeddings for an encoder. Fused attention path."""

@@ -157,6 +157,9 @@ class Encoder:
         check_int("max_length", max_length, low=2)
         return self.tokenizer(texts, min(max_length, self.model.config.max_position_embeddings))
 
+    def count_tokens(self, text: str) -> int:
+        return self.tokenizer.count(text)
+
     def embed_batch(self, batch: Batch, head_mask: HeadMask = None) -> Tensor:
         """(batch, E) embeddings of a tokenised batch, with autograd (for gradients)."""
         states = self.model(batch.input_ids, batch.token_type_ids, batch.attention_mask, head_mask)

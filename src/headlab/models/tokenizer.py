@@ -38,6 +38,12 @@ class TextTokenizer:
             self._tokenizer.enable_padding(pad_id=self.pad_token_id, pad_token=pad)
             self._max_length = max_length
 
+    def count(self, text: str) -> int:
+        """The tokens of ``text`` with [CLS] and [SEP], without any cut."""
+        self._tokenizer.no_truncation()
+        self._max_length = None  # the next call configures truncation again
+        return len(self._tokenizer.encode(text).ids)
+
     def __call__(self, texts: list[str], max_length: int) -> Batch:
         """Encode ``texts`` (at least one) to a padded Batch of at most ``max_length`` tokens."""
         if not texts:

@@ -1,0 +1,136 @@
+"""Every head of a model on one long text, exactly, without the (q_pos, k_pos) weights.
+
+``long_text_statistics`` tokenizes one text (cut to ``max_tokens``, which the result states),
+runs the model once with every layer's statistics reduced chunk by chunk
+(``headlab.heads.streaming``) and returns the statistics of ``heads.statistics`` plus each head's
+heavy-hitter profile: the attention each key position receives, summed over the queries.
+For SmolLM2 at 8192 tokens the weights would be 30 x 9 x 8192^2 x 4 bytes = 72 GB; here one
+chunk of one layer is alive at a time.
+
+``long_context_findings`` reduces a result to what the long-context literature reports: the
+share of heads that are attention sinks (mean first-token weight > 0.3, Gu et al. 2025), the
+mean attention distance of each layer, and the heads whose heavy-hitter profile is most
+concentrated (apart from the model's special positions such as the first token).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from headlab.attention.streaming import CHUNK_ELEMENTS
+from headlab.heads.statistics import HeadStatistics, _per_head_means, metric_names
+from headlab.heads.streaming import model_head_sums
+from headlab.limits import check_fits, check_int
+from headlab.models.interface import HeadModel
+
+SINK_THRESHOLD = 0.3  # mean weight on the first token above which a head is a sink
+TOP_KEY_SHARE = 0.01  # the heavy hitters: the top 1% of key positions
+
+
+@dataclass(frozen=True)
+class LongContextStatistics:
+    """statistics: as ``head_statistics`` gives (n_texts = 1);
+    received: (layer, head, k_pos) float64, attention each key receives summed over queries;
+    tokens: the text's token strings as analysed; text_tokens: the text's length before the cut.
+    """
+
+    statistics: HeadStatistics
+    received: Tensor
+    tokens: list[str]
+    text_tokens: int
+
+    @property
+    def truncated(self) -> bool:
+        return self.text_tokens > len(self.tokens)
+
+    def heavy_hitters(self, special: list[int]) -> tuple[Tensor, Tensor]:
+        """(share, top) with the key positions ``special`` left out: share (layer, head), the
+        part of the attention to the other keys that their top 1% receive; top (layer, head,
+        n_top) those key positions, most attended first."""
+        received = self.received.clone()
+        received[..., special] = 0.0
+        n_top = max(1, math.ceil(TOP_KEY_SHARE * (received.shape[-1] - len(special))))
+        values, top = received.topk(n_top, dim=-1)
+        return values.sum(-1) / received.sum(-1).clamp_min(1e-30), top
+
+    def to_dict(self, special: list[int]) -> dict:
+        share, top = self.heavy_hitters(special)
+        out = self.statistics.to_dict()
+        out["context"] = {
+            "n_tokens": len(self.tokens),
+            "text_tokens": self.text_tokens,
+            "truncated": self.truncated,
+        }
+        out["heavy_hitters"] = {
+            "top_share": share.tolist(),
+            "top_keys": top[..., :5].tolist(),
+            "excluded_positions": special,
+        }
+        out["findings"] = long_context_findings(self.statistics, share)
+        return out
+
+
+def estimated_bytes(model: HeadModel, n_tokens: int, chunk_elements: int) -> int:
+    """Peak memory of ``long_text_statistics`` beyond the weights: activations of one layer
+    (about 12 rows of embed_dim, as the MLP widens them), the output logits of a decoder, and
+    a few copies of one chunk of weights."""
+    layer = model.attention_layers()[0]
+    rows = 12 * layer.embed_dim * n_tokens
+    logits = n_tokens * getattr(getattr(model, "config", None), "vocab_size", 0)
+    return 4 * (rows + logits + 4 * chunk_elements)
+
+
+def long_text_statistics(
+    model: HeadModel,
+    text: str,
+    *,
+    max_tokens: int | None = None,
+    chunk_elements: int = CHUNK_ELEMENTS,
+    on_layer: Callable[[int], None] | None = None,
+) -> LongContextStatistics:
+    """Every head's statistics and heavy-hitter profile on ``text`` (cut to ``max_tokens``,
+    default the model's limit). Raises ValueError for an empty text or max_tokens out of range,
+    MemoryError (via ``check_fits``) when the run would not fit in this machine's memory."""
+    limit = model.max_positions if max_tokens is None else max_tokens
+    check_int("max_tokens", limit, low=2, high=model.max_positions)
+    if not text.strip():
+        raise ValueError("expected a text with at least 2 tokens, got an empty text")
+    text_tokens = model.count_tokens(text)
+    batch = model.tokenize([text], limit)
+    n_tokens = len(batch.tokens[0])
+    if n_tokens < 2:
+        raise ValueError(f"expected a text with at least 2 tokens, got {n_tokens}")
+    check_fits(f"statistics of {n_tokens} tokens", estimated_bytes(model, n_tokens, chunk_elements))
+    _, per_layer = model_head_sums(model, batch, chunk_elements=chunk_elements, on_layer=on_layer)
+    names = metric_names(list(model.special_positions(batch)))
+    statistics = HeadStatistics(
+        model.name,
+        1,
+        model.num_layers,
+        max(model.heads_per_layer),
+        _per_head_means([[sums] for sums in per_layer], names),
+    )
+    received = torch.stack([sums.received for sums in per_layer])  # (layer, head, k_pos)
+    return LongContextStatistics(statistics, received, batch.tokens[0], text_tokens)
+
+
+def long_context_findings(statistics: HeadStatistics, share: Tensor, count: int = 5) -> dict:
+    """The sink share, each layer's mean attention distance, the most concentrated heads."""
+    first = statistics.metrics.get("first") or statistics.metrics.get("cls")
+    heads = sum(len(row) for row in first)
+    sinks = sum(v > SINK_THRESHOLD for row in first for v in row)
+    distance = [sum(row) / len(row) for row in statistics.metrics["distance"]]
+    cells = [(l, h, float(share[l, h])) for l, row in enumerate(first) for h in range(len(row))]
+    return {
+        "sink_threshold": SINK_THRESHOLD,
+        "sink_share": sinks / heads,
+        "sinks": sinks,
+        "heads": heads,
+        "mean_distance_per_layer": distance,
+        "most_concentrated": sorted(cells, key=lambda c: -c[2])[:count],
+    }
