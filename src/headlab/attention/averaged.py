@@ -123,10 +123,10 @@ def blocked_mean_attention(
 def mean_attention(
     q: Tensor, k: Tensor, v: Tensor, additive: Tensor | None, keep: Tensor | None
 ) -> tuple[Tensor, Tensor]:
-    """(head_out, weights averaged over heads); see the module docstring. K/V heads expanded."""
+    """(head_out, weights averaged over heads); see the module docstring. K/V heads expanded.
+    For CPU tensors (functional.attend sends no others): the blocks are sized for a CPU cache."""
     needs_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
-    big = q.shape[0] * q.shape[1] * q.shape[2] * k.shape[2] >= MIN_BLOCKED
-    if not needs_grad and big and q.device.type == "cpu":  # blocks are sized for a CPU cache
+    if not needs_grad and q.shape[0] * q.shape[1] * q.shape[2] * k.shape[2] >= MIN_BLOCKED:
         with torch.no_grad():
             return blocked_mean_attention(q, k, v, additive, keep)
     return AveragedAttention.apply(q, k, v, additive, keep)
