@@ -123,9 +123,13 @@ def blocked_mean_attention(
 def mean_attention(
     q: Tensor, k: Tensor, v: Tensor, additive: Tensor | None, keep: Tensor | None
 ) -> tuple[Tensor, Tensor]:
-    """(head_out, weights averaged over heads); see the module docstring. K/V heads expanded."""
+    """(head_out, weights averaged over heads); see the module docstring. K/V heads expanded.
+    For CPU tensors (functional.attend sends no others): the blocks are sized for a CPU cache."""
     needs_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
-    if not needs_grad and q.shape[0] * q.shape[1] * q.shape[2] * k.shape[2] >= MIN_BLOCKED:
-        with torch.no_grad():
+    if needs_grad:
+        return AveragedAttention.apply(q, k, v, additive, keep)
+    with torch.no_grad():
+        if q.shape[0] * q.shape[1] * q.shape[2] * k.shape[2] >= MIN_BLOCKED:
             return blocked_mean_attention(q, k, v, additive, keep)
-    return AveragedAttention.apply(q, k, v, additive, keep)
+        p = _weights(q, k.transpose(-2, -1), additive, keep)  # small: whole, no autograd
+        return torch.matmul(p, v), p.mean(dim=1)
