@@ -81,7 +81,7 @@ def expressivity(
         return
     console = Console()
     table = Table(title="best mean KL(target || one head), by head size", title_justify="left")
-    table.add_column("targets")
+    table.add_column("targets", overflow="fold")  # a model name folds, never cut
     table.add_column("n", justify="right")
     for d in config.head_dims:
         table.add_column(f"d={d}", justify="right")
