@@ -121,7 +121,8 @@ def test_to_dict_has_exactly_the_documented_fields():
     }
     assert set(doc["params"]) == {"a", "b"}
     for finding in doc["findings"]:
-        assert set(finding) == {"code", "fraction", "detail"}
+        assert set(finding) == {"code", "fraction", "detail", "measures"}
+        assert finding["measures"]["rows"] / finding["measures"]["of_rows"] == finding["fraction"]
     fractions = [f["fraction"] for f in doc["findings"]]
     assert fractions == sorted(fractions, reverse=True)
 
@@ -138,3 +139,35 @@ def test_explanation_is_written_from_the_numbers():
 def test_modules_with_other_widths_are_rejected():
     with pytest.raises(ValueError, match=r"same widths, got \(embed_dim, kdim, vdim\)"):
         compare(_module(), MultiHeadAttention(8, 2, batch_first=True), _x(LQ, 1))
+
+
+def test_partition_measures_agree_with_the_traces():
+    m = _module()
+    few = m.with_num_heads(1)
+    x = _x(LQ, 1)
+    finding = compare(m, few, x).findings[0]
+    measures = finding.measures
+    assert (measures["heads_many"], measures["head_dim_many"]) == (H, E // H)
+    assert (measures["heads_few"], measures["head_dim_few"]) == (1, E)
+    # Independently: each head's TV distance to the single head, averaged over every row.
+    w_many = m.trace(x, x, x).weights  # (batch, head, q_pos, k_pos)
+    w_few = few.trace(x, x, x).weights
+    tv = 0.5 * (w_many - w_few).abs().sum(-1).mean(dim=(0, 2)).detach()  # (head,)
+    assert measures["total_variation_per_head"] == pytest.approx(tv.tolist(), abs=1e-6)
+    assert measures["total_variation_mean"] == pytest.approx(float(tv.mean()), abs=1e-6)
+    assert (measures["rows"], measures["of_rows"]) == (B * LQ, B * LQ)
+
+
+def test_the_prose_is_written_from_the_measures():
+    from headlab.analysis.explain import describe
+
+    m = _module()
+    c = compare(m, m.with_num_heads(1), _x(LQ, 1))
+    finding = c.findings[0]
+    changed = {**finding.measures, "heads_many": 99, "total_variation_mean": 0.125}
+    text = describe(finding.code, changed)
+    assert "the 99 softmaxes" in text and "(mean 0.12)" in text
+    assert finding.detail == describe(finding.code, finding.measures)
+    assert f"{finding.detail}." in explain(c)
+    with pytest.raises(ValueError, match="code must be a finding code, got 'nope'"):
+        describe("nope", {})

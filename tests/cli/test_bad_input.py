@@ -37,7 +37,7 @@ def one_line(argv, capsys, message, code=2):
     ("argv", "message"),
     [
         (["params", "--heads", ""], "at least one head count"),
-        (["params", "--d-model", HUGE], "d_model must be between 1 and"),
+        (["params", "--d-model", HUGE], "--d-model must be between 1 and"),
         (["compare", "--d-model", HUGE], "--d-model must be between 1 and"),
         (["compare", "--seq-len", HUGE], "--seq-len must be between 1 and"),
         (["compare", "--batch", HUGE], "--batch must be between 1 and"),

@@ -77,11 +77,11 @@ def test_params_table_and_json(capsys):
 
 
 def test_ctrl_c_exits_130_without_a_traceback(capsys, monkeypatch):
-    import headlab.cli.compare as compare_cli
+    import headlab.analysis.scenarios as scenarios
 
     def interrupted(setup):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(compare_cli, "run_setup", interrupted)
+    monkeypatch.setattr(scenarios, "run_setup", interrupted)
     code, out, err = run(["compare"], capsys)
     assert code == 130 and out == "" and "Traceback" not in err and err.count("\n") <= 1

@@ -69,21 +69,21 @@ def test_plot_writes_a_png_and_missing_results_exit_2(tmp_path, capsys):
 
 
 def test_ctrl_c_exits_130_and_keeps_the_finished_runs(tmp_path, capsys, monkeypatch):
-    import headlab.cli.sweep as cli_sweep
+    import headlab.experiments.sweep as sweep_module
 
-    real = cli_sweep.run_sweep
+    real = sweep_module.run_sweep
 
     def interrupted_after_one(plan, **kwargs):
         for result in real(plan, **kwargs):
             yield result
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli_sweep, "run_sweep", interrupted_after_one)
+    monkeypatch.setattr(sweep_module, "run_sweep", interrupted_after_one)
     out = tmp_path / "s.jsonl"
     argv = ["sweep", *TINY, "--steps", "2", "--workers", "1", "--out", str(out)]
     code, _, err = run(argv, capsys)
     assert code == 130 and "interrupted; 1 runs of this session saved" in err
     assert len([r for r in read_rows(out) if r["final"]]) == 1
-    monkeypatch.setattr(cli_sweep, "run_sweep", real)
+    monkeypatch.setattr(sweep_module, "run_sweep", real)
     code, stdout, _ = run(argv, capsys)
     assert code == 0 and "1 already finished" in stdout and "3 to run" in stdout

@@ -70,3 +70,29 @@ def test_collapse_twelve_heads_is_the_original_exactly(minilm):
     result = collapse_heads(minilm, texts, (12,))
     assert result.all_layers[0].measures["mean_cosine"] == pytest.approx(1.0, abs=1e-6)
     assert result.all_layers[0].measures["nn_agreement"] == 1.0
+
+
+def test_collapse_checks_its_head_counts_before_any_work(tiny, monkeypatch):
+    import headlab.heads.collapse as collapse_module
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("ran the model before checking the head counts")
+
+    monkeypatch.setattr(collapse_module, "reference", no_work)
+    with pytest.raises(ValueError, match=r"head_counts 2 does not divide .* choose from 1,3"):
+        collapse_heads(tiny, TEXTS, (1, 2))
+    with pytest.raises(ValueError, match=r"--heads 2 does not divide"):
+        collapse_module.check_head_counts(tiny, (2,), "--heads")
+
+
+def test_collapse_reports_every_step_against_its_total(tiny):
+    from headlab.heads import collapse_head_counts, collapse_steps
+
+    seen = []
+    result = collapse_heads(tiny, TEXTS, on_step=lambda done, total: seen.append((done, total)))
+    counts = collapse_head_counts(tiny)
+    assert counts == tuple(h for h in range(1, 4) if 3 % h == 0)  # tiny: 3 heads in each layer
+    assert [r.num_heads for r in result.all_layers] == list(counts)
+    total = 1 + len(counts) + tiny.num_layers  # the original, each count, each layer alone
+    assert collapse_steps(tiny) == total
+    assert seen == [(i, total) for i in range(1, total + 1)]

@@ -81,3 +81,23 @@ def test_pruned_equals_masked_on_minilm(minilm):
     masked = minilm.embed(texts, head_mask=as_mask(minilm, removed))
     pruned = prune_heads(minilm, removed).embed(texts)
     torch.testing.assert_close(pruned, masked, rtol=1e-4, atol=1e-5)
+
+
+def test_prune_by_importance_is_importance_then_the_curve(tiny):
+    from headlab.heads import head_importance, prune_by_importance
+
+    seen = []
+    fractions = (0.0, 0.5)
+    result = prune_by_importance(
+        tiny, TEXTS, seed=4, fractions=fractions, on_step=lambda *step: seen.append(step)
+    )
+    ranking = head_importance(tiny, TEXTS).ranking()
+    expected = prune_curve(tiny, TEXTS, ranking, fractions=fractions, seed=4, latency_repeats=1)
+    for got, want in zip(result.steps, expected.steps, strict=True):
+        assert (got.order, got.heads_pruned, got.params) == (
+            want.order,
+            want.heads_pruned,
+            want.params,
+        )
+        assert got.measures == pytest.approx(want.measures)
+    assert seen == [(i, 5) for i in range(1, 6)]

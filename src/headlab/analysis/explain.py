@@ -1,8 +1,70 @@
-"""A plain-language answer written from a Comparison's measured numbers."""
+"""A plain-language answer written from a Comparison's measured numbers and its findings'."""
 
 from __future__ import annotations
 
-from headlab.analysis.compare import Comparison
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover (findings import this module: no import of compare here)
+    from headlab.analysis.compare import Comparison
+
+
+def _g(x: float | None) -> str:
+    return "undefined" if x is None else f"{x:.3g}"
+
+
+def describe(code: str, m: Mapping[str, Any]) -> str:
+    """The sentence for one finding, written from its measures (``Finding.measures``)."""
+    in_rows = f"in {m.get('rows')} of {m.get('of_rows')} rows"
+    if code == "same_config":
+        return (
+            f"both sides have {m['heads']} heads of {m['head_dim']}: the same function of the "
+            "same weights"
+        )
+    if code == "single_key":
+        return (
+            f"{m['rows']} of {m['of_rows']} rows see exactly one key (a causal first position or "
+            "padding), so every head puts weight 1 on it"
+        )
+    if code == "saturated_same_key":
+        return (
+            f"{in_rows} every head of both sides puts all but {m['saturation']:g} of its weight "
+            f"on the same key: scores reach {_g(m['max_abs_score'])} and the top two keys are at "
+            f"least {_g(m['min_top_two_gap'])} apart, so softmax is one-hot"
+        )
+    if code == "uniform":
+        grads = (
+            ""
+            if m["gradients_equal"]
+            else "; the outputs agree there but the gradients do not (dW_K differs: each head's "
+            "softmax Jacobian sees only its own slice)"
+        )
+        return (
+            f"{in_rows} every head of both sides attends uniformly over its visible keys (all "
+            "scores in a row equal: identical keys or W_K = 0), and an average does not depend "
+            f"on the split{grads}"
+        )
+    if code == "identical_values":
+        return (
+            f"{in_rows} the visible value rows are equal (largest spread "
+            f"{_g(m['max_spread'])}), so any weights give the same output"
+        )
+    if code == "partition":
+        per_head = ", ".join(f"{x:.2f}" for x in m["total_variation_per_head"])
+        other = m["one_hot_on_other_keys"]
+        saturated_note = (
+            f"; {other} of these rows are one-hot in every head but not on the same key "
+            "(saturated, and the heads' slices pick different keys)"
+            if other
+            else ""
+        )
+        return (
+            f"{in_rows} the {m['heads_many']} softmaxes over {m['head_dim_many']}-component "
+            f"slices differ from the {m['heads_few']} over {m['head_dim_few']} components: total "
+            f"variation of each head's weights from the other side's closest head: {per_head} "
+            f"(mean {m['total_variation_mean']:.2f}){saturated_note}"
+        )
+    raise ValueError(f"code must be a finding code, got {code!r}")
 
 
 def _side(heads: int, head_dim: int) -> str:
@@ -30,7 +92,7 @@ def explain(c: Comparison) -> str:
     if c.findings:
         lines.append("Why, row by row:")
         for f in c.findings:
-            lines.append(f"- {f.code} ({f.fraction:.0%} of rows): {f.detail}.")
+            lines.append(f"- {f.code} ({f.fraction:.0%} of rows): {describe(f.code, f.measures)}.")
     if c.gradients_equal:
         lines.append(
             "The gradients of the shared weights coincide too, for the same upstream gradient."

@@ -20,11 +20,13 @@ Rows that see exactly one key are not also counted as saturated or uniform.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
 
+from headlab.analysis.explain import describe
 from headlab.attention.trace import AttentionTrace
 
 SATURATION = 1e-6  # weight a "one-hot" row may leave off its top key
@@ -39,20 +41,43 @@ CODES = (
 )
 
 
+Measure = int | float | bool | list[float] | None
+
+
 @dataclass(frozen=True)
 class Finding:
-    """One explanation: its code, the share of query rows it covers and a measured detail.
+    """One explanation: its code, the share of query rows it covers and its measured numbers.
 
-    rows: (batch, q_pos) bool, the rows it covers (not serialised).
+    measures: the numbers behind the finding, by name (``rows`` and ``of_rows`` for every code
+    but same_config; see ``headlab.analysis.explain.describe`` for the rest); None where a
+    number is undefined (no gap between two keys when a row has one). detail: the sentence
+    written from them. rows: (batch, q_pos) bool, the rows it covers (not serialised).
     """
 
     code: str
     fraction: float
-    detail: str
     rows: Tensor
+    measures: dict[str, Measure] = field(default_factory=dict)
+
+    @property
+    def detail(self) -> str:
+        return describe(self.code, self.measures)
 
     def to_dict(self) -> dict[str, object]:
-        return {"code": self.code, "fraction": self.fraction, "detail": self.detail}
+        return {
+            "code": self.code,
+            "fraction": self.fraction,
+            "detail": self.detail,
+            "measures": self.measures,
+        }
+
+
+def _number(x: float) -> float | None:
+    return None if math.isnan(x) else x
+
+
+def _counts(rows: Tensor) -> dict[str, Measure]:
+    return {"rows": int(rows.sum()), "of_rows": rows.numel()}
 
 
 def _visible(trace: AttentionTrace) -> Tensor:
@@ -141,10 +166,6 @@ def _total_variation(a: AttentionTrace, b: AttentionTrace, rows: Tensor) -> Tens
     return tv.amin(dim=-1).mean(dim=0)
 
 
-def _in_rows(rows: Tensor) -> str:
-    return f"in {int(rows.sum())} of {rows.numel()} rows"
-
-
 def _fraction(rows: Tensor) -> float:
     return float(rows.float().mean())
 
@@ -156,11 +177,8 @@ def diagnose(
     rows_shape = a.output.shape[:2]
     everything = torch.ones(rows_shape, dtype=torch.bool)
     if same_config:
-        detail = (
-            f"both sides have {a.weights.shape[1]} heads of {a.q.shape[-1]}: the same function "
-            "of the same weights"
-        )
-        return [Finding("same_config", 1.0, detail, everything)]
+        measures = {"heads": a.weights.shape[1], "head_dim": a.q.shape[-1]}
+        return [Finding("same_config", 1.0, everything, measures)]
     traces = (a, b)
     # Side a is the one with more heads, so that "each head" reads naturally in the details.
     many, few = (a, b) if a.weights.shape[1] >= b.weights.shape[1] else (b, a)
@@ -168,15 +186,7 @@ def diagnose(
     findings = []
     single = _rows_single_key(traces)
     if single.any():
-        findings.append(
-            Finding(
-                "single_key",
-                _fraction(single),
-                f"{int(single.sum())} of {single.numel()} rows see exactly one key (a causal first "
-                "position or padding), so every head puts weight 1 on it",
-                single,
-            )
-        )
+        findings.append(Finding("single_key", _fraction(single), single, _counts(single)))
     saturated, one_hot, scale, gap = _rows_saturated_same_key(traces)
     saturated = saturated & ~single
     if saturated.any():
@@ -184,32 +194,19 @@ def diagnose(
             Finding(
                 "saturated_same_key",
                 _fraction(saturated),
-                f"{_in_rows(saturated)} every head of both sides puts all but {SATURATION:g} "
-                f"of its weight on the same key: scores reach {scale:.3g} and the top two keys "
-                f"are at least {gap:.3g} apart, so softmax is one-hot",
                 saturated,
+                {
+                    **_counts(saturated),
+                    "saturation": SATURATION,
+                    "max_abs_score": scale,
+                    "min_top_two_gap": _number(gap),
+                },
             )
         )
     uniform = _rows_uniform(traces) & ~single
     if uniform.any():
-        grads = (
-            ""
-            if gradients_equal
-            else (
-                "; the outputs agree there but the gradients do not (dW_K differs: each head's "
-                "softmax Jacobian sees only its own slice)"
-            )
-        )
-        findings.append(
-            Finding(
-                "uniform",
-                _fraction(uniform),
-                f"{_in_rows(uniform)} every head of both sides attends "
-                f"uniformly over its visible keys (all scores in a row equal: identical keys or "
-                f"W_K = 0), and an average does not depend on the split{grads}",
-                uniform,
-            )
-        )
+        measures = {**_counts(uniform), "gradients_equal": gradients_equal}
+        findings.append(Finding("uniform", _fraction(uniform), uniform, measures))
     identical, spread = _rows_identical_values(traces)
     identical = identical & ~single
     if identical.any():
@@ -217,33 +214,23 @@ def diagnose(
             Finding(
                 "identical_values",
                 _fraction(identical),
-                f"{_in_rows(identical)} the visible value rows are "
-                f"equal (largest spread {spread:.3g}), so any weights give the same output",
                 identical,
+                {**_counts(identical), "max_spread": _number(spread)},
             )
         )
     explained = single | saturated | uniform | identical
     partition = ~explained
     if partition.any():
         tv = _total_variation(many, few, partition)
-        per_head = ", ".join(f"{x:.2f}" for x in tv.tolist())
-        split_keys = partition & one_hot
-        saturated_note = (
-            f"; {int(split_keys.sum())} of these rows are one-hot in every head but not on the "
-            "same key (saturated, and the heads' slices pick different keys)"
-            if split_keys.any()
-            else ""
-        )
-        d_many, d_few = many.q.shape[-1], few.q.shape[-1]
-        findings.append(
-            Finding(
-                "partition",
-                _fraction(partition),
-                f"{_in_rows(partition)} the {h_many} softmaxes over "
-                f"{d_many}-component slices differ from the {h_few} over {d_few} components: total "
-                f"variation of each head's weights from the other side's closest head: {per_head} "
-                f"(mean {float(tv.mean()):.2f}){saturated_note}",
-                partition,
-            )
-        )
+        measures = {
+            **_counts(partition),
+            "heads_many": h_many,
+            "head_dim_many": many.q.shape[-1],
+            "heads_few": h_few,
+            "head_dim_few": few.q.shape[-1],
+            "total_variation_per_head": tv.tolist(),
+            "total_variation_mean": float(tv.mean()),
+            "one_hot_on_other_keys": int((partition & one_hot).sum()),
+        }
+        findings.append(Finding("partition", _fraction(partition), partition, measures))
     return sorted(findings, key=lambda f: -f.fraction)

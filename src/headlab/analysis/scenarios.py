@@ -15,9 +15,8 @@ from torch import Tensor
 from headlab.analysis.compare import Comparison, compare
 from headlab.analysis.explain import explain
 from headlab.attention.module import MultiHeadAttention
+from headlab.defaults import INITS
 from headlab.limits import check_fits, check_int, check_seed
-
-INITS = ("rand", "normal", "xavier", "ones")
 
 
 @dataclass(frozen=True)

@@ -4,15 +4,11 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import typer
-from rich.console import Console
-from rich.table import Table
 
-from headlab.analysis.coupling import gradient_coupling, head_gradient_norms
-from headlab.analysis.explain import explain
-from headlab.analysis.scenarios import INITS, CompareSetup, build, run_setup
 from headlab.cli.app import app
+from headlab.cli.tables import fitted_tables
+from headlab.defaults import INITS
 
 _D_MODEL = typer.Option(512, "--d-model", help="Model width E (d_model).")
 _HEADS = typer.Option(8, "--heads", help="Head count of the first side.")
@@ -48,6 +44,12 @@ def compare(
     With no options: the first seed question (8 heads against 1, d_model 512, torch.rand
     weights and input, no output projection).
     """
+    from rich.console import Console
+    from rich.table import Table
+
+    from headlab.analysis.explain import explain
+    from headlab.analysis.scenarios import CompareSetup, run_setup
+
     setup = CompareSetup(
         d_model=d_model,
         heads=heads,
@@ -101,6 +103,11 @@ def grad(
     Entry (i, j): how much block i's W_Q/W_K/W_V gradient changes when only the upstream gradient
     of output block j changes. Zero off the diagonal means the heads are optimised separately.
     """
+    from rich.console import Console
+
+    from headlab.analysis.grad import coupling_comparison
+    from headlab.analysis.scenarios import CompareSetup
+
     setup = CompareSetup(
         d_model=d_model,
         heads=heads,
@@ -111,44 +118,20 @@ def grad(
         seed=seed,
         output_projection=True,
     )
-    a, b, x = build(setup)
-    if talking_heads:
-        from headlab.attention.talking_heads import TalkingHeadsAttention
-        from headlab.limits import check_finite
-
-        scale = check_finite("--talking-heads", talking_heads)
-        a = TalkingHeadsAttention.from_plain(a, mix_scale=scale, seed=seed)
-    blocks = max(heads, vs_heads)
-    doc = {"setup": setup.to_dict(), "blocks": blocks, "talking_heads": talking_heads, "sides": []}
-    for module in (a, b):
-        matrix = gradient_coupling(module, x, blocks=blocks)
-        kind = " (talking heads)" if module is a and talking_heads else ""
-        off = matrix[~np.eye(blocks, dtype=bool)]
-        doc["sides"].append(
-            {
-                "num_heads": module.num_heads,
-                "kind": kind,
-                "coupling": matrix.tolist(),
-                "off_diagonal_max": float(off.max()) if off.size else 0.0,
-                "diagonal_mean": float(np.diag(matrix).mean()),
-                "head_gradient_norms": head_gradient_norms(module, x).to_dict(),
-            }
-        )
+    doc = coupling_comparison(setup, talking_heads).to_dict()
+    blocks = doc["blocks"]
     if as_json:
         print(json.dumps(doc, indent=2))
         return
     console = Console()
     for side in doc["sides"]:
-        table = Table(
-            title=f"{side['num_heads']} head(s){side['kind']}: coupling of {blocks} blocks "
+        title = (
+            f"{side['num_heads']} head(s){side['kind']}: coupling of {blocks} blocks "
             f"(off-diagonal max {side['off_diagonal_max']:.3g})"
         )
-        table.add_column("block i \\ changed j")
-        for j in range(blocks):
-            table.add_column(str(j), justify="right")
-        for i, row in enumerate(side["coupling"]):
-            table.add_row(str(i), *(f"{v:.3g}" for v in row))
-        console.print(table)
+        columns = ["block i \\ changed j", *map(str, range(blocks))]
+        rows = [[str(i), *(f"{v:.3g}" for v in row)] for i, row in enumerate(side["coupling"])]
+        console.print(*fitted_tables(title, columns, rows))
         norms = side["head_gradient_norms"]
         console.print(
             "per-head gradient norms  W_Q: "

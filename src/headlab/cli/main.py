@@ -83,13 +83,16 @@ def _run(argv: list[str] | None) -> None:
 def _handle(error: Exception) -> None:
     import typer
 
-    from headlab.experiments.executors import WorkerDied
-
     if isinstance(error, typer.Exit):
         sys.exit(error.exit_code)
     if isinstance(error, typer.Abort):
         print("headlab: aborted", file=sys.stderr)
         sys.exit(130)
+    if type(error).__name__ == "NoArgsIsHelpError":  # bare `headlab` or `headlab model`
+        help_text = error.format_message()  # typer's rich help has printed itself already
+        if help_text.strip():
+            print(help_text)
+        sys.exit(0)
     if isinstance(error, typer.TyperException):  # usage errors (unknown option, bad value)
         format_message = getattr(error, "format_message", None)
         _fail(format_message() if format_message else str(error))
@@ -99,6 +102,8 @@ def _handle(error: Exception) -> None:
         _fail(str(error))
     if isinstance(error, OverflowError):
         _fail(f"a number is too large: {error}")
+    from headlab.experiments.executors import WorkerDied  # imports torch: only when needed here
+
     if isinstance(error, WorkerDied):
         _fail(str(error), code=1)
     if isinstance(error, OSError):

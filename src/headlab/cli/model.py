@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 
 import typer
@@ -17,7 +16,9 @@ from rich.console import Console
 from rich.table import Table
 
 from headlab.cli.app import app
+from headlab.cli.parsing import int_list
 from headlab.cli.progress import progress
+from headlab.cli.tables import fitted_tables
 from headlab.locations import model_results
 
 model_app = typer.Typer(
@@ -99,22 +100,20 @@ def _emit(
     if as_json:
         print(json.dumps(written, indent=1))
         return
-    console = Console(width=None if sys.stdout.isatty() else 100)
+    console = Console()
     for table in tables:
         console.print(table)
     print(f"wrote {out}")
 
 
-def _grid(title: str, values: list[list[float]], fmt: str = "{:.2f}") -> Table:
-    """layers x heads; more than 12 heads are shown as the top of each row (80 columns)."""
-    table = Table(title=title, title_justify="left")
-    table.add_column("layer", justify="right")
+def _grid(title: str, values: list[list[float]], fmt: str = "{:.2f}") -> list[Table]:
+    """layers x heads, split into several tables of fewer heads when wider than the terminal."""
     heads = max(len(row) for row in values)
-    for h in range(heads):
-        table.add_column(f"h{h}", justify="right", no_wrap=True)
-    for layer, row in enumerate(values):
-        table.add_row(str(layer), *(fmt.format(v) for v in row))
-    return table
+    rows = [
+        [str(layer), *(fmt.format(v) for v in row), *([""] * (heads - len(row)))]
+        for layer, row in enumerate(values)
+    ]
+    return fitted_tables(title, ["layer", *(f"h{h}" for h in range(heads))], rows)
 
 
 def _top_table(title: str, rows: list[tuple[int, int, float]]) -> Table:
@@ -187,7 +186,7 @@ def heads(
 
         write_grid_figure(result, figure, force=force)
     title = f"{metric} per head, {result.model}, {result.n_texts} texts"
-    tables = [_grid(title, result.metrics[metric])]
+    tables = _grid(title, result.metrics[metric])
     for name in result.detectors:
         tables.append(_top_table(f"top {name.replace('_', '-')} heads", result.top(name)))
     if "first" in result.metrics:
@@ -241,7 +240,7 @@ def _long_context(
     n, whole = len(result.tokens), result.text_tokens
     cut = f" (cut from {whole}: the rest was not analysed)" if result.truncated else ""
     title = f"{metric} per head, {result.statistics.model}, one text of {n} tokens{cut}"
-    tables = [_grid(title, result.statistics.metrics[metric])]
+    tables = _grid(title, result.statistics.metrics[metric])
     tables.append(_sink_table(findings))
     tables.append(_concentration_table(findings, document["heavy_hitters"], result.tokens))
     _emit("long-context", document, out, force, as_json, tables)
@@ -259,7 +258,7 @@ def _sink_table(findings: dict) -> Table:
     per_row = 10
     table.add_column("layers", justify="right")
     for i in range(per_row):
-        table.add_column(f"+{i}", justify="right", no_wrap=True)
+        table.add_column(f"+{i}", justify="right", overflow="fold")
     for start in range(0, len(distances), per_row):
         row = [f"{d:.0f}" for d in distances[start : start + per_row]]
         table.add_row(f"{start}-", *row, *([""] * (per_row - len(row))))
@@ -273,7 +272,9 @@ def _concentration_table(findings: dict, heavy: dict, tokens: list[str]) -> Tabl
         title_justify="left",
     )
     for col in ("layer", "head", "share", "most attended keys (position: token)"):
-        table.add_column(col, justify="left" if col.startswith("most") else "right")
+        table.add_column(
+            col, justify="left" if col.startswith("most") else "right", overflow="fold"
+        )
     for layer, head, share in findings["most_concentrated"]:
         keys = heavy["top_keys"][layer][head][:3]
         shown = ", ".join(f"{k}: {tokens[k]!r}" for k in keys)
@@ -288,27 +289,37 @@ def collapse(
     corpus: Path | None = CORPUS,
     n_texts: int = N_TEXTS,
     max_length: int | None = MAX_LENGTH,
+    heads: str = typer.Option(
+        "",
+        "--heads",
+        help="Head counts to view every layer as, comma separated [default: every count that "
+        "divides each layer's heads].",
+    ),
     out: Path = OUT_COLLAPSE,
     as_json: bool = AS_JSON,
     force: bool = FORCE,
 ) -> None:
     """The same weights viewed with fewer heads: all layers, then one layer at a time."""
-    from headlab.heads import collapse_head_counts, collapse_heads
+    from headlab.heads import check_head_counts, collapse_heads
 
+    chosen = int_list(heads, "--heads")
     _claim("collapse", out, force)
     loaded, texts, max_length = _load(model, model_dir, corpus, n_texts, max_length)
-    counts = collapse_head_counts(loaded)
-    steps = len(counts) + loaded.num_layers + 1
-    with progress("collapse", steps, quiet=as_json) as update:
+    counts = None if chosen is None else tuple(chosen)
+    if counts is not None:
+        check_head_counts(loaded, counts, "--heads")
+    with progress("collapse", 1, quiet=as_json) as update:
         result = collapse_heads(loaded, texts, counts, max_length=max_length, on_step=update)
-    table = Table(title=f"Collapse, {result.model}, {result.n_texts} texts", title_justify="left")
     names = list(result.all_layers[0].measures)
-    for col in ("layers", "heads", *names):
-        table.add_column(col.replace("_", " "), justify="right")
-    for r in result.all_layers + result.per_layer:
-        where = "all" if r.layer is None else str(r.layer)
-        table.add_row(where, str(r.num_heads), *(f"{r.measures[n]:.4f}" for n in names))
-    _emit("collapse", result.to_dict(), out, force, as_json, [table])
+    rows = [
+        ["all" if r.layer is None else str(r.layer), str(r.num_heads)]
+        + [f"{r.measures[n]:.4f}" for n in names]
+        for r in result.all_layers + result.per_layer
+    ]
+    columns = ["layers", "heads", *(n.replace("_", " ") for n in names)]
+    title = f"Collapse, {result.model}, {result.n_texts} texts"
+    tables = fitted_tables(title, columns, rows, keys=2)
+    _emit("collapse", result.to_dict(), out, force, as_json, tables)
 
 
 @model_app.command()
@@ -336,10 +347,10 @@ def importance(
             texts,
             temperature=temperature,
             max_length=max_length,
-            on_batch=lambda done, total: update(done / total),
+            on_batch=update,
         )
     title = f"Importance (normalised per layer), {result.model}, {result.n_texts} texts"
-    _emit("importance", result.to_dict(), out, force, as_json, [_grid(title, result.importance)])
+    _emit("importance", result.to_dict(), out, force, as_json, _grid(title, result.importance))
 
 
 @model_app.command()
@@ -355,37 +366,32 @@ def prune(
     force: bool = FORCE,
 ) -> None:
     """Remove heads in 10% steps, by importance and at random; measure each pruned model."""
-    from headlab.heads import head_importance, prune_curve
+    from headlab.heads import prune_by_importance
     from headlab.limits import check_seed
 
     check_seed("--seed", seed)
     _claim("prune", out, force)
     loaded, texts, max_length = _load(model, model_dir, corpus, n_texts, max_length)
-    with progress("prune", 23, quiet=as_json) as update:
-        ranking = head_importance(loaded, texts, max_length=max_length).ranking()
-        update(1)
-        result = prune_curve(
-            loaded,
-            texts,
-            ranking,
-            seed=seed,
-            max_length=max_length,
-            on_step=lambda done: update(1 + done),
+    with progress("prune", 1, quiet=as_json) as update:
+        result = prune_by_importance(
+            loaded, texts, seed=seed, max_length=max_length, on_step=update
         )
-    table = Table(title=f"Pruning, {result.model}, {result.n_texts} texts", title_justify="left")
     names = list(result.steps[0].measures)
-    for col in ("order", "pruned", "heads", "params", "ms", *names):
-        table.add_column(col.replace("_", " "), justify="right")
-    for s in result.steps:
-        table.add_row(
+    rows = [
+        [
             s.order,
             f"{s.fraction_pruned:.0%}",
             str(s.heads_pruned),
             str(s.params),
             f"{s.latency_ms:.1f}",
             *(f"{s.measures[n]:.4f}" for n in names),
-        )
-    _emit("prune", result.to_dict(), out, force, as_json, [table])
+        ]
+        for s in result.steps
+    ]
+    columns = ["order", "pruned", "heads", "params", "ms", *(n.replace("_", " ") for n in names)]
+    title = f"Pruning, {result.model}, {result.n_texts} texts"
+    tables = fitted_tables(title, columns, rows, keys=2, left=["order"])
+    _emit("prune", result.to_dict(), out, force, as_json, tables)
 
 
 @model_app.command()
@@ -411,18 +417,18 @@ def ablate(
     loaded, texts, max_length = _load(model, model_dir, corpus, n_texts, max_length)
     with progress("ablate", 1, quiet=as_json):
         result = ablation_effect(loaded, texts, chosen, mode=mode, max_length=max_length)
-    table = Table(title=f"Ablation, {result.model}, {result.n_texts} texts", title_justify="left")
-    for col in ("heads", "mode", "objective", "baseline", "ablated", "change"):
-        table.add_column(col, justify="left" if col in ("heads", "objective") else "right")
-    table.add_row(
+    row = [
         ",".join(f"{l}.{h}" for l, h in result.heads),
         result.mode,
         result.objective,
         f"{result.baseline:.4f}",
         f"{result.ablated:.4f}",
         f"{result.change:+.4f}",
-    )
-    _emit("ablate", result.to_dict(), out, force, as_json, [table])
+    ]
+    columns = ["heads", "mode", "objective", "baseline", "ablated", "change"]
+    title = f"Ablation, {result.model}, {result.n_texts} texts"
+    tables = fitted_tables(title, columns, [row], keys=0, left=["heads", "objective"])
+    _emit("ablate", result.to_dict(), out, force, as_json, tables)
 
 
 @model_app.command()

@@ -5,12 +5,10 @@ from __future__ import annotations
 import json
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
-from headlab.analysis.params import parameter_table
 from headlab.cli.app import app
 from headlab.cli.parsing import int_list
+from headlab.cli.tables import fitted_tables
 
 
 @app.command()
@@ -23,27 +21,36 @@ def params(
     as_json: bool = typer.Option(False, "--json", help="Print JSON rows only."),
 ) -> None:
     """Show that the parameter count does not depend on the number of heads (and what GQA saves)."""
-    rows = parameter_table(d_model, int_list(heads, "--heads"), int_list(kv_heads, "--kv-heads"))
+    from rich.console import Console
+
+    from headlab.analysis.params import parameter_table
+    from headlab.limits import check_int
+
+    check_int("--d-model", d_model)
+    head_counts = int_list(heads, "--heads")
+    for h in head_counts or ():
+        if d_model % h:  # the library's message names its arguments (num_heads=, head_dim=)
+            raise ValueError(f"--heads {h} does not divide --d-model {d_model}")
+    rows = parameter_table(d_model, head_counts, int_list(kv_heads, "--kv-heads"))
     if as_json:
         print(json.dumps([r.to_dict() for r in rows], indent=2))
         return
-    table = Table(title=f"Parameters of one attention layer, d_model={d_model}")
-    for col in ("heads", "kv heads", "head dim", "W_Q+b", "W_K,W_V+b", "W_O+b", "total", "saved"):
-        table.add_column(col, justify="right")
-    for r in rows:
-        table.add_row(
-            *map(
-                str,
-                (
-                    r.num_heads,
-                    r.num_kv_heads,
-                    r.head_dim,
-                    r.q_proj,
-                    r.kv_proj,
-                    r.out_proj,
-                    r.total,
-                    r.saved_vs_full_mha,
-                ),
+    columns = ["heads", "kv heads", "head dim", "W_Q+b", "W_K,W_V+b", "W_O+b", "total", "saved"]
+    cells = [
+        [
+            str(v)
+            for v in (
+                r.num_heads,
+                r.num_kv_heads,
+                r.head_dim,
+                r.q_proj,
+                r.kv_proj,
+                r.out_proj,
+                r.total,
+                r.saved_vs_full_mha,
             )
-        )
-    Console().print(table)
+        ]
+        for r in rows
+    ]
+    title = f"Parameters of one attention layer, d_model={d_model}"
+    Console().print(*fitted_tables(title, columns, cells, keys=2))

@@ -10,13 +10,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 
 @contextmanager
-def progress(
-    description: str, total: int, *, quiet: bool = False
-) -> Iterator[Callable[[int], None]]:
-    """Yield ``update(done)``; a rich bar on stderr when it is a terminal and not ``quiet``."""
+def progress(description: str, total: int, *, quiet: bool = False) -> Iterator[Callable[..., None]]:
+    """Yield ``update(done, total=None)`` (a library's ``on_step(done, total)`` as it is); a
+    rich bar on stderr when it is a terminal and not ``quiet``."""
     console = Console(stderr=True)
     if quiet or not console.is_terminal:
-        yield lambda done: None
+        yield lambda done, total=None: None
         return
     with Progress(
         TextColumn(f"[bold]{description}"),
@@ -27,4 +26,4 @@ def progress(
         transient=True,
     ) as bar:
         task = bar.add_task(description, total=total)
-        yield lambda done: bar.update(task, completed=done)
+        yield lambda done, total=None: bar.update(task, completed=done, total=total)

@@ -8,15 +8,13 @@ from typing import Annotated
 import typer
 
 from headlab.cli.app import app
-from headlab.report import DEFAULT_TEXT, ReportOptions, build_report
-
-DEFAULT_OUT = Path("headlab-report")
-DEFAULT_RESULTS = Path("headlab-results")
+from headlab.defaults import DEFAULT_TEXT
+from headlab.locations import REPORT_DIR, RESULTS_DIR
 
 
 @app.command()
 def report(
-    out: Annotated[Path, typer.Option("--out", help="Directory of the report.")] = DEFAULT_OUT,
+    out: Annotated[Path, typer.Option("--out", help="Directory of the report.")] = REPORT_DIR,
     text: Annotated[str, typer.Option("--text", help="Text whose attention is shown.")] = (
         DEFAULT_TEXT
     ),
@@ -28,9 +26,11 @@ def report(
     ] = None,
     results: Annotated[
         Path, typer.Option("--results", help="Directory of model and sweep results files.")
-    ] = DEFAULT_RESULTS,
+    ] = RESULTS_DIR,
     seed: Annotated[int, typer.Option("--seed", help="Seed of scenarios and layer.")] = 0,
 ) -> None:
     """Write DIR/index.html: the seed questions answered, heads, gradients, model and sweeps."""
+    from headlab.report import ReportOptions, build_report
+
     options = ReportOptions(text=text, results=results, seed=seed)
     print(build_report(out, options, force=force, png=png))

@@ -5,26 +5,20 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
-from rich.table import Table
 
 from headlab.cli.app import app
 from headlab.cli.parsing import int_list
-from headlab.experiments.executors import capped_workers, check_reachable
-from headlab.experiments.results import read_rows
-from headlab.experiments.summary import SummaryRow, plot_sweep, summarize
-from headlab.experiments.sweep import DEFAULT_OUT, SweepPlan, SweepSpec, plan_sweep, run_sweep
-from headlab.locations import SWEEP_FIGURE
+from headlab.cli.tables import fitted_tables
+from headlab.locations import SWEEP_FIGURE, SWEEP_RESULTS
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rich.table import Table
+
+    from headlab.experiments.summary import SummaryRow
+    from headlab.experiments.sweep import SweepPlan
 
 sweep_app = typer.Typer(
     help="Train small attention models that differ only in the head split.",
@@ -32,14 +26,12 @@ sweep_app = typer.Typer(
 )
 
 
-def summary_table(rows: list[SummaryRow], title: str) -> Table:
-    """The summary as a rich Table: one row per (task, heads, K/V heads, head size)."""
-    table = Table(title=title)
-    for col in ("task", "heads", "kv", "d_head", "params", "seeds", "final loss", "accuracy"):
-        table.add_column(col, justify="left" if col == "task" else "right")
-    table.add_column("head entropy", justify="right")
-    for r in rows:
-        table.add_row(
+def summary_tables(rows: list[SummaryRow], title: str) -> list[Table]:
+    """The summary as rich Tables (split to fit the terminal): one row per (task, heads, K/V
+    heads, head size)."""
+    columns = ["task", "heads", "kv", "d_head", "params", "seeds", "final loss", "accuracy"]
+    cells = [
+        [
             r.task if r.attention == "plain" else f"{r.task} ({r.attention})",
             str(r.num_heads),
             str(r.num_kv_heads),
@@ -49,8 +41,10 @@ def summary_table(rows: list[SummaryRow], title: str) -> Table:
             f"{r.loss_mean:.3f} ± {r.loss_std:.3f}",
             f"{r.accuracy_mean:.3f} ± {r.accuracy_std:.3f}",
             "-" if r.entropy_mean is None else f"{r.entropy_mean:.2f}",
-        )
-    return table
+        ]
+        for r in rows
+    ]
+    return fitted_tables(title, [*columns, "head entropy"], cells, keys=2, left=["task"])
 
 
 def _run_with_progress(plan: SweepPlan, *, executor: str, workers: int, address: str | None) -> int:
@@ -58,6 +52,18 @@ def _run_with_progress(plan: SweepPlan, *, executor: str, workers: int, address:
 
     Ctrl-C: says what was saved, then re-raises (the entry point exits 130).
     """
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    from headlab.experiments.sweep import run_sweep
+
     if not plan.todo:
         return 0
     done = 0
@@ -111,11 +117,18 @@ def sweep(
     workers: int = typer.Option(2, "--workers", help="Local worker processes."),
     executor: str = typer.Option("local", "--executor", help="local or ray."),
     address: str = typer.Option("", "--address", help="Ray cluster address (default: local)."),
-    out: str = typer.Option(str(DEFAULT_OUT), "--out", help="Results file (JSONL, appended)."),
+    out: str = typer.Option(str(SWEEP_RESULTS), "--out", help="Results file (JSONL, appended)."),
 ) -> None:
     """Run a sweep (resumable: finished runs in --out are skipped), then print the summary."""
     if ctx.invoked_subcommand is not None:
         return
+    from rich.console import Console
+
+    from headlab.experiments.executors import capped_workers, check_reachable
+    from headlab.experiments.results import read_rows
+    from headlab.experiments.summary import summarize
+    from headlab.experiments.sweep import SweepSpec, plan_sweep
+
     if executor not in ("local", "ray"):
         raise ValueError(f"--executor must be local or ray, got {executor!r}")
     if workers < 1:
@@ -145,30 +158,37 @@ def sweep(
     print(f"{done} runs in {time.perf_counter() - start:.1f} s; results in {plan.out}")
     wanted = {c.run_id for c in plan.configs}
     rows = [r for r in read_rows(plan.out) if r["run_id"] in wanted]
-    Console(width=120).print(summary_table(summarize(rows), f"{task}: final metrics over seeds"))
+    Console().print(*summary_tables(summarize(rows), f"{task}: final metrics over seeds"))
 
 
 @sweep_app.command("plot")
 def plot(
-    results: str = typer.Option(str(DEFAULT_OUT), "--results", help="Results file (JSONL)."),
+    results: str = typer.Option(str(SWEEP_RESULTS), "--results", help="Results file (JSONL)."),
     out: str = typer.Option(str(SWEEP_FIGURE), "--out", help="PNG to write."),
     force: bool = typer.Option(
         False, "--force", help="Replace --out even if it is not a headlab sweep figure."
     ),
 ) -> None:
     """Plot final accuracy and loss against head count, one column per task."""
+    from headlab.experiments.summary import plot_sweep
+
     path = plot_sweep(results, out, force=force)
     print(f"wrote {path}")
 
 
 @sweep_app.command("summary")
 def summary(
-    results: str = typer.Option(str(DEFAULT_OUT), "--results", help="Results file (JSONL)."),
+    results: str = typer.Option(str(SWEEP_RESULTS), "--results", help="Results file (JSONL)."),
 ) -> None:
     """Print the summary table of a results file."""
+    from rich.console import Console
+
+    from headlab.experiments.results import read_rows
+    from headlab.experiments.summary import summarize
+
     if not Path(results).is_file():
         raise FileNotFoundError(f"results file not found: {results}")
-    Console(width=120).print(summary_table(summarize(read_rows(results)), str(results)))
+    Console().print(*summary_tables(summarize(read_rows(results)), str(results)))
 
 
 app.add_typer(sweep_app, name="sweep")

@@ -5,11 +5,24 @@ importance (Michel et al.'s gradient of a loss with respect to a head mask), pru
 removal of heads). Each returns a plain dataclass with ``to_dict`` (the results-file schema).
 """
 
-from headlab.heads.collapse import CollapseResult, collapse_head_counts, collapse_heads, collapsed
+from headlab.heads.collapse import (
+    CollapseResult,
+    check_head_counts,
+    collapse_head_counts,
+    collapse_heads,
+    collapse_steps,
+    collapsed,
+)
 from headlab.heads.compare import mean_cosine, nn_agreement
 from headlab.heads.detectors import DETECTORS, detect_heads
 from headlab.heads.importance import ImportanceResult, contrastive_objective, head_importance
-from headlab.heads.pruning import PruneResult, prune_attention, prune_curve, prune_heads
+from headlab.heads.pruning import (
+    PruneResult,
+    prune_attention,
+    prune_by_importance,
+    prune_curve,
+    prune_heads,
+)
 from headlab.heads.results import write_json
 from headlab.heads.statistics import HeadStatistics, head_statistics
 
@@ -19,8 +32,10 @@ __all__ = [
     "HeadStatistics",
     "ImportanceResult",
     "PruneResult",
+    "check_head_counts",
     "collapse_head_counts",
     "collapse_heads",
+    "collapse_steps",
     "collapsed",
     "contrastive_objective",
     "detect_heads",
@@ -29,6 +44,7 @@ __all__ = [
     "mean_cosine",
     "nn_agreement",
     "prune_attention",
+    "prune_by_importance",
     "prune_curve",
     "prune_heads",
     "write_json",

@@ -55,6 +55,26 @@ def collapse_head_counts(model: HeadModel) -> tuple[int, ...]:
     return tuple(h for h in range(1, min(heads) + 1) if all(n % h == 0 for n in heads))
 
 
+def check_head_counts(model: HeadModel, counts: tuple[int, ...], name: str = "head_counts") -> None:
+    """ValueError naming ``name`` (a CLI passes its flag) for a count that does not divide the
+    query heads of every layer; the message lists the counts that do."""
+    if not counts:
+        raise ValueError(f"{name} must list at least one head count, got none")
+    possible = collapse_head_counts(model)
+    for h in counts:
+        if h not in possible:
+            raise ValueError(
+                f"{name} {h} does not divide the heads of every layer of {model.name}; "
+                f"choose from {','.join(map(str, possible))}"
+            )
+
+
+def collapse_steps(model: HeadModel, head_counts: tuple[int, ...] | None = None) -> int:
+    """How many models ``collapse_heads`` runs: the original, each count, each layer alone."""
+    counts = collapse_head_counts(model) if head_counts is None else head_counts
+    return 1 + len(counts) + model.num_layers
+
+
 def collapsed(model: HeadModel, num_heads: int, layers: list[int] | None = None) -> HeadModel:
     """``model`` with the attention of ``layers`` (default: all) viewed as ``num_heads`` heads."""
     chosen = range(model.num_layers) if layers is None else layers
@@ -73,27 +93,35 @@ def collapse_heads(
     per_layer_heads: int = 1,
     batch_size: int = 32,
     max_length: int = 128,
-    on_step: Callable[[int], None] | None = None,
+    on_step: Callable[[int, int], None] | None = None,
 ) -> CollapseResult:
     """Run ``texts`` with every layer viewed as each of ``head_counts`` heads (default: all that
     divide), then with one layer at a time viewed as ``per_layer_heads``; compare each with the
-    original. Needs at least 2 texts. Raises ValueError for a count that does not divide."""
+    original. ``on_step(done, total)`` after each model run (``collapse_steps``). Needs at
+    least 2 texts. Raises ValueError for a count that does not divide, before any work."""
     if len(texts) < 2:
         raise ValueError(f"expected at least 2 texts, got {len(texts)}")
-    counts = collapse_head_counts(model) if head_counts is None else head_counts
+    counts = collapse_head_counts(model) if head_counts is None else tuple(head_counts)
+    check_head_counts(model, counts)
+    check_head_counts(model, (per_layer_heads,), "per_layer_heads")
+    total = collapse_steps(model, counts)
     done = 0
 
     def row(variant: HeadModel, num_heads: int, layer: int | None) -> CollapseRow:
-        nonlocal done
         result = CollapseRow(
             num_heads, measures(variant, texts, original, max_length, batch_size), layer
         )
-        done += 1
-        if on_step is not None:
-            on_step(done)
+        step()
         return result
 
+    def step() -> None:
+        nonlocal done
+        done += 1
+        if on_step is not None:
+            on_step(done, total)
+
     original = reference(model, texts, max_length, batch_size)
+    step()
     all_layers = [row(collapsed(model, h), h, None) for h in counts]
     per_layer = [
         row(collapsed(model, per_layer_heads, [layer]), per_layer_heads, layer)

@@ -214,3 +214,32 @@ def prune_curve(
             if on_step is not None:
                 on_step(len(steps))
     return PruneResult(model.name, len(texts), steps)
+
+
+def prune_by_importance(
+    model: HeadModel,
+    texts: list[str],
+    *,
+    seed: int = 0,
+    fractions: tuple[float, ...] = FRACTIONS,
+    max_length: int = 128,
+    on_step: Callable[[int, int], None] | None = None,
+) -> PruneResult:
+    """The whole ``headlab model prune`` pipeline: Michel et al. importance on ``texts``, then
+    ``prune_curve`` in that order and in a seeded random one. ``on_step(done, total)`` after the
+    importance pass and after each pruned model (``total`` = 1 + 2 * len(fractions))."""
+    from headlab.heads.importance import head_importance
+
+    total = 1 + 2 * len(fractions)
+    ranking = head_importance(model, texts, max_length=max_length).ranking()
+    if on_step is not None:
+        on_step(1, total)
+    return prune_curve(
+        model,
+        texts,
+        ranking,
+        fractions=fractions,
+        seed=seed,
+        max_length=max_length,
+        on_step=None if on_step is None else lambda done: on_step(1 + done, total),
+    )

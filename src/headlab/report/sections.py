@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from headlab.defaults import DEFAULT_TEXT
 from headlab.report import engine, figures
 from headlab.report.heatmap import MAX_BINS, HeatmapView, heatmap_data, synthetic_views, words
 from headlab.report.results import (
@@ -23,8 +24,6 @@ from headlab.report.results import (
     read_sweep,
 )
 from headlab.report.why import why_sections
-
-DEFAULT_TEXT = "The cat sat on the mat because it was warm and the dog lay by the door"
 
 
 @dataclass(frozen=True)

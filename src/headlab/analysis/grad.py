@@ -1,0 +1,74 @@
+"""Gradient coupling of a seed set-up on both sides: the measurement behind ``headlab grad``."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from headlab.analysis.coupling import gradient_coupling, head_gradient_norms
+from headlab.analysis.scenarios import CompareSetup, build
+
+
+@dataclass(frozen=True)
+class CouplingSide:
+    """One head count: the (block, block) coupling matrix and the per-head gradient norms."""
+
+    num_heads: int
+    kind: str  # "" for plain heads, " (talking heads)" for the talking-heads side
+    coupling: list[list[float]]
+    off_diagonal_max: float
+    diagonal_mean: float
+    head_gradient_norms: dict[str, list[float]]
+
+
+@dataclass(frozen=True)
+class CouplingComparison:
+    """Both sides of a set-up, measured over ``blocks`` = max(heads, vs_heads) blocks."""
+
+    setup: CompareSetup
+    blocks: int
+    sides: list[CouplingSide]
+    talking_heads: float = 0.0
+
+    def to_dict(self) -> dict:
+        """The JSON document: {setup, blocks, talking_heads, sides: [{num_heads, kind, coupling,
+        off_diagonal_max, diagonal_mean, head_gradient_norms}]}."""
+        return {
+            "setup": self.setup.to_dict(),
+            "blocks": self.blocks,
+            "talking_heads": self.talking_heads,
+            "sides": [asdict(side) for side in self.sides],
+        }
+
+
+def coupling_comparison(setup: CompareSetup, talking_heads: float = 0.0) -> CouplingComparison:
+    """Build ``setup`` (with its output projection: W_O's gradient is part of the answer) and
+    measure the gradient coupling of the module with ``heads`` and of its ``vs_heads`` view.
+
+    talking_heads: when not 0, the first side becomes talking heads (Shazeer et al. 2020) with
+    mixing identity + talking_heads * N(0, 1) (seeded by the set-up's seed).
+    """
+    a, b, x = build(setup)
+    if talking_heads:
+        from headlab.attention.talking_heads import TalkingHeadsAttention
+        from headlab.limits import check_finite
+
+        scale = check_finite("talking_heads", talking_heads)
+        a = TalkingHeadsAttention.from_plain(a, mix_scale=scale, seed=setup.seed)
+    blocks = max(setup.heads, setup.vs_heads)
+    sides = []
+    for module in (a, b):
+        matrix = gradient_coupling(module, x, blocks=blocks)
+        off = matrix[~np.eye(blocks, dtype=bool)]
+        sides.append(
+            CouplingSide(
+                num_heads=module.num_heads,
+                kind=" (talking heads)" if module is a and talking_heads else "",
+                coupling=matrix.tolist(),
+                off_diagonal_max=float(off.max()) if off.size else 0.0,
+                diagonal_mean=float(np.diag(matrix).mean()),
+                head_gradient_norms=head_gradient_norms(module, x).to_dict(),
+            )
+        )
+    return CouplingComparison(setup, blocks, sides, talking_heads)

@@ -1,0 +1,91 @@
+"""CLI conventions: --version, -h, flags without a placeholder, bare groups, one list syntax."""
+
+from __future__ import annotations
+
+import json
+from importlib.metadata import version
+
+import pytest
+import typer
+
+from headlab.cli.app import app
+from headlab.cli.main import main
+from headlab.cli.parsing import int_list
+
+
+def run(argv, capsys):
+    try:
+        main(argv)
+        code = 0
+    except SystemExit as exit_:
+        code = exit_.code
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def command_paths(command=None, path=()):
+    """Every command and group of the app as (argv prefix, click command)."""
+    command = typer.main.get_command(app) if command is None else command
+    yield path, command
+    for name, sub in getattr(command, "commands", {}).items():
+        yield from command_paths(sub, (*path, name))
+
+
+PATHS = [path for path, _ in command_paths()]
+
+
+def test_version_prints_the_installed_version(capsys):
+    code, out, err = run(["--version"], capsys)
+    assert code == 0 and err == ""
+    assert out == f"headlab {version('headlab')}\n"
+
+
+@pytest.mark.parametrize("path", PATHS, ids=lambda p: " ".join(p) or "headlab")
+def test_h_is_help_and_flags_show_no_bool_placeholder(path, capsys):
+    code, long_help, _ = run([*path, "--help"], capsys)
+    assert code == 0 and "Usage: headlab" in long_help
+    code, short_help, _ = run([*path, "-h"], capsys)
+    assert code == 0 and short_help == long_help
+    assert "<bool>" not in long_help
+
+
+def test_every_bool_option_is_a_flag():
+    for path, command in command_paths():
+        for param in command.params:
+            if param.type_descriptor.annotation is bool:
+                assert param.is_flag, (path, param.name)
+
+
+@pytest.mark.parametrize("path", [[], ["model"]])
+def test_a_bare_group_prints_its_help_and_exits_0_without_an_error_line(path, capsys):
+    code, out, err = run(path, capsys)
+    assert code == 0 and "Usage: headlab" in out and "Commands" in out
+    assert "error" not in err
+
+
+def test_int_list_is_the_one_list_syntax():
+    assert int_list("1,2,4,8", "--heads") == [1, 2, 4, 8]
+    assert int_list(" 3 , 5", "--heads") == [3, 5]
+    assert int_list("", "--heads") is None
+    with pytest.raises(ValueError, match="--heads takes comma-separated integers, got 'x'"):
+        int_list("1,x", "--heads")
+    with pytest.raises(ValueError, match="--kv-heads values must be positive, got 0"):
+        int_list("0", "--kv-heads")
+
+
+def test_params_names_its_flags_not_library_arguments(capsys):
+    code, _, err = run(["params", "--d-model", "10", "--heads", "2,3"], capsys)
+    assert code == 2 and "--heads 3 does not divide --d-model 10" in err
+    assert "head_dim=" not in err and "num_heads=" not in err
+    code, out, _ = run(["params", "--d-model", "12", "--heads", "1,2,3", "--json"], capsys)
+    assert code == 0 and [r["num_heads"] for r in json.loads(out)] == [1, 2, 3]
+
+
+def test_collapse_takes_heads_as_a_list(tiny_dir, tmp_path, capsys):
+    out = tmp_path / "c.json"
+    args = ["model", "collapse", "--model-dir", str(tiny_dir), "--n-texts", "4", "--json"]
+    code, printed, err = run([*args, "--heads", "1,3", "--out", str(out)], capsys)
+    assert code == 0, err
+    assert [r["num_heads"] for r in json.loads(printed)["all_layers"]] == [1, 3]
+    code, _, err = run([*args, "--heads", "2", "--out", str(out), "--force"], capsys)
+    assert code == 2 and "--heads 2 does not divide" in err and "choose from 1,3" in err

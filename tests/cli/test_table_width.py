@@ -1,0 +1,83 @@
+"""Every command's tables read on an 80-column terminal: split, never a number cut to ``2.…``."""
+
+from __future__ import annotations
+
+import io
+import random
+
+import pytest
+from rich.console import Console
+
+from headlab.cli.main import main
+from headlab.cli.tables import column_groups, fitted_tables
+
+ELLIPSIS = "…"
+
+
+def render(tables, width=80) -> str:
+    console = Console(file=io.StringIO(), width=width)
+    console.print(*tables)
+    return console.file.getvalue()
+
+
+def run(argv, capsys):
+    try:
+        main(argv)
+        code = 0
+    except SystemExit as exit_:
+        code = exit_.code
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    return captured.out
+
+
+@pytest.mark.parametrize(("layers", "heads"), [(6, 12), (30, 9), (2, 16), (1, 32)])
+def test_a_layers_by_heads_grid_shows_every_number_whole(layers, heads):
+    rng = random.Random(layers * heads)
+    values = [[rng.uniform(-20, 20) for _ in range(heads)] for _ in range(layers)]
+    cells = [[str(i), *(f"{v:.2f}" for v in row)] for i, row in enumerate(values)]
+    tables = fitted_tables("entropy per head", ["layer", *(f"h{h}" for h in range(heads))], cells)
+    text = render(tables)
+    assert ELLIPSIS not in text
+    assert max(len(line) for line in text.splitlines()) <= 80
+    for row in cells:
+        for cell in row[1:]:
+            assert text.count(f" {cell} ") >= 1, cell
+
+
+def test_column_groups_cover_each_column_once_and_even_out():
+    widths = [5] + [5] * 12  # layer + 12 heads of "-2.53"
+    groups = column_groups(widths, keys=1, width=80)
+    assert sorted(i for g in groups for i in g) == list(range(1, 13))
+    assert [len(g) for g in groups] == [6, 6]
+    assert column_groups([5, 5, 5], keys=1, width=200) == [[1, 2]]
+
+
+@pytest.fixture
+def columns_80(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+
+
+def test_model_commands_fit_80_columns(columns_80, tiny_dir, tmp_path, capsys):
+    base = ["--model-dir", str(tiny_dir), "--n-texts", "4", "--force"]
+    for command in ("heads", "collapse", "importance", "prune"):
+        out = run(["model", command, *base, "--out", str(tmp_path / f"{command}.json")], capsys)
+        assert ELLIPSIS not in out, (command, out)
+    argv = ["model", "ablate", "--ablate", "0.1,1.2", *base, "--out", str(tmp_path / "a.json")]
+    assert ELLIPSIS not in run(argv, capsys)
+
+
+def test_compare_grad_params_fit_80_columns(columns_80, capsys):
+    assert ELLIPSIS not in run(["compare"], capsys)
+    out = run(["grad", "--d-model", "32", "--heads", "16", "--seq-len", "4"], capsys)
+    assert ELLIPSIS not in out and "(2/2)" in out
+    out = run(["params", "--d-model", "8192", "--heads", "1,8,64", "--kv-heads", "1,8"], capsys)
+    assert ELLIPSIS not in out
+
+
+def test_sweep_summary_fits_80_columns(columns_80, tmp_path, capsys):
+    rows = tmp_path / "s.jsonl"
+    argv = ["sweep", "--heads", "1,2", "--d-model", "8", "--seeds", "1", "--steps", "2"]
+    run([*argv, "--workers", "1", "--out", str(rows)], capsys)
+    out = run(["sweep", "summary", "--results", str(rows)], capsys)
+    assert ELLIPSIS not in out and "multi-lookup" in out
