@@ -118,6 +118,9 @@ def grad(
         seed=seed,
         output_projection=True,
     )
+    from headlab.limits import check_finite
+
+    check_finite("--talking-heads", talking_heads)  # the CLI names its flag
     doc = coupling_comparison(setup, talking_heads).to_dict()
     blocks = doc["blocks"]
     if as_json:
