@@ -13,3 +13,8 @@ SWEEP_FIGURE = RESULTS_DIR / "sweep.png"
 def model_results(analysis: str) -> Path:
     """The default results file of ``headlab model <analysis>``."""
     return RESULTS_DIR / f"model_{analysis}.json"
+
+
+def why_results(measurement: str) -> Path:
+    """The default results file of ``headlab expressivity|specialisation|redundancy``."""
+    return RESULTS_DIR / f"{measurement}.json"

@@ -43,3 +43,9 @@ def test_the_document_is_json_and_matches_a_direct_measurement():
     a, b, x = build(setup)
     for side, module in zip(doc["sides"], (a, b), strict=True):
         np.testing.assert_allclose(side["coupling"], gradient_coupling(module, x, blocks=2))
+
+
+def test_talking_heads_with_grouped_kv_heads_is_refused_before_any_work():
+    setup = CompareSetup(d_model=8, heads=4, kv_heads=2, vs_heads=2, output_projection=True)
+    with pytest.raises(ValueError, match="talking_heads needs as many K/V heads as heads"):
+        coupling_comparison(setup, talking_heads=0.5)

@@ -22,6 +22,7 @@ from headlab.attention.interventions import (
     query_heads,
     record,
 )
+from headlab.attention.rotary import apply_rotary
 
 F64 = torch.float64
 B, L, E, H, G = 3, 5, 12, 4, 2  # batch, positions, width, query heads, K/V heads; D = 3
@@ -61,6 +62,12 @@ def test_record_sees_the_traced_intermediates_during_a_fused_forward(rotary):
         torch.testing.assert_close(rec[site], getattr(expected, name))
     torch.testing.assert_close(out, expected.output)
     assert not m._interventions
+    if rotary:  # q as the site sees it is rotated: by hand, the projection then the rotation
+        w_q, _, _ = m.projection_weights()
+        b_q, _, _ = m.projection_biases()
+        q = (x @ w_q.T + b_q).view(B, L, H, -1).transpose(1, 2)  # (batch, head, q_pos, d_head)
+        torch.testing.assert_close(rec["q"], apply_rotary(q, rotary))
+        assert not torch.allclose(rec["q"], q)
 
 
 def test_a_reading_intervention_changes_nothing_and_is_removed_on_error():

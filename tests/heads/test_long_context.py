@@ -43,6 +43,17 @@ def traced_means(model, batch):
     return out, torch.stack(received)
 
 
+def assert_means_equal(result, expected) -> None:
+    for name, grid in expected.items():
+        torch.testing.assert_close(
+            torch.tensor(result.statistics.metrics[name]),
+            torch.tensor(grid),
+            atol=1e-5,
+            rtol=1e-5,  # distance is in tokens: up to hundreds at 1000 tokens
+            msg=name,
+        )
+
+
 def words(n: int) -> str:
     return " ".join(f"t{(7 * i) % 97}" for i in range(n))
 
@@ -52,14 +63,7 @@ def test_llama_statistics_equal_the_traced_weights(tiny_llama, chunk_elements):
     text = words(61)
     result = long_text_statistics(tiny_llama, text, chunk_elements=chunk_elements)
     expected, received = traced_means(tiny_llama, tiny_llama.tokenize([text]))
-    for name, grid in expected.items():
-        torch.testing.assert_close(
-            torch.tensor(result.statistics.metrics[name]),
-            torch.tensor(grid),
-            atol=1e-5,
-            rtol=1e-5,  # distance is in tokens: up to hundreds at 1000 tokens
-            msg=name,
-        )
+    assert_means_equal(result, expected)
     torch.testing.assert_close(result.received, received, atol=1e-5, rtol=1e-6)
     assert not result.truncated and len(result.tokens) == 61
 
@@ -68,14 +72,7 @@ def test_bert_statistics_equal_the_traced_weights(tiny):
     text = "Attention heads read the text one query at a time; " * 3
     result = long_text_statistics(tiny, text)
     expected, received = traced_means(tiny, tiny.tokenize([text], tiny.max_positions))
-    for name, grid in expected.items():
-        torch.testing.assert_close(
-            torch.tensor(result.statistics.metrics[name]),
-            torch.tensor(grid),
-            atol=1e-5,
-            rtol=1e-5,  # distance is in tokens: up to hundreds at 1000 tokens
-            msg=name,
-        )
+    assert_means_equal(result, expected)
     torch.testing.assert_close(result.received, received, atol=1e-5, rtol=1e-6)
 
 
@@ -134,14 +131,7 @@ def test_smollm2_statistics_equal_the_traced_weights(smollm2, n_tokens):
     result = long_text_statistics(smollm2, long_document(), max_tokens=n_tokens)
     assert len(result.tokens) == n_tokens and result.truncated
     expected, received = traced_means(smollm2, smollm2.tokenize([long_document()], n_tokens))
-    for name, grid in expected.items():
-        torch.testing.assert_close(
-            torch.tensor(result.statistics.metrics[name]),
-            torch.tensor(grid),
-            atol=1e-5,
-            rtol=1e-5,  # distance is in tokens: up to hundreds at 1000 tokens
-            msg=name,
-        )
+    assert_means_equal(result, expected)
     torch.testing.assert_close(result.received, received, atol=1e-3, rtol=1e-5)
 
 
@@ -152,12 +142,5 @@ def test_minilm_statistics_equal_the_traced_weights(minilm):
     result = long_text_statistics(minilm, long_document())
     assert len(result.tokens) == 512 and result.truncated
     expected, received = traced_means(minilm, minilm.tokenize([long_document()], 512))
-    for name, grid in expected.items():
-        torch.testing.assert_close(
-            torch.tensor(result.statistics.metrics[name]),
-            torch.tensor(grid),
-            atol=1e-5,
-            rtol=1e-5,  # distance is in tokens: up to hundreds at 1000 tokens
-            msg=name,
-        )
+    assert_means_equal(result, expected)
     torch.testing.assert_close(result.received, received, atol=1e-3, rtol=1e-5)

@@ -70,7 +70,7 @@ class Opened:
     def hover_cell(self, explorer: str, view: int, q: int, k: int) -> str:
         canvas = self.canvas(explorer, view)
         geo = canvas.evaluate(
-            "c => ({m: +c.dataset.margin, c: +c.dataset.cell, size: c.width,"
+            "c => ({m: +c.dataset.margin, c: +c.dataset.cell, size: +c.dataset.size,"
             " w: c.getBoundingClientRect().width})"
         )
         zoom = geo["w"] / geo["size"]

@@ -15,6 +15,7 @@ class CouplingSide:
     """One head count: the (block, block) coupling matrix and the per-head gradient norms."""
 
     num_heads: int
+    kind: str  # "" for plain heads, " (talking heads)" for the talking-heads side
     coupling: list[list[float]]
     off_diagonal_max: float
     diagonal_mean: float
@@ -28,21 +29,43 @@ class CouplingComparison:
     setup: CompareSetup
     blocks: int
     sides: list[CouplingSide]
+    talking_heads: float = 0.0
 
     def to_dict(self) -> dict:
-        """The JSON document: {setup, blocks, sides: [{num_heads, coupling, off_diagonal_max,
-        diagonal_mean, head_gradient_norms}]}."""
+        """The JSON document: {setup, blocks, talking_heads, sides: [{num_heads, kind, coupling,
+        off_diagonal_max, diagonal_mean, head_gradient_norms}]}."""
         return {
             "setup": self.setup.to_dict(),
             "blocks": self.blocks,
+            "talking_heads": self.talking_heads,
             "sides": [asdict(side) for side in self.sides],
         }
 
 
-def coupling_comparison(setup: CompareSetup) -> CouplingComparison:
+def _grouped(setup: CompareSetup) -> bool:
+    """Whether the set-up's first side shares K/V heads (TalkingHeadsAttention does not)."""
+    return setup.kv_heads not in (None, setup.heads)
+
+
+def coupling_comparison(setup: CompareSetup, talking_heads: float = 0.0) -> CouplingComparison:
     """Build ``setup`` (with its output projection: W_O's gradient is part of the answer) and
-    measure the gradient coupling of the module with ``heads`` and of its ``vs_heads`` view."""
+    measure the gradient coupling of the module with ``heads`` and of its ``vs_heads`` view.
+
+    talking_heads: when not 0, the first side becomes talking heads (Shazeer et al. 2020) with
+    mixing identity + talking_heads * N(0, 1) (seeded by the set-up's seed).
+    """
+    if talking_heads and _grouped(setup):
+        raise ValueError(
+            f"talking_heads needs as many K/V heads as heads, got kv_heads={setup.kv_heads} "
+            f"with heads={setup.heads}"
+        )
     a, b, x = build(setup)
+    if talking_heads:
+        from headlab.attention.talking_heads import TalkingHeadsAttention
+        from headlab.limits import check_finite
+
+        scale = check_finite("talking_heads", talking_heads)
+        a = TalkingHeadsAttention.from_plain(a, mix_scale=scale, seed=setup.seed)
     blocks = max(setup.heads, setup.vs_heads)
     sides = []
     for module in (a, b):
@@ -51,10 +74,11 @@ def coupling_comparison(setup: CompareSetup) -> CouplingComparison:
         sides.append(
             CouplingSide(
                 num_heads=module.num_heads,
+                kind=" (talking heads)" if module is a and talking_heads else "",
                 coupling=matrix.tolist(),
                 off_diagonal_max=float(off.max()) if off.size else 0.0,
                 diagonal_mean=float(np.diag(matrix).mean()),
                 head_gradient_norms=head_gradient_norms(module, x).to_dict(),
             )
         )
-    return CouplingComparison(setup, blocks, sides)
+    return CouplingComparison(setup, blocks, sides, talking_heads)

@@ -60,24 +60,29 @@ class AveragedAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, additive, keep):
-        p = _weights(q, k.transpose(-2, -1), additive, keep)  # (batch, head, q_pos, k_pos)
-        ctx.save_for_backward(q, k, v, p, keep)
+        # Contiguous once: every operand is used in two products (forward and backward), and
+        # matmul would copy a strided one (split heads are strided views) each time.
+        q_s = q * q.shape[-1] ** -0.5  # Q / sqrt(D), contiguous
+        k, v = k.contiguous(), v.contiguous()
+        p = _weights(q_s, k.transpose(-2, -1), additive, keep, scaled=True)  # (b, h, q, k)
+        ctx.save_for_backward(q_s, k, v, p, keep)
+        ctx.scale = q.shape[-1] ** -0.5
         return torch.matmul(p, v), p.mean(dim=1)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, d_out, d_mean):
-        q, k, v, p, keep = ctx.saved_tensors
-        scale = q.shape[-1] ** -0.5
+        q_s, k, v, p, keep = ctx.saved_tensors
         no_out = d_out is None
+        d_out = None if no_out else d_out.contiguous()
         d_p = torch.zeros_like(p) if no_out else torch.matmul(d_out, v.transpose(-2, -1))
         if d_mean is not None:
-            d_p.add_(d_mean.unsqueeze(1), alpha=1.0 / q.shape[1])
+            d_p.add_(d_mean.unsqueeze(1), alpha=1.0 / q_s.shape[1])
         if keep is not None:
             d_p.mul_(keep)
         torch.ops.aten._softmax_backward_data.out(d_p, p, -1, p.dtype, grad_input=d_p)  # dS
-        d_q = torch.matmul(d_p, k).mul_(scale)
-        d_k = torch.matmul(d_p.transpose(-2, -1), q).mul_(scale)
+        d_q = torch.matmul(d_p, k).mul_(ctx.scale)
+        d_k = torch.matmul(d_p.transpose(-2, -1), q_s)  # dS^T Q / sqrt(D)
         d_v = None if no_out else torch.matmul(p.transpose(-2, -1), d_out)
         return d_q, d_k, d_v, None, None
 
@@ -118,9 +123,13 @@ def blocked_mean_attention(
 def mean_attention(
     q: Tensor, k: Tensor, v: Tensor, additive: Tensor | None, keep: Tensor | None
 ) -> tuple[Tensor, Tensor]:
-    """(head_out, weights averaged over heads); see the module docstring. K/V heads expanded."""
+    """(head_out, weights averaged over heads); see the module docstring. K/V heads expanded.
+    For CPU tensors (functional.attend sends no others): the blocks are sized for a CPU cache."""
     needs_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
-    if not needs_grad and q.shape[0] * q.shape[1] * q.shape[2] * k.shape[2] >= MIN_BLOCKED:
-        with torch.no_grad():
+    if needs_grad:
+        return AveragedAttention.apply(q, k, v, additive, keep)
+    with torch.no_grad():
+        if q.shape[0] * q.shape[1] * q.shape[2] * k.shape[2] >= MIN_BLOCKED:
             return blocked_mean_attention(q, k, v, additive, keep)
-    return AveragedAttention.apply(q, k, v, additive, keep)
+        p = _weights(q, k.transpose(-2, -1), additive, keep)  # small: whole, no autograd
+        return torch.matmul(p, v), p.mean(dim=1)

@@ -126,9 +126,11 @@ def attend(
 
     path "fused": SDPA, no weights. "averaged": weights averaged over heads (batch, q_pos,
     k_pos) from ``averaged.mean_attention``, no scores; it falls back to "explicit" (the weights
-    are then per head) with dropout, intervention sites, a mask that requires grad, or while a
-    graph is recorded (jit.trace, export, compile: the custom autograd function and the block
-    loop are eager-only). "explicit": per-head weights and scores (batch, head, q_pos, k_pos).
+    are then per head) with dropout, intervention sites, a mask that requires grad, off the CPU
+    (on an H100 it was no faster than the explicit path: its gain is fewer passes over memory),
+    or while a graph is recorded (jit.trace, export, compile: the custom autograd function and
+    the block loop are eager-only). "explicit": per-head weights and scores (batch, head,
+    q_pos, k_pos).
     """
     if path == "fused":
         out = fused_attention(q, k, v, mask, group=group, dropout_p=dropout_p, is_causal=is_causal)
@@ -139,6 +141,7 @@ def attend(
         and dropout_p == 0.0
         and site is None
         and not (additive is not None and additive.requires_grad)
+        and q.device.type == "cpu"
         and not static_graph()
     ):
         out, weights = mean_attention(q, expand_kv(k, group), expand_kv(v, group), additive, keep)

@@ -325,11 +325,7 @@ class MultiHeadAttention(nn.Module):
             attn_mask=attn_mask,
             is_causal=is_causal,
             head_mask=head_mask,
-            path="fused"
-            if not need_weights
-            else "averaged"
-            if average_attn_weights
-            else "explicit",
+            path=("averaged" if average_attn_weights else "explicit") if need_weights else "fused",
         )
         out = self.out_proj(merge_heads(run.head_out))  # (batch, q_pos, E)
         output = layout.from_batch_first(out, batched=run.batched, batch_first=self.batch_first)

@@ -42,7 +42,10 @@ def _root(
 
 # Command modules: each adds its commands to ``app``. Imported last, for their side effect.
 from headlab.cli import compare as _compare  # noqa: E402,F401
+from headlab.cli import expressivity as _expressivity  # noqa: E402,F401
 from headlab.cli import model as _model  # noqa: E402,F401
 from headlab.cli import params as _params  # noqa: E402,F401
+from headlab.cli import redundancy as _redundancy  # noqa: E402,F401
 from headlab.cli import report as _report  # noqa: E402,F401
+from headlab.cli import specialisation as _specialisation  # noqa: E402,F401
 from headlab.cli import sweep as _sweep  # noqa: E402,F401

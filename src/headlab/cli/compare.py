@@ -102,6 +102,12 @@ def grad(
     seed: int = _SEED,
     kv_heads: int | None = _KV_HEADS,
     head_dim: int | None = _HEAD_DIM,
+    talking_heads: float = typer.Option(
+        0.0,
+        "--talking-heads",
+        help="Make the first side talking heads (Shazeer et al. 2020) with mixing "
+        "identity + this * N(0, 1); 0 (default) is plain multi-head attention.",
+    ),
     as_json: bool = _JSON,
 ) -> None:
     """Gradient coupling between head blocks, for h heads and for the same weights as vs-heads.
@@ -113,7 +119,11 @@ def grad(
 
     from headlab.analysis.grad import coupling_comparison
     from headlab.analysis.scenarios import CompareSetup
+    from headlab.limits import check_finite
 
+    check_finite("--talking-heads", talking_heads)  # the CLI names its flags
+    if talking_heads and kv_heads not in (None, heads):
+        raise ValueError("--talking-heads needs --kv-heads equal to --heads (or left out)")
     setup = CompareSetup(
         d_model=d_model,
         heads=heads,
@@ -126,7 +136,7 @@ def grad(
         kv_heads=kv_heads,
         head_dim=head_dim,
     )
-    doc = coupling_comparison(setup).to_dict()
+    doc = coupling_comparison(setup, talking_heads).to_dict()
     blocks = doc["blocks"]
     if as_json:
         print(json.dumps(doc, indent=2))
@@ -134,7 +144,7 @@ def grad(
     console = Console()
     for side in doc["sides"]:
         title = (
-            f"{side['num_heads']} head(s): coupling of {blocks} blocks "
+            f"{side['num_heads']} head(s){side['kind']}: coupling of {blocks} blocks "
             f"(off-diagonal max {side['off_diagonal_max']:.3g})"
         )
         columns = ["block i \\ changed j", *map(str, range(blocks))]

@@ -17,3 +17,13 @@ def int_list(text: str, option: str) -> list[int] | None:
             raise ValueError(f"{option} values must be positive, got {value}")
         values.append(value)
     return values
+
+
+def sizes(text: str, option: str, high: int) -> tuple[int, ...]:
+    """'8,16' -> (8, 16), each in [1, high]; ValueError names the option (also for none)."""
+    from headlab.limits import check_int
+
+    values = int_list(text, option)
+    if not values:
+        raise ValueError(f"{option} must list at least one integer, got {text!r}")
+    return tuple(check_int(option, v, high=high) for v in values)

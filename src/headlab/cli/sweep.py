@@ -32,7 +32,7 @@ def summary_tables(rows: list[SummaryRow], title: str) -> list[Table]:
     columns = ["task", "heads", "kv", "d_head", "params", "seeds", "final loss", "accuracy"]
     cells = [
         [
-            r.task,
+            r.task if r.attention == "plain" else f"{r.task} ({r.attention})",
             str(r.num_heads),
             str(r.num_kv_heads),
             str(r.head_dim),
@@ -111,6 +111,9 @@ def sweep(
     head_dim: int = typer.Option(
         0, "--head-dim", help="Head size; 0 = d_model / heads (equal parameters)."
     ),
+    attention: str = typer.Option(
+        "plain", "--attention", help="plain, or talking-heads (Shazeer et al. 2020)."
+    ),
     workers: int = typer.Option(2, "--workers", help="Local worker processes."),
     executor: str = typer.Option("local", "--executor", help="local or ray."),
     address: str = typer.Option("", "--address", help="Ray cluster address (default: local)."),
@@ -139,6 +142,7 @@ def sweep(
         steps=steps,
         kv_heads=tuple(int_list(kv_heads, "--kv-heads") or ()) or None,
         head_dim=head_dim or None,
+        attention=attention,
     )
     if executor == "ray" and address:
         check_reachable(address)  # Ray itself would retry an unreachable address for minutes

@@ -9,6 +9,8 @@ from dataclasses import asdict, dataclass, fields
 from headlab.attention.sizes import resolve_head_sizes
 from headlab.experiments.tasks import get_task
 
+ATTENTION_KINDS = ("plain", "talking-heads")
+
 
 @dataclass(frozen=True)
 class RunConfig:
@@ -28,9 +30,15 @@ class RunConfig:
     mlp_ratio: int = 2
     eval_every: int = 100
     eval_size: int = 512
+    attention: str = "plain"  # or "talking-heads" (headlab.attention.talking_heads)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The fields as a dict; ``attention`` only when it is not "plain", so that plain runs
+        keep the run_id (and results rows) they had before talking heads existed."""
+        data = asdict(self)
+        if data["attention"] == "plain":
+            del data["attention"]
+        return data
 
     @property
     def run_id(self) -> str:
@@ -59,6 +67,13 @@ def make_config(
     """Check a configuration and fill in defaults; ValueError (one line) when it cannot run."""
     get_task(task)
     head_dim, num_kv_heads = resolve_head_sizes(d_model, num_heads, head_dim, num_kv_heads)
+    attention = training.get("attention", "plain")
+    if attention not in ATTENTION_KINDS:
+        raise ValueError(
+            f"attention must be one of {', '.join(ATTENTION_KINDS)}, got {attention!r}"
+        )
+    if attention == "talking-heads" and num_kv_heads != num_heads:
+        raise ValueError("talking-heads attention needs num_kv_heads == num_heads (no GQA)")
     for name, value in (("layers", layers), ("steps", steps)):
         if not isinstance(value, int) or value <= 0:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")

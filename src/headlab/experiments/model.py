@@ -11,6 +11,7 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from headlab.attention.module import MultiHeadAttention
+from headlab.attention.talking_heads import TalkingHeadsAttention
 from headlab.experiments.config import RunConfig
 from headlab.experiments.tasks import TaskSpec, get_task
 
@@ -20,7 +21,8 @@ class Block(nn.Module):
         super().__init__()
         d = config.d_model
         self.ln1 = nn.LayerNorm(d)
-        self.attn = MultiHeadAttention(
+        kind = TalkingHeadsAttention if config.attention == "talking-heads" else MultiHeadAttention
+        self.attn = kind(
             d,
             config.num_heads,
             batch_first=True,
@@ -33,12 +35,19 @@ class Block(nn.Module):
         )
 
     def forward(
-        self, x: Tensor, *, causal: bool, need_weights: bool
+        self, x: Tensor, *, causal: bool, need_weights: bool, head_mask: Tensor | None = None
     ) -> tuple[Tensor, Tensor | None]:
-        """x: (batch, pos, d_model) -> (same, weights (batch, head, q_pos, k_pos) or None)."""
+        """x: (batch, pos, d_model) -> (same, weights (batch, head, q_pos, k_pos) or None).
+        head_mask (head,) multiplies each head's output before W_O (ablation)."""
         h = self.ln1(x)
         out, weights = self.attn(
-            h, h, h, need_weights=need_weights, is_causal=causal, average_attn_weights=False
+            h,
+            h,
+            h,
+            need_weights=need_weights,
+            is_causal=causal,
+            average_attn_weights=False,
+            head_mask=head_mask,
         )
         x = x + out
         return x + self.mlp(self.ln2(x)), weights
@@ -59,17 +68,23 @@ class TinyTransformer(nn.Module):
         self.readout = nn.Linear(d, per_position * self.spec.num_classes)
 
     def forward(
-        self, tokens: Tensor, *, need_weights: bool = False
+        self,
+        tokens: Tensor,
+        *,
+        need_weights: bool = False,
+        head_mask: list[Tensor | None] | None = None,
     ) -> tuple[Tensor, list[Tensor] | None]:
         """tokens (batch, pos, feature) -> (logits (batch, output, class), per-layer weights
-        (batch, head, q_pos, k_pos) when need_weights else None)."""
+        (batch, head, q_pos, k_pos) when need_weights else None). head_mask: one (head,)
+        tensor or None per layer."""
         batch, pos, _ = tokens.shape
         x = self.pos.weight[:pos].unsqueeze(0)
         for f, table in enumerate(self.embed):
             x = x + table(tokens[..., f])  # (batch, pos, d_model)
         weights = []
-        for block in self.blocks:
-            x, w = block(x, causal=self.spec.causal, need_weights=need_weights)
+        masks = head_mask or [None] * len(self.blocks)
+        for block, mask in zip(self.blocks, masks, strict=True):
+            x, w = block(x, causal=self.spec.causal, need_weights=need_weights, head_mask=mask)
             weights.append(w)
         x = self.ln_f(x)
         if self.spec.readout == "last":

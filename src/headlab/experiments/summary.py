@@ -31,6 +31,7 @@ class SummaryRow:
     accuracy_mean: float
     accuracy_std: float
     entropy_mean: float | None  # mean over heads (and layers) of the per-head entropy, nats
+    attention: str = "plain"  # or "talking-heads"
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -46,9 +47,9 @@ def summarize(rows: list[dict]) -> list[SummaryRow]:
     for r in final_rows(rows):
         c = r["config"]
         key = (c["task"], c["num_heads"], c["num_kv_heads"], c["head_dim"])
-        groups.setdefault(key, []).append(r)
+        groups.setdefault((*key, c.get("attention", "plain")), []).append(r)
     out = []
-    for (task, h, g, d), runs in sorted(groups.items()):
+    for (task, h, g, d, attention), runs in sorted(groups.items()):
         losses = [r["loss"] for r in runs]
         accs = [r["accuracy"] for r in runs]
         ents = [statistics.fmean(r["head_entropy"]) for r in runs if r.get("head_entropy")]
@@ -65,18 +66,21 @@ def summarize(rows: list[dict]) -> list[SummaryRow]:
                 accuracy_mean=statistics.fmean(accs),
                 accuracy_std=_std(accs),
                 entropy_mean=statistics.fmean(ents) if ents else None,
+                attention=attention,
             )
         )
     return out
 
 
-def plot_series(summary: list[SummaryRow], task: str) -> dict[int | None, list[SummaryRow]]:
+def plot_series(summary: list[SummaryRow], task: str) -> dict[int | str | None, list[SummaryRow]]:
     """The lines of one task's panel: one per K/V setting, None = G = H (full multi-head), an
-    int = that fixed number of K/V heads (GQA / MQA); each line's rows by head count."""
-    series: dict[int | None, list[SummaryRow]] = {}
+    int = that fixed number of K/V heads (GQA / MQA), "talking-heads" for talking heads; each
+    line's rows by head count."""
+    series: dict[int | str | None, list[SummaryRow]] = {}
     for s in summary:
         if s.task == task:
             kv = None if s.num_kv_heads == s.num_heads else s.num_kv_heads
+            kv = s.attention if s.attention != "plain" else kv
             series.setdefault(kv, []).append(s)
     return series
 
@@ -106,7 +110,7 @@ def plot_sweep(results: str | Path, out: str | Path, *, force: bool = False) -> 
         series = plot_series(summary, task)
         ticks = sorted({s.num_heads for s in summary if s.task == task})
         for kv, rows in series.items():
-            label = "G = H" if kv is None else f"G = {kv}"
+            label = "G = H" if kv is None else kv if isinstance(kv, str) else f"G = {kv}"
             hs = [r.num_heads for r in rows]
             for row, (mean, std, name) in enumerate(
                 (

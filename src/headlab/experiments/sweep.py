@@ -47,6 +47,7 @@ class SweepSpec:
     steps: int = 800
     kv_heads: tuple[int, ...] | None = None
     head_dim: int | None = None
+    attention: str = "plain"  # or "talking-heads"
     training: dict = field(default_factory=dict)  # other RunConfig fields (batch_size, lr, ...)
 
 
@@ -83,6 +84,7 @@ def expand_grid(spec: SweepSpec) -> list[RunConfig]:
                         steps=spec.steps,
                         num_kv_heads=g,
                         head_dim=spec.head_dim,
+                        attention=spec.attention,
                         **spec.training,
                     )
                 )

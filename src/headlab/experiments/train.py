@@ -34,7 +34,8 @@ class EvalPoint:
 @dataclass(frozen=True)
 class RunResult:
     """What a run produced: the curve (evaluations every eval_every steps and at the end), the
-    final per-head attention entropy (layer-major, L*H floats) and the parameter count."""
+    final per-head attention entropy (layer-major, L*H floats; empty for talking heads, whose
+    mixed weights are not distributions) and the parameter count."""
 
     config: RunConfig
     curve: list[EvalPoint]
@@ -77,9 +78,12 @@ def _evaluate(model: TinyTransformer, batch: Batch) -> tuple[EvalPoint, list[flo
 
 
 def run_one(
-    config: RunConfig, on_eval: Callable[[str, int, float], None] | None = None
+    config: RunConfig,
+    on_eval: Callable[[str, int, float], None] | None = None,
+    on_checkpoint: Callable[[int, TinyTransformer], None] | None = None,
 ) -> RunResult:
-    """Train ``config``'s model from scratch; ``on_eval(run_id, step, loss)`` reports progress.
+    """Train ``config``'s model from scratch; ``on_eval(run_id, step, loss)`` reports progress,
+    ``on_checkpoint(step, model)`` sees the model at every evaluation (it must not change it).
 
     AdamW with a linear warm-up of 5% of the steps and cosine decay; cross-entropy over all
     outputs; evaluation on eval_size fixed held-out examples.
@@ -116,9 +120,12 @@ def run_one(
             sched.step()
             if step % config.eval_every == 0 or step == config.steps:
                 point, entropy = _evaluate(model, eval_batch)
+                entropy = entropy if config.attention == "plain" else []
                 curve.append(EvalPoint(step=step, loss=point.loss, accuracy=point.accuracy))
                 if on_eval is not None:
                     on_eval(config.run_id, step, point.loss)
+                if on_checkpoint is not None:
+                    on_checkpoint(step, model)
         return RunResult(
             config=config,
             curve=curve,

@@ -60,6 +60,14 @@ def shares(row: dict) -> list[str]:
     return [key for key in SHARES if key in row]
 
 
+def _head_axis(ax, counts: list[int]) -> None:
+    """A log-2 x axis with ticks at the head counts used, labelled as plain numbers (figures
+    are drawn without mathtext, so the log formatter's TeX labels would show raw)."""
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(counts, [str(c) for c in counts])
+    ax.minorticks_off()
+
+
 def collapse_curve(collapse: dict) -> Figure:
     """model_collapse.json data -> agreement with the original model when heads are merged."""
     fig = Figure(figsize=(9, 3.2), layout="constrained")
@@ -69,7 +77,7 @@ def collapse_curve(collapse: dict) -> Figure:
     keys = shares(rows[0])
     for key, colour in zip(keys, COLOURS, strict=False):
         ax1.plot(h, [r[key] for r in rows], "o-", color=colour, label=key.replace("_", " "))
-    ax1.set_xscale("log", base=2)
+    _head_axis(ax1, h)
     ax1.set_xlabel("heads in every layer (same weights)")
     ax1.set_title("all layers viewed with fewer heads", fontsize=9)
     per = sorted(collapse["per_layer"], key=lambda r: r["layer"])
@@ -124,7 +132,7 @@ def sweep_curve(finals: list[dict]) -> Figure:
         ax.plot(heads, means, "o-", color=colour, label=task)
         for h in heads:
             ax.scatter([h] * len(points[h]), points[h], s=10, color=colour, alpha=0.35)
-    ax.set_xscale("log", base=2)
+    _head_axis(ax, sorted({h for points in by_task.values() for h in points}))
     ax.set_xlabel("heads (same d_model)")
     ax.set_ylabel("final accuracy")
     _style(ax)

@@ -23,6 +23,7 @@ from headlab.report.results import (
     read_model_prune,
     read_sweep,
 )
+from headlab.report.why import why_sections
 
 
 @dataclass(frozen=True)
@@ -174,6 +175,7 @@ def collect(options: ReportOptions, *, want_png: bool = False) -> Collected:
         "params": engine.parameter_rows(),
         "coupling": coupling,
         "results": _results_sections(Path(options.results), pngs),
+        "why": why_sections(Path(options.results), pngs),
         "results_dir": str(options.results),
     }
     return Collected(sections=sections, explorers=explorers, pngs=pngs)

@@ -54,6 +54,7 @@
     const bins = ex.bins, labelled = bins === ex.tokens.length && bins <= 40;
     const cell = labelled ? Math.max(12, Math.floor(440 / bins)) : Math.max(1, Math.floor(512 / bins));
     const margin = labelled ? 86 : 0;
+    const dpr = window.devicePixelRatio || 1;
     const size = margin + bins * cell;
     const layerCount = ex.views[0].layers.length;
     const state = { layer: 0, heads: ex.views.map(() => 0) };
@@ -78,10 +79,13 @@
       panel.appendChild(el("h4", null, view.name));
       const strip = el("div", "heads");
       const canvas = el("canvas", "heatmap");
-      canvas.width = canvas.height = size;
+      // Drawn at the device pixel ratio and shown at its own size, so labels stay crisp.
+      canvas.width = canvas.height = Math.round(size * dpr);
+      canvas.style.width = size + "px";
       canvas.dataset.testid = "heatmap-" + root.dataset.explorer + "-" + v;
       // geometry, for anyone mapping pixels to cells (the browser tests do)
       canvas.dataset.margin = margin; canvas.dataset.cell = cell; canvas.dataset.bins = bins;
+      canvas.dataset.size = size;
       const caption = el("p", "scale");
       caption.dataset.testid = "scale-" + root.dataset.explorer + "-" + v;
       panel.appendChild(strip);
@@ -106,10 +110,11 @@
         b.dataset.testid = "head-" + root.dataset.explorer + "-" + v + "-" + h;
         b.title = p.view.name + ", head " + h;
         const thumb = el("canvas");
-        thumb.width = thumb.height = 36;
+        thumb.width = thumb.height = Math.round(36 * dpr);
+        thumb.style.width = thumb.style.height = "36px";
         const ctx = thumb.getContext("2d");
         ctx.imageSmoothingEnabled = bins > 36;
-        ctx.drawImage(decodeHead(head, bins).bitmap, 0, 0, 36, 36);
+        ctx.drawImage(decodeHead(head, bins).bitmap, 0, 0, thumb.width, thumb.height);
         b.appendChild(thumb);
         b.appendChild(el("span", null, heads.length === 1 ? "all" : String(h)));
         b.addEventListener("click", () => { state.heads[v] = h; render(); });
@@ -120,6 +125,7 @@
     function draw(p, v) {
       const head = decodeHead(p.view.layers[state.layer][state.heads[v]], bins);
       const ctx = p.canvas.getContext("2d");
+      ctx.setTransform(dpr, 0, 0, dpr, 0, 0);  // draw in CSS pixels
       ctx.fillStyle = "#fff";
       ctx.fillRect(0, 0, size, size);
       ctx.imageSmoothingEnabled = false;

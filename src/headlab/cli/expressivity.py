@@ -1,0 +1,103 @@
+"""``headlab expressivity``: the rank bottleneck of one head and the one-pattern limit, measured."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from headlab.cli.app import app
+from headlab.cli.parsing import sizes
+from headlab.cli.progress import progress
+from headlab.locations import why_results
+
+OUT = typer.Option(why_results("expressivity"), "--out", help="Results file (JSON).")
+FIGURE = typer.Option(None, "--figure", help="Write the figure (PNG).")
+
+
+@app.command()
+def expressivity(
+    seq_lens: str = typer.Option("8,16,32", "--seq-lens", help="Sequence lengths n."),
+    head_dims: str = typer.Option("1,2,4,8,16,32", "--head-dims", help="Head sizes d_head."),
+    targets: int = typer.Option(3, "--targets", help="Random targets per (n, d_head)."),
+    steps: int = typer.Option(600, "--steps", help="Adam steps per fit."),
+    heads: int = typer.Option(4, "--heads", help="h of the pattern test (d_model 32)."),
+    model: str = typer.Option(
+        "minilm", "--model", help="Also fit this encoder's heads' patterns; 'none' to skip."
+    ),
+    seed: int = typer.Option(0, "--seed", help="Seed of targets and fits."),
+    out: Path = OUT,
+    figure: Path | None = FIGURE,
+    force: bool = typer.Option(False, "--force", help="Replace --out/--figure if not ours."),
+    as_json: bool = typer.Option(False, "--json", help="Print the results document as JSON."),
+) -> None:
+    """Fit attention patterns with one head of each size (KL floor below d_head = n), and fit
+    h different offsets at once with 1 head of 32 against h heads of 32 / h."""
+    from headlab.analysis.expressivity import ExpressivityConfig, measure_expressivity
+    from headlab.heads.results import write_json
+    from headlab.limits import check_int, check_seed
+    from headlab.output_policy import Kind, check_output
+
+    check_output(out, Kind.json("expressivity"), force=force)
+    if figure is not None:
+        check_output(figure, Kind.png("expressivity"), force=force, option="--figure")
+    config = ExpressivityConfig(
+        seq_lens=sizes(seq_lens, "--seq-lens", 512),
+        head_dims=sizes(head_dims, "--head-dims", 512),
+        targets=check_int("--targets", targets, high=1000),
+        steps=check_int("--steps", steps, high=10**6),
+        heads=check_int("--heads", heads, high=32),
+        seed=check_seed("--seed", seed),
+    )
+    patterns, name = None, model
+    if model != "none":
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        from headlab.heads.patterns import head_patterns
+        from headlab.models import default_corpus, load
+
+        loaded = load(model)
+        name = loaded.name
+        texts = default_corpus(64)
+        patterns = {
+            n: head_patterns(loaded, texts, n, config.targets, seed=seed) for n in config.seq_lens
+        }
+    total = (len(config.seq_lens) * (2 if patterns else 1)) * len(config.head_dims) + 2
+    with progress("expressivity", total, quiet=as_json) as update:
+        result = measure_expressivity(
+            config, model_patterns=patterns, model_name=name, on_step=lambda d, t: update(d)
+        )
+    written = write_json(out, result.to_dict(), "expressivity", force=force)
+    if figure is not None:
+        from headlab.files import save_figure
+        from headlab.report.why_figures import expressivity_figure
+
+        save_figure(expressivity_figure(written), figure, Kind.png("expressivity"), force=force)
+    if as_json:
+        print(json.dumps(written, indent=1))
+        return
+    console = Console()
+    table = Table(title="best mean KL(target || one head), by head size", title_justify="left")
+    table.add_column("targets", overflow="fold")  # a model name folds, never cut
+    table.add_column("n", justify="right")
+    for d in config.head_dims:
+        table.add_column(f"d={d}", justify="right")
+    keys = sorted({(r["source"], r["seq_len"]) for r in result.rank}, key=lambda k: (k[0], k[1]))
+    for source, n in keys:
+        row = {
+            r["head_dim"]: r["kl"]
+            for r in result.rank
+            if (r["source"], r["seq_len"]) == (source, n)
+        }
+        table.add_row(source, str(n), *(f"{row[d]:.2g}" for d in config.head_dims))
+    console.print(table)
+    for p in result.patterns:
+        console.print(
+            f"{p['blocks']} offsets at once, {p['num_heads']} head(s) of {p['head_dim']}: "
+            f"relative error {p['relative_error']:.3f}",
+            highlight=False,
+        )
+    print(f"wrote {out}")

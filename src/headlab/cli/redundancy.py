@@ -1,0 +1,82 @@
+"""``headlab redundancy``: how much the heads of a trained model share their key/query spaces."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from headlab.cli.app import app
+from headlab.cli.parsing import sizes
+from headlab.cli.progress import progress
+from headlab.locations import why_results
+
+OUT = typer.Option(why_results("redundancy"), "--out", help="Results file (JSON).")
+FIGURE = typer.Option(None, "--figure", help="Write the figure (PNG).")
+
+
+@app.command()
+def redundancy(
+    model: str = typer.Option("minilm", "--model", help="minilm, smollm2, or a model path."),
+    ranks: str = typer.Option(
+        "", "--ranks", help="Shared key/query ranks k [default: H*d_head / 1, 2, 4, 8, 16]."
+    ),
+    n_texts: int = typer.Option(64, "--n-texts", help="Texts the variants are judged on."),
+    max_length: int = typer.Option(64, "--max-length", help="Tokens kept per text."),
+    out: Path = OUT,
+    figure: Path | None = FIGURE,
+    force: bool = typer.Option(False, "--force", help="Replace --out/--figure if not ours."),
+    as_json: bool = typer.Option(False, "--json", help="Print the results document as JSON."),
+) -> None:
+    """Spectrum and effective rank of each layer's W_Q_i^T W_K_i, and the model with every
+    layer's keys and queries read through shared rank-k subspaces (no retraining)."""
+    from headlab.heads.redundancy import default_ranks, measure_redundancy
+    from headlab.heads.results import write_json
+    from headlab.limits import check_int
+    from headlab.output_policy import Kind, check_output
+
+    check_output(out, Kind.json("redundancy"), force=force)
+    if figure is not None:
+        check_output(figure, Kind.png("redundancy"), force=force, option="--figure")
+    check_int("--n-texts", n_texts, high=10**5)
+    chosen = sizes(ranks, "--ranks", 2**16) if ranks else None
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from headlab.models import default_corpus, load
+
+    loaded = load(model)
+    check_int("--max-length", max_length, low=2, high=loaded.max_positions)
+    chosen = chosen or default_ranks(loaded)
+    texts = default_corpus(n_texts)
+    total = loaded.num_layers + len(chosen) + 1
+    with progress("redundancy", total, quiet=as_json) as update:
+        result = measure_redundancy(
+            loaded, texts, ranks=chosen, max_length=max_length, on_step=lambda d, t: update(d)
+        )
+    written = write_json(out, result.to_dict(), "redundancy", force=force)
+    if figure is not None:
+        from headlab.files import save_figure
+        from headlab.report.why_figures import redundancy_figure
+
+        save_figure(redundancy_figure(written), figure, Kind.png("redundancy"), force=force)
+    if as_json:
+        print(json.dumps(written, indent=1))
+        return
+    console = Console()
+    console.print(
+        f"{result.model}: effective rank of [B_1 | ... | B_H] per layer (of {result.qk_width}): "
+        + " ".join(f"{layer['effective_rank']:.0f}" for layer in result.layers),
+        highlight=False,
+    )
+    table = Table(title="every layer's key/query cut to a shared rank k", title_justify="left")
+    keys = [k for k in result.curve[0] if k not in ("rank", "fraction", "original")]
+    for col in ("k", "cut", *keys):
+        table.add_column(col, justify="right")
+    for row in result.curve[1:]:
+        cut = f"{result.qk_width / row['rank']:.1f}x"
+        table.add_row(str(row["rank"]), cut, *(f"{row[k]:.4g}" for k in keys))
+    console.print(table)
+    print(f"wrote {out}")

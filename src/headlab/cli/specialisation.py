@@ -1,0 +1,91 @@
+"""``headlab specialisation``: which head serves which lookup, over training."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from headlab.cli.app import app
+from headlab.cli.parsing import sizes
+from headlab.cli.progress import progress
+from headlab.locations import why_results
+
+OUT = typer.Option(why_results("specialisation"), "--out", help="Results file (JSON).")
+FIGURE = typer.Option(None, "--figure", help="Write the figure (PNG).")
+
+
+@app.command()
+def specialisation(
+    heads: str = typer.Option("1,2,4,8", "--heads", help="Head counts (d_model fixed)."),
+    attention: str = typer.Option(
+        "plain,talking-heads", "--attention", help="plain and/or talking-heads, comma separated."
+    ),
+    steps: int = typer.Option(800, "--steps", help="Training steps per run."),
+    eval_every: int = typer.Option(50, "--eval-every", help="Steps between checkpoints."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the runs."),
+    out: Path = OUT,
+    figure: Path | None = FIGURE,
+    force: bool = typer.Option(False, "--force", help="Replace --out/--figure if not ours."),
+    as_json: bool = typer.Option(False, "--json", help="Print the results document as JSON."),
+) -> None:
+    """Train the multi-lookup task with h heads and ablate each head at every checkpoint: the
+    heads x lookups matrix, the step at which heads split the work, talking heads beside."""
+    from headlab.experiments.config import ATTENTION_KINDS
+    from headlab.experiments.specialisation import SpecialisationConfig, measure_specialisation
+    from headlab.heads.results import write_json
+    from headlab.limits import check_int, check_seed
+    from headlab.output_policy import Kind, check_output
+
+    check_output(out, Kind.json("specialisation"), force=force)
+    if figure is not None:
+        check_output(figure, Kind.png("specialisation"), force=force, option="--figure")
+    kinds = tuple(a.strip() for a in attention.split(",") if a.strip())
+    if not kinds or any(k not in ATTENTION_KINDS for k in kinds):
+        raise ValueError(
+            f"--attention must list {' and/or '.join(ATTENTION_KINDS)}, got {attention!r}"
+        )
+    head_counts = sizes(heads, "--heads", 64)
+    for h in head_counts:
+        if 64 % h:
+            raise ValueError(f"--heads {h} does not divide d_model 64")
+    config = SpecialisationConfig(
+        heads=head_counts,
+        attention=kinds,
+        steps=check_int("--steps", steps, high=10**6),
+        eval_every=check_int("--eval-every", eval_every, high=10**6),
+        seed=check_seed("--seed", seed),
+    )
+    runs = sum(1 for a in kinds for h in head_counts if a == "plain" or h > 1)
+    total = runs * -(-config.steps // config.eval_every)
+    with progress("specialisation", total, quiet=as_json) as update:
+        result = measure_specialisation(config, on_step=lambda d, t: update(d))
+    written = write_json(out, result.to_dict(), "specialisation", force=force)
+    if figure is not None:
+        from headlab.files import save_figure
+        from headlab.report.why_figures import specialisation_figure
+
+        save_figure(specialisation_figure(written), figure, Kind.png("specialisation"), force=force)
+    if as_json:
+        print(json.dumps(written, indent=1))
+        return
+    table = Table(title="multi-lookup: which head serves which lookup", title_justify="left")
+    columns = ("attention", "heads", "params", "accuracy", "split step", "settled", "served by")
+    for col in columns:
+        table.add_column(col, justify="left" if col == "attention" else "right")
+    for run in result.runs:
+        served = run["checkpoints"][-1]["served_by"]
+        table.add_row(
+            run["attention"],
+            str(run["num_heads"]),
+            str(run["params"]),
+            f"{run['accuracy']:.3f}",
+            "-" if run["split_step"] is None else str(run["split_step"]),
+            str(run["settled_step"]),
+            " ".join("-" if h is None else str(h) for h in served),
+        )
+    Console().print(table)
+    print(f"wrote {out}")

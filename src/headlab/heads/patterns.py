@@ -1,0 +1,35 @@
+"""Attention patterns of a trained model's heads, as square targets for ``analysis.expressivity``.
+
+``head_patterns`` takes the first texts of a corpus that have at least n tokens, cuts each to n,
+and returns one (n, n) pattern per (text, layer, head) picked: rows are queries, columns keys,
+each row sums to one (the convention of ``AttentionTrace.weights``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from headlab.models.interface import HeadModel
+
+
+def head_patterns(
+    model: HeadModel, texts: list[str], n: int, count: int, *, seed: int = 0
+) -> np.ndarray:
+    """(count, n, n) float64 attention patterns of randomly chosen (seeded) heads on texts of
+    exactly n tokens. Raises ValueError when no text of the corpus has n tokens."""
+    batch = model.tokenize(texts, max_length=n)
+    full = batch.attention_mask.all(dim=1)  # (batch,) texts with n real tokens
+    if batch.input_ids.shape[1] != n or not bool(full.any()):
+        raise ValueError(f"no text of the corpus has {n} tokens; use a shorter length")
+    with torch.inference_mode():
+        _, traces = model.trace_batch(batch)
+    # (layer, batch, head, q_pos, k_pos) for the full texts only
+    weights = torch.stack([t.weights[full] for t in traces]).double().numpy()
+    layers, texts_n, heads = weights.shape[:3]
+    rng = np.random.default_rng(seed)
+    picks = rng.choice(
+        layers * texts_n * heads, size=min(count, layers * texts_n * heads), replace=False
+    )
+    out = [weights[np.unravel_index(i, (layers, texts_n, heads))] for i in picks]
+    return np.stack(out)

@@ -1,0 +1,176 @@
+"""How redundant the key/query projections of a trained model's heads are (Cordonnier et al. 2020).
+
+Head i scores query token x against key token y through the bilinear form
+    B_i = W_Q_i^T W_K_g(i)          (embed_dim, embed_dim), rank <= d_head
+(rotary positions, if any, act between the two and are left aside here). Per layer:
+
+- spectrum: the singular values of the concatenation [B_1 | ... | B_H] (embed_dim, H * embed_dim),
+  normalised to sum to one, and its effective rank exp(entropy) (Roy and Vetterli 2007). Heads
+  that read disjoint input directions give an effective rank near H * d_head; heads that share
+  their query subspace give much less.
+- shared key/query at rank k, from the trained weights without retraining: U_k = the top k left
+  singular vectors of [B_1 | ... | B_H] (the query directions all heads share), V_k = the top k
+  right singular vectors of [B_1; ...; B_H] (the key directions), and
+      W_Q' = W_Q U_k U_k^T,   W_K' = W_K V_k V_k^T   (so B_i' = U_k U_k^T B_i V_k V_k^T)
+  i.e. every head computes its query from one shared k-wide projection X U_k (and its key from
+  X V_k): a Tucker form with a k x k core per head; Cordonnier et al.'s collaborative heads are
+  its diagonal-core case. At k = embed_dim it is the model itself.
+
+The variant is judged by ``headlab.heads.quality``: mean cosine of an encoder's embeddings,
+perplexity of a decoder.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import torch
+
+from headlab.attention.module import MultiHeadAttention
+from headlab.heads.quality import measures, reference
+from headlab.models.interface import HeadModel
+
+
+def bilinear_forms(module: MultiHeadAttention) -> np.ndarray:
+    """(head, embed_dim, embed_dim) float64: B_i = W_Q_i^T W_K_g(i) for every query head i
+    (for inspection and tests; the measurement never builds them)."""
+    w_q, w_k, _ = (w.detach().double().numpy() for w in module.projection_weights())
+    heads, kv, d = module.num_heads, module.num_kv_heads, module.head_dim
+    q = w_q.reshape(heads, d, -1)  # (head, d_head, E)
+    k = w_k.reshape(kv, d, -1)[np.arange(heads) // (heads // kv)]  # (head, d_head, E)
+    return np.einsum("hdi,hdj->hij", q, k)
+
+
+def effective_rank(singular_values: np.ndarray) -> float:
+    """exp(entropy of the singular values normalised to sum to one)."""
+    p = singular_values / singular_values.sum()
+    p = p[p > 0]
+    return float(np.exp(-(p * np.log(p)).sum()))
+
+
+def shared_subspaces(module: MultiHeadAttention) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(singular values of [B_1 | ... | B_H] (E,), U (E, E) query directions, V (E, E) key
+    directions), orthonormal columns by decreasing singular value.
+
+    U diagonalises sum_i B_i B_i^T = sum_i W_Q_i^T (W_K_i W_K_i^T) W_Q_i and V diagonalises
+    sum_i B_i^T B_i: two E x E eigenproblems built in d_head space, never the (E, H * E) matrix.
+    """
+    w_q, w_k, _ = (w.detach().double() for w in module.projection_weights())
+    heads, kv, d = module.num_heads, module.num_kv_heads, module.head_dim
+    q = w_q.reshape(heads, d, -1)  # (head, d_head, E)
+    k = w_k.reshape(kv, d, -1)[torch.arange(heads) // (heads // kv)]  # (head, d_head, E)
+    kk = k @ k.transpose(1, 2)  # (head, d_head, d_head)
+    qq = q @ q.transpose(1, 2)
+    left = torch.einsum("hai,hab,hbj->ij", q, kk, q)  # sum_i B_i B_i^T   (E, E)
+    right = torch.einsum("hai,hab,hbj->ij", k, qq, k)  # sum_i B_i^T B_i  (E, E)
+    values, u = torch.linalg.eigh(left)
+    _, v = torch.linalg.eigh(right)
+    s = values.clamp_min(0).sqrt().flip(0).numpy()
+    return s, u.flip(1).numpy(), v.flip(1).numpy()
+
+
+def shared_key_query(
+    module: MultiHeadAttention,
+    rank: int,
+    subspaces: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+) -> MultiHeadAttention:
+    """A copy of ``module`` whose W_Q and W_K read only the shared rank-``rank`` query and key
+    subspaces (module docstring); ``subspaces`` is ``shared_subspaces`` of the module, computed
+    here when not given. ValueError for rank outside [1, embed_dim]."""
+    e = module.embed_dim
+    if not 1 <= rank <= e:
+        raise ValueError(f"rank must be between 1 and embed_dim={e}, got {rank}")
+    _, u, v = subspaces or shared_subspaces(module)
+    new = copy.deepcopy(module)
+    w_q, w_k, _ = new.projection_weights()
+    with torch.no_grad():
+        for w, basis in ((w_q, u[:, :rank]), (w_k, v[:, :rank])):
+            proj = torch.as_tensor(basis @ basis.T, dtype=torch.float64)
+            w.copy_((w.double() @ proj).to(w.dtype))
+    return new
+
+
+@dataclass(frozen=True)
+class RedundancyResult:
+    """layers: [{layer, singular_values (normalised), effective_rank, max_rank}]; curve:
+    [{rank, fraction (of embed_dim), <quality measures>}] with every layer cut to that rank."""
+
+    model: str
+    n_texts: int
+    embed_dim: int
+    qk_width: int  # H * d_head: the key/query width of one layer
+    layers: list[dict] = field(default_factory=list)
+    curve: list[dict] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> RedundancyResult:
+        missing = [
+            k for k in ("model", "embed_dim", "qk_width", "layers", "curve") if k not in data
+        ]
+        if missing:
+            raise ValueError(f"redundancy results: missing keys {missing}")
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
+
+def default_ranks(model: HeadModel) -> tuple[int, ...]:
+    """The key/query width H * d_head of the first layer divided by 1, 2, 4, 8 and 16."""
+    module = model.attention_layers()[0]
+    width = min(module.num_heads * module.head_dim, module.embed_dim)
+    return tuple(max(1, width // f) for f in (1, 2, 4, 8, 16))
+
+
+def measure_redundancy(
+    model: HeadModel,
+    texts: list[str],
+    *,
+    ranks: tuple[int, ...] | None = None,
+    max_length: int = 64,
+    batch_size: int = 16,
+    on_step: Callable[[int, int], None] | None = None,
+) -> RedundancyResult:
+    """Spectra of every layer, then the model with every layer's key/query cut to each rank."""
+    ranks = ranks or default_ranks(model)
+    modules = model.attention_layers()
+    total, done = len(modules) + len(ranks) + 1, 0
+
+    def tick() -> None:
+        nonlocal done
+        done += 1
+        if on_step is not None:
+            on_step(done, total)
+
+    layers, bases = [], []
+    for i, module in enumerate(modules):
+        bases.append(shared_subspaces(module))
+        top = bases[-1][0][: module.embed_dim]
+        width = min(module.num_heads * module.head_dim, module.embed_dim)
+        layers.append(
+            {"layer": i, "singular_values": (top / top.sum()).tolist(),
+             "effective_rank": effective_rank(top), "max_rank": width}
+        )  # fmt: skip
+        tick()
+    original = reference(model, texts, max_length, batch_size)
+    base = measures(model, texts, original, max_length, batch_size)
+    tick()
+    e = modules[0].embed_dim
+    curve = [{"rank": e, "fraction": 1.0, "original": True, **base}]
+    for k in ranks:
+        cut = {i: shared_key_query(m, k, bases[i]) for i, m in enumerate(modules)}
+        variant = model.with_attention(cut)
+        row = measures(variant, texts, original, max_length, batch_size)
+        curve.append({"rank": k, "fraction": k / e, "original": False, **row})
+        tick()
+    return RedundancyResult(
+        model=model.name,
+        n_texts=len(texts),
+        embed_dim=e,
+        qk_width=modules[0].num_heads * modules[0].head_dim,
+        layers=layers,
+        curve=curve,
+    )

@@ -1,0 +1,111 @@
+"""The report's "why heads" answers: read the three results files, draw their figures, and write
+one sentence per answer from the measured numbers (the report measures nothing itself)."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+from headlab.analysis.expressivity import ExpressivityResult
+from headlab.experiments.specialisation import SpecialisationResult
+from headlab.heads.redundancy import RedundancyResult
+from headlab.report import figures, why_figures
+from headlab.report.results import _load_json
+
+# key -> (file, the command that makes it, results type, figure)
+WHY = {
+    "expressivity": (
+        "expressivity.json",
+        "headlab expressivity",
+        ExpressivityResult,
+        why_figures.expressivity_figure,
+    ),
+    "specialisation": (
+        "specialisation.json",
+        "headlab specialisation",
+        SpecialisationResult,
+        why_figures.specialisation_figure,
+    ),
+    "redundancy": (
+        "redundancy.json",
+        "headlab redundancy",
+        RedundancyResult,
+        why_figures.redundancy_figure,
+    ),
+    "redundancy_smollm2": (
+        "redundancy_smollm2.json",
+        "headlab redundancy --model smollm2 --n-texts 16 --ranks 576,288,144 "
+        "--out headlab-results/redundancy_smollm2.json",
+        RedundancyResult,
+        why_figures.redundancy_figure,
+    ),
+}
+
+
+def _expressivity_answer(doc: dict) -> str:
+    random = [r for r in doc["rank"] if r["source"] == "random"]
+    longest = max(r["seq_len"] for r in random)
+    rows = sorted((r for r in random if r["seq_len"] == longest), key=lambda r: r["head_dim"])
+    small, full = rows[0], next((r for r in rows if r["head_dim"] >= longest), rows[-1])
+    one, many = doc["patterns"][0], doc["patterns"][-1]
+    return (
+        f"On random {longest} x {longest} patterns a head of {small['head_dim']} stays "
+        f"{small['kl']:.2f} nats away, a head of {full['head_dim']} reaches {full['kl']:.1e}: "
+        f"the floor is set by d_head against n. Copying {one['blocks']} offsets at once, "
+        f"1 head of {one['head_dim']} leaves {one['relative_error']:.0%} of the target "
+        "unexplained, "
+        f"{many['num_heads']} heads of {many['head_dim']} leave {many['relative_error']:.1%}."
+    )
+
+
+def _specialisation_answer(doc: dict) -> str:
+    parts = []
+    for run in doc["runs"]:
+        if run["attention"] != "plain":
+            continue
+        split = "" if run["split_step"] is None else f", split at step {run['split_step']}"
+        parts.append(f"h={run['num_heads']}: accuracy {run['accuracy']:.2f}{split}")
+    return "; ".join(parts) + "."
+
+
+def _redundancy_answer(doc: dict) -> str:
+    rows = sorted((r for r in doc["curve"] if not r.get("original")), key=lambda r: -r["rank"])
+    key = "perplexity" if "perplexity" in rows[0] else "mean_cosine"
+    cut = ", ".join(f"{doc['qk_width'] / r['rank']:.0f}x: {r[key]:.3g}" for r in rows)
+    ranks = ", ".join(f"{layer['effective_rank']:.0f}" for layer in doc["layers"][:12])
+    return (
+        f"Effective rank per layer (of {doc['qk_width']}): {ranks}. "
+        f"{key.replace('_', ' ')} with every layer's key/query cut: {cut}."
+    )
+
+
+ANSWERS = {
+    "expressivity": _expressivity_answer,
+    "specialisation": _specialisation_answer,
+    "redundancy": _redundancy_answer,
+    "redundancy_smollm2": _redundancy_answer,
+}
+
+
+def why_sections(directory: Path, pngs: dict[str, bytes]) -> dict:
+    """key -> {image, answer, command} or {missing: command, file}; ValueError for a broken file."""
+    out = {}
+    for key, (filename, command, kind, draw) in WHY.items():
+        path = directory / filename
+        data = _load_json(path)
+        if data is None:
+            out[key] = {"missing": command, "file": str(path)}
+            continue
+        try:
+            doc = kind.from_dict(data).to_dict()
+            answer = ANSWERS[key](doc)
+            png = figures.png_bytes(draw(doc))
+        except (KeyError, IndexError, TypeError, ValueError) as error:
+            raise ValueError(f"{path}: not a {key} results file ({error})") from None
+        pngs[f"{key}.png"] = png
+        out[key] = {
+            "image": "data:image/png;base64," + base64.b64encode(png).decode("ascii"),
+            "answer": answer,
+            "command": command,
+        }
+    return out
