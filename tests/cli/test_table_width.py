@@ -81,3 +81,16 @@ def test_sweep_summary_fits_80_columns(columns_80, tmp_path, capsys):
     run([*argv, "--workers", "1", "--out", str(rows)], capsys)
     out = run(["sweep", "summary", "--results", str(rows)], capsys)
     assert ELLIPSIS not in out and "multi-lookup" in out
+
+
+def test_why_heads_commands_fit_80_columns(columns_80, tiny_dir, tmp_path, capsys):
+    def files(name):
+        return ["--out", str(tmp_path / f"{name}.json"), "--figure", str(tmp_path / f"{name}.png")]
+
+    argv = ["expressivity", "--seq-lens", "5,7", "--head-dims", "1,7", "--targets", "1"]
+    out = run([*argv, "--steps", "20", "--model", "none", *files("e")], capsys)
+    assert ELLIPSIS not in out
+    argv = ["specialisation", "--heads", "1,2", "--steps", "10", "--eval-every", "5"]
+    assert ELLIPSIS not in run([*argv, *files("s")], capsys)
+    argv = ["redundancy", "--model", str(tiny_dir), "--ranks", "15,3", "--n-texts", "4"]
+    assert ELLIPSIS not in run([*argv, "--max-length", "12", *files("r")], capsys)
