@@ -140,3 +140,15 @@ def test_head_sizes_that_do_not_split_are_refused_naming_the_flags():
         CompareSetup(head_dim=32)
     with pytest.raises(ValueError, match="--vs-heads 1 gives heads of 512"):
         CompareSetup(kv_heads=2)
+
+
+def test_over_draws_counts_each_seed_as_its_own_comparison():
+    """The summary over draws agrees with comparing each seed on its own."""
+    from headlab.analysis.scenarios import CompareSetup, over_draws, run_setup
+
+    summary = over_draws({}, range(4))
+    expected = [s for s in range(4) if run_setup(CompareSetup(seed=s)).identical]
+    assert summary.identical == expected
+    assert summary.share_identical == len(expected) / 4
+    assert sum(summary.findings.values()) == 4
+    assert f"{len(expected)} came out identical" in summary.sentence()

@@ -161,6 +161,7 @@ class ScenarioResult:
     setup: CompareSetup
     comparison: Comparison
     explanation: str
+    draws: DrawSummary | None = None
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -170,6 +171,7 @@ class ScenarioResult:
             "setup": self.setup.to_dict(),
             "comparison": self.comparison.to_dict(),
             "explanation": self.explanation,
+            "draws": None if self.draws is None else self.draws.to_dict(),
         }
 
 
@@ -199,13 +201,80 @@ SEED_QUESTIONS = (
 )
 
 
-def run_seed_scenarios(seed: int = 0) -> list[ScenarioResult]:
-    """The three seed scenarios, each compared and explained from its own measurements."""
+def run_seed_scenarios(seed: int = 0, draws: int = 0) -> list[ScenarioResult]:
+    """The three seed scenarios, each compared and explained from its own measurements; with
+    ``draws``, each set-up is also compared for seeds 0 .. draws - 1 (``over_draws``)."""
     results = []
     for name, question, command, overrides in SEED_QUESTIONS:
         setup = CompareSetup(seed=seed, **overrides)
         comparison = run_setup(setup)
         results.append(
-            ScenarioResult(name, question, command, setup, comparison, explain(comparison))
+            ScenarioResult(
+                name,
+                question,
+                command,
+                setup,
+                comparison,
+                explain(comparison),
+                over_draws(overrides, range(draws)) if draws else None,
+            )
         )
     return results
+
+
+@dataclass(frozen=True)
+class DrawSummary:
+    """One set-up over several seeds (draws of its weights and input).
+
+    seeds: the seeds drawn; identical: those whose two sides came out bit-identical;
+    findings: finding code -> how many draws it explained most rows of.
+    """
+
+    seeds: list[int]
+    identical: list[int]
+    findings: dict[str, int]
+
+    @property
+    def share_identical(self) -> float:
+        return len(self.identical) / len(self.seeds)
+
+    def sentence(self) -> str:
+        """What the draws say, in words, from the counts."""
+        n, k = len(self.seeds), len(self.identical)
+        first, last = self.seeds[0], self.seeds[-1]
+        which = f" (seeds {', '.join(map(str, self.identical))})" if 0 < k < n else ""
+        outcome = (
+            "so the answer depends on the draw, not on the head count alone"
+            if 0 < k < n
+            else "in every draw"
+            if k == n
+            else "in none of them"
+        )
+        top = ", ".join(f"{code} in {count}" for code, count in sorted(self.findings.items()))
+        return (
+            f"Over {n} draws of this set-up (seeds {first} to {last}), {k} came out identical"
+            f"{which}: {outcome}. The finding that explains the most rows, per draw: {top}."
+        )
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "seeds": self.seeds,
+            "identical": self.identical,
+            "share_identical": self.share_identical,
+            "findings": self.findings,
+            "sentence": self.sentence(),
+        }
+
+
+def over_draws(overrides: dict, seeds: range = range(10)) -> DrawSummary:
+    """Compare the set-up ``CompareSetup(seed=s, **overrides)`` for every seed in ``seeds``:
+    which draws come out identical, and which finding explains the most rows of each draw."""
+    identical, findings = [], {}
+    for seed in seeds:
+        comparison = run_setup(CompareSetup(seed=seed, **overrides))
+        if comparison.identical:
+            identical.append(seed)
+        if comparison.findings:
+            top = max(comparison.findings, key=lambda f: f.fraction).code
+            findings[top] = findings.get(top, 0) + 1
+    return DrawSummary(list(seeds), identical, findings)
