@@ -212,6 +212,22 @@ class MultiHeadAttention(nn.Module):
             q, k = apply_rotary(q, self.rotary_base), apply_rotary(k, self.rotary_base)
         return q, k, v
 
+    def _inputs(self, query: Tensor, key: Tensor, value: Tensor) -> tuple[bool, Tensor, ...]:
+        """Check the inputs against this module; return (batched, query, key, value), each
+        batch first (batch, pos, E|kdim|vdim) with the batch dimension present."""
+        batched = layout.check_inputs(
+            query,
+            key,
+            value,
+            widths=(self.embed_dim, self.kdim, self.vdim),
+            dtype=self.out_proj.weight.dtype,
+            batch_first=self.batch_first,
+        )
+        inputs = layout.inputs_batch_first(
+            query, key, value, batched=batched, batch_first=self.batch_first
+        )
+        return (batched, *inputs)
+
     def _run(
         self,
         query: Tensor,
@@ -226,17 +242,7 @@ class MultiHeadAttention(nn.Module):
     ) -> HeadRun:
         """Shared body of forward and trace, up to the head outputs (before W_O); ``path``:
         fused, averaged or explicit (see functional.attend)."""
-        batched = layout.check_inputs(
-            query,
-            key,
-            value,
-            widths=(self.embed_dim, self.kdim, self.vdim),
-            dtype=self.out_proj.weight.dtype,
-            batch_first=self.batch_first,
-        )
-        xq, xk, xv = layout.inputs_batch_first(
-            query, key, value, batched=batched, batch_first=self.batch_first
-        )  # (batch, q_pos|k_pos, E|kdim|vdim)
+        batched, xq, xk, xv = self._inputs(query, key, value)  # (batch, q|k_pos, E|kdim|vdim)
         batch, q_len, k_len = xq.shape[0], xq.shape[1], xk.shape[1]
         q, k, v = self._project(xq, xk, xv)  # (batch, H, q_pos, D), (batch, G, k_pos', D)
         site = self._at if self._interventions else None

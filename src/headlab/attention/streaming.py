@@ -120,17 +120,7 @@ def _at(weights: Tensor, keys: Tensor) -> Tensor:
 def _project(mha: MultiHeadAttention, query: Tensor, key: Tensor, value: Tensor):
     """Inputs in the module's layout -> (batched, q (b, H, q_pos, D), k and v (b, G, k_pos, D)),
     q and k rotated when the module has rotary positions (as forward computes them)."""
-    batched = layout.check_inputs(
-        query,
-        key,
-        value,
-        widths=(mha.embed_dim, mha.kdim, mha.vdim),
-        dtype=mha.out_proj.weight.dtype,
-        batch_first=mha.batch_first,
-    )
-    xq, xk, xv = layout.inputs_batch_first(
-        query, key, value, batched=batched, batch_first=mha.batch_first
-    )
+    batched, xq, xk, xv = mha._inputs(query, key, value)
     return (batched, *mha._project(xq, xk, xv))
 
 

@@ -95,18 +95,6 @@ class TalkingHeadsAttention(MultiHeadAttention):
         layers must call this module's forward."""
         return False
 
-    def _inputs(self, query: Tensor, key: Tensor, value: Tensor) -> tuple[bool, Tensor, ...]:
-        """(batched, query, key, value as checked batch-first (batch, pos, E) tensors)."""
-        e = self.embed_dim
-        batched = layout.check_inputs(
-            query, key, value, widths=(e, e, e), dtype=self.out_proj.weight.dtype,
-            batch_first=self.batch_first,
-        )  # fmt: skip
-        inputs = layout.inputs_batch_first(
-            query, key, value, batched=batched, batch_first=self.batch_first
-        )
-        return (batched, *inputs)
-
     def forward(
         self,
         query: Tensor,

@@ -234,8 +234,7 @@ def _long_context(
     with progress("layers", loaded.num_layers, quiet=as_json) as update:
         result = long_text_statistics(loaded, text, max_tokens=max_tokens, on_layer=update)
     _check_metric(metric, result.statistics)
-    special = [0] if loaded.causal else [0, len(result.tokens) - 1]
-    document = result.to_dict(special=special)
+    document = result.to_dict()
     findings = document["findings"]
     n, whole = len(result.tokens), result.text_tokens
     cut = f" (cut from {whole}: the rest was not analysed)" if result.truncated else ""

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from headlab.attention.streaming import CHUNK_ELEMENTS
-from headlab.heads.statistics import HeadStatistics, _per_head_means, metric_names
+from headlab.heads.statistics import HeadStatistics, metric_names, per_head_means
 from headlab.heads.streaming import model_head_sums
 from headlab.limits import check_fits, check_int
 from headlab.models.interface import HeadModel
@@ -36,29 +36,33 @@ TOP_KEY_SHARE = 0.01  # the heavy hitters: the top 1% of key positions
 class LongContextStatistics:
     """statistics: as ``head_statistics`` gives (n_texts = 1);
     received: (layer, head, k_pos) float64, attention each key receives summed over queries;
-    tokens: the text's token strings as analysed; text_tokens: the text's length before the cut.
+    tokens: the text's token strings as analysed; text_tokens: the text's length before the cut;
+    special: the model's special key positions in this text (the first token; BERT's [SEP]).
     """
 
     statistics: HeadStatistics
     received: Tensor
     tokens: list[str]
     text_tokens: int
+    special: list[int]
 
     @property
     def truncated(self) -> bool:
         return self.text_tokens > len(self.tokens)
 
-    def heavy_hitters(self, special: list[int]) -> tuple[Tensor, Tensor]:
-        """(share, top) with the key positions ``special`` left out: share (layer, head), the
-        part of the attention to the other keys that their top 1% receive; top (layer, head,
-        n_top) those key positions, most attended first."""
+    def heavy_hitters(self, special: list[int] | None = None) -> tuple[Tensor, Tensor]:
+        """(share, top) with the key positions ``special`` (default: the model's) left out:
+        share (layer, head), the part of the attention to the other keys that their top 1%
+        receive; top (layer, head, n_top) those key positions, most attended first."""
+        special = self.special if special is None else special
         received = self.received.clone()
         received[..., special] = 0.0
         n_top = max(1, math.ceil(TOP_KEY_SHARE * (received.shape[-1] - len(special))))
         values, top = received.topk(n_top, dim=-1)
         return values.sum(-1) / received.sum(-1).clamp_min(1e-30), top
 
-    def to_dict(self, special: list[int]) -> dict:
+    def to_dict(self, special: list[int] | None = None) -> dict:
+        special = self.special if special is None else special
         share, top = self.heavy_hitters(special)
         out = self.statistics.to_dict()
         out["context"] = {
@@ -107,16 +111,18 @@ def long_text_statistics(
         raise ValueError(f"expected a text with at least 2 tokens, got {n_tokens}")
     check_fits(f"statistics of {n_tokens} tokens", estimated_bytes(model, n_tokens, chunk_elements))
     _, per_layer = model_head_sums(model, batch, chunk_elements=chunk_elements, on_layer=on_layer)
-    names = metric_names(list(model.special_positions(batch)))
+    special = model.special_positions(batch)  # name -> (1,) key index
+    names = metric_names(list(special))
     statistics = HeadStatistics(
         model.name,
         1,
         model.num_layers,
         max(model.heads_per_layer),
-        _per_head_means([[sums] for sums in per_layer], names),
+        per_head_means([[sums] for sums in per_layer], names),
     )
     received = torch.stack([sums.received for sums in per_layer])  # (layer, head, k_pos)
-    return LongContextStatistics(statistics, received, batch.tokens[0], text_tokens)
+    positions = sorted({int(index[0]) for index in special.values()})
+    return LongContextStatistics(statistics, received, batch.tokens[0], text_tokens, positions)
 
 
 def long_context_findings(statistics: HeadStatistics, share: Tensor, count: int = 5) -> dict:

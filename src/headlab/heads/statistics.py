@@ -64,7 +64,7 @@ class HeadStatistics:
         return sorted(cells, key=lambda c: -c[2])[:count]
 
 
-def _per_head_means(layers: list[list[HeadSums]], names: tuple[str, ...]) -> dict:
+def per_head_means(layers: list[list[HeadSums]], names: tuple[str, ...]) -> dict:
     """name -> (layer, head) means over the counted queries of every call of each layer."""
     means = {}
     for name in names:
@@ -113,7 +113,7 @@ def head_statistics(
         from headlab.heads.detectors import detect_heads
 
         detected = detect_heads(model, torch.cat(seen_ids).unique(), detector_length)
-    metrics = _per_head_means(layers, names)
+    metrics = per_head_means(layers, names)
     return HeadStatistics(
         model.name, len(texts), model.num_layers, max(model.heads_per_layer), metrics, detected
     )
