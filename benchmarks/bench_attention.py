@@ -13,6 +13,10 @@ implementation once in turn (load changes hit all alike); speedup = torch / head
 (>= 1.0: headlab at least as fast), for the fast path (need_weights=False) against torch's
 need_weights=False, and for the default (need_weights=True) against torch's default.
 
+In training the script also times the fast path's kernels alone (``kernel_floor_step``: the
+GEMMs and torch's flash attention forward and backward, no module, no autograd); torch fast /
+floor = "ceiling", the largest fast-path speedup over torch that torch's kernels leave room for.
+
 Then the cost of inspection: ``trace()`` (every intermediate per head) against the plain
 need_weights=True forward on the same module and input, eval mode, no grad, at batch 4 x 512
 tokens x 512 wide, 8 heads (--quick: the quick size); ratio = trace / forward (target <= 2).
@@ -65,6 +69,10 @@ RATIOS = (
     ("fast path", "headlab fast (need_weights=False)", "torch fast (need_weights=False)"),
     ("default", "headlab default (need_weights=True)", "torch default (need_weights=True)"),
 )
+# Training only: the fast path's kernels alone (see kernel_floor_step); "ceiling" = torch fast /
+# floor, the largest fast-path speedup that torch's own kernels leave room for.
+FLOOR = "kernels alone (floor, fast path)"
+CEILING = ("ceiling", FLOOR, "torch fast (need_weights=False)")
 
 
 @dataclass(frozen=True)
@@ -133,6 +141,52 @@ def torch_took_native_fast_path(module: torch.nn.Module, x: torch.Tensor, need_w
     return bool(calls)
 
 
+def kernel_floor_step(module: MultiHeadAttention, x: torch.Tensor, g: torch.Tensor):
+    """One training step of the fast path as bare kernels, with no module and no autograd: the
+    packed projection (one GEMM), torch's CPU flash attention forward, the output projection, then
+    by hand the gradients of both weight matrices (GEMMs) and the flash kernel's own backward.
+
+    This is the least any implementation built on torch's kernels can do for the same step, so
+    torch fast / floor is the most such an implementation can gain over torch (the ceiling)."""
+    batch, seq, embed = x.shape
+    heads = module.num_heads
+    w_in, b_in = module.in_proj_weight.detach(), module.in_proj_bias.detach()
+    w_o, b_o = module.out_proj.weight.detach(), module.out_proj.bias.detach()
+    x2, g2 = x.reshape(-1, embed), g.reshape(-1, embed)  # (batch * pos, E)
+    flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+    flash_backward = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
+
+    def to_heads(t: torch.Tensor) -> torch.Tensor:  # (batch * pos, E) -> (batch, H, pos, D)
+        return t.view(batch, seq, heads, -1).transpose(1, 2)
+
+    def step() -> tuple[torch.Tensor, torch.Tensor]:
+        qkv = torch.addmm(b_in, x2, w_in.t())  # (batch * pos, 3E)
+        q, k, v = (to_heads(t) for t in qkv.split(embed, dim=-1))
+        o, lse = flash(q, k, v)  # o (batch, H, pos, D)
+        head_out = o.transpose(1, 2).reshape(-1, embed)  # (batch * pos, E)
+        torch.addmm(b_o, head_out, w_o.t())  # the output; its gradient is g
+        d_w_o, _ = g2.t().mm(head_out), g2.sum(0)  # dW_O, db_O
+        d_o = to_heads(g2.mm(w_o))
+        d_q, d_k, d_v = flash_backward(d_o, q, k, v, o, lse, 0.0, False)
+        d_qkv = torch.cat([d.transpose(1, 2).reshape(-1, embed) for d in (d_q, d_k, d_v)], 1)
+        d_w_in, _ = d_qkv.t().mm(x2), d_qkv.sum(0)  # dW_in, db_in
+        return d_w_in, d_w_o
+
+    check_floor(module, x, g, step)
+    return step
+
+
+def check_floor(module, x, g, step) -> None:
+    """Guard: the floor's weight gradients are autograd's (else it would time another step)."""
+    module.train().zero_grad(set_to_none=True)
+    (module(x, x, x, need_weights=False)[0] * g).sum().backward()
+    wants = (module.in_proj_weight.grad, module.out_proj.weight.grad)
+    for got, want in zip(step(), wants, strict=True):
+        if not torch.allclose(got, want, rtol=1e-3, atol=1e-3):
+            raise RuntimeError(f"kernel floor disagrees with autograd: {(got - want).abs().max()}")
+    module.zero_grad(set_to_none=True)
+
+
 def time_calls(fn: Callable[[], None], repeats: int, warmup: int) -> list[float]:
     for _ in range(warmup):
         fn()
@@ -169,6 +223,8 @@ def measure(size: Size, repeats: int, warmup: int) -> tuple[list[Result], dict[s
                     call()
 
             steps[name] = train_step if mode == "train" else infer_step
+        if mode == "train":
+            steps[FLOOR] = kernel_floor_step(modules["headlab"], x, g)
         for name, times in interleaved(steps, repeats, warmup).items():
             results.append(Result(size.name, mode, name, statistics.median(times), times))
     return results, native
@@ -206,7 +262,7 @@ def ratios(results: list[Result]) -> list[dict]:
     by_key = {(r.size, r.mode, r.impl): r.median_ms for r in results}
     out = []
     for size, mode in dict.fromkeys((r.size, r.mode) for r in results if r.mode != "inspection"):
-        for label, ours, theirs in RATIOS:
+        for label, ours, theirs in RATIOS + ((CEILING,) if mode == "train" else ()):
             speedup = by_key[(size, mode, theirs)] / by_key[(size, mode, ours)]
             out.append({"size": size, "mode": mode, "comparison": label, "speedup": speedup})
     return out
