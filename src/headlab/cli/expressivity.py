@@ -38,7 +38,7 @@ def expressivity(
     """Fit attention patterns with one head of each size (KL floor below d_head = n), and fit
     h different offsets at once with 1 head of 32 against h heads of 32 / h."""
     from headlab.analysis.expressivity import ExpressivityConfig, measure_expressivity
-    from headlab.heads.results import write_json
+    from headlab.heads.results import write_result
     from headlab.limits import check_int, check_seed
     from headlab.output_policy import Kind, check_output
 
@@ -70,7 +70,7 @@ def expressivity(
         result = measure_expressivity(
             config, model_patterns=patterns, model_name=name, on_step=lambda d, t: update(d)
         )
-    written = write_json(out, result.to_dict(), "expressivity", force=force)
+    written = write_result(out, result, force=force)
     if figure is not None:
         from headlab.files import save_figure
         from headlab.report.why_figures import expressivity_figure

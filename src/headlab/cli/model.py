@@ -91,12 +91,11 @@ def _load(
     return loaded, texts, max_length
 
 
-def _emit(
-    analysis: str, document: dict, out: Path, force: bool, as_json: bool, tables: list[Table]
-) -> None:
-    from headlab.heads import write_json
+def _emit(result, out: Path, force: bool, as_json: bool, tables: list[Table]) -> None:
+    """Write ``result`` (a results type: its KIND tags the file), then print it."""
+    from headlab.heads.results import write_result
 
-    written = write_json(out, document, f"model-{analysis}", force=force)
+    written = write_result(out, result, force=force)
     if as_json:
         print(json.dumps(written, indent=1))
         return
@@ -193,7 +192,7 @@ def heads(
         tables.append(
             _top_table("top attention sinks (mean weight on the first token)", result.top("first"))
         )
-    _emit("heads", result.to_dict(), out, force, as_json, tables)
+    _emit(result, out, force, as_json, tables)
 
 
 def _check_metric(metric: str, result) -> None:
@@ -234,15 +233,15 @@ def _long_context(
     with progress("layers", loaded.num_layers, quiet=as_json) as update:
         result = long_text_statistics(loaded, text, max_tokens=max_tokens, on_layer=update)
     _check_metric(metric, result.statistics)
-    document = result.to_dict()
-    findings = document["findings"]
+    document = result.result()
+    findings = document.findings
     n, whole = len(result.tokens), result.text_tokens
     cut = f" (cut from {whole}: the rest was not analysed)" if result.truncated else ""
     title = f"{metric} per head, {result.statistics.model}, one text of {n} tokens{cut}"
     tables = _grid(title, result.statistics.metrics[metric])
     tables.append(_sink_table(findings))
-    tables.append(_concentration_table(findings, document["heavy_hitters"], result.tokens))
-    _emit("long-context", document, out, force, as_json, tables)
+    tables.append(_concentration_table(findings, document.heavy_hitters, result.tokens))
+    _emit(document, out, force, as_json, tables)
 
 
 def _sink_table(findings: dict) -> Table:
@@ -318,7 +317,7 @@ def collapse(
     columns = ["layers", "heads", *(n.replace("_", " ") for n in names)]
     title = f"Collapse, {result.model}, {result.n_texts} texts"
     tables = fitted_tables(title, columns, rows, keys=2)
-    _emit("collapse", result.to_dict(), out, force, as_json, tables)
+    _emit(result, out, force, as_json, tables)
 
 
 @model_app.command()
@@ -349,7 +348,7 @@ def importance(
             on_batch=update,
         )
     title = f"Importance (normalised per layer), {result.model}, {result.n_texts} texts"
-    _emit("importance", result.to_dict(), out, force, as_json, _grid(title, result.importance))
+    _emit(result, out, force, as_json, _grid(title, result.importance))
 
 
 @model_app.command()
@@ -390,7 +389,7 @@ def prune(
     columns = ["order", "pruned", "heads", "params", "ms", *(n.replace("_", " ") for n in names)]
     title = f"Pruning, {result.model}, {result.n_texts} texts"
     tables = fitted_tables(title, columns, rows, keys=2, left=["order"])
-    _emit("prune", result.to_dict(), out, force, as_json, tables)
+    _emit(result, out, force, as_json, tables)
 
 
 @model_app.command()
@@ -427,7 +426,7 @@ def ablate(
     columns = ["heads", "mode", "objective", "baseline", "ablated", "change"]
     title = f"Ablation, {result.model}, {result.n_texts} texts"
     tables = fitted_tables(title, columns, [row], keys=0, left=["heads", "objective"])
-    _emit("ablate", result.to_dict(), out, force, as_json, tables)
+    _emit(result, out, force, as_json, tables)
 
 
 @model_app.command()

@@ -35,7 +35,7 @@ def redundancy(
     """Spectrum and effective rank of each layer's W_Q_i^T W_K_i, and the model with every
     layer's keys and queries read through shared rank-k subspaces (no retraining)."""
     from headlab.heads.redundancy import default_ranks, measure_redundancy
-    from headlab.heads.results import write_json
+    from headlab.heads.results import write_result
     from headlab.limits import check_int
     from headlab.output_policy import Kind, check_output
 
@@ -56,7 +56,7 @@ def redundancy(
         result = measure_redundancy(
             loaded, texts, ranks=chosen, max_length=max_length, on_step=lambda d, t: update(d)
         )
-    written = write_json(out, result.to_dict(), "redundancy", force=force)
+    written = write_result(out, result, force=force)
     if figure is not None:
         from headlab.files import save_figure
         from headlab.report.why_figures import redundancy_figure

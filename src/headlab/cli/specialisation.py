@@ -36,7 +36,7 @@ def specialisation(
     heads x lookups matrix, the step at which heads split the work, talking heads beside."""
     from headlab.experiments.config import ATTENTION_KINDS
     from headlab.experiments.specialisation import SpecialisationConfig, measure_specialisation
-    from headlab.heads.results import write_json
+    from headlab.heads.results import write_result
     from headlab.limits import check_int, check_seed
     from headlab.output_policy import Kind, check_output
 
@@ -63,7 +63,7 @@ def specialisation(
     total = runs * -(-config.steps // config.eval_every)
     with progress("specialisation", total, quiet=as_json) as update:
         result = measure_specialisation(config, on_step=lambda d, t: update(d))
-    written = write_json(out, result.to_dict(), "specialisation", force=force)
+    written = write_result(out, result, force=force)
     if figure is not None:
         from headlab.files import save_figure
         from headlab.report.why_figures import specialisation_figure

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -23,6 +24,7 @@ from headlab.experiments.config import make_config
 from headlab.experiments.model import TinyTransformer
 from headlab.experiments.tasks import Batch, generate
 from headlab.experiments.train import EVAL_SEED_OFFSET, run_one
+from headlab.schema import Fields
 
 SERVED = 0.2  # accuracy a lookup must lose without a head for that head to serve it
 TASK = "multi-lookup"
@@ -99,6 +101,8 @@ class SpecialisationResult:
     stay as they end), checkpoints [{step, accuracy (D,),
     ablated (H, D), served_by (D,)}]."""
 
+    KIND: ClassVar[str] = "specialisation"
+
     config: dict
     runs: list[dict] = field(default_factory=list)
 
@@ -106,14 +110,18 @@ class SpecialisationResult:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> SpecialisationResult:
-        missing = [k for k in ("config", "runs") if k not in data]
-        if missing:
-            raise ValueError(f"specialisation results: missing keys {missing}")
-        for run in data["runs"]:
-            if not {"num_heads", "attention", "checkpoints", "split_step"} <= set(run):
-                raise ValueError(f"specialisation run lacks num_heads/attention/checkpoints: {run}")
-        return cls(config=data["config"], runs=data["runs"])
+    def from_dict(cls, data: dict, where: str = "specialisation") -> SpecialisationResult:
+        """The inverse of ``to_dict``; ValueError naming the field that does not fit."""
+        f = Fields(data, where)
+        config = f.object("config").data
+        for run in f.objects("runs"):
+            run.int("num_heads", 1), run.str("attention"), run.number("accuracy", 0.0, 1.0)
+            for key in ("split_step", "settled_step"):
+                if run.data.get(key) is not None:
+                    run.int(key)
+            for point in run.objects("checkpoints"):
+                point.int("step"), point.numbers("accuracy"), point.list("served_by")
+        return cls(config=config, runs=data["runs"])
 
 
 def measure_specialisation(

@@ -18,12 +18,14 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
 from headlab.attention.interventions import AblationMode, ablate, mean_head_output, record
 from headlab.heads.importance import NEXT_TOKEN, OBJECTIVE, even_batches
 from headlab.models.interface import HeadModel
+from headlab.schema import Fields, is_int, problem
 
 Head = tuple[int, int]  # (layer, head)
 
@@ -31,6 +33,8 @@ Head = tuple[int, int]  # (layer, head)
 @dataclass(frozen=True)
 class AblationResult:
     """The objective over ``n_texts`` texts with and without ablating ``heads`` (layer, head)."""
+
+    KIND: ClassVar[str] = "model-ablate"
 
     model: str
     n_texts: int
@@ -56,6 +60,18 @@ class AblationResult:
             "ablated": self.ablated,
             "change": self.change,
         }
+
+    @classmethod
+    def from_dict(cls, data: dict, where: str = "model-ablate") -> AblationResult:
+        """The inverse of ``to_dict`` (``change`` is derived); ValueError naming a bad field."""
+        f = Fields(data, where)
+        heads = []
+        for i, pair in enumerate(f.list("heads")):
+            if not (isinstance(pair, list) and len(pair) == 2 and all(map(is_int, pair))):
+                raise problem(f"{where}.heads[{i}]", "[layer, head]", pair)
+            heads.append((pair[0], pair[1]))
+        return cls(f.str("model"), f.int("n_texts"), f.str("objective"), f.str("mode"), heads,
+                   f.number("baseline"), f.number("ablated"))  # fmt: skip
 
 
 def parse_heads(spec: str) -> list[Head]:
