@@ -133,12 +133,12 @@ def test_kv_heads_and_head_dim_build_what_the_library_module_means(
     assert comparison.max_abs_diff == pytest.approx(float(diff), rel=1e-5, abs=1e-6)
 
 
-def test_head_sizes_that_do_not_split_are_refused_naming_the_flags():
-    with pytest.raises(ValueError, match="--kv-heads 3 does not divide --heads 8"):
+def test_head_sizes_that_do_not_split_are_refused_naming_the_arguments():
+    with pytest.raises(ValueError, match="heads=8 is not divisible by kv_heads=3"):
         CompareSetup(kv_heads=3)
-    with pytest.raises(ValueError, match="add --output-projection"):
+    with pytest.raises(ValueError, match="set output_projection"):
         CompareSetup(head_dim=32)
-    with pytest.raises(ValueError, match="--vs-heads 1 gives heads of 512"):
+    with pytest.raises(ValueError, match="vs_heads=1 gives heads of 512"):
         CompareSetup(kv_heads=2)
 
 

@@ -44,12 +44,12 @@ def test_compare_json_is_the_documented_document_only(capsys):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["compare", "--heads", "3"], "embed_dim=512 is not divisible by num_heads=3 (--heads)"),
+        (["compare", "--heads", "3"], "--d-model 512 is not divisible by --heads 3"),
         (["compare", "--init", "zeros"], "init must be one of rand, normal, xavier, ones"),
         (["compare", "--seq-len", "0"], "--seq-len must be between 1 and 16777216, got 0"),
         (["compare", "--heads", "x"], "Invalid value for '--heads'"),
         (["params", "--heads", "1,a"], "--heads takes comma-separated integers, got 'a'"),
-        (["grad", "--d-model", "64", "--heads", "5"], "not divisible by num_heads=5"),
+        (["grad", "--d-model", "64", "--heads", "5"], "--d-model 64 is not divisible by --heads 5"),
     ],
 )
 def test_bad_arguments_give_one_line_and_exit_2(args, message, capsys):

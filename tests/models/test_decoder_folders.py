@@ -125,7 +125,7 @@ def test_a_gguf_of_another_architecture_names_the_file(tmp_path):
 
 
 def test_unknown_names_are_one_clear_error(tmp_path):
-    with pytest.raises(FileNotFoundError, match="--model must be one of minilm, smollm2"):
+    with pytest.raises(FileNotFoundError, match="model must be one of minilm, smollm2"):
         load("gpt-5")
     folder = tmp_path / "copy"
     folder.mkdir()

@@ -10,8 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from headlab.cli.app import app
-from headlab.cli.parsing import sizes
+from headlab.cli.parsing import flags, sizes
 from headlab.cli.progress import progress
 from headlab.locations import why_results
 
@@ -19,7 +18,6 @@ OUT = typer.Option(why_results("expressivity"), "--out", help="Results file (JSO
 FIGURE = typer.Option(None, "--figure", help="Write the figure (PNG).")
 
 
-@app.command()
 def expressivity(
     seq_lens: str = typer.Option("8,16,32", "--seq-lens", help="Sequence lengths n."),
     head_dims: str = typer.Option("1,2,4,8,16,32", "--head-dims", help="Head sizes d_head."),
@@ -56,19 +54,17 @@ def expressivity(
     patterns, name = None, model
     if model != "none":
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        from headlab.heads.patterns import head_patterns
+        from headlab.heads.patterns import patterns_by_length
         from headlab.models import default_corpus, load
 
-        loaded = load(model)
+        with flags("model"):
+            loaded = load(model)
         name = loaded.name
         texts = default_corpus(64)
-        patterns = {
-            n: head_patterns(loaded, texts, n, config.targets, seed=seed) for n in config.seq_lens
-        }
-    total = (len(config.seq_lens) * (2 if patterns else 1)) * len(config.head_dims) + 2
-    with progress("expressivity", total, quiet=as_json) as update:
+        patterns = patterns_by_length(loaded, texts, config.seq_lens, config.targets, seed=seed)
+    with progress("expressivity", 1, quiet=as_json) as update:
         result = measure_expressivity(
-            config, model_patterns=patterns, model_name=name, on_step=lambda d, t: update(d)
+            config, model_patterns=patterns, model_name=name, on_step=update
         )
     written = write_result(out, result, force=force)
     if figure is not None:
@@ -101,3 +97,8 @@ def expressivity(
             highlight=False,
         )
     print(f"wrote {out}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add this module's commands to ``app`` (``headlab.cli.app``)."""
+    app.command()(expressivity)

@@ -15,8 +15,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from headlab.cli.app import app
-from headlab.cli.parsing import int_list
+from headlab.cli.parsing import flags, int_list
 from headlab.cli.progress import progress
 from headlab.cli.tables import fitted_tables
 from headlab.locations import model_results
@@ -25,7 +24,6 @@ model_app = typer.Typer(
     help="Analyse the heads of a trained model: minilm (default), smollm2 or a path.",
     no_args_is_help=True,
 )
-app.add_typer(model_app, name="model")
 
 MODEL = typer.Option(
     None, "--model", help="minilm (default), smollm2, or a path (.gguf, BERT or Llama folder)."
@@ -82,7 +80,8 @@ def _load(
         check_int("--max-length", max_length, low=2)
     if corpus is not None:
         texts = read_corpus(corpus, n_texts)
-    loaded = load(model if model_dir is None else model_dir)
+    with flags("model"):
+        loaded = load(model if model_dir is None else model_dir)
     positions = loaded.max_positions
     max_length = min(128, positions) if max_length is None else max_length
     check_int("--max-length", max_length, low=2, high=positions)
@@ -227,7 +226,8 @@ def _long_context(
     text = long_document() if text_file is None else read_text_file(text_file)
     if not text.strip():
         raise ValueError(f"--text-file {text_file}: expected text, got an empty file")
-    loaded = load(model if model_dir is None else model_dir)
+    with flags("model"):
+        loaded = load(model if model_dir is None else model_dir)
     if max_tokens is not None:
         check_int("--max-tokens", max_tokens, low=2, high=loaded.max_positions)
     with progress("layers", loaded.num_layers, quiet=as_json) as update:
@@ -305,7 +305,8 @@ def collapse(
     loaded, texts, max_length = _load(model, model_dir, corpus, n_texts, max_length)
     counts = None if chosen is None else tuple(chosen)
     if counts is not None:
-        check_head_counts(loaded, counts, "--heads")
+        with flags(head_counts="--heads"):
+            check_head_counts(loaded, counts)
     with progress("collapse", 1, quiet=as_json) as update:
         result = collapse_heads(loaded, texts, counts, max_length=max_length, on_step=update)
     names = list(result.all_layers[0].measures)
@@ -406,11 +407,11 @@ def ablate(
     force: bool = FORCE,
 ) -> None:
     """The model's loss with and without the --ablate heads (their outputs before W_O)."""
-    from headlab.heads.ablation import ablation_effect, parse_heads
+    from headlab.heads.ablation import ablation_effect, check_mode, parse_heads
 
-    chosen = parse_heads(heads)
-    if mode not in ("zero", "mean", "resample"):
-        raise ValueError(f"--mode must be zero, mean or resample, got {mode!r}")
+    with flags("mode", heads="--ablate"):
+        chosen = parse_heads(heads)
+        check_mode(mode)
     _claim("ablate", out, force)
     loaded, texts, max_length = _load(model, model_dir, corpus, n_texts, max_length)
     with progress("ablate", 1, quiet=as_json):
@@ -443,7 +444,8 @@ def generate(
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     check_int("--max-new-tokens", max_new_tokens, high=4096)
-    loaded = load(model)
+    with flags("model"):
+        loaded = load(model)
     if not loaded.causal:
         raise ValueError(f"--model must be a decoder (a language model), got {loaded.name}")
     text = f"<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n" if chat else prompt
@@ -454,3 +456,8 @@ def generate(
         print(json.dumps(doc, indent=1, ensure_ascii=False))
         return
     print(loaded.decode(new))
+
+
+def register(app: typer.Typer) -> None:
+    """Add this module's commands to ``app`` (``headlab.cli.app``)."""
+    app.add_typer(model_app, name="model")

@@ -9,8 +9,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from headlab.cli.app import app
-from headlab.cli.parsing import int_list
+from headlab.cli.parsing import flags, int_list
 from headlab.cli.tables import fitted_tables
 from headlab.locations import SWEEP_FIGURE, SWEEP_RESULTS
 
@@ -19,6 +18,10 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from headlab.experiments.summary import SummaryRow
     from headlab.experiments.sweep import SweepPlan
+
+# SweepSpec's and the executors' arguments, which their errors name, are this command's flags
+SWEEP_FLAGS = ("task", "heads", "d_model", "layers", "seeds", "steps", "kv_heads", "head_dim",
+               "attention", "workers", "executor", "address", "out")  # fmt: skip
 
 sweep_app = typer.Typer(
     help="Train small attention models that differ only in the head split.",
@@ -131,8 +134,6 @@ def sweep(
 
     if executor not in ("local", "ray"):
         raise ValueError(f"--executor must be local or ray, got {executor!r}")
-    if workers < 1:
-        raise ValueError(f"--workers must be >= 1, got {workers}")
     spec = SweepSpec(
         task=task,
         heads=tuple(int_list(heads, "--heads") or ()),
@@ -144,9 +145,11 @@ def sweep(
         head_dim=head_dim or None,
         attention=attention,
     )
-    if executor == "ray" and address:
-        check_reachable(address)  # Ray itself would retry an unreachable address for minutes
-    plan = plan_sweep(spec, out)  # every config and --out validated before any training
+    with flags(*SWEEP_FLAGS):
+        capped_workers(workers, 1)
+        if executor == "ray" and address:
+            check_reachable(address)  # Ray itself would retry an unreachable address for minutes
+        plan = plan_sweep(spec, out)  # every config and --out validated before any training
     workers = capped_workers(workers, len(plan.todo))
     print(
         f"sweep {task}: {len(plan.configs)} runs, {plan.skipped} already finished in "
@@ -154,7 +157,8 @@ def sweep(
         flush=True,
     )
     start = time.perf_counter()
-    done = _run_with_progress(plan, executor=executor, workers=workers, address=address or None)
+    with flags(*SWEEP_FLAGS):
+        done = _run_with_progress(plan, executor=executor, workers=workers, address=address or None)
     print(f"{done} runs in {time.perf_counter() - start:.1f} s; results in {plan.out}")
     wanted = {c.run_id for c in plan.configs}
     rows = [r for r in read_rows(plan.out) if r["run_id"] in wanted]
@@ -191,4 +195,6 @@ def summary(
     Console().print(*summary_tables(summarize(read_rows(results)), str(results)))
 
 
-app.add_typer(sweep_app, name="sweep")
+def register(app: typer.Typer) -> None:
+    """Add this module's commands to ``app`` (``headlab.cli.app``)."""
+    app.add_typer(sweep_app, name="sweep")

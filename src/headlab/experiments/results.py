@@ -252,7 +252,7 @@ def check_results_output(path: str | Path) -> Path:
     """
     path = Path(path)
     if path.is_symlink() or (path.exists() and not path.is_file()):
-        raise OutputRefused(f"--out {path} is not a regular file; expected a results file (JSONL)")
+        raise OutputRefused(f"out={path} is not a regular file; expected a results file (JSONL)")
     check_parent(path)
     return path
 
@@ -268,7 +268,7 @@ def check_not_locked(path: str | Path) -> None:
         except BlockingIOError:
             raise ValueError(
                 f"another headlab sweep is writing {path}; wait for it to finish, "
-                "or choose another --out"
+                "or choose another file"
             ) from None
         fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
@@ -300,7 +300,7 @@ class ResultsWriter:
         except BlockingIOError:
             raise ValueError(
                 f"another headlab sweep is writing {self.path}; wait for it to finish, "
-                "or choose another --out"
+                "or choose another file"
             ) from None
 
     def read(self) -> ResultsFile:
@@ -315,8 +315,8 @@ class ResultsWriter:
         only_torn = content.torn_tail and data.startswith(ROW_START.encode())
         if data.strip() and not content.rows and not only_torn:
             raise OutputRefused(
-                f"--out {self.path} holds no results rows; not appending to a file "
-                "headlab did not write (choose another --out)"
+                f"out={self.path} holds no results rows; not appending to a file "
+                "headlab did not write (choose another file)"
             )
         if not data or data.endswith(b"\n"):
             return

@@ -20,7 +20,8 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from headlab.experiments.config import make_config
+from headlab.attention.sizes import check_divides
+from headlab.experiments.config import ATTENTION_KINDS, make_config
 from headlab.experiments.model import TinyTransformer
 from headlab.experiments.tasks import Batch, generate
 from headlab.experiments.train import EVAL_SEED_OFFSET, run_one
@@ -93,6 +94,26 @@ class SpecialisationConfig:
     eval_size: int = 512
     seed: int = 0
 
+    def __post_init__(self) -> None:
+        """ValueError naming the field, before any run trains."""
+        if not self.heads:
+            raise ValueError("heads must list at least one head count, got none")
+        for h in self.heads:
+            check_divides("d_model", self.d_model, "heads", h)
+        for kind in self.attention or ("",):
+            if kind not in ATTENTION_KINDS:
+                kinds = ", ".join(ATTENTION_KINDS)
+                raise ValueError(f"attention must be one of {kinds}, got {kind!r}")
+
+    def steps_total(self) -> int:
+        """Checkpoints over all runs: the total of ``measure_specialisation``'s ``on_step``."""
+        return len(self.plan()) * -(-self.steps // self.eval_every)
+
+    def plan(self) -> list[tuple[str, int]]:
+        """(attention, heads) of each run; talking heads with one head is left out (a 1 x 1
+        mixing only rescales the one head)."""
+        return [(a, h) for a in self.attention for h in self.heads if a == "plain" or h > 1]
+
 
 @dataclass(frozen=True)
 class SpecialisationResult:
@@ -134,8 +155,7 @@ def measure_specialisation(
     skipped (a 1 x 1 mixing only rescales the one head).
     """
     config = config or SpecialisationConfig()
-    plan = [(a, h) for a in config.attention for h in config.heads if not (a != "plain" and h == 1)]
-    total = len(plan) * -(-config.steps // config.eval_every)
+    plan, total = config.plan(), config.steps_total()
     done = 0
 
     def tick() -> None:

@@ -85,6 +85,15 @@ def parse_heads(spec: str) -> list[Head]:
     return heads
 
 
+MODES = ("zero", "mean", "resample")
+
+
+def check_mode(mode: str) -> None:
+    """ValueError unless ``mode`` is one of MODES (checked before any work)."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be zero, mean or resample, got {mode!r}")
+
+
 def check_heads(model: HeadModel, heads: Sequence[Head]) -> None:
     """Raise ValueError naming the first (layer, head) that ``model`` does not have."""
     if not heads:
@@ -177,6 +186,7 @@ def ablation_effect(
     least 2 usable texts are needed. ``reference_texts`` (mode "mean") default to ``texts``.
     Raises ValueError for unknown heads, too few texts or a bad mode.
     """
+    check_mode(mode)
     usable = [t for t in texts if len(t.split()) >= 2]
     if len(usable) < 2 or batch_size < 2:
         raise ValueError(
