@@ -91,7 +91,7 @@ def compare(
     for f in comparison.findings:
         table.add_row(f.code, f"{f.fraction:.0%}", f.detail)
     console.print(table)
-    console.print(explain(comparison), highlight=False)
+    console.print(explain(comparison, findings=False), highlight=False)  # findings: the table
 
 
 def grad(
