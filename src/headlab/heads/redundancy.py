@@ -30,6 +30,7 @@ from typing import ClassVar
 import numpy as np
 import torch
 
+from headlab.attention.functional import entropy
 from headlab.attention.module import MultiHeadAttention
 from headlab.heads.quality import measures, reference
 from headlab.models.interface import HeadModel
@@ -48,9 +49,8 @@ def bilinear_forms(module: MultiHeadAttention) -> np.ndarray:
 
 def effective_rank(singular_values: np.ndarray) -> float:
     """exp(entropy of the singular values normalised to sum to one)."""
-    p = singular_values / singular_values.sum()
-    p = p[p > 0]
-    return float(np.exp(-(p * np.log(p)).sum()))
+    p = torch.as_tensor(singular_values / singular_values.sum(), dtype=torch.float64)
+    return float(entropy(p).exp())
 
 
 def shared_subspaces(module: MultiHeadAttention) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
