@@ -62,7 +62,7 @@ def expressivity(
         name = loaded.name
         texts = default_corpus(64)
         patterns = patterns_by_length(loaded, texts, config.seq_lens, config.targets, seed=seed)
-    with progress("expressivity", 1, quiet=as_json) as update:
+    with progress("expressivity: fits", None, quiet=as_json) as update:
         result = measure_expressivity(
             config, model_patterns=patterns, model_name=name, on_step=update
         )

@@ -174,7 +174,7 @@ def heads(
     out = model_results("heads") if out is None else out
     _claim("heads", out, force, figure)
     loaded, texts, max_length = _load(model, model_dir, corpus, n_texts, max_length)
-    with progress("heads", len(texts), quiet=as_json) as update:
+    with progress("head statistics: texts", len(texts), quiet=as_json) as update:
         result = head_statistics(
             loaded, texts, max_length=max_length, detector_length=50, on_batch=update
         )
@@ -230,7 +230,7 @@ def _long_context(
         loaded = load(model if model_dir is None else model_dir)
     if max_tokens is not None:
         check_int("--max-tokens", max_tokens, low=2, high=loaded.max_positions)
-    with progress("layers", loaded.num_layers, quiet=as_json) as update:
+    with progress("one long text: layers", loaded.num_layers, quiet=as_json) as update:
         result = long_text_statistics(loaded, text, max_tokens=max_tokens, on_layer=update)
     _check_metric(metric, result.statistics)
     document = result.result()
@@ -307,7 +307,7 @@ def collapse(
     if counts is not None:
         with flags(head_counts="--heads"):
             check_head_counts(loaded, counts)
-    with progress("collapse", 1, quiet=as_json) as update:
+    with progress("collapse: model runs", None, quiet=as_json) as update:
         result = collapse_heads(loaded, texts, counts, max_length=max_length, on_step=update)
     names = list(result.all_layers[0].measures)
     rows = [
@@ -340,7 +340,7 @@ def importance(
     check_finite("--temperature", temperature, positive=True)
     _claim("importance", out, force)
     loaded, texts, max_length = _load(model, model_dir, corpus, n_texts, max_length)
-    with progress("importance", 1, quiet=as_json) as update:
+    with progress("importance: batches", None, quiet=as_json) as update:
         result = head_importance(
             loaded,
             texts,
@@ -371,7 +371,7 @@ def prune(
     check_seed("--seed", seed)
     _claim("prune", out, force)
     loaded, texts, max_length = _load(model, model_dir, corpus, n_texts, max_length)
-    with progress("prune", 1, quiet=as_json) as update:
+    with progress("pruning: model runs", None, quiet=as_json) as update:
         result = prune_by_importance(
             loaded, texts, seed=seed, max_length=max_length, on_step=update
         )
@@ -414,8 +414,10 @@ def ablate(
         check_mode(mode)
     _claim("ablate", out, force)
     loaded, texts, max_length = _load(model, model_dir, corpus, n_texts, max_length)
-    with progress("ablate", 1, quiet=as_json):
-        result = ablation_effect(loaded, texts, chosen, mode=mode, max_length=max_length)
+    with progress("ablation: passes", 2, quiet=as_json) as update:
+        result = ablation_effect(
+            loaded, texts, chosen, mode=mode, max_length=max_length, on_step=update
+        )
     row = [
         ",".join(f"{l}.{h}" for l, h in result.heads),
         result.mode,
@@ -449,8 +451,8 @@ def generate(
     if not loaded.causal:
         raise ValueError(f"--model must be a decoder (a language model), got {loaded.name}")
     text = f"<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n" if chat else prompt
-    with progress("generate", max_new_tokens, quiet=as_json):
-        new = loaded.generate(text, max_new_tokens)
+    with progress("generating: tokens", max_new_tokens, quiet=as_json) as update:
+        new = loaded.generate(text, max_new_tokens, on_token=update)
     if as_json:
         doc = {"model": loaded.name, "prompt": prompt, "new_ids": new, "text": loaded.decode(new)}
         print(json.dumps(doc, indent=1, ensure_ascii=False))

@@ -49,7 +49,7 @@ def redundancy(
         loaded = load(model)
     check_int("--max-length", max_length, low=2, high=loaded.max_positions)
     texts = default_corpus(n_texts)
-    with progress("redundancy", 1, quiet=as_json) as update:
+    with progress("redundancy: layers and ranks", None, quiet=as_json) as update:
         result = measure_redundancy(
             loaded, texts, ranks=chosen, max_length=max_length, on_step=update
         )

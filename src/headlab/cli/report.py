@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from headlab.cli.progress import progress
 from headlab.defaults import DEFAULT_TEXT
 from headlab.locations import REPORT_DIR, RESULTS_DIR
 
@@ -31,7 +32,9 @@ def report(
     from headlab.report import ReportOptions, build_report
 
     options = ReportOptions(text=text, results=results, seed=seed)
-    print(build_report(out, options, force=force, png=png))
+    with progress("report: measuring and drawing", None):  # no steps to count: a pulse
+        index = build_report(out, options, force=force, png=png)
+    print(index)
 
 
 def register(app: typer.Typer) -> None:

@@ -48,7 +48,7 @@ def specialisation(
             eval_every=check_int("--eval-every", eval_every, high=10**6),
             seed=check_seed("--seed", seed),
         )
-    with progress("specialisation", config.steps_total(), quiet=as_json) as update:
+    with progress("specialisation: checkpoints", config.steps_total(), quiet=as_json) as update:
         result = measure_specialisation(config, on_step=update)
     written = write_result(out, result, force=force)
     if figure is not None:

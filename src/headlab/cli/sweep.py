@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from headlab.cli.parsing import flags, int_list
+from headlab.cli.progress import progress
 from headlab.cli.tables import fitted_tables
 from headlab.locations import SWEEP_FIGURE, SWEEP_RESULTS
 
@@ -50,47 +51,35 @@ def summary_tables(rows: list[SummaryRow], title: str) -> list[Table]:
     return fitted_tables(title, [*columns, "head entropy"], cells, keys=2, left=["task"])
 
 
+def run_name(config) -> str:
+    """How the progress bar names a run: its head split and its seed."""
+    kv = "" if config.num_kv_heads == config.num_heads else f", {config.num_kv_heads} K/V"
+    return f"h={config.num_heads}{kv} d_head={config.head_dim} seed {config.seed}"
+
+
 def _run_with_progress(plan: SweepPlan, *, executor: str, workers: int, address: str | None) -> int:
     """Run the plan's remaining configs under a progress bar; return how many finished.
 
-    Ctrl-C: says what was saved, then re-raises (the entry point exits 130).
+    The bar (stderr, a terminal only) counts finished runs and shows the last loss reported,
+    naming the run it belongs to. Ctrl-C: says what was saved, then re-raises (exit 130).
     """
-    from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
     from headlab.experiments.sweep import run_sweep
 
     if not plan.todo:
         return 0
+    names = {c.run_id: run_name(c) for c in plan.todo}
     done = 0
     try:
-        with Progress(
-            TextColumn("[bold]runs"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("loss {task.fields[loss]}"),
-            TimeElapsedColumn(),
-            TextColumn("left"),
-            TimeRemainingColumn(),
-            console=Console(stderr=True),
-        ) as progress:
-            bar = progress.add_task("sweep", total=len(plan.todo), loss="-")
+        with progress("sweep: runs", len(plan.todo)) as update:
 
             def on_eval(run_id: str, step: int, loss: float) -> None:
-                progress.update(bar, loss=f"{loss:.3f} (step {step})")
+                update(detail=f"loss {loss:.3f} at step {step} of {names.get(run_id, run_id)}")
 
             for _ in run_sweep(
                 plan, executor=executor, workers=workers, address=address, on_eval=on_eval
             ):
                 done += 1
-                progress.advance(bar)
+                update(done)
     except KeyboardInterrupt:
         print(
             f"headlab: interrupted; {done} runs of this session saved in {plan.out}; "

@@ -15,7 +15,7 @@ without the ablation.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import ClassVar
@@ -179,11 +179,13 @@ def ablation_effect(
     reference_texts: list[str] | None = None,
     batch_size: int = 32,
     max_length: int = 128,
+    on_step: Callable[[int, int], None] | None = None,
 ) -> AblationResult:
     """The objective over ``texts`` with and without ``heads`` ablated, on the same batches.
 
     Texts with fewer than 2 words are skipped (the encoders' objective splits each text); at
     least 2 usable texts are needed. ``reference_texts`` (mode "mean") default to ``texts``.
+    ``on_step(done, 2)`` after the baseline pass and after the ablated one.
     Raises ValueError for unknown heads, too few texts or a bad mode.
     """
     check_mode(mode)
@@ -195,10 +197,14 @@ def ablation_effect(
         )
     check_heads(model, heads)
     baseline = mean_objective(model, usable, batch_size=batch_size, max_length=max_length)
+    if on_step is not None:
+        on_step(1, 2)
     reference = reference_texts if reference_texts is not None else usable
     options = {"batch_size": batch_size, "max_length": max_length}
     with ablated(model, heads, mode=mode, reference_texts=reference, **options):
         ablated_value = mean_objective(model, usable, batch_size=batch_size, max_length=max_length)
+    if on_step is not None:
+        on_step(2, 2)
     return AblationResult(
         model=model.name,
         n_texts=len(usable),
