@@ -132,3 +132,8 @@ def test_unknown_names_are_one_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"config\.json is missing"):
         load(folder)
     shutil.rmtree(folder)
+
+
+def test_the_chat_prompt_is_one_chatml_user_turn(tiny_llama):
+    prompt = tiny_llama.chat_prompt("hi")
+    assert prompt == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"

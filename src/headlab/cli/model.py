@@ -450,7 +450,7 @@ def generate(
         loaded = load(model)
     if not loaded.causal:
         raise ValueError(f"--model must be a decoder (a language model), got {loaded.name}")
-    text = f"<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n" if chat else prompt
+    text = loaded.chat_prompt(prompt) if chat else prompt
     with progress("generating: tokens", max_new_tokens, quiet=as_json) as update:
         new = loaded.generate(text, max_new_tokens, on_token=update)
     if as_json:

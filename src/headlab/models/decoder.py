@@ -113,6 +113,12 @@ class Decoder:
         with torch.no_grad():
             return self.model(input_ids, attention_mask)
 
+    @staticmethod
+    def chat_prompt(text: str) -> str:
+        """``text`` as one user turn of the ChatML template (SmolLM2-Instruct's), ready for the
+        assistant's answer."""
+        return f"<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n"
+
     def generate(
         self, text: str, max_new_tokens: int = 32, on_token: Callable[[int], None] | None = None
     ) -> list[int]:
