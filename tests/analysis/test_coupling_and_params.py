@@ -95,3 +95,10 @@ def test_shared_parameters_count_once():
     m = MultiHeadAttention(12, 3)
     pair = torch.nn.ModuleList([m, m.with_num_heads(1)])
     assert parameter_count(pair) == parameter_count(m)
+
+
+def test_parameter_table_names_its_arguments():
+    from headlab.analysis.params import parameter_table
+
+    with pytest.raises(ValueError, match=r"^d_model=10 is not divisible by heads=3$"):
+        parameter_table(10, [2, 3])

@@ -68,14 +68,31 @@ def test_properly_scaled_weights_differ_by_partition(init):
     assert comparison.params["a"] == comparison.params["b"] == 4 * 512 * 512 + 4 * 512
 
 
-def test_run_seed_scenarios_answers_each_thread():
-    results = run_seed_scenarios()
+def hand_difference(setup) -> tuple[float, float]:
+    """(max |diff|, largest |output|) of the set-up's two sides written out by hand in float64
+    (``_by_hand``), independent of the module's forward and of ``compare``."""
+    module, _, x = build(setup)
+    module, x = module.double(), x.double()
+    head_dim = setup.q_dim // setup.heads
+    with torch.no_grad():
+        many = _by_hand(module, x, setup.heads, setup.kv_heads or setup.heads, head_dim)
+        few = _by_hand(module, x, setup.vs_heads, setup.vs_heads, setup.q_dim // setup.vs_heads)
+    return float((many - few).abs().max()), float(many.abs().max())
+
+
+@pytest.mark.parametrize("seed", [0, 3])
+def test_run_seed_scenarios_answers_each_thread(seed):
+    results = run_seed_scenarios(seed=seed)
     assert [r.name for r in results] == ["rand", "ones", "scaled"]
-    assert [r.comparison.verdict for r in results] == ["identical", "identical", "different"]
     for r in results:
-        assert r.command.startswith("headlab compare")
+        assert r.command.startswith("headlab compare") and r.setup.seed == seed
         assert r.explanation == explain(r.comparison)
         assert r.to_dict()["comparison"] == r.comparison.to_dict()
+        # the verdict agrees with the two sides computed by hand (float32 rounding aside)
+        diff, scale = hand_difference(r.setup)
+        tolerance = 1e-4 * scale
+        assert r.comparison.max_abs_diff == pytest.approx(diff, abs=tolerance)
+        assert (r.comparison.verdict == "different") == (diff > tolerance)
 
 
 def test_the_public_names_are_importable_from_the_package():
@@ -92,7 +109,10 @@ def test_the_public_names_are_importable_from_the_package():
 def _by_hand(module, x, heads, kv_heads, head_dim):
     """Grouped-query attention written out: each K/V head serves heads // kv_heads query heads."""
     w_q, w_k, w_v = module.projection_weights()
-    b_q, b_k, b_v = module.in_proj_bias.split([w_q.shape[0], w_k.shape[0], w_v.shape[0]])
+    widths = [w_q.shape[0], w_k.shape[0], w_v.shape[0]]
+    bias = module.in_proj_bias
+    bias = torch.zeros(sum(widths), dtype=x.dtype) if bias is None else bias
+    b_q, b_k, b_v = bias.split(widths)
     batch, length, _ = x.shape
     q = (x @ w_q.T + b_q).view(batch, length, heads, head_dim).transpose(1, 2)
     k = (x @ w_k.T + b_k).view(batch, length, kv_heads, head_dim).transpose(1, 2)
@@ -133,12 +153,12 @@ def test_kv_heads_and_head_dim_build_what_the_library_module_means(
     assert comparison.max_abs_diff == pytest.approx(float(diff), rel=1e-5, abs=1e-6)
 
 
-def test_head_sizes_that_do_not_split_are_refused_naming_the_flags():
-    with pytest.raises(ValueError, match="--kv-heads 3 does not divide --heads 8"):
+def test_head_sizes_that_do_not_split_are_refused_naming_the_arguments():
+    with pytest.raises(ValueError, match="heads=8 is not divisible by kv_heads=3"):
         CompareSetup(kv_heads=3)
-    with pytest.raises(ValueError, match="add --output-projection"):
+    with pytest.raises(ValueError, match="set output_projection"):
         CompareSetup(head_dim=32)
-    with pytest.raises(ValueError, match="--vs-heads 1 gives heads of 512"):
+    with pytest.raises(ValueError, match="vs_heads=1 gives heads of 512"):
         CompareSetup(kv_heads=2)
 
 

@@ -203,3 +203,19 @@ def test_float32_and_unbatched_input():
     out, w = m(x, x, x, average_attn_weights=False)
     assert out.shape == (LQ, E) and out.dtype == torch.float32 and w.shape == (H, LQ, LQ)
     torch.testing.assert_close(m(x, x, x, need_weights=False)[0], out, rtol=1e-5, atol=1e-6)
+
+
+def test_shared_view_shares_everything_but_what_it_replaces():
+    from torch import nn
+
+    from headlab.attention.views import shared_view
+
+    outer = nn.Sequential(nn.Linear(3, 5), nn.ReLU())
+    outer.register_buffer("scale", torch.tensor(2.5))
+    outer.note = "kept"
+    outer.eval()
+    replacement = nn.Linear(3, 5)
+    view = shared_view(outer, **{"0": replacement})
+    assert type(view) is nn.Sequential and not view.training and view.note == "kept"
+    assert view[0] is replacement and outer[0] is not replacement  # the original is unchanged
+    assert view[1] is outer[1] and view.scale is outer.scale

@@ -7,12 +7,15 @@ columns, a head mask and chunks of one query up to all of them must agree to 1e-
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
 from headlab import MultiHeadAttention
+from headlab.attention.functional import entropy
 from headlab.attention.streaming import PER_QUERY, attention_statistics
 
 E, H, D = 35, 5, 7  # distinct sizes; head_dim 7 is free (H * D = E)
@@ -26,7 +29,7 @@ def materialised(trace, counted: torch.Tensor, special: dict[str, torch.Tensor])
     q_pos, k_pos = w.shape[-2:]
     offsets = (torch.arange(q_pos)[:, None] - torch.arange(k_pos)[None, :]).abs().double()
     per_query = {
-        "entropy": -(w * w.clamp_min(1e-30).log()).sum(-1),
+        "entropy": entropy(w),  # the one definition, from the weights
         "max_weight": w.amax(-1),
         "self": w.diagonal(dim1=-2, dim2=-1)[..., :q_pos],
         "distance": (w * offsets).sum(-1),
@@ -150,3 +153,10 @@ def test_dropout_in_training_is_refused():
     mha = MultiHeadAttention(E, H, dropout=0.1)
     with pytest.raises(ValueError, match="eval mode"):
         attention_statistics(mha, torch.randn(T, B, E))
+
+
+def test_entropy_by_hand():
+    rows = torch.tensor([[0.25, 0.25, 0.25, 0.25], [1.0, 0.0, 0.0, 0.0], [0.5, 0.5, 0.0, 0.0]])
+    expected = torch.tensor([math.log(4), 0.0, math.log(2)])
+    torch.testing.assert_close(entropy(rows), expected)
+    torch.testing.assert_close(entropy(rows.T, dim=0), expected)  # along another dim

@@ -17,11 +17,45 @@ def run(args, capsys):
     return exit_.value.code or 0, out, err
 
 
-def test_compare_default_reproduces_the_first_seed_question(capsys):
-    code, out, err = run(["compare"], capsys)
+def torch_difference(seed: int) -> float:
+    """max |8 heads - 1 head| of the asker's set-up (the defaults) through
+    torch.nn.MultiheadAttention: the same draws, an outside implementation of the forward."""
+    import torch
+
+    from headlab.analysis.scenarios import CompareSetup, build
+
+    ours, _, x = build(CompareSetup(seed=seed))
+    outs = []
+    for heads in (8, 1):
+        theirs = torch.nn.MultiheadAttention(512, heads, bias=False, batch_first=True)
+        with torch.no_grad():
+            theirs.in_proj_weight.copy_(ours.in_proj_weight)
+            theirs.out_proj.weight.copy_(ours.out_proj.weight)
+            outs.append(theirs(x, x, x, need_weights=False)[0])
+    return float((outs[0] - outs[1]).abs().max())
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_compare_default_measures_the_first_seed_question(seed, capsys):
+    code, out, err = run(["compare", "--seed", str(seed), "--json"], capsys)
     assert code == 0 and err == ""
-    assert "verdict: identical" in out and "saturated_same_key" in out
+    doc, expected = json.loads(out), torch_difference(seed)
+    assert doc["max_abs_diff"] == pytest.approx(expected, rel=1e-3, abs=1e-6)
+    assert doc["identical"] == (expected == 0.0)
+    code, out, err = run(["compare", "--seed", str(seed)], capsys)
+    verdict = "identical" if doc["identical"] else doc["verdict"]
+    assert code == 0 and out.startswith(f"verdict: {verdict}")
     assert "8 heads of 64 and 1 head of 512" in " ".join(out.split())
+
+
+def test_compare_shows_each_finding_once_and_explains_from_its_measures(capsys):
+    code, out, _ = run(["compare", "--seed", "1"], capsys)
+    doc = json.loads(run(["compare", "--seed", "1", "--json"], capsys)[1])
+    assert code == 0 and len(doc["findings"]) >= 2
+    flat = " ".join(out.split())
+    for finding in doc["findings"]:
+        assert out.count(finding["code"]) == 1  # one row of the table, nowhere else
+        assert f"in {finding['measures']['rows']} of {finding['measures']['of_rows']} rows" in flat
 
 
 def test_compare_json_is_the_documented_document_only(capsys):
@@ -44,12 +78,12 @@ def test_compare_json_is_the_documented_document_only(capsys):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["compare", "--heads", "3"], "embed_dim=512 is not divisible by num_heads=3 (--heads)"),
+        (["compare", "--heads", "3"], "--d-model 512 is not divisible by --heads 3"),
         (["compare", "--init", "zeros"], "init must be one of rand, normal, xavier, ones"),
         (["compare", "--seq-len", "0"], "--seq-len must be between 1 and 16777216, got 0"),
         (["compare", "--heads", "x"], "Invalid value for '--heads'"),
         (["params", "--heads", "1,a"], "--heads takes comma-separated integers, got 'a'"),
-        (["grad", "--d-model", "64", "--heads", "5"], "not divisible by num_heads=5"),
+        (["grad", "--d-model", "64", "--heads", "5"], "--d-model 64 is not divisible by --heads 5"),
     ],
 )
 def test_bad_arguments_give_one_line_and_exit_2(args, message, capsys):

@@ -72,7 +72,7 @@ def test_specialisation_json_and_figure(tmp_path, capsys):
 
 def test_specialisation_bad_attention(capsys):
     code, out, err = run(["specialisation", "--attention", "fancy"], capsys)
-    assert code == 2 and out == "" and "--attention must list" in err
+    assert code == 2 and out == "" and "--attention must be one of plain, talking-heads" in err
 
 
 def test_redundancy_json_on_a_tiny_model(tiny_dir, tmp_path, capsys):

@@ -40,7 +40,7 @@ def test_ablate_prints_and_writes_the_objective_with_and_without(
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        (["--ablate", "1:2"], "heads must be LAYER.HEAD pairs"),
+        (["--ablate", "1:2"], "--ablate must be LAYER.HEAD pairs"),
         (["--ablate", "5.0"], "layer 5 out of range"),
         (["--ablate", "1.0", "--mode", "half"], "--mode must be zero, mean or resample"),
     ],

@@ -16,6 +16,7 @@ import pytest
 from headlab.cli.main import main
 from headlab.experiments.config import make_config
 from headlab.experiments.results import ResultsWriter
+from headlab.locations import RESULTS_DIR
 
 TINY_SWEEP = ["--heads", "1,2", "--d-model", "8", "--seeds", "1", "--steps", "2", "--workers", "1"]
 
@@ -173,7 +174,7 @@ def test_report_force_never_replaces_cwd_parents_inputs_or_foreign_folders(
     work = tmp_path / "work"
     work.mkdir()
     (work / "thesis.tex").write_text("mine")
-    results = work / "headlab-results"
+    results = work / RESULTS_DIR
     results.mkdir()
     (results / "keep.json").write_text("{}")
     monkeypatch.chdir(work)

@@ -37,8 +37,8 @@ def test_sweep_writes_results_prints_the_summary_and_resumes(tmp_path, capsys):
 @pytest.mark.parametrize(
     "extra,message",
     [
-        (["--heads", "1,3"], "--heads 3 does not divide --d-model 8"),
-        (["--kv-heads", "3"], "--kv-heads 3 does not divide --heads 1"),
+        (["--heads", "1,3"], "--d-model 8 is not divisible by --heads 3"),
+        (["--kv-heads", "3"], "--heads 1 is not divisible by --kv-heads 3"),
         (["--task", "sorting"], "unknown task 'sorting'"),
         (["--executor", "slurm"], "--executor must be local or ray, got 'slurm'"),
         (["--heads", "1,x"], "--heads takes comma-separated integers"),

@@ -118,5 +118,5 @@ def test_workers_are_capped_at_the_cores_and_the_runs():
 
     assert capped_workers(50, 1000) == (os.cpu_count() or 1)
     assert capped_workers(50, 1) == 1
-    with pytest.raises(ValueError, match="--workers must be >= 1"):
+    with pytest.raises(ValueError, match="workers must be >= 1"):
         capped_workers(0, 3)

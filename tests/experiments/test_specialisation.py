@@ -88,3 +88,15 @@ def test_talking_heads_run_reports_no_entropy():
     result = run_one(config)
     assert result.head_entropy == []
     assert result.rows()[-1]["config"]["attention"] == "talking-heads"
+
+
+def test_a_config_that_cannot_run_is_refused_naming_the_field():
+    from headlab.experiments.specialisation import SpecialisationConfig
+
+    with pytest.raises(ValueError, match=r"^d_model=64 is not divisible by heads=3$"):
+        SpecialisationConfig(heads=(1, 3))
+    with pytest.raises(ValueError, match="attention must be one of plain, talking-heads"):
+        SpecialisationConfig(attention=("plain", "fancy"))
+    config = SpecialisationConfig(heads=(1, 2), steps=100, eval_every=30)
+    assert config.plan() == [("plain", 1), ("plain", 2), ("talking-heads", 2)]
+    assert config.steps_total() == 3 * 4  # checkpoints at 30, 60, 90 and the end

@@ -50,10 +50,10 @@ def test_summary_has_equal_params_across_head_counts_and_one_row_per_head_count(
 @pytest.mark.parametrize(
     "kwargs,match",
     [
-        ({"heads": (1, 3)}, "--heads 3 does not divide --d-model 8"),
-        ({"heads": (4,), "kv_heads": (3,)}, "--kv-heads 3 does not divide --heads 4"),
+        ({"heads": (1, 3)}, "^d_model=8 is not divisible by heads=3"),
+        ({"heads": (4,), "kv_heads": (3,)}, "^heads=4 is not divisible by kv_heads=3$"),
         ({"task": "sorting"}, "unknown task 'sorting'"),
-        ({"seeds": 0}, "--seeds must be between 1 and 10000, got 0"),
+        ({"seeds": 0}, "^seeds must be between 1 and 10000, got 0$"),
     ],
 )
 def test_bad_configs_are_rejected_before_any_training(tmp_path, monkeypatch, kwargs, match):

@@ -86,3 +86,12 @@ def test_other_modes_change_the_objective_and_leave_the_model_as_it_was(tiny, mo
 def test_bad_heads(tiny, heads, match):
     with pytest.raises(ValueError, match=match), ablated(tiny, heads):
         pass
+
+
+def test_a_bad_mode_is_refused_before_any_work():
+    from headlab.heads.ablation import check_mode
+
+    for mode in ("zero", "mean", "resample"):
+        check_mode(mode)
+    with pytest.raises(ValueError, match="mode must be zero, mean or resample, got 'half'"):
+        check_mode("half")

@@ -25,3 +25,12 @@ def test_patterns_are_heads_of_the_trace(tiny):
 def test_no_text_long_enough(tiny):
     with pytest.raises(ValueError, match="no text of the corpus has 30 tokens"):
         head_patterns(tiny, ["a b"], 30, count=2)
+
+
+def test_patterns_by_length_gives_one_set_per_length(tiny):
+    from headlab.heads.patterns import patterns_by_length
+
+    pats = patterns_by_length(tiny, TEXTS, (4, 6), count=3, seed=1)
+    assert sorted(pats) == [4, 6]
+    for n, p in pats.items():
+        np.testing.assert_array_equal(p, head_patterns(tiny, TEXTS, n, count=3, seed=1))

@@ -125,10 +125,15 @@ def test_a_gguf_of_another_architecture_names_the_file(tmp_path):
 
 
 def test_unknown_names_are_one_clear_error(tmp_path):
-    with pytest.raises(FileNotFoundError, match="--model must be one of minilm, smollm2"):
+    with pytest.raises(FileNotFoundError, match="model must be one of minilm, smollm2"):
         load("gpt-5")
     folder = tmp_path / "copy"
     folder.mkdir()
     with pytest.raises(FileNotFoundError, match=r"config\.json is missing"):
         load(folder)
     shutil.rmtree(folder)
+
+
+def test_the_chat_prompt_is_one_chatml_user_turn(tiny_llama):
+    prompt = tiny_llama.chat_prompt("hi")
+    assert prompt == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"

@@ -7,29 +7,25 @@ from pathlib import Path
 
 import pytest
 
-from headlab.report.results import (
-    read_model_collapse,
-    read_model_heads,
-    read_model_prune,
-    read_sweep,
-)
+from headlab.report.results import FILES, read_section
 
 
 def test_missing_files_read_as_none(tmp_path: Path) -> None:
-    for read in (read_model_heads, read_model_collapse, read_model_prune, read_sweep):
-        assert read(tmp_path) is None
+    for name in FILES:
+        assert read_section(tmp_path, name) is None
 
 
 def test_fixture_files_read_back(results_dir: Path) -> None:
-    heads = read_model_heads(results_dir)
+    heads = read_section(results_dir, "model_heads.json")
     assert heads["num_layers"] == 3 and heads["num_heads"] == 5
     assert len(heads["metrics"]["entropy"]) == 3 and len(heads["metrics"]["entropy"][0]) == 5
-    assert len(read_model_collapse(results_dir)["per_layer"]) == 3
-    assert {s["order"] for s in read_model_prune(results_dir)["steps"]} == {"importance", "random"}
+    assert len(read_section(results_dir, "model_collapse.json")["per_layer"]) == 3
+    steps = read_section(results_dir, "model_prune.json")["steps"]
+    assert {s["order"] for s in steps} == {"importance", "random"}
 
 
 def test_sweep_keeps_the_final_record_of_finished_runs(results_dir: Path) -> None:
-    finals = read_sweep(results_dir)
+    finals = read_section(results_dir, "sweep.jsonl")
     assert len(finals) == 12  # 2 tasks x 3 head counts x 2 seeds; the unfinished run is left out
     assert all(r["final"] and r["step"] == 20 for r in finals)
 
@@ -40,23 +36,22 @@ def test_a_transposed_grid_is_rejected(results_dir: Path) -> None:
     grid = data["metrics"]["entropy"]
     data["metrics"]["entropy"] = [list(col) for col in zip(*grid, strict=True)]
     path.write_text(json.dumps(data))
-    with pytest.raises(ValueError, match=r"model_heads\.json.*'entropy' must be 3 x 5"):
-        read_model_heads(results_dir)
+    with pytest.raises(ValueError, match=r"model_heads\.json.*entropy: expected 3 x 5"):
+        read_section(results_dir, "model_heads.json")
 
 
 def test_broken_files_name_the_file(results_dir: Path) -> None:
     (results_dir / "model_prune.json").write_text("{not json")
     with pytest.raises(ValueError, match=r"model_prune\.json: expected JSON"):
-        read_model_prune(results_dir)
+        read_section(results_dir, "model_prune.json")
     (results_dir / "sweep.jsonl").write_text('{"run_id": "a"}\n')
     with pytest.warns(UserWarning, match=r"sweep\.jsonl: skipped 1 lines.*line 1: missing 'step'"):
-        assert read_sweep(results_dir) == []
+        assert read_section(results_dir, "sweep.jsonl") == []
 
 
 def test_a_torn_last_sweep_line_is_skipped_with_the_sweeps_warning(tmp_path: Path) -> None:
     from headlab.experiments.config import make_config
     from headlab.experiments.results import TornLineWarning
-    from headlab.report.results import read_sweep
 
     config = make_config("multi-lookup", 4, d_model=8)
     row = {
@@ -71,5 +66,5 @@ def test_a_torn_last_sweep_line_is_skipped_with_the_sweeps_warning(tmp_path: Pat
     }
     (tmp_path / "sweep.jsonl").write_text(json.dumps(row) + "\n" + '{"run_id": "b2", "conf')
     with pytest.warns(TornLineWarning):
-        finals = read_sweep(tmp_path)
+        finals = read_section(tmp_path, "sweep.jsonl")
     assert [r["run_id"] for r in finals] == ["a1"]

@@ -73,5 +73,7 @@ def test_missing_and_broken_files(tmp_path: Path) -> None:
     sections = why_sections(tmp_path, {})
     assert all("missing" in s for s in sections.values())
     (tmp_path / "expressivity.json").write_text(json.dumps({"headlab": "expressivity", "rank": []}))
-    with pytest.raises(ValueError, match=r"expressivity\.json.*missing keys"):
+    with pytest.raises(
+        ValueError, match=r"expressivity\.json: expressivity\.config: expected a JSON"
+    ):
         why_sections(tmp_path, {})

@@ -71,8 +71,12 @@ def _side(heads: int, head_dim: int) -> str:
     return f"{heads} head{'s' if heads != 1 else ''} of {head_dim}"
 
 
-def explain(c: Comparison) -> str:
-    """What differs, why, with the figures: one paragraph per point, no canned verdicts."""
+def explain(c: Comparison, *, findings: bool = True) -> str:
+    """What differs, why, with the figures: one paragraph per point, no canned verdicts.
+
+    Each finding's sentence is written from its ``measures``; ``findings=False`` leaves them out
+    for a caller that shows the findings itself (``headlab compare`` prints them as a table).
+    """
     a, b = _side(c.heads_a, c.head_dim_a), _side(c.heads_b, c.head_dim_b)
     rows = c.rows_equal.numel()
     equal_rows = int(c.rows_equal.sum())
@@ -89,7 +93,7 @@ def explain(c: Comparison) -> str:
             f"{c.max_abs_diff:.3g}, relative (Frobenius) difference {c.rel_diff:.3g}; "
             f"{equal_rows} of {rows} query rows agree bit for bit."
         )
-    if c.findings:
+    if c.findings and findings:
         lines.append("Why, row by row:")
         for f in c.findings:
             lines.append(f"- {f.code} ({f.fraction:.0%} of rows): {describe(f.code, f.measures)}.")

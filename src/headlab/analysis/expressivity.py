@@ -17,11 +17,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from typing import ClassVar
 
 import numpy as np
 import torch
 
 from headlab.attention.module import MultiHeadAttention
+from headlab.schema import Fields
 
 
 def score_rank(module: MultiHeadAttention, x: torch.Tensor, *, tol: float = 1e-9) -> list[int]:
@@ -155,6 +157,8 @@ class ExpressivityResult:
     """``rank``: {head_dim, seq_len, kl, kl_std, source}; ``patterns``: {num_heads, head_dim,
     blocks, relative_error} (schema in docs/answers.md)."""
 
+    KIND: ClassVar[str] = "expressivity"
+
     config: dict
     rank: list[dict] = field(default_factory=list)
     patterns: list[dict] = field(default_factory=list)
@@ -163,14 +167,16 @@ class ExpressivityResult:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> ExpressivityResult:
-        missing = [k for k in ("config", "rank", "patterns") if k not in data]
-        if missing:
-            raise ValueError(f"expressivity results: missing keys {missing}")
-        for row in data["rank"]:
-            if not {"head_dim", "seq_len", "kl"} <= set(row):
-                raise ValueError(f"expressivity rank row needs head_dim, seq_len, kl: {row}")
-        return cls(config=data["config"], rank=data["rank"], patterns=data["patterns"])
+    def from_dict(cls, data: dict, where: str = "expressivity") -> ExpressivityResult:
+        """The inverse of ``to_dict``; ValueError naming the field that does not fit."""
+        f = Fields(data, where)
+        config = f.object("config").data
+        for row in f.objects("rank"):
+            row.int("head_dim", 1), row.int("seq_len", 1), row.number("kl"), row.str("source")
+        for row in f.objects("patterns"):
+            row.int("num_heads", 1), row.int("head_dim", 1), row.int("blocks", 1)
+            row.number("relative_error")
+        return cls(config=config, rank=data["rank"], patterns=data["patterns"])
 
 
 def measure_expressivity(

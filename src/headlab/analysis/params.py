@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 from torch import nn
 
 from headlab.attention.module import MultiHeadAttention
+from headlab.attention.sizes import check_divides
 from headlab.limits import check_int
 
 
@@ -51,6 +52,8 @@ def parameter_table(
         raise ValueError("heads must list at least one head count, got none")
     for h in [*heads, *(kv_heads or [])]:
         check_int("a head count", h, high=d_model)
+    for h in heads:
+        check_divides("d_model", d_model, "heads", h)
     rows = []
     for h in heads:
         full = parameter_count(MultiHeadAttention(d_model, h, bias=bias, device="meta"))

@@ -15,6 +15,7 @@ from torch import Tensor
 from headlab.analysis.compare import Comparison, compare
 from headlab.analysis.explain import explain
 from headlab.attention.module import MultiHeadAttention
+from headlab.attention.sizes import FREE_HEAD_DIM, check_divides
 from headlab.defaults import INITS
 from headlab.limits import check_fits, check_int, check_seed
 
@@ -49,35 +50,27 @@ class CompareSetup:
         if self.init not in INITS:
             raise ValueError(f"init must be one of {', '.join(INITS)}, got {self.init!r}")
         for name in ("d_model", "heads", "vs_heads", "seq_len", "batch"):
-            check_int(f"--{name.replace('_', '-')}", getattr(self, name))
-        check_seed("--seed", self.seed)
+            check_int(name, getattr(self, name))
+        check_seed("seed", self.seed)
         for name in ("kv_heads", "head_dim"):
             if getattr(self, name) is not None:
-                check_int(f"--{name.replace('_', '-')}", getattr(self, name))
-        if self.head_dim is None and self.d_model % self.heads:
-            raise ValueError(
-                f"embed_dim={self.d_model} is not divisible by num_heads={self.heads} (--heads)"
-            )
-        if self.kv_heads is not None and self.heads % self.kv_heads:
-            raise ValueError(f"--kv-heads {self.kv_heads} does not divide --heads {self.heads}")
+                check_int(name, getattr(self, name))
+        if self.head_dim is None:
+            check_divides("d_model", self.d_model, "heads", self.heads, FREE_HEAD_DIM)
+        if self.kv_heads is not None:
+            check_divides("heads", self.heads, "kv_heads", self.kv_heads)
         q_dim = self.q_dim
-        if q_dim % self.vs_heads:
-            raise ValueError(
-                f"embed_dim={q_dim} is not divisible by num_heads={self.vs_heads} (--vs-heads)"
-                if self.head_dim is None
-                else f"--vs-heads {self.vs_heads} does not divide the query width {q_dim} "
-                "(--heads x --head-dim)"
-            )
+        check_divides("query width", q_dim, "vs_heads", self.vs_heads, "heads x head size")
         kv_dim = (self.kv_heads or self.heads) * (q_dim // self.heads)
         if kv_dim % (q_dim // self.vs_heads):
             raise ValueError(
-                f"--vs-heads {self.vs_heads} gives heads of {q_dim // self.vs_heads}, which do not "
-                f"split the K/V width {kv_dim} (--kv-heads x head size)"
+                f"vs_heads={self.vs_heads} gives heads of {q_dim // self.vs_heads}, which do not "
+                f"split the K/V width {kv_dim} (kv_heads x head size)"
             )
         if q_dim != self.d_model and not self.output_projection:
             raise ValueError(
-                f"--heads {self.heads} of --head-dim {self.head_dim} give width {q_dim}, not "
-                f"--d-model {self.d_model}: add --output-projection (W_O maps it back)"
+                f"heads={self.heads} of head_dim={self.head_dim} give width {q_dim}, not "
+                f"d_model={self.d_model}: set output_projection (W_O maps it back)"
             )
 
     @property
@@ -103,9 +96,9 @@ def build(setup: CompareSetup) -> tuple[MultiHeadAttention, MultiHeadAttention, 
     ValueError before anything is allocated when the set-up's estimate does not fit in memory.
     """
     check_fits(
-        f"--seq-len {setup.seq_len} with --batch {setup.batch} and --d-model {setup.d_model}",
+        f"seq_len={setup.seq_len} with batch={setup.batch} and d_model={setup.d_model}",
         setup.memory_estimate(),
-        "lower --seq-len or --batch",
+        f"lower seq_len={setup.seq_len} or batch={setup.batch}",
     )
     e = setup.d_model
     gen = torch.Generator().manual_seed(setup.seed)

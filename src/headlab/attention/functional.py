@@ -26,6 +26,15 @@ from headlab.attention.masks import MergedMask
 Site = Callable[[str, Tensor], Tensor]
 
 
+def entropy(p: Tensor, dim: int = -1) -> Tensor:
+    """-sum_k p_k ln p_k over ``dim`` (nats), with 0 ln 0 = 0: the entropy of attention rows
+    (batch, head, q_pos, k_pos) -> (batch, head, q_pos), or of any distribution along ``dim``.
+
+    The one definition headlab uses; the streaming statistics compute the same number from the
+    softmax's log Z (``headlab.attention.streaming``, tested against this)."""
+    return -torch.special.xlogy(p, p).sum(dim)
+
+
 def split_heads(x: Tensor, num_heads: int) -> Tensor:
     """(batch, pos, num_heads * d_head) -> (batch, num_heads, pos, d_head)."""
     batch, pos, _ = x.shape

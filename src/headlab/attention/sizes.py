@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+FREE_HEAD_DIM = "pass head_dim= to choose the head size freely"
+
 
 def check_positive_int(name: str, value: object) -> int:
     """``value`` if it is an int > 0 (not a bool); else ValueError naming ``name``."""
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
     return value
+
+
+def check_divides(whole: str, whole_value: int, part: str, part_value: int, hint: str = "") -> None:
+    """The one head-divisibility check: ValueError ``whole=W is not divisible by part=P`` (the
+    callers' argument names, which a CLI maps to its flags) unless ``part_value`` divides it."""
+    if whole_value % part_value:
+        extra = f" ({hint})" if hint else ""
+        raise ValueError(f"{whole}={whole_value} is not divisible by {part}={part_value}{extra}")
 
 
 def resolve_head_sizes(
@@ -17,15 +27,10 @@ def resolve_head_sizes(
     check_positive_int("embed_dim", embed_dim)
     check_positive_int("num_heads", num_heads)
     if head_dim is None:
-        if embed_dim % num_heads:
-            raise ValueError(
-                f"embed_dim={embed_dim} is not divisible by num_heads={num_heads} "
-                "(pass head_dim= to choose the head size freely)"
-            )
+        check_divides("embed_dim", embed_dim, "num_heads", num_heads, FREE_HEAD_DIM)
         head_dim = embed_dim // num_heads
     check_positive_int("head_dim", head_dim)
     num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
     check_positive_int("num_kv_heads", num_kv_heads)
-    if num_heads % num_kv_heads:
-        raise ValueError(f"num_heads={num_heads} is not divisible by num_kv_heads={num_kv_heads}")
+    check_divides("num_heads", num_heads, "num_kv_heads", num_kv_heads)
     return head_dim, num_kv_heads

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from torch import nn
 
@@ -12,16 +12,34 @@ if TYPE_CHECKING:
     from headlab.attention.module import MultiHeadAttention
 
 # Plain attributes a view copies from its module; the head counts are the view's own.
-_SHARED = (
-    "embed_dim",
-    "kdim",
-    "vdim",
-    "dropout",
-    "batch_first",
-    "add_zero_attn",
-    "rotary_base",
-    "causal",
-)
+M = TypeVar("M", bound=nn.Module)
+
+
+def shared_view(module: M, **replaced: Any) -> M:
+    """A new module of ``module``'s class sharing its parameters, buffers, submodules and plain
+    attributes (the same objects, not copies), with ``replaced`` attributes set instead.
+
+    The view has its own registries, so replacing a submodule in it leaves ``module`` unchanged;
+    hooks are not carried over. ``with_num_heads`` and the models' ``with_layers`` use it.
+    """
+    view = type(module).__new__(type(module))
+    nn.Module.__init__(view)
+    bookkeeping = set(vars(view))  # nn.Module's registries, hooks and training flag
+    for name, value in vars(module).items():
+        if name not in bookkeeping:
+            object.__setattr__(view, name, value)
+    for name, param in module._parameters.items():
+        view.register_parameter(name, param)
+    for name, buffer in module._buffers.items():
+        view.register_buffer(
+            name, buffer, persistent=name not in module._non_persistent_buffers_set
+        )
+    for name, child in module._modules.items():
+        view.add_module(name, child)
+    for name, value in replaced.items():
+        setattr(view, name, value)
+    view.train(module.training)
+    return view
 
 
 def view_head_sizes(module: MultiHeadAttention, num_heads: int, num_kv_heads: int | None):
@@ -61,15 +79,10 @@ def with_num_heads(
 ) -> MultiHeadAttention:
     """A module of ``module``'s class sharing its parameters (not copies), with new head counts."""
     head_dim, num_kv_heads = view_head_sizes(module, num_heads, num_kv_heads)
-    view = type(module).__new__(type(module))
-    nn.Module.__init__(view)
-    for name in _SHARED:
-        setattr(view, name, getattr(module, name))
-    view.num_heads, view.head_dim, view.num_kv_heads = num_heads, head_dim, num_kv_heads
-    view._interventions = {}
-    for name, param in module._parameters.items():
-        view.register_parameter(name, param)
-    view.bias_k, view.bias_v = module.bias_k, module.bias_v
-    view.out_proj = module.out_proj
-    view.train(module.training)
-    return view
+    return shared_view(
+        module,
+        num_heads=num_heads,
+        head_dim=head_dim,
+        num_kv_heads=num_kv_heads,
+        _interventions={},  # interventions belong to the module they were set on
+    )

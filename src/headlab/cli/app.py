@@ -1,9 +1,20 @@
-"""The typer application; command modules register themselves on it when imported below."""
+"""The typer application: the root options, and the command modules' commands registered on it."""
 
 from __future__ import annotations
 
 import typer
 from typer.core import TyperOption
+
+from headlab.cli import (
+    compare,
+    expressivity,
+    model,
+    params,
+    redundancy,
+    report,
+    specialisation,
+    sweep,
+)
 
 app = typer.Typer(
     name="headlab",
@@ -40,12 +51,6 @@ def _root(
     """Exact, fast and inspectable multi-head attention, and measured answers about heads."""
 
 
-# Command modules: each adds its commands to ``app``. Imported last, for their side effect.
-from headlab.cli import compare as _compare  # noqa: E402,F401
-from headlab.cli import expressivity as _expressivity  # noqa: E402,F401
-from headlab.cli import model as _model  # noqa: E402,F401
-from headlab.cli import params as _params  # noqa: E402,F401
-from headlab.cli import redundancy as _redundancy  # noqa: E402,F401
-from headlab.cli import report as _report  # noqa: E402,F401
-from headlab.cli import specialisation as _specialisation  # noqa: E402,F401
-from headlab.cli import sweep as _sweep  # noqa: E402,F401
+# Each command module adds its commands here; none of them imports this module (no cycle).
+for _module in (compare, expressivity, model, params, redundancy, report, specialisation, sweep):
+    _module.register(app)

@@ -6,7 +6,7 @@ import json
 
 import typer
 
-from headlab.cli.app import app
+from headlab.cli.parsing import flags
 from headlab.cli.tables import fitted_tables
 from headlab.defaults import INITS
 
@@ -30,9 +30,11 @@ _HEAD_DIM = typer.Option(
     None, "--head-dim", help="Head size of the first side [default: d_model / heads]."
 )
 _JSON = typer.Option(False, "--json", help="Print the JSON document only.")
+# CompareSetup's arguments, which its errors name, are these commands' flags
+_FLAGS = ("d_model", "heads", "vs_heads", "seq_len", "batch", "init", "seed", "kv_heads",
+          "head_dim", "output_projection", "talking_heads")  # fmt: skip
 
 
-@app.command()
 def compare(
     d_model: int = _D_MODEL,
     heads: int = _HEADS,
@@ -58,20 +60,21 @@ def compare(
     from headlab.analysis.explain import explain
     from headlab.analysis.scenarios import CompareSetup, run_setup
 
-    setup = CompareSetup(
-        d_model=d_model,
-        heads=heads,
-        vs_heads=vs_heads,
-        seq_len=seq_len,
-        batch=batch,
-        init=init,
-        seed=seed,
-        output_projection=output_projection,
-        causal=causal,
-        kv_heads=kv_heads,
-        head_dim=head_dim,
-    )
-    comparison = run_setup(setup)
+    with flags(*_FLAGS):
+        setup = CompareSetup(
+            d_model=d_model,
+            heads=heads,
+            vs_heads=vs_heads,
+            seq_len=seq_len,
+            batch=batch,
+            init=init,
+            seed=seed,
+            output_projection=output_projection,
+            causal=causal,
+            kv_heads=kv_heads,
+            head_dim=head_dim,
+        )
+        comparison = run_setup(setup)
     if as_json:
         print(json.dumps(comparison.to_dict(), indent=2))
         return
@@ -88,10 +91,9 @@ def compare(
     for f in comparison.findings:
         table.add_row(f.code, f"{f.fraction:.0%}", f.detail)
     console.print(table)
-    console.print(explain(comparison), highlight=False)
+    console.print(explain(comparison, findings=False), highlight=False)  # findings: the table
 
 
-@app.command()
 def grad(
     d_model: int = typer.Option(64, "--d-model", help="Model width E (d_model)."),
     heads: int = typer.Option(8, "--heads", help="Head count of the first side."),
@@ -119,24 +121,21 @@ def grad(
 
     from headlab.analysis.grad import coupling_comparison
     from headlab.analysis.scenarios import CompareSetup
-    from headlab.limits import check_finite
 
-    check_finite("--talking-heads", talking_heads)  # the CLI names its flags
-    if talking_heads and kv_heads not in (None, heads):
-        raise ValueError("--talking-heads needs --kv-heads equal to --heads (or left out)")
-    setup = CompareSetup(
-        d_model=d_model,
-        heads=heads,
-        vs_heads=vs_heads,
-        seq_len=seq_len,
-        batch=batch,
-        init=init,
-        seed=seed,
-        output_projection=True,
-        kv_heads=kv_heads,
-        head_dim=head_dim,
-    )
-    doc = coupling_comparison(setup, talking_heads).to_dict()
+    with flags(*_FLAGS):
+        setup = CompareSetup(
+            d_model=d_model,
+            heads=heads,
+            vs_heads=vs_heads,
+            seq_len=seq_len,
+            batch=batch,
+            init=init,
+            seed=seed,
+            output_projection=True,
+            kv_heads=kv_heads,
+            head_dim=head_dim,
+        )
+        doc = coupling_comparison(setup, talking_heads).to_dict()
     blocks = doc["blocks"]
     if as_json:
         print(json.dumps(doc, indent=2))
@@ -158,3 +157,9 @@ def grad(
             + " ".join(f"{v:.3g}" for v in norms["w_o"]),
             highlight=False,
         )
+
+
+def register(app: typer.Typer) -> None:
+    """Add this module's commands to ``app`` (``headlab.cli.app``)."""
+    app.command()(compare)
+    app.command()(grad)

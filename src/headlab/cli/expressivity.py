@@ -10,8 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from headlab.cli.app import app
-from headlab.cli.parsing import sizes
+from headlab.cli.parsing import flags, sizes
 from headlab.cli.progress import progress
 from headlab.locations import why_results
 
@@ -19,7 +18,6 @@ OUT = typer.Option(why_results("expressivity"), "--out", help="Results file (JSO
 FIGURE = typer.Option(None, "--figure", help="Write the figure (PNG).")
 
 
-@app.command()
 def expressivity(
     seq_lens: str = typer.Option("8,16,32", "--seq-lens", help="Sequence lengths n."),
     head_dims: str = typer.Option("1,2,4,8,16,32", "--head-dims", help="Head sizes d_head."),
@@ -38,7 +36,7 @@ def expressivity(
     """Fit attention patterns with one head of each size (KL floor below d_head = n), and fit
     h different offsets at once with 1 head of 32 against h heads of 32 / h."""
     from headlab.analysis.expressivity import ExpressivityConfig, measure_expressivity
-    from headlab.heads.results import write_json
+    from headlab.heads.results import write_result
     from headlab.limits import check_int, check_seed
     from headlab.output_policy import Kind, check_output
 
@@ -56,21 +54,19 @@ def expressivity(
     patterns, name = None, model
     if model != "none":
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        from headlab.heads.patterns import head_patterns
+        from headlab.heads.patterns import patterns_by_length
         from headlab.models import default_corpus, load
 
-        loaded = load(model)
+        with flags("model"):
+            loaded = load(model)
         name = loaded.name
         texts = default_corpus(64)
-        patterns = {
-            n: head_patterns(loaded, texts, n, config.targets, seed=seed) for n in config.seq_lens
-        }
-    total = (len(config.seq_lens) * (2 if patterns else 1)) * len(config.head_dims) + 2
-    with progress("expressivity", total, quiet=as_json) as update:
+        patterns = patterns_by_length(loaded, texts, config.seq_lens, config.targets, seed=seed)
+    with progress("expressivity: fits", None, quiet=as_json) as update:
         result = measure_expressivity(
-            config, model_patterns=patterns, model_name=name, on_step=lambda d, t: update(d)
+            config, model_patterns=patterns, model_name=name, on_step=update
         )
-    written = write_json(out, result.to_dict(), "expressivity", force=force)
+    written = write_result(out, result, force=force)
     if figure is not None:
         from headlab.files import save_figure
         from headlab.report.why_figures import expressivity_figure
@@ -101,3 +97,8 @@ def expressivity(
             highlight=False,
         )
     print(f"wrote {out}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add this module's commands to ``app`` (``headlab.cli.app``)."""
+    app.command()(expressivity)

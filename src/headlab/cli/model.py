@@ -15,8 +15,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from headlab.cli.app import app
-from headlab.cli.parsing import int_list
+from headlab.cli.parsing import flags, int_list
 from headlab.cli.progress import progress
 from headlab.cli.tables import fitted_tables
 from headlab.locations import model_results
@@ -25,7 +24,6 @@ model_app = typer.Typer(
     help="Analyse the heads of a trained model: minilm (default), smollm2 or a path.",
     no_args_is_help=True,
 )
-app.add_typer(model_app, name="model")
 
 MODEL = typer.Option(
     None, "--model", help="minilm (default), smollm2, or a path (.gguf, BERT or Llama folder)."
@@ -82,7 +80,8 @@ def _load(
         check_int("--max-length", max_length, low=2)
     if corpus is not None:
         texts = read_corpus(corpus, n_texts)
-    loaded = load(model if model_dir is None else model_dir)
+    with flags("model"):
+        loaded = load(model if model_dir is None else model_dir)
     positions = loaded.max_positions
     max_length = min(128, positions) if max_length is None else max_length
     check_int("--max-length", max_length, low=2, high=positions)
@@ -91,12 +90,11 @@ def _load(
     return loaded, texts, max_length
 
 
-def _emit(
-    analysis: str, document: dict, out: Path, force: bool, as_json: bool, tables: list[Table]
-) -> None:
-    from headlab.heads import write_json
+def _emit(result, out: Path, force: bool, as_json: bool, tables: list[Table]) -> None:
+    """Write ``result`` (a results type: its KIND tags the file), then print it."""
+    from headlab.heads.results import write_result
 
-    written = write_json(out, document, f"model-{analysis}", force=force)
+    written = write_result(out, result, force=force)
     if as_json:
         print(json.dumps(written, indent=1))
         return
@@ -176,7 +174,7 @@ def heads(
     out = model_results("heads") if out is None else out
     _claim("heads", out, force, figure)
     loaded, texts, max_length = _load(model, model_dir, corpus, n_texts, max_length)
-    with progress("heads", len(texts), quiet=as_json) as update:
+    with progress("head statistics: texts", len(texts), quiet=as_json) as update:
         result = head_statistics(
             loaded, texts, max_length=max_length, detector_length=50, on_batch=update
         )
@@ -193,7 +191,7 @@ def heads(
         tables.append(
             _top_table("top attention sinks (mean weight on the first token)", result.top("first"))
         )
-    _emit("heads", result.to_dict(), out, force, as_json, tables)
+    _emit(result, out, force, as_json, tables)
 
 
 def _check_metric(metric: str, result) -> None:
@@ -228,21 +226,22 @@ def _long_context(
     text = long_document() if text_file is None else read_text_file(text_file)
     if not text.strip():
         raise ValueError(f"--text-file {text_file}: expected text, got an empty file")
-    loaded = load(model if model_dir is None else model_dir)
+    with flags("model"):
+        loaded = load(model if model_dir is None else model_dir)
     if max_tokens is not None:
         check_int("--max-tokens", max_tokens, low=2, high=loaded.max_positions)
-    with progress("layers", loaded.num_layers, quiet=as_json) as update:
+    with progress("one long text: layers", loaded.num_layers, quiet=as_json) as update:
         result = long_text_statistics(loaded, text, max_tokens=max_tokens, on_layer=update)
     _check_metric(metric, result.statistics)
-    document = result.to_dict()
-    findings = document["findings"]
+    document = result.result()
+    findings = document.findings
     n, whole = len(result.tokens), result.text_tokens
     cut = f" (cut from {whole}: the rest was not analysed)" if result.truncated else ""
     title = f"{metric} per head, {result.statistics.model}, one text of {n} tokens{cut}"
     tables = _grid(title, result.statistics.metrics[metric])
     tables.append(_sink_table(findings))
-    tables.append(_concentration_table(findings, document["heavy_hitters"], result.tokens))
-    _emit("long-context", document, out, force, as_json, tables)
+    tables.append(_concentration_table(findings, document.heavy_hitters, result.tokens))
+    _emit(document, out, force, as_json, tables)
 
 
 def _sink_table(findings: dict) -> Table:
@@ -306,8 +305,9 @@ def collapse(
     loaded, texts, max_length = _load(model, model_dir, corpus, n_texts, max_length)
     counts = None if chosen is None else tuple(chosen)
     if counts is not None:
-        check_head_counts(loaded, counts, "--heads")
-    with progress("collapse", 1, quiet=as_json) as update:
+        with flags(head_counts="--heads"):
+            check_head_counts(loaded, counts)
+    with progress("collapse: model runs", None, quiet=as_json) as update:
         result = collapse_heads(loaded, texts, counts, max_length=max_length, on_step=update)
     names = list(result.all_layers[0].measures)
     rows = [
@@ -318,7 +318,7 @@ def collapse(
     columns = ["layers", "heads", *(n.replace("_", " ") for n in names)]
     title = f"Collapse, {result.model}, {result.n_texts} texts"
     tables = fitted_tables(title, columns, rows, keys=2)
-    _emit("collapse", result.to_dict(), out, force, as_json, tables)
+    _emit(result, out, force, as_json, tables)
 
 
 @model_app.command()
@@ -340,7 +340,7 @@ def importance(
     check_finite("--temperature", temperature, positive=True)
     _claim("importance", out, force)
     loaded, texts, max_length = _load(model, model_dir, corpus, n_texts, max_length)
-    with progress("importance", 1, quiet=as_json) as update:
+    with progress("importance: batches", None, quiet=as_json) as update:
         result = head_importance(
             loaded,
             texts,
@@ -349,7 +349,7 @@ def importance(
             on_batch=update,
         )
     title = f"Importance (normalised per layer), {result.model}, {result.n_texts} texts"
-    _emit("importance", result.to_dict(), out, force, as_json, _grid(title, result.importance))
+    _emit(result, out, force, as_json, _grid(title, result.importance))
 
 
 @model_app.command()
@@ -371,7 +371,7 @@ def prune(
     check_seed("--seed", seed)
     _claim("prune", out, force)
     loaded, texts, max_length = _load(model, model_dir, corpus, n_texts, max_length)
-    with progress("prune", 1, quiet=as_json) as update:
+    with progress("pruning: model runs", None, quiet=as_json) as update:
         result = prune_by_importance(
             loaded, texts, seed=seed, max_length=max_length, on_step=update
         )
@@ -390,7 +390,7 @@ def prune(
     columns = ["order", "pruned", "heads", "params", "ms", *(n.replace("_", " ") for n in names)]
     title = f"Pruning, {result.model}, {result.n_texts} texts"
     tables = fitted_tables(title, columns, rows, keys=2, left=["order"])
-    _emit("prune", result.to_dict(), out, force, as_json, tables)
+    _emit(result, out, force, as_json, tables)
 
 
 @model_app.command()
@@ -407,15 +407,17 @@ def ablate(
     force: bool = FORCE,
 ) -> None:
     """The model's loss with and without the --ablate heads (their outputs before W_O)."""
-    from headlab.heads.ablation import ablation_effect, parse_heads
+    from headlab.heads.ablation import ablation_effect, check_mode, parse_heads
 
-    chosen = parse_heads(heads)
-    if mode not in ("zero", "mean", "resample"):
-        raise ValueError(f"--mode must be zero, mean or resample, got {mode!r}")
+    with flags("mode", heads="--ablate"):
+        chosen = parse_heads(heads)
+        check_mode(mode)
     _claim("ablate", out, force)
     loaded, texts, max_length = _load(model, model_dir, corpus, n_texts, max_length)
-    with progress("ablate", 1, quiet=as_json):
-        result = ablation_effect(loaded, texts, chosen, mode=mode, max_length=max_length)
+    with progress("ablation: passes", 2, quiet=as_json) as update:
+        result = ablation_effect(
+            loaded, texts, chosen, mode=mode, max_length=max_length, on_step=update
+        )
     row = [
         ",".join(f"{l}.{h}" for l, h in result.heads),
         result.mode,
@@ -427,7 +429,7 @@ def ablate(
     columns = ["heads", "mode", "objective", "baseline", "ablated", "change"]
     title = f"Ablation, {result.model}, {result.n_texts} texts"
     tables = fitted_tables(title, columns, [row], keys=0, left=["heads", "objective"])
-    _emit("ablate", result.to_dict(), out, force, as_json, tables)
+    _emit(result, out, force, as_json, tables)
 
 
 @model_app.command()
@@ -444,14 +446,20 @@ def generate(
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     check_int("--max-new-tokens", max_new_tokens, high=4096)
-    loaded = load(model)
+    with flags("model"):
+        loaded = load(model)
     if not loaded.causal:
         raise ValueError(f"--model must be a decoder (a language model), got {loaded.name}")
-    text = f"<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n" if chat else prompt
-    with progress("generate", max_new_tokens, quiet=as_json):
-        new = loaded.generate(text, max_new_tokens)
+    text = loaded.chat_prompt(prompt) if chat else prompt
+    with progress("generating: tokens", max_new_tokens, quiet=as_json) as update:
+        new = loaded.generate(text, max_new_tokens, on_token=update)
     if as_json:
         doc = {"model": loaded.name, "prompt": prompt, "new_ids": new, "text": loaded.decode(new)}
         print(json.dumps(doc, indent=1, ensure_ascii=False))
         return
     print(loaded.decode(new))
+
+
+def register(app: typer.Typer) -> None:
+    """Add this module's commands to ``app`` (``headlab.cli.app``)."""
+    app.add_typer(model_app, name="model")

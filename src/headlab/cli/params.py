@@ -6,12 +6,10 @@ import json
 
 import typer
 
-from headlab.cli.app import app
-from headlab.cli.parsing import int_list
+from headlab.cli.parsing import flags, int_list
 from headlab.cli.tables import fitted_tables
 
 
-@app.command()
 def params(
     d_model: int = typer.Option(512, "--d-model", help="Model width E."),
     heads: str = typer.Option("1,2,4,8,16", "--heads", help="Head counts, comma separated."),
@@ -24,14 +22,10 @@ def params(
     from rich.console import Console
 
     from headlab.analysis.params import parameter_table
-    from headlab.limits import check_int
 
-    check_int("--d-model", d_model)
     head_counts = int_list(heads, "--heads")
-    for h in head_counts or ():
-        if d_model % h:  # the library's message names its arguments (num_heads=, head_dim=)
-            raise ValueError(f"--heads {h} does not divide --d-model {d_model}")
-    rows = parameter_table(d_model, head_counts, int_list(kv_heads, "--kv-heads"))
+    with flags("d_model", "heads", "kv_heads"):
+        rows = parameter_table(d_model, head_counts, int_list(kv_heads, "--kv-heads"))
     if as_json:
         print(json.dumps([r.to_dict() for r in rows], indent=2))
         return
@@ -54,3 +48,8 @@ def params(
     ]
     title = f"Parameters of one attention layer, d_model={d_model}"
     Console().print(*fitted_tables(title, columns, cells, keys=2))
+
+
+def register(app: typer.Typer) -> None:
+    """Add this module's commands to ``app`` (``headlab.cli.app``)."""
+    app.command()(params)

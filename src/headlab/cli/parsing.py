@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 
 def int_list(text: str, option: str) -> list[int] | None:
     """'1,2,4' -> [1, 2, 4]; '' -> None. ValueError names the option and the bad item."""
@@ -27,3 +31,32 @@ def sizes(text: str, option: str, high: int) -> tuple[int, ...]:
     if not values:
         raise ValueError(f"{option} must list at least one integer, got {text!r}")
     return tuple(check_int(option, v, high=high) for v in values)
+
+
+# library argument -> flag, where the flag is not the argument's name with dashes
+ALIASES = {"embed_dim": "--d-model", "num_heads": "--heads", "num_kv_heads": "--kv-heads"}
+
+
+def as_flags(message: str, names: dict[str, str]) -> str:
+    """``message`` with library argument names as flags: ``d_model=512`` -> ``--d-model 512``,
+    and a name with an underscore (``seq_len``) or one that starts the message as its flag."""
+    for name, flag in names.items():
+        message = re.sub(rf"(?<![\w-]){name}=(?=[^\s)])", f"{flag} ", message)
+        message = re.sub(rf"(?<![\w-]){name}=", flag, message)
+        bare = rf"(?<![\w-]){name}(?![\w=-])" if "_" in name else rf"^{name}(?= )"
+        message = re.sub(bare, flag, message)
+    return message
+
+
+@contextmanager
+def flags(*names: str, **aliases: str) -> Iterator[None]:
+    """Within this block, a library ValueError names this command's flags instead of the
+    library's arguments: each of ``names`` becomes ``--name-with-dashes`` (``d_model`` ->
+    ``--d-model``), ``ALIASES`` and ``aliases`` give the others (``embed_dim`` -> ``--d-model``)."""
+    mapping = {**ALIASES, **{n: "--" + n.replace("_", "-") for n in names}, **aliases}
+    try:
+        yield
+    except (ValueError, FileNotFoundError) as error:
+        if len(error.args) == 1 and isinstance(error.args[0], str):
+            error.args = (as_flags(error.args[0], mapping), *error.args[1:])
+        raise

@@ -10,8 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from headlab.cli.app import app
-from headlab.cli.parsing import sizes
+from headlab.cli.parsing import flags, sizes
 from headlab.cli.progress import progress
 from headlab.locations import why_results
 
@@ -19,7 +18,6 @@ OUT = typer.Option(why_results("redundancy"), "--out", help="Results file (JSON)
 FIGURE = typer.Option(None, "--figure", help="Write the figure (PNG).")
 
 
-@app.command()
 def redundancy(
     model: str = typer.Option("minilm", "--model", help="minilm, smollm2, or a model path."),
     ranks: str = typer.Option(
@@ -34,8 +32,8 @@ def redundancy(
 ) -> None:
     """Spectrum and effective rank of each layer's W_Q_i^T W_K_i, and the model with every
     layer's keys and queries read through shared rank-k subspaces (no retraining)."""
-    from headlab.heads.redundancy import default_ranks, measure_redundancy
-    from headlab.heads.results import write_json
+    from headlab.heads.redundancy import measure_redundancy
+    from headlab.heads.results import write_result
     from headlab.limits import check_int
     from headlab.output_policy import Kind, check_output
 
@@ -47,16 +45,15 @@ def redundancy(
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from headlab.models import default_corpus, load
 
-    loaded = load(model)
+    with flags("model"):
+        loaded = load(model)
     check_int("--max-length", max_length, low=2, high=loaded.max_positions)
-    chosen = chosen or default_ranks(loaded)
     texts = default_corpus(n_texts)
-    total = loaded.num_layers + len(chosen) + 1
-    with progress("redundancy", total, quiet=as_json) as update:
+    with progress("redundancy: layers and ranks", None, quiet=as_json) as update:
         result = measure_redundancy(
-            loaded, texts, ranks=chosen, max_length=max_length, on_step=lambda d, t: update(d)
+            loaded, texts, ranks=chosen, max_length=max_length, on_step=update
         )
-    written = write_json(out, result.to_dict(), "redundancy", force=force)
+    written = write_result(out, result, force=force)
     if figure is not None:
         from headlab.files import save_figure
         from headlab.report.why_figures import redundancy_figure
@@ -80,3 +77,8 @@ def redundancy(
         table.add_row(str(row["rank"]), cut, *(f"{row[k]:.4g}" for k in keys))
     console.print(table)
     print(f"wrote {out}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add this module's commands to ``app`` (``headlab.cli.app``)."""
+    app.command()(redundancy)

@@ -7,12 +7,11 @@ from typing import Annotated
 
 import typer
 
-from headlab.cli.app import app
+from headlab.cli.progress import progress
 from headlab.defaults import DEFAULT_TEXT
 from headlab.locations import REPORT_DIR, RESULTS_DIR
 
 
-@app.command()
 def report(
     out: Annotated[Path, typer.Option("--out", help="Directory of the report.")] = REPORT_DIR,
     text: Annotated[str, typer.Option("--text", help="Text whose attention is shown.")] = (
@@ -33,4 +32,11 @@ def report(
     from headlab.report import ReportOptions, build_report
 
     options = ReportOptions(text=text, results=results, seed=seed)
-    print(build_report(out, options, force=force, png=png))
+    with progress("report: measuring and drawing", None):  # no steps to count: a pulse
+        index = build_report(out, options, force=force, png=png)
+    print(index)
+
+
+def register(app: typer.Typer) -> None:
+    """Add this module's commands to ``app`` (``headlab.cli.app``)."""
+    app.command()(report)

@@ -9,8 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from headlab.cli.app import app
-from headlab.cli.parsing import sizes
+from headlab.cli.parsing import flags, sizes
 from headlab.cli.progress import progress
 from headlab.locations import why_results
 
@@ -18,7 +17,6 @@ OUT = typer.Option(why_results("specialisation"), "--out", help="Results file (J
 FIGURE = typer.Option(None, "--figure", help="Write the figure (PNG).")
 
 
-@app.command()
 def specialisation(
     heads: str = typer.Option("1,2,4,8", "--heads", help="Head counts (d_model fixed)."),
     attention: str = typer.Option(
@@ -34,36 +32,25 @@ def specialisation(
 ) -> None:
     """Train the multi-lookup task with h heads and ablate each head at every checkpoint: the
     heads x lookups matrix, the step at which heads split the work, talking heads beside."""
-    from headlab.experiments.config import ATTENTION_KINDS
     from headlab.experiments.specialisation import SpecialisationConfig, measure_specialisation
-    from headlab.heads.results import write_json
+    from headlab.heads.results import write_result
     from headlab.limits import check_int, check_seed
     from headlab.output_policy import Kind, check_output
 
     check_output(out, Kind.json("specialisation"), force=force)
     if figure is not None:
         check_output(figure, Kind.png("specialisation"), force=force, option="--figure")
-    kinds = tuple(a.strip() for a in attention.split(",") if a.strip())
-    if not kinds or any(k not in ATTENTION_KINDS for k in kinds):
-        raise ValueError(
-            f"--attention must list {' and/or '.join(ATTENTION_KINDS)}, got {attention!r}"
+    with flags("heads", "attention"):
+        config = SpecialisationConfig(
+            heads=sizes(heads, "--heads", 64),
+            attention=tuple(a.strip() for a in attention.split(",") if a.strip()),
+            steps=check_int("--steps", steps, high=10**6),
+            eval_every=check_int("--eval-every", eval_every, high=10**6),
+            seed=check_seed("--seed", seed),
         )
-    head_counts = sizes(heads, "--heads", 64)
-    for h in head_counts:
-        if 64 % h:
-            raise ValueError(f"--heads {h} does not divide d_model 64")
-    config = SpecialisationConfig(
-        heads=head_counts,
-        attention=kinds,
-        steps=check_int("--steps", steps, high=10**6),
-        eval_every=check_int("--eval-every", eval_every, high=10**6),
-        seed=check_seed("--seed", seed),
-    )
-    runs = sum(1 for a in kinds for h in head_counts if a == "plain" or h > 1)
-    total = runs * -(-config.steps // config.eval_every)
-    with progress("specialisation", total, quiet=as_json) as update:
-        result = measure_specialisation(config, on_step=lambda d, t: update(d))
-    written = write_json(out, result.to_dict(), "specialisation", force=force)
+    with progress("specialisation: checkpoints", config.steps_total(), quiet=as_json) as update:
+        result = measure_specialisation(config, on_step=update)
+    written = write_result(out, result, force=force)
     if figure is not None:
         from headlab.files import save_figure
         from headlab.report.why_figures import specialisation_figure
@@ -89,3 +76,8 @@ def specialisation(
         )
     Console().print(table)
     print(f"wrote {out}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add this module's commands to ``app`` (``headlab.cli.app``)."""
+    app.command()(specialisation)

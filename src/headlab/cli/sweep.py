@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from headlab.cli.app import app
-from headlab.cli.parsing import int_list
+from headlab.cli.parsing import flags, int_list
+from headlab.cli.progress import progress
 from headlab.cli.tables import fitted_tables
 from headlab.locations import SWEEP_FIGURE, SWEEP_RESULTS
 
@@ -19,6 +19,10 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from headlab.experiments.summary import SummaryRow
     from headlab.experiments.sweep import SweepPlan
+
+# SweepSpec's and the executors' arguments, which their errors name, are this command's flags
+SWEEP_FLAGS = ("task", "heads", "d_model", "layers", "seeds", "steps", "kv_heads", "head_dim",
+               "attention", "workers", "executor", "address", "out")  # fmt: skip
 
 sweep_app = typer.Typer(
     help="Train small attention models that differ only in the head split.",
@@ -47,47 +51,35 @@ def summary_tables(rows: list[SummaryRow], title: str) -> list[Table]:
     return fitted_tables(title, [*columns, "head entropy"], cells, keys=2, left=["task"])
 
 
+def run_name(config) -> str:
+    """How the progress bar names a run: its head split and its seed."""
+    kv = "" if config.num_kv_heads == config.num_heads else f", {config.num_kv_heads} K/V"
+    return f"h={config.num_heads}{kv} d_head={config.head_dim} seed {config.seed}"
+
+
 def _run_with_progress(plan: SweepPlan, *, executor: str, workers: int, address: str | None) -> int:
     """Run the plan's remaining configs under a progress bar; return how many finished.
 
-    Ctrl-C: says what was saved, then re-raises (the entry point exits 130).
+    The bar (stderr, a terminal only) counts finished runs and shows the last loss reported,
+    naming the run it belongs to. Ctrl-C: says what was saved, then re-raises (exit 130).
     """
-    from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
     from headlab.experiments.sweep import run_sweep
 
     if not plan.todo:
         return 0
+    names = {c.run_id: run_name(c) for c in plan.todo}
     done = 0
     try:
-        with Progress(
-            TextColumn("[bold]runs"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("loss {task.fields[loss]}"),
-            TimeElapsedColumn(),
-            TextColumn("left"),
-            TimeRemainingColumn(),
-            console=Console(stderr=True),
-        ) as progress:
-            bar = progress.add_task("sweep", total=len(plan.todo), loss="-")
+        with progress("sweep: runs", len(plan.todo)) as update:
 
             def on_eval(run_id: str, step: int, loss: float) -> None:
-                progress.update(bar, loss=f"{loss:.3f} (step {step})")
+                update(detail=f"loss {loss:.3f} at step {step} of {names.get(run_id, run_id)}")
 
             for _ in run_sweep(
                 plan, executor=executor, workers=workers, address=address, on_eval=on_eval
             ):
                 done += 1
-                progress.advance(bar)
+                update(done)
     except KeyboardInterrupt:
         print(
             f"headlab: interrupted; {done} runs of this session saved in {plan.out}; "
@@ -131,8 +123,6 @@ def sweep(
 
     if executor not in ("local", "ray"):
         raise ValueError(f"--executor must be local or ray, got {executor!r}")
-    if workers < 1:
-        raise ValueError(f"--workers must be >= 1, got {workers}")
     spec = SweepSpec(
         task=task,
         heads=tuple(int_list(heads, "--heads") or ()),
@@ -144,9 +134,11 @@ def sweep(
         head_dim=head_dim or None,
         attention=attention,
     )
-    if executor == "ray" and address:
-        check_reachable(address)  # Ray itself would retry an unreachable address for minutes
-    plan = plan_sweep(spec, out)  # every config and --out validated before any training
+    with flags(*SWEEP_FLAGS):
+        capped_workers(workers, 1)
+        if executor == "ray" and address:
+            check_reachable(address)  # Ray itself would retry an unreachable address for minutes
+        plan = plan_sweep(spec, out)  # every config and --out validated before any training
     workers = capped_workers(workers, len(plan.todo))
     print(
         f"sweep {task}: {len(plan.configs)} runs, {plan.skipped} already finished in "
@@ -154,7 +146,8 @@ def sweep(
         flush=True,
     )
     start = time.perf_counter()
-    done = _run_with_progress(plan, executor=executor, workers=workers, address=address or None)
+    with flags(*SWEEP_FLAGS):
+        done = _run_with_progress(plan, executor=executor, workers=workers, address=address or None)
     print(f"{done} runs in {time.perf_counter() - start:.1f} s; results in {plan.out}")
     wanted = {c.run_id for c in plan.configs}
     rows = [r for r in read_rows(plan.out) if r["run_id"] in wanted]
@@ -191,4 +184,6 @@ def summary(
     Console().print(*summary_tables(summarize(read_rows(results)), str(results)))
 
 
-app.add_typer(sweep_app, name="sweep")
+def register(app: typer.Typer) -> None:
+    """Add this module's commands to ``app`` (``headlab.cli.app``)."""
+    app.add_typer(sweep_app, name="sweep")

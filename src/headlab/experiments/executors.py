@@ -35,7 +35,7 @@ def capped_workers(workers: int, runs: int) -> int:
     More processes than cores only share the same cores (each run uses one torch thread).
     """
     if workers < 1:
-        raise ValueError(f"--workers must be >= 1, got {workers}")
+        raise ValueError(f"workers must be >= 1, got {workers}")
     return max(1, min(workers, os.cpu_count() or 1, runs))
 
 
@@ -167,7 +167,7 @@ def run_ray(
         import ray
     except ImportError:
         raise ValueError(
-            "--executor ray needs the optional extra: pip install 'headlab[ray]'"
+            "executor=ray needs the optional extra: pip install 'headlab[ray]'"
         ) from None
     if not ray.is_initialized():
         if address not in (None, "", "auto", "local"):
@@ -196,12 +196,12 @@ def check_reachable(address: str, timeout: float = 5.0) -> None:
     host_port = address.split("://", 1)[-1]
     host, sep, port = host_port.rpartition(":")
     if not sep or not port.isdigit():
-        raise ValueError(f"--address must be host:port or ray://host:port, got {address!r}")
+        raise ValueError(f"address must be host:port or ray://host:port, got {address!r}")
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
     except OSError as error:
         raise ValueError(
-            f"--address {address} does not answer ({error.strerror or error}; "
+            f"address={address} does not answer ({error.strerror or error}; "
             f"tried for {timeout:.0f} s)"
         ) from None
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
+from headlab.attention.functional import entropy
 from headlab.attention.module import MultiHeadAttention
 from headlab.attention.talking_heads import TalkingHeadsAttention
 from headlab.experiments.config import RunConfig
@@ -104,6 +105,6 @@ def attention_entropy(weights: list[Tensor], readout: str) -> list[float]:
     for i, w in enumerate(weights):  # (batch, head, q_pos, k_pos)
         last_only = readout == "last" and i == len(weights) - 1
         rows = w[:, :, -1:] if last_only else w
-        ent = -(rows * rows.clamp_min(1e-12).log()).sum(-1)  # (batch, head, q_pos)
+        ent = entropy(rows)  # (batch, head, q_pos)
         out.extend(ent.mean(dim=(0, 2)).tolist())
     return out

@@ -21,9 +21,13 @@ import os
 import warnings
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from headlab.notices import HeadlabWarning
 from headlab.output_policy import OutputRefused, check_parent
+
+if TYPE_CHECKING:
+    from headlab.experiments.config import RunConfig
 
 try:  # POSIX; elsewhere concurrent sweeps into one file are not detected
     import fcntl
@@ -113,6 +117,58 @@ def row_problem(row: object) -> str | None:
     return _config_problem(row.get("config"))
 
 
+@dataclass(frozen=True)
+class SweepRow:
+    """One line of sweep.jsonl: a run's evaluation at ``step`` (schema in the module docstring).
+
+    head_entropy (layer-major L*H floats) and seconds are set on the final row only.
+    """
+
+    run_id: str
+    config: RunConfig
+    step: int
+    loss: float
+    accuracy: float
+    final: bool
+    params: int
+    head_entropy: list[float] | None = None
+    seconds: float | None = None
+
+    def to_dict(self) -> dict:
+        return {
+            "run_id": self.run_id,
+            "config": self.config.to_dict(),
+            "step": self.step,
+            "loss": self.loss,
+            "accuracy": self.accuracy,
+            "final": self.final,
+            "head_entropy": self.head_entropy,
+            "params": self.params,
+            "seconds": self.seconds,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict, where: str = "sweep row") -> SweepRow:
+        """The inverse of ``to_dict``; ValueError naming the field that does not fit."""
+        from headlab.experiments.config import RunConfig
+
+        problem = row_problem(data)
+        if problem is not None:
+            raise ValueError(f"{where}: {problem}")
+        entropy, seconds = data.get("head_entropy"), data.get("seconds")
+        return cls(
+            run_id=data["run_id"],
+            config=RunConfig.from_dict(data["config"]),
+            step=data["step"],
+            loss=float(data["loss"]),
+            accuracy=float(data["accuracy"]),
+            final=data["final"],
+            params=data["params"],
+            head_entropy=None if entropy is None else [float(v) for v in entropy],
+            seconds=None if seconds is None else float(seconds),
+        )
+
+
 def parse_results(data: bytes) -> ResultsFile:
     """Parse the bytes of a results file (never raises; see the module docstring)."""
     result = ResultsFile()
@@ -182,6 +238,13 @@ def final_rows(rows: list[dict]) -> list[dict]:
     return list({r["run_id"]: r for r in rows if r["final"] is True}.values())
 
 
+def read_finals(path: str | Path) -> list[SweepRow]:
+    """The final row of each run of a results file ([] when it does not exist), read with
+    ``read_rows`` (warnings for what it skips). Runs without a final row (still running,
+    interrupted) are left out."""
+    return [SweepRow.from_dict(row) for row in final_rows(read_rows(path))]
+
+
 def check_results_output(path: str | Path) -> Path:
     """OutputRefused unless ``path`` is new or a regular file (not a link) in a writable folder.
 
@@ -189,7 +252,7 @@ def check_results_output(path: str | Path) -> Path:
     """
     path = Path(path)
     if path.is_symlink() or (path.exists() and not path.is_file()):
-        raise OutputRefused(f"--out {path} is not a regular file; expected a results file (JSONL)")
+        raise OutputRefused(f"out={path} is not a regular file; expected a results file (JSONL)")
     check_parent(path)
     return path
 
@@ -205,7 +268,7 @@ def check_not_locked(path: str | Path) -> None:
         except BlockingIOError:
             raise ValueError(
                 f"another headlab sweep is writing {path}; wait for it to finish, "
-                "or choose another --out"
+                "or choose another file"
             ) from None
         fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
@@ -237,7 +300,7 @@ class ResultsWriter:
         except BlockingIOError:
             raise ValueError(
                 f"another headlab sweep is writing {self.path}; wait for it to finish, "
-                "or choose another --out"
+                "or choose another file"
             ) from None
 
     def read(self) -> ResultsFile:
@@ -252,8 +315,8 @@ class ResultsWriter:
         only_torn = content.torn_tail and data.startswith(ROW_START.encode())
         if data.strip() and not content.rows and not only_torn:
             raise OutputRefused(
-                f"--out {self.path} holds no results rows; not appending to a file "
-                "headlab did not write (choose another --out)"
+                f"out={self.path} holds no results rows; not appending to a file "
+                "headlab did not write (choose another file)"
             )
         if not data or data.endswith(b"\n"):
             return

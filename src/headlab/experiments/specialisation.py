@@ -15,14 +15,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from typing import ClassVar
 
 import numpy as np
 import torch
 
-from headlab.experiments.config import make_config
+from headlab.attention.sizes import check_divides
+from headlab.experiments.config import ATTENTION_KINDS, make_config
 from headlab.experiments.model import TinyTransformer
 from headlab.experiments.tasks import Batch, generate
 from headlab.experiments.train import EVAL_SEED_OFFSET, run_one
+from headlab.schema import Fields
 
 SERVED = 0.2  # accuracy a lookup must lose without a head for that head to serve it
 TASK = "multi-lookup"
@@ -91,6 +94,26 @@ class SpecialisationConfig:
     eval_size: int = 512
     seed: int = 0
 
+    def __post_init__(self) -> None:
+        """ValueError naming the field, before any run trains."""
+        if not self.heads:
+            raise ValueError("heads must list at least one head count, got none")
+        for h in self.heads:
+            check_divides("d_model", self.d_model, "heads", h)
+        for kind in self.attention or ("",):
+            if kind not in ATTENTION_KINDS:
+                kinds = ", ".join(ATTENTION_KINDS)
+                raise ValueError(f"attention must be one of {kinds}, got {kind!r}")
+
+    def steps_total(self) -> int:
+        """Checkpoints over all runs: the total of ``measure_specialisation``'s ``on_step``."""
+        return len(self.plan()) * -(-self.steps // self.eval_every)
+
+    def plan(self) -> list[tuple[str, int]]:
+        """(attention, heads) of each run; talking heads with one head is left out (a 1 x 1
+        mixing only rescales the one head)."""
+        return [(a, h) for a in self.attention for h in self.heads if a == "plain" or h > 1]
+
 
 @dataclass(frozen=True)
 class SpecialisationResult:
@@ -99,6 +122,8 @@ class SpecialisationResult:
     stay as they end), checkpoints [{step, accuracy (D,),
     ablated (H, D), served_by (D,)}]."""
 
+    KIND: ClassVar[str] = "specialisation"
+
     config: dict
     runs: list[dict] = field(default_factory=list)
 
@@ -106,14 +131,18 @@ class SpecialisationResult:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> SpecialisationResult:
-        missing = [k for k in ("config", "runs") if k not in data]
-        if missing:
-            raise ValueError(f"specialisation results: missing keys {missing}")
-        for run in data["runs"]:
-            if not {"num_heads", "attention", "checkpoints", "split_step"} <= set(run):
-                raise ValueError(f"specialisation run lacks num_heads/attention/checkpoints: {run}")
-        return cls(config=data["config"], runs=data["runs"])
+    def from_dict(cls, data: dict, where: str = "specialisation") -> SpecialisationResult:
+        """The inverse of ``to_dict``; ValueError naming the field that does not fit."""
+        f = Fields(data, where)
+        config = f.object("config").data
+        for run in f.objects("runs"):
+            run.int("num_heads", 1), run.str("attention"), run.number("accuracy", 0.0, 1.0)
+            for key in ("split_step", "settled_step"):
+                if run.data.get(key) is not None:
+                    run.int(key)
+            for point in run.objects("checkpoints"):
+                point.int("step"), point.numbers("accuracy"), point.list("served_by")
+        return cls(config=config, runs=data["runs"])
 
 
 def measure_specialisation(
@@ -126,8 +155,7 @@ def measure_specialisation(
     skipped (a 1 x 1 mixing only rescales the one head).
     """
     config = config or SpecialisationConfig()
-    plan = [(a, h) for a in config.attention for h in config.heads if not (a != "plain" and h == 1)]
-    total = len(plan) * -(-config.steps // config.eval_every)
+    plan, total = config.plan(), config.steps_total()
     done = 0
 
     def tick() -> None:

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from headlab.attention.sizes import FREE_HEAD_DIM, check_divides
 from headlab.experiments.config import RunConfig, make_config
 from headlab.experiments.executors import OnEval, execute
 from headlab.experiments.results import (
@@ -55,24 +56,21 @@ def expand_grid(spec: SweepSpec) -> list[RunConfig]:
     """All RunConfigs of the sweep, each validated; ValueError on the first that cannot run."""
     get_task(spec.task)
     if not spec.heads:
-        raise ValueError("--heads must list at least one head count, got none")
-    check_int("--seeds", spec.seeds, high=MAX_RUNS)
-    check_int("--steps", spec.steps, high=10**7)
-    check_int("--d-model", spec.d_model, high=2**14)
-    check_int("--layers", spec.layers, high=256)
+        raise ValueError("heads must list at least one head count, got none")
+    check_int("seeds", spec.seeds, high=MAX_RUNS)
+    check_int("steps", spec.steps, high=10**7)
+    check_int("d_model", spec.d_model, high=2**14)
+    check_int("layers", spec.layers, high=256)
     runs = len(spec.heads) * len(spec.kv_heads or (None,)) * spec.seeds
     if runs > MAX_RUNS:
         raise ValueError(f"a sweep holds at most {MAX_RUNS} runs, got {runs}")
     configs = []
     for h in spec.heads:
         for g in spec.kv_heads or (None,):
-            if g is not None and h % g:
-                raise ValueError(f"--kv-heads {g} does not divide --heads {h}")
-            if spec.head_dim is None and spec.d_model % h:
-                raise ValueError(
-                    f"--heads {h} does not divide --d-model {spec.d_model} "
-                    "(pass --head-dim to choose the head size freely)"
-                )
+            if g is not None:
+                check_divides("heads", h, "kv_heads", g)
+            if spec.head_dim is None:
+                check_divides("d_model", spec.d_model, "heads", h, FREE_HEAD_DIM)
             for seed in range(spec.seeds):
                 configs.append(
                     make_config(
@@ -128,8 +126,8 @@ def plan_sweep(spec: SweepSpec, out: str | Path = DEFAULT_OUT) -> SweepPlan:
     content = read_results(out)
     if content.skipped and not content.rows:
         raise OutputRefused(
-            f"--out {out} holds no results rows; not appending to a file headlab did not write "
-            "(choose another --out)"
+            f"out={out} holds no results rows; not appending to a file headlab did not write "
+            "(choose another file)"
         )
     warn_about(out, content)
     return SweepPlan(configs=configs, todo=_unfinished(configs, content.rows), out=out)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from headlab.analysis.params import parameter_count
 from headlab.experiments.config import RunConfig
 from headlab.experiments.model import TinyTransformer, attention_entropy
+from headlab.experiments.results import SweepRow
 from headlab.experiments.tasks import Batch, generate, get_task
 
 # Evaluation data come from a seed range that training never draws from.
@@ -49,18 +50,19 @@ class RunResult:
 
     def rows(self) -> list[dict]:
         """Rows of sweep.jsonl (schema in docs/experiments.md): one per evaluation point."""
-        run_id, config = self.config.run_id, self.config.to_dict()
-        last = len(self.curve) - 1
+        run_id, last = self.config.run_id, len(self.curve) - 1
         return [
-            {
-                "run_id": run_id,
-                "config": config,
-                **asdict(p),
-                "final": i == last,
-                "head_entropy": self.head_entropy if i == last else None,
-                "params": self.params,
-                "seconds": self.seconds if i == last else None,
-            }
+            SweepRow(
+                run_id,
+                self.config,
+                p.step,
+                p.loss,
+                p.accuracy,
+                final=i == last,
+                params=self.params,
+                head_entropy=self.head_entropy if i == last else None,
+                seconds=self.seconds if i == last else None,
+            ).to_dict()
             for i, p in enumerate(self.curve)
         ]
 

@@ -15,15 +15,17 @@ without the ablation.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
 from headlab.attention.interventions import AblationMode, ablate, mean_head_output, record
 from headlab.heads.importance import NEXT_TOKEN, OBJECTIVE, even_batches
 from headlab.models.interface import HeadModel
+from headlab.schema import Fields, is_int, problem
 
 Head = tuple[int, int]  # (layer, head)
 
@@ -31,6 +33,8 @@ Head = tuple[int, int]  # (layer, head)
 @dataclass(frozen=True)
 class AblationResult:
     """The objective over ``n_texts`` texts with and without ablating ``heads`` (layer, head)."""
+
+    KIND: ClassVar[str] = "model-ablate"
 
     model: str
     n_texts: int
@@ -57,6 +61,18 @@ class AblationResult:
             "change": self.change,
         }
 
+    @classmethod
+    def from_dict(cls, data: dict, where: str = "model-ablate") -> AblationResult:
+        """The inverse of ``to_dict`` (``change`` is derived); ValueError naming a bad field."""
+        f = Fields(data, where)
+        heads = []
+        for i, pair in enumerate(f.list("heads")):
+            if not (isinstance(pair, list) and len(pair) == 2 and all(map(is_int, pair))):
+                raise problem(f"{where}.heads[{i}]", "[layer, head]", pair)
+            heads.append((pair[0], pair[1]))
+        return cls(f.str("model"), f.int("n_texts"), f.str("objective"), f.str("mode"), heads,
+                   f.number("baseline"), f.number("ablated"))  # fmt: skip
+
 
 def parse_heads(spec: str) -> list[Head]:
     """ "3.5,4.1" -> [(3, 5), (4, 1)]: LAYER.HEAD pairs, comma-separated. Raises ValueError."""
@@ -67,6 +83,15 @@ def parse_heads(spec: str) -> list[Head]:
             raise ValueError(f"heads must be LAYER.HEAD pairs like 3.5,4.1, got {item.strip()!r}")
         heads.append((int(layer), int(head)))
     return heads
+
+
+MODES = ("zero", "mean", "resample")
+
+
+def check_mode(mode: str) -> None:
+    """ValueError unless ``mode`` is one of MODES (checked before any work)."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be zero, mean or resample, got {mode!r}")
 
 
 def check_heads(model: HeadModel, heads: Sequence[Head]) -> None:
@@ -154,13 +179,16 @@ def ablation_effect(
     reference_texts: list[str] | None = None,
     batch_size: int = 32,
     max_length: int = 128,
+    on_step: Callable[[int, int], None] | None = None,
 ) -> AblationResult:
     """The objective over ``texts`` with and without ``heads`` ablated, on the same batches.
 
     Texts with fewer than 2 words are skipped (the encoders' objective splits each text); at
     least 2 usable texts are needed. ``reference_texts`` (mode "mean") default to ``texts``.
+    ``on_step(done, 2)`` after the baseline pass and after the ablated one.
     Raises ValueError for unknown heads, too few texts or a bad mode.
     """
+    check_mode(mode)
     usable = [t for t in texts if len(t.split()) >= 2]
     if len(usable) < 2 or batch_size < 2:
         raise ValueError(
@@ -169,10 +197,14 @@ def ablation_effect(
         )
     check_heads(model, heads)
     baseline = mean_objective(model, usable, batch_size=batch_size, max_length=max_length)
+    if on_step is not None:
+        on_step(1, 2)
     reference = reference_texts if reference_texts is not None else usable
     options = {"batch_size": batch_size, "max_length": max_length}
     with ablated(model, heads, mode=mode, reference_texts=reference, **options):
         ablated_value = mean_objective(model, usable, batch_size=batch_size, max_length=max_length)
+    if on_step is not None:
+        on_step(2, 2)
     return AblationResult(
         model=model.name,
         n_texts=len(usable),

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import ClassVar
 
 from headlab.attention.head_groups import grouped_view
 from headlab.heads.quality import measures, reference
 from headlab.models.interface import HeadModel
+from headlab.schema import Fields
 
 
 @dataclass(frozen=True)
@@ -32,9 +34,19 @@ class CollapseRow:
         where = {} if self.layer is None else {"layer": self.layer}
         return {**where, "num_heads": self.num_heads, **self.measures}
 
+    @classmethod
+    def from_dict(cls, f: Fields) -> CollapseRow:
+        layer = f.int("layer") if "layer" in f.data else None
+        return cls(f.int("num_heads", 1), f.rest(("layer", "num_heads")), layer)
+
+
+ROW_LISTS = ("all_layers", "per_layer")
+
 
 @dataclass(frozen=True)
 class CollapseResult:
+    KIND: ClassVar[str] = "model-collapse"
+
     model: str
     n_texts: int
     all_layers: list[CollapseRow]
@@ -47,6 +59,13 @@ class CollapseResult:
             "all_layers": [r.to_dict() for r in self.all_layers],
             "per_layer": [r.to_dict() for r in self.per_layer],
         }
+
+    @classmethod
+    def from_dict(cls, data: dict, where: str = "model-collapse") -> CollapseResult:
+        """The inverse of ``to_dict``; ValueError naming the field that does not fit."""
+        f = Fields(data, where)
+        every, single = ([CollapseRow.from_dict(r) for r in f.objects(k)] for k in ROW_LISTS)
+        return cls(f.str("model"), f.int("n_texts"), every, single)
 
 
 def collapse_head_counts(model: HeadModel) -> tuple[int, ...]:

@@ -17,6 +17,7 @@ gradient is not zero at the trained model. The expectation runs over batches (|g
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -24,6 +25,7 @@ from torch import Tensor
 
 from headlab.models import Encoder
 from headlab.models.interface import HeadModel
+from headlab.schema import Fields
 
 OBJECTIVE = "in-batch InfoNCE between the two halves of each text (temperature {tau})"
 NEXT_TOKEN = "next-token cross-entropy (nats)"
@@ -32,6 +34,8 @@ NEXT_TOKEN = "next-token cross-entropy (nats)"
 @dataclass(frozen=True)
 class ImportanceResult:
     """importance: (layer, head) normalised per layer (l2); raw: E|dL/d xi| before that."""
+
+    KIND: ClassVar[str] = "model-importance"
 
     model: str
     n_texts: int
@@ -47,6 +51,14 @@ class ImportanceResult:
             "importance": self.importance,
             "raw": self.raw,
         }
+
+    @classmethod
+    def from_dict(cls, data: dict, where: str = "model-importance") -> ImportanceResult:
+        """The inverse of ``to_dict``; ValueError naming the field that does not fit."""
+        f = Fields(data, where)
+        importance = f.grid("importance")
+        raw = f.grid("raw", len(importance), max(map(len, importance), default=0))
+        return cls(f.str("model"), f.int("n_texts"), f.str("objective"), importance, raw)
 
     def ranking(self) -> list[tuple[int, int]]:
         """All (layer, head) pairs, least important first (ties: lower layer, lower head)."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import Tensor
@@ -27,6 +28,7 @@ from headlab.heads.statistics import HeadStatistics, metric_names, per_head_mean
 from headlab.heads.streaming import model_head_sums
 from headlab.limits import check_fits, check_int
 from headlab.models.interface import HeadModel
+from headlab.schema import Fields
 
 SINK_THRESHOLD = 0.3  # mean weight on the first token above which a head is a sink
 TOP_KEY_SHARE = 0.01  # the heavy hitters: the top 1% of key positions
@@ -61,22 +63,61 @@ class LongContextStatistics:
         values, top = received.topk(n_top, dim=-1)
         return values.sum(-1) / received.sum(-1).clamp_min(1e-30), top
 
-    def to_dict(self, special: list[int] | None = None) -> dict:
+    def result(self, special: list[int] | None = None) -> LongContextResult:
+        """What the results file holds (the heavy hitters apart from ``special``)."""
         special = self.special if special is None else special
         share, top = self.heavy_hitters(special)
-        out = self.statistics.to_dict()
-        out["context"] = {
+        context = {
             "n_tokens": len(self.tokens),
             "text_tokens": self.text_tokens,
             "truncated": self.truncated,
         }
-        out["heavy_hitters"] = {
+        heavy = {
             "top_share": share.tolist(),
             "top_keys": top[..., :5].tolist(),
             "excluded_positions": special,
         }
-        out["findings"] = long_context_findings(self.statistics, share)
-        return out
+        findings = long_context_findings(self.statistics, share)
+        return LongContextResult(self.statistics, context, heavy, findings)
+
+    def to_dict(self, special: list[int] | None = None) -> dict:
+        return self.result(special).to_dict()
+
+
+@dataclass(frozen=True)
+class LongContextResult:
+    """The results file of one long text: the statistics of ``head_statistics`` and
+    context {n_tokens, text_tokens, truncated}; heavy_hitters {top_share (layer, head),
+    top_keys (layer, head, <= 5), excluded_positions}; findings (``long_context_findings``)."""
+
+    KIND: ClassVar[str] = "model-long-context"
+
+    statistics: HeadStatistics
+    context: dict
+    heavy_hitters: dict
+    findings: dict
+
+    def to_dict(self) -> dict:
+        return {
+            **self.statistics.to_dict(),
+            "context": self.context,
+            "heavy_hitters": self.heavy_hitters,
+            "findings": self.findings,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict, where: str = "model-long-context") -> LongContextResult:
+        """The inverse of ``to_dict``; ValueError naming the field that does not fit."""
+        statistics = HeadStatistics.from_dict(data, where)
+        f = Fields(data, where)
+        context, heavy = f.object("context"), f.object("heavy_hitters")
+        findings = f.object("findings")
+        context.int("n_tokens", 2), context.int("text_tokens", 2), context.bool("truncated")
+        heavy.grid("top_share", statistics.num_layers, statistics.num_heads)
+        heavy.list("top_keys"), heavy.list("excluded_positions")
+        findings.number("sink_share", 0.0, 1.0), findings.int("sinks"), findings.int("heads")
+        findings.numbers("mean_distance_per_layer"), findings.list("most_concentrated")
+        return cls(statistics, context.data, heavy.data, findings.data)
 
 
 def estimated_bytes(model: HeadModel, n_tokens: int, chunk_elements: int) -> int:
@@ -131,7 +172,7 @@ def long_context_findings(statistics: HeadStatistics, share: Tensor, count: int 
     heads = sum(len(row) for row in first)
     sinks = sum(v > SINK_THRESHOLD for row in first for v in row)
     distance = [sum(row) / len(row) for row in statistics.metrics["distance"]]
-    cells = [(l, h, float(share[l, h])) for l, row in enumerate(first) for h in range(len(row))]
+    cells = [[l, h, float(share[l, h])] for l, row in enumerate(first) for h in range(len(row))]
     return {
         "sink_threshold": SINK_THRESHOLD,
         "sink_share": sinks / heads,

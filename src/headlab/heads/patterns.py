@@ -33,3 +33,11 @@ def head_patterns(
     )
     out = [weights[np.unravel_index(i, (layers, texts_n, heads))] for i in picks]
     return np.stack(out)
+
+
+def patterns_by_length(
+    model: HeadModel, texts: list[str], seq_lens: tuple[int, ...], count: int, *, seed: int = 0
+) -> dict[int, np.ndarray]:
+    """seq_len -> (count, n, n) ``head_patterns`` for each length: the trained heads'
+    attention that ``measure_expressivity`` fits beside random targets."""
+    return {n: head_patterns(model, texts, n, count, seed=seed) for n in seq_lens}

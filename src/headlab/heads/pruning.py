@@ -16,6 +16,7 @@ import statistics
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
@@ -23,6 +24,7 @@ from headlab.attention import MultiHeadAttention
 from headlab.heads.quality import measures, reference
 from headlab.models import NoHeads
 from headlab.models.interface import HeadModel
+from headlab.schema import Fields
 
 FRACTIONS = tuple(i / 10 for i in range(11))
 
@@ -138,9 +140,17 @@ class PruneStep:
             **self.measures,
         }
 
+    @classmethod
+    def from_dict(cls, f: Fields) -> PruneStep:
+        known = ("order", "fraction_pruned", "heads_pruned", "params", "latency_ms")
+        return cls(f.str("order"), f.number("fraction_pruned", 0.0, 1.0), f.int("heads_pruned"),
+                   f.int("params"), f.number("latency_ms", 0.0), f.rest(known))  # fmt: skip
+
 
 @dataclass(frozen=True)
 class PruneResult:
+    KIND: ClassVar[str] = "model-prune"
+
     model: str
     n_texts: int
     steps: list[PruneStep]
@@ -151,6 +161,13 @@ class PruneResult:
             "n_texts": self.n_texts,
             "steps": [s.to_dict() for s in self.steps],
         }
+
+    @classmethod
+    def from_dict(cls, data: dict, where: str = "model-prune") -> PruneResult:
+        """The inverse of ``to_dict``; ValueError naming the field that does not fit."""
+        f = Fields(data, where)
+        steps = [PruneStep.from_dict(s) for s in f.objects("steps")]
+        return cls(f.str("model"), f.int("n_texts"), steps)
 
 
 def _latency_ms(model: HeadModel, texts: list[str], max_length: int, repeats: int) -> float:

@@ -25,13 +25,16 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from typing import ClassVar
 
 import numpy as np
 import torch
 
+from headlab.attention.functional import entropy
 from headlab.attention.module import MultiHeadAttention
 from headlab.heads.quality import measures, reference
 from headlab.models.interface import HeadModel
+from headlab.schema import Fields
 
 
 def bilinear_forms(module: MultiHeadAttention) -> np.ndarray:
@@ -46,9 +49,8 @@ def bilinear_forms(module: MultiHeadAttention) -> np.ndarray:
 
 def effective_rank(singular_values: np.ndarray) -> float:
     """exp(entropy of the singular values normalised to sum to one)."""
-    p = singular_values / singular_values.sum()
-    p = p[p > 0]
-    return float(np.exp(-(p * np.log(p)).sum()))
+    p = torch.as_tensor(singular_values / singular_values.sum(), dtype=torch.float64)
+    return float(entropy(p).exp())
 
 
 def shared_subspaces(module: MultiHeadAttention) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -98,6 +100,8 @@ class RedundancyResult:
     """layers: [{layer, singular_values (normalised), effective_rank, max_rank}]; curve:
     [{rank, fraction (of embed_dim), <quality measures>}] with every layer cut to that rank."""
 
+    KIND: ClassVar[str] = "redundancy"
+
     model: str
     n_texts: int
     embed_dim: int
@@ -109,13 +113,17 @@ class RedundancyResult:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> RedundancyResult:
-        missing = [
-            k for k in ("model", "embed_dim", "qk_width", "layers", "curve") if k not in data
-        ]
-        if missing:
-            raise ValueError(f"redundancy results: missing keys {missing}")
-        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+    def from_dict(cls, data: dict, where: str = "redundancy") -> RedundancyResult:
+        """The inverse of ``to_dict``; ValueError naming the field that does not fit."""
+        f = Fields(data, where)
+        for layer in f.objects("layers"):
+            layer.int("layer"), layer.numbers("singular_values"), layer.number("effective_rank")
+            layer.int("max_rank")
+        for row in f.objects("curve"):
+            row.int("rank", 1), row.number("fraction", 0.0), row.bool("original")
+            row.rest(("rank", "fraction", "original"))
+        return cls(f.str("model"), f.int("n_texts"), f.int("embed_dim", 1), f.int("qk_width", 1),
+                   data["layers"], data["curve"])  # fmt: skip
 
 
 def default_ranks(model: HeadModel) -> tuple[int, ...]:

@@ -1,20 +1,41 @@
-"""Writing results documents (JSON) under the output policy, atomically."""
+"""Results documents (JSON): written under the output policy, atomically; read through their type.
+
+Every results type (``HeadStatistics``, ``CollapseResult``, ``ImportanceResult``, ``PruneResult``,
+``AblationResult``, ``LongContextResult``, ``ExpressivityResult``, ``SpecialisationResult``,
+``RedundancyResult``) has ``KIND`` (the file's ``"headlab"`` tag), ``to_dict`` and a validating
+``from_dict``; ``write_result`` and ``read_result`` go through them (schemas in docs/files.md).
+"""
 
 from __future__ import annotations
 
 import json
 import math
 from pathlib import Path
+from typing import Any, Protocol, TypeVar
 
 from headlab.files import write_output
 from headlab.locations import RESULTS_DIR
 from headlab.output_policy import Kind
+from headlab.schema import check_kind
 
-__all__ = ["RESULTS_DIR", "write_json"]
+__all__ = ["RESULTS_DIR", "read_result", "write_json", "write_result"]
+
+
+class Result(Protocol):
+    KIND: str
+
+    def to_dict(self) -> dict: ...
+
+    @classmethod
+    def from_dict(cls, data: dict, where: str = ...) -> Any: ...
+
+
+R = TypeVar("R", bound=Result)
 
 
 def write_json(path: str | Path, document: dict, kind: str, *, force: bool = False) -> dict:
-    """Write ``document`` as JSON to ``path``, tagged ``{"headlab": kind, ...}``; return that.
+    """Write ``document`` as JSON to ``path``, tagged ``{"headlab": kind, ...}``; return that
+    as read back.
 
     Replaces only a missing path, an empty file, or a headlab results file of the same ``kind``
     (OutputRefused otherwise, unless ``force``). NaN or infinity in ``document`` is a ValueError
@@ -24,7 +45,7 @@ def write_json(path: str | Path, document: dict, kind: str, *, force: bool = Fal
     tagged = {"headlab": kind, **document}
     text = json.dumps(tagged, indent=1, allow_nan=False) + "\n"
     write_output(path, text.encode("utf-8"), Kind.json(kind), force=force)
-    return tagged
+    return json.loads(text)  # as a reader sees it: lists, not tuples
 
 
 def _check_finite(value: object, where: str) -> None:
@@ -36,3 +57,37 @@ def _check_finite(value: object, where: str) -> None:
     elif isinstance(value, list | tuple):
         for index, item in enumerate(value):
             _check_finite(item, f"{where}[{index}]")
+
+
+def write_result(path: str | Path, result: Result, *, force: bool = False) -> dict:
+    """Write ``result.to_dict()`` tagged with its ``KIND`` (see ``write_json``); return that."""
+    return write_json(path, result.to_dict(), type(result).KIND, force=force)
+
+
+def read_json(path: str | Path) -> dict | None:
+    """The JSON object in ``path``, or None when it is not a file; ValueError naming the file for
+    anything but a JSON object."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path}: expected JSON, got a parse error ({error})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+def read_result(path: str | Path, kind: type[R]) -> R | None:
+    """The ``kind`` results file at ``path`` through ``kind.from_dict``, or None when missing.
+
+    ValueError naming the file and the field when it is not such a file (a ``"headlab"`` tag of
+    another kind, a missing field, a grid of the wrong shape).
+    """
+    data = read_json(path)
+    if data is None:
+        return None
+    where = f"{path}: {kind.KIND}"
+    check_kind(data, kind.KIND, where)
+    return kind.from_dict(data, where)

@@ -17,6 +17,7 @@ so memory grows linearly with the text length; ``long_context`` uses the same fo
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 from torch import Tensor
@@ -24,6 +25,7 @@ from torch import Tensor
 from headlab.attention.streaming import CHUNK_ELEMENTS, HeadSums
 from headlab.heads.streaming import model_head_sums
 from headlab.models.interface import HeadModel
+from headlab.schema import Fields
 
 
 def metric_names(special: list[str]) -> tuple[str, ...]:
@@ -37,6 +39,8 @@ class HeadStatistics:
 
     detectors[name]: (layer, head) scores in [0, 1] of the head kinds of ``detectors`` (decoders).
     """
+
+    KIND: ClassVar[str] = "model-heads"
 
     model: str
     n_texts: int
@@ -56,6 +60,20 @@ class HeadStatistics:
         if self.detectors:
             out["detectors"] = self.detectors
         return out
+
+    @classmethod
+    def from_dict(cls, data: dict, where: str = "model-heads") -> HeadStatistics:
+        """The inverse of ``to_dict``; ValueError naming the field that does not fit."""
+        f = Fields(data, where)
+        layers, heads = f.int("num_layers", 1), f.int("num_heads", 1)
+        grids = {}
+        for part in ("metrics", "detectors"):
+            if part == "detectors" and part not in data:
+                break
+            group = f.object(part)
+            grids[part] = {str(k): group.grid(k, layers, heads) for k in group.data}
+        return cls(f.str("model"), f.int("n_texts"), layers, heads, grids["metrics"],
+                   grids.get("detectors", {}))  # fmt: skip
 
     def top(self, name: str, count: int = 5) -> list[tuple[int, int, float]]:
         """The ``count`` heads with the highest ``name`` (a metric or a detector), best first."""

@@ -9,7 +9,7 @@ objective(batch) -> mean next-token cross-entropy over real tokens
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import torch
 import torch.nn.functional as F
@@ -113,8 +113,17 @@ class Decoder:
         with torch.no_grad():
             return self.model(input_ids, attention_mask)
 
-    def generate(self, text: str, max_new_tokens: int = 32) -> list[int]:
-        """Greedy continuation of ``text``: the ``max_new_tokens`` new ids (fewer at EOS)."""
+    @staticmethod
+    def chat_prompt(text: str) -> str:
+        """``text`` as one user turn of the ChatML template (SmolLM2-Instruct's), ready for the
+        assistant's answer."""
+        return f"<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n"
+
+    def generate(
+        self, text: str, max_new_tokens: int = 32, on_token: Callable[[int], None] | None = None
+    ) -> list[int]:
+        """Greedy continuation of ``text``: the ``max_new_tokens`` new ids (fewer at EOS).
+        ``on_token(n)`` after the n-th new token."""
         check_int("max_new_tokens", max_new_tokens, low=1, high=self.max_positions)
         ids = self.encode(text)
         if not ids:
@@ -129,6 +138,8 @@ class Decoder:
             logits = self.logits(torch.tensor([ids + new]))
             token = int(logits[0, -1].argmax())
             new.append(token)
+            if on_token is not None:
+                on_token(len(new))
             if token == self.config.eos_token_id:
                 break
         return new

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from headlab.attention import AttentionTrace, MultiHeadAttention
+from headlab.attention.views import shared_view
 from headlab.models.config import BertConfig
 
 HeadMask = Tensor | Sequence[Tensor | None] | None
@@ -171,13 +172,7 @@ class BertEncoder(nn.Module):
 
     def with_layers(self, layers: Sequence[BertLayer]) -> BertEncoder:
         """An encoder sharing these embeddings, with ``layers`` in place of the current ones."""
-        view = BertEncoder.__new__(BertEncoder)
-        nn.Module.__init__(view)
-        view.config = self.config
-        view.embeddings = self.embeddings
-        view.layers = nn.ModuleList(layers)
-        view.train(self.training)
-        return view
+        return shared_view(self, layers=nn.ModuleList(layers))
 
     @property
     def heads_per_layer(self) -> list[int]:

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from headlab.attention import AttentionTrace, MultiHeadAttention
+from headlab.attention.views import shared_view
 from headlab.models.interface import HeadMask
 from headlab.models.llama_config import LlamaConfig
 
@@ -82,15 +83,7 @@ class LlamaLayer(nn.Module):
 
     def with_attention(self, attention: MultiHeadAttention) -> LlamaLayer:
         """The same layer (norms and MLP shared) with another attention module."""
-        view = LlamaLayer.__new__(LlamaLayer)
-        nn.Module.__init__(view)
-        view.input_layernorm, view.post_attention_layernorm = (
-            self.input_layernorm,
-            self.post_attention_layernorm,
-        )
-        view.attention, view.mlp = attention, self.mlp
-        view.train(self.training)
-        return view
+        return shared_view(self, attention=attention)
 
     def forward(self, x: Tensor, padding: Tensor | None, head_mask: Tensor | None = None) -> Tensor:
         """x: (batch, pos, E); padding: (batch, pos) True on padded keys, or None."""
@@ -141,13 +134,7 @@ class LlamaDecoder(nn.Module):
 
     def with_layers(self, layers: Sequence[LlamaLayer]) -> LlamaDecoder:
         """The same decoder (embeddings, norm, head shared) with other layers."""
-        view = LlamaDecoder.__new__(LlamaDecoder)
-        nn.Module.__init__(view)
-        view.config = self.config
-        view.embed_tokens, view.norm, view.lm_head = self.embed_tokens, self.norm, self.lm_head
-        view.layers = nn.ModuleList(layers)
-        view.train(self.training)
-        return view
+        return shared_view(self, layers=nn.ModuleList(layers))
 
     def forward(
         self, input_ids: Tensor, attention_mask: Tensor | None = None, head_mask: HeadMask = None

@@ -67,7 +67,7 @@ def load(name_or_path: str | Path | None = None):
     path = Path(name_or_path)
     if not path.exists():
         raise FileNotFoundError(
-            f"--model must be one of {', '.join(MODEL_NAMES)} or a path, got {str(name_or_path)!r}"
+            f"model must be one of {', '.join(MODEL_NAMES)} or a path, got {str(name_or_path)!r}"
             " (no such file or folder)"
         )
     if path.is_file():

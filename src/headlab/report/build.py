@@ -16,6 +16,7 @@ from markupsafe import Markup
 
 from headlab import __version__
 from headlab.files import atomic_write_bytes
+from headlab.locations import REPORT_DIR
 from headlab.output_policy import OutputRefused
 from headlab.report.sections import Collected, ReportOptions, collect
 from headlab.report.target import (
@@ -96,7 +97,7 @@ def _build_folder(files: dict[str, bytes], target: Path, kind: FolderKind) -> Pa
 
 
 def build_report(
-    out: Path | str = "headlab-report",
+    out: Path | str = REPORT_DIR,
     options: ReportOptions | None = None,
     *,
     force: bool = False,

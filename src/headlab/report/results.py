@@ -1,110 +1,48 @@
-"""Read the results files of model analyses and sweeps (schemas in docs/report.md).
+"""Read the results files the report shows, each through its results type (docs/files.md).
 
-Each reader returns the parsed data, or None when the file is missing. A file that exists but does
-not follow its schema raises ValueError naming the file and what is wrong: a broken file is not the
-same as a missing one, and the report must not hide it.
+``read_section`` returns a file's data as the figures take it (``to_dict`` of the type that
+validated it), or None when the file is missing. A file that exists but does not follow its schema
+raises ValueError naming the file and the field: a broken file is not the same as a missing one,
+and the report must not hide it.
 """
 
 from __future__ import annotations
 
-import json
+from collections.abc import Callable
 from pathlib import Path
 
-from headlab.experiments.results import final_rows, read_rows
+from headlab.experiments.results import read_finals
+from headlab.heads.collapse import CollapseResult
+from headlab.heads.pruning import PruneResult
+from headlab.heads.results import read_result
+from headlab.heads.statistics import HeadStatistics
 
-# file name -> the command that produces it (shown instead of an empty section)
-PRODUCERS = {
-    "model_heads.json": "headlab model heads",
-    "model_collapse.json": "headlab model collapse",
-    "model_prune.json": "headlab model prune",
-    "sweep.jsonl": "headlab sweep",
+
+def _through(kind: type) -> Callable[[Path], dict | None]:
+    """A reader of ``kind``'s results file: validated by ``kind.from_dict``, given as to_dict."""
+
+    def read(path: Path) -> dict | None:
+        result = read_result(path, kind)
+        return None if result is None else result.to_dict()
+
+    return read
+
+
+def _sweep(path: Path) -> list[dict] | None:
+    """The final row of each finished run; a torn or foreign line is skipped with a warning."""
+    return [r.to_dict() for r in read_finals(path)] if path.is_file() else None
+
+
+# file name -> (the command that produces it, shown instead of an empty section; its reader)
+FILES: dict[str, tuple[str, Callable[[Path], dict | list[dict] | None]]] = {
+    "model_heads.json": ("headlab model heads", _through(HeadStatistics)),
+    "model_collapse.json": ("headlab model collapse", _through(CollapseResult)),
+    "model_prune.json": ("headlab model prune", _through(PruneResult)),
+    "sweep.jsonl": ("headlab sweep", _sweep),
 }
+PRODUCERS = {name: producer for name, (producer, _) in FILES.items()}
 
 
-def _load_json(path: Path) -> dict | None:
-    if not path.is_file():
-        return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{path}: expected JSON, got a parse error ({error})") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a JSON object, got {type(data).__name__}")
-    return data
-
-
-def _require(path: Path, data: dict, keys: tuple[str, ...]) -> None:
-    missing = [k for k in keys if k not in data]
-    if missing:
-        raise ValueError(f"{path}: expected keys {list(keys)}, missing {missing}")
-
-
-def _grid(path: Path, name: str, grid: object, layers: int, heads: int) -> list[list[float]]:
-    ok = (
-        isinstance(grid, list)
-        and len(grid) == layers
-        and all(isinstance(row, list) and len(row) == heads for row in grid)
-    )
-    if not ok:
-        raise ValueError(f"{path}: metric {name!r} must be {layers} x {heads} (layers x heads)")
-    return [[float(v) for v in row] for row in grid]
-
-
-def _agreement(path: Path, row: dict) -> str:
-    """The agreement measure of a row: an encoder's nn_agreement or a decoder's
-    next_token_agreement (headlab.heads.quality)."""
-    for key in ("nn_agreement", "next_token_agreement"):
-        if key in row:
-            return key
-    raise ValueError(f"{path}: expected nn_agreement or next_token_agreement in {sorted(row)}")
-
-
-def read_model_heads(directory: Path) -> dict | None:
-    """model_heads.json -> {model, n_texts, num_layers, num_heads, metrics: {name: LxH}}."""
-    path = directory / "model_heads.json"
-    data = _load_json(path)
-    if data is None:
-        return None
-    _require(path, data, ("model", "n_texts", "num_layers", "num_heads", "metrics"))
-    layers, heads = int(data["num_layers"]), int(data["num_heads"])
-    metrics = {
-        str(k): _grid(path, str(k), v, layers, heads) for k, v in dict(data["metrics"]).items()
-    }
-    return {**data, "num_layers": layers, "num_heads": heads, "metrics": metrics}
-
-
-def read_model_collapse(directory: Path) -> dict | None:
-    """model_collapse.json -> {model, n_texts, all_layers: [...], per_layer: [...]}."""
-    path = directory / "model_collapse.json"
-    data = _load_json(path)
-    if data is None:
-        return None
-    _require(path, data, ("model", "n_texts", "all_layers", "per_layer"))
-    for row in [*data["all_layers"], *data["per_layer"]]:
-        _require(path, row, ("num_heads", _agreement(path, row)))
-    return data
-
-
-def read_model_prune(directory: Path) -> dict | None:
-    """model_prune.json -> {model, n_texts, steps: [{order, fraction_pruned, ...}, ...]}."""
-    path = directory / "model_prune.json"
-    data = _load_json(path)
-    if data is None:
-        return None
-    _require(path, data, ("model", "n_texts", "steps"))
-    for row in data["steps"]:
-        _require(path, row, ("order", "fraction_pruned", _agreement(path, row)))
-    return data
-
-
-def read_sweep(directory: Path) -> list[dict] | None:
-    """sweep.jsonl -> the final row of each run: [{run_id, config, accuracy, ...}, ...].
-
-    Read with the sweep's own reader and schema: a torn last line (an interrupted sweep) and lines
-    that are not results rows are skipped with its warnings. Runs without a final row (still
-    running, interrupted) are left out.
-    """
-    path = directory / "sweep.jsonl"
-    if not path.is_file():
-        return None
-    return final_rows(read_rows(path))
+def read_section(directory: Path, filename: str) -> dict | list[dict] | None:
+    """The data of ``directory / filename`` (one of FILES), or None when it is missing."""
+    return FILES[filename][1](Path(directory) / filename)

@@ -8,21 +8,16 @@ page shows as one line saying how to produce it.
 from __future__ import annotations
 
 import base64
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from headlab.defaults import DEFAULT_TEXT
+from headlab.locations import RESULTS_DIR
 from headlab.report import engine, figures
 from headlab.report.heatmap import MAX_BINS, HeatmapView, heatmap_data, synthetic_views, words
-from headlab.report.results import (
-    PRODUCERS,
-    read_model_collapse,
-    read_model_heads,
-    read_model_prune,
-    read_sweep,
-)
+from headlab.report.results import PRODUCERS, read_section
 from headlab.report.why import why_sections
 
 
@@ -31,7 +26,7 @@ class ReportOptions:
     """What goes into a report: the text for the heatmaps, where results files are, the seed."""
 
     text: str = DEFAULT_TEXT
-    results: Path = field(default_factory=lambda: Path("headlab-results"))
+    results: Path = RESULTS_DIR
     seed: int = 0
     max_bins: int = MAX_BINS
     use_model: bool = True
@@ -86,13 +81,13 @@ def _model_attention(text: str, max_bins: int) -> dict | str | None:
 def _results_sections(directory: Path, pngs: dict[str, bytes]) -> dict:
     out: dict[str, dict] = {}
     readers = (
-        ("heads", "model_heads.json", read_model_heads, figures.heads_grid),
-        ("collapse", "model_collapse.json", read_model_collapse, figures.collapse_curve),
-        ("prune", "model_prune.json", read_model_prune, figures.prune_curve),
-        ("sweep", "sweep.jsonl", read_sweep, figures.sweep_curve),
+        ("heads", "model_heads.json", figures.heads_grid),
+        ("collapse", "model_collapse.json", figures.collapse_curve),
+        ("prune", "model_prune.json", figures.prune_curve),
+        ("sweep", "sweep.jsonl", figures.sweep_curve),
     )
-    for key, filename, read, draw in readers:
-        data = read(directory)
+    for key, filename, draw in readers:
+        data = read_section(directory, filename)
         if not data:
             out[key] = {"missing": PRODUCERS[filename], "file": str(directory / filename)}
             continue

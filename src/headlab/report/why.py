@@ -9,8 +9,9 @@ from pathlib import Path
 from headlab.analysis.expressivity import ExpressivityResult
 from headlab.experiments.specialisation import SpecialisationResult
 from headlab.heads.redundancy import RedundancyResult
+from headlab.heads.results import read_result
+from headlab.locations import RESULTS_DIR
 from headlab.report import figures, why_figures
-from headlab.report.results import _load_json
 
 # key -> (file, the command that makes it, results type, figure)
 WHY = {
@@ -35,7 +36,7 @@ WHY = {
     "redundancy_smollm2": (
         "redundancy_smollm2.json",
         "headlab redundancy --model smollm2 --n-texts 16 --ranks 576,288,144 "
-        "--out headlab-results/redundancy_smollm2.json",
+        f"--out {RESULTS_DIR / 'redundancy_smollm2.json'}",
         RedundancyResult,
         why_figures.redundancy_figure,
     ),
@@ -92,12 +93,12 @@ def why_sections(directory: Path, pngs: dict[str, bytes]) -> dict:
     out = {}
     for key, (filename, command, kind, draw) in WHY.items():
         path = directory / filename
-        data = _load_json(path)
-        if data is None:
+        result = read_result(path, kind)  # ValueError naming the file and the field
+        if result is None:
             out[key] = {"missing": command, "file": str(path)}
             continue
+        doc = result.to_dict()
         try:
-            doc = kind.from_dict(data).to_dict()
             answer = ANSWERS[key](doc)
             png = figures.png_bytes(draw(doc))
         except (KeyError, IndexError, TypeError, ValueError) as error:

@@ -1,0 +1,131 @@
+"""Checking results documents field by field: the ``from_dict`` of every results type uses this.
+
+A document that does not follow its schema raises ValueError naming where the field is, the field,
+what was expected and what was received, for example
+``model-heads.metrics.entropy: expected 3 x 5 (layer x head) numbers, got 5 rows``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from typing import Any
+
+
+def is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value: object) -> bool:
+    """A finite int or float (not a bool)."""
+    return (is_int(value) or isinstance(value, float)) and math.isfinite(value)  # type: ignore[arg-type]
+
+
+def shown(value: object) -> str:
+    """``value`` as the received part of a message: short JSON, or its type name."""
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError):
+        return type(value).__name__
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def problem(where: str, expected: str, value: object) -> ValueError:
+    return ValueError(f"{where}: expected {expected}, got {shown(value)}")
+
+
+class Fields:
+    """The fields of one JSON object at ``where`` (a kind and a path: ``model-prune.steps[2]``).
+
+    Each getter returns the field or raises ValueError naming it, the expected and the received.
+    """
+
+    def __init__(self, data: object, where: str) -> None:
+        if not isinstance(data, dict):
+            raise problem(where, "a JSON object", data)
+        self.data: dict[str, Any] = data
+        self.where = where
+
+    def at(self, key: str) -> str:
+        return f"{self.where}.{key}"
+
+    def get(self, key: str, expected: str, ok: Callable[[Any], bool]) -> Any:
+        if key not in self.data:
+            raise ValueError(f"{self.at(key)}: expected {expected}, got nothing (missing)")
+        value = self.data[key]
+        if not ok(value):
+            raise problem(self.at(key), expected, value)
+        return value
+
+    def str(self, key: str) -> str:
+        return self.get(key, "a string", lambda v: isinstance(v, str))
+
+    def int(self, key: str, low: int = 0) -> int:
+        return self.get(key, f"an integer >= {low}", lambda v: is_int(v) and v >= low)
+
+    def number(self, key: str, low: float | None = None, high: float | None = None) -> float:
+        def ok(v: object) -> bool:
+            return is_number(v) and (low is None or v >= low) and (high is None or v <= high)  # type: ignore[operator]
+
+        bounds = "" if low is None and high is None else f" in [{low}, {high}]"
+        return float(self.get(key, f"a finite number{bounds}", ok))
+
+    def bool(self, key: str) -> bool:
+        return self.get(key, "true or false", lambda v: isinstance(v, bool))
+
+    def list(self, key: str) -> list:
+        return self.get(key, "a list", lambda v: isinstance(v, list))
+
+    def object(self, key: str) -> Fields:
+        return Fields(self.get(key, "a JSON object", lambda v: isinstance(v, dict)), self.at(key))
+
+    def objects(self, key: str) -> list[Fields]:
+        """A list of JSON objects, each as Fields (``where.key[i]``)."""
+        return [Fields(item, f"{self.at(key)}[{i}]") for i, item in enumerate(self.list(key))]
+
+    def numbers(self, key: str) -> list[float]:
+        values = self.list(key)
+        for i, v in enumerate(values):
+            if not is_number(v):
+                raise problem(f"{self.at(key)}[{i}]", "a finite number", v)
+        return [float(v) for v in values]
+
+    def grid(self, key: str, rows: int | None = None, cols: int | None = None) -> list[list[float]]:
+        """A (layer, head) grid of finite numbers; ``rows`` x ``cols`` when given."""
+        return grid(self.get(key, "a list of rows", lambda v: isinstance(v, list)), self.at(key),
+                    rows, cols)  # fmt: skip
+
+    def rest(self, known: tuple[str, ...]) -> dict[str, float]:
+        """The fields not in ``known``, each a finite number: a row's quality measures."""
+        out = {}
+        for key, value in self.data.items():
+            if key in known:
+                continue
+            if not is_number(value):
+                raise problem(self.at(key), "a finite number (a measure)", value)
+            out[key] = float(value)
+        return out
+
+
+def grid(value: list, where: str, rows: int | None, cols: int | None) -> list[list[float]]:
+    shape = f"{rows} x {cols} (layer x head)" if rows is not None else "rows (layer x head)"
+    if rows is not None and len(value) != rows:
+        raise ValueError(f"{where}: expected {shape} numbers, got {len(value)} rows")
+    out = []
+    for i, row in enumerate(value):
+        if not isinstance(row, list) or (cols is not None and len(row) > cols):
+            got = f"{len(row)} columns" if isinstance(row, list) else shown(row)
+            raise ValueError(f"{where}[{i}]: expected at most {cols} numbers, got {got}")
+        for j, v in enumerate(row):
+            if not is_number(v):
+                raise problem(f"{where}[{i}][{j}]", "a finite number", v)
+        out.append([float(v) for v in row])
+    return out
+
+
+def check_kind(data: dict, kind: str, where: str) -> None:
+    """A document's ``"headlab"`` tag, when present, must name ``kind``."""
+    tag = data.get("headlab", kind)
+    if tag != kind:
+        raise problem(f"{where}.headlab", repr(kind), tag)

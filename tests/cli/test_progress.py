@@ -1,0 +1,100 @@
+"""The progress bars of the long commands: on stderr when it is a terminal, naming what runs;
+nothing with --json, and nothing when stderr is not a terminal."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+from rich.console import Console
+
+import headlab.cli.progress as progress_module
+from headlab.cli.main import main
+
+LINES = ["the first text has a few words", "a second text, with punctuation", "three words here"]
+TINY_SWEEP = ["--heads", "1,2", "--d-model", "8", "--seeds", "1", "--steps", "4", "--workers", "1"]
+
+
+@pytest.fixture
+def terminal(monkeypatch):
+    """stderr as a terminal: what the bars draw, as text."""
+    screen = io.StringIO()
+
+    def console(stderr: bool = False) -> Console:
+        return Console(file=screen, force_terminal=True, width=160)
+
+    monkeypatch.setattr(progress_module, "Console", console)
+    return screen
+
+
+def model_command(name, tiny_dir, tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(LINES) + "\n")
+    extra = ["--ablate", "1.2"] if name == "ablate" else []
+    return ["model", name, "--model-dir", str(tiny_dir), "--corpus", str(corpus),
+            "--out", str(tmp_path / f"{name}.json"), "--force", *extra]  # fmt: skip
+
+
+DESCRIPTIONS = {
+    "heads": "head statistics: texts",
+    "importance": "importance: batches",
+    "collapse": "collapse: model runs",
+    "prune": "pruning: model runs",
+    "ablate": "ablation: passes",
+}
+
+
+@pytest.mark.parametrize("name", list(DESCRIPTIONS))
+def test_model_commands_draw_a_bar_on_a_terminal_and_none_with_json(
+    name, tiny_dir, tmp_path, terminal, capsys
+):
+    argv = model_command(name, tiny_dir, tmp_path)
+    main(argv)
+    assert DESCRIPTIONS[name] in terminal.getvalue()
+    capsys.readouterr()
+    terminal.seek(0), terminal.truncate()
+    main([*argv, "--json"])
+    json.loads(capsys.readouterr().out)  # stdout is the document only
+    assert terminal.getvalue() == ""
+
+
+@pytest.mark.parametrize("name", ["heads", "ablate"])
+def test_no_bar_when_stderr_is_not_a_terminal(name, tiny_dir, tmp_path, capsys):
+    main(model_command(name, tiny_dir, tmp_path))
+    assert capsys.readouterr().err == ""  # pytest's stderr is no terminal
+
+
+def test_the_sweep_bar_names_the_run_whose_loss_it_shows(tmp_path, terminal, capsys):
+    main(["sweep", *TINY_SWEEP, "--out", str(tmp_path / "s.jsonl")])
+    screen = terminal.getvalue()
+    assert "sweep: runs" in screen
+    assert "loss " in screen and " of h=" in screen and "seed 0" in screen
+    assert capsys.readouterr().err == ""
+
+
+def test_the_sweep_draws_nothing_when_stderr_is_not_a_terminal(tmp_path, capsys):
+    main(["sweep", *TINY_SWEEP, "--out", str(tmp_path / "s.jsonl")])
+    assert capsys.readouterr().err == ""
+
+
+def test_redundancy_draws_its_bar_on_a_terminal_only(tiny_dir, tmp_path, terminal, capsys):
+    argv = ["redundancy", "--model", str(tiny_dir), "--n-texts", "4", "--max-length", "8",
+            "--ranks", "4,2", "--out", str(tmp_path / "r.json")]  # fmt: skip
+    main([*argv, "--json"])
+    assert terminal.getvalue() == ""
+    main([*argv, "--force"])
+    assert "redundancy: layers and ranks" in terminal.getvalue()
+
+
+def test_generate_and_ablation_report_their_steps(tiny_llama):
+    from headlab.heads.ablation import ablation_effect
+
+    tokens: list[int] = []
+    new = tiny_llama.generate("a b c", 3, on_token=tokens.append)
+    assert tokens == list(range(1, len(new) + 1))
+    steps: list[tuple[int, int]] = []
+    ablation_effect(
+        tiny_llama, LINES, [(0, 1)], max_length=8, on_step=lambda d, t: steps.append((d, t))
+    )
+    assert steps == [(1, 2), (2, 2)]

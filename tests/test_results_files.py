@@ -1,0 +1,154 @@
+"""Every results file, from its real writer to its reader: write, read back with from_dict, compare.
+
+Results come from the library on the tiny random BERT (E=15, H=3, 2 layers) and from small
+configurations of the toy experiments, so that each file is what headlab really writes.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from headlab.heads.results import read_result, write_result
+
+TEXTS = [
+    "The first line of the corpus has a few words.",
+    "A second line, with punctuation!",
+    "and a third line to make batches",
+    "four words in this line",
+]
+
+
+def round_trip(result, path: Path):
+    """Write ``result`` with the writer the CLI uses, read it back through its type."""
+    written = write_result(path, result)
+    assert json.loads(path.read_text()) == written and written["headlab"] == type(result).KIND
+    back = read_result(path, type(result))
+    assert isinstance(back, type(result))
+    # JSON has no tuples: compare the documents, and the objects where they are plain
+    assert back.to_dict() == json.loads(json.dumps(result.to_dict()))
+    return back
+
+
+def test_model_heads(tiny, tmp_path):
+    from headlab.heads import head_statistics
+
+    result = head_statistics(tiny, TEXTS, max_length=16)
+    assert round_trip(result, tmp_path / "model_heads.json") == result
+
+
+def test_model_long_context(tiny, tmp_path):
+    from headlab.heads.long_context import long_text_statistics
+
+    result = long_text_statistics(tiny, " ".join(TEXTS), max_tokens=30).result()
+    round_trip(result, tmp_path / "model_long-context.json")
+
+
+def test_model_collapse(tiny, tmp_path):
+    from headlab.heads import collapse_heads
+
+    result = collapse_heads(tiny, TEXTS, max_length=16)
+    assert round_trip(result, tmp_path / "model_collapse.json") == result
+
+
+def test_model_importance(tiny, tmp_path):
+    from headlab.heads import head_importance
+
+    result = head_importance(tiny, TEXTS, max_length=16)
+    assert round_trip(result, tmp_path / "model_importance.json") == result
+
+
+def test_model_prune(tiny, tmp_path):
+    from headlab.heads import prune_by_importance
+
+    result = prune_by_importance(tiny, TEXTS, fractions=(0.0, 0.5), max_length=16)
+    assert round_trip(result, tmp_path / "model_prune.json") == result
+
+
+def test_model_ablate(tiny, tmp_path):
+    from headlab.heads.ablation import ablation_effect
+
+    result = ablation_effect(tiny, TEXTS, [(1, 2)], mode="mean", max_length=16)
+    assert round_trip(result, tmp_path / "model_ablate.json") == result
+
+
+def test_redundancy(tiny, tmp_path):
+    from headlab.heads.redundancy import measure_redundancy
+
+    result = measure_redundancy(tiny, TEXTS, ranks=(8, 2), max_length=16)
+    assert round_trip(result, tmp_path / "redundancy.json") == result
+
+
+def test_expressivity(tmp_path):
+    from headlab.analysis.expressivity import ExpressivityConfig, measure_expressivity
+
+    config = ExpressivityConfig(seq_lens=(4,), head_dims=(1, 4), targets=1, steps=5,
+                                offset_seq_len=5, offset_steps=5)  # fmt: skip
+    result = measure_expressivity(config)
+    round_trip(result, tmp_path / "expressivity.json")
+
+
+def test_specialisation(tmp_path):
+    from headlab.experiments.specialisation import SpecialisationConfig, measure_specialisation
+
+    config = SpecialisationConfig(heads=(1, 2), attention=("plain",), d_model=8, steps=4,
+                                  eval_every=2, eval_size=8)  # fmt: skip
+    result = measure_specialisation(config)
+    round_trip(result, tmp_path / "specialisation.json")
+
+
+def test_sweep_rows(tmp_path):
+    from headlab.experiments.config import make_config
+    from headlab.experiments.results import ResultsWriter, SweepRow, read_finals
+    from headlab.experiments.train import run_one
+
+    run = run_one(make_config("multi-lookup", 2, d_model=8, steps=4, eval_every=2))
+    path = tmp_path / "sweep.jsonl"
+    with ResultsWriter(path) as writer:
+        writer.append(run.rows())
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [SweepRow.from_dict(line).to_dict() for line in lines] == run.rows()
+    (final,) = read_finals(path)
+    assert final.final and final.config == run.config and final.run_id == run.config.run_id
+    assert final.accuracy == run.final.accuracy and final.head_entropy == run.head_entropy
+
+
+BROKEN = [  # (change to a model-heads document, the message it must give)
+    (lambda d: d.pop("n_texts"), r"heads\.n_texts: expected an integer >= 0, got nothing"),
+    (lambda d: d.update(num_heads="3"), r"heads\.num_heads: expected an integer >= 1, got \"3\""),
+    (
+        lambda d: d["metrics"].update(entropy=[[0.5]]),
+        r"metrics\.entropy: expected 2 x 3 \(layer x head\) numbers, got 1 rows",
+    ),
+    (
+        lambda d: d["metrics"]["entropy"][1].__setitem__(0, "x"),
+        r"metrics\.entropy\[1\]\[0\]: expected a finite number, got \"x\"",
+    ),
+    (lambda d: d.update(headlab="model-prune"), r"headlab: expected 'model-heads', got \"model-"),
+]
+
+
+@pytest.mark.parametrize(("change", "message"), BROKEN)
+def test_a_broken_file_names_the_file_the_field_the_expected_and_the_received(
+    tiny, tmp_path, change, message
+):
+    from headlab.heads import head_statistics
+    from headlab.heads.statistics import HeadStatistics
+
+    path = tmp_path / "model_heads.json"
+    document = write_result(path, head_statistics(tiny, TEXTS[:2], max_length=8))
+    change(document)
+    path.write_text(json.dumps(document))
+    with pytest.raises(ValueError, match=message) as error:
+        read_result(path, HeadStatistics)
+    assert str(path) in str(error.value)
+
+
+def test_a_bad_sweep_row_names_its_field():
+    from headlab.experiments.results import SweepRow
+
+    row = {"run_id": "a", "step": 1, "loss": 0.1, "accuracy": 2, "final": True, "params": 3}
+    with pytest.raises(ValueError, match=r"sweep row: 'accuracy' must be a number in \[0, 1\]"):
+        SweepRow.from_dict(row)
