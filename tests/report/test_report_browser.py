@@ -12,8 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from headlab.analysis.text_attention import AttentionView, seeded_text_attention
 from headlab.report import DEFAULT_TEXT, ReportOptions, build_report, render
-from headlab.report.heatmap import HeatmapView, heatmap_data, synthetic_views
+from headlab.report.heatmap import heatmap_data
 from headlab.report.sections import collect
 
 pytestmark = pytest.mark.browser
@@ -110,7 +111,7 @@ def test_heads_switch_and_cells_name_their_tokens(browser: object, report: Path)
     largest = float(page.get_by_test_id("scale-text-0").inner_text().split("largest cell ")[1][:5])
 
     tokens = DEFAULT_TEXT.split()
-    multi, single = synthetic_views(tokens)
+    multi, single = seeded_text_attention(tokens).views
     assert largest == pytest.approx(multi.weights[0, 3].max(), abs=1e-3)
     text = opened.hover_cell("text", 0, q=2, k=5)
     assert f"query \u201c{tokens[2]}\u201d (2)" in text
@@ -179,7 +180,9 @@ def test_layer_selector_switches_every_panel(
     weights = rng.random((3, 4, 5, 5)) ** 4  # (layer, head, q_pos, k_pos), distinct sizes
     weights /= weights.sum(-1, keepdims=True)
     collected = collect(ReportOptions(text="a b", results=shared_results))
-    collected.explorers["model"] = heatmap_data("model", tokens, [HeatmapView("4 heads", weights)])
+    collected.explorers["model"] = heatmap_data(
+        "model", tokens, [AttentionView("4 heads", weights)]
+    )
     collected.sections["has_model"] = True
     index = tmp_path / "index.html"
     index.write_text(render(collected), encoding="utf-8")
