@@ -197,3 +197,38 @@ def test_layer_selector_switches_every_panel(
     assert float(tip.rsplit("weight ", 1)[1]) == pytest.approx(weights[2, 3, 2, 4], abs=2e-4)
     opened.assert_clean()
     page.close()
+
+
+def test_labels_at_every_length_and_a_cut_text_says_so(
+    browser: object, tmp_path: Path, shared_results: Path
+) -> None:
+    """Past 40 tokens every n-th label is drawn, at least 14 px apart; hovering a label names
+    its token; a text cut to a model's limit says "cut to N of M tokens"."""
+    n = 120
+    tokens = [f"tok{i}" for i in range(n)]
+    weights = np.full((2, 3, n, n), 1.0 / n)
+    collected = collect(ReportOptions(text="a b", results=shared_results))
+    collected.explorers["model"] = heatmap_data(
+        "model", tokens, [AttentionView("3 heads", weights)], total_tokens=700
+    )
+    collected.sections["has_model"] = True
+    index = tmp_path / "index.html"
+    index.write_text(render(collected), encoding="utf-8")
+    opened = Opened(browser, index)
+    page = opened.page
+    assert page.get_by_test_id("cut-model").inner_text().startswith("Cut to 120 of 700 tokens")
+    assert page.locator("[data-testid=cut-text]").count() == 0
+    canvas = opened.canvas("model", 0)
+    geo = canvas.evaluate("c => [+c.dataset.step, +c.dataset.cell, +c.dataset.labels]")
+    step, cell, labels = geo
+    assert step > 1 and step * cell >= 14 and labels == -(-n // step)
+    # the text explorer's two words are both labelled
+    text_canvas = opened.canvas("text", 0)
+    assert text_canvas.evaluate("c => [+c.dataset.step, +c.dataset.labels]") == [1, 2]
+    zoom = canvas.evaluate("c => c.getBoundingClientRect().width / +c.dataset.size")
+    margin = canvas.evaluate("c => +c.dataset.margin")
+    canvas.hover(position={"x": (margin - 20) * zoom, "y": (margin + (step + 0.5) * cell) * zoom})
+    assert page.get_by_test_id("tooltip").inner_text() == f"query \u201ctok{step}\u201d ({step})"
+    opened.shot("report-labels.png")
+    opened.assert_clean()
+    page.close()

@@ -46,3 +46,22 @@ def test_heatmap_data_rejects_wrong_shapes_and_empty_text() -> None:
         heatmap_data("t", ["a", "b", "c"], [AttentionView("v", np.zeros((1, 2, 3, 4)))])
     with pytest.raises(ValueError, match="at least one word"):
         words("   ")
+
+
+def test_total_tokens_records_a_cut_text() -> None:
+    w = _row_stochastic(np.random.default_rng(2), 1, 1, 4, 4)
+    assert heatmap_data("t", list("abcd"), [AttentionView("v", w)])["total_tokens"] == 4
+    cut = heatmap_data("t", list("abcd"), [AttentionView("v", w)], total_tokens=900)
+    assert cut["total_tokens"] == 900 and len(cut["tokens"]) == 4
+
+
+@pytest.mark.model
+def test_a_text_longer_than_the_encoder_is_cut_and_says_how_long_it_was() -> None:
+    from headlab.analysis.text_attention import encoder_text_attention
+    from headlab.models import load_encoder
+
+    encoder = load_encoder()
+    text = " ".join(["heads"] * 600)
+    seen = encoder_text_attention(encoder, text)
+    assert seen.cut and seen.total_tokens == 602  # 600 words, [CLS] and [SEP]
+    assert seen.views[0].weights.shape[-1] == len(seen.tokens) < 602

@@ -50,10 +50,17 @@
     return "\u201c" + tokens[a] + "\u201d \u2026 \u201c" + tokens[b] + "\u201d (" + a + "\u2013" + b + ")";
   }
 
+  // Axis labels: one token a cell when they fit (<= 40 tokens), else every step-th cell's first
+  // token, so that labels stay LABEL_GAP px apart at any length; hover names every token.
+  const LABEL_GAP = 14, MARGIN = 86;
+
+  function shortLabel(t) { return t.length > 12 ? t.slice(0, 11) + "\u2026" : t; }
+
   function Explorer(root, ex) {
-    const bins = ex.bins, labelled = bins === ex.tokens.length && bins <= 40;
-    const cell = labelled ? Math.max(12, Math.floor(440 / bins)) : Math.max(1, Math.floor(512 / bins));
-    const margin = labelled ? 86 : 0;
+    const bins = ex.bins, perToken = bins === ex.tokens.length && bins <= 40;
+    const cell = perToken ? Math.max(12, Math.floor(440 / bins)) : Math.max(1, Math.floor(512 / bins));
+    const step = Math.max(1, Math.ceil(LABEL_GAP / cell));
+    const margin = MARGIN;
     const dpr = window.devicePixelRatio || 1;
     const size = margin + bins * cell;
     const layerCount = ex.views[0].layers.length;
@@ -61,6 +68,12 @@
     const panels = [];
 
     if (ex.note) root.appendChild(el("p", "note", ex.note));
+    if (ex.total_tokens > ex.tokens.length) {
+      const cut = el("p", "cut", "Cut to " + ex.tokens.length + " of " + ex.total_tokens +
+        " tokens: the model reads at most " + ex.tokens.length + "; the rest of the text is not shown.");
+      cut.dataset.testid = "cut-" + root.dataset.explorer;
+      root.appendChild(cut);
+    }
     const layerBar = el("div", "layers");
     if (layerCount > 1) {
       layerBar.appendChild(el("span", "label", "layer"));
@@ -85,7 +98,7 @@
       canvas.dataset.testid = "heatmap-" + root.dataset.explorer + "-" + v;
       // geometry, for anyone mapping pixels to cells (the browser tests do)
       canvas.dataset.margin = margin; canvas.dataset.cell = cell; canvas.dataset.bins = bins;
-      canvas.dataset.size = size;
+      canvas.dataset.size = size; canvas.dataset.step = step;
       const caption = el("p", "scale");
       caption.dataset.testid = "scale-" + root.dataset.explorer + "-" + v;
       panel.appendChild(strip);
@@ -130,28 +143,30 @@
       ctx.fillRect(0, 0, size, size);
       ctx.imageSmoothingEnabled = false;
       ctx.drawImage(head.bitmap, margin, margin, bins * cell, bins * cell);
-      if (labelled) {
-        ctx.fillStyle = "#9aa5b1";
-        ctx.font = "11px system-ui, sans-serif";
-        ctx.textAlign = "left";
-        ctx.textBaseline = "top";
-        ctx.fillText("key \u2192", 2, 2);
-        ctx.fillText("query \u2193", 2, 16);
-        ctx.fillStyle = "#3e4c59";
-        ctx.font = Math.min(12, cell - 2) + "px system-ui, sans-serif";
-        ctx.textBaseline = "middle";
+      ctx.fillStyle = "#9aa5b1";
+      ctx.font = "11px system-ui, sans-serif";
+      ctx.textAlign = "left";
+      ctx.textBaseline = "top";
+      ctx.fillText("key \u2192", 2, 2);
+      ctx.fillText("query \u2193", 2, 16);
+      ctx.fillStyle = "#3e4c59";
+      ctx.font = Math.min(12, Math.max(9, step * cell - 3)) + "px system-ui, sans-serif";
+      ctx.textBaseline = "middle";
+      let drawn = 0;
+      for (let b = 0; b < bins; b += step) {
+        const label = shortLabel(ex.tokens[ex.edges[b]]);
+        const at = margin + (b + 0.5) * cell;
         ctx.textAlign = "right";
-        ex.tokens.forEach((t, i) => {
-          const label = t.length > 12 ? t.slice(0, 11) + "\u2026" : t;
-          ctx.fillText(label, margin - 4, margin + (i + 0.5) * cell);
-          ctx.save();
-          ctx.translate(margin + (i + 0.5) * cell, margin - 4);
-          ctx.rotate(-Math.PI / 2);
-          ctx.textAlign = "left";
-          ctx.fillText(label, 0, 0);
-          ctx.restore();
-        });
+        ctx.fillText(label, margin - 4, at);
+        ctx.save();
+        ctx.translate(at, margin - 4);
+        ctx.rotate(-Math.PI / 2);
+        ctx.textAlign = "left";
+        ctx.fillText(label, 0, 0);
+        ctx.restore();
+        drawn++;
       }
+      p.canvas.dataset.labels = drawn;
       [...p.strip.children].forEach((b, h) => b.classList.toggle("active", h === state.heads[v]));
       const which = p.view.layers[state.layer].length > 1 ? "head " + state.heads[v] : "the one head";
       p.caption.textContent = which + (layerCount > 1 ? ", layer " + state.layer : "") +
@@ -168,6 +183,11 @@
       const x = ((e.clientX - rect.left) / rect.width) * size - margin;
       const y = ((e.clientY - rect.top) / rect.height) * size - margin;
       const kb = Math.floor(x / cell), qb = Math.floor(y / cell);
+      if ((kb < 0) !== (qb < 0) && Math.max(kb, qb) < bins) {  // on a label: the full token(s)
+        const which = kb < 0 ? "query " : "key ", bin = Math.max(kb, qb);
+        tooltip.replaceChildren(el("div", "tt-label", which + rangeLabel(ex.tokens, ex.edges, bin)));
+        return place(e);
+      }
       if (kb < 0 || qb < 0 || kb >= bins || qb >= bins) { tooltip.hidden = true; return; }
       const head = decodeHead(p.view.layers[state.layer][state.heads[v]], bins);
       const w = head.values[qb * bins + kb];
@@ -177,6 +197,10 @@
         el("div", "tt-q", "query " + rangeLabel(ex.tokens, ex.edges, qb)),
         el("div", "tt-k", "key " + rangeLabel(ex.tokens, ex.edges, kb)),
         el("div", "tt-w", "weight " + w.toFixed(4)));
+      place(e);
+    }
+
+    function place(e) {
       tooltip.hidden = false;
       tooltip.style.left = Math.min(window.innerWidth - 260, e.clientX + 14) + "px";
       tooltip.style.top = (e.clientY + 14) + "px";
