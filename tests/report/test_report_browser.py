@@ -232,3 +232,37 @@ def test_labels_at_every_length_and_a_cut_text_says_so(
     opened.shot("report-labels.png")
     opened.assert_clean()
     page.close()
+
+
+def test_overview_cell_opens_that_heads_view(
+    browser: object, tmp_path: Path, shared_results: Path
+) -> None:
+    """Clicking layer 2, head 4 of a grid shows that head's statistics and, since the encoder
+    explorer has the same 3 x 5 heads, opens that head there."""
+    rng = np.random.default_rng(4)
+    weights = rng.random((3, 5, 4, 4)) ** 4  # (layer, head, q_pos, k_pos) as model_heads: 3 x 5
+    weights /= weights.sum(-1, keepdims=True)
+    collected = collect(ReportOptions(text="a b", results=shared_results))
+    collected.explorers["model"] = heatmap_data(
+        "model", ["a", "b", "c", "d"], [AttentionView("5 heads", weights)]
+    )
+    collected.sections["has_model"] = True
+    index = tmp_path / "index.html"
+    index.write_text(render(collected), encoding="utf-8")
+    opened = Opened(browser, index)
+    page = opened.page
+    assert page.locator("[data-testid=overview-entropy] a.cell").count() == 15
+    page.locator('[data-testid=overview-entropy] a.cell[data-layer="2"][data-head="4"]').click()
+    view = page.get_by_test_id("head-view")
+    assert view.is_visible()
+    text = view.inner_text()
+    assert text.startswith("layer 2, head 4") and "entropy" in text and "self" in text
+    assert page.locator("a.cell.active").count() == 7  # the head in every statistic's grid
+    before = opened.picture("model", 0)
+    view.get_by_text("show it on your text").click()
+    assert opened.picture("model", 0) != before
+    assert "active" in page.get_by_test_id("layer-model-2").get_attribute("class")
+    assert "active" in page.get_by_test_id("head-model-0-4").get_attribute("class")
+    page.locator("#model").screenshot(path=str(ARTIFACTS / "report-overview.png"))
+    opened.assert_clean()
+    page.close()

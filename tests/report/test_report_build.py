@@ -46,7 +46,7 @@ def test_page_is_self_contained(built: tuple[Path, str]) -> None:
     _, html = built
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html)
     assert "@import" not in html and "url(http" not in html
-    assert re.findall(r'<img[^>]+src="([^"]{0,22})', html) == ["data:image/png;base64,"] * 4
+    assert re.findall(r'<img[^>]+src="([^"]{0,22})', html) == ["data:image/png;base64,"] * 3
 
 
 def test_results_sections_show_figures_and_tables(
@@ -65,6 +65,31 @@ def test_results_sections_show_figures_and_tables(
         "<td>retrieval</td><td>4</td><td>4</td><td>plain</td><td>2</td><td>0.655 ± 0.007</td>"
         in html
     )
+
+
+def test_heads_overview_has_a_linked_cell_per_layer_and_head_for_every_statistic(
+    built: tuple[Path, str], shared_results: Path
+) -> None:
+    _, html = built
+    data = json.loads((shared_results / "model_heads.json").read_text())
+    grid, layers, heads = data["metrics"], data["num_layers"], data["num_heads"]  # 3 x 5
+    for metric in grid:
+        card = re.search(rf'data-testid="overview-{metric}">(.*?)</figure>', html, re.S).group(1)
+        cells = re.findall(
+            r'<a class="cell" href="#head-view"[^>]*data-layer="(\d+)" data-head="(\d+)" '
+            r'data-value="([^"]+)"',
+            card,
+        )
+        assert [(int(l), int(h)) for l, h, _ in cells] == [
+            (l, h) for l in range(layers) for h in range(heads)
+        ]
+        assert [float(v) for *_, v in cells] == pytest.approx(
+            [v for row in grid[metric] for v in row], rel=1e-3
+        )
+        headers = re.findall(r'<th scope="col">(\d+)</th>', card)
+        assert headers == [str(h) for h in range(heads)]
+        assert len(re.findall(r'<th scope="row">', card)) == layers
+        assert 'class="colourbar"' in card
 
 
 def test_answer_engine_section(built: tuple[Path, str]) -> None:

@@ -27,6 +27,7 @@ from headlab.defaults import DEFAULT_TEXT
 from headlab.experiments.summary import summarize
 from headlab.report import figures
 from headlab.report.heatmap import heatmap_data
+from headlab.report.overview import overview
 from headlab.report.results import (
     PRODUCERS,
     read_model_collapse,
@@ -104,6 +105,7 @@ def _results_sections(directory: Path, pngs: dict[str, bytes]) -> dict:
         out["sweep"]["table"] = [r.to_dict() for r in summarize(out["sweep"]["data"])]
     if "data" in out["heads"]:
         out["heads"]["summary"] = _heads_summary(out["heads"]["data"])
+        out["heads"]["overview"] = overview(out["heads"]["data"])
     return out
 
 

@@ -4,6 +4,7 @@
   "use strict";
   const DATA = JSON.parse(document.getElementById("report-data").textContent);
   const tooltip = document.getElementById("tooltip");
+  const EXPLORERS = {};  // explorer id -> {layers, heads, open(layer, head)}
 
   // viridis, 9 stops, interpolated into a 256-entry lookup table
   const STOPS = [[68, 1, 84], [71, 44, 122], [59, 81, 139], [44, 113, 142], [33, 144, 141],
@@ -207,12 +208,52 @@
     }
 
     render();
+    return {
+      layers: layerCount,
+      heads: ex.views[0].layers[0].length,
+      open(layer, head) {
+        state.layer = layer; state.heads[0] = head;
+        render();
+        root.scrollIntoView({ block: "start" });
+      },
+    };
+  }
+
+  // The layers x heads overview: a click opens that head's view (every statistic of the head),
+  // and shows it in the trained encoder's explorer when that has the same layers and heads.
+  function Overview(root) {
+    const view = document.getElementById("head-view");
+    root.addEventListener("click", (e) => {
+      const cell = e.target.closest("a.cell");
+      if (!cell) return;
+      e.preventDefault();
+      const l = +cell.dataset.layer, h = +cell.dataset.head;
+      const same = root.querySelectorAll("a.cell[data-layer=\"" + l + "\"][data-head=\"" + h + "\"]");
+      root.querySelectorAll("a.cell.active").forEach((c) => c.classList.remove("active"));
+      view.replaceChildren(el("b", null, "layer " + l + ", head " + h));
+      same.forEach((c) => {
+        c.classList.add("active");
+        view.appendChild(el("span", null, c.dataset.metric + " " + c.dataset.value));
+      });
+      const model = EXPLORERS.model;
+      const fits = model && model.layers === +root.dataset.layers && model.heads === +root.dataset.heads;
+      if (fits) {
+        const link = el("a", null, "show it on your text");
+        link.href = "#explorer-model";
+        link.addEventListener("click", (ev) => { ev.preventDefault(); model.open(l, h); });
+        view.appendChild(link);
+      }
+      view.hidden = false;
+      view.dataset.layer = l; view.dataset.head = h;
+      view.scrollIntoView({ block: "nearest" });
+    });
   }
 
   const start = performance.now();
   document.querySelectorAll("[data-explorer]").forEach((root) => {
     const ex = DATA.explorers[root.dataset.explorer];
-    if (ex) Explorer(root, ex);
+    if (ex) EXPLORERS[root.dataset.explorer] = Explorer(root, ex);
   });
+  document.querySelectorAll(".overview").forEach(Overview);
   document.body.dataset.renderMs = (performance.now() - start).toFixed(1);
 })();
