@@ -10,6 +10,7 @@ from collections import defaultdict
 
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from headlab.experiments.summary import SummaryRow, plot_series
 from headlab.files import figure_png
@@ -58,7 +59,10 @@ def heads_grid(heads: dict) -> Figure:
         ax.set_xlabel("head", fontsize=8)
         ax.set_ylabel("layer", fontsize=8)
         ax.tick_params(labelsize=7)
-        fig.colorbar(image, ax=ax, shrink=0.8)
+        for axis in (ax.xaxis, ax.yaxis):  # whole layers and heads only, 30 layers stay readable
+            axis.set_major_locator(MaxNLocator(nbins=10, integer=True))
+        bar = fig.colorbar(image, ax=ax, shrink=0.8)
+        bar.ax.tick_params(labelsize=7)
     fig.suptitle(f"{heads['model']}: heads, averaged over {heads['n_texts']} texts", fontsize=10)
     return fig
 
@@ -207,7 +211,11 @@ def _token_ticks(ax, tokens: list[str], most: int = 24) -> None:
 def attention_figure(title: str, tokens: list[str], views: list) -> Figure:
     """AttentionViews (layer 0 of each, one token a cell) -> every head as a small image with
     its tokens on the axes (queries as rows, keys as columns) and one colour bar, weight 0 to 1."""
-    panels = [(v.name, h, v.weights[0, h]) for v in views for h in range(v.weights.shape[1])]
+    panels = [
+        (f"{v.name}: head {h}" if v.weights.shape[1] > 1 else v.name, h, v.weights[0, h])
+        for v in views
+        for h in range(v.weights.shape[1])
+    ]
     cols = min(5, len(panels))
     rows = -(-len(panels) // cols)
     labelled = len(tokens) == panels[0][2].shape[-1]
@@ -216,7 +224,7 @@ def attention_figure(title: str, tokens: list[str], views: list) -> Figure:
     for i, (name, h, w) in enumerate(panels):
         ax = fig.add_subplot(rows, cols, i + 1)
         image = ax.imshow(w, cmap="viridis", vmin=0.0, vmax=1.0)
-        ax.set_title(f"{name}: head {h}" if "head" in name else name, fontsize=8)
+        ax.set_title(name, fontsize=8)
         if labelled:
             _token_ticks(ax, tokens)
         else:

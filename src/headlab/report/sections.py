@@ -174,6 +174,7 @@ def collect(options: ReportOptions, *, want_png: bool = False) -> Collected:
         "scenarios": scenarios,
         "params": _parameter_rows(),
         "coupling": coupling,
+        "coupling_top": max(max(map(max, m["matrix"])) for m in coupling["matrices"]),
         "results": _results_sections(Path(options.results), pngs),
         "why": why_sections(Path(options.results), pngs),
         "results_dir": str(options.results),
