@@ -212,16 +212,16 @@ def attention_figure(title: str, tokens: list[str], views: list) -> Figure:
     """AttentionViews (layer 0 of each, one token a cell) -> every head as a small image with
     its tokens on the axes (queries as rows, keys as columns) and one colour bar, weight 0 to 1."""
     panels = [
-        (f"{v.name}: head {h}" if v.weights.shape[1] > 1 else v.name, h, v.weights[0, h])
+        (f"{v.name}: head {h}" if v.weights.shape[1] > 1 else v.name, v.weights[0, h])
         for v in views
         for h in range(v.weights.shape[1])
     ]
     cols = min(5, len(panels))
     rows = -(-len(panels) // cols)
-    labelled = len(tokens) == panels[0][2].shape[-1]
+    labelled = len(tokens) == panels[0][1].shape[-1]
     fig = Figure(figsize=(2.6 * cols + 0.8, 2.8 * rows + 0.4), layout="constrained")
     axes = []
-    for i, (name, h, w) in enumerate(panels):
+    for i, (name, w) in enumerate(panels):
         ax = fig.add_subplot(rows, cols, i + 1)
         image = ax.imshow(w, cmap="viridis", vmin=0.0, vmax=1.0)
         ax.set_title(name, fontsize=8)
