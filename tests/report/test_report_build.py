@@ -103,17 +103,34 @@ def test_answer_engine_section(built: tuple[Path, str]) -> None:
     assert 'data-testid="coupling-1"' in html
 
 
-def test_missing_results_say_which_command_makes_them(tmp_path: Path) -> None:
+def test_a_section_without_results_is_one_line_naming_its_commands(tmp_path: Path) -> None:
+    """A fresh results folder (as after `make demo`: compare, then report): each results
+    section is one line naming the commands that fill it, without sub-headings or boxes."""
     index = build_report(tmp_path / "r", ReportOptions(text="a b", results=tmp_path / "none"))
     html = index.read_text()
-    for key, command in (
-        ("heads", "headlab model heads"),
-        ("collapse", "headlab model collapse"),
-        ("prune", "headlab model prune"),
-        ("sweep", "headlab sweep"),
+    for section, commands in (
+        ("model", ["headlab model heads", "headlab model collapse", "headlab model prune"]),
+        ("sweeps", ["headlab sweep"]),
+        ("why", ["headlab expressivity", "headlab specialisation", "headlab redundancy"]),
     ):
-        line = re.search(rf'data-testid="missing-{key}">(.*?)</p>', html).group(1)
-        assert f"<code>{command}</code>" in line
+        body = re.search(rf'<section id="{section}">(.*?)</section>', html, re.S).group(1)
+        lines = re.findall(r'<p class="missing"[^>]*>(.*?)</p>', body, re.S)
+        assert len(lines) == 1 and "\n" not in lines[0], section
+        assert "<h3>" not in body and "<figure" not in body
+        for command in commands:
+            assert f"<code>{command}" in lines[0]
+    assert 'data-testid="missing-' not in html
+
+
+def test_a_missing_part_of_a_partly_filled_section_is_one_line(
+    tmp_path: Path, results_dir: Path
+) -> None:
+    (results_dir / "model_prune.json").unlink()
+    index = build_report(tmp_path / "r", ReportOptions(text="a b", results=results_dir))
+    html = index.read_text()
+    line = re.search(r'data-testid="missing-prune">(.*?)</p>', html).group(1)
+    assert "<code>headlab model prune</code>" in line
+    assert 'data-testid="figure-collapse"' in html and 'data-testid="empty-model"' not in html
 
 
 def test_rebuild_replaces_a_report_but_never_a_foreign_directory(tmp_path: Path) -> None:

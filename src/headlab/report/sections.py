@@ -121,6 +121,25 @@ def _heads_summary(heads: dict) -> list[dict]:
     return rows
 
 
+# page section -> (where its parts are in the sections, the parts' keys)
+GROUPS = {
+    "model": ("results", ("heads", "collapse", "prune")),
+    "sweeps": ("results", ("sweep",)),
+    "why": ("why", ("expressivity", "specialisation", "redundancy", "redundancy_smollm2")),
+}
+
+
+def _empty_sections(sections: dict) -> dict[str, list[str]]:
+    """Page section -> the commands that fill it, for the sections none of whose parts has
+    results yet (the page shows each as one line)."""
+    out = {}
+    for name, (where, keys) in GROUPS.items():
+        parts = [sections[where][key] for key in keys]
+        if all("missing" in part for part in parts):
+            out[name] = [part["missing"] for part in parts]
+    return out
+
+
 def collect(options: ReportOptions, *, want_png: bool = False) -> Collected:
     """Call the analyses and read everything the page shows. ValueError for an empty text or
     bad files."""
@@ -179,4 +198,5 @@ def collect(options: ReportOptions, *, want_png: bool = False) -> Collected:
         "why": why_sections(Path(options.results), pngs),
         "results_dir": str(options.results),
     }
+    sections["empty"] = _empty_sections(sections)
     return Collected(sections=sections, explorers=explorers, pngs=pngs)
