@@ -98,7 +98,8 @@ def specialisation_figure(doc: dict) -> Figure:
     against talking heads by head count."""
     plain = [r for r in doc["runs"] if r["attention"] == "plain"]
     cols = max(len(plain), 2)
-    fig = Figure(figsize=(2.6 * cols, 6.4), layout="constrained")
+    # wide enough for the bottom panels and their legends beside them
+    fig = Figure(figsize=(max(2.6 * cols, 9.0), 6.4), layout="constrained")
     grid = fig.add_gridspec(2, cols, height_ratios=[1.2, 1])
     for i, run in enumerate(plain):
         ax = fig.add_subplot(grid[0, i])

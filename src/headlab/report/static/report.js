@@ -114,7 +114,12 @@
       root.appendChild(el("p", "note", ex.tokens.length + " tokens shown in " + bins + "\u00d7" + bins +
         " bins: a cell is the weight a query of its bin puts on the keys of its bin (mean over queries, sum over keys)."));
     }
-    root.appendChild(el("p", "note", "Colour: square root of the weight relative to the head\u2019s largest cell (dark = 0, yellow = largest)."));
+    const legend = el("p", "note colour-note");
+    const bar = el("i", "ramp");
+    bar.style.background = "linear-gradient(to right, " + STOPS.map((c) => "rgb(" + c.join(",") + ")").join(", ") + ")";
+    legend.append(el("span", null, "0"), bar, el("span", null, "largest cell"),
+      el("span", null, "Colour: square root of the weight relative to the head\u2019s largest cell."));
+    root.appendChild(legend);
 
     function buildStrip(p, v) {
       p.strip.replaceChildren();
@@ -177,7 +182,19 @@
     function render() {
       [...layerBar.querySelectorAll("button")].forEach((b, l) => b.classList.toggle("active", l === state.layer));
       panels.forEach((p, v) => { buildStrip(p, v); draw(p, v); });
+      align();
     }
+
+    // Strips of thumbnails wrap differently (12 heads against 1): equal heights keep the
+    // heatmaps of all panels side by side at the same height.
+    function align() {
+      panels.forEach((p) => { p.strip.style.minHeight = ""; });
+      const tallest = Math.max(...panels.map((p) => p.strip.offsetHeight));
+      if (tallest > 0) panels.forEach((p) => { p.strip.style.minHeight = tallest + "px"; });
+    }
+    const folded = root.closest("details");
+    if (folded) folded.addEventListener("toggle", align);
+    window.addEventListener("resize", align);
 
     function hover(e, v) {
       const p = panels[v], rect = p.canvas.getBoundingClientRect();
