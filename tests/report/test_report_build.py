@@ -11,7 +11,7 @@ import pytest
 from headlab.report import ReportOptions, build_report, safe_json
 from headlab.report.build import MARKER
 
-XSS = "<img src=x onerror=alert(1)> </script><script>alert(2)</script> & done"
+XSS = "<img src=x onerror=alert(1)> </script><script>alert(2)</script> & \"done\" 'x' end"
 
 
 def _page_data(html: str) -> dict:
@@ -38,6 +38,7 @@ def test_user_text_is_escaped_everywhere(built: tuple[Path, str]) -> None:
     _, html = built
     assert "<img src=x" not in html and "<script>alert" not in html
     assert "&lt;img src=x onerror=alert(1)&gt;" in html  # the text, shown as text
+    assert "&amp; &#34;done&#34; &#39;x&#39; end" in html  # quotes cannot end an attribute
     assert html.count("<script") == 2  # the data element and our own script, nothing else
     assert _page_data(html)["explorers"]["text"]["tokens"] == XSS.split()
 
