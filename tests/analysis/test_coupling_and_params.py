@@ -102,3 +102,14 @@ def test_parameter_table_names_its_arguments():
 
     with pytest.raises(ValueError, match=r"^d_model=10 is not divisible by heads=3$"):
         parameter_table(10, [2, 3])
+
+
+def test_coupling_summary_is_zero_off_the_diagonal_with_heads_and_coupled_as_one_head() -> None:
+    from headlab.analysis import coupling_summary
+
+    summary = coupling_summary(d_model=12, num_heads=3, seq_len=5, seed=2)
+    heads, one = summary.matrices
+    assert heads.matrix.shape == one.matrix.shape == (3, 3)
+    assert heads.off_diagonal_max == 0.0
+    assert one.off_diagonal_max > 1e-6
+    assert summary.to_dict()["matrices"][1]["title"] == "1 head, same weights"

@@ -26,3 +26,39 @@ def test_cli_prints_the_path_and_refuses_with_exit_2(
     with pytest.raises(SystemExit) as exit_:
         main(["report", "--out", str(out), "--text", "  "])
     assert exit_.value.code == 2
+
+
+def test_text_file_and_model_choose_what_the_report_shows(
+    tmp_path: Path, tiny_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text_file = tmp_path / "text.txt"
+    text_file.write_text("the <b>cat</b> sat\non the mat\n", encoding="utf-8")
+    out = tmp_path / "site"
+    args = ["report", "--out", str(out), "--results", str(tmp_path / "none")]
+    main([*args, "--text-file", str(text_file), "--model", str(tiny_dir)])
+    html = (out / "index.html").read_text(encoding="utf-8")
+    assert "the &lt;b&gt;cat&lt;/b&gt; sat" in html  # the file's text, escaped
+    assert f"The trained model: {tiny_dir.name}" in html  # a folder's model is named by it
+    assert 'data-explorer="model"' in html and "3 heads" in html  # the tiny BERT's 3 heads
+
+
+def test_text_and_text_file_together_are_refused_before_any_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text_file = tmp_path / "text.txt"
+    text_file.write_text("a text", encoding="utf-8")
+    with pytest.raises(SystemExit) as exit_:
+        main(["report", "--out", str(tmp_path / "s"), "--text", "x", "--text-file", str(text_file)])
+    assert exit_.value.code == 2
+    assert "expected one of them, got both" in capsys.readouterr().err
+    assert not (tmp_path / "s").exists()
+
+
+def test_a_model_that_does_not_exist_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["report", "--out", str(tmp_path / "s"), "--model", str(tmp_path / "nowhere")])
+    assert exit_.value.code in (1, 2)
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "nowhere" in err

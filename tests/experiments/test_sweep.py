@@ -4,8 +4,9 @@ import pytest
 
 from headlab.experiments import sweep as sweep_module
 from headlab.experiments.results import read_rows
-from headlab.experiments.summary import plot_series, plot_sweep, summarize
+from headlab.experiments.summary import plot_series, summarize
 from headlab.experiments.sweep import SweepSpec, expand_grid, plan_sweep, run_sweep
+from headlab.report.figure_files import plot_sweep
 
 TINY = {"eval_size": 32, "batch_size": 8}
 

@@ -12,8 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from headlab.analysis.text_attention import AttentionView, seeded_text_attention
 from headlab.report import DEFAULT_TEXT, ReportOptions, build_report, render
-from headlab.report.heatmap import HeatmapView, heatmap_data, synthetic_views
+from headlab.report.heatmap import heatmap_data
 from headlab.report.sections import collect
 
 pytestmark = pytest.mark.browser
@@ -110,7 +111,7 @@ def test_heads_switch_and_cells_name_their_tokens(browser: object, report: Path)
     largest = float(page.get_by_test_id("scale-text-0").inner_text().split("largest cell ")[1][:5])
 
     tokens = DEFAULT_TEXT.split()
-    multi, single = synthetic_views(tokens)
+    multi, single = seeded_text_attention(tokens).views
     assert largest == pytest.approx(multi.weights[0, 3].max(), abs=1e-3)
     text = opened.hover_cell("text", 0, q=2, k=5)
     assert f"query \u201c{tokens[2]}\u201d (2)" in text
@@ -134,7 +135,7 @@ def test_heads_switch_and_cells_name_their_tokens(browser: object, report: Path)
 def test_user_text_shows_as_text_and_runs_nothing(
     browser: object, tmp_path: Path, shared_results: Path
 ) -> None:
-    text = f"{XSS} {SCRIPT} after"
+    text = f"{XSS} {SCRIPT} after \"q'uote\" end"
     index = build_report(tmp_path / "r", ReportOptions(text=text, results=shared_results))
     opened = Opened(browser, index)
     page = opened.page
@@ -179,7 +180,9 @@ def test_layer_selector_switches_every_panel(
     weights = rng.random((3, 4, 5, 5)) ** 4  # (layer, head, q_pos, k_pos), distinct sizes
     weights /= weights.sum(-1, keepdims=True)
     collected = collect(ReportOptions(text="a b", results=shared_results))
-    collected.explorers["model"] = heatmap_data("model", tokens, [HeatmapView("4 heads", weights)])
+    collected.explorers["model"] = heatmap_data(
+        "model", tokens, [AttentionView("4 heads", weights)]
+    )
     collected.sections["has_model"] = True
     index = tmp_path / "index.html"
     index.write_text(render(collected), encoding="utf-8")
@@ -192,5 +195,74 @@ def test_layer_selector_switches_every_panel(
     tip = opened.hover_cell("model", 0, q=2, k=4)
     assert "layer 2, head 3" in tip and "query \u201c<b>see</b>\u201d (2)" in tip
     assert float(tip.rsplit("weight ", 1)[1]) == pytest.approx(weights[2, 3, 2, 4], abs=2e-4)
+    opened.assert_clean()
+    page.close()
+
+
+def test_labels_at_every_length_and_a_cut_text_says_so(
+    browser: object, tmp_path: Path, shared_results: Path
+) -> None:
+    """Past 40 tokens every n-th label is drawn, at least 14 px apart; hovering a label names
+    its token; a text cut to a model's limit says "cut to N of M tokens"."""
+    n = 120
+    tokens = [f"tok{i}" for i in range(n)]
+    weights = np.full((2, 3, n, n), 1.0 / n)
+    collected = collect(ReportOptions(text="a b", results=shared_results))
+    collected.explorers["model"] = heatmap_data(
+        "model", tokens, [AttentionView("3 heads", weights)], total_tokens=700
+    )
+    collected.sections["has_model"] = True
+    index = tmp_path / "index.html"
+    index.write_text(render(collected), encoding="utf-8")
+    opened = Opened(browser, index)
+    page = opened.page
+    assert page.get_by_test_id("cut-model").inner_text().startswith("Cut to 120 of 700 tokens")
+    assert page.locator("[data-testid=cut-text]").count() == 0
+    canvas = opened.canvas("model", 0)
+    geo = canvas.evaluate("c => [+c.dataset.step, +c.dataset.cell, +c.dataset.labels]")
+    step, cell, labels = geo
+    assert step > 1 and step * cell >= 14 and labels == -(-n // step)
+    # the text explorer's two words are both labelled
+    text_canvas = opened.canvas("text", 0)
+    assert text_canvas.evaluate("c => [+c.dataset.step, +c.dataset.labels]") == [1, 2]
+    zoom = canvas.evaluate("c => c.getBoundingClientRect().width / +c.dataset.size")
+    margin = canvas.evaluate("c => +c.dataset.margin")
+    canvas.hover(position={"x": (margin - 20) * zoom, "y": (margin + (step + 0.5) * cell) * zoom})
+    assert page.get_by_test_id("tooltip").inner_text() == f"query \u201ctok{step}\u201d ({step})"
+    opened.shot("report-labels.png")
+    opened.assert_clean()
+    page.close()
+
+
+def test_overview_cell_opens_that_heads_view(
+    browser: object, tmp_path: Path, shared_results: Path
+) -> None:
+    """Clicking layer 2, head 4 of a grid shows that head's statistics and, since the encoder
+    explorer has the same 3 x 5 heads, opens that head there."""
+    rng = np.random.default_rng(4)
+    weights = rng.random((3, 5, 4, 4)) ** 4  # (layer, head, q_pos, k_pos) as model_heads: 3 x 5
+    weights /= weights.sum(-1, keepdims=True)
+    collected = collect(ReportOptions(text="a b", results=shared_results))
+    collected.explorers["model"] = heatmap_data(
+        "model", ["a", "b", "c", "d"], [AttentionView("5 heads", weights)]
+    )
+    collected.sections["has_model"] = True
+    index = tmp_path / "index.html"
+    index.write_text(render(collected), encoding="utf-8")
+    opened = Opened(browser, index)
+    page = opened.page
+    assert page.locator("[data-testid=overview-entropy] a.cell").count() == 15
+    page.locator('[data-testid=overview-entropy] a.cell[data-layer="2"][data-head="4"]').click()
+    view = page.get_by_test_id("head-view")
+    assert view.is_visible()
+    text = view.inner_text()
+    assert text.startswith("layer 2, head 4") and "entropy" in text and "self" in text
+    assert page.locator("a.cell.active").count() == 7  # the head in every statistic's grid
+    before = opened.picture("model", 0)
+    view.get_by_text("show it on your text").click()
+    assert opened.picture("model", 0) != before
+    assert "active" in page.get_by_test_id("layer-model-2").get_attribute("class")
+    assert "active" in page.get_by_test_id("head-model-0-4").get_attribute("class")
+    page.locator("#model").screenshot(path=str(ARTIFACTS / "report-overview.png"))
     opened.assert_clean()
     page.close()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 from pathlib import Path
@@ -12,8 +11,7 @@ import pytest
 from headlab.report import ReportOptions, build_report, safe_json
 from headlab.report.build import MARKER
 
-XSS = "<img src=x onerror=alert(1)> </script><script>alert(2)</script> & done"
-HAS_ENGINE = importlib.util.find_spec("headlab.analysis.compare") is not None
+XSS = "<img src=x onerror=alert(1)> </script><script>alert(2)</script> & \"done\" 'x' end"
 
 
 def _page_data(html: str) -> dict:
@@ -40,6 +38,7 @@ def test_user_text_is_escaped_everywhere(built: tuple[Path, str]) -> None:
     _, html = built
     assert "<img src=x" not in html and "<script>alert" not in html
     assert "&lt;img src=x onerror=alert(1)&gt;" in html  # the text, shown as text
+    assert "&amp; &#34;done&#34; &#39;x&#39; end" in html  # quotes cannot end an attribute
     assert html.count("<script") == 2  # the data element and our own script, nothing else
     assert _page_data(html)["explorers"]["text"]["tokens"] == XSS.split()
 
@@ -48,7 +47,7 @@ def test_page_is_self_contained(built: tuple[Path, str]) -> None:
     _, html = built
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html)
     assert "@import" not in html and "url(http" not in html
-    assert re.findall(r'<img[^>]+src="([^"]{0,22})', html) == ["data:image/png;base64,"] * 4
+    assert re.findall(r'<img[^>]+src="([^"]{0,22})', html) == ["data:image/png;base64,"] * 3
 
 
 def test_results_sections_show_figures_and_tables(
@@ -61,16 +60,41 @@ def test_results_sections_show_figures_and_tables(
     grid = json.loads((shared_results / "model_heads.json").read_text())["metrics"]["self"]
     value, layer, head = max((v, l, h) for l, row in enumerate(grid) for h, v in enumerate(row))
     assert f"<td>self</td><td>layer {layer}, head {head}</td><td>{value:.3f}</td>" in html
-    # sweep: mean over the two seeds of retrieval with 4 heads (0.2 + 0.4 + 0.05 + 0.005)
-    assert "<td>retrieval</td><td>4</td><td>2</td><td>0.655</td>" in html
+    # sweep, through experiments.summary.summarize: retrieval with 4 heads, two seeds,
+    # accuracies 0.65 and 0.66 (0.2 + 0.4 + 0.05 + 0.01 * seed): mean 0.655, std 0.007
+    assert (
+        "<td>retrieval</td><td>4</td><td>4</td><td>plain</td><td>2</td><td>0.655 ± 0.007</td>"
+        in html
+    )
+
+
+def test_heads_overview_has_a_linked_cell_per_layer_and_head_for_every_statistic(
+    built: tuple[Path, str], shared_results: Path
+) -> None:
+    _, html = built
+    data = json.loads((shared_results / "model_heads.json").read_text())
+    grid, layers, heads = data["metrics"], data["num_layers"], data["num_heads"]  # 3 x 5
+    for metric in grid:
+        card = re.search(rf'data-testid="overview-{metric}">(.*?)</figure>', html, re.S).group(1)
+        cells = re.findall(
+            r'<a class="cell" href="#head-view"[^>]*data-layer="(\d+)" data-head="(\d+)" '
+            r'data-value="([^"]+)"',
+            card,
+        )
+        assert [(int(l), int(h)) for l, h, _ in cells] == [
+            (l, h) for l in range(layers) for h in range(heads)
+        ]
+        assert [float(v) for *_, v in cells] == pytest.approx(
+            [v for row in grid[metric] for v in row], rel=1e-3
+        )
+        headers = re.findall(r'<th scope="col">(\d+)</th>', card)
+        assert headers == [str(h) for h in range(heads)]
+        assert len(re.findall(r'<th scope="row">', card)) == layers
+        assert 'class="colourbar"' in card
 
 
 def test_answer_engine_section(built: tuple[Path, str]) -> None:
     _, html = built
-    if not HAS_ENGINE:
-        assert 'data-testid="missing-scenarios"' in html
-        assert 'data-testid="missing-coupling"' in html
-        return
     from headlab.analysis import run_seed_scenarios
 
     expected = run_seed_scenarios(seed=0)
@@ -80,17 +104,34 @@ def test_answer_engine_section(built: tuple[Path, str]) -> None:
     assert 'data-testid="coupling-1"' in html
 
 
-def test_missing_results_say_which_command_makes_them(tmp_path: Path) -> None:
+def test_a_section_without_results_is_one_line_naming_its_commands(tmp_path: Path) -> None:
+    """A fresh results folder (as after `make demo`: compare, then report): each results
+    section is one line naming the commands that fill it, without sub-headings or boxes."""
     index = build_report(tmp_path / "r", ReportOptions(text="a b", results=tmp_path / "none"))
     html = index.read_text()
-    for key, command in (
-        ("heads", "headlab model heads"),
-        ("collapse", "headlab model collapse"),
-        ("prune", "headlab model prune"),
-        ("sweep", "headlab sweep"),
+    for section, commands in (
+        ("model", ["headlab model heads", "headlab model collapse", "headlab model prune"]),
+        ("sweeps", ["headlab sweep"]),
+        ("why", ["headlab expressivity", "headlab specialisation", "headlab redundancy"]),
     ):
-        line = re.search(rf'data-testid="missing-{key}">(.*?)</p>', html).group(1)
-        assert f"<code>{command}</code>" in line
+        body = re.search(rf'<section id="{section}">(.*?)</section>', html, re.S).group(1)
+        lines = re.findall(r'<p class="missing"[^>]*>(.*?)</p>', body, re.S)
+        assert len(lines) == 1 and "\n" not in lines[0], section
+        assert "<h3>" not in body and "<figure" not in body
+        for command in commands:
+            assert f"<code>{command}" in lines[0]
+    assert 'data-testid="missing-' not in html
+
+
+def test_a_missing_part_of_a_partly_filled_section_is_one_line(
+    tmp_path: Path, results_dir: Path
+) -> None:
+    (results_dir / "model_prune.json").unlink()
+    index = build_report(tmp_path / "r", ReportOptions(text="a b", results=results_dir))
+    html = index.read_text()
+    line = re.search(r'data-testid="missing-prune">(.*?)</p>', html).group(1)
+    assert "<code>headlab model prune</code>" in line
+    assert 'data-testid="figure-collapse"' in html and 'data-testid="empty-model"' not in html
 
 
 def test_rebuild_replaces_a_report_but_never_a_foreign_directory(tmp_path: Path) -> None:
@@ -125,7 +166,7 @@ def test_png_figures(tmp_path: Path, results_dir: Path) -> None:
     build_report(tmp_path / "r", ReportOptions(text="a b c d", results=results_dir), png=figures)
     names = {p.name for p in figures.iterdir() if not p.name.startswith(".")}
     expected = {"attention.png", "heads.png", "collapse.png", "prune.png", "sweep.png"}
-    assert expected | ({"coupling.png"} if HAS_ENGINE else set()) == names
+    assert expected | {"coupling.png"} == names
     for name in names:
         assert (figures / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

@@ -1,7 +1,14 @@
 """Analyses on shared weights: comparisons, findings, per-head gradients, parameter counts."""
 
 from headlab.analysis.compare import Comparison, compare
-from headlab.analysis.coupling import HeadGradientNorms, gradient_coupling, head_gradient_norms
+from headlab.analysis.coupling import (
+    CouplingMatrix,
+    CouplingSummary,
+    HeadGradientNorms,
+    coupling_summary,
+    gradient_coupling,
+    head_gradient_norms,
+)
 from headlab.analysis.explain import explain
 from headlab.analysis.findings import CODES, Finding
 from headlab.analysis.params import ParamRow, parameter_count, parameter_table
@@ -17,12 +24,15 @@ __all__ = [
     "CODES",
     "CompareSetup",
     "Comparison",
+    "CouplingMatrix",
+    "CouplingSummary",
     "Finding",
     "HeadGradientNorms",
     "ParamRow",
     "ScenarioResult",
     "build",
     "compare",
+    "coupling_summary",
     "explain",
     "gradient_coupling",
     "head_gradient_norms",

@@ -122,3 +122,60 @@ def head_gradient_norms(
         w_v=norms(w_v, kv_heads),
         w_o=norms(w_o.T.contiguous(), heads),
     )
+
+
+@dataclass(frozen=True)
+class CouplingMatrix:
+    """One coupling matrix (blocks, blocks) with its title and largest off-diagonal entry."""
+
+    title: str
+    matrix: np.ndarray
+    off_diagonal_max: float
+
+    def to_dict(self) -> dict:
+        return {
+            "title": self.title,
+            "matrix": self.matrix.tolist(),
+            "off_diagonal_max": self.off_diagonal_max,
+        }
+
+
+@dataclass(frozen=True)
+class CouplingSummary:
+    """``gradient_coupling`` of a seeded module with ``num_heads`` heads and of its 1-head view
+    (same weights, cut into the same ``num_heads`` blocks)."""
+
+    d_model: int
+    num_heads: int
+    seq_len: int
+    matrices: list[CouplingMatrix]
+
+    def to_dict(self) -> dict:
+        return {
+            "d_model": self.d_model,
+            "num_heads": self.num_heads,
+            "seq_len": self.seq_len,
+            "matrices": [m.to_dict() for m in self.matrices],
+        }
+
+
+def coupling_summary(
+    *, d_model: int = 48, num_heads: int = 6, seq_len: int = 7, seed: int = 0
+) -> CouplingSummary:
+    """Seeded float64 module (N(0, 1/d_model) parameters) and input (1, seq_len, d_model): its
+    coupling with ``num_heads`` heads (zero off the diagonal) and viewed as one head (coupled)."""
+    gen = torch.Generator().manual_seed(seed)
+    module = MultiHeadAttention(d_model, num_heads, batch_first=True, dtype=torch.float64)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float64) / d_model**0.5)
+    x = torch.randn(1, seq_len, d_model, generator=gen, dtype=torch.float64)
+    matrices = []
+    for title, view, blocks in (
+        (f"{num_heads} heads", module, None),
+        ("1 head, same weights", module.with_num_heads(1), num_heads),
+    ):
+        matrix = gradient_coupling(view, x, blocks=blocks)
+        off = np.abs(matrix[~np.eye(len(matrix), dtype=bool)])
+        matrices.append(CouplingMatrix(title, matrix, float(off.max()) if off.size else 0.0))
+    return CouplingSummary(d_model, num_heads, seq_len, matrices)

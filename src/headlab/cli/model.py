@@ -180,9 +180,9 @@ def heads(
         )
     _check_metric(metric, result)
     if figure is not None:
-        from headlab.heads.figure import write_grid_figure
+        from headlab.report.figure_files import write_heads_figure
 
-        write_grid_figure(result, figure, force=force)
+        write_heads_figure(result.to_dict(), figure, force=force)
     title = f"{metric} per head, {result.model}, {result.n_texts} texts"
     tables = _grid(title, result.metrics[metric])
     for name in result.detectors:

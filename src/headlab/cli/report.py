@@ -27,11 +27,27 @@ def report(
         Path, typer.Option("--results", help="Directory of model and sweep results files.")
     ] = RESULTS_DIR,
     seed: Annotated[int, typer.Option("--seed", help="Seed of scenarios and layer.")] = 0,
+    text_file: Annotated[
+        Path | None,
+        typer.Option("--text-file", help="Read the text from this UTF-8 file (not with --text)."),
+    ] = None,
+    model: Annotated[
+        str,
+        typer.Option(
+            "--model", help="Trained model shown on the text: minilm, smollm2, or a path."
+        ),
+    ] = "minilm",
 ) -> None:
     """Write DIR/index.html: the seed questions answered, heads, gradients, model and sweeps."""
     from headlab.report import ReportOptions, build_report
 
-    options = ReportOptions(text=text, results=results, seed=seed)
+    if text_file is not None:
+        from headlab.models.corpus import read_text_file
+
+        if text != DEFAULT_TEXT:
+            raise ValueError("--text and --text-file: expected one of them, got both")
+        text = read_text_file(text_file)
+    options = ReportOptions(text=text, results=results, seed=seed, model=model)
     with progress("report: measuring and drawing", None):  # no steps to count: a pulse
         index = build_report(out, options, force=force, png=png)
     print(index)

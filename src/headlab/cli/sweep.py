@@ -163,7 +163,7 @@ def plot(
     ),
 ) -> None:
     """Plot final accuracy and loss against head count, one column per task."""
-    from headlab.experiments.summary import plot_sweep
+    from headlab.report.figure_files import plot_sweep
 
     path = plot_sweep(results, out, force=force)
     print(f"wrote {path}")

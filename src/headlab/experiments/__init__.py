@@ -2,7 +2,7 @@
 
 from headlab.experiments.config import RunConfig, make_config
 from headlab.experiments.results import TornLineWarning, read_rows
-from headlab.experiments.summary import SummaryRow, plot_sweep, summarize
+from headlab.experiments.summary import SummaryRow, summarize
 from headlab.experiments.sweep import SweepSpec, expand_grid, plan_sweep, run_sweep
 from headlab.experiments.tasks import TASKS, generate, get_task
 from headlab.experiments.train import RunResult, run_one
@@ -19,7 +19,6 @@ __all__ = [
     "get_task",
     "make_config",
     "plan_sweep",
-    "plot_sweep",
     "read_rows",
     "run_one",
     "run_sweep",

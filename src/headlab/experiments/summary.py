@@ -1,21 +1,16 @@
-"""Per head count summaries of a results file, and the figure.
+"""Per head count summaries of a results file.
 
 ``summarize`` groups final rows by (task, num_heads, num_kv_heads, head_dim) and reports the mean
-and the sample standard deviation over seeds; ``plot_sweep`` draws final accuracy and loss against
-the head count (one column per task) and writes a PNG atomically.
+and the sample standard deviation over seeds; ``plot_series`` groups a task's rows into the lines
+of its figure (drawn by ``headlab.report.figures.sweep_figure``).
 """
 
 from __future__ import annotations
 
 import statistics
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
-from headlab.experiments.results import final_rows, read_rows
-from headlab.files import save_figure
-from headlab.output_policy import Kind, check_output
-
-SWEEP_FIGURE_KIND = Kind.png("sweep-plot")
+from headlab.experiments.results import final_rows
 
 
 @dataclass(frozen=True)
@@ -83,50 +78,3 @@ def plot_series(summary: list[SummaryRow], task: str) -> dict[int | str | None, 
             kv = s.attention if s.attention != "plain" else kv
             series.setdefault(kv, []).append(s)
     return series
-
-
-def plot_sweep(results: str | Path, out: str | Path, *, force: bool = False) -> Path:
-    """Final accuracy and loss (mean +- std over seeds) against head count, per task -> PNG.
-
-    FileNotFoundError when ``results`` is missing; ValueError when it has no finished run;
-    OutputRefused when ``out`` is not a path headlab may write a sweep figure to (the results
-    file itself, a user's file: checked before plotting).
-    """
-    check_output(out, SWEEP_FIGURE_KIND, force=force)
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    results = Path(results)
-    if not results.is_file():
-        raise FileNotFoundError(f"results file not found: {results}")
-    summary = summarize(read_rows(results))
-    if not summary:
-        raise ValueError(f"{results} holds no finished run, expected at least one")
-    tasks = sorted({s.task for s in summary})
-    fig, axes = plt.subplots(2, len(tasks), figsize=(4.2 * len(tasks), 6.4), squeeze=False)
-    for col, task in enumerate(tasks):
-        series = plot_series(summary, task)
-        ticks = sorted({s.num_heads for s in summary if s.task == task})
-        for kv, rows in series.items():
-            label = "G = H" if kv is None else kv if isinstance(kv, str) else f"G = {kv}"
-            hs = [r.num_heads for r in rows]
-            for row, (mean, std, name) in enumerate(
-                (
-                    ([r.accuracy_mean for r in rows], [r.accuracy_std for r in rows], "accuracy"),
-                    ([r.loss_mean for r in rows], [r.loss_std for r in rows], "loss"),
-                )
-            ):
-                ax = axes[row][col]
-                ax.errorbar(hs, mean, yerr=std, marker="o", capsize=3, label=label)
-                ax.set_xscale("log", base=2)
-                ax.set_xticks(ticks, [str(h) for h in ticks])
-                ax.minorticks_off()
-                ax.set_xlabel("heads (d_model fixed)")
-                ax.set_ylabel(f"final {name} (mean ± std over seeds)")
-        axes[0][col].set_title(task)
-        if len(series) > 1:
-            axes[0][col].legend()
-    fig.tight_layout()
-    return save_figure(fig, out, SWEEP_FIGURE_KIND, force=force, dpi=110)

@@ -1,45 +1,27 @@
-"""One text's attention weights in every layer and head of a model: what the report's explorer
-draws, computed here so that ``headlab.report`` only renders.
+"""One text's attention weights in every layer and head of a trained model: what the report's
+model explorer draws, computed here so that ``headlab.report`` only renders.
 
-``text_attention(model, text, max_tokens=...)`` tokenizes the text (cut to ``max_tokens`` and
-saying so), runs the model's explicit path once and returns each layer's weights
-(head, q_pos, k_pos) with the token strings. Works on any ``HeadModel`` (the MiniLM encoder,
-SmolLM2, a folder); ``collapsed_text_attention`` adds the encoder viewed with one head per layer
-(the same trained weights), which only models with ``with_num_heads`` offer.
+``model_text_attention(model, text)`` tokenizes the text (cut to ``max_tokens``; the result's
+``total_tokens`` says how long it was), runs the model's explicit path once and returns the
+views of ``analysis.text_attention``: "<h> heads" (layer, head, q_pos, k_pos) and, for models
+that offer ``with_num_heads`` (the encoders), "1 head, same weights": every layer's trained
+parameters viewed as one head. Works on any ``HeadModel``: MiniLM, SmolLM2, a folder.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import torch
 
+from headlab.analysis.text_attention import AttentionView, TextAttention
 from headlab.limits import check_fits, check_int
 from headlab.models.interface import HeadModel
 
-#: The report's default cut: the explorer bins longer texts anyway, and every head's T x T weights
+#: The report's default cut: the explorer bins longer texts anyway, and every head's weights
 #: travel inside the page.
 REPORT_MAX_TOKENS = 256
-#: The most tokens a text view takes (30 layers x 9 heads x 1024^2 float32 = 1.1 GB in the trace).
+#: The most tokens a text view takes (30 layers x 9 heads x 1024^2 float32 = 1.1 GB of weights).
 MAX_TOKENS = 1024
-
-
-@dataclass(frozen=True)
-class TextAttention:
-    """model: the model's name; tokens: the token strings as analysed; text_tokens: the text's
-    length before the cut; layers: each layer's weights (head, q_pos, k_pos), float64, rows sum
-    to one over the visible keys."""
-
-    model: str
-    tokens: list[str]
-    text_tokens: int
-    layers: list[np.ndarray]
-
-    @property
-    def cut(self) -> bool:
-        """Whether the text was longer than what was analysed."""
-        return self.text_tokens > len(self.tokens)
 
 
 def _trace_bytes(model: HeadModel, n_tokens: int) -> int:
@@ -49,33 +31,36 @@ def _trace_bytes(model: HeadModel, n_tokens: int) -> int:
     return 4 * sum(model.heads_per_layer) * per_head
 
 
-def text_attention(model: HeadModel, text: str, *, max_tokens: int | None = None) -> TextAttention:
-    """``text`` through ``model``'s explicit path, cut to ``max_tokens`` (default REPORT_MAX_TOKENS
-    or the model's limit if smaller): a TextAttention. Raises ValueError for an empty text or
-    max_tokens outside 2..min(MAX_TOKENS, the model's limit), MemoryError (via ``check_fits``)
-    when the traces would not fit in memory."""
+def _weights(model: HeadModel, batch) -> np.ndarray:
+    """(layer, head, q_pos, k_pos) float64 from one explicit pass over a one-text batch."""
+    heads = set(model.heads_per_layer)
+    if len(heads) != 1:
+        raise ValueError(f"expected the same head count in every layer, got {sorted(heads)}")
+    with torch.no_grad():
+        _, traces = model.trace_batch(batch)
+    # each trace's weights: (batch=1, head, q_pos, k_pos)
+    return np.stack([t.weights[0].double().numpy() for t in traces])
+
+
+def model_text_attention(
+    model: HeadModel, text: str, *, max_tokens: int | None = None
+) -> TextAttention:
+    """``text`` through ``model`` (cut to ``max_tokens``, default REPORT_MAX_TOKENS or the model's
+    limit if smaller), as views "<h> heads" and, where the model has ``with_num_heads``, "1 head,
+    same weights". Raises ValueError for an empty text, a model whose layers differ in head count
+    (pruned), or max_tokens outside 2..min(MAX_TOKENS, the model's limit); MemoryError (via
+    ``check_fits``) when the weights would not fit in memory."""
     if max_tokens is None:
         max_tokens = min(REPORT_MAX_TOKENS, model.max_positions)
     check_int("max_tokens", max_tokens, low=2, high=min(MAX_TOKENS, model.max_positions))
     if not text.strip():
         raise ValueError("expected a text with at least one token, got an empty text")
-    text_tokens = model.count_tokens(text)
     batch = model.tokenize([text], max_tokens)
-    tokens = batch.tokens[0]
+    tokens = list(batch.tokens[0])
     check_fits(f"attention of {len(tokens)} tokens", _trace_bytes(model, len(tokens)))
-    with torch.no_grad():
-        _, traces = model.trace_batch(batch)
-    # trace weights: (batch=1, head, q_pos, k_pos) per layer
-    layers = [t.weights[0].double().numpy() for t in traces]
-    return TextAttention(model.name, list(tokens), text_tokens, layers)
-
-
-def collapsed_text_attention(
-    model: HeadModel, text: str, *, max_tokens: int | None = None
-) -> TextAttention | None:
-    """The same text through ``model.with_num_heads(1)`` (every layer one head, same weights), or
-    None for a model without that view (a decoder with grouped K/V heads)."""
+    heads = model.heads_per_layer[0]
+    views = [AttentionView(f"{heads} heads", _weights(model, batch))]
     with_num_heads = getattr(model, "with_num_heads", None)
-    if with_num_heads is None:
-        return None
-    return text_attention(with_num_heads(1), text, max_tokens=max_tokens)
+    if with_num_heads is not None:
+        views.append(AttentionView("1 head, same weights", _weights(with_num_heads(1), batch)))
+    return TextAttention(tokens, views, max(len(tokens), model.count_tokens(text)))

@@ -10,7 +10,9 @@ from collections import defaultdict
 
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
+from headlab.experiments.summary import SummaryRow, plot_series
 from headlab.files import figure_png
 
 INK = "#1f2933"
@@ -31,8 +33,16 @@ def _style(ax) -> None:
     ax.tick_params(colors=INK, labelsize=8)
 
 
+def legend_outside(ax, **kwargs) -> None:
+    """The axes' legend to the right of it, so that it never covers data (constrained layout
+    makes room for it)."""
+    options = {"fontsize": 8, "frameon": False, **kwargs}
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, **options)
+
+
 def heads_grid(heads: dict) -> Figure:
-    """model_heads.json data -> one layers x heads image per metric."""
+    """model_heads.json data (``HeadStatistics.to_dict()``) -> one layers x heads image per
+    metric, each with its colour bar. Rows of unequal length (pruned layers) are padded blank."""
     metrics = heads["metrics"]
     names = list(metrics)
     cols = min(4, len(names))
@@ -40,13 +50,19 @@ def heads_grid(heads: dict) -> Figure:
     fig = Figure(figsize=(3.2 * cols, 2.6 * rows), layout="constrained")
     for i, name in enumerate(names):
         ax = fig.add_subplot(rows, cols, i + 1)
-        grid = np.asarray(metrics[name])
+        layers = metrics[name]
+        grid = np.full((len(layers), max(map(len, layers))), np.nan)
+        for layer, values in enumerate(layers):
+            grid[layer, : len(values)] = values
         image = ax.imshow(grid, cmap="viridis", aspect="auto")
         ax.set_title(name, fontsize=9, color=INK)
         ax.set_xlabel("head", fontsize=8)
         ax.set_ylabel("layer", fontsize=8)
         ax.tick_params(labelsize=7)
-        fig.colorbar(image, ax=ax, shrink=0.8)
+        for axis in (ax.xaxis, ax.yaxis):  # whole layers and heads only, 30 layers stay readable
+            axis.set_major_locator(MaxNLocator(nbins=10, integer=True))
+        bar = fig.colorbar(image, ax=ax, shrink=0.8)
+        bar.ax.tick_params(labelsize=7)
     fig.suptitle(f"{heads['model']}: heads, averaged over {heads['n_texts']} texts", fontsize=10)
     return fig
 
@@ -93,7 +109,7 @@ def collapse_curve(collapse: dict) -> Figure:
     for ax in (ax1, ax2):
         _style(ax)
         ax.set_ylim(min(0.0, ax.get_ylim()[0]), 1.05)
-        ax.legend(fontsize=8, frameon=False)
+        legend_outside(ax)
     return fig
 
 
@@ -114,58 +130,108 @@ def prune_curve(prune: dict) -> Figure:
         _style(ax)
         ax.set_xlabel("fraction of heads pruned")
         ax.set_title(key.replace("_", " "), fontsize=9)
-        ax.legend(fontsize=8, frameon=False)
+        legend_outside(ax)
     return fig
 
 
-def sweep_curve(finals: list[dict]) -> Figure:
-    """Final sweep records -> accuracy against heads, one line per task (mean over seeds)."""
-    by_task: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for record in finals:
-        cfg = record["config"]
-        by_task[str(cfg["task"])][int(cfg["num_heads"])].append(float(record["accuracy"]))
-    fig = Figure(figsize=(5.5, 3.4), layout="constrained")
-    ax = fig.add_subplot(1, 1, 1)
-    for colour, (task, points) in zip(COLOURS * 4, sorted(by_task.items()), strict=False):
-        heads = sorted(points)
-        means = [float(np.mean(points[h])) for h in heads]
-        ax.plot(heads, means, "o-", color=colour, label=task)
-        for h in heads:
-            ax.scatter([h] * len(points[h]), points[h], s=10, color=colour, alpha=0.35)
-    _head_axis(ax, sorted({h for points in by_task.values() for h in points}))
-    ax.set_xlabel("heads (same d_model)")
-    ax.set_ylabel("final accuracy")
-    _style(ax)
-    ax.legend(fontsize=8, frameon=False)
+def sweep_figure(summary: list[SummaryRow]) -> Figure:
+    """Summarised sweep (``experiments.summary.summarize``) -> final accuracy (top) and loss
+    (bottom), mean +- std over seeds, against the head count: one column per task, one line per
+    K/V setting (``plot_series``), ticks at the head counts used, legend outside the axes."""
+    tasks = sorted({s.task for s in summary})
+    fig = Figure(figsize=(4.2 * len(tasks) + 1.6, 6.0), layout="constrained")
+    axes = fig.subplots(2, len(tasks), squeeze=False)
+    labels: dict[str, object] = {}
+    for col, task in enumerate(tasks):
+        ticks = sorted({s.num_heads for s in summary if s.task == task})
+        for colour, (kv, rows) in zip(
+            COLOURS * 4, plot_series(summary, task).items(), strict=False
+        ):
+            label = "G = H" if kv is None else kv if isinstance(kv, str) else f"G = {kv}"
+            hs = [r.num_heads for r in rows]
+            for ax, mean, std in (
+                (axes[0][col], [r.accuracy_mean for r in rows], [r.accuracy_std for r in rows]),
+                (axes[1][col], [r.loss_mean for r in rows], [r.loss_std for r in rows]),
+            ):
+                line = ax.errorbar(hs, mean, yerr=std, marker="o", capsize=3, color=colour)
+                labels.setdefault(label, line)
+        for row, name in enumerate(("accuracy", "loss")):
+            ax = axes[row][col]
+            _head_axis(ax, ticks)
+            _style(ax)
+            ax.set_xlabel("heads (d_model fixed)", fontsize=8)
+            ax.set_ylabel(f"final {name}\n(mean ± std over seeds)", fontsize=8)
+        axes[0][col].set_title(task, fontsize=9)
+    if len(labels) > 1:
+        fig.legend(
+            list(labels.values()),
+            list(labels),
+            loc="outside right upper",
+            fontsize=8,
+            frameon=False,
+            title="K/V heads",
+            title_fontsize=8,
+        )
     return fig
 
 
-def coupling_figure(matrices: list[dict]) -> Figure:
-    """[{title, matrix (h, h)}] -> the gradient coupling matrices side by side."""
-    fig = Figure(figsize=(3.6 * len(matrices), 3.2), layout="constrained")
-    for i, item in enumerate(matrices):
-        ax = fig.add_subplot(1, len(matrices), i + 1)
-        image = ax.imshow(np.asarray(item["matrix"]), cmap="magma")
-        ax.set_title(item["title"], fontsize=9)
+def coupling_figure(coupling: dict) -> Figure:
+    """``CouplingSummary.to_dict()`` -> the coupling matrices side by side on one colour scale,
+    with one colour bar, so that "zero off the diagonal" and "coupled" compare at a glance."""
+    matrices = coupling["matrices"]
+    top = max(float(np.max(m["matrix"])) for m in matrices) or 1.0
+    fig = Figure(figsize=(3.3 * len(matrices) + 1.2, 3.4), layout="constrained")
+    axes = fig.subplots(1, len(matrices), squeeze=False)[0]
+    for ax, item in zip(axes, matrices, strict=True):
+        matrix = np.asarray(item["matrix"])
+        image = ax.imshow(matrix, cmap="magma", vmin=0.0, vmax=top)
+        blocks = range(len(matrix))
+        ax.set_xticks(blocks, [str(j) for j in blocks])
+        ax.set_yticks(blocks, [str(i) for i in blocks])
+        ax.set_title(item["title"], fontsize=9, color=INK)
         ax.set_xlabel("upstream gradient changed in block j", fontsize=8)
         ax.set_ylabel("W_Q/W_K/W_V block i", fontsize=8)
-        fig.colorbar(image, ax=ax, shrink=0.8)
+        ax.tick_params(labelsize=7)
+    bar = fig.colorbar(image, ax=list(axes), shrink=0.85)
+    bar.set_label("norm of the gradient change", fontsize=8)
+    bar.ax.tick_params(labelsize=7)
     return fig
+
+
+def _token_ticks(ax, tokens: list[str], most: int = 24) -> None:
+    """Every n-th token as a tick label on both axes (at most ``most`` labels), cut to 10
+    characters."""
+    step = max(1, -(-len(tokens) // most))
+    where = list(range(0, len(tokens), step))
+    names = [t if len(t) <= 10 else t[:9] + "…" for t in (tokens[i] for i in where)]
+    ax.set_xticks(where, names, rotation=90, fontsize=6)
+    ax.set_yticks(where, names, fontsize=6)
 
 
 def attention_figure(title: str, tokens: list[str], views: list) -> Figure:
-    """HeatmapViews (layer 0 of each) -> every head as a small image, for papers and slides."""
-    panels = [(v.name, h, v.weights[0, h]) for v in views for h in range(v.weights.shape[1])]
+    """AttentionViews (layer 0 of each, one token a cell) -> every head as a small image with
+    its tokens on the axes (queries as rows, keys as columns) and one colour bar, weight 0 to 1."""
+    panels = [
+        (f"{v.name}: head {h}" if v.weights.shape[1] > 1 else v.name, v.weights[0, h])
+        for v in views
+        for h in range(v.weights.shape[1])
+    ]
     cols = min(5, len(panels))
     rows = -(-len(panels) // cols)
-    fig = Figure(figsize=(2.4 * cols, 2.5 * rows), layout="constrained")
-    for i, (name, h, w) in enumerate(panels):
+    labelled = len(tokens) == panels[0][1].shape[-1]
+    fig = Figure(figsize=(2.6 * cols + 0.8, 2.8 * rows + 0.4), layout="constrained")
+    axes = []
+    for i, (name, w) in enumerate(panels):
         ax = fig.add_subplot(rows, cols, i + 1)
-        ax.imshow(w, cmap="viridis", vmin=0)
-        ax.set_title(f"{name}: head {h}" if "head" in name else name, fontsize=8)
-        ax.set_xticks([])
-        ax.set_yticks([])
-        if len(tokens) <= 16:
-            ax.set_yticks(range(len(tokens)), tokens, fontsize=6)
+        image = ax.imshow(w, cmap="viridis", vmin=0.0, vmax=1.0)
+        ax.set_title(name, fontsize=8)
+        if labelled:
+            _token_ticks(ax, tokens)
+        else:
+            ax.set_xticks([])
+            ax.set_yticks([])
+        axes.append(ax)
+    bar = fig.colorbar(image, ax=axes, shrink=0.6)
+    bar.set_label("attention weight (rows: queries, columns: keys)", fontsize=8)
     fig.suptitle(title, fontsize=10)
     return fig

@@ -1,8 +1,9 @@
 """Assemble the report's sections as plain data: what the template shows and the page script draws.
 
-``collect`` runs the measurements (seed scenarios, gradient coupling, attention on the text) and
-reads the results files; each section is either data or ``{"missing": "<command>"}``, which the
-page shows as one line saying how to produce it.
+``collect`` calls the analyses (``headlab.analysis``: seed scenarios, gradient coupling, attention
+on the text), reads the results files and turns both into figures and page data; it measures
+nothing itself. Each results section is either data or ``{"missing": "<command>"}``, which the
+page shows as one line saying which command fills it.
 """
 
 from __future__ import annotations
@@ -13,12 +14,25 @@ from pathlib import Path
 
 import numpy as np
 
+from headlab.analysis.binning import MAX_BINS
+from headlab.analysis.coupling import coupling_summary
+from headlab.analysis.params import parameter_table
+from headlab.analysis.text_attention import (
+    TextAttention,
+    seeded_text_attention,
+    words,
+)
 from headlab.defaults import DEFAULT_TEXT
+from headlab.experiments.summary import summarize
 from headlab.locations import RESULTS_DIR
-from headlab.report import engine, figures
-from headlab.report.heatmap import MAX_BINS, HeatmapView, heatmap_data, synthetic_views, words
+from headlab.report import figures
+from headlab.report.heatmap import heatmap_data
+from headlab.report.overview import overview
 from headlab.report.results import PRODUCERS, read_section
+from headlab.report.scenarios import seed_scenarios
 from headlab.report.why import why_sections
+
+DEFAULT_MODEL = "minilm"
 
 
 @dataclass(frozen=True)
@@ -30,6 +44,9 @@ class ReportOptions:
     seed: int = 0
     max_bins: int = MAX_BINS
     use_model: bool = True
+    #: The trained model whose heads are shown on the text: a name of ``headlab.models.load``
+    #: ("minilm", "smollm2") or a path.
+    model: str = DEFAULT_MODEL
 
 
 @dataclass
@@ -45,37 +62,30 @@ def _data_uri(png: bytes) -> str:
     return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
 
 
-def _model_attention(text: str, max_bins: int) -> dict | str | None:
-    """The packaged encoder's attention on ``text`` when headlab.models is installed, else None.
+def _model_attention(text: str, model_name: str) -> tuple[str, TextAttention] | str:
+    """(the model's name, its attention on ``text``), or why the default model could not be
+    loaded (its packaged weights missing): the page then says so in one line instead of failing
+    the whole report. A model the user named that cannot be loaded is an error."""
+    from headlab.heads.text_attention import model_text_attention
+    from headlab.models import load
 
-    A str is why the encoder could not be loaded (missing weights): the page says so in one line
-    instead of failing the whole report over an optional section.
-    """
     try:
-        from headlab.models import load_encoder
-    except ImportError:
-        return None
-    try:
-        encoder = load_encoder()
+        model = load(model_name)
     except (OSError, ValueError) as error:
-        return f"the packaged encoder could not be loaded: {error}"
-    views = []
-    for label, model in (
-        (f"{encoder.num_heads} heads", encoder),
-        ("1 head, same weights", encoder.with_num_heads(1)),
-    ):
-        trace = model.trace(text)
-        # layers: list of AttentionTrace with weights (batch=1, head, q_pos, k_pos)
-        weights = np.stack([t.weights[0].detach().double().numpy() for t in trace.layers])
-        views.append(HeatmapView(label, weights))
-    return heatmap_data(
-        "The trained encoder's heads on your text",
-        list(trace.tokens),
-        views,
-        note="Attention of the packaged MiniLM encoder, every layer and head, and the same "
-        "trained weights viewed as one head per layer (every layer collapsed).",
-        max_bins=max_bins,
-    )
+        if model_name != DEFAULT_MODEL:
+            raise
+        return f"the model {model_name} could not be loaded: {error}"
+    return model.name, model_text_attention(model, text)
+
+
+def _parameter_rows(d_model: int = 512) -> list[dict]:
+    """Full multi-head rows for 1..16 heads, then 8 heads with 4, 2, 1 K/V heads (GQA, MQA)."""
+    rows = parameter_table(d_model, [1, 2, 4, 8, 16]) + parameter_table(d_model, [8], [4, 2, 1])
+    return [r.to_dict() for r in rows]
+
+
+def _sweep_figure(finals: list[dict]):
+    return figures.sweep_figure(summarize(finals))
 
 
 def _results_sections(directory: Path, pngs: dict[str, bytes]) -> dict:
@@ -84,7 +94,7 @@ def _results_sections(directory: Path, pngs: dict[str, bytes]) -> dict:
         ("heads", "model_heads.json", figures.heads_grid),
         ("collapse", "model_collapse.json", figures.collapse_curve),
         ("prune", "model_prune.json", figures.prune_curve),
-        ("sweep", "sweep.jsonl", figures.sweep_curve),
+        ("sweep", "sweep.jsonl", _sweep_figure),
     )
     for key, filename, draw in readers:
         data = read_section(directory, filename)
@@ -95,22 +105,11 @@ def _results_sections(directory: Path, pngs: dict[str, bytes]) -> dict:
         pngs[f"{key}.png"] = png
         out[key] = {"image": _data_uri(png), "data": data}
     if "data" in out["sweep"]:
-        out["sweep"]["table"] = _sweep_table(out["sweep"]["data"])
+        out["sweep"]["table"] = [r.to_dict() for r in summarize(out["sweep"]["data"])]
     if "data" in out["heads"]:
         out["heads"]["summary"] = _heads_summary(out["heads"]["data"])
+        out["heads"]["overview"] = overview(out["heads"]["data"])
     return out
-
-
-def _sweep_table(finals: list[dict]) -> list[dict]:
-    """Mean final accuracy per (task, heads), sorted."""
-    groups: dict[tuple[str, int], list[float]] = {}
-    for r in finals:
-        key = (str(r["config"]["task"]), int(r["config"]["num_heads"]))
-        groups.setdefault(key, []).append(float(r["accuracy"]))
-    return [
-        {"task": t, "num_heads": h, "runs": len(v), "accuracy": float(np.mean(v))}
-        for (t, h), v in sorted(groups.items())
-    ]
 
 
 def _heads_summary(heads: dict) -> list[dict]:
@@ -125,17 +124,39 @@ def _heads_summary(heads: dict) -> list[dict]:
     return rows
 
 
+# page section -> (where its parts are in the sections, the parts' keys)
+GROUPS = {
+    "model": ("results", ("heads", "collapse", "prune")),
+    "sweeps": ("results", ("sweep",)),
+    "why": ("why", ("expressivity", "specialisation", "redundancy", "redundancy_smollm2")),
+}
+
+
+def _empty_sections(sections: dict) -> dict[str, list[str]]:
+    """Page section -> the commands that fill it, for the sections none of whose parts has
+    results yet (the page shows each as one line)."""
+    out = {}
+    for name, (where, keys) in GROUPS.items():
+        parts = [sections[where][key] for key in keys]
+        if all("missing" in part for part in parts):
+            out[name] = [part["missing"] for part in parts]
+    return out
+
+
 def collect(options: ReportOptions, *, want_png: bool = False) -> Collected:
-    """Measure and read everything the page shows. ValueError for an empty text or bad files."""
+    """Call the analyses and read everything the page shows. ValueError for an empty text or
+    bad files."""
     tokens = words(options.text)
+    # First: a model the user named that cannot be loaded fails before the other work.
+    model = _model_attention(options.text, options.model) if options.use_model else None
     pngs: dict[str, bytes] = {}
     explorers: dict[str, dict] = {}
 
-    views = synthetic_views(tokens, seed=options.seed, max_bins=options.max_bins)
+    text = seeded_text_attention(tokens, seed=options.seed, max_bins=options.max_bins)
     explorers["text"] = heatmap_data(
         "Your text through one attention layer",
         tokens,
-        views,
+        text.views,
         note=(
             "Seeded embeddings of the words through a seeded headlab.MultiHeadAttention "
             "(d_model=64) and the same parameters viewed as one head."
@@ -144,33 +165,48 @@ def collect(options: ReportOptions, *, want_png: bool = False) -> Collected:
     )
     if want_png:
         pngs["attention.png"] = figures.png_bytes(
-            figures.attention_figure("Attention per head on the text", tokens, views)
+            figures.attention_figure("Attention per head on the text", tokens, text.views)
         )
-    model = _model_attention(options.text, options.max_bins) if options.use_model else None
-    if isinstance(model, dict):
-        explorers["model"] = model
+    if isinstance(model, tuple):
+        name, attention = model
+        one_head = (
+            ", and the same trained weights viewed as one head per layer (every layer collapsed)"
+            if len(attention.views) > 1
+            else ""
+        )
+        explorers["model"] = heatmap_data(
+            f"{name}'s heads on your text",
+            attention.tokens,
+            attention.views,
+            note=f"Attention of {name}, every layer and head{one_head}.",
+            max_bins=options.max_bins,
+            total_tokens=attention.total_tokens,
+        )
 
-    scenarios = engine.seed_scenarios(seed=options.seed)
-    for i, scenario in enumerate(scenarios or []):
+    scenarios = seed_scenarios(seed=options.seed)
+    for i, scenario in enumerate(scenarios):
         explorers[f"scenario-{i}"] = scenario.pop("heatmap")
         scenario["explorer"] = f"scenario-{i}"
 
-    coupling = engine.coupling(seed=options.seed)
-    if coupling is not None and want_png:
-        pngs["coupling.png"] = figures.png_bytes(figures.coupling_figure(coupling["matrices"]))
+    coupling = coupling_summary(seed=options.seed).to_dict()
+    if want_png:
+        pngs["coupling.png"] = figures.png_bytes(figures.coupling_figure(coupling))
 
     sections = {
         "text": options.text,
         "num_tokens": len(tokens),
         "binned": explorers["text"]["bins"] < len(tokens),
         "bins": explorers["text"]["bins"],
-        "has_model": isinstance(model, dict),
+        "has_model": "model" in explorers,
         "model_problem": model if isinstance(model, str) else None,
+        "model_name": model[0] if isinstance(model, tuple) else None,
         "scenarios": scenarios,
-        "params": engine.parameter_rows(),
+        "params": _parameter_rows(),
         "coupling": coupling,
+        "coupling_top": max(max(map(max, m["matrix"])) for m in coupling["matrices"]),
         "results": _results_sections(Path(options.results), pngs),
         "why": why_sections(Path(options.results), pngs),
         "results_dir": str(options.results),
     }
+    sections["empty"] = _empty_sections(sections)
     return Collected(sections=sections, explorers=explorers, pngs=pngs)

@@ -11,7 +11,7 @@ import numpy as np
 from matplotlib import colormaps
 from matplotlib.figure import Figure
 
-from headlab.report.figures import COLOURS, INK, _style
+from headlab.report.figures import COLOURS, INK, _style, legend_outside
 
 
 def expressivity_figure(doc: dict) -> Figure:
@@ -42,7 +42,7 @@ def expressivity_figure(doc: dict) -> Figure:
     ax1.set_xlabel("head size d_head (dotted: d_head = n)")
     ax1.set_ylabel("best mean row KL (nats)")
     ax1.set_title("one head cannot fit every n x n pattern while d_head < n", fontsize=9)
-    ax1.legend(fontsize=7, frameon=False)
+    legend_outside(ax1, fontsize=7)
     _style(ax1)
     pats = doc["patterns"]
     labels = [f"{p['num_heads']} x {p['head_dim']}" for p in pats]
@@ -98,7 +98,8 @@ def specialisation_figure(doc: dict) -> Figure:
     against talking heads by head count."""
     plain = [r for r in doc["runs"] if r["attention"] == "plain"]
     cols = max(len(plain), 2)
-    fig = Figure(figsize=(2.6 * cols, 6.4), layout="constrained")
+    # wide enough for the bottom panels and their legends beside them
+    fig = Figure(figsize=(max(2.6 * cols, 9.0), 6.4), layout="constrained")
     grid = fig.add_gridspec(2, cols, height_ratios=[1.2, 1])
     for i, run in enumerate(plain):
         ax = fig.add_subplot(grid[0, i])
@@ -127,7 +128,7 @@ def specialisation_figure(doc: dict) -> Figure:
     ax.set_ylabel("heads serving a lookup")
     ax.set_yticks(range(0, 5))
     ax.set_title("when the heads divide the 4 lookups", fontsize=9)
-    ax.legend(fontsize=6, frameon=False)
+    legend_outside(ax, fontsize=6)
     _style(ax)
     ax = fig.add_subplot(grid[1, half:])
     counts = sorted({r["num_heads"] for r in doc["runs"]})
@@ -141,7 +142,7 @@ def specialisation_figure(doc: dict) -> Figure:
     ax.set_ylabel("final accuracy (4 lookups)")
     ax.set_ylim(0, 1.05)
     ax.set_title("plain against talking heads", fontsize=9)
-    ax.legend(fontsize=7, frameon=False)
+    legend_outside(ax, fontsize=7)
     _style(ax)
     return fig
 
@@ -165,7 +166,7 @@ def redundancy_figure(doc: dict) -> Figure:
     ax1.set_xlabel(f"shared query directions k (of {doc['embed_dim']})")
     ax1.set_ylabel("share of singular-value mass")
     ax1.set_title(f"{doc['model']}: spectrum of the heads' W_Q_i^T W_K_i", fontsize=9)
-    ax1.legend(fontsize=7, frameon=False, title="colour: layer, first to last", title_fontsize=7)
+    legend_outside(ax1, fontsize=7, title="colour: layer,\nfirst to last", title_fontsize=7)
     _style(ax1)
     rows = sorted((r for r in doc["curve"] if not r.get("original")), key=lambda r: r["rank"])
     key = "perplexity" if "perplexity" in rows[0] else "mean_cosine"
@@ -199,6 +200,6 @@ def redundancy_figure(doc: dict) -> Figure:
     ax2.set_xlabel("shared key/query rank k (cut factor), every layer, no retraining")
     ax2.set_ylabel(key.replace("_", " ") + (" (original = 1)" if key == "mean_cosine" else ""))
     ax2.set_title("the model with its key/query width cut", fontsize=9)
-    ax2.legend(fontsize=7, frameon=False)
+    legend_outside(ax2, fontsize=7)
     _style(ax2)
     return fig

@@ -4,6 +4,7 @@
   "use strict";
   const DATA = JSON.parse(document.getElementById("report-data").textContent);
   const tooltip = document.getElementById("tooltip");
+  const EXPLORERS = {};  // explorer id -> {layers, heads, open(layer, head)}
 
   // viridis, 9 stops, interpolated into a 256-entry lookup table
   const STOPS = [[68, 1, 84], [71, 44, 122], [59, 81, 139], [44, 113, 142], [33, 144, 141],
@@ -50,10 +51,17 @@
     return "\u201c" + tokens[a] + "\u201d \u2026 \u201c" + tokens[b] + "\u201d (" + a + "\u2013" + b + ")";
   }
 
+  // Axis labels: one token a cell when they fit (<= 40 tokens), else every step-th cell's first
+  // token, so that labels stay LABEL_GAP px apart at any length; hover names every token.
+  const LABEL_GAP = 14, MARGIN = 86;
+
+  function shortLabel(t) { return t.length > 12 ? t.slice(0, 11) + "\u2026" : t; }
+
   function Explorer(root, ex) {
-    const bins = ex.bins, labelled = bins === ex.tokens.length && bins <= 40;
-    const cell = labelled ? Math.max(12, Math.floor(440 / bins)) : Math.max(1, Math.floor(512 / bins));
-    const margin = labelled ? 86 : 0;
+    const bins = ex.bins, perToken = bins === ex.tokens.length && bins <= 40;
+    const cell = perToken ? Math.max(12, Math.floor(440 / bins)) : Math.max(1, Math.floor(512 / bins));
+    const step = Math.max(1, Math.ceil(LABEL_GAP / cell));
+    const margin = MARGIN;
     const dpr = window.devicePixelRatio || 1;
     const size = margin + bins * cell;
     const layerCount = ex.views[0].layers.length;
@@ -61,6 +69,12 @@
     const panels = [];
 
     if (ex.note) root.appendChild(el("p", "note", ex.note));
+    if (ex.total_tokens > ex.tokens.length) {
+      const cut = el("p", "cut", "Cut to " + ex.tokens.length + " of " + ex.total_tokens +
+        " tokens: the model reads at most " + ex.tokens.length + "; the rest of the text is not shown.");
+      cut.dataset.testid = "cut-" + root.dataset.explorer;
+      root.appendChild(cut);
+    }
     const layerBar = el("div", "layers");
     if (layerCount > 1) {
       layerBar.appendChild(el("span", "label", "layer"));
@@ -85,7 +99,7 @@
       canvas.dataset.testid = "heatmap-" + root.dataset.explorer + "-" + v;
       // geometry, for anyone mapping pixels to cells (the browser tests do)
       canvas.dataset.margin = margin; canvas.dataset.cell = cell; canvas.dataset.bins = bins;
-      canvas.dataset.size = size;
+      canvas.dataset.size = size; canvas.dataset.step = step;
       const caption = el("p", "scale");
       caption.dataset.testid = "scale-" + root.dataset.explorer + "-" + v;
       panel.appendChild(strip);
@@ -100,7 +114,12 @@
       root.appendChild(el("p", "note", ex.tokens.length + " tokens shown in " + bins + "\u00d7" + bins +
         " bins: a cell is the weight a query of its bin puts on the keys of its bin (mean over queries, sum over keys)."));
     }
-    root.appendChild(el("p", "note", "Colour: square root of the weight relative to the head\u2019s largest cell (dark = 0, yellow = largest)."));
+    const legend = el("p", "note colour-note");
+    const bar = el("i", "ramp");
+    bar.style.background = "linear-gradient(to right, " + STOPS.map((c) => "rgb(" + c.join(",") + ")").join(", ") + ")";
+    legend.append(el("span", null, "0"), bar, el("span", null, "largest cell"),
+      el("span", null, "Colour: square root of the weight relative to the head\u2019s largest cell."));
+    root.appendChild(legend);
 
     function buildStrip(p, v) {
       p.strip.replaceChildren();
@@ -130,28 +149,30 @@
       ctx.fillRect(0, 0, size, size);
       ctx.imageSmoothingEnabled = false;
       ctx.drawImage(head.bitmap, margin, margin, bins * cell, bins * cell);
-      if (labelled) {
-        ctx.fillStyle = "#9aa5b1";
-        ctx.font = "11px system-ui, sans-serif";
-        ctx.textAlign = "left";
-        ctx.textBaseline = "top";
-        ctx.fillText("key \u2192", 2, 2);
-        ctx.fillText("query \u2193", 2, 16);
-        ctx.fillStyle = "#3e4c59";
-        ctx.font = Math.min(12, cell - 2) + "px system-ui, sans-serif";
-        ctx.textBaseline = "middle";
+      ctx.fillStyle = "#9aa5b1";
+      ctx.font = "11px system-ui, sans-serif";
+      ctx.textAlign = "left";
+      ctx.textBaseline = "top";
+      ctx.fillText("key \u2192", 2, 2);
+      ctx.fillText("query \u2193", 2, 16);
+      ctx.fillStyle = "#3e4c59";
+      ctx.font = Math.min(12, Math.max(9, step * cell - 3)) + "px system-ui, sans-serif";
+      ctx.textBaseline = "middle";
+      let drawn = 0;
+      for (let b = 0; b < bins; b += step) {
+        const label = shortLabel(ex.tokens[ex.edges[b]]);
+        const at = margin + (b + 0.5) * cell;
         ctx.textAlign = "right";
-        ex.tokens.forEach((t, i) => {
-          const label = t.length > 12 ? t.slice(0, 11) + "\u2026" : t;
-          ctx.fillText(label, margin - 4, margin + (i + 0.5) * cell);
-          ctx.save();
-          ctx.translate(margin + (i + 0.5) * cell, margin - 4);
-          ctx.rotate(-Math.PI / 2);
-          ctx.textAlign = "left";
-          ctx.fillText(label, 0, 0);
-          ctx.restore();
-        });
+        ctx.fillText(label, margin - 4, at);
+        ctx.save();
+        ctx.translate(at, margin - 4);
+        ctx.rotate(-Math.PI / 2);
+        ctx.textAlign = "left";
+        ctx.fillText(label, 0, 0);
+        ctx.restore();
+        drawn++;
       }
+      p.canvas.dataset.labels = drawn;
       [...p.strip.children].forEach((b, h) => b.classList.toggle("active", h === state.heads[v]));
       const which = p.view.layers[state.layer].length > 1 ? "head " + state.heads[v] : "the one head";
       p.caption.textContent = which + (layerCount > 1 ? ", layer " + state.layer : "") +
@@ -161,13 +182,30 @@
     function render() {
       [...layerBar.querySelectorAll("button")].forEach((b, l) => b.classList.toggle("active", l === state.layer));
       panels.forEach((p, v) => { buildStrip(p, v); draw(p, v); });
+      align();
     }
+
+    // Strips of thumbnails wrap differently (12 heads against 1): equal heights keep the
+    // heatmaps of all panels side by side at the same height.
+    function align() {
+      panels.forEach((p) => { p.strip.style.minHeight = ""; });
+      const tallest = Math.max(...panels.map((p) => p.strip.offsetHeight));
+      if (tallest > 0) panels.forEach((p) => { p.strip.style.minHeight = tallest + "px"; });
+    }
+    const folded = root.closest("details");
+    if (folded) folded.addEventListener("toggle", align);
+    window.addEventListener("resize", align);
 
     function hover(e, v) {
       const p = panels[v], rect = p.canvas.getBoundingClientRect();
       const x = ((e.clientX - rect.left) / rect.width) * size - margin;
       const y = ((e.clientY - rect.top) / rect.height) * size - margin;
       const kb = Math.floor(x / cell), qb = Math.floor(y / cell);
+      if ((kb < 0) !== (qb < 0) && Math.max(kb, qb) < bins) {  // on a label: the full token(s)
+        const which = kb < 0 ? "query " : "key ", bin = Math.max(kb, qb);
+        tooltip.replaceChildren(el("div", "tt-label", which + rangeLabel(ex.tokens, ex.edges, bin)));
+        return place(e);
+      }
       if (kb < 0 || qb < 0 || kb >= bins || qb >= bins) { tooltip.hidden = true; return; }
       const head = decodeHead(p.view.layers[state.layer][state.heads[v]], bins);
       const w = head.values[qb * bins + kb];
@@ -177,18 +215,62 @@
         el("div", "tt-q", "query " + rangeLabel(ex.tokens, ex.edges, qb)),
         el("div", "tt-k", "key " + rangeLabel(ex.tokens, ex.edges, kb)),
         el("div", "tt-w", "weight " + w.toFixed(4)));
+      place(e);
+    }
+
+    function place(e) {
       tooltip.hidden = false;
       tooltip.style.left = Math.min(window.innerWidth - 260, e.clientX + 14) + "px";
       tooltip.style.top = (e.clientY + 14) + "px";
     }
 
     render();
+    return {
+      layers: layerCount,
+      heads: ex.views[0].layers[0].length,
+      open(layer, head) {
+        state.layer = layer; state.heads[0] = head;
+        render();
+        root.scrollIntoView({ block: "start" });
+      },
+    };
+  }
+
+  // The layers x heads overview: a click opens that head's view (every statistic of the head),
+  // and shows it in the trained encoder's explorer when that has the same layers and heads.
+  function Overview(root) {
+    const view = document.getElementById("head-view");
+    root.addEventListener("click", (e) => {
+      const cell = e.target.closest("a.cell");
+      if (!cell) return;
+      e.preventDefault();
+      const l = +cell.dataset.layer, h = +cell.dataset.head;
+      const same = root.querySelectorAll("a.cell[data-layer=\"" + l + "\"][data-head=\"" + h + "\"]");
+      root.querySelectorAll("a.cell.active").forEach((c) => c.classList.remove("active"));
+      view.replaceChildren(el("b", null, "layer " + l + ", head " + h));
+      same.forEach((c) => {
+        c.classList.add("active");
+        view.appendChild(el("span", null, c.dataset.metric + " " + c.dataset.value));
+      });
+      const model = EXPLORERS.model;
+      const fits = model && model.layers === +root.dataset.layers && model.heads === +root.dataset.heads;
+      if (fits) {
+        const link = el("a", null, "show it on your text");
+        link.href = "#explorer-model";
+        link.addEventListener("click", (ev) => { ev.preventDefault(); model.open(l, h); });
+        view.appendChild(link);
+      }
+      view.hidden = false;
+      view.dataset.layer = l; view.dataset.head = h;
+      view.scrollIntoView({ block: "nearest" });
+    });
   }
 
   const start = performance.now();
   document.querySelectorAll("[data-explorer]").forEach((root) => {
     const ex = DATA.explorers[root.dataset.explorer];
-    if (ex) Explorer(root, ex);
+    if (ex) EXPLORERS[root.dataset.explorer] = Explorer(root, ex);
   });
+  document.querySelectorAll(".overview").forEach(Overview);
   document.body.dataset.renderMs = (performance.now() - start).toFixed(1);
 })();

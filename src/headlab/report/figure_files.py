@@ -1,0 +1,37 @@
+"""The report's figures written as PNG files by the commands (``model heads --figure``,
+``sweep plot``): the same figure functions as the page, under the output policy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from headlab.experiments.results import read_rows
+from headlab.experiments.summary import summarize
+from headlab.files import save_figure
+from headlab.output_policy import Kind, check_output
+from headlab.report.figures import heads_grid, sweep_figure
+
+SWEEP_FIGURE_KIND = Kind.png("sweep-plot")
+HEADS_FIGURE_KIND = Kind.png("model-heads")
+
+
+def write_heads_figure(heads: dict, path: str | Path, *, force: bool = False) -> Path:
+    """``HeadStatistics.to_dict()`` -> ``heads_grid`` saved atomically to ``path``."""
+    return save_figure(heads_grid(heads), path, HEADS_FIGURE_KIND, force=force, dpi=100)
+
+
+def plot_sweep(results: str | Path, out: str | Path, *, force: bool = False) -> Path:
+    """Final accuracy and loss (mean +- std over seeds) against head count, per task -> PNG.
+
+    FileNotFoundError when ``results`` is missing; ValueError when it has no finished run;
+    OutputRefused when ``out`` is not a path headlab may write a sweep figure to (the results
+    file itself, a user's file: checked before plotting).
+    """
+    check_output(out, SWEEP_FIGURE_KIND, force=force)
+    results = Path(results)
+    if not results.is_file():
+        raise FileNotFoundError(f"results file not found: {results}")
+    summary = summarize(read_rows(results))
+    if not summary:
+        raise ValueError(f"{results} holds no finished run, expected at least one")
+    return save_figure(sweep_figure(summary), out, SWEEP_FIGURE_KIND, force=force, dpi=110)
