@@ -42,6 +42,21 @@ def test_token_ids_equal_transformers_gguf_tokenizer(smollm2, smollm2_reference,
     assert smollm2.encode(text) == tokenizer(text)["input_ids"]
 
 
+@pytest.mark.parametrize("text", TEXTS)
+def test_token_strings_are_the_text_under_each_token(smollm2, smollm2_reference, text):
+    """What figures and tables show: the user's characters, not byte-level pieces ("Ġcat")."""
+    _, tokenizer = smollm2_reference
+    tokens = smollm2.tokenize([text]).tokens[0]
+    pieces = tokenizer.convert_ids_to_tokens(tokenizer(text)["input_ids"])
+    assert len(tokens) == len(pieces)
+    # Each token's string decodes from its own id (a character split over tokens aside).
+    for token, piece in zip(tokens, pieces, strict=True):
+        if "\ufffd" not in tokenizer.convert_tokens_to_string([piece]):
+            assert token == tokenizer.convert_tokens_to_string([piece])
+    if text.isascii():
+        assert "".join(tokens) == text
+
+
 @pytest.mark.parametrize("name", list(PROMPTS))
 def test_logits_equal_transformers(smollm2, smollm2_reference, name):
     model, _ = smollm2_reference

@@ -86,7 +86,12 @@ class Decoder:
         for row, (e, n) in enumerate(zip(encodings, lengths, strict=True)):
             ids[row, :n] = torch.tensor(e.ids[:n])
             mask[row, :n] = True
-        tokens = [e.tokens[:n] for e, n in zip(encodings, lengths, strict=True)]
+        # Token strings as the user wrote them (the text under each token's offsets: " cat"),
+        # not the byte-level pieces ("Ġcat"); a character split over several tokens shows in each.
+        tokens = [
+            [text[start:end] for start, end in e.offsets[:n]]
+            for text, e, n in zip(texts, encodings, lengths, strict=True)
+        ]
         return TokenBatch(input_ids=ids, attention_mask=mask, tokens=tokens)
 
     def run(self, batch: TokenBatch, head_mask: HeadMask = None) -> Tensor:
