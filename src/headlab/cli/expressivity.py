@@ -33,8 +33,11 @@ def expressivity(
     force: bool = typer.Option(False, "--force", help="Replace --out/--figure if not ours."),
     as_json: bool = typer.Option(False, "--json", help="Print the results document as JSON."),
 ) -> None:
-    """Fit attention patterns with one head of each size (KL floor below d_head = n), and fit
-    h different offsets at once with 1 head of 32 against h heads of 32 / h."""
+    """What one head of each size can fit, and h heads against one.
+
+    Fit attention patterns with one head of each size (the KL has a floor below d_head = n), and
+    fit h different offsets at once with 1 head of 32 against h heads of 32 / h.
+    """
     from headlab.analysis.expressivity import ExpressivityConfig, measure_expressivity
     from headlab.heads.results import write_result
     from headlab.limits import check_int, check_seed

@@ -157,10 +157,14 @@ def heads(
     as_json: bool = AS_JSON,
     force: bool = FORCE,
 ) -> None:
-    """Per-head attention statistics over the corpus, and (decoders) the head kinds:
-    previous-token, duplicate-token and induction heads, and the attention sinks. With
-    --text-file or --max-tokens: every head on one long text, exactly, without ever holding
-    the attention weights (memory grows linearly with the length)."""
+    """Per-head attention statistics, and (decoders) the head kinds.
+
+    Over the corpus: each head's statistics and, for decoders, the previous-token,
+    duplicate-token and induction heads, and the attention sinks.
+
+    With --text-file or --max-tokens: every head on one long text, exactly, without ever holding
+    the attention weights (memory grows linearly with the length).
+    """
     if text_file is not None or max_tokens is not None:
         if corpus is not None or max_length is not None:
             raise ValueError(

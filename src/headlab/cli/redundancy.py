@@ -30,8 +30,11 @@ def redundancy(
     force: bool = typer.Option(False, "--force", help="Replace --out/--figure if not ours."),
     as_json: bool = typer.Option(False, "--json", help="Print the results document as JSON."),
 ) -> None:
-    """Spectrum and effective rank of each layer's W_Q_i^T W_K_i, and the model with every
-    layer's keys and queries read through shared rank-k subspaces (no retraining)."""
+    """How much a model's heads share their key/query spaces.
+
+    The spectrum and effective rank of each layer's W_Q_i^T W_K_i, and the model with every
+    layer's keys and queries read through shared rank-k subspaces (no retraining).
+    """
     from headlab.heads.redundancy import measure_redundancy
     from headlab.heads.results import write_result
     from headlab.limits import check_int

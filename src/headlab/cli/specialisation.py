@@ -30,8 +30,11 @@ def specialisation(
     force: bool = typer.Option(False, "--force", help="Replace --out/--figure if not ours."),
     as_json: bool = typer.Option(False, "--json", help="Print the results document as JSON."),
 ) -> None:
-    """Train the multi-lookup task with h heads and ablate each head at every checkpoint: the
-    heads x lookups matrix, the step at which heads split the work, talking heads beside."""
+    """Train with h heads: which head serves which lookup.
+
+    Train the multi-lookup task with h heads and ablate each head at every checkpoint: the
+    heads x lookups matrix, the step at which heads split the work, talking heads beside.
+    """
     from headlab.experiments.specialisation import SpecialisationConfig, measure_specialisation
     from headlab.heads.results import write_result
     from headlab.limits import check_int, check_seed
