@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from headlab.cli.outputs import claim, writing
 from headlab.cli.parsing import flags, sizes
 from headlab.cli.progress import progress
 from headlab.locations import why_results
@@ -41,11 +42,8 @@ def expressivity(
     from headlab.analysis.expressivity import ExpressivityConfig, measure_expressivity
     from headlab.heads.results import write_result
     from headlab.limits import check_int, check_seed
-    from headlab.output_policy import Kind, check_output
 
-    check_output(out, Kind.json("expressivity"), force=force)
-    if figure is not None:
-        check_output(figure, Kind.png("expressivity"), force=force, option="--figure")
+    claim("expressivity", out, force=force, figure=figure)
     config = ExpressivityConfig(
         seq_lens=sizes(seq_lens, "--seq-lens", 512),
         head_dims=sizes(head_dims, "--head-dims", 512),
@@ -69,12 +67,15 @@ def expressivity(
         result = measure_expressivity(
             config, model_patterns=patterns, model_name=name, on_step=update
         )
-    written = write_result(out, result, force=force)
+    with writing("--out"):
+        written = write_result(out, result, force=force)
     if figure is not None:
         from headlab.files import save_figure
+        from headlab.output_policy import Kind
         from headlab.report.why_figures import expressivity_figure
 
-        save_figure(expressivity_figure(written), figure, Kind.png("expressivity"), force=force)
+        with writing("--figure"):
+            save_figure(expressivity_figure(written), figure, Kind.png("expressivity"), force=force)
     if as_json:
         print(json.dumps(written, indent=1))
         return

@@ -15,6 +15,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from headlab.cli.outputs import claim, writing
 from headlab.cli.parsing import flags, int_list
 from headlab.cli.progress import progress
 from headlab.cli.tables import fitted_tables
@@ -52,13 +53,7 @@ FORCE = typer.Option(
 
 def _claim(analysis: str, out: Path, force: bool, figure: Path | None = None) -> None:
     """Check the output paths before any work (they are checked again when written)."""
-    from headlab.output_policy import Kind, OutputRefused, check_output
-
-    check_output(out, Kind.json(f"model-{analysis}"), force=force)
-    if figure is not None:
-        if Path(os.path.abspath(figure)) == Path(os.path.abspath(out)):
-            raise OutputRefused(f"--figure and --out must be different files, got {out} twice")
-        check_output(figure, Kind.png(f"model-{analysis}"), force=force, option="--figure")
+    claim(f"model-{analysis}", out, force=force, figure=figure)
 
 
 def _load(
@@ -94,7 +89,8 @@ def _emit(result, out: Path, force: bool, as_json: bool, tables: list[Table]) ->
     """Write ``result`` (a results type: its KIND tags the file), then print it."""
     from headlab.heads.results import write_result
 
-    written = write_result(out, result, force=force)
+    with writing("--out"):
+        written = write_result(out, result, force=force)
     if as_json:
         print(json.dumps(written, indent=1))
         return
@@ -186,7 +182,8 @@ def heads(
     if figure is not None:
         from headlab.heads.figure import write_grid_figure
 
-        write_grid_figure(result, figure, force=force)
+        with writing("--figure"):
+            write_grid_figure(result, figure, force=force)
     title = f"{metric} per head, {result.model}, {result.n_texts} texts"
     tables = _grid(title, result.metrics[metric])
     for name in result.detectors:

@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from headlab.cli.outputs import claim, writing
 from headlab.cli.parsing import flags, sizes
 from headlab.cli.progress import progress
 from headlab.locations import why_results
@@ -38,11 +39,8 @@ def redundancy(
     from headlab.heads.redundancy import measure_redundancy
     from headlab.heads.results import write_result
     from headlab.limits import check_int
-    from headlab.output_policy import Kind, check_output
 
-    check_output(out, Kind.json("redundancy"), force=force)
-    if figure is not None:
-        check_output(figure, Kind.png("redundancy"), force=force, option="--figure")
+    claim("redundancy", out, force=force, figure=figure)
     check_int("--n-texts", n_texts, high=10**5)
     chosen = sizes(ranks, "--ranks", 2**16) if ranks else None
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -56,12 +54,15 @@ def redundancy(
         result = measure_redundancy(
             loaded, texts, ranks=chosen, max_length=max_length, on_step=update
         )
-    written = write_result(out, result, force=force)
+    with writing("--out"):
+        written = write_result(out, result, force=force)
     if figure is not None:
         from headlab.files import save_figure
+        from headlab.output_policy import Kind
         from headlab.report.why_figures import redundancy_figure
 
-        save_figure(redundancy_figure(written), figure, Kind.png("redundancy"), force=force)
+        with writing("--figure"):
+            save_figure(redundancy_figure(written), figure, Kind.png("redundancy"), force=force)
     if as_json:
         print(json.dumps(written, indent=1))
         return

@@ -92,7 +92,7 @@ def plot_sweep(results: str | Path, out: str | Path, *, force: bool = False) -> 
     OutputRefused when ``out`` is not a path headlab may write a sweep figure to (the results
     file itself, a user's file: checked before plotting).
     """
-    check_output(out, SWEEP_FIGURE_KIND, force=force)
+    check_output(out, SWEEP_FIGURE_KIND, force=force, argument="out")
     import matplotlib
 
     matplotlib.use("Agg")
@@ -129,4 +129,4 @@ def plot_sweep(results: str | Path, out: str | Path, *, force: bool = False) -> 
         if len(series) > 1:
             axes[0][col].legend()
     fig.tight_layout()
-    return save_figure(fig, out, SWEEP_FIGURE_KIND, force=force, dpi=110)
+    return save_figure(fig, out, SWEEP_FIGURE_KIND, force=force, argument="out", dpi=110)
