@@ -52,20 +52,37 @@ def expressivity(
         heads=check_int("--heads", heads, high=32),
         seed=check_seed("--seed", seed),
     )
-    patterns, name = None, model
+    patterns, name, loaded = None, model, None
     if model != "none":
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        from headlab.heads.patterns import patterns_by_length
-        from headlab.models import default_corpus, load
+        from headlab.models import load
 
         with flags("model"):
             loaded = load(model)
         name = loaded.name
-        texts = default_corpus(64)
-        patterns = patterns_by_length(loaded, texts, config.seq_lens, config.targets, seed=seed)
-    with progress("expressivity: fits", None, quiet=as_json) as update:
+    # One bar for both phases: the model's patterns (one pass per length), then the fits.
+    before = 0 if loaded is None else len(config.seq_lens)
+    total = before + config.fits_total(before)
+    what = "expressivity: fits" if loaded is None else "expressivity: model patterns, then fits"
+    with progress(what, total, quiet=as_json) as update:
+        if loaded is not None:
+            from headlab.heads.patterns import patterns_by_length
+            from headlab.models import default_corpus
+
+            patterns = patterns_by_length(
+                loaded,
+                default_corpus(64),
+                config.seq_lens,
+                config.targets,
+                seed=seed,
+                on_step=lambda done, _: update(done, detail=f"{name} patterns"),
+            )
+
         result = measure_expressivity(
-            config, model_patterns=patterns, model_name=name, on_step=update
+            config,
+            model_patterns=patterns,
+            model_name=name,
+            on_step=lambda done, _: update(before + done, detail="fits"),
         )
     with writing("--out"):
         written = write_result(out, result, force=force)
