@@ -152,3 +152,35 @@ def test_a_bad_sweep_row_names_its_field():
     row = {"run_id": "a", "step": 1, "loss": 0.1, "accuracy": 2, "final": True, "params": 3}
     with pytest.raises(ValueError, match=r"sweep row: 'accuracy' must be a number in \[0, 1\]"):
         SweepRow.from_dict(row)
+
+
+MEASURE_ERRORS = [  # (change to a row of quality measures, the message it must give)
+    (
+        lambda row: row.update(nn_agrement=row.pop("nn_agreement")),  # misspelt
+        r"\.nn_agrement: expected no such field \(the measures are mean_cosine, nn_agreement\), "
+        r"got \d",
+    ),
+    (lambda row: row.update(bleu=0.5), r"\.bleu: expected no such field \(the measures are mean"),
+    (lambda row: row.update(perplexity=3.0), r"\.perplexity: expected no such field"),
+    (lambda row: row.pop("mean_cosine"), r"\.mean_cosine: expected a finite number, got nothing"),
+]
+
+
+@pytest.mark.parametrize(("change", "message"), MEASURE_ERRORS)
+def test_collapse_and_prune_rows_take_only_the_measures_quality_gives(
+    tiny, tmp_path, change, message
+):
+    from headlab.heads import collapse_heads, prune_by_importance
+
+    results = {
+        "all_layers": collapse_heads(tiny, TEXTS[:2], max_length=8, head_counts=(1,)),
+        "steps": prune_by_importance(tiny, TEXTS[:2], fractions=(0.0,), max_length=8),
+    }
+    for rows, result in results.items():
+        path = tmp_path / f"{rows}.json"
+        document = write_result(path, result)
+        change(document[rows][0])
+        path.write_text(json.dumps(document))
+        with pytest.raises(ValueError, match=f"{rows}\\[0\\]{message}") as error:
+            read_result(path, type(result))
+        assert str(path) in str(error.value)
