@@ -43,7 +43,7 @@ def test_model_long_context(tiny, tmp_path):
     from headlab.heads.long_context import long_text_statistics
 
     result = long_text_statistics(tiny, " ".join(TEXTS), max_tokens=30).result()
-    round_trip(result, tmp_path / "model_long-context.json")
+    assert round_trip(result, tmp_path / "model_long-context.json") == result
 
 
 def test_model_collapse(tiny, tmp_path):
@@ -184,3 +184,43 @@ def test_collapse_and_prune_rows_take_only_the_measures_quality_gives(
         with pytest.raises(ValueError, match=f"{rows}\\[0\\]{message}") as error:
             read_result(path, type(result))
         assert str(path) in str(error.value)
+
+
+LONG_CONTEXT_ERRORS = [  # (change to a model-long-context document, the message it must give)
+    (lambda d: d["context"].pop("n_tokens"), r"context\.n_tokens: expected an integer >= 2, got"),
+    (
+        lambda d: d["heavy_hitters"]["top_keys"][1][2].__setitem__(0, 30),
+        r"heavy_hitters\.top_keys\[1\]\[2\]\[0\]: expected a key position in \[0, 30\), got 30",
+    ),
+    (
+        lambda d: d["heavy_hitters"]["top_keys"].pop(),
+        r"heavy_hitters\.top_keys: expected 2 rows \(layer\), got \"1 rows\"",
+    ),
+    (
+        lambda d: d["heavy_hitters"].update(excluded_positions=[-1]),
+        r"excluded_positions\[0\]: expected a key position in \[0, 30\), got -1",
+    ),
+    (
+        lambda d: d["findings"]["most_concentrated"].__setitem__(0, [0, 3, 0.5]),
+        r"findings\.most_concentrated\[0\]: expected \[layer < 2, head < 3, share\], got \[0, 3",
+    ),
+    (
+        lambda d: d["findings"]["mean_distance_per_layer"].append(1.0),
+        r"mean_distance_per_layer: expected 2 numbers \(layer\), got \"3 numbers\"",
+    ),
+    (lambda d: d["findings"].update(sink_share=1.5), r"findings\.sink_share: expected a finite"),
+]
+
+
+@pytest.mark.parametrize(("change", "message"), LONG_CONTEXT_ERRORS)
+def test_a_broken_long_context_file_names_its_field(tiny, tmp_path, change, message):
+    from headlab.heads.long_context import LongContextResult, long_text_statistics
+
+    path = tmp_path / "model_long-context.json"
+    result = long_text_statistics(tiny, " ".join(TEXTS), max_tokens=30).result()
+    document = write_result(path, result)
+    change(document)
+    path.write_text(json.dumps(document))
+    with pytest.raises(ValueError, match=message) as error:
+        read_result(path, LongContextResult)
+    assert str(path) in str(error.value)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
@@ -20,6 +21,9 @@ from headlab.cli.parsing import flags, int_list
 from headlab.cli.progress import progress
 from headlab.cli.tables import fitted_tables
 from headlab.locations import model_results
+
+if TYPE_CHECKING:
+    from headlab.heads.long_context import HeavyHitters, LongContextFindings
 
 model_app = typer.Typer(
     help="Analyse the heads of a trained model: minilm (default), smollm2 or a path.",
@@ -245,15 +249,14 @@ def _long_context(
     _emit(document, out, force, as_json, tables)
 
 
-def _sink_table(findings: dict) -> Table:
-    share = findings["sink_share"]
+def _sink_table(findings: LongContextFindings) -> Table:
     table = Table(
-        title=f"attention sinks: {findings['sinks']} of {findings['heads']} heads ({share:.0%}) "
-        f"put > {findings['sink_threshold']} of their weight on the first token; "
-        "mean attention distance per layer (tokens)",
+        title=f"attention sinks: {findings.sinks} of {findings.heads} heads "
+        f"({findings.sink_share:.0%}) put > {findings.sink_threshold} of their weight on the "
+        "first token; mean attention distance per layer (tokens)",
         title_justify="left",
     )
-    distances = findings["mean_distance_per_layer"]
+    distances = findings.mean_distance_per_layer
     per_row = 10
     table.add_column("layers", justify="right")
     for i in range(per_row):
@@ -264,7 +267,9 @@ def _sink_table(findings: dict) -> Table:
     return table
 
 
-def _concentration_table(findings: dict, heavy: dict, tokens: list[str]) -> Table:
+def _concentration_table(
+    findings: LongContextFindings, heavy: HeavyHitters, tokens: list[str]
+) -> Table:
     table = Table(
         title="heads whose attention is most concentrated on a few keys (share of the "
         "attention to keys after the first that the top 1% of keys receive)",
@@ -274,8 +279,8 @@ def _concentration_table(findings: dict, heavy: dict, tokens: list[str]) -> Tabl
         table.add_column(
             col, justify="left" if col.startswith("most") else "right", overflow="fold"
         )
-    for layer, head, share in findings["most_concentrated"]:
-        keys = heavy["top_keys"][layer][head][:3]
+    for layer, head, share in findings.most_concentrated:
+        keys = heavy.top_keys[layer][head][:3]
         shown = ", ".join(f"{k}: {tokens[k]!r}" for k in keys)
         table.add_row(str(layer), str(head), f"{share:.2f}", shown)
     return table
