@@ -34,3 +34,31 @@ def test_a_failed_write_keeps_the_old_file(tmp_path, monkeypatch):
         atomic_write_bytes(target, b"new")
     assert target.read_bytes() == b"old"
     assert [p.name for p in tmp_path.iterdir()] == ["out.bin"]
+
+
+def test_a_refusal_names_the_library_argument_not_a_cli_flag(tmp_path):
+    from headlab.files import write_output
+    from headlab.heads.results import write_json
+    from headlab.output_policy import Kind, OutputRefused, check_output
+    from headlab.report.figure_files import plot_sweep
+
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes")
+    expected = f"path={notes} exists and is not headlab t results (JSON); not replacing it"
+    for write in (
+        lambda: check_output(notes, Kind.json("t")),
+        lambda: write_output(notes, b"{}", Kind.json("t")),
+        lambda: write_json(notes, {}, "t"),
+    ):
+        with pytest.raises(OutputRefused) as refused:
+            write()
+        assert str(refused.value).startswith(expected)
+        assert "pass force=True to replace it" in str(refused.value)
+        assert "--" not in str(refused.value)
+    with pytest.raises(OutputRefused, match=f"^out={notes} exists"):
+        plot_sweep(tmp_path / "r.jsonl", notes)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(OutputRefused, match=f"^path={blocker / 'x.json'}: {blocker} is not a dir"):
+        check_output(blocker / "x.json", Kind.json("t"))
+    assert notes.read_text() == "my notes"

@@ -43,7 +43,7 @@ def test_model_long_context(tiny, tmp_path):
     from headlab.heads.long_context import long_text_statistics
 
     result = long_text_statistics(tiny, " ".join(TEXTS), max_tokens=30).result()
-    round_trip(result, tmp_path / "model_long-context.json")
+    assert round_trip(result, tmp_path / "model_long-context.json") == result
 
 
 def test_model_collapse(tiny, tmp_path):
@@ -152,3 +152,75 @@ def test_a_bad_sweep_row_names_its_field():
     row = {"run_id": "a", "step": 1, "loss": 0.1, "accuracy": 2, "final": True, "params": 3}
     with pytest.raises(ValueError, match=r"sweep row: 'accuracy' must be a number in \[0, 1\]"):
         SweepRow.from_dict(row)
+
+
+MEASURE_ERRORS = [  # (change to a row of quality measures, the message it must give)
+    (
+        lambda row: row.update(nn_agrement=row.pop("nn_agreement")),  # misspelt
+        r"\.nn_agrement: expected no such field \(the measures are mean_cosine, nn_agreement\), "
+        r"got \d",
+    ),
+    (lambda row: row.update(bleu=0.5), r"\.bleu: expected no such field \(the measures are mean"),
+    (lambda row: row.update(perplexity=3.0), r"\.perplexity: expected no such field"),
+    (lambda row: row.pop("mean_cosine"), r"\.mean_cosine: expected a finite number, got nothing"),
+]
+
+
+@pytest.mark.parametrize(("change", "message"), MEASURE_ERRORS)
+def test_collapse_and_prune_rows_take_only_the_measures_quality_gives(
+    tiny, tmp_path, change, message
+):
+    from headlab.heads import collapse_heads, prune_by_importance
+
+    results = {
+        "all_layers": collapse_heads(tiny, TEXTS[:2], max_length=8, head_counts=(1,)),
+        "steps": prune_by_importance(tiny, TEXTS[:2], fractions=(0.0,), max_length=8),
+    }
+    for rows, result in results.items():
+        path = tmp_path / f"{rows}.json"
+        document = write_result(path, result)
+        change(document[rows][0])
+        path.write_text(json.dumps(document))
+        with pytest.raises(ValueError, match=f"{rows}\\[0\\]{message}") as error:
+            read_result(path, type(result))
+        assert str(path) in str(error.value)
+
+
+LONG_CONTEXT_ERRORS = [  # (change to a model-long-context document, the message it must give)
+    (lambda d: d["context"].pop("n_tokens"), r"context\.n_tokens: expected an integer >= 2, got"),
+    (
+        lambda d: d["heavy_hitters"]["top_keys"][1][2].__setitem__(0, 30),
+        r"heavy_hitters\.top_keys\[1\]\[2\]\[0\]: expected a key position in \[0, 30\), got 30",
+    ),
+    (
+        lambda d: d["heavy_hitters"]["top_keys"].pop(),
+        r"heavy_hitters\.top_keys: expected 2 rows \(layer\), got \"1 rows\"",
+    ),
+    (
+        lambda d: d["heavy_hitters"].update(excluded_positions=[-1]),
+        r"excluded_positions\[0\]: expected a key position in \[0, 30\), got -1",
+    ),
+    (
+        lambda d: d["findings"]["most_concentrated"].__setitem__(0, [0, 3, 0.5]),
+        r"findings\.most_concentrated\[0\]: expected \[layer < 2, head < 3, share\], got \[0, 3",
+    ),
+    (
+        lambda d: d["findings"]["mean_distance_per_layer"].append(1.0),
+        r"mean_distance_per_layer: expected 2 numbers \(layer\), got \"3 numbers\"",
+    ),
+    (lambda d: d["findings"].update(sink_share=1.5), r"findings\.sink_share: expected a finite"),
+]
+
+
+@pytest.mark.parametrize(("change", "message"), LONG_CONTEXT_ERRORS)
+def test_a_broken_long_context_file_names_its_field(tiny, tmp_path, change, message):
+    from headlab.heads.long_context import LongContextResult, long_text_statistics
+
+    path = tmp_path / "model_long-context.json"
+    result = long_text_statistics(tiny, " ".join(TEXTS), max_tokens=30).result()
+    document = write_result(path, result)
+    change(document)
+    path.write_text(json.dumps(document))
+    with pytest.raises(ValueError, match=message) as error:
+        read_result(path, LongContextResult)
+    assert str(path) in str(error.value)

@@ -47,13 +47,14 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
 
 
 def write_output(
-    path: str | Path, data: bytes, kind: Kind, *, force: bool = False, option: str = "--out"
+    path: str | Path, data: bytes, kind: Kind, *, force: bool = False, argument: str = "path"
 ) -> Path:
     """Write ``data`` atomically to ``path`` if the output policy allows ``kind`` there.
 
-    Raises OutputRefused (a ValueError) otherwise; the check is repeated here, at write time.
+    Raises OutputRefused (a ValueError) otherwise, naming ``path`` as ``argument`` (the caller's
+    name for it); the check is repeated here, at write time.
     """
-    return atomic_write_bytes(check_output(path, kind, force=force, option=option), data)
+    return atomic_write_bytes(check_output(path, kind, force=force, argument=argument), data)
 
 
 def figure_png(figure: Any, kind_name: str, **savefig: Any) -> bytes:
@@ -79,7 +80,15 @@ def figure_png(figure: Any, kind_name: str, **savefig: Any) -> bytes:
 
 
 def save_figure(
-    figure: Any, path: str | Path, kind: Kind, *, force: bool = False, **savefig: Any
+    figure: Any,
+    path: str | Path,
+    kind: Kind,
+    *,
+    force: bool = False,
+    argument: str = "path",
+    **savefig: Any,
 ) -> Path:
-    """Render a figure to PNG and write it under the output policy (``kind`` must be a PNG kind)."""
-    return write_output(path, figure_png(figure, kind.name, **savefig), kind, force=force)
+    """Render a figure to PNG and write it under the output policy (``kind`` must be a PNG kind);
+    a refusal names ``path`` as ``argument``."""
+    png = figure_png(figure, kind.name, **savefig)
+    return write_output(path, png, kind, force=force, argument=argument)

@@ -101,41 +101,51 @@ def _file_type(mode: int) -> str:
     return "not a regular file"
 
 
-def check_parent(path: Path, option: str = "--out") -> None:
-    """The nearest existing ancestor of ``path`` must be a writable directory."""
+def _named(argument: str, path: Path) -> str:
+    """``out=results.json``; a caller that passes a flag (``--dir``) gets ``--dir results``."""
+    return f"{argument} {path}" if argument.startswith("-") else f"{argument}={path}"
+
+
+def check_parent(path: Path, argument: str = "path") -> None:
+    """The nearest existing ancestor of ``path`` must be a writable directory.
+
+    argument: the name of ``path`` in the caller's signature, which the messages use (the CLI
+    turns it into its flag, ``cli.parsing.flags``).
+    """
     parent = path.absolute().parent
     while not parent.exists() and not parent.is_symlink():
         parent = parent.parent
     if not parent.is_dir():
-        raise OutputRefused(f"{option} {path}: {parent} is not a directory")
+        raise OutputRefused(f"{_named(argument, path)}: {parent} is not a directory")
     if not os.access(parent, os.W_OK | os.X_OK):
-        raise OutputRefused(f"{option} {path}: the folder {parent} is not writable")
+        raise OutputRefused(f"{_named(argument, path)}: the folder {parent} is not writable")
 
 
 def check_output(
-    path: str | Path, kind: Kind, *, force: bool = False, option: str = "--out"
+    path: str | Path, kind: Kind, *, force: bool = False, argument: str = "path"
 ) -> Path:
     """Return ``path`` if headlab may write ``kind`` there; otherwise raise OutputRefused.
 
     force: also replace a regular file that is not headlab's ``kind`` (never a device, FIFO,
-    directory or a symbolic link's target).
+    directory or a symbolic link's target). argument: the name of ``path`` in the caller's
+    signature, which the messages use (``out=results.json exists ...``).
     """
     path = Path(path)
-    check_parent(path, option)
+    where = _named(argument, path)
+    check_parent(path, argument)
     try:
         info = path.lstat()
     except FileNotFoundError:
         return path
     if stat.S_ISLNK(info.st_mode):
         raise OutputRefused(
-            f"{option} {path} is a symbolic link; headlab does not write through links "
-            "(give the real path)"
+            f"{where} is a symbolic link; headlab does not write through links (give the real path)"
         )
     if not stat.S_ISREG(info.st_mode):
-        raise OutputRefused(f"{option} {path} is {_file_type(info.st_mode)}; expected a file path")
+        raise OutputRefused(f"{where} is {_file_type(info.st_mode)}; expected a file path")
     if info.st_size == 0 or force or kind.recognises(path):
         return path
     raise OutputRefused(
-        f"{option} {path} exists and is not {kind.description}; not replacing it "
-        "(choose a new path, or pass --force to replace it)"
+        f"{where} exists and is not {kind.description}; not replacing it "
+        "(choose a new path, or pass force=True to replace it)"
     )

@@ -97,7 +97,8 @@ class Fields:
                     rows, cols)  # fmt: skip
 
     def rest(self, known: tuple[str, ...]) -> dict[str, float]:
-        """The fields not in ``known``, each a finite number: a row's quality measures."""
+        """The fields not in ``known``, each a finite number (any name: the redundancy curve's
+        rows; rows of ``heads.quality`` measures use ``measures``, which checks the names)."""
         out = {}
         for key, value in self.data.items():
             if key in known:
@@ -106,6 +107,18 @@ class Fields:
                 raise problem(self.at(key), "a finite number (a measure)", value)
             out[key] = float(value)
         return out
+
+    def measures(self, known: tuple[str, ...], allowed: tuple[tuple[str, ...], ...]) -> dict:
+        """The fields not in ``known``: exactly one of the ``allowed`` sets of quality measures
+        (a model kind's), each a finite number. Any other field is an error naming it, so that a
+        misspelt measure is not read as a new one."""
+        rest = [key for key in self.data if key not in known]
+        names = max(allowed, key=lambda names: len(set(names) & set(rest)))
+        for key in rest:
+            if key not in names:
+                expected = f"no such field (the measures are {', '.join(names)})"
+                raise problem(self.at(key), expected, self.data[key])
+        return {key: self.number(key) for key in names}
 
 
 def grid(value: list, where: str, rows: int | None, cols: int | None) -> list[list[float]]:

@@ -126,3 +126,21 @@ def test_command_modules_do_not_import_the_app():
     names = {c.name or c.callback.__name__ for c in app.registered_commands}
     names |= {g.name for g in app.registered_groups}
     assert {"compare", "grad", "params", "report", "model", "sweep"} <= names
+
+
+@pytest.mark.parametrize("path", PATHS, ids=lambda p: " ".join(p) or "headlab")
+def test_help_is_one_line_summary_then_paragraphs_the_terminal_wraps(path):
+    command = dict(command_paths())[path]
+    summary, *paragraphs = (command.help or "").split("\n\n")
+    assert summary and "\n" not in summary and len(summary) <= 100, summary
+    for paragraph in paragraphs:  # a line break kept from the source splits a sentence on screen
+        assert "\n" not in paragraph, paragraph
+
+
+@pytest.mark.parametrize("name", ["expressivity", "redundancy", "specialisation"])
+def test_the_command_list_shows_each_summary_on_one_row_at_80_columns(name, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, _ = run(["--help"], capsys)
+    summary = dict(command_paths())[(name,)].help.split("\n\n")[0]
+    row = next(line for line in out.splitlines() if f"│ {name} " in line)
+    assert code == 0 and summary in row

@@ -235,3 +235,38 @@ def test_user_text_with_dollars_is_drawn_verbatim(tmp_path, capsys):
     assert code == 0, err
     png = (figs / "attention.png").read_bytes()
     assert png_text_chunks(png)["headlab"] == "report-figure"
+
+
+@pytest.mark.parametrize("flag", ["--out", "--figure"])
+def test_a_refused_output_names_the_flag_not_the_library_argument(tmp_path, capsys, flag):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes")
+    paths = {
+        "--out": str(tmp_path / "e.json"),
+        "--figure": str(tmp_path / "e.png"),
+        flag: str(notes),
+    }
+    argv = ["expressivity", "--model", "none", *(x for kv in paths.items() for x in kv)]
+    refused(argv, capsys, tmp_path, f"{flag} {notes} exists and is not headlab expressivity")
+    err = run(argv, capsys)[2]
+    assert "pass --force to replace it" in err and "path=" not in err and "force=" not in err
+
+
+def test_a_refusal_at_write_time_names_the_flag_too(tmp_path):
+    from headlab.cli.outputs import writing
+    from headlab.files import write_output
+    from headlab.output_policy import Kind, OutputRefused
+
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes")
+    with pytest.raises(OutputRefused) as refused_, writing("--figure"):
+        write_output(notes, b"png", Kind.png("model-heads"))
+    assert str(refused_.value).startswith(f"--figure {notes} exists and is not headlab model-heads")
+    assert "pass --force to replace it" in str(refused_.value)
+
+
+def test_sweep_plot_names_out_as_its_flag(tmp_path, results, capsys):
+    thesis = tmp_path / "thesis.txt"
+    thesis.write_text("chapter one")
+    argv = ["sweep", "plot", "--results", str(results), "--out", str(thesis)]
+    refused(argv, capsys, tmp_path, f"--out {thesis} exists")

@@ -98,3 +98,27 @@ def test_generate_and_ablation_report_their_steps(tiny_llama):
         tiny_llama, LINES, [(0, 1)], max_length=8, on_step=lambda d, t: steps.append((d, t))
     )
     assert steps == [(1, 2), (2, 2)]
+
+
+def test_the_expressivity_bar_covers_the_model_patterns_then_the_fits(
+    tiny_dir, tmp_path, terminal, capsys
+):
+    argv = ["expressivity", "--model", str(tiny_dir), "--seq-lens", "4", "--head-dims", "1,2",
+            "--targets", "1", "--steps", "2", "--heads", "2",
+            "--out", str(tmp_path / "e.json")]  # fmt: skip
+    main(argv)
+    screen = terminal.getvalue()
+    # 1 length of model patterns, then (random + model) x 2 head sizes + 2 offset fits
+    assert "expressivity: model patterns, then fits" in screen and "/7" in screen
+    assert " patterns" in screen and "fits" in screen
+    assert capsys.readouterr().err == ""
+
+
+def test_expressivity_reports_its_fits_total():
+    from headlab.analysis.expressivity import ExpressivityConfig, measure_expressivity
+
+    config = ExpressivityConfig(seq_lens=(4,), head_dims=(1, 2), targets=1, steps=2, heads=2,
+                                offset_steps=2)  # fmt: skip
+    steps: list[tuple[int, int]] = []
+    measure_expressivity(config, on_step=lambda d, t: steps.append((d, t)))
+    assert steps == [(d, config.fits_total()) for d in range(1, 5)] and config.fits_total() == 4

@@ -98,10 +98,10 @@ def test_findings_count_the_sinks(tiny_llama):
     share, _ = result.heavy_hitters(special=[0])
     findings = long_context_findings(result.statistics, share)
     first = torch.tensor(result.statistics.metrics["first"])
-    assert findings["sinks"] == int((first > SINK_THRESHOLD).sum())
-    assert findings["sink_share"] == findings["sinks"] / 18
-    assert len(findings["mean_distance_per_layer"]) == 3
-    assert findings["most_concentrated"][0][2] == pytest.approx(float(share.max()))
+    assert findings.sinks == int((first > SINK_THRESHOLD).sum())
+    assert findings.sink_share == findings.sinks / 18
+    assert len(findings.mean_distance_per_layer) == 3
+    assert findings.most_concentrated[0][2] == pytest.approx(float(share.max()))
 
 
 @pytest.mark.parametrize(

@@ -34,3 +34,11 @@ def test_patterns_by_length_gives_one_set_per_length(tiny):
     assert sorted(pats) == [4, 6]
     for n, p in pats.items():
         np.testing.assert_array_equal(p, head_patterns(tiny, TEXTS, n, count=3, seed=1))
+
+
+def test_patterns_by_length_reports_each_length(tiny):
+    from headlab.heads.patterns import patterns_by_length
+
+    steps: list[tuple[int, int]] = []
+    patterns_by_length(tiny, TEXTS, (4, 6), count=2, on_step=lambda d, t: steps.append((d, t)))
+    assert steps == [(1, 2), (2, 2)]

@@ -135,7 +135,7 @@ def test_heads_switch_and_cells_name_their_tokens(browser: object, report: Path)
 def test_user_text_shows_as_text_and_runs_nothing(
     browser: object, tmp_path: Path, shared_results: Path
 ) -> None:
-    text = f"{XSS} {SCRIPT} after \"q'uote\" end"
+    text = f'{XSS} {SCRIPT} after "q\'uote" end'
     index = build_report(tmp_path / "r", ReportOptions(text=text, results=shared_results))
     opened = Opened(browser, index)
     page = opened.page

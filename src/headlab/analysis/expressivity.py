@@ -151,6 +151,12 @@ class ExpressivityConfig:
     offset_steps: int = 400
     seed: int = 0
 
+    def fits_total(self, model_lengths: int = 0) -> int:
+        """Fits of ``measure_expressivity`` (the total of its ``on_step``): every head size on
+        each length's random targets and on ``model_lengths`` lengths of a model's patterns,
+        then the two offset fits."""
+        return (len(self.seq_lens) + model_lengths) * len(self.head_dims) + 2
+
 
 @dataclass(frozen=True)
 class ExpressivityResult:
@@ -212,7 +218,7 @@ def _measure(
     ]
     for n, pats in sorted((model_patterns or {}).items()):
         sources.append((model_name, n, pats))
-    total = len(sources) * len(config.head_dims) + 2
+    total = config.fits_total(len(model_patterns or {}))
     done = 0
     rank = []
     for source, n, targets in sources:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+
 import typer
 from typer.core import TyperOption
 
@@ -51,6 +53,21 @@ def _root(
     """Exact, fast and inspectable multi-head attention, and measured answers about heads."""
 
 
+def _unwrap_help(typer_app: typer.Typer) -> None:
+    """Give each command of ``typer_app`` (and of its groups) its docstring as help, with every
+    paragraph on one line. Typer's rich help keeps a docstring's line breaks, so a paragraph
+    wrapped in the source would break mid-sentence on screen; the terminal wraps it instead.
+    The first paragraph is the one-line summary that ``headlab --help`` lists."""
+    for info in typer_app.registered_commands:
+        if info.help is None and info.callback is not None:
+            paragraphs = (inspect.getdoc(info.callback) or "").split("\n\n")
+            info.help = "\n\n".join(" ".join(p.split()) for p in paragraphs)
+    for group in typer_app.registered_groups:
+        if group.typer_instance is not None:
+            _unwrap_help(group.typer_instance)
+
+
 # Each command module adds its commands here; none of them imports this module (no cycle).
 for _module in (compare, expressivity, model, params, redundancy, report, specialisation, sweep):
     _module.register(app)
+_unwrap_help(app)

@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from headlab.cli.outputs import claim, writing
 from headlab.cli.parsing import flags, sizes
 from headlab.cli.progress import progress
 from headlab.locations import why_results
@@ -33,16 +34,16 @@ def expressivity(
     force: bool = typer.Option(False, "--force", help="Replace --out/--figure if not ours."),
     as_json: bool = typer.Option(False, "--json", help="Print the results document as JSON."),
 ) -> None:
-    """Fit attention patterns with one head of each size (KL floor below d_head = n), and fit
-    h different offsets at once with 1 head of 32 against h heads of 32 / h."""
+    """What one head of each size can fit, and h heads against one.
+
+    Fit attention patterns with one head of each size (the KL has a floor below d_head = n), and
+    fit h different offsets at once with 1 head of 32 against h heads of 32 / h.
+    """
     from headlab.analysis.expressivity import ExpressivityConfig, measure_expressivity
     from headlab.heads.results import write_result
     from headlab.limits import check_int, check_seed
-    from headlab.output_policy import Kind, check_output
 
-    check_output(out, Kind.json("expressivity"), force=force)
-    if figure is not None:
-        check_output(figure, Kind.png("expressivity"), force=force, option="--figure")
+    claim("expressivity", out, force=force, figure=figure)
     config = ExpressivityConfig(
         seq_lens=sizes(seq_lens, "--seq-lens", 512),
         head_dims=sizes(head_dims, "--head-dims", 512),
@@ -51,27 +52,47 @@ def expressivity(
         heads=check_int("--heads", heads, high=32),
         seed=check_seed("--seed", seed),
     )
-    patterns, name = None, model
+    patterns, name, loaded = None, model, None
     if model != "none":
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        from headlab.heads.patterns import patterns_by_length
-        from headlab.models import default_corpus, load
+        from headlab.models import load
 
         with flags("model"):
             loaded = load(model)
         name = loaded.name
-        texts = default_corpus(64)
-        patterns = patterns_by_length(loaded, texts, config.seq_lens, config.targets, seed=seed)
-    with progress("expressivity: fits", None, quiet=as_json) as update:
+    # One bar for both phases: the model's patterns (one pass per length), then the fits.
+    before = 0 if loaded is None else len(config.seq_lens)
+    total = before + config.fits_total(before)
+    what = "expressivity: fits" if loaded is None else "expressivity: model patterns, then fits"
+    with progress(what, total, quiet=as_json) as update:
+        if loaded is not None:
+            from headlab.heads.patterns import patterns_by_length
+            from headlab.models import default_corpus
+
+            patterns = patterns_by_length(
+                loaded,
+                default_corpus(64),
+                config.seq_lens,
+                config.targets,
+                seed=seed,
+                on_step=lambda done, _: update(done, detail=f"{name} patterns"),
+            )
+
         result = measure_expressivity(
-            config, model_patterns=patterns, model_name=name, on_step=update
+            config,
+            model_patterns=patterns,
+            model_name=name,
+            on_step=lambda done, _: update(before + done, detail="fits"),
         )
-    written = write_result(out, result, force=force)
+    with writing("--out"):
+        written = write_result(out, result, force=force)
     if figure is not None:
         from headlab.files import save_figure
+        from headlab.output_policy import Kind
         from headlab.report.why_figures import expressivity_figure
 
-        save_figure(expressivity_figure(written), figure, Kind.png("expressivity"), force=force)
+        with writing("--figure"):
+            save_figure(expressivity_figure(written), figure, Kind.png("expressivity"), force=force)
     if as_json:
         print(json.dumps(written, indent=1))
         return

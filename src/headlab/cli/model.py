@@ -10,15 +10,20 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from headlab.cli.outputs import claim, writing
 from headlab.cli.parsing import flags, int_list
 from headlab.cli.progress import progress
 from headlab.cli.tables import fitted_tables
 from headlab.locations import model_results
+
+if TYPE_CHECKING:
+    from headlab.heads.long_context import HeavyHitters, LongContextFindings
 
 model_app = typer.Typer(
     help="Analyse the heads of a trained model: minilm (default), smollm2 or a path.",
@@ -52,13 +57,7 @@ FORCE = typer.Option(
 
 def _claim(analysis: str, out: Path, force: bool, figure: Path | None = None) -> None:
     """Check the output paths before any work (they are checked again when written)."""
-    from headlab.output_policy import Kind, OutputRefused, check_output
-
-    check_output(out, Kind.json(f"model-{analysis}"), force=force)
-    if figure is not None:
-        if Path(os.path.abspath(figure)) == Path(os.path.abspath(out)):
-            raise OutputRefused(f"--figure and --out must be different files, got {out} twice")
-        check_output(figure, Kind.png(f"model-{analysis}"), force=force, option="--figure")
+    claim(f"model-{analysis}", out, force=force, figure=figure)
 
 
 def _load(
@@ -94,7 +93,8 @@ def _emit(result, out: Path, force: bool, as_json: bool, tables: list[Table]) ->
     """Write ``result`` (a results type: its KIND tags the file), then print it."""
     from headlab.heads.results import write_result
 
-    written = write_result(out, result, force=force)
+    with writing("--out"):
+        written = write_result(out, result, force=force)
     if as_json:
         print(json.dumps(written, indent=1))
         return
@@ -157,10 +157,14 @@ def heads(
     as_json: bool = AS_JSON,
     force: bool = FORCE,
 ) -> None:
-    """Per-head attention statistics over the corpus, and (decoders) the head kinds:
-    previous-token, duplicate-token and induction heads, and the attention sinks. With
-    --text-file or --max-tokens: every head on one long text, exactly, without ever holding
-    the attention weights (memory grows linearly with the length)."""
+    """Per-head attention statistics, and (decoders) the head kinds.
+
+    Over the corpus: each head's statistics and, for decoders, the previous-token,
+    duplicate-token and induction heads, and the attention sinks.
+
+    With --text-file or --max-tokens: every head on one long text, exactly, without ever holding
+    the attention weights (memory grows linearly with the length).
+    """
     if text_file is not None or max_tokens is not None:
         if corpus is not None or max_length is not None:
             raise ValueError(
@@ -182,7 +186,8 @@ def heads(
     if figure is not None:
         from headlab.report.figure_files import write_heads_figure
 
-        write_heads_figure(result.to_dict(), figure, force=force)
+        with writing("--figure"):
+            write_heads_figure(result.to_dict(), figure, force=force)
     title = f"{metric} per head, {result.model}, {result.n_texts} texts"
     tables = _grid(title, result.metrics[metric])
     for name in result.detectors:
@@ -244,15 +249,14 @@ def _long_context(
     _emit(document, out, force, as_json, tables)
 
 
-def _sink_table(findings: dict) -> Table:
-    share = findings["sink_share"]
+def _sink_table(findings: LongContextFindings) -> Table:
     table = Table(
-        title=f"attention sinks: {findings['sinks']} of {findings['heads']} heads ({share:.0%}) "
-        f"put > {findings['sink_threshold']} of their weight on the first token; "
-        "mean attention distance per layer (tokens)",
+        title=f"attention sinks: {findings.sinks} of {findings.heads} heads "
+        f"({findings.sink_share:.0%}) put > {findings.sink_threshold} of their weight on the "
+        "first token; mean attention distance per layer (tokens)",
         title_justify="left",
     )
-    distances = findings["mean_distance_per_layer"]
+    distances = findings.mean_distance_per_layer
     per_row = 10
     table.add_column("layers", justify="right")
     for i in range(per_row):
@@ -263,7 +267,9 @@ def _sink_table(findings: dict) -> Table:
     return table
 
 
-def _concentration_table(findings: dict, heavy: dict, tokens: list[str]) -> Table:
+def _concentration_table(
+    findings: LongContextFindings, heavy: HeavyHitters, tokens: list[str]
+) -> Table:
     table = Table(
         title="heads whose attention is most concentrated on a few keys (share of the "
         "attention to keys after the first that the top 1% of keys receive)",
@@ -273,8 +279,8 @@ def _concentration_table(findings: dict, heavy: dict, tokens: list[str]) -> Tabl
         table.add_column(
             col, justify="left" if col.startswith("most") else "right", overflow="fold"
         )
-    for layer, head, share in findings["most_concentrated"]:
-        keys = heavy["top_keys"][layer][head][:3]
+    for layer, head, share in findings.most_concentrated:
+        keys = heavy.top_keys[layer][head][:3]
         shown = ", ".join(f"{k}: {tokens[k]!r}" for k in keys)
         table.add_row(str(layer), str(head), f"{share:.2f}", shown)
     return table

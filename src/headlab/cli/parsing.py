@@ -39,8 +39,10 @@ ALIASES = {"embed_dim": "--d-model", "num_heads": "--heads", "num_kv_heads": "--
 
 def as_flags(message: str, names: dict[str, str]) -> str:
     """``message`` with library argument names as flags: ``d_model=512`` -> ``--d-model 512``,
-    and a name with an underscore (``seq_len``) or one that starts the message as its flag."""
+    ``force=True`` -> ``--force``, and a name with an underscore (``seq_len``) or one that starts
+    the message as its flag."""
     for name, flag in names.items():
+        message = re.sub(rf"(?<![\w-]){name}=True\b", flag, message)
         message = re.sub(rf"(?<![\w-]){name}=(?=[^\s)])", f"{flag} ", message)
         message = re.sub(rf"(?<![\w-]){name}=", flag, message)
         bare = rf"(?<![\w-]){name}(?![\w=-])" if "_" in name else rf"^{name}(?= )"

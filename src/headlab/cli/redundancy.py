@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from headlab.cli.outputs import claim, writing
 from headlab.cli.parsing import flags, sizes
 from headlab.cli.progress import progress
 from headlab.locations import why_results
@@ -30,16 +31,16 @@ def redundancy(
     force: bool = typer.Option(False, "--force", help="Replace --out/--figure if not ours."),
     as_json: bool = typer.Option(False, "--json", help="Print the results document as JSON."),
 ) -> None:
-    """Spectrum and effective rank of each layer's W_Q_i^T W_K_i, and the model with every
-    layer's keys and queries read through shared rank-k subspaces (no retraining)."""
+    """How much a model's heads share their key/query spaces.
+
+    The spectrum and effective rank of each layer's W_Q_i^T W_K_i, and the model with every
+    layer's keys and queries read through shared rank-k subspaces (no retraining).
+    """
     from headlab.heads.redundancy import measure_redundancy
     from headlab.heads.results import write_result
     from headlab.limits import check_int
-    from headlab.output_policy import Kind, check_output
 
-    check_output(out, Kind.json("redundancy"), force=force)
-    if figure is not None:
-        check_output(figure, Kind.png("redundancy"), force=force, option="--figure")
+    claim("redundancy", out, force=force, figure=figure)
     check_int("--n-texts", n_texts, high=10**5)
     chosen = sizes(ranks, "--ranks", 2**16) if ranks else None
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -53,12 +54,15 @@ def redundancy(
         result = measure_redundancy(
             loaded, texts, ranks=chosen, max_length=max_length, on_step=update
         )
-    written = write_result(out, result, force=force)
+    with writing("--out"):
+        written = write_result(out, result, force=force)
     if figure is not None:
         from headlab.files import save_figure
+        from headlab.output_policy import Kind
         from headlab.report.why_figures import redundancy_figure
 
-        save_figure(redundancy_figure(written), figure, Kind.png("redundancy"), force=force)
+        with writing("--figure"):
+            save_figure(redundancy_figure(written), figure, Kind.png("redundancy"), force=force)
     if as_json:
         print(json.dumps(written, indent=1))
         return

@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from headlab.cli.outputs import claim, writing
 from headlab.cli.parsing import flags, sizes
 from headlab.cli.progress import progress
 from headlab.locations import why_results
@@ -30,16 +31,16 @@ def specialisation(
     force: bool = typer.Option(False, "--force", help="Replace --out/--figure if not ours."),
     as_json: bool = typer.Option(False, "--json", help="Print the results document as JSON."),
 ) -> None:
-    """Train the multi-lookup task with h heads and ablate each head at every checkpoint: the
-    heads x lookups matrix, the step at which heads split the work, talking heads beside."""
+    """Train with h heads: which head serves which lookup.
+
+    Train the multi-lookup task with h heads and ablate each head at every checkpoint: the
+    heads x lookups matrix, the step at which heads split the work, talking heads beside.
+    """
     from headlab.experiments.specialisation import SpecialisationConfig, measure_specialisation
     from headlab.heads.results import write_result
     from headlab.limits import check_int, check_seed
-    from headlab.output_policy import Kind, check_output
 
-    check_output(out, Kind.json("specialisation"), force=force)
-    if figure is not None:
-        check_output(figure, Kind.png("specialisation"), force=force, option="--figure")
+    claim("specialisation", out, force=force, figure=figure)
     with flags("heads", "attention"):
         config = SpecialisationConfig(
             heads=sizes(heads, "--heads", 64),
@@ -50,12 +51,17 @@ def specialisation(
         )
     with progress("specialisation: checkpoints", config.steps_total(), quiet=as_json) as update:
         result = measure_specialisation(config, on_step=update)
-    written = write_result(out, result, force=force)
+    with writing("--out"):
+        written = write_result(out, result, force=force)
     if figure is not None:
         from headlab.files import save_figure
+        from headlab.output_policy import Kind
         from headlab.report.why_figures import specialisation_figure
 
-        save_figure(specialisation_figure(written), figure, Kind.png("specialisation"), force=force)
+        with writing("--figure"):
+            save_figure(
+                specialisation_figure(written), figure, Kind.png("specialisation"), force=force
+            )
     if as_json:
         print(json.dumps(written, indent=1))
         return

@@ -165,7 +165,8 @@ def plot(
     """Plot final accuracy and loss against head count, one column per task."""
     from headlab.report.figure_files import plot_sweep
 
-    path = plot_sweep(results, out, force=force)
+    with flags("out", "force"):
+        path = plot_sweep(results, out, force=force)
     print(f"wrote {path}")
 
 

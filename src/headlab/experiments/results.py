@@ -253,7 +253,7 @@ def check_results_output(path: str | Path) -> Path:
     path = Path(path)
     if path.is_symlink() or (path.exists() and not path.is_file()):
         raise OutputRefused(f"out={path} is not a regular file; expected a results file (JSONL)")
-    check_parent(path)
+    check_parent(path, "out")
     return path
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from headlab.attention.head_groups import grouped_view
-from headlab.heads.quality import measures, reference
+from headlab.heads.quality import MEASURES, measures, reference
 from headlab.models.interface import HeadModel
 from headlab.schema import Fields
 
@@ -37,7 +37,7 @@ class CollapseRow:
     @classmethod
     def from_dict(cls, f: Fields) -> CollapseRow:
         layer = f.int("layer") if "layer" in f.data else None
-        return cls(f.int("num_heads", 1), f.rest(("layer", "num_heads")), layer)
+        return cls(f.int("num_heads", 1), f.measures(("layer", "num_heads"), MEASURES), layer)
 
 
 ROW_LISTS = ("all_layers", "per_layer")

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import ClassVar
 
 import torch
@@ -28,10 +28,11 @@ from headlab.heads.statistics import HeadStatistics, metric_names, per_head_mean
 from headlab.heads.streaming import model_head_sums
 from headlab.limits import check_fits, check_int
 from headlab.models.interface import HeadModel
-from headlab.schema import Fields
+from headlab.schema import Fields, is_int, is_number, problem
 
 SINK_THRESHOLD = 0.3  # mean weight on the first token above which a head is a sink
 TOP_KEY_SHARE = 0.01  # the heavy hitters: the top 1% of key positions
+TOP_KEYS_KEPT = 5  # of those, the positions a results file lists per head
 
 
 @dataclass(frozen=True)
@@ -67,16 +68,8 @@ class LongContextStatistics:
         """What the results file holds (the heavy hitters apart from ``special``)."""
         special = self.special if special is None else special
         share, top = self.heavy_hitters(special)
-        context = {
-            "n_tokens": len(self.tokens),
-            "text_tokens": self.text_tokens,
-            "truncated": self.truncated,
-        }
-        heavy = {
-            "top_share": share.tolist(),
-            "top_keys": top[..., :5].tolist(),
-            "excluded_positions": special,
-        }
+        context = TextContext(len(self.tokens), self.text_tokens, self.truncated)
+        heavy = HeavyHitters(share.tolist(), top[..., :TOP_KEYS_KEPT].tolist(), list(special))
         findings = long_context_findings(self.statistics, share)
         return LongContextResult(self.statistics, context, heavy, findings)
 
@@ -85,39 +78,142 @@ class LongContextStatistics:
 
 
 @dataclass(frozen=True)
+class TextContext:
+    """The text as analysed: n_tokens after the cut to ``max_tokens``, text_tokens before it."""
+
+    n_tokens: int
+    text_tokens: int
+    truncated: bool
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, f: Fields) -> TextContext:
+        return cls(f.int("n_tokens", 2), f.int("text_tokens", 2), f.bool("truncated"))
+
+
+@dataclass(frozen=True)
+class HeavyHitters:
+    """Per head, apart from the key positions ``excluded_positions`` (the special ones):
+    top_share (layer, head), the part of the attention to the other keys that their top 1%
+    receive; top_keys (layer, head, <= TOP_KEYS_KEPT) those key positions, most attended first."""
+
+    top_share: list[list[float]]
+    top_keys: list[list[list[int]]]
+    excluded_positions: list[int]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, f: Fields, layers: int, heads: int, n_tokens: int) -> HeavyHitters:
+        """ValueError naming the field unless the grids are layers x heads and every position
+        is one of the ``n_tokens`` keys."""
+        share = f.grid("top_share", layers, heads)
+        rows = f.get("top_keys", f"{layers} rows (layer)", lambda v: isinstance(v, list))
+        if len(rows) != layers:
+            raise problem(f.at("top_keys"), f"{layers} rows (layer)", f"{len(rows)} rows")
+        top_keys = []
+        for layer, row in enumerate(rows):
+            at = f"{f.at('top_keys')}[{layer}]"
+            if not isinstance(row, list) or len(row) != heads:
+                raise problem(at, f"{heads} lists of key positions (head)", row)
+            top_keys.append(
+                [_positions(keys, f"{at}[{h}]", n_tokens) for h, keys in enumerate(row)]
+            )
+        excluded = _positions(f.list("excluded_positions"), f.at("excluded_positions"), n_tokens)
+        return cls(share, top_keys, excluded)
+
+
+def _positions(value: object, where: str, n_tokens: int) -> list[int]:
+    """A list of key positions, each an integer in [0, n_tokens)."""
+    if not isinstance(value, list):
+        raise problem(where, "a list of key positions", value)
+    for i, v in enumerate(value):
+        if not (is_int(v) and 0 <= v < n_tokens):
+            raise problem(f"{where}[{i}]", f"a key position in [0, {n_tokens})", v)
+    return list(value)
+
+
+@dataclass(frozen=True)
+class LongContextFindings:
+    """What the long-context literature reports (``long_context_findings``): ``sinks`` of
+    ``heads`` heads put more than ``sink_threshold`` of their weight on the first token
+    (sink_share = sinks / heads); each layer's mean attention distance (tokens); the
+    ``most_concentrated`` heads as [layer, head, top_share], most concentrated first."""
+
+    sink_threshold: float
+    sink_share: float
+    sinks: int
+    heads: int
+    mean_distance_per_layer: list[float]
+    most_concentrated: list[list]  # [layer, head, share] (a JSON triple)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, f: Fields, layers: int, heads: int) -> LongContextFindings:
+        concentrated = []
+        for i, cell in enumerate(f.list("most_concentrated")):
+            ok = (
+                isinstance(cell, list)
+                and len(cell) == 3
+                and is_int(cell[0])
+                and 0 <= cell[0] < layers
+                and is_int(cell[1])
+                and 0 <= cell[1] < heads
+                and is_number(cell[2])
+            )
+            if not ok:
+                where = f"{f.at('most_concentrated')}[{i}]"
+                raise problem(where, f"[layer < {layers}, head < {heads}, share]", cell)
+            concentrated.append([cell[0], cell[1], float(cell[2])])
+        distances = f.numbers("mean_distance_per_layer")
+        if len(distances) != layers:
+            got = f"{len(distances)} numbers"
+            raise problem(f.at("mean_distance_per_layer"), f"{layers} numbers (layer)", got)
+        return cls(
+            sink_threshold=f.number("sink_threshold", 0.0, 1.0),
+            sink_share=f.number("sink_share", 0.0, 1.0),
+            sinks=f.int("sinks"),
+            heads=f.int("heads"),
+            mean_distance_per_layer=distances,
+            most_concentrated=concentrated,
+        )
+
+
+@dataclass(frozen=True)
 class LongContextResult:
-    """The results file of one long text: the statistics of ``head_statistics`` and
-    context {n_tokens, text_tokens, truncated}; heavy_hitters {top_share (layer, head),
-    top_keys (layer, head, <= 5), excluded_positions}; findings (``long_context_findings``)."""
+    """The results file of one long text: the statistics of ``head_statistics`` (their fields
+    at the top level), its ``context``, ``heavy_hitters`` and ``findings``."""
 
     KIND: ClassVar[str] = "model-long-context"
 
     statistics: HeadStatistics
-    context: dict
-    heavy_hitters: dict
-    findings: dict
+    context: TextContext
+    heavy_hitters: HeavyHitters
+    findings: LongContextFindings
 
     def to_dict(self) -> dict:
         return {
             **self.statistics.to_dict(),
-            "context": self.context,
-            "heavy_hitters": self.heavy_hitters,
-            "findings": self.findings,
+            "context": self.context.to_dict(),
+            "heavy_hitters": self.heavy_hitters.to_dict(),
+            "findings": self.findings.to_dict(),
         }
 
     @classmethod
     def from_dict(cls, data: dict, where: str = "model-long-context") -> LongContextResult:
         """The inverse of ``to_dict``; ValueError naming the field that does not fit."""
         statistics = HeadStatistics.from_dict(data, where)
+        layers, heads = statistics.num_layers, statistics.num_heads
         f = Fields(data, where)
-        context, heavy = f.object("context"), f.object("heavy_hitters")
-        findings = f.object("findings")
-        context.int("n_tokens", 2), context.int("text_tokens", 2), context.bool("truncated")
-        heavy.grid("top_share", statistics.num_layers, statistics.num_heads)
-        heavy.list("top_keys"), heavy.list("excluded_positions")
-        findings.number("sink_share", 0.0, 1.0), findings.int("sinks"), findings.int("heads")
-        findings.numbers("mean_distance_per_layer"), findings.list("most_concentrated")
-        return cls(statistics, context.data, heavy.data, findings.data)
+        context = TextContext.from_dict(f.object("context"))
+        heavy = HeavyHitters.from_dict(f.object("heavy_hitters"), layers, heads, context.n_tokens)
+        findings = LongContextFindings.from_dict(f.object("findings"), layers, heads)
+        return cls(statistics, context, heavy, findings)
 
 
 def estimated_bytes(model: HeadModel, n_tokens: int, chunk_elements: int) -> int:
@@ -166,18 +262,21 @@ def long_text_statistics(
     return LongContextStatistics(statistics, received, batch.tokens[0], text_tokens, positions)
 
 
-def long_context_findings(statistics: HeadStatistics, share: Tensor, count: int = 5) -> dict:
-    """The sink share, each layer's mean attention distance, the most concentrated heads."""
+def long_context_findings(
+    statistics: HeadStatistics, share: Tensor, count: int = 5
+) -> LongContextFindings:
+    """The sink share, each layer's mean attention distance, the ``count`` most concentrated
+    heads (by ``share``, (layer, head): ``LongContextStatistics.heavy_hitters``)."""
     first = statistics.metrics.get("first") or statistics.metrics.get("cls")
     heads = sum(len(row) for row in first)
     sinks = sum(v > SINK_THRESHOLD for row in first for v in row)
     distance = [sum(row) / len(row) for row in statistics.metrics["distance"]]
     cells = [[l, h, float(share[l, h])] for l, row in enumerate(first) for h in range(len(row))]
-    return {
-        "sink_threshold": SINK_THRESHOLD,
-        "sink_share": sinks / heads,
-        "sinks": sinks,
-        "heads": heads,
-        "mean_distance_per_layer": distance,
-        "most_concentrated": sorted(cells, key=lambda c: -c[2])[:count],
-    }
+    return LongContextFindings(
+        sink_threshold=SINK_THRESHOLD,
+        sink_share=sinks / heads,
+        sinks=sinks,
+        heads=heads,
+        mean_distance_per_layer=distance,
+        most_concentrated=sorted(cells, key=lambda c: -c[2])[:count],
+    )

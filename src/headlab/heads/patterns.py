@@ -7,6 +7,8 @@ each row sums to one (the convention of ``AttentionTrace.weights``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 
@@ -36,8 +38,22 @@ def head_patterns(
 
 
 def patterns_by_length(
-    model: HeadModel, texts: list[str], seq_lens: tuple[int, ...], count: int, *, seed: int = 0
+    model: HeadModel,
+    texts: list[str],
+    seq_lens: tuple[int, ...],
+    count: int,
+    *,
+    seed: int = 0,
+    on_step: Callable[[int, int], None] | None = None,
 ) -> dict[int, np.ndarray]:
     """seq_len -> (count, n, n) ``head_patterns`` for each length: the trained heads'
-    attention that ``measure_expressivity`` fits beside random targets."""
-    return {n: head_patterns(model, texts, n, count, seed=seed) for n in seq_lens}
+    attention that ``measure_expressivity`` fits beside random targets.
+
+    ``on_step(done, total)`` after each length (one forward pass of the model each).
+    """
+    patterns = {}
+    for done, n in enumerate(seq_lens, start=1):
+        patterns[n] = head_patterns(model, texts, n, count, seed=seed)
+        if on_step:
+            on_step(done, len(seq_lens))
+    return patterns

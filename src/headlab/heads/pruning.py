@@ -21,7 +21,7 @@ from typing import ClassVar
 import torch
 
 from headlab.attention import MultiHeadAttention
-from headlab.heads.quality import measures, reference
+from headlab.heads.quality import MEASURES, measures, reference
 from headlab.models import NoHeads
 from headlab.models.interface import HeadModel
 from headlab.schema import Fields
@@ -143,8 +143,14 @@ class PruneStep:
     @classmethod
     def from_dict(cls, f: Fields) -> PruneStep:
         known = ("order", "fraction_pruned", "heads_pruned", "params", "latency_ms")
-        return cls(f.str("order"), f.number("fraction_pruned", 0.0, 1.0), f.int("heads_pruned"),
-                   f.int("params"), f.number("latency_ms", 0.0), f.rest(known))  # fmt: skip
+        return cls(
+            order=f.str("order"),
+            fraction_pruned=f.number("fraction_pruned", 0.0, 1.0),
+            heads_pruned=f.int("heads_pruned"),
+            params=f.int("params"),
+            latency_ms=f.number("latency_ms", 0.0),
+            measures=f.measures(known, MEASURES),
+        )
 
 
 @dataclass(frozen=True)

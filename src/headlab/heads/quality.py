@@ -18,6 +18,11 @@ from torch import Tensor
 from headlab.heads.compare import mean_cosine, nn_agreement
 from headlab.models.interface import HeadModel
 
+# The names ``measures`` gives, by kind of model: the only measures a results row may carry.
+CAUSAL_MEASURES = ("perplexity", "next_token_agreement")
+ENCODER_MEASURES = ("mean_cosine", "nn_agreement")
+MEASURES = (CAUSAL_MEASURES, ENCODER_MEASURES)
+
 
 @dataclass(frozen=True)
 class Reference:
@@ -62,18 +67,15 @@ def reference(model: HeadModel, texts: list[str], max_length: int, batch_size: i
 def measures(
     model: HeadModel, texts: list[str], original: Reference, max_length: int, batch_size: int
 ) -> dict[str, float]:
-    """The variant ``model`` against ``original`` (see the module docstring)."""
+    """The variant ``model`` against ``original`` (see the module docstring): the
+    ``CAUSAL_MEASURES`` of a language model, the ``ENCODER_MEASURES`` of a sentence encoder."""
     if model.causal:
         tops, loss, count = _decoder_pass(model, texts, max_length, batch_size)
         same = sum(
             int(((a == b) & (b >= 0)).sum()) for a, b in zip(tops, original.top_tokens, strict=True)
         )
-        return {
-            "perplexity": math.exp(loss / max(count, 1)),
-            "next_token_agreement": same / max(count, 1),
-        }
+        values = (math.exp(loss / max(count, 1)), same / max(count, 1))
+        return dict(zip(CAUSAL_MEASURES, values, strict=True))
     emb = _embeddings(model, texts, max_length, batch_size)
-    return {
-        "mean_cosine": mean_cosine(original.embeddings, emb),
-        "nn_agreement": nn_agreement(original.embeddings, emb),
-    }
+    values = (mean_cosine(original.embeddings, emb), nn_agreement(original.embeddings, emb))
+    return dict(zip(ENCODER_MEASURES, values, strict=True))

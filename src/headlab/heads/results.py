@@ -4,6 +4,8 @@ Every results type (``HeadStatistics``, ``CollapseResult``, ``ImportanceResult``
 ``AblationResult``, ``LongContextResult``, ``ExpressivityResult``, ``SpecialisationResult``,
 ``RedundancyResult``) has ``KIND`` (the file's ``"headlab"`` tag), ``to_dict`` and a validating
 ``from_dict``; ``write_result`` and ``read_result`` go through them (schemas in docs/files.md).
+Their parts are typed too where a part has fields of its own (``LongContextResult``'s
+``TextContext``, ``HeavyHitters``, ``LongContextFindings``).
 """
 
 from __future__ import annotations

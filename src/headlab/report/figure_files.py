@@ -27,11 +27,12 @@ def plot_sweep(results: str | Path, out: str | Path, *, force: bool = False) -> 
     OutputRefused when ``out`` is not a path headlab may write a sweep figure to (the results
     file itself, a user's file: checked before plotting).
     """
-    check_output(out, SWEEP_FIGURE_KIND, force=force)
+    check_output(out, SWEEP_FIGURE_KIND, force=force, argument="out")
     results = Path(results)
     if not results.is_file():
         raise FileNotFoundError(f"results file not found: {results}")
     summary = summarize(read_rows(results))
     if not summary:
         raise ValueError(f"{results} holds no finished run, expected at least one")
-    return save_figure(sweep_figure(summary), out, SWEEP_FIGURE_KIND, force=force, dpi=110)
+    figure = sweep_figure(summary)
+    return save_figure(figure, out, SWEEP_FIGURE_KIND, force=force, argument="out", dpi=110)

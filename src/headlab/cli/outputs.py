@@ -1,0 +1,36 @@
+"""A command's output files: checked before the work, written after it, refusals naming flags.
+
+The library's writers name the path by its argument (``path=results.json exists ...; pass
+force=True``); here those names become the command's flags (``--out``, ``--figure``, ``--force``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from headlab.cli.parsing import flags
+
+
+@contextmanager
+def writing(flag: str) -> Iterator[None]:
+    """Within this block, a library writer's ``path`` is ``flag`` and ``force=True`` is --force."""
+    with flags("force", path=flag):
+        yield
+
+
+def claim(name: str, out: Path, *, force: bool, figure: Path | None = None) -> None:
+    """Check --out (headlab ``name`` results, JSON) and --figure (its PNG) before any work
+    starts; the writers check them again when they write. OutputRefused names the flag."""
+    from headlab.output_policy import Kind, OutputRefused, check_output
+
+    with writing("--out"):
+        check_output(out, Kind.json(name), force=force)
+    if figure is None:
+        return
+    if Path(os.path.abspath(figure)) == Path(os.path.abspath(out)):
+        raise OutputRefused(f"--figure and --out must be different files, got {out} twice")
+    with writing("--figure"):
+        check_output(figure, Kind.png(name), force=force)
