@@ -23,6 +23,7 @@ def test_cli_prints_the_path_and_refuses_with_exit_2(
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "headlab did not write" in err
+    assert f"--out {foreign}" in err and "--force replaces" in err and "out=" not in err
     with pytest.raises(SystemExit) as exit_:
         main(["report", "--out", str(out), "--text", "  "])
     assert exit_.value.code == 2

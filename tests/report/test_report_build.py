@@ -180,3 +180,19 @@ def test_trained_encoder_is_shown_with_all_heads_and_as_one_head(built: tuple[Pa
     assert [len(view["layers"]) for view in model["views"]] == [6, 6]
     assert [len(view["layers"][0]) for view in model["views"]] == [12, 1]
     assert model["tokens"][0] == "[CLS]" and model["tokens"][-1] == "[SEP]"
+
+
+def test_a_refusal_names_the_library_arguments_not_cli_flags(tmp_path: Path) -> None:
+    from headlab.output_policy import OutputRefused
+
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("keep")
+    with pytest.raises(OutputRefused) as refused:
+        build_report(foreign, ReportOptions(text="a b", results=tmp_path / "none"))
+    message = str(refused.value)
+    assert message.startswith(f"out={foreign} is a folder that headlab did not write")
+    assert "force=True" in message and "--" not in message
+    with pytest.raises(OutputRefused, match=r"^png=.* and out=.* must be separate folders$"):
+        build_report(tmp_path / "r", ReportOptions(results=tmp_path / "none"), png=tmp_path / "r")
+    assert (foreign / "notes.txt").read_text() == "keep"

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from headlab.cli.parsing import flags
 from headlab.cli.progress import progress
 from headlab.defaults import DEFAULT_TEXT
 from headlab.locations import REPORT_DIR, RESULTS_DIR
@@ -48,8 +49,8 @@ def report(
             raise ValueError("--text and --text-file: expected one of them, got both")
         text = read_text_file(text_file)
     options = ReportOptions(text=text, results=results, seed=seed, model=model)
-    with progress("report: measuring and drawing", None):  # no steps to count: a pulse
-        index = build_report(out, options, force=force, png=png)
+    with flags("out", "png", "force"), progress("report: measuring and drawing", None):
+        index = build_report(out, options, force=force, png=png)  # no steps to count: a pulse
     print(index)
 
 

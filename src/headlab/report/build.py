@@ -79,8 +79,8 @@ def render(collected: Collected) -> str:
     )
 
 
-REPORT = FolderKind(MARKER, "report", "--out")
-FIGURES = FolderKind(FIGURES_MARKER, "figures folder", "--png")
+REPORT = FolderKind(MARKER, "report", "out")
+FIGURES = FolderKind(FIGURES_MARKER, "figures folder", "png")
 
 
 def _build_folder(files: dict[str, bytes], target: Path, kind: FolderKind) -> Path:
@@ -115,7 +115,7 @@ def build_report(
     target = check_folder(out, REPORT, inputs=inputs, force=force)
     figures = None if png is None else check_folder(png, FIGURES, inputs=inputs, force=force)
     if figures is not None and (inside(figures, target) or inside(target, figures)):
-        raise OutputRefused(f"--png {png} and --out {out} must be separate folders")
+        raise OutputRefused(f"png={png} and out={out} must be separate folders")
     collected = collect(options, want_png=png is not None)
     html = render(collected)
 

@@ -25,7 +25,7 @@ from headlab.output_policy import OutputRefused, check_parent
 class FolderKind:
     marker: str  # file name of the marker inside a folder of this kind
     what: str  # "report" or "figures folder", for messages
-    option: str  # the CLI option that names it
+    argument: str  # the library argument that names it (the CLI maps it to its flag)
 
 
 class ReplacedUserFilesWarning(HeadlabWarning):
@@ -51,7 +51,7 @@ def check_folder(
 ) -> Path:
     """The absolute path if a ``kind`` folder may replace ``path``; OutputRefused otherwise."""
     target = _absolute(path)
-    where = f"{kind.option} {path}"
+    where = f"{kind.argument}={path}"
     cwd = Path.cwd().resolve()
     if inside(cwd, target) or inside(cwd, target.resolve()):
         raise OutputRefused(
@@ -60,7 +60,7 @@ def check_folder(
     for item in inputs:
         if inside(_absolute(item), target) or inside(_absolute(item).resolve(), target.resolve()):
             raise OutputRefused(f"{where} holds an input of the report ({item}); not replacing it")
-    check_parent(target, kind.option)
+    check_parent(target, kind.argument)
     if target.is_symlink():
         raise OutputRefused(f"{where} is a symbolic link; give the real path")
     if not target.exists():
@@ -73,7 +73,7 @@ def check_folder(
     if kind.marker not in names:
         raise OutputRefused(
             f"{where} is a folder that headlab did not write (no {kind.marker} inside); "
-            "choose a new path (--force replaces only a headlab "
+            "choose a new path (force=True replaces only a headlab "
             f"{kind.what})"
         )
     added = sorted(names - written_files(target, kind))
@@ -81,7 +81,7 @@ def check_folder(
         shown = ", ".join(added[:5]) + (f" and {len(added) - 5} more" if len(added) > 5 else "")
         raise OutputRefused(
             f"{where} is a headlab {kind.what} holding files headlab did not write ({shown}); "
-            "move them, or pass --force to delete them"
+            "move them, or pass force=True to delete them"
         )
     if added:
         warnings.warn(
