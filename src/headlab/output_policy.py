@@ -102,8 +102,8 @@ def _file_type(mode: int) -> str:
 
 
 def _named(argument: str, path: Path) -> str:
-    """``out=results.json``; a caller that passes a flag (``--dir``) gets ``--dir results``."""
-    return f"{argument} {path}" if argument.startswith("-") else f"{argument}={path}"
+    """``out=results.json``: the path by the caller's argument name (the CLI maps it to a flag)."""
+    return f"{argument}={path}"
 
 
 def check_parent(path: Path, argument: str = "path") -> None:

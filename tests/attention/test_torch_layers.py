@@ -76,6 +76,15 @@ def _close(a, b):
     torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
 
 
+def _assert_same_in_mode(theirs: nn.Module, ours: nn.Module, mode: str, call) -> None:
+    """call(ours) equals call(theirs), each run in ``mode``."""
+    results = []
+    for model in (theirs, ours):
+        with _mode(model, mode):
+            results.append(call(model))
+    _close(results[1], results[0])
+
+
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("masks", ["none", "causal", "padding", "both", "per_head"])
 @pytest.mark.parametrize("norm_first", [False, True])
@@ -94,11 +103,9 @@ def test_encoder_layer_matches_torch(mode, masks, norm_first):
         & ~torch.eye(L, dtype=torch.bool),
     }.get(masks)
     kpm = padding if masks in ("padding", "both") else None
-    results = []
-    for layer in (theirs, ours):
-        with _mode(layer, mode):
-            results.append(layer(src, src_mask=attn_mask, src_key_padding_mask=kpm))
-    _close(results[1], results[0])
+    _assert_same_in_mode(
+        theirs, ours, mode, lambda layer: layer(src, src_mask=attn_mask, src_key_padding_mask=kpm)
+    )
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -110,19 +117,14 @@ def test_decoder_layer_matches_torch(mode):
     assert isinstance(ours.multihead_attn, MultiHeadAttention)
     memory, tgt, padding = _inputs()
     tgt_mask = nn.Transformer.generate_square_subsequent_mask(S)
-    results = []
-    for layer in (theirs, ours):
-        with _mode(layer, mode):
-            results.append(
-                layer(
-                    tgt,
-                    memory,
-                    tgt_mask=tgt_mask,
-                    memory_key_padding_mask=padding,
-                    tgt_is_causal=True,
-                )
-            )
-    _close(results[1], results[0])
+    _assert_same_in_mode(
+        theirs,
+        ours,
+        mode,
+        lambda layer: layer(
+            tgt, memory, tgt_mask=tgt_mask, memory_key_padding_mask=padding, tgt_is_causal=True
+        ),
+    )
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -132,19 +134,18 @@ def test_transformer_matches_torch(mode):
     ours = _swap(theirs)
     src, tgt, padding = _inputs()
     tgt_mask = nn.Transformer.generate_square_subsequent_mask(S)
-    results = []
-    for model in (theirs, ours):
-        with _mode(model, mode):
-            results.append(
-                model(
-                    src,
-                    tgt,
-                    tgt_mask=tgt_mask,
-                    src_key_padding_mask=padding,
-                    memory_key_padding_mask=padding,
-                )
-            )
-    _close(results[1], results[0])
+    _assert_same_in_mode(
+        theirs,
+        ours,
+        mode,
+        lambda model: model(
+            src,
+            tgt,
+            tgt_mask=tgt_mask,
+            src_key_padding_mask=padding,
+            memory_key_padding_mask=padding,
+        ),
+    )
 
 
 @pytest.mark.parametrize("mode", MODES)

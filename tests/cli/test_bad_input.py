@@ -10,19 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from headlab.cli.main import main
+from cli_run import run
 
 HUGE = "99999999999999999999999"
-
-
-def run(argv, capsys):
-    try:
-        main(argv)
-        code = 0
-    except SystemExit as exit_:
-        code = exit_.code
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def one_line(argv, capsys, message, code=2):

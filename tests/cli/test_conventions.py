@@ -8,19 +8,9 @@ from importlib.metadata import version
 import pytest
 import typer
 
+from cli_run import run
 from headlab.cli.app import app
-from headlab.cli.main import main
 from headlab.cli.parsing import int_list
-
-
-def run(argv, capsys):
-    try:
-        main(argv)
-        code = 0
-    except SystemExit as exit_:
-        code = exit_.code
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def command_paths(command=None, path=()):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from headlab.cli.main import main
+from cli_run import run
 from headlab.experiments.config import make_config
 from headlab.experiments.results import ResultsWriter
 from headlab.locations import RESULTS_DIR
@@ -27,16 +27,6 @@ def snapshot(folder: Path) -> dict[str, str]:
         for p in sorted(folder.rglob("*"))
         if p.is_file() and not p.is_symlink()
     }
-
-
-def run(argv: list[str], capsys) -> tuple[int, str, str]:
-    try:
-        main(argv)
-        code = 0
-    except SystemExit as exit_:
-        code = exit_.code
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def refused(argv: list[str], capsys, folder: Path, message: str) -> None:

@@ -2,20 +2,10 @@
 
 import pytest
 
-from headlab.cli.main import main
+from cli_run import run
 from headlab.experiments.results import read_rows
 
 TINY = ["--task", "multi-lookup", "--heads", "1,2", "--d-model", "8", "--seeds", "2"]
-
-
-def run(argv, capsys):
-    try:
-        main(argv)
-        code = 0
-    except SystemExit as exit_:
-        code = exit_.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_sweep_writes_results_prints_the_summary_and_resumes(tmp_path, capsys):

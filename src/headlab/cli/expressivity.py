@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -10,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from headlab.cli.outputs import claim, writing
+from headlab.cli.outputs import claim, write_outputs
 from headlab.cli.parsing import flags, sizes
 from headlab.cli.progress import progress
 from headlab.locations import why_results
@@ -40,7 +39,6 @@ def expressivity(
     fit h different offsets at once with 1 head of 32 against h heads of 32 / h.
     """
     from headlab.analysis.expressivity import ExpressivityConfig, measure_expressivity
-    from headlab.heads.results import write_result
     from headlab.limits import check_int, check_seed
 
     claim("expressivity", out, force=force, figure=figure)
@@ -84,17 +82,18 @@ def expressivity(
             model_name=name,
             on_step=lambda done, _: update(before + done, detail="fits"),
         )
-    with writing("--out"):
-        written = write_result(out, result, force=force)
-    if figure is not None:
-        from headlab.files import save_figure
-        from headlab.output_policy import Kind
-        from headlab.report.why_figures import expressivity_figure
+    from headlab.report.why_figures import expressivity_figure
 
-        with writing("--figure"):
-            save_figure(expressivity_figure(written), figure, Kind.png("expressivity"), force=force)
-    if as_json:
-        print(json.dumps(written, indent=1))
+    written = write_outputs(
+        "expressivity",
+        result,
+        out,
+        figure=figure,
+        draw=expressivity_figure,
+        force=force,
+        as_json=as_json,
+    )
+    if written is None:
         return
     console = Console()
     table = Table(title="best mean KL(target || one head), by head size", title_justify="left")

@@ -7,7 +7,7 @@ force=True``); here those names become the command's flags (``--out``, ``--figur
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -34,3 +34,33 @@ def claim(name: str, out: Path, *, force: bool, figure: Path | None = None) -> N
         raise OutputRefused(f"--figure and --out must be different files, got {out} twice")
     with writing("--figure"):
         check_output(figure, Kind.png(name), force=force)
+
+
+def write_outputs(
+    name: str,
+    result: object,
+    out: Path,
+    *,
+    figure: Path | None,
+    draw: Callable[[dict], object],
+    force: bool,
+    as_json: bool,
+) -> dict | None:
+    """After the work: ``result`` to --out (headlab ``name`` results), ``draw(document)`` to
+    --figure when asked. With --json, print the document and return None (the command prints
+    nothing more); else return the document written."""
+    import json
+
+    from headlab.files import save_figure
+    from headlab.heads.results import write_result
+    from headlab.output_policy import Kind
+
+    with writing("--out"):
+        written = write_result(out, result, force=force)
+    if figure is not None:
+        with writing("--figure"):
+            save_figure(draw(written), figure, Kind.png(name), force=force)
+    if as_json:
+        print(json.dumps(written, indent=1))
+        return None
+    return written

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -10,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from headlab.cli.outputs import claim, writing
+from headlab.cli.outputs import claim, write_outputs
 from headlab.cli.parsing import flags, sizes
 from headlab.cli.progress import progress
 from headlab.locations import why_results
@@ -37,7 +36,6 @@ def redundancy(
     layer's keys and queries read through shared rank-k subspaces (no retraining).
     """
     from headlab.heads.redundancy import measure_redundancy
-    from headlab.heads.results import write_result
     from headlab.limits import check_int
 
     claim("redundancy", out, force=force, figure=figure)
@@ -54,17 +52,18 @@ def redundancy(
         result = measure_redundancy(
             loaded, texts, ranks=chosen, max_length=max_length, on_step=update
         )
-    with writing("--out"):
-        written = write_result(out, result, force=force)
-    if figure is not None:
-        from headlab.files import save_figure
-        from headlab.output_policy import Kind
-        from headlab.report.why_figures import redundancy_figure
+    from headlab.report.why_figures import redundancy_figure
 
-        with writing("--figure"):
-            save_figure(redundancy_figure(written), figure, Kind.png("redundancy"), force=force)
-    if as_json:
-        print(json.dumps(written, indent=1))
+    written = write_outputs(
+        "redundancy",
+        result,
+        out,
+        figure=figure,
+        draw=redundancy_figure,
+        force=force,
+        as_json=as_json,
+    )
+    if written is None:
         return
     console = Console()
     console.print(

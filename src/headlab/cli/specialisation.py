@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from headlab.cli.outputs import claim, writing
+from headlab.cli.outputs import claim, write_outputs
 from headlab.cli.parsing import flags, sizes
 from headlab.cli.progress import progress
 from headlab.locations import why_results
@@ -37,7 +36,6 @@ def specialisation(
     heads x lookups matrix, the step at which heads split the work, talking heads beside.
     """
     from headlab.experiments.specialisation import SpecialisationConfig, measure_specialisation
-    from headlab.heads.results import write_result
     from headlab.limits import check_int, check_seed
 
     claim("specialisation", out, force=force, figure=figure)
@@ -51,19 +49,18 @@ def specialisation(
         )
     with progress("specialisation: checkpoints", config.steps_total(), quiet=as_json) as update:
         result = measure_specialisation(config, on_step=update)
-    with writing("--out"):
-        written = write_result(out, result, force=force)
-    if figure is not None:
-        from headlab.files import save_figure
-        from headlab.output_policy import Kind
-        from headlab.report.why_figures import specialisation_figure
+    from headlab.report.why_figures import specialisation_figure
 
-        with writing("--figure"):
-            save_figure(
-                specialisation_figure(written), figure, Kind.png("specialisation"), force=force
-            )
-    if as_json:
-        print(json.dumps(written, indent=1))
+    written = write_outputs(
+        "specialisation",
+        result,
+        out,
+        figure=figure,
+        draw=specialisation_figure,
+        force=force,
+        as_json=as_json,
+    )
+    if written is None:
         return
     table = Table(title="multi-lookup: which head serves which lookup", title_justify="left")
     columns = ("attention", "heads", "params", "accuracy", "split step", "settled", "served by")
