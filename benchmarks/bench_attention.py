@@ -232,12 +232,14 @@ def measure(size: Size, repeats: int, warmup: int) -> tuple[list[Result], dict[s
 
 def interleaved(steps: dict[str, Callable[[], None]], repeats: int, warmup: int):
     """name -> times (ms): every step once per round, so that a change of machine load during
-    the run hits all implementations alike."""
+    the run hits all implementations alike; every other round in reverse order, so that no
+    implementation always runs on the caches and the clock its one neighbour left."""
     for step in steps.values():
         time_calls(step, 0, warmup)
     times: dict[str, list[float]] = {name: [] for name in steps}
-    for _ in range(repeats):
-        for name, step in steps.items():
+    for round_ in range(repeats):
+        order = list(steps.items())
+        for name, step in order if round_ % 2 == 0 else reversed(order):
             times[name] += time_calls(step, 1, 0)
     return times
 
