@@ -82,12 +82,20 @@ def test_redundancy(tiny, tmp_path):
 
 
 def test_expressivity(tmp_path):
-    from headlab.analysis.expressivity import ExpressivityConfig, measure_expressivity
+    from headlab.analysis.expressivity import (
+        ExpressivityConfig,
+        PatternRow,
+        RankRow,
+        measure_expressivity,
+    )
 
     config = ExpressivityConfig(seq_lens=(4,), head_dims=(1, 4), targets=1, steps=5,
                                 offset_seq_len=5, offset_steps=5)  # fmt: skip
     result = measure_expressivity(config)
-    round_trip(result, tmp_path / "expressivity.json")
+    back = round_trip(result, tmp_path / "expressivity.json")
+    assert back.rank == result.rank and back.patterns == result.patterns
+    assert all(isinstance(r, RankRow) for r in back.rank)
+    assert all(isinstance(p, PatternRow) for p in back.patterns)
 
 
 def test_specialisation(tmp_path):

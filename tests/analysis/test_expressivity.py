@@ -108,9 +108,9 @@ def test_result_round_trip_and_schema():
     seen = []
     result = measure_expressivity(config, on_step=lambda d, t: seen.append((d, t)))
     assert seen[-1] == (4, 4)
-    rows = result.to_dict()["rank"]
-    assert {(r["head_dim"], r["seq_len"]) for r in rows} == {(1, 5), (5, 5)}
-    assert all(isinstance(r["kl"], float) for r in rows)
+    assert {(r.head_dim, r.seq_len) for r in result.rank} == {(1, 5), (5, 5)}
+    assert all(isinstance(r.kl, float) for r in result.rank)
+    assert [(p.num_heads, p.head_dim) for p in result.patterns] == [(1, 12), (2, 6)]
     assert ExpressivityResult.from_dict(result.to_dict()) == result
     with pytest.raises(ValueError, match="missing"):
         ExpressivityResult.from_dict({"rank": []})

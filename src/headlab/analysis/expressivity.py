@@ -159,30 +159,73 @@ class ExpressivityConfig:
 
 
 @dataclass(frozen=True)
+class RankRow:
+    """How close one head of ``head_dim`` gets to ``targets`` seq_len x seq_len patterns from
+    ``source`` ("random", or the name of the model whose heads gave them): the mean row KL it
+    reaches, as mean ``kl`` and ``kl_std`` over the targets."""
+
+    source: str
+    seq_len: int
+    head_dim: int
+    kl: float
+    kl_std: float
+    targets: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, f: Fields) -> RankRow:
+        return cls(f.str("source"), f.int("seq_len", 1), f.int("head_dim", 1), f.number("kl"),
+                   f.number("kl_std", 0.0), f.int("targets", 1))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class PatternRow:
+    """``num_heads`` heads of ``head_dim`` copying ``blocks`` offsets at once over ``seq_len``
+    positions: the relative error (MSE / target power) left on held-out sequences."""
+
+    num_heads: int
+    head_dim: int
+    blocks: int
+    seq_len: int
+    relative_error: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, f: Fields) -> PatternRow:
+        return cls(f.int("num_heads", 1), f.int("head_dim", 1), f.int("blocks", 1),
+                   f.int("seq_len", 1), f.number("relative_error", 0.0))  # fmt: skip
+
+
+@dataclass(frozen=True)
 class ExpressivityResult:
-    """``rank``: {head_dim, seq_len, kl, kl_std, source}; ``patterns``: {num_heads, head_dim,
-    blocks, relative_error} (schema in docs/answers.md)."""
+    """``rank``: a ``RankRow`` per (source, seq_len, head_dim); ``patterns``: a ``PatternRow``
+    for 1 head and for h heads (schema in docs/answers.md)."""
 
     KIND: ClassVar[str] = "expressivity"
 
     config: dict
-    rank: list[dict] = field(default_factory=list)
-    patterns: list[dict] = field(default_factory=list)
+    rank: list[RankRow] = field(default_factory=list)
+    patterns: list[PatternRow] = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {
+            "config": self.config,
+            "rank": [r.to_dict() for r in self.rank],
+            "patterns": [p.to_dict() for p in self.patterns],
+        }
 
     @classmethod
     def from_dict(cls, data: dict, where: str = "expressivity") -> ExpressivityResult:
         """The inverse of ``to_dict``; ValueError naming the field that does not fit."""
         f = Fields(data, where)
         config = f.object("config").data
-        for row in f.objects("rank"):
-            row.int("head_dim", 1), row.int("seq_len", 1), row.number("kl"), row.str("source")
-        for row in f.objects("patterns"):
-            row.int("num_heads", 1), row.int("head_dim", 1), row.int("blocks", 1)
-            row.number("relative_error")
-        return cls(config=config, rank=data["rank"], patterns=data["patterns"])
+        rank = [RankRow.from_dict(row) for row in f.objects("rank")]
+        patterns = [PatternRow.from_dict(row) for row in f.objects("patterns")]
+        return cls(config=config, rank=rank, patterns=patterns)
 
 
 def measure_expressivity(
@@ -220,7 +263,7 @@ def _measure(
         sources.append((model_name, n, pats))
     total = config.fits_total(len(model_patterns or {}))
     done = 0
-    rank = []
+    rank: list[RankRow] = []
     for source, n, targets in sources:
         for d in config.head_dims:
             kls = fit_patterns(targets, d, steps=config.steps, seed=config.seed)
@@ -228,7 +271,7 @@ def _measure(
             done += 1
             if on_step:
                 on_step(done, total)
-    patterns = []
+    patterns: list[PatternRow] = []
     for h in (1, config.heads):
         err = fit_offsets(
             h,
@@ -239,13 +282,13 @@ def _measure(
             seed=config.seed,
         )
         patterns.append(
-            {
-                "num_heads": h,
-                "head_dim": config.d_model // h,
-                "blocks": config.heads,
-                "seq_len": config.offset_seq_len,
-                "relative_error": err,
-            }
+            PatternRow(
+                num_heads=h,
+                head_dim=config.d_model // h,
+                blocks=config.heads,
+                seq_len=config.offset_seq_len,
+                relative_error=err,
+            )
         )
         done += 1
         if on_step:
@@ -253,12 +296,12 @@ def _measure(
     return ExpressivityResult(config=asdict(config), rank=rank, patterns=patterns)
 
 
-def _rank_row(source: str, n: int, d: int, kls: Sequence[float]) -> dict:
-    return {
-        "source": source,
-        "seq_len": n,
-        "head_dim": d,
-        "kl": float(np.mean(kls)),
-        "kl_std": float(np.std(kls)),
-        "targets": len(kls),
-    }
+def _rank_row(source: str, n: int, d: int, kls: Sequence[float]) -> RankRow:
+    return RankRow(
+        source=source,
+        seq_len=n,
+        head_dim=d,
+        kl=float(np.mean(kls)),
+        kl_std=float(np.std(kls)),
+        targets=len(kls),
+    )

@@ -101,19 +101,15 @@ def expressivity(
     table.add_column("n", justify="right")
     for d in config.head_dims:
         table.add_column(f"d={d}", justify="right")
-    keys = sorted({(r["source"], r["seq_len"]) for r in result.rank}, key=lambda k: (k[0], k[1]))
+    keys = sorted({(r.source, r.seq_len) for r in result.rank})
     for source, n in keys:
-        row = {
-            r["head_dim"]: r["kl"]
-            for r in result.rank
-            if (r["source"], r["seq_len"]) == (source, n)
-        }
+        row = {r.head_dim: r.kl for r in result.rank if (r.source, r.seq_len) == (source, n)}
         table.add_row(source, str(n), *(f"{row[d]:.2g}" for d in config.head_dims))
     console.print(table)
     for p in result.patterns:
         console.print(
-            f"{p['blocks']} offsets at once, {p['num_heads']} head(s) of {p['head_dim']}: "
-            f"relative error {p['relative_error']:.3f}",
+            f"{p.blocks} offsets at once, {p.num_heads} head(s) of {p.head_dim}: "
+            f"relative error {p.relative_error:.3f}",
             highlight=False,
         )
     print(f"wrote {out}")

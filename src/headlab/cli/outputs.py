@@ -10,8 +10,11 @@ import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 from headlab.cli.parsing import flags
+
+R = TypeVar("R")
 
 
 @contextmanager
@@ -38,15 +41,15 @@ def claim(name: str, out: Path, *, force: bool, figure: Path | None = None) -> N
 
 def write_outputs(
     name: str,
-    result: object,
+    result: R,
     out: Path,
     *,
     figure: Path | None,
-    draw: Callable[[dict], object],
+    draw: Callable[[R], object],
     force: bool,
     as_json: bool,
 ) -> dict | None:
-    """After the work: ``result`` to --out (headlab ``name`` results), ``draw(document)`` to
+    """After the work: ``result`` to --out (headlab ``name`` results), ``draw(result)`` to
     --figure when asked. With --json, print the document and return None (the command prints
     nothing more); else return the document written."""
     import json
@@ -59,7 +62,7 @@ def write_outputs(
         written = write_result(out, result, force=force)
     if figure is not None:
         with writing("--figure"):
-            save_figure(draw(written), figure, Kind.png(name), force=force)
+            save_figure(draw(result), figure, Kind.png(name), force=force)
     if as_json:
         print(json.dumps(written, indent=1))
         return None

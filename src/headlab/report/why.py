@@ -43,23 +43,24 @@ WHY = {
 }
 
 
-def _expressivity_answer(doc: dict) -> str:
-    random = [r for r in doc["rank"] if r["source"] == "random"]
-    longest = max(r["seq_len"] for r in random)
-    rows = sorted((r for r in random if r["seq_len"] == longest), key=lambda r: r["head_dim"])
-    small, full = rows[0], next((r for r in rows if r["head_dim"] >= longest), rows[-1])
-    one, many = doc["patterns"][0], doc["patterns"][-1]
+def _expressivity_answer(result: ExpressivityResult) -> str:
+    random = [r for r in result.rank if r.source == "random"]
+    longest = max(r.seq_len for r in random)
+    rows = sorted((r for r in random if r.seq_len == longest), key=lambda r: r.head_dim)
+    small, full = rows[0], next((r for r in rows if r.head_dim >= longest), rows[-1])
+    one, many = result.patterns[0], result.patterns[-1]
     return (
-        f"On random {longest} x {longest} patterns a head of {small['head_dim']} stays "
-        f"{small['kl']:.2f} nats away, a head of {full['head_dim']} reaches {full['kl']:.1e}: "
-        f"the floor is set by d_head against n. Copying {one['blocks']} offsets at once, "
-        f"1 head of {one['head_dim']} leaves {one['relative_error']:.0%} of the target "
+        f"On random {longest} x {longest} patterns a head of {small.head_dim} stays "
+        f"{small.kl:.2f} nats away, a head of {full.head_dim} reaches {full.kl:.1e}: "
+        f"the floor is set by d_head against n. Copying {one.blocks} offsets at once, "
+        f"1 head of {one.head_dim} leaves {one.relative_error:.0%} of the target "
         "unexplained, "
-        f"{many['num_heads']} heads of {many['head_dim']} leave {many['relative_error']:.1%}."
+        f"{many.num_heads} heads of {many.head_dim} leave {many.relative_error:.1%}."
     )
 
 
-def _specialisation_answer(doc: dict) -> str:
+def _specialisation_answer(result: SpecialisationResult) -> str:
+    doc = result.to_dict()
     parts = []
     for run in doc["runs"]:
         if run["attention"] != "plain":
@@ -69,7 +70,8 @@ def _specialisation_answer(doc: dict) -> str:
     return "; ".join(parts) + "."
 
 
-def _redundancy_answer(doc: dict) -> str:
+def _redundancy_answer(result: RedundancyResult) -> str:
+    doc = result.to_dict()
     rows = sorted((r for r in doc["curve"] if not r.get("original")), key=lambda r: -r["rank"])
     key = "perplexity" if "perplexity" in rows[0] else "mean_cosine"
     cut = ", ".join(f"{doc['qk_width'] / r['rank']:.0f}x: {r[key]:.3g}" for r in rows)
@@ -97,10 +99,9 @@ def why_sections(directory: Path, pngs: dict[str, bytes]) -> dict:
         if result is None:
             out[key] = {"missing": command, "file": str(path)}
             continue
-        doc = result.to_dict()
         try:
-            answer = ANSWERS[key](doc)
-            png = figures.png_bytes(draw(doc))
+            answer = ANSWERS[key](result)
+            png = figures.png_bytes(draw(result))
         except (KeyError, IndexError, TypeError, ValueError) as error:
             raise ValueError(f"{path}: not a {key} results file ({error})") from None
         pngs[f"{key}.png"] = png

@@ -1,11 +1,14 @@
 """Figures of the "why heads" measurements (expressivity, specialisation, redundancy).
 
-Each takes the results document (the plain dict written by the command) and returns a Figure;
+Each takes the results (``ExpressivityResult``, ``SpecialisationResult``, ``RedundancyResult``, as
+measured or as read back through their ``from_dict``) and returns a Figure;
 the report embeds them and the commands' ``--figure`` writes them. Axes are linear with ticks at
 the measured values (text is drawn verbatim, so no log-scale mathtext labels).
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import numpy as np
 from matplotlib import colormaps
@@ -13,25 +16,30 @@ from matplotlib.figure import Figure
 
 from headlab.report.figures import COLOURS, INK, _style, legend_outside
 
+if TYPE_CHECKING:
+    from headlab.analysis.expressivity import ExpressivityResult
+    from headlab.experiments.specialisation import SpecialisationResult
+    from headlab.heads.redundancy import RedundancyResult
 
-def expressivity_figure(doc: dict) -> Figure:
+
+def expressivity_figure(result: ExpressivityResult) -> Figure:
     """KL floor against head size per (targets, n); error of 1 head vs h heads on h offsets."""
     fig = Figure(figsize=(10, 3.6), layout="constrained")
     ax1, ax2 = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
-    dims = sorted({r["head_dim"] for r in doc["rank"]})
+    dims = sorted({r.head_dim for r in result.rank})
     where = {d: i for i, d in enumerate(dims)}
-    keys = sorted({(r["source"], r["seq_len"]) for r in doc["rank"]})
+    keys = sorted({(r.source, r.seq_len) for r in result.rank})
     lengths = sorted({n for _, n in keys})
     for source, n in keys:
         k = lengths.index(n)
         rows = sorted(
-            (r for r in doc["rank"] if (r["source"], r["seq_len"]) == (source, n)),
-            key=lambda r: r["head_dim"],
+            (r for r in result.rank if (r.source, r.seq_len) == (source, n)),
+            key=lambda r: r.head_dim,
         )
         style = "o-" if source == "random" else "s--"
         ax1.plot(
-            [where[r["head_dim"]] for r in rows],
-            [r["kl"] for r in rows],
+            [where[r.head_dim] for r in rows],
+            [r.kl for r in rows],
             style,
             color=COLOURS[k % len(COLOURS)],
             label=f"{source}, n={n}",
@@ -44,20 +52,20 @@ def expressivity_figure(doc: dict) -> Figure:
     ax1.set_title("one head cannot fit every n x n pattern while d_head < n", fontsize=9)
     legend_outside(ax1, fontsize=7)
     _style(ax1)
-    pats = doc["patterns"]
-    labels = [f"{p['num_heads']} x {p['head_dim']}" for p in pats]
-    ax2.bar(labels, [p["relative_error"] for p in pats], color=COLOURS[: len(pats)])
+    pats = result.patterns
+    labels = [f"{p.num_heads} x {p.head_dim}" for p in pats]
+    ax2.bar(labels, [p.relative_error for p in pats], color=COLOURS[: len(pats)])
     for i, p in enumerate(pats):
         ax2.text(
             i,
-            p["relative_error"],
-            f"{p['relative_error']:.3f}",
+            p.relative_error,
+            f"{p.relative_error:.3f}",
             ha="center",
             va="bottom",
             fontsize=8,
             color=INK,
         )
-    blocks = pats[0]["blocks"] if pats else 0
+    blocks = pats[0].blocks if pats else 0
     ax2.set_xlabel("heads x head size (equal parameters)")
     ax2.set_ylabel("relative error (MSE / target power)")
     ax2.set_title(f"copy {blocks} offsets at once: one pattern per head", fontsize=9)
@@ -92,10 +100,11 @@ def _drop(checkpoint: dict) -> np.ndarray:
     return np.clip(base - np.asarray(checkpoint["ablated"]), 0.0, 1.0)
 
 
-def specialisation_figure(doc: dict) -> Figure:
+def specialisation_figure(result: SpecialisationResult) -> Figure:
     """Top: the final heads x lookups ablation matrix of each plain run. Bottom: the number of
     distinct serving heads over training (split step marked), and final accuracy of plain
     against talking heads by head count."""
+    doc = result.to_dict()
     plain = [r for r in doc["runs"] if r["attention"] == "plain"]
     cols = max(len(plain), 2)
     # wide enough for the bottom panels and their legends beside them
@@ -147,9 +156,10 @@ def specialisation_figure(doc: dict) -> Figure:
     return fig
 
 
-def redundancy_figure(doc: dict) -> Figure:
+def redundancy_figure(result: RedundancyResult) -> Figure:
     """Left: each layer's normalised spectrum of [B_1 | ... | B_H] (effective rank in the
     legend). Right: quality against the shared key/query rank, Cordonnier et al.'s 4x marked."""
+    doc = result.to_dict()
     fig = Figure(figsize=(10, 3.6), layout="constrained")
     ax1, ax2 = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
     count = len(doc["layers"])
