@@ -75,10 +75,13 @@ def test_model_ablate(tiny, tmp_path):
 
 
 def test_redundancy(tiny, tmp_path):
-    from headlab.heads.redundancy import measure_redundancy
+    from headlab.heads.redundancy import CurvePoint, LayerSpectrum, measure_redundancy
 
     result = measure_redundancy(tiny, TEXTS, ranks=(8, 2), max_length=16)
-    assert round_trip(result, tmp_path / "redundancy.json") == result
+    back = round_trip(result, tmp_path / "redundancy.json")
+    assert back == result and back.layers == result.layers and back.curve == result.curve
+    assert all(isinstance(layer, LayerSpectrum) for layer in back.layers)
+    assert all(isinstance(point, CurvePoint) for point in back.curve)
 
 
 def test_expressivity(tmp_path):

@@ -71,12 +71,12 @@ def test_full_rank_reproduces_the_module_and_rank_k_bounds_the_forms():
 def test_measure_on_tiny_encoder_full_rank_is_exact(tiny):
     texts = ["the cat sat on the mat", "a dog ran in the park today", "heads share subspaces"]
     result = measure_redundancy(tiny, texts, ranks=(15, 5), max_length=12, batch_size=2)
-    full = next(r for r in result.curve if r["rank"] == 15 and not r["original"])
-    assert full["mean_cosine"] == pytest.approx(1.0, abs=1e-6)
+    full = next(r for r in result.curve if r.rank == 15 and not r.original)
+    assert full.measures["mean_cosine"] == pytest.approx(1.0, abs=1e-6)
     assert len(result.layers) == 2
     for layer in result.layers:
-        assert sum(layer["singular_values"]) == pytest.approx(1.0)
-        assert 1.0 <= layer["effective_rank"] <= 15
+        assert sum(layer.singular_values) == pytest.approx(1.0)
+        assert 1.0 <= layer.effective_rank <= 15
     assert RedundancyResult.from_dict(result.to_dict()) == result
 
 

@@ -68,16 +68,16 @@ def redundancy(
     console = Console()
     console.print(
         f"{result.model}: effective rank of [B_1 | ... | B_H] per layer (of {result.qk_width}): "
-        + " ".join(f"{layer['effective_rank']:.0f}" for layer in result.layers),
+        + " ".join(f"{layer.effective_rank:.0f}" for layer in result.layers),
         highlight=False,
     )
     table = Table(title="every layer's key/query cut to a shared rank k", title_justify="left")
-    keys = [k for k in result.curve[0] if k not in ("rank", "fraction", "original")]
+    keys = list(result.curve[0].measures)
     for col in ("k", "cut", *keys):
         table.add_column(col, justify="right")
     for row in result.curve[1:]:
-        cut = f"{result.qk_width / row['rank']:.1f}x"
-        table.add_row(str(row["rank"]), cut, *(f"{row[k]:.4g}" for k in keys))
+        cut = f"{result.qk_width / row.rank:.1f}x"
+        table.add_row(str(row.rank), cut, *(f"{row.measures[k]:.4g}" for k in keys))
     console.print(table)
     print(f"wrote {out}")
 

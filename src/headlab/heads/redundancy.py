@@ -96,9 +96,49 @@ def shared_key_query(
 
 
 @dataclass(frozen=True)
+class LayerSpectrum:
+    """One layer's singular values of [B_1 | ... | B_H] (the top ``embed_dim``, normalised to
+    sum to one), their effective rank, and ``max_rank`` = min(H * d_head, embed_dim)."""
+
+    layer: int
+    singular_values: list[float]
+    effective_rank: float
+    max_rank: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, f: Fields) -> LayerSpectrum:
+        return cls(f.int("layer"), f.numbers("singular_values"), f.number("effective_rank"),
+                   f.int("max_rank"))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class CurvePoint:
+    """The model with every layer's key/query cut to ``rank`` (``fraction`` of embed_dim), judged
+    by ``headlab.heads.quality`` (``measures``); ``original`` marks the uncut model's row."""
+
+    rank: int
+    fraction: float
+    original: bool
+    measures: dict[str, float]
+
+    def to_dict(self) -> dict:
+        return {"rank": self.rank, "fraction": self.fraction, "original": self.original,
+                **self.measures}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, f: Fields) -> CurvePoint:
+        known = ("rank", "fraction", "original")
+        return cls(f.int("rank", 1), f.number("fraction", 0.0), f.bool("original"),
+                   f.rest(known))  # fmt: skip
+
+
+@dataclass(frozen=True)
 class RedundancyResult:
-    """layers: [{layer, singular_values (normalised), effective_rank, max_rank}]; curve:
-    [{rank, fraction (of embed_dim), <quality measures>}] with every layer cut to that rank."""
+    """``layers``: a ``LayerSpectrum`` per layer; ``curve``: a ``CurvePoint`` for the original
+    model, then one per rank with every layer cut to that rank."""
 
     KIND: ClassVar[str] = "redundancy"
 
@@ -106,24 +146,27 @@ class RedundancyResult:
     n_texts: int
     embed_dim: int
     qk_width: int  # H * d_head: the key/query width of one layer
-    layers: list[dict] = field(default_factory=list)
-    curve: list[dict] = field(default_factory=list)
+    layers: list[LayerSpectrum] = field(default_factory=list)
+    curve: list[CurvePoint] = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {
+            "model": self.model,
+            "n_texts": self.n_texts,
+            "embed_dim": self.embed_dim,
+            "qk_width": self.qk_width,
+            "layers": [layer.to_dict() for layer in self.layers],
+            "curve": [point.to_dict() for point in self.curve],
+        }
 
     @classmethod
     def from_dict(cls, data: dict, where: str = "redundancy") -> RedundancyResult:
         """The inverse of ``to_dict``; ValueError naming the field that does not fit."""
         f = Fields(data, where)
-        for layer in f.objects("layers"):
-            layer.int("layer"), layer.numbers("singular_values"), layer.number("effective_rank")
-            layer.int("max_rank")
-        for row in f.objects("curve"):
-            row.int("rank", 1), row.number("fraction", 0.0), row.bool("original")
-            row.rest(("rank", "fraction", "original"))
+        layers = [LayerSpectrum.from_dict(layer) for layer in f.objects("layers")]
+        curve = [CurvePoint.from_dict(point) for point in f.objects("curve")]
         return cls(f.str("model"), f.int("n_texts"), f.int("embed_dim", 1), f.int("qk_width", 1),
-                   data["layers"], data["curve"])  # fmt: skip
+                   layers, curve)  # fmt: skip
 
 
 def default_ranks(model: HeadModel) -> tuple[int, ...]:
@@ -153,26 +196,24 @@ def measure_redundancy(
         if on_step is not None:
             on_step(done, total)
 
-    layers, bases = [], []
+    layers: list[LayerSpectrum] = []
+    bases = []
     for i, module in enumerate(modules):
         bases.append(shared_subspaces(module))
         top = bases[-1][0][: module.embed_dim]
         width = min(module.num_heads * module.head_dim, module.embed_dim)
-        layers.append(
-            {"layer": i, "singular_values": (top / top.sum()).tolist(),
-             "effective_rank": effective_rank(top), "max_rank": width}
-        )  # fmt: skip
+        layers.append(LayerSpectrum(i, (top / top.sum()).tolist(), effective_rank(top), width))
         tick()
     original = reference(model, texts, max_length, batch_size)
     base = measures(model, texts, original, max_length, batch_size)
     tick()
     e = modules[0].embed_dim
-    curve = [{"rank": e, "fraction": 1.0, "original": True, **base}]
+    curve = [CurvePoint(rank=e, fraction=1.0, original=True, measures=base)]
     for k in ranks:
         cut = {i: shared_key_query(m, k, bases[i]) for i, m in enumerate(modules)}
         variant = model.with_attention(cut)
         row = measures(variant, texts, original, max_length, batch_size)
-        curve.append({"rank": k, "fraction": k / e, "original": False, **row})
+        curve.append(CurvePoint(rank=k, fraction=k / e, original=False, measures=row))
         tick()
     return RedundancyResult(
         model=model.name,

@@ -71,13 +71,13 @@ def _specialisation_answer(result: SpecialisationResult) -> str:
 
 
 def _redundancy_answer(result: RedundancyResult) -> str:
-    doc = result.to_dict()
-    rows = sorted((r for r in doc["curve"] if not r.get("original")), key=lambda r: -r["rank"])
-    key = "perplexity" if "perplexity" in rows[0] else "mean_cosine"
-    cut = ", ".join(f"{doc['qk_width'] / r['rank']:.0f}x: {r[key]:.3g}" for r in rows)
-    ranks = ", ".join(f"{layer['effective_rank']:.0f}" for layer in doc["layers"][:12])
+    rows = sorted((r for r in result.curve if not r.original), key=lambda r: -r.rank)
+    key = "perplexity" if "perplexity" in rows[0].measures else "mean_cosine"
+    width = result.qk_width
+    cut = ", ".join(f"{width / r.rank:.0f}x: {r.measures[key]:.3g}" for r in rows)
+    ranks = ", ".join(f"{layer.effective_rank:.0f}" for layer in result.layers[:12])
     return (
-        f"Effective rank per layer (of {doc['qk_width']}): {ranks}. "
+        f"Effective rank per layer (of {width}): {ranks}. "
         f"{key.replace('_', ' ')} with every layer's key/query cut: {cut}."
     )
 

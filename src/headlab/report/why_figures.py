@@ -159,46 +159,40 @@ def specialisation_figure(result: SpecialisationResult) -> Figure:
 def redundancy_figure(result: RedundancyResult) -> Figure:
     """Left: each layer's normalised spectrum of [B_1 | ... | B_H] (effective rank in the
     legend). Right: quality against the shared key/query rank, Cordonnier et al.'s 4x marked."""
-    doc = result.to_dict()
     fig = Figure(figsize=(10, 3.6), layout="constrained")
     ax1, ax2 = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
-    count = len(doc["layers"])
+    count = len(result.layers)
     shown = {0, count // 2, count - 1} if count > 8 else set(range(count))
-    for k, layer in enumerate(doc["layers"]):
-        values = np.cumsum(layer["singular_values"])
-        label = f"layer {layer['layer']}: eff. rank {layer['effective_rank']:.0f}"
+    for k, layer in enumerate(result.layers):
+        values = np.cumsum(layer.singular_values)
+        label = f"layer {layer.layer}: eff. rank {layer.effective_rank:.0f}"
         ax1.plot(
             np.arange(1, len(values) + 1),
             values,
             color=colormaps["viridis"](k / max(count - 1, 1)),
             label=label if k in shown else None,
         )
-    ax1.set_xlabel(f"shared query directions k (of {doc['embed_dim']})")
+    ax1.set_xlabel(f"shared query directions k (of {result.embed_dim})")
     ax1.set_ylabel("share of singular-value mass")
-    ax1.set_title(f"{doc['model']}: spectrum of the heads' W_Q_i^T W_K_i", fontsize=9)
+    ax1.set_title(f"{result.model}: spectrum of the heads' W_Q_i^T W_K_i", fontsize=9)
     legend_outside(ax1, fontsize=7, title="colour: layer,\nfirst to last", title_fontsize=7)
     _style(ax1)
-    rows = sorted((r for r in doc["curve"] if not r.get("original")), key=lambda r: r["rank"])
-    key = "perplexity" if "perplexity" in rows[0] else "mean_cosine"
-    ranks = [r["rank"] for r in rows]
-    ax2.plot(
-        range(len(rows)),
-        [r[key] for r in rows],
-        "o-",
-        color=COLOURS[0],
-        label=key.replace("_", " "),
-    )
-    for i, r in enumerate(rows):
+    rows = sorted((r for r in result.curve if not r.original), key=lambda r: r.rank)
+    key = "perplexity" if "perplexity" in rows[0].measures else "mean_cosine"
+    ranks = [r.rank for r in rows]
+    values = [r.measures[key] for r in rows]
+    ax2.plot(range(len(rows)), values, "o-", color=COLOURS[0], label=key.replace("_", " "))
+    for i, value in enumerate(values):
         ax2.annotate(
-            f"{r[key]:.3g}",
-            (i, r[key]),
+            f"{value:.3g}",
+            (i, value),
             textcoords="offset points",
             xytext=(0, 6),
             ha="center",
             fontsize=7,
             color=INK,
         )
-    width = doc["qk_width"]
+    width = result.qk_width
     if width // 4 in ranks:
         ax2.axvline(
             ranks.index(width // 4),
