@@ -102,12 +102,20 @@ def test_expressivity(tmp_path):
 
 
 def test_specialisation(tmp_path):
-    from headlab.experiments.specialisation import SpecialisationConfig, measure_specialisation
+    from headlab.experiments.specialisation import (
+        Checkpoint,
+        SpecialisationConfig,
+        SpecialisationRun,
+        measure_specialisation,
+    )
 
     config = SpecialisationConfig(heads=(1, 2), attention=("plain",), d_model=8, steps=4,
                                   eval_every=2, eval_size=8)  # fmt: skip
     result = measure_specialisation(config)
-    round_trip(result, tmp_path / "specialisation.json")
+    back = round_trip(result, tmp_path / "specialisation.json")
+    assert back.runs == result.runs
+    assert all(isinstance(run, SpecialisationRun) for run in back.runs)
+    assert all(isinstance(c, Checkpoint) for run in back.runs for c in run.checkpoints)
 
 
 def test_sweep_rows(tmp_path):

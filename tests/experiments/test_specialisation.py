@@ -7,6 +7,7 @@ import torch
 from headlab.experiments.config import make_config
 from headlab.experiments.model import TinyTransformer
 from headlab.experiments.specialisation import (
+    Checkpoint,
     SpecialisationConfig,
     SpecialisationResult,
     ablation_matrix,
@@ -40,22 +41,23 @@ def test_ablation_matrix_against_zeroed_output_projection(attention):
     np.testing.assert_allclose(base, (logits.argmax(-1) == batch.labels).double().mean(0))
 
 
+def _point(step: int, served: list[int | None]) -> Checkpoint:
+    """A checkpoint whose serving heads are ``served`` (accuracies unused here)."""
+    return Checkpoint(step, [0.5] * len(served), [], served)
+
+
 def test_served_by_and_split_step_hand_cases():
     base = [0.9, 0.9, 0.9]
     ablated = [[0.1, 0.9, 0.85], [0.9, 0.2, 0.5]]  # head 0 serves lookup 0, head 1 lookups 1, 2
     assert served_by(base, ablated) == [0, 1, 1]
     assert served_by(base, [[0.8, 0.8, 0.8], [0.9, 0.9, 0.9]]) == [None, None, None]
-    points = [
-        {"step": 10, "served_by": [0, None, 1]},
-        {"step": 20, "served_by": [0, 0, 0]},
-        {"step": 30, "served_by": [1, 0, 1]},
-    ]
+    points = [_point(10, [0, None, 1]), _point(20, [0, 0, 0]), _point(30, [1, 0, 1])]
     assert split_step(points, heads=2) == 30
     assert split_step(points, heads=1) is None
     assert split_step(points, heads=3) is None  # never 3 different heads
     assert settled_step(points) == 30
-    assert settled_step([*points, {"step": 40, "served_by": [1, 0, 1]}]) == 30
-    assert settled_step([{"step": 5, "served_by": [None]}, {"step": 9, "served_by": [None]}]) == 5
+    assert settled_step([*points, _point(40, [1, 0, 1])]) == 30
+    assert settled_step([_point(5, [None]), _point(9, [None])]) == 5
 
 
 def test_measure_small_schema_round_trip():
@@ -63,12 +65,12 @@ def test_measure_small_schema_round_trip():
     ticks = []
     result = measure_specialisation(config, on_step=lambda d, t: ticks.append((d, t)))
     assert ticks[-1] == (6, 6)  # plain 1, plain 2, talking 2; two checkpoints each
-    kinds = [(r["attention"], r["num_heads"]) for r in result.runs]
+    kinds = [(r.attention, r.num_heads) for r in result.runs]
     assert kinds == [("plain", 1), ("plain", 2), ("talking-heads", 2)]
     for run in result.runs:
-        assert [c["step"] for c in run["checkpoints"]] == [10, 20]
-        assert np.asarray(run["checkpoints"][-1]["ablated"]).shape == (run["num_heads"], 4)
-    assert result.runs[2]["params"] == result.runs[1]["params"] + 2 * 2 * 2
+        assert [c.step for c in run.checkpoints] == [10, 20]
+        assert np.asarray(run.checkpoints[-1].ablated).shape == (run.num_heads, 4)
+    assert result.runs[2].params == result.runs[1].params + 2 * 2 * 2
     assert SpecialisationResult.from_dict(result.to_dict()) == result
 
 

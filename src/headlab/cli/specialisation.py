@@ -67,14 +67,14 @@ def specialisation(
     for col in columns:
         table.add_column(col, justify="left" if col == "attention" else "right")
     for run in result.runs:
-        served = run["checkpoints"][-1]["served_by"]
+        served = run.checkpoints[-1].served_by
         table.add_row(
-            run["attention"],
-            str(run["num_heads"]),
-            str(run["params"]),
-            f"{run['accuracy']:.3f}",
-            "-" if run["split_step"] is None else str(run["split_step"]),
-            str(run["settled_step"]),
+            run.attention,
+            str(run.num_heads),
+            str(run.params),
+            f"{run.accuracy:.3f}",
+            "-" if run.split_step is None else str(run.split_step),
+            str(run.settled_step),
             " ".join("-" if h is None else str(h) for h in served),
         )
     Console().print(table)

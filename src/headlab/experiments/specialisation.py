@@ -25,7 +25,7 @@ from headlab.experiments.config import ATTENTION_KINDS, make_config
 from headlab.experiments.model import TinyTransformer
 from headlab.experiments.tasks import Batch, generate
 from headlab.experiments.train import EVAL_SEED_OFFSET, run_one
-from headlab.schema import Fields
+from headlab.schema import Fields, is_int
 
 SERVED = 0.2  # accuracy a lookup must lose without a head for that head to serve it
 TASK = "multi-lookup"
@@ -59,26 +59,58 @@ def served_by(base: list, ablated: list) -> list[int | None]:
     return [int(np.argmax(col)) if col.max() >= SERVED else None for col in drop.T]
 
 
-def split_step(checkpoints: list[dict], heads: int) -> int | None:
+@dataclass(frozen=True)
+class Checkpoint:
+    """One evaluation of a run: each lookup's ``accuracy`` (D,), the same without each head
+    ``ablated`` (head, lookup), and the head serving each lookup (``served_by``, D heads or
+    None)."""
+
+    step: int
+    accuracy: list[float]
+    ablated: list[list[float]]
+    served_by: list[int | None]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, f: Fields, heads: int) -> Checkpoint:
+        """``heads``: the run's head count, the rows of ``ablated`` and the bound of a head."""
+        accuracy = f.numbers("accuracy")
+        lookups = len(accuracy)
+
+        def ok(served: object) -> bool:
+            return (
+                isinstance(served, list)
+                and len(served) == lookups
+                and all(h is None or (is_int(h) and 0 <= h < heads) for h in served)
+            )
+
+        expected = f"{lookups} heads (each < {heads}) or null, one per lookup"
+        served = f.get("served_by", expected, ok)
+        return cls(f.int("step"), accuracy, f.grid("ablated", heads, lookups), served)
+
+
+def split_step(checkpoints: list[Checkpoint], heads: int) -> int | None:
     """The first checkpoint step at which the lookups are served by min(heads, D) different
     heads (module docstring); None for one head or when it never happens."""
     if heads == 1:
         return None
     for point in checkpoints:
-        served = point["served_by"]
+        served = point.served_by
         if None not in served and len(set(served)) == min(heads, len(served)):
-            return point["step"]
+            return point.step
     return None
 
 
-def settled_step(checkpoints: list[dict]) -> int:
+def settled_step(checkpoints: list[Checkpoint]) -> int:
     """The first checkpoint step from which the lookups' serving heads no longer change."""
-    final = checkpoints[-1]["served_by"]
-    step = checkpoints[-1]["step"]
+    final = checkpoints[-1].served_by
+    step = checkpoints[-1].step
     for point in reversed(checkpoints):
-        if point["served_by"] != final:
+        if point.served_by != final:
             break
-        step = point["step"]
+        step = point.step
     return step
 
 
@@ -116,33 +148,54 @@ class SpecialisationConfig:
 
 
 @dataclass(frozen=True)
+class SpecialisationRun:
+    """One run (schema in docs/answers.md): ``num_heads`` heads of ``head_dim`` with
+    ``attention``, its ``params``, final ``accuracy`` (mean over lookups), ``split_step`` (None:
+    never split), ``settled_step`` (from when the serving heads stay as they end; None in files
+    written before it was measured) and its ``checkpoints``."""
+
+    num_heads: int
+    head_dim: int
+    attention: str
+    params: int
+    accuracy: float
+    split_step: int | None
+    settled_step: int | None
+    checkpoints: list[Checkpoint]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, f: Fields) -> SpecialisationRun:
+        heads = f.int("num_heads", 1)
+        split, settled = (
+            None if f.data.get(key) is None else f.int(key)
+            for key in ("split_step", "settled_step")
+        )
+        checkpoints = [Checkpoint.from_dict(point, heads) for point in f.objects("checkpoints")]
+        return cls(heads, f.int("head_dim", 1), f.str("attention"), f.int("params"),
+                   f.number("accuracy", 0.0, 1.0), split, settled, checkpoints)  # fmt: skip
+
+
+@dataclass(frozen=True)
 class SpecialisationResult:
-    """``runs``: one dict per run (schema in docs/answers.md): num_heads, attention, params,
-    accuracy (final, mean over lookups), split_step, settled_step (from when the serving heads
-    stay as they end), checkpoints [{step, accuracy (D,),
-    ablated (H, D), served_by (D,)}]."""
+    """``runs``: a ``SpecialisationRun`` per (attention, head count) of the config."""
 
     KIND: ClassVar[str] = "specialisation"
 
     config: dict
-    runs: list[dict] = field(default_factory=list)
+    runs: list[SpecialisationRun] = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {"config": self.config, "runs": [run.to_dict() for run in self.runs]}
 
     @classmethod
     def from_dict(cls, data: dict, where: str = "specialisation") -> SpecialisationResult:
         """The inverse of ``to_dict``; ValueError naming the field that does not fit."""
         f = Fields(data, where)
         config = f.object("config").data
-        for run in f.objects("runs"):
-            run.int("num_heads", 1), run.str("attention"), run.number("accuracy", 0.0, 1.0)
-            for key in ("split_step", "settled_step"):
-                if run.data.get(key) is not None:
-                    run.int(key)
-            for point in run.objects("checkpoints"):
-                point.int("step"), point.numbers("accuracy"), point.list("served_by")
-        return cls(config=config, runs=data["runs"])
+        return cls(config=config, runs=[SpecialisationRun.from_dict(r) for r in f.objects("runs")])
 
 
 def measure_specialisation(
@@ -171,29 +224,26 @@ def measure_specialisation(
 
 def _one_run(
     config: SpecialisationConfig, attention: str, heads: int, batch: Batch, tick: Callable
-) -> dict:
+) -> SpecialisationRun:
     run_config = make_config(
         TASK, heads, d_model=config.d_model, seed=config.seed, steps=config.steps,
         eval_every=config.eval_every, eval_size=config.eval_size, attention=attention,
     )  # fmt: skip
-    checkpoints: list[dict] = []
+    checkpoints: list[Checkpoint] = []
 
     def record(step: int, model: TinyTransformer) -> None:
         base, ablated = ablation_matrix(model, batch)
-        checkpoints.append(
-            {"step": step, "accuracy": base, "ablated": ablated,
-             "served_by": served_by(base, ablated)}
-        )  # fmt: skip
+        checkpoints.append(Checkpoint(step, base, ablated, served_by(base, ablated)))
         tick()
 
     result = run_one(run_config, on_checkpoint=record)
-    return {
-        "num_heads": heads,
-        "head_dim": run_config.head_dim,
-        "attention": attention,
-        "params": result.params,
-        "accuracy": float(np.mean(checkpoints[-1]["accuracy"])),
-        "split_step": split_step(checkpoints, heads),
-        "settled_step": settled_step(checkpoints),
-        "checkpoints": checkpoints,
-    }
+    return SpecialisationRun(
+        num_heads=heads,
+        head_dim=run_config.head_dim,
+        attention=attention,
+        params=result.params,
+        accuracy=float(np.mean(checkpoints[-1].accuracy)),
+        split_step=split_step(checkpoints, heads),
+        settled_step=settled_step(checkpoints),
+        checkpoints=checkpoints,
+    )

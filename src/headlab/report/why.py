@@ -60,13 +60,12 @@ def _expressivity_answer(result: ExpressivityResult) -> str:
 
 
 def _specialisation_answer(result: SpecialisationResult) -> str:
-    doc = result.to_dict()
     parts = []
-    for run in doc["runs"]:
-        if run["attention"] != "plain":
+    for run in result.runs:
+        if run.attention != "plain":
             continue
-        split = "" if run["split_step"] is None else f", split at step {run['split_step']}"
-        parts.append(f"h={run['num_heads']}: accuracy {run['accuracy']:.2f}{split}")
+        split = "" if run.split_step is None else f", split at step {run.split_step}"
+        parts.append(f"h={run.num_heads}: accuracy {run.accuracy:.2f}{split}")
     return "; ".join(parts) + "."
 
 

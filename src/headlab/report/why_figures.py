@@ -18,7 +18,7 @@ from headlab.report.figures import COLOURS, INK, _style, legend_outside
 
 if TYPE_CHECKING:
     from headlab.analysis.expressivity import ExpressivityResult
-    from headlab.experiments.specialisation import SpecialisationResult
+    from headlab.experiments.specialisation import Checkpoint, SpecialisationResult
     from headlab.heads.redundancy import RedundancyResult
 
 
@@ -94,18 +94,18 @@ def _matrix(ax, matrix: np.ndarray, title: str, xlabel: str, ylabel: str) -> Non
     return image
 
 
-def _drop(checkpoint: dict) -> np.ndarray:
+def _drop(checkpoint: Checkpoint) -> np.ndarray:
     """(head, lookup) accuracy lost by removing each head, clipped at 0."""
-    base = np.asarray(checkpoint["accuracy"])[None, :]
-    return np.clip(base - np.asarray(checkpoint["ablated"]), 0.0, 1.0)
+    base = np.asarray(checkpoint.accuracy)[None, :]
+    return np.clip(base - np.asarray(checkpoint.ablated), 0.0, 1.0)
 
 
 def specialisation_figure(result: SpecialisationResult) -> Figure:
     """Top: the final heads x lookups ablation matrix of each plain run. Bottom: the number of
     distinct serving heads over training (split step marked), and final accuracy of plain
     against talking heads by head count."""
-    doc = result.to_dict()
-    plain = [r for r in doc["runs"] if r["attention"] == "plain"]
+    runs = result.runs
+    plain = [r for r in runs if r.attention == "plain"]
     cols = max(len(plain), 2)
     # wide enough for the bottom panels and their legends beside them
     fig = Figure(figsize=(max(2.6 * cols, 9.0), 6.4), layout="constrained")
@@ -114,25 +114,23 @@ def specialisation_figure(result: SpecialisationResult) -> Figure:
         ax = fig.add_subplot(grid[0, i])
         _matrix(
             ax,
-            _drop(run["checkpoints"][-1]),
-            f"{run['num_heads']} x {run['head_dim']}: accuracy lost",
+            _drop(run.checkpoints[-1]),
+            f"{run.num_heads} x {run.head_dim}: accuracy lost",
             "lookup",
             "head ablated",
         )
     half = cols // 2
     ax = fig.add_subplot(grid[1, :half])
-    multi = sorted({r["num_heads"] for r in doc["runs"] if r["num_heads"] > 1})
-    for run in (r for r in doc["runs"] if r["num_heads"] > 1):
-        k = multi.index(run["num_heads"])
-        steps = [c["step"] for c in run["checkpoints"]]
-        served = [len({h for h in c["served_by"] if h is not None}) for c in run["checkpoints"]]
-        style = "-" if run["attention"] == "plain" else "--"
+    multi = sorted({r.num_heads for r in runs if r.num_heads > 1})
+    for run in (r for r in runs if r.num_heads > 1):
+        k = multi.index(run.num_heads)
+        steps = [c.step for c in run.checkpoints]
+        served = [len({h for h in c.served_by if h is not None}) for c in run.checkpoints]
+        style = "-" if run.attention == "plain" else "--"
         colour = COLOURS[k % len(COLOURS)]
-        ax.plot(
-            steps, served, style, color=colour, label=f"{run['attention']} h={run['num_heads']}"
-        )
-        if run["split_step"] is not None:
-            ax.axvline(run["split_step"], color=colour, linestyle=":", linewidth=1)
+        ax.plot(steps, served, style, color=colour, label=f"{run.attention} h={run.num_heads}")
+        if run.split_step is not None:
+            ax.axvline(run.split_step, color=colour, linestyle=":", linewidth=1)
     ax.set_xlabel("training step (dotted: split step)")
     ax.set_ylabel("heads serving a lookup")
     ax.set_yticks(range(0, 5))
@@ -140,10 +138,10 @@ def specialisation_figure(result: SpecialisationResult) -> Figure:
     legend_outside(ax, fontsize=6)
     _style(ax)
     ax = fig.add_subplot(grid[1, half:])
-    counts = sorted({r["num_heads"] for r in doc["runs"]})
+    counts = sorted({r.num_heads for r in runs})
     width = 0.38
     for j, kind in enumerate(("plain", "talking-heads")):
-        acc = {r["num_heads"]: r["accuracy"] for r in doc["runs"] if r["attention"] == kind}
+        acc = {r.num_heads: r.accuracy for r in runs if r.attention == kind}
         xs = [i + (j - 0.5) * width for i, h in enumerate(counts) if h in acc]
         ax.bar(xs, [acc[h] for h in counts if h in acc], width, color=COLOURS[j], label=kind)
     ax.set_xticks(range(len(counts)), [str(h) for h in counts])
