@@ -186,14 +186,16 @@ MEASURE_ERRORS = [  # (change to a row of quality measures, the message it must 
 
 
 @pytest.mark.parametrize(("change", "message"), MEASURE_ERRORS)
-def test_collapse_and_prune_rows_take_only_the_measures_quality_gives(
+def test_collapse_prune_and_redundancy_rows_take_only_the_measures_quality_gives(
     tiny, tmp_path, change, message
 ):
     from headlab.heads import collapse_heads, prune_by_importance
+    from headlab.heads.redundancy import measure_redundancy
 
     results = {
         "all_layers": collapse_heads(tiny, TEXTS[:2], max_length=8, head_counts=(1,)),
         "steps": prune_by_importance(tiny, TEXTS[:2], fractions=(0.0,), max_length=8),
+        "curve": measure_redundancy(tiny, TEXTS[:2], ranks=(2,), max_length=8),
     }
     for rows, result in results.items():
         path = tmp_path / f"{rows}.json"
@@ -203,6 +205,22 @@ def test_collapse_and_prune_rows_take_only_the_measures_quality_gives(
         with pytest.raises(ValueError, match=f"{rows}\\[0\\]{message}") as error:
             read_result(path, type(result))
         assert str(path) in str(error.value)
+
+
+def test_a_redundancy_curve_row_with_an_unknown_measure_is_refused(tiny, tmp_path):
+    from headlab.heads.redundancy import RedundancyResult, measure_redundancy
+
+    path = tmp_path / "redundancy.json"
+    document = write_result(path, measure_redundancy(tiny, TEXTS[:2], ranks=(2,), max_length=8))
+    document["curve"][1]["accuracy"] = 0.5  # numeric, but no measure of headlab.heads.quality
+    path.write_text(json.dumps(document))
+    message = (
+        r"redundancy\.curve\[1\]\.accuracy: expected no such field "
+        r"\(the measures are mean_cosine, nn_agreement\), got 0\.5"
+    )
+    with pytest.raises(ValueError, match=message) as error:
+        read_result(path, RedundancyResult)
+    assert str(path) in str(error.value)
 
 
 LONG_CONTEXT_ERRORS = [  # (change to a model-long-context document, the message it must give)

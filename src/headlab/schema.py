@@ -96,18 +96,6 @@ class Fields:
         return grid(self.get(key, "a list of rows", lambda v: isinstance(v, list)), self.at(key),
                     rows, cols)  # fmt: skip
 
-    def rest(self, known: tuple[str, ...]) -> dict[str, float]:
-        """The fields not in ``known``, each a finite number (any name: the redundancy curve's
-        rows; rows of ``heads.quality`` measures use ``measures``, which checks the names)."""
-        out = {}
-        for key, value in self.data.items():
-            if key in known:
-                continue
-            if not is_number(value):
-                raise problem(self.at(key), "a finite number (a measure)", value)
-            out[key] = float(value)
-        return out
-
     def measures(self, known: tuple[str, ...], allowed: tuple[tuple[str, ...], ...]) -> dict:
         """The fields not in ``known``: exactly one of the ``allowed`` sets of quality measures
         (a model kind's), each a finite number. Any other field is an error naming it, so that a

@@ -22,9 +22,27 @@ def _redundancy_doc() -> dict:
             {"layer": 0, "singular_values": [0.5, 0.3, 0.2], "effective_rank": 2.8, "max_rank": 12}
         ],
         "curve": [
-            {"rank": 12, "fraction": 1.0, "original": True, "mean_cosine": 1.0},
-            {"rank": 12, "fraction": 1.0, "original": False, "mean_cosine": 1.0},
-            {"rank": 3, "fraction": 0.25, "original": False, "mean_cosine": 0.875},
+            {
+                "rank": 12,
+                "fraction": 1.0,
+                "original": True,
+                "mean_cosine": 1.0,
+                "nn_agreement": 1.0,
+            },
+            {
+                "rank": 12,
+                "fraction": 1.0,
+                "original": False,
+                "mean_cosine": 1.0,
+                "nn_agreement": 1.0,
+            },
+            {
+                "rank": 3,
+                "fraction": 0.25,
+                "original": False,
+                "mean_cosine": 0.875,
+                "nn_agreement": 0.5,
+            },
         ],
     }
 

@@ -32,7 +32,7 @@ import torch
 
 from headlab.attention.functional import entropy
 from headlab.attention.module import MultiHeadAttention
-from headlab.heads.quality import measures, reference
+from headlab.heads.quality import MEASURES, measures, reference
 from headlab.models.interface import HeadModel
 from headlab.schema import Fields
 
@@ -117,7 +117,8 @@ class LayerSpectrum:
 @dataclass(frozen=True)
 class CurvePoint:
     """The model with every layer's key/query cut to ``rank`` (``fraction`` of embed_dim), judged
-    by ``headlab.heads.quality`` (``measures``); ``original`` marks the uncut model's row."""
+    by ``headlab.heads.quality``: ``measures`` are one of its ``MEASURES`` pairs, no other name
+    (as in collapse and prune rows); ``original`` marks the uncut model's row."""
 
     rank: int
     fraction: float
@@ -130,9 +131,8 @@ class CurvePoint:
 
     @classmethod
     def from_dict(cls, f: Fields) -> CurvePoint:
-        known = ("rank", "fraction", "original")
-        return cls(f.int("rank", 1), f.number("fraction", 0.0), f.bool("original"),
-                   f.rest(known))  # fmt: skip
+        measures = f.measures(("rank", "fraction", "original"), MEASURES)
+        return cls(f.int("rank", 1), f.number("fraction", 0.0), f.bool("original"), measures)
 
 
 @dataclass(frozen=True)
