@@ -22,6 +22,8 @@ from headlab.models.interface import HeadModel
 CAUSAL_MEASURES = ("perplexity", "next_token_agreement")
 ENCODER_MEASURES = ("mean_cosine", "nn_agreement")
 MEASURES = (CAUSAL_MEASURES, ENCODER_MEASURES)
+# Those that are shares in [0, 1], every one but perplexity (the report draws them on one axis).
+SHARE_MEASURES = tuple(name for names in MEASURES for name in names if name != "perplexity")
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from matplotlib.ticker import MaxNLocator
 
 from headlab.experiments.summary import SummaryRow, plot_series
 from headlab.files import figure_png
+from headlab.heads.quality import SHARE_MEASURES
 
 INK = "#1f2933"
 GRID = "#d9dee5"
@@ -67,13 +68,10 @@ def heads_grid(heads: dict) -> Figure:
     return fig
 
 
-# The measures of a model variant (headlab.heads.quality): an encoder's and a decoder's.
-SHARES = ("mean_cosine", "nn_agreement", "next_token_agreement")
-
-
 def shares(row: dict) -> list[str]:
-    """The measures of ``row`` that are shares in [0, 1] (plotted on one axis)."""
-    return [key for key in SHARES if key in row]
+    """The measures of ``row`` (``headlab.heads.quality``: an encoder's or a decoder's) that are
+    shares in [0, 1] (plotted on one axis)."""
+    return [key for key in SHARE_MEASURES if key in row]
 
 
 def _head_axis(ax, counts: list[int]) -> None:
