@@ -29,6 +29,23 @@ def test_cli_prints_the_path_and_refuses_with_exit_2(
     assert exit_.value.code == 2
 
 
+def test_force_names_the_files_it_deletes_as_a_warning_naming_the_flag(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "site"
+    args = ["report", "--out", str(out), "--text", "a b", "--results", str(tmp_path / "none")]
+    main(args)
+    (out / "stale.txt").write_text("added by a user")
+    capsys.readouterr()
+    main([*args, "--force"])
+    captured = capsys.readouterr()
+    assert captured.out.strip() == str(out / "index.html")
+    warning = f"headlab: warning: --force: deleting files that headlab did not write in {out}: "
+    assert f"{warning}stale.txt\n" in captured.err
+    assert "force=True" not in captured.err
+    assert not (out / "stale.txt").exists()
+
+
 def test_text_file_and_model_choose_what_the_report_shows(
     tmp_path: Path, tiny_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

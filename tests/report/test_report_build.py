@@ -10,6 +10,7 @@ import pytest
 
 from headlab.report import ReportOptions, build_report, safe_json
 from headlab.report.build import MARKER
+from headlab.report.target import ReplacedUserFilesWarning
 
 XSS = "<img src=x onerror=alert(1)> </script><script>alert(2)</script> & \"done\" 'x' end"
 
@@ -150,8 +151,12 @@ def test_rebuild_replaces_a_report_but_never_a_foreign_directory(tmp_path: Path)
     with pytest.raises(ValueError, match=r"files headlab did not write \(stale.txt\)"):
         build_report(report, options)
     assert (report / "stale.txt").read_text() == "added by a user"
-    with pytest.warns(UserWarning, match="deleting files that headlab did not write.*stale.txt"):
+    with pytest.warns(ReplacedUserFilesWarning) as warned:
         build_report(report, ReportOptions(text="p q", results=tmp_path / "none"), force=True)
+    (message,) = {str(w.message) for w in warned}  # checked before the build and at the swap
+    assert re.match(r"force=True: deleting files that headlab did not write in .*: stale.txt$",
+                    message)  # fmt: skip
+    assert "--force" not in message  # the library names its argument; the CLI maps it
     assert sorted(p.name for p in report.iterdir()) == [MARKER, "index.html"]
     assert _page_data((report / "index.html").read_text())["explorers"]["text"]["tokens"] == [
         "p",

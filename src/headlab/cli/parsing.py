@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -52,13 +53,35 @@ def as_flags(message: str, names: dict[str, str]) -> str:
 
 @contextmanager
 def flags(*names: str, **aliases: str) -> Iterator[None]:
-    """Within this block, a library ValueError names this command's flags instead of the
-    library's arguments: each of ``names`` becomes ``--name-with-dashes`` (``d_model`` ->
-    ``--d-model``), ``ALIASES`` and ``aliases`` give the others (``embed_dim`` -> ``--d-model``)."""
+    """Within this block, a library ValueError, and a headlab warning shown, name this command's
+    flags instead of the library's arguments: each of ``names`` becomes ``--name-with-dashes``
+    (``d_model`` -> ``--d-model``), ``ALIASES`` and ``aliases`` give the others (``embed_dim`` ->
+    ``--d-model``)."""
     mapping = {**ALIASES, **{n: "--" + n.replace("_", "-") for n in names}, **aliases}
+    with _warnings_as_flags(mapping):
+        try:
+            yield
+        except (ValueError, FileNotFoundError) as error:
+            if len(error.args) == 1 and isinstance(error.args[0], str):
+                error.args = (as_flags(error.args[0], mapping), *error.args[1:])
+            raise
+
+
+@contextmanager
+def _warnings_as_flags(mapping: dict[str, str]) -> Iterator[None]:
+    """A headlab warning shown within this block names flags (``force=True: deleting ...`` ->
+    ``--force: deleting ...``); it is shown when it is warned, as any other warning."""
+    from headlab.notices import HeadlabWarning
+
+    shown = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        if issubclass(category, HeadlabWarning):
+            message = category(as_flags(str(message), mapping))
+        shown(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
     try:
         yield
-    except (ValueError, FileNotFoundError) as error:
-        if len(error.args) == 1 and isinstance(error.args[0], str):
-            error.args = (as_flags(error.args[0], mapping), *error.args[1:])
-        raise
+    finally:
+        warnings.showwarning = shown

@@ -3,9 +3,9 @@
 A report folder is headlab's when it holds the marker file, which lists the files headlab wrote
 into it. Writing is allowed to a new path, an empty folder, or a folder of the same kind. Never to
 the current folder or one of its parents, to a folder that holds the report's inputs, to a file,
-or to a folder that is not headlab's (``--force`` does not change that). Files a user added inside
-a headlab folder are named and kept, unless ``force``, which deletes them with a warning naming
-them. The check runs before the build and again at the moment of the swap.
+or to a folder that is not headlab's (``force=True`` does not change that). Files a user added
+inside a headlab folder are named and kept, unless ``force``, which deletes them with a warning
+naming them. The check runs before the build and again at the moment of the swap.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ class FolderKind:
 
 
 class ReplacedUserFilesWarning(HeadlabWarning):
-    """--force deleted files that a user had added inside a headlab folder (named)."""
+    """``force=True`` deleted files that a user had added inside a headlab folder (named)."""
 
 
 def _absolute(path: str | Path) -> Path:
@@ -85,7 +85,8 @@ def check_folder(
         )
     if added:
         warnings.warn(
-            f"--force: deleting files that headlab did not write in {target}: {', '.join(added)}",
+            f"force=True: deleting files that headlab did not write in {target}: "
+            + ", ".join(added),
             ReplacedUserFilesWarning,
             stacklevel=2,
         )
