@@ -5,7 +5,10 @@ Every results type (``HeadStatistics``, ``CollapseResult``, ``ImportanceResult``
 ``RedundancyResult``) has ``KIND`` (the file's ``"headlab"`` tag), ``to_dict`` and a validating
 ``from_dict``; ``write_result`` and ``read_result`` go through them (schemas in docs/files.md).
 Their parts are typed too where a part has fields of its own (``LongContextResult``'s
-``TextContext``, ``HeavyHitters``, ``LongContextFindings``).
+``TextContext``, ``HeavyHitters``, ``LongContextFindings``; the rows of collapse, prune,
+expressivity (``RankRow``, ``PatternRow``), specialisation (``SpecialisationRun`` and its
+``Checkpoint``s) and redundancy (``LayerSpectrum``, ``CurvePoint``)), each with its own
+``to_dict`` and a ``from_dict`` that reads it through ``headlab.schema.Fields``.
 """
 
 from __future__ import annotations
