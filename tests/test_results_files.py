@@ -261,3 +261,25 @@ def test_a_broken_long_context_file_names_its_field(tiny, tmp_path, change, mess
     with pytest.raises(ValueError, match=message) as error:
         read_result(path, LongContextResult)
     assert str(path) in str(error.value)
+
+
+def test_a_broken_specialisation_checkpoint_names_its_field(tmp_path):
+    from headlab.experiments.specialisation import (
+        SpecialisationConfig,
+        SpecialisationResult,
+        measure_specialisation,
+    )
+
+    config = SpecialisationConfig(heads=(2,), attention=("plain",), d_model=8, steps=2,
+                                  eval_every=2, eval_size=8)  # fmt: skip
+    path = tmp_path / "specialisation.json"
+    document = write_result(path, measure_specialisation(config))
+    document["runs"][0]["checkpoints"][0]["served_by"][1] = 2  # a third head of two
+    path.write_text(json.dumps(document))
+    message = (
+        r"specialisation\.runs\[0\]\.checkpoints\[0\]\.served_by: "
+        r"expected 4 heads \(each < 2\) or null, one per lookup, got \["
+    )
+    with pytest.raises(ValueError, match=message) as error:
+        read_result(path, SpecialisationResult)
+    assert str(path) in str(error.value)
