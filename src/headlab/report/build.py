@@ -112,8 +112,11 @@ def build_report(
     """
     options = options or ReportOptions()
     inputs = (Path(options.results),)
-    target = check_folder(out, REPORT, inputs=inputs, force=force)
-    figures = None if png is None else check_folder(png, FIGURES, inputs=inputs, force=force)
+    # Refusals before the work; the warning about deleted files comes once, from the swap.
+    target = check_folder(out, REPORT, inputs=inputs, force=force, warn=False)
+    figures = (
+        None if png is None else check_folder(png, FIGURES, inputs=inputs, force=force, warn=False)
+    )
     if figures is not None and (inside(figures, target) or inside(target, figures)):
         raise OutputRefused(f"png={png} and out={out} must be separate folders")
     collected = collect(options, want_png=png is not None)

@@ -47,9 +47,16 @@ def written_files(folder: Path, kind: FolderKind) -> set[str]:
 
 
 def check_folder(
-    path: str | Path, kind: FolderKind, *, inputs: tuple[Path, ...] = (), force: bool = False
+    path: str | Path,
+    kind: FolderKind,
+    *,
+    inputs: tuple[Path, ...] = (),
+    force: bool = False,
+    warn: bool = True,
 ) -> Path:
-    """The absolute path if a ``kind`` folder may replace ``path``; OutputRefused otherwise."""
+    """The absolute path if a ``kind`` folder may replace ``path``; OutputRefused otherwise.
+    With ``force`` and ``warn``, a ReplacedUserFilesWarning names the user's files it deletes
+    (the early check passes ``warn=False``: the swap warns, when it deletes)."""
     target = _absolute(path)
     where = f"{kind.argument}={path}"
     cwd = Path.cwd().resolve()
@@ -83,7 +90,7 @@ def check_folder(
             f"{where} is a headlab {kind.what} holding files headlab did not write ({shown}); "
             "move them, or pass force=True to delete them"
         )
-    if added:
+    if added and warn:
         warnings.warn(
             f"force=True: deleting files that headlab did not write in {target}: "
             + ", ".join(added),
