@@ -178,11 +178,11 @@ def heads(
     out = model_results("heads") if out is None else out
     _claim("heads", out, force, figure)
     loaded, texts, max_length = _load(model, model_dir, corpus, n_texts, max_length)
+    _check_metric(metric, loaded)
     with progress("head statistics: texts", len(texts), quiet=as_json) as update:
         result = head_statistics(
             loaded, texts, max_length=max_length, detector_length=50, on_batch=update
         )
-    _check_metric(metric, result)
     if figure is not None:
         from headlab.report.figure_files import write_heads_figure
 
@@ -199,10 +199,16 @@ def heads(
     _emit(result, out, force, as_json, tables)
 
 
-def _check_metric(metric: str, result) -> None:
-    if metric not in result.metrics:
-        names = ", ".join(result.metrics)
-        raise ValueError(f"--metric must be one of {names} for this model, got {metric!r}")
+def _check_metric(metric: str, loaded) -> None:
+    """ValueError unless ``loaded`` reports ``metric``; known from its special positions, so
+    before any statistics are computed."""
+    from headlab.heads.statistics import metric_names
+
+    names = metric_names(list(loaded.special_positions(loaded.tokenize(["a"], 2))))
+    if metric not in names:
+        raise ValueError(
+            f"--metric must be one of {', '.join(names)} for this model, got {metric!r}"
+        )
 
 
 def _long_context(
@@ -235,9 +241,9 @@ def _long_context(
         loaded = load(model if model_dir is None else model_dir)
     if max_tokens is not None:
         check_int("--max-tokens", max_tokens, low=2, high=loaded.max_positions)
+    _check_metric(metric, loaded)
     with progress("one long text: layers", loaded.num_layers, quiet=as_json) as update:
         result = long_text_statistics(loaded, text, max_tokens=max_tokens, on_layer=update)
-    _check_metric(metric, result.statistics)
     document = result.result()
     findings = document.findings
     n, whole = len(result.tokens), result.text_tokens
