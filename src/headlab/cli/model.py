@@ -458,6 +458,8 @@ def generate(
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     check_int("--max-new-tokens", max_new_tokens, high=4096)
+    if not prompt and not chat:  # before the model loads (SmolLM2: about 20 s on 2 busy cores)
+        raise ValueError("PROMPT must be a text to continue, got an empty text")
     with flags("model"):
         loaded = load(model)
     if not loaded.causal:
