@@ -419,13 +419,15 @@ def ablate(
     force: bool = FORCE,
 ) -> None:
     """The model's loss with and without the --ablate heads (their outputs before W_O)."""
-    from headlab.heads.ablation import ablation_effect, check_mode, parse_heads
+    from headlab.heads.ablation import ablation_effect, check_heads, check_mode, parse_heads
 
     with flags("mode", heads="--ablate"):
         chosen = parse_heads(heads)
         check_mode(mode)
     _claim("ablate", out, force)
     loaded, texts, max_length = _load(model, model_dir, corpus, n_texts, max_length)
+    with flags(heads="--ablate"):
+        check_heads(loaded, chosen)
     with progress("ablation: passes", 2, quiet=as_json) as update:
         result = ablation_effect(
             loaded, texts, chosen, mode=mode, max_length=max_length, on_step=update
