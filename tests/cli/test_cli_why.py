@@ -97,7 +97,7 @@ def test_a_rank_wider_than_the_model_is_refused_before_the_work(
         raise AssertionError("measured before --ranks was checked")
 
     monkeypatch.setattr(headlab.heads.redundancy, "measure_redundancy", never)
-    args = ["redundancy", "--model", str(tiny_dir), "--ranks", "15,16"]
+    args = ["redundancy", "--model", str(tiny_dir), "--ranks", "15,16", "--max-length", "12"]
     code, out, err = run([*args, "--out", str(tmp_path / "r.json")], capsys)
     assert code == 2 and out == "" and not (tmp_path / "r.json").exists()
     assert err == "headlab: error: --ranks must be between 1 and 15, got 16\n"
