@@ -64,7 +64,10 @@ def test_model_commands_fit_80_columns(columns_80, tiny_dir, tmp_path, capsys):
         out = run(["model", command, *base, "--out", str(tmp_path / f"{command}.json")], capsys)
         assert ELLIPSIS not in out, (command, out)
     argv = ["model", "ablate", "--ablate", "0.1,1.2", *base, "--out", str(tmp_path / "a.json")]
-    assert ELLIPSIS not in run(argv, capsys)
+    out = run(argv, capsys)
+    assert ELLIPSIS not in out
+    # one table, the objective a sentence below it (as a column it split the table in three)
+    assert "(1/" not in out and "\nobjective: in-batch InfoNCE between the two halves" in out
 
 
 def test_compare_grad_params_fit_80_columns(columns_80, capsys):

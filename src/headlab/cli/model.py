@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from headlab.cli.outputs import claim, writing
 from headlab.cli.parsing import flags, int_list
@@ -89,7 +90,7 @@ def _load(
     return loaded, texts, max_length
 
 
-def _emit(result, out: Path, force: bool, as_json: bool, tables: list[Table]) -> None:
+def _emit(result, out: Path, force: bool, as_json: bool, tables: list[Table | Text]) -> None:
     """Write ``result`` (a results type: its KIND tags the file), then print it."""
     from headlab.heads.results import write_result
 
@@ -435,15 +436,15 @@ def ablate(
     row = [
         ",".join(f"{l}.{h}" for l, h in result.heads),
         result.mode,
-        result.objective,
         f"{result.baseline:.4f}",
         f"{result.ablated:.4f}",
         f"{result.change:+.4f}",
     ]
-    columns = ["heads", "mode", "objective", "baseline", "ablated", "change"]
+    columns = ["heads", "mode", "baseline", "ablated", "change"]
     title = f"Ablation, {result.model}, {result.n_texts} texts"
-    tables = fitted_tables(title, columns, [row], keys=0, left=["heads", "objective"])
-    _emit(result, out, force, as_json, tables)
+    tables = fitted_tables(title, columns, [row], keys=0, left=["heads"])
+    # a sentence, not a column: as a column it split the table in three at 80 columns
+    _emit(result, out, force, as_json, [*tables, Text(f"objective: {result.objective}")])
 
 
 @model_app.command()
