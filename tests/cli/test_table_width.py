@@ -97,3 +97,26 @@ def test_why_heads_commands_fit_80_columns(columns_80, tiny_dir, tmp_path, capsy
     assert ELLIPSIS not in run([*argv, *files("s")], capsys)
     argv = ["redundancy", "--model", str(tiny_dir), "--ranks", "15,3", "--n-texts", "4"]
     assert ELLIPSIS not in run([*argv, "--max-length", "12", *files("r")], capsys)
+
+
+def test_expressivity_table_keeps_the_model_name_whole_at_80_columns():
+    """At the defaults (6 head sizes, MiniLM's name) rich folded 'all-MiniLM-L6-v2' in two."""
+    from rich.console import Console
+
+    from headlab.cli.expressivity import rank_tables
+
+    dims = (1, 2, 4, 8, 16, 32)
+    rank = [
+        {"source": source, "seq_len": n, "head_dim": d, "kl": 7.4e-05}
+        for source in ("all-MiniLM-L6-v2", "random")
+        for n in (8, 16, 32)
+        for d in dims
+    ]
+    console = Console(width=80, record=True)
+    tables = rank_tables(rank, dims)
+    for table in tables:
+        console.print(table)
+    text = console.export_text()
+    assert len(tables) == 2 and ELLIPSIS not in text
+    assert text.count("│ all-MiniLM-L6-v2 │") == 3 * len(tables)
+    assert all(f"d={d}" in text for d in dims)
