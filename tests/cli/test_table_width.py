@@ -120,3 +120,17 @@ def test_expressivity_table_keeps_the_model_name_whole_at_80_columns():
     assert len(tables) == 2 and ELLIPSIS not in text
     assert text.count("│ all-MiniLM-L6-v2 │") == 3 * len(tables)
     assert all(f"d={d}" in text for d in dims)
+
+
+def test_a_title_wider_than_its_table_stays_on_one_line():
+    """grad printed '4 head(s): coupling of 4 blocks (off-diagonal max' and then '0)' alone."""
+    from rich.console import Console
+
+    from headlab.cli.tables import fitted_tables
+
+    title = "4 head(s): coupling of 4 blocks (off-diagonal max 0)"
+    rows = [[str(i), *("0" for _ in range(4))] for i in range(4)]
+    console = Console(width=80, record=True)
+    console.print(*fitted_tables(title, ["block", "0", "1", "2", "3"], rows, width=80))
+    lines = console.export_text().splitlines()
+    assert lines[0].rstrip() == title and lines[1].startswith("┏")

@@ -74,7 +74,8 @@ def redundancy(
         + " ".join(f"{layer['effective_rank']:.0f}" for layer in result.layers),
         highlight=False,
     )
-    table = Table(title="every layer's key/query cut to a shared rank k", title_justify="left")
+    title = "every layer's key/query cut to a shared rank k"
+    table = Table(title=title, title_justify="left", min_width=len(title))  # title on one line
     keys = [k for k in result.curve[0] if k not in ("rank", "fraction", "original")]
     for col in ("k", "cut", *keys):
         table.add_column(col, justify="right")
