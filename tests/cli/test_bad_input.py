@@ -157,3 +157,13 @@ def test_fast_and_explicit_paths_agree_on_nan_inputs():
     for out in (fast, explicit, torch_out):
         assert torch.isnan(out[0]).all() and not torch.isnan(out[1]).any()
     torch.testing.assert_close(fast[1], explicit[1])
+
+
+def test_an_empty_prompt_is_refused_before_the_model_loads(capsys, monkeypatch):
+    import headlab.models
+
+    def never(*args, **kwargs):
+        raise AssertionError("the model was loaded before the prompt was checked")
+
+    monkeypatch.setattr(headlab.models, "load", never)
+    one_line(["model", "generate", ""], capsys, "PROMPT must be a text to continue, got an empty")

@@ -77,6 +77,7 @@ def test_a_model_that_does_not_exist_is_one_line(
 ) -> None:
     with pytest.raises(SystemExit) as exit_:
         main(["report", "--out", str(tmp_path / "s"), "--model", str(tmp_path / "nowhere")])
-    assert exit_.value.code in (1, 2)
+    assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "nowhere" in err
+    assert err.startswith("headlab: error: --model must be one of minilm, smollm2 or a path, got")

@@ -85,3 +85,19 @@ def test_redundancy_json_on_a_tiny_model(tiny_dir, tmp_path, capsys):
     assert [r["rank"] for r in doc["curve"]] == [15, 15, 3]
     assert doc["curve"][1]["mean_cosine"] == pytest.approx(1.0, abs=1e-6)
     assert (tmp_path / "r.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_a_rank_wider_than_the_model_is_refused_before_the_work(
+    tiny_dir, tmp_path, capsys, monkeypatch
+):
+    """The library checks a rank only when it cuts: 74 s of MiniLM, then an error naming rank=."""
+    import headlab.heads.redundancy
+
+    def never(*args, **kwargs):
+        raise AssertionError("measured before --ranks was checked")
+
+    monkeypatch.setattr(headlab.heads.redundancy, "measure_redundancy", never)
+    args = ["redundancy", "--model", str(tiny_dir), "--ranks", "15,16", "--max-length", "12"]
+    code, out, err = run([*args, "--out", str(tmp_path / "r.json")], capsys)
+    assert code == 2 and out == "" and not (tmp_path / "r.json").exists()
+    assert err == "headlab: error: --ranks must be between 1 and 15, got 16\n"

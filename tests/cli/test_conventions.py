@@ -134,3 +134,17 @@ def test_the_command_list_shows_each_summary_on_one_row_at_80_columns(name, caps
     summary = dict(command_paths())[(name,)].help.split("\n\n")[0]
     row = next(line for line in out.splitlines() if f"│ {name} " in line)
     assert code == 0 and summary in row
+
+
+@pytest.mark.parametrize("path", PATHS, ids=lambda p: " ".join(p) or "headlab")
+def test_help_shows_bracketed_text_and_cuts_nothing_at_80_columns(path, capsys, monkeypatch):
+    """Rich read an option's own "[default: --heads]" as a style tag and dropped it; and
+    --output-projection/--no-output-projection took so wide a column that its name was cut."""
+    monkeypatch.setenv("COLUMNS", "400")  # one row per option: the help text reads whole
+    code, wide, _ = run([*path, "--help"], capsys)
+    for param in dict(command_paths())[path].params:
+        if getattr(param, "help", None):
+            assert param.help.replace("\\[", "[") in wide, (param.name, param.help)
+    monkeypatch.setenv("COLUMNS", "80")
+    code, narrow, _ = run([*path, "--help"], capsys)
+    assert code == 0 and "…" not in narrow

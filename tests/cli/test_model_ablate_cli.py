@@ -41,7 +41,8 @@ def test_ablate_prints_and_writes_the_objective_with_and_without(
     ("extra", "message"),
     [
         (["--ablate", "1:2"], "--ablate must be LAYER.HEAD pairs"),
-        (["--ablate", "5.0"], "layer 5 out of range"),
+        (["--ablate", "5.0"], "error: --ablate 5.0: layer 5 out of range, expected 0 to 1 ("),
+        (["--ablate", "1.0,0.3"], "error: --ablate 0.3: head 3 out of range in layer 0, expected"),
         (["--ablate", "1.0", "--mode", "half"], "--mode must be zero, mean or resample"),
     ],
 )

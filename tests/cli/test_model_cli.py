@@ -82,6 +82,26 @@ def test_bad_input_is_one_line_exit_2(extra, message, tiny_dir, tmp_path, capsys
     assert err.count("\n") == 1 and err.startswith("headlab: error:") and message in err
 
 
+@pytest.mark.parametrize("long_text", [[], ["--max-tokens", "20"]], ids=["corpus", "long"])
+def test_an_unknown_metric_is_refused_before_the_statistics(
+    long_text, tiny_dir, tmp_path, capsys, monkeypatch
+):
+    """It was checked against the finished statistics: 39 s of MiniLM before the error."""
+    import headlab.heads
+    import headlab.heads.long_context
+
+    def never(*args, **kwargs):
+        raise AssertionError("statistics computed before --metric was checked")
+
+    monkeypatch.setattr(headlab.heads, "head_statistics", never)
+    monkeypatch.setattr(headlab.heads.long_context, "long_text_statistics", never)
+    argv = ["model", "heads", "--model-dir", str(tiny_dir), "--out", str(tmp_path / "x.json")]
+    code, out, err = run([*argv, *long_text, "--metric", "first"], capsys)
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert err.startswith("headlab: error: --metric must be one of entropy, max_weight, cls, sep")
+    assert err.rstrip().endswith("for this model, got 'first'")
+
+
 def test_bad_model_dir_file(tiny_dir, tmp_path, capsys):
     broken = tmp_path / "broken"
     broken.mkdir()

@@ -158,6 +158,13 @@ def test_lines_that_are_not_results_are_reported_with_their_number(tmp_path, res
     assert "multi-lookup" in out
 
 
+def test_one_skipped_line_is_one_line(tmp_path, results, capsys):
+    with results.open("a") as f:
+        f.write('{"run_id":"abc"}\n')
+    code, _, err = run(["sweep", "summary", "--results", str(results)], capsys)
+    assert code == 0 and "skipped 1 line that is not a results row: line 3: missing" in err
+
+
 def test_report_force_never_replaces_cwd_parents_inputs_or_foreign_folders(
     tmp_path, capsys, monkeypatch
 ):

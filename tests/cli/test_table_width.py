@@ -64,7 +64,10 @@ def test_model_commands_fit_80_columns(columns_80, tiny_dir, tmp_path, capsys):
         out = run(["model", command, *base, "--out", str(tmp_path / f"{command}.json")], capsys)
         assert ELLIPSIS not in out, (command, out)
     argv = ["model", "ablate", "--ablate", "0.1,1.2", *base, "--out", str(tmp_path / "a.json")]
-    assert ELLIPSIS not in run(argv, capsys)
+    out = run(argv, capsys)
+    assert ELLIPSIS not in out
+    # one table, the objective a sentence below it (as a column it split the table in three)
+    assert "(1/" not in out and "\nobjective: in-batch InfoNCE between the two halves" in out
 
 
 def test_compare_grad_params_fit_80_columns(columns_80, capsys):
@@ -94,3 +97,40 @@ def test_why_heads_commands_fit_80_columns(columns_80, tiny_dir, tmp_path, capsy
     assert ELLIPSIS not in run([*argv, *files("s")], capsys)
     argv = ["redundancy", "--model", str(tiny_dir), "--ranks", "15,3", "--n-texts", "4"]
     assert ELLIPSIS not in run([*argv, "--max-length", "12", *files("r")], capsys)
+
+
+def test_expressivity_table_keeps_the_model_name_whole_at_80_columns():
+    """At the defaults (6 head sizes, MiniLM's name) rich folded 'all-MiniLM-L6-v2' in two."""
+    from rich.console import Console
+
+    from headlab.cli.expressivity import rank_tables
+
+    dims = (1, 2, 4, 8, 16, 32)
+    rank = [
+        {"source": source, "seq_len": n, "head_dim": d, "kl": 7.4e-05}
+        for source in ("all-MiniLM-L6-v2", "random")
+        for n in (8, 16, 32)
+        for d in dims
+    ]
+    console = Console(width=80, record=True)
+    tables = rank_tables(rank, dims)
+    for table in tables:
+        console.print(table)
+    text = console.export_text()
+    assert len(tables) == 2 and ELLIPSIS not in text
+    assert text.count("│ all-MiniLM-L6-v2 │") == 3 * len(tables)
+    assert all(f"d={d}" in text for d in dims)
+
+
+def test_a_title_wider_than_its_table_stays_on_one_line():
+    """grad printed '4 head(s): coupling of 4 blocks (off-diagonal max' and then '0)' alone."""
+    from rich.console import Console
+
+    from headlab.cli.tables import fitted_tables
+
+    title = "4 head(s): coupling of 4 blocks (off-diagonal max 0)"
+    rows = [[str(i), *("0" for _ in range(4))] for i in range(4)]
+    console = Console(width=80, record=True)
+    console.print(*fitted_tables(title, ["block", "0", "1", "2", "3"], rows, width=80))
+    lines = console.export_text().splitlines()
+    assert lines[0].rstrip() == title and lines[1].startswith("┏")

@@ -78,8 +78,8 @@ def test_other_modes_change_the_objective_and_leave_the_model_as_it_was(tiny, mo
 @pytest.mark.parametrize(
     ("heads", "match"),
     [
-        ([(2, 0)], "layer 2 out of range"),
-        ([(0, 3)], "head 3 out of range in layer 0"),
+        ([(2, 0)], r"^heads 2\.0: layer 2 out of range, expected 0 to 1 \("),
+        ([(0, 3)], r"^heads 0\.3: head 3 out of range in layer 0, expected 0 to 2 \(it has 3"),
         ([], "at least one"),
     ],
 )

@@ -45,7 +45,7 @@ def test_broken_files_name_the_file(results_dir: Path) -> None:
     with pytest.raises(ValueError, match=r"model_prune\.json: expected JSON"):
         read_section(results_dir, "model_prune.json")
     (results_dir / "sweep.jsonl").write_text('{"run_id": "a"}\n')
-    with pytest.warns(UserWarning, match=r"sweep\.jsonl: skipped 1 lines.*line 1: missing 'step'"):
+    with pytest.warns(UserWarning, match=r"sweep\.jsonl: skipped 1 line .*line 1: missing 'step'"):
         assert read_section(results_dir, "sweep.jsonl") == []
 
 

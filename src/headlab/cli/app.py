@@ -5,7 +5,9 @@ from __future__ import annotations
 import inspect
 
 import typer
+from rich.markup import escape
 from typer.core import TyperOption
+from typer.models import ParameterInfo
 
 from headlab.cli import (
     compare,
@@ -67,7 +69,27 @@ def _unwrap_help(typer_app: typer.Typer) -> None:
             _unwrap_help(group.typer_instance)
 
 
+def _escape_option_help(typer_app: typer.Typer, done: set[int] | None = None) -> None:
+    """Escape rich markup in the help of every option of ``typer_app`` (and of its groups).
+    Typer's rich help reads ``[...]`` as a style tag and drops it, so a help text's own
+    ``[default: --heads]`` would vanish from the screen. The option objects are shared between
+    commands; ``done`` holds their ids so that none is escaped twice."""
+    done = set() if done is None else done
+    for info in typer_app.registered_commands:
+        if info.callback is None:
+            continue
+        for parameter in inspect.signature(info.callback).parameters.values():
+            option = parameter.default
+            if isinstance(option, ParameterInfo) and option.help and id(option) not in done:
+                done.add(id(option))
+                option.help = escape(option.help)
+    for group in typer_app.registered_groups:
+        if group.typer_instance is not None:
+            _escape_option_help(group.typer_instance, done)
+
+
 # Each command module adds its commands here; none of them imports this module (no cycle).
 for _module in (compare, expressivity, model, params, redundancy, report, specialisation, sweep):
     _module.register(app)
 _unwrap_help(app)
+_escape_option_help(app)

@@ -19,7 +19,7 @@ _INIT = typer.Option("rand", "--init", help=f"Weight draw: {', '.join(INITS)}.")
 _SEED = typer.Option(0, "--seed", help="Seed of the weights and the input.")
 _OUT_PROJ = typer.Option(
     False,
-    "--output-projection/--no-output-projection",
+    "--output-projection",
     help="Use a drawn W_O and biases (default: none, as in the first seed question).",
 )
 _CAUSAL = typer.Option(False, "--causal", help="Causal mask.")

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
@@ -12,7 +14,11 @@ from rich.table import Table
 from headlab.cli.outputs import claim, write_outputs
 from headlab.cli.parsing import flags, sizes
 from headlab.cli.progress import progress
+from headlab.cli.tables import fitted_tables
 from headlab.locations import why_results
+
+if TYPE_CHECKING:  # the analysis loads lazily: the CLI starts without torch
+    from headlab.analysis.expressivity import RankRow
 
 OUT = typer.Option(why_results("expressivity"), "--out", help="Results file (JSON).")
 FIGURE = typer.Option(None, "--figure", help="Write the figure (PNG).")
@@ -96,16 +102,8 @@ def expressivity(
     if written is None:
         return
     console = Console()
-    table = Table(title="best mean KL(target || one head), by head size", title_justify="left")
-    table.add_column("targets", overflow="fold")  # a model name folds, never cut
-    table.add_column("n", justify="right")
-    for d in config.head_dims:
-        table.add_column(f"d={d}", justify="right")
-    keys = sorted({(r.source, r.seq_len) for r in result.rank})
-    for source, n in keys:
-        row = {r.head_dim: r.kl for r in result.rank if (r.source, r.seq_len) == (source, n)}
-        table.add_row(source, str(n), *(f"{row[d]:.2g}" for d in config.head_dims))
-    console.print(table)
+    for table in rank_tables(result.rank, config.head_dims):
+        console.print(table)
     for p in result.patterns:
         console.print(
             f"{p.blocks} offsets at once, {p.num_heads} head(s) of {p.head_dim}: "
@@ -113,6 +111,19 @@ def expressivity(
             highlight=False,
         )
     print(f"wrote {out}")
+
+
+def rank_tables(rank: list[RankRow], head_dims: Sequence[int]) -> list[Table]:
+    """The best KL by targets, n and head size: one table, or several (targets and n repeated)
+    where one would not fit the terminal. Rich would otherwise fold the model's name."""
+    keys = sorted({(r.source, r.seq_len) for r in rank})
+    rows = []
+    for source, n in keys:
+        kl = {r.head_dim: r.kl for r in rank if (r.source, r.seq_len) == (source, n)}
+        rows.append([source, str(n), *(f"{kl[d]:.2g}" for d in head_dims)])
+    columns = ["targets", "n", *(f"d={d}" for d in head_dims)]
+    title = "best mean KL(target || one head), by head size"
+    return fitted_tables(title, columns, rows, keys=2, left=["targets"])
 
 
 def register(app: typer.Typer) -> None:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from headlab.cli.outputs import claim, writing
 from headlab.cli.parsing import flags, int_list
@@ -89,7 +90,7 @@ def _load(
     return loaded, texts, max_length
 
 
-def _emit(result, out: Path, force: bool, as_json: bool, tables: list[Table]) -> None:
+def _emit(result, out: Path, force: bool, as_json: bool, tables: list[Table | Text]) -> None:
     """Write ``result`` (a results type: its KIND tags the file), then print it."""
     from headlab.heads.results import write_result
 
@@ -178,11 +179,11 @@ def heads(
     out = model_results("heads") if out is None else out
     _claim("heads", out, force, figure)
     loaded, texts, max_length = _load(model, model_dir, corpus, n_texts, max_length)
+    _check_metric(metric, loaded)
     with progress("head statistics: texts", len(texts), quiet=as_json) as update:
         result = head_statistics(
             loaded, texts, max_length=max_length, detector_length=50, on_batch=update
         )
-    _check_metric(metric, result)
     if figure is not None:
         from headlab.report.figure_files import write_heads_figure
 
@@ -199,10 +200,16 @@ def heads(
     _emit(result, out, force, as_json, tables)
 
 
-def _check_metric(metric: str, result) -> None:
-    if metric not in result.metrics:
-        names = ", ".join(result.metrics)
-        raise ValueError(f"--metric must be one of {names} for this model, got {metric!r}")
+def _check_metric(metric: str, loaded) -> None:
+    """ValueError unless ``loaded`` reports ``metric``; known from its special positions, so
+    before any statistics are computed."""
+    from headlab.heads.statistics import metric_names
+
+    names = metric_names(list(loaded.special_positions(loaded.tokenize(["a"], 2))))
+    if metric not in names:
+        raise ValueError(
+            f"--metric must be one of {', '.join(names)} for this model, got {metric!r}"
+        )
 
 
 def _long_context(
@@ -235,9 +242,9 @@ def _long_context(
         loaded = load(model if model_dir is None else model_dir)
     if max_tokens is not None:
         check_int("--max-tokens", max_tokens, low=2, high=loaded.max_positions)
+    _check_metric(metric, loaded)
     with progress("one long text: layers", loaded.num_layers, quiet=as_json) as update:
         result = long_text_statistics(loaded, text, max_tokens=max_tokens, on_layer=update)
-    _check_metric(metric, result.statistics)
     document = result.result()
     findings = document.findings
     n, whole = len(result.tokens), result.text_tokens
@@ -413,13 +420,15 @@ def ablate(
     force: bool = FORCE,
 ) -> None:
     """The model's loss with and without the --ablate heads (their outputs before W_O)."""
-    from headlab.heads.ablation import ablation_effect, check_mode, parse_heads
+    from headlab.heads.ablation import ablation_effect, check_heads, check_mode, parse_heads
 
     with flags("mode", heads="--ablate"):
         chosen = parse_heads(heads)
         check_mode(mode)
     _claim("ablate", out, force)
     loaded, texts, max_length = _load(model, model_dir, corpus, n_texts, max_length)
+    with flags(heads="--ablate"):
+        check_heads(loaded, chosen)
     with progress("ablation: passes", 2, quiet=as_json) as update:
         result = ablation_effect(
             loaded, texts, chosen, mode=mode, max_length=max_length, on_step=update
@@ -427,15 +436,15 @@ def ablate(
     row = [
         ",".join(f"{l}.{h}" for l, h in result.heads),
         result.mode,
-        result.objective,
         f"{result.baseline:.4f}",
         f"{result.ablated:.4f}",
         f"{result.change:+.4f}",
     ]
-    columns = ["heads", "mode", "objective", "baseline", "ablated", "change"]
+    columns = ["heads", "mode", "baseline", "ablated", "change"]
     title = f"Ablation, {result.model}, {result.n_texts} texts"
-    tables = fitted_tables(title, columns, [row], keys=0, left=["heads", "objective"])
-    _emit(result, out, force, as_json, tables)
+    tables = fitted_tables(title, columns, [row], keys=0, left=["heads"])
+    # a sentence, not a column: as a column it split the table in three at 80 columns
+    _emit(result, out, force, as_json, [*tables, Text(f"objective: {result.objective}")])
 
 
 @model_app.command()
@@ -452,6 +461,8 @@ def generate(
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     check_int("--max-new-tokens", max_new_tokens, high=4096)
+    if not prompt and not chat:  # before the model loads (SmolLM2: about 20 s on 2 busy cores)
+        raise ValueError("PROMPT must be a text to continue, got an empty text")
     with flags("model"):
         loaded = load(model)
     if not loaded.causal:

@@ -47,6 +47,9 @@ def redundancy(
     with flags("model"):
         loaded = load(model)
     check_int("--max-length", max_length, low=2, high=loaded.max_positions)
+    width = loaded.attention_layers()[0].embed_dim  # the library checks it only when cutting
+    for rank in chosen or ():
+        check_int("--ranks", rank, high=width)
     texts = default_corpus(n_texts)
     with progress("redundancy: layers and ranks", None, quiet=as_json) as update:
         result = measure_redundancy(
@@ -71,7 +74,8 @@ def redundancy(
         + " ".join(f"{layer.effective_rank:.0f}" for layer in result.layers),
         highlight=False,
     )
-    table = Table(title="every layer's key/query cut to a shared rank k", title_justify="left")
+    title = "every layer's key/query cut to a shared rank k"
+    table = Table(title=title, title_justify="left", min_width=len(title))  # title on one line
     keys = list(result.curve[0].measures)
     for col in ("k", "cut", *keys):
         table.add_column(col, justify="right")

@@ -49,7 +49,7 @@ def report(
             raise ValueError("--text and --text-file: expected one of them, got both")
         text = read_text_file(text_file)
     options = ReportOptions(text=text, results=results, seed=seed, model=model)
-    with flags("out", "png", "force"), progress("report: measuring and drawing", None):
+    with flags("out", "png", "force", "model"), progress("report: measuring and drawing", None):
         index = build_report(out, options, force=force, png=png)  # no steps to count: a pulse
     print(index)
 

@@ -71,12 +71,20 @@ def fitted_tables(
     (default: the terminal's). The first ``keys`` columns appear in every table; ``left``
     names the columns justified left (text), the others are right-justified (numbers)."""
     width = terminal_width() if width is None else width
-    groups = column_groups(_column_widths(columns, rows), keys, width)
+    widths = _column_widths(columns, rows)
+    groups = column_groups(widths, keys, width)
     tables = []
     for n, group in enumerate(groups):
         shown = [*range(keys), *group]
         part = f" ({n + 1}/{len(groups)})" if len(groups) > 1 else ""
-        table = Table(title=title + part, title_justify="left")
+        # rich wraps a title at the table's width: widen a narrow table to its title (up to the
+        # terminal) rather than leave one word of the title alone on a line
+        natural = 1 + sum(widths[i] + _COLUMN_EXTRA for i in shown)
+        table = Table(
+            title=title + part,
+            title_justify="left",
+            min_width=min(len(title + part), width) if len(title + part) > natural else None,
+        )
         for i in shown:
             justify = "left" if columns[i] in left else "right"
             table.add_column(columns[i], justify=justify, overflow="fold")

@@ -214,8 +214,12 @@ def warn_about(path: Path, result: ResultsFile) -> None:
     if result.skipped:
         shown = "; ".join(f"line {s.number}: {s.reason}" for s in result.skipped[:5])
         more = f" (and {len(result.skipped) - 5} more)" if len(result.skipped) > 5 else ""
+        n = len(result.skipped)
+        what = "1 line that is not a results row"
+        if n > 1:
+            what = f"{n} lines that are not results rows"
         warnings.warn(
-            f"{path}: skipped {len(result.skipped)} lines that are not results rows: {shown}{more}",
+            f"{path}: skipped {what}: {shown}{more}",
             SkippedLinesWarning,
             stacklevel=3,
         )

@@ -101,10 +101,14 @@ def check_heads(model: HeadModel, heads: Sequence[Head]) -> None:
     counts = model.heads_per_layer
     for layer, head in heads:
         if not 0 <= layer < len(counts):
-            raise ValueError(f"layer {layer} out of range: {model.name} has {len(counts)} layers")
+            raise ValueError(
+                f"heads {layer}.{head}: layer {layer} out of range, expected 0 to "
+                f"{len(counts) - 1} ({model.name} has {len(counts)} layers)"
+            )
         if not 0 <= head < counts[layer]:
             raise ValueError(
-                f"head {head} out of range in layer {layer}: it has {counts[layer]} heads"
+                f"heads {layer}.{head}: head {head} out of range in layer {layer}, expected 0 "
+                f"to {counts[layer] - 1} (it has {counts[layer]} heads)"
             )
 
 
