@@ -90,13 +90,13 @@ def test_redundancy_json_on_a_tiny_model(tiny_dir, tmp_path, capsys):
 def test_a_rank_wider_than_the_model_is_refused_before_the_work(
     tiny_dir, tmp_path, capsys, monkeypatch
 ):
-    """The library checks a rank only when it cuts: 74 s of MiniLM, then an error naming rank=."""
+    """Checked before the spectra (it used to be checked when cutting: 74 s of MiniLM first)."""
     import headlab.heads.redundancy
 
     def never(*args, **kwargs):
         raise AssertionError("measured before --ranks was checked")
 
-    monkeypatch.setattr(headlab.heads.redundancy, "measure_redundancy", never)
+    monkeypatch.setattr(headlab.heads.redundancy, "shared_subspaces", never)
     args = ["redundancy", "--model", str(tiny_dir), "--ranks", "15,16", "--max-length", "12"]
     code, out, err = run([*args, "--out", str(tmp_path / "r.json")], capsys)
     assert code == 2 and out == "" and not (tmp_path / "r.json").exists()

@@ -80,6 +80,19 @@ def test_measure_on_tiny_encoder_full_rank_is_exact(tiny):
     assert RedundancyResult.from_dict(result.to_dict()) == result
 
 
+@pytest.mark.parametrize("ranks", [(15, 16), (0,)])
+def test_measure_refuses_a_rank_outside_the_width_before_any_work(tiny, monkeypatch, ranks):
+    import headlab.heads.redundancy as redundancy
+
+    def never(*args, **kwargs):
+        raise AssertionError("worked before the ranks were checked")
+
+    monkeypatch.setattr(redundancy, "shared_subspaces", never)
+    bad = next(k for k in ranks if not 1 <= k <= 15)
+    with pytest.raises(ValueError, match=rf"^ranks must be between 1 and 15, got {bad}$"):
+        measure_redundancy(tiny, ["a b c"], ranks=ranks, max_length=12)
+
+
 @pytest.mark.model
 def test_full_rank_reproduces_minilm(minilm):
     """Every layer of the packaged MiniLM re-parameterised at k = 384: the same embeddings."""

@@ -47,11 +47,8 @@ def redundancy(
     with flags("model"):
         loaded = load(model)
     check_int("--max-length", max_length, low=2, high=loaded.max_positions)
-    width = loaded.attention_layers()[0].embed_dim  # the library checks it only when cutting
-    for rank in chosen or ():
-        check_int("--ranks", rank, high=width)
     texts = default_corpus(n_texts)
-    with progress("redundancy: layers and ranks", None, quiet=as_json) as update:
+    with flags("ranks"), progress("redundancy: layers and ranks", None, quiet=as_json) as update:
         result = measure_redundancy(
             loaded, texts, ranks=chosen, max_length=max_length, on_step=update
         )

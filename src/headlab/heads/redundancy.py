@@ -33,6 +33,7 @@ import torch
 from headlab.attention.functional import entropy
 from headlab.attention.module import MultiHeadAttention
 from headlab.heads.quality import MEASURES, measures, reference
+from headlab.limits import check_int
 from headlab.models.interface import HeadModel
 from headlab.schema import Fields
 
@@ -185,9 +186,12 @@ def measure_redundancy(
     batch_size: int = 16,
     on_step: Callable[[int, int], None] | None = None,
 ) -> RedundancyResult:
-    """Spectra of every layer, then the model with every layer's key/query cut to each rank."""
+    """Spectra of every layer, then the model with every layer's key/query cut to each rank.
+    ValueError naming ``ranks`` for a rank outside [1, embed_dim], before any work."""
     ranks = ranks or default_ranks(model)
     modules = model.attention_layers()
+    for k in ranks:  # shared_key_query checks too, but only after the spectra and the reference
+        check_int("ranks", k, high=min(m.embed_dim for m in modules))
     total, done = len(modules) + len(ranks) + 1, 0
 
     def tick() -> None:
