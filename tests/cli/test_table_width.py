@@ -103,11 +103,12 @@ def test_expressivity_table_keeps_the_model_name_whole_at_80_columns():
     """At the defaults (6 head sizes, MiniLM's name) rich folded 'all-MiniLM-L6-v2' in two."""
     from rich.console import Console
 
+    from headlab.analysis.expressivity import RankRow
     from headlab.cli.expressivity import rank_tables
 
     dims = (1, 2, 4, 8, 16, 32)
     rank = [
-        {"source": source, "seq_len": n, "head_dim": d, "kl": 7.4e-05}
+        RankRow(source=source, seq_len=n, head_dim=d, kl=7.4e-05, kl_std=0.0, targets=3)
         for source in ("all-MiniLM-L6-v2", "random")
         for n in (8, 16, 32)
         for d in dims
