@@ -6,15 +6,7 @@ import json
 
 import pytest
 
-from headlab.cli.main import main
-
-
-def run(args, capsys):
-    with pytest.raises(SystemExit) as exit_:
-        main(args)
-        raise SystemExit(0)
-    out, err = capsys.readouterr()
-    return exit_.value.code or 0, out, err
+from cli_run import run
 
 
 def test_grad_talking_heads_is_not_block_diagonal(capsys):

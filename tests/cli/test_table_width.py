@@ -8,7 +8,7 @@ import random
 import pytest
 from rich.console import Console
 
-from headlab.cli.main import main
+import cli_run
 from headlab.cli.tables import column_groups, fitted_tables
 
 ELLIPSIS = "…"
@@ -21,14 +21,10 @@ def render(tables, width=80) -> str:
 
 
 def run(argv, capsys):
-    try:
-        main(argv)
-        code = 0
-    except SystemExit as exit_:
-        code = exit_.code
-    captured = capsys.readouterr()
-    assert code == 0, captured.err
-    return captured.out
+    """stdout of a command that must succeed."""
+    code, out, err = cli_run.run(argv, capsys)
+    assert code == 0, err
+    return out
 
 
 @pytest.mark.parametrize(("layers", "heads"), [(6, 12), (30, 9), (2, 16), (1, 32)])

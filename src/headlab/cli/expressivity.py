@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from headlab.cli.outputs import claim, write_outputs
+from headlab.cli.outputs import AS_JSON, FIGURE, FORCE, claim, write_outputs
 from headlab.cli.parsing import flags, sizes
 from headlab.cli.progress import progress
 from headlab.cli.tables import fitted_tables
@@ -21,7 +21,6 @@ if TYPE_CHECKING:  # the analysis loads lazily: the CLI starts without torch
     from headlab.analysis.expressivity import RankRow
 
 OUT = typer.Option(why_results("expressivity"), "--out", help="Results file (JSON).")
-FIGURE = typer.Option(None, "--figure", help="Write the figure (PNG).")
 
 
 def expressivity(
@@ -36,8 +35,8 @@ def expressivity(
     seed: int = typer.Option(0, "--seed", help="Seed of targets and fits."),
     out: Path = OUT,
     figure: Path | None = FIGURE,
-    force: bool = typer.Option(False, "--force", help="Replace --out/--figure if not ours."),
-    as_json: bool = typer.Option(False, "--json", help="Print the results document as JSON."),
+    force: bool = FORCE,
+    as_json: bool = AS_JSON,
 ) -> None:
     """What one head of each size can fit, and h heads against one.
 

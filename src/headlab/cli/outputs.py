@@ -12,9 +12,16 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
+import typer
+
 from headlab.cli.parsing import flags
 
 R = TypeVar("R")
+
+# The output options of the commands that write through ``write_outputs``.
+FIGURE = typer.Option(None, "--figure", help="Write the figure (PNG).")
+FORCE = typer.Option(False, "--force", help="Replace --out/--figure if not ours.")
+AS_JSON = typer.Option(False, "--json", help="Print the results document as JSON.")
 
 
 @contextmanager

@@ -9,13 +9,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from headlab.cli.outputs import claim, write_outputs
+from headlab.cli.outputs import AS_JSON, FIGURE, FORCE, claim, write_outputs
 from headlab.cli.parsing import flags, sizes
 from headlab.cli.progress import progress
 from headlab.locations import why_results
 
 OUT = typer.Option(why_results("redundancy"), "--out", help="Results file (JSON).")
-FIGURE = typer.Option(None, "--figure", help="Write the figure (PNG).")
 
 
 def redundancy(
@@ -27,8 +26,8 @@ def redundancy(
     max_length: int = typer.Option(64, "--max-length", help="Tokens kept per text."),
     out: Path = OUT,
     figure: Path | None = FIGURE,
-    force: bool = typer.Option(False, "--force", help="Replace --out/--figure if not ours."),
-    as_json: bool = typer.Option(False, "--json", help="Print the results document as JSON."),
+    force: bool = FORCE,
+    as_json: bool = AS_JSON,
 ) -> None:
     """How much a model's heads share their key/query spaces.
 

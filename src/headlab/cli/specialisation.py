@@ -8,13 +8,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from headlab.cli.outputs import claim, write_outputs
+from headlab.cli.outputs import AS_JSON, FIGURE, FORCE, claim, write_outputs
 from headlab.cli.parsing import flags, sizes
 from headlab.cli.progress import progress
 from headlab.locations import why_results
 
 OUT = typer.Option(why_results("specialisation"), "--out", help="Results file (JSON).")
-FIGURE = typer.Option(None, "--figure", help="Write the figure (PNG).")
 
 
 def specialisation(
@@ -27,8 +26,8 @@ def specialisation(
     seed: int = typer.Option(0, "--seed", help="Seed of the runs."),
     out: Path = OUT,
     figure: Path | None = FIGURE,
-    force: bool = typer.Option(False, "--force", help="Replace --out/--figure if not ours."),
-    as_json: bool = typer.Option(False, "--json", help="Print the results document as JSON."),
+    force: bool = FORCE,
+    as_json: bool = AS_JSON,
 ) -> None:
     """Train with h heads: which head serves which lookup.
 
