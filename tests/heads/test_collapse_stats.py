@@ -39,6 +39,12 @@ def test_statistics_independent_of_batching(tiny):
         torch.testing.assert_close(torch.tensor(many.metrics[name]), torch.tensor(grid))
 
 
+def test_metric_names_known_before_running_are_those_measured(tiny):
+    from headlab.heads.statistics import model_metric_names
+
+    assert model_metric_names(tiny) == tuple(head_statistics(tiny, TEXTS[:2]).metrics)
+
+
 def test_statistics_by_hand_on_one_text(tiny):
     text = TEXTS[2]
     stats = head_statistics(tiny, [text])

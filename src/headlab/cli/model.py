@@ -203,9 +203,9 @@ def heads(
 def _check_metric(metric: str, loaded) -> None:
     """ValueError unless ``loaded`` reports ``metric``; known from its special positions, so
     before any statistics are computed."""
-    from headlab.heads.statistics import metric_names
+    from headlab.heads.statistics import model_metric_names
 
-    names = metric_names(list(loaded.special_positions(loaded.tokenize(["a"], 2))))
+    names = model_metric_names(loaded)
     if metric not in names:
         raise ValueError(
             f"--metric must be one of {', '.join(names)} for this model, got {metric!r}"
@@ -420,16 +420,15 @@ def ablate(
     force: bool = FORCE,
 ) -> None:
     """The model's loss with and without the --ablate heads (their outputs before W_O)."""
-    from headlab.heads.ablation import ablation_effect, check_heads, check_mode, parse_heads
+    from headlab.heads.ablation import ablation_effect, check_mode, parse_heads
 
     with flags("mode", heads="--ablate"):
         chosen = parse_heads(heads)
         check_mode(mode)
     _claim("ablate", out, force)
     loaded, texts, max_length = _load(model, model_dir, corpus, n_texts, max_length)
-    with flags(heads="--ablate"):
-        check_heads(loaded, chosen)
-    with progress("ablation: passes", 2, quiet=as_json) as update:
+    # ablation_effect checks the heads against the model before its first pass
+    with flags(heads="--ablate"), progress("ablation: passes", 2, quiet=as_json) as update:
         result = ablation_effect(
             loaded, texts, chosen, mode=mode, max_length=max_length, on_step=update
         )

@@ -33,6 +33,12 @@ def metric_names(special: list[str]) -> tuple[str, ...]:
     return ("entropy", "max_weight", *special, "self", "prev", "distance", "contribution_norm")
 
 
+def model_metric_names(model: HeadModel) -> tuple[str, ...]:
+    """``metric_names`` of ``model`` without running it: its special positions are named the
+    same for every batch, so a one-text batch names them."""
+    return metric_names(list(model.special_positions(model.tokenize(["a"], 2))))
+
+
 @dataclass(frozen=True)
 class HeadStatistics:
     """metrics[name]: (layer, head) nested lists of floats; see the module docstring.
