@@ -9,13 +9,13 @@ import torch
 
 from headlab.attention import MultiHeadAttention
 from headlab.attention.head_groups import HeadGroupView, grouped_view
+from headlab.attention.pruned import prune_attention
 from headlab.heads import (
     collapse_heads,
     collapsed,
     detect_heads,
     head_importance,
     head_statistics,
-    prune_attention,
     prune_heads,
 )
 from headlab.heads.detectors import detector_scores

@@ -19,8 +19,9 @@ def test_llama_weights_are_the_causal_softmax_of_q_and_k(tiny_llama):
     with torch.no_grad():
         _, traces = tiny_llama.trace_batch(batch)
     assert result.tokens == batch.tokens[0] and not result.cut
-    # A decoder with grouped K/V heads has no one-head view.
-    assert [v.name for v in result.views] == ["6 heads"]
+    # Every model has the one-head view now (the kernel's head view, also with grouped K/V heads
+    # and rotary positions): checked against the rotated q and k below.
+    assert [v.name for v in result.views] == ["6 heads", "1 head, same weights"]
     weights = result.views[0].weights
     assert weights.shape == (3, 6, 11, 11)  # (layer, head, q_pos, k_pos)
     for got, trace in zip(weights, traces, strict=True):
@@ -29,6 +30,12 @@ def test_llama_weights_are_the_causal_softmax_of_q_and_k(tiny_llama):
         scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
         scores = scores.masked_fill(torch.ones(11, 11).triu(1).bool(), float("-inf"))
         np.testing.assert_allclose(got, scores.softmax(-1).numpy(), atol=1e-5)
+    # Layer 0 of the one-head view (the later layers' inputs are the viewed model's own): the
+    # sum of the six heads' scores / sqrt(6), one causal softmax.
+    q, k = traces[0].q[0].double(), traces[0].k[0].double().repeat_interleave(3, dim=0)
+    merged = (q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5).sum(0) / 6**0.5
+    merged = merged.masked_fill(torch.ones(11, 11).triu(1).bool(), float("-inf"))
+    np.testing.assert_allclose(result.views[1].weights[0, 0], merged.softmax(-1), atol=1e-5)
 
 
 def test_a_long_text_is_cut_and_says_so(tiny_llama):

@@ -84,7 +84,7 @@ def test_sections_have_figures_answers_and_commands(results: Path) -> None:
     assert "nats" in sections["expressivity"]["answer"]
     assert "h=2" in sections["specialisation"]["answer"]
     assert "4x: 0.875" in sections["redundancy"]["answer"]
-    assert sections["redundancy_smollm2"]["missing"] == WHY["redundancy_smollm2"][1]
+    assert sections["redundancy_decoder"]["missing"] == WHY["redundancy_decoder"][1]
 
 
 def test_missing_and_broken_files(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ from torch import Tensor, nn
 from headlab.attention import layout
 from headlab.attention.functional import merge_heads
 from headlab.attention.module import MultiHeadAttention
+from headlab.attention.sites import Sites
 
 
 class HeadGroupView(nn.Module):
@@ -39,6 +40,10 @@ class HeadGroupView(nn.Module):
         self.num_kv_heads = min(num_heads, attention.num_kv_heads)
         self.head_dim = attention.head_dim * (attention.num_heads // num_heads)
         self.embed_dim = attention.embed_dim
+        self.sites = Sites()  # the view's own interventions and observers, not the base's
+
+    def query_key_weights(self) -> tuple[Tensor, Tensor]:
+        raise ValueError("a view of merged heads has no W_Q and W_K of its own")
 
     def forward(
         self,
@@ -68,6 +73,7 @@ class HeadGroupView(nn.Module):
             head_mask=head_mask,
             need_weights=("mean" if average_attn_weights else "heads") if need_weights else None,
             head_view=self.num_heads,
+            sites=self.sites,
         )
         out = self.base.out_proj(merge_heads(run.head_out))  # (batch, q_pos, E)
         first = self.base.batch_first

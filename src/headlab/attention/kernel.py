@@ -129,6 +129,11 @@ def block_weights(
             s = sites("logits", s)
         if view is not None:
             s = _merge_view(s, view)
+            if mask is not None and mask.additive.shape[1] not in (1, view):
+                raise ValueError(
+                    f"a mask of {mask.additive.shape[1]} heads cannot go through a view of "
+                    f"{view} heads: a view takes masks shared by all heads"
+                )
         if softcap is not None:
             s = torch.tanh(s / softcap) * softcap
         if mask is not None:

@@ -157,6 +157,12 @@ class MultiHeadAttention(nn.Module):
             return self.in_proj_weight.split([q_dim, kv_dim, kv_dim])
         return self.q_proj_weight, self.k_proj_weight, self.v_proj_weight
 
+    def query_key_weights(self) -> tuple[Tensor, Tensor]:
+        """(W_Q (H*D, E), W_K (G*D, kdim)): what ``headlab.models.interface.AttentionLayer``
+        asks for (rotary positions act after them)."""
+        w_q, w_k, _ = self.projection_weights()
+        return w_q, w_k
+
     def projection_biases(self) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
         """(b_Q (H*D,), b_K (G*D,), b_V (G*D,)), or Nones without bias."""
         if self.in_proj_bias is None:
@@ -234,10 +240,12 @@ class MultiHeadAttention(nn.Module):
         head_mask: Tensor | None,
         need_weights: str | None,
         head_view: int | None = None,
+        sites: Sites | None = None,
     ) -> HeadRun:
         """Shared body of forward and trace, up to the head outputs (before W_O); the kernel
         (``headlab.attention.kernel.attend``) chooses the path from ``need_weights`` (None,
-        "mean", "heads") and what ``self.sites`` asks."""
+        "mean", "heads") and what the sites ask (``self.sites``, or a view's own ``sites``)."""
+        sites = self.sites if sites is None else sites
         batched, xq, xk, xv = self._inputs(query, key, value)  # (batch, q|k_pos, E|kdim|vdim)
         batch = xq.shape[0]
         q, k, v = self._project(xq, xk, xv)  # (batch, H, q_pos, D), (batch, G, k_pos', D)
@@ -252,7 +260,7 @@ class MultiHeadAttention(nn.Module):
             extra_keys=int(self.bias_k is not None) + int(self.add_zero_attn),
             batched=batched,
         )
-        statistics = self.sites.statistics
+        statistics = sites.statistics
         if statistics is not None:  # contributions go through this module's W_O
             statistics = dataclasses.replace(statistics, output_weight=self.out_proj.weight)
         run = attend(
@@ -262,7 +270,7 @@ class MultiHeadAttention(nn.Module):
             mask,
             dropout_p=self.dropout if self.training else 0.0,
             need_weights=need_weights,
-            sites=self.sites,
+            sites=sites,
             head_scale=layout.head_scale(head_mask, batch, self.num_heads),  # (b|1, H, 1, 1)
             head_view=head_view,
             statistics=statistics,

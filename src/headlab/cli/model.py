@@ -1,8 +1,7 @@
 """``headlab model heads|collapse|importance|prune|ablate|generate``: the heads of a trained model.
 
-``--model`` names the model: minilm (default, the packaged all-MiniLM-L6-v2 encoder), smollm2
-(the packaged SmolLM2-135M-Instruct decoder) or a path (a .gguf file, a BERT folder, a Hugging
-Face folder of the Llama family). The commands parse, call ``headlab.heads`` and print.
+``--model`` names the model: one of the packaged models (``headlab.models.MODEL_NAMES``) or a
+path that ``headlab.models.load`` reads. The commands parse, call ``headlab.heads`` and print.
 """
 
 from __future__ import annotations
@@ -32,9 +31,9 @@ model_app = typer.Typer(
 )
 
 MODEL = typer.Option(
-    None, "--model", help="minilm (default), smollm2, or a path (.gguf, BERT or Llama folder)."
+    None, "--model", help="minilm (default), smollm2, or a model folder or .gguf file."
 )
-MODEL_DIR = typer.Option(None, "--model-dir", help="A BERT model folder (same as --model PATH).")
+MODEL_DIR = typer.Option(None, "--model-dir", help="A model folder (same as --model PATH).")
 CORPUS = typer.Option(None, "--corpus", help="Text file, one text per line (default: stdlib).")
 N_TEXTS = typer.Option(300, "--n-texts", help="Number of texts to use.")
 MAX_LENGTH = typer.Option(
@@ -193,10 +192,9 @@ def heads(
     tables = _grid(title, result.metrics[metric])
     for name in result.detectors:
         tables.append(_top_table(f"top {name.replace('_', '-')} heads", result.top(name)))
-    if "first" in result.metrics:
-        tables.append(
-            _top_table("top attention sinks (mean weight on the first token)", result.top("first"))
-        )
+    if result.first_token is not None:
+        title = "top attention sinks (mean weight on the first token)"
+        tables.append(_top_table(title, result.top(result.first_token)))
     _emit(result, out, force, as_json, tables)
 
 
@@ -449,7 +447,9 @@ def ablate(
 @model_app.command()
 def generate(
     prompt: str = typer.Argument(..., help="The text to continue."),
-    model: str = typer.Option("smollm2", "--model", help="smollm2 (default) or a decoder path."),
+    model: str = typer.Option(
+        "smollm2", "--model", help="smollm2 (default) or a language model's folder or file."
+    ),
     max_new_tokens: int = typer.Option(32, "--max-new-tokens", help="Tokens to generate."),
     chat: bool = typer.Option(False, "--chat", help="Wrap the prompt in the chat template."),
     as_json: bool = AS_JSON,
@@ -462,10 +462,12 @@ def generate(
     check_int("--max-new-tokens", max_new_tokens, high=4096)
     if not prompt and not chat:  # before the model loads (SmolLM2: about 20 s on 2 busy cores)
         raise ValueError("PROMPT must be a text to continue, got an empty text")
+    from headlab.models import LanguageModel
+
     with flags("model"):
         loaded = load(model)
-    if not loaded.causal:
-        raise ValueError(f"--model must be a decoder (a language model), got {loaded.name}")
+    if not isinstance(loaded, LanguageModel):
+        raise ValueError(f"--model must be a language model (it generates), got {loaded.name}")
     text = loaded.chat_prompt(prompt) if chat else prompt
     with progress("generating: tokens", max_new_tokens, quiet=as_json) as update:
         new = loaded.generate(text, max_new_tokens, on_token=update)

@@ -18,7 +18,6 @@ from headlab.heads.detectors import DETECTORS, detect_heads
 from headlab.heads.importance import ImportanceResult, contrastive_objective, head_importance
 from headlab.heads.pruning import (
     PruneResult,
-    prune_attention,
     prune_by_importance,
     prune_curve,
     prune_heads,
@@ -43,7 +42,6 @@ __all__ = [
     "head_statistics",
     "mean_cosine",
     "nn_agreement",
-    "prune_attention",
     "prune_by_importance",
     "prune_curve",
     "prune_heads",

@@ -23,8 +23,9 @@ from typing import ClassVar
 import torch
 
 from headlab.attention.interventions import AblationMode, ablate, mean_head_output, record
-from headlab.heads.importance import NEXT_TOKEN, OBJECTIVE, even_batches
+from headlab.heads.importance import even_batches
 from headlab.models.interface import HeadModel
+from headlab.models.objectives import describe
 from headlab.schema import Fields, is_int, problem
 
 Head = tuple[int, int]  # (layer, head)
@@ -193,6 +194,7 @@ def ablation_effect(
     Raises ValueError for unknown heads, too few texts or a bad mode.
     """
     check_mode(mode)
+    objective = describe(model)  # ValueError for a model without an objective
     usable = [t for t in texts if len(t.split()) >= 2]
     if len(usable) < 2 or batch_size < 2:
         raise ValueError(
@@ -212,7 +214,7 @@ def ablation_effect(
     return AblationResult(
         model=model.name,
         n_texts=len(usable),
-        objective=NEXT_TOKEN if model.causal else OBJECTIVE.format(tau=0.05),
+        objective=objective,
         mode=mode,
         heads=[tuple(h) for h in heads],
         baseline=baseline,

@@ -2,9 +2,9 @@
 
 Viewing a layer's attention as h heads keeps every parameter and changes only how the heads'
 scores are grouped: h softmaxes over merged groups of heads instead of one per head
-(``headlab.attention.head_groups``: re-split projections where that applies, else the sum of a
-group's scores / sqrt(group size), which also covers grouped K/V heads and rotary positions; for
-SmolLM2's 9 query heads on 3 K/V heads, 3 heads means one head per K/V group). Each variant runs
+(``HeadModel.with_head_view``: the sum of a group's scores / sqrt(group size), which is what
+re-split projections compute and also covers grouped K/V heads and rotary positions; with 9
+query heads on 3 K/V heads, 3 heads means one head per K/V group). Each variant runs
 over the corpus and is compared with the original (``headlab.heads.quality``): mean cosine and
 nearest-neighbour agreement of an encoder's embeddings, perplexity and next-token agreement of a
 decoder's predictions.
@@ -16,7 +16,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
-from headlab.attention.head_groups import grouped_view
 from headlab.heads.quality import MEASURES, measures, reference
 from headlab.models.interface import HeadModel
 from headlab.schema import Fields
@@ -96,12 +95,7 @@ def collapse_steps(model: HeadModel, head_counts: tuple[int, ...] | None = None)
 
 def collapsed(model: HeadModel, num_heads: int, layers: list[int] | None = None) -> HeadModel:
     """``model`` with the attention of ``layers`` (default: all) viewed as ``num_heads`` heads."""
-    chosen = range(model.num_layers) if layers is None else layers
-    for i in chosen:
-        if not 0 <= i < model.num_layers:
-            raise ValueError(f"layer must be in [0, {model.num_layers}), got {i}")
-    attention = model.attention_layers()
-    return model.with_attention({i: grouped_view(attention[i], num_heads) for i in chosen})
+    return model.with_head_view(num_heads, layers)
 
 
 def collapse_heads(

@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from headlab.heads.tracing import attention_weights
 from headlab.models.interface import HeadModel, TokenBatch
 
 DETECTORS = ("previous_token", "duplicate_token", "induction")
@@ -57,7 +58,6 @@ def detect_heads(
     batch = TokenBatch(
         input_ids=ids, attention_mask=torch.ones_like(ids, dtype=torch.bool), tokens=[]
     )
-    with torch.no_grad():
-        _, traces = model.trace_batch(batch)
-    per_layer = [detector_scores(t.weights, length) for t in traces]
+    _, weights = attention_weights(model, batch)
+    per_layer = [detector_scores(w, length) for w in weights]
     return {name: [s[name].tolist() for s in per_layer] for name in DETECTORS}

@@ -3,15 +3,10 @@
 xi_h multiplies head h's output before W_O (MultiHeadAttention's ``head_mask``), evaluated at
 xi = 1 (the unpruned model). Scores are normalised per layer by their l2 norm, as Michel et al. do.
 
-L is the model's own ``objective`` (``headlab.models.interface``): the next-token cross-entropy
-for a decoder. A sentence encoder has no labels to use, so its L is an in-batch contrastive loss
-(InfoNCE) between the embeddings of the first half and the second half of each text (split at the
-middle word), defined here. For a batch of n texts
-with normalised half-embeddings a_i, b_i and temperature tau:
-    logits_ij = a_i . b_j / tau
-    L = (CE(logits, i -> i) + CE(logits^T, i -> i)) / 2
-It is low when each first half is closer to its own second half than to other texts' ones, so its
-gradient is not zero at the trained model. The expectation runs over batches (|grad| per batch).
+L is the model's own ``objective`` (``headlab.models.objectives``): the next-token cross-entropy
+for a language model, an in-batch contrastive loss (InfoNCE, temperature ``temperature``) between
+the halves of each text for a sentence encoder. The expectation runs over batches (|grad| per
+batch). A model without an objective is refused.
 """
 
 from __future__ import annotations
@@ -20,15 +15,31 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
-import torch.nn.functional as F
-from torch import Tensor
 
-from headlab.models import Encoder
 from headlab.models.interface import HeadModel
+from headlab.models.objectives import (
+    CONTRASTIVE,
+    NEXT_TOKEN,
+    TEMPERATURE,
+    contrastive_objective,
+    describe,
+    info_nce,
+    split_halves,
+)
 from headlab.schema import Fields
 
-OBJECTIVE = "in-batch InfoNCE between the two halves of each text (temperature {tau})"
-NEXT_TOKEN = "next-token cross-entropy (nats)"
+# the objective's description in results files (older names of these constants)
+OBJECTIVE = CONTRASTIVE
+__all__ = [
+    "NEXT_TOKEN",
+    "OBJECTIVE",
+    "ImportanceResult",
+    "contrastive_objective",
+    "even_batches",
+    "head_importance",
+    "info_nce",
+    "split_halves",
+]
 
 
 @dataclass(frozen=True)
@@ -66,47 +77,6 @@ class ImportanceResult:
         return sorted(pairs, key=lambda p: (self.importance[p[0]][p[1]], p))
 
 
-def split_halves(texts: list[str]) -> tuple[list[str], list[str]]:
-    """Each text split at its middle word into (first halves, second halves).
-
-    Raises ValueError naming the first text with fewer than 2 words.
-    """
-    firsts, seconds = [], []
-    for text in texts:
-        words = text.split()
-        if len(words) < 2:
-            raise ValueError(f"each text needs at least 2 words to be split, got {text!r}")
-        mid = len(words) // 2
-        firsts.append(" ".join(words[:mid]))
-        seconds.append(" ".join(words[mid:]))
-    return firsts, seconds
-
-
-def info_nce(a: Tensor, b: Tensor, temperature: float) -> Tensor:
-    """Symmetric InfoNCE of paired (n, E) embeddings (row i of a pairs with row i of b)."""
-    logits = F.normalize(a, dim=1) @ F.normalize(b, dim=1).T / temperature
-    labels = torch.arange(a.shape[0])
-    return (F.cross_entropy(logits, labels) + F.cross_entropy(logits.T, labels)) / 2
-
-
-def contrastive_objective(
-    encoder: Encoder,
-    texts: list[str],
-    head_mask: list[Tensor],
-    *,
-    temperature: float = 0.05,
-    max_length: int = 128,
-) -> Tensor:
-    """The loss L(xi) of one batch of ``texts`` (at least 2) with head_mask xi (one (head,)
-    tensor per layer). A scalar with autograd to ``head_mask``."""
-    if len(texts) < 2:
-        raise ValueError(f"the in-batch objective needs at least 2 texts, got {len(texts)}")
-    firsts, seconds = split_halves(texts)
-    a = encoder.embed_batch(encoder.tokenize(firsts, max_length), head_mask)
-    b = encoder.embed_batch(encoder.tokenize(seconds, max_length), head_mask)
-    return info_nce(a, b, temperature)
-
-
 def even_batches(n: int, batch_size: int) -> list[range]:
     """Split range(n) into ceil(n / batch_size) contiguous batches of near-equal size."""
     count = -(-n // batch_size)
@@ -119,7 +89,7 @@ def head_importance(
     texts: list[str],
     *,
     batch_size: int = 32,
-    temperature: float = 0.05,
+    temperature: float = TEMPERATURE,
     max_length: int = 128,
     on_batch=None,
 ) -> ImportanceResult:
@@ -129,6 +99,7 @@ def head_importance(
     fewer than 2 words are skipped; at least 2 usable texts are needed (ValueError).
     ``temperature`` is the encoders' InfoNCE temperature. on_batch(done, total): progress.
     """
+    objective = describe(model, temperature)  # ValueError for a model without one
     usable = [t for t in texts if len(t.split()) >= 2]
     if len(usable) < 2 or batch_size < 2:
         raise ValueError(
@@ -146,12 +117,12 @@ def head_importance(
         batches = even_batches(len(usable), batch_size)
         for done, idx in enumerate(batches, start=1):
             chunk = [usable[i] for i in idx]
-            if model.causal:
-                loss = model.objective(chunk, xi, max_length)
-            else:
+            if model.objective_kind == "contrastive":  # the temperature is ours to choose
                 loss = contrastive_objective(
                     model, chunk, xi, temperature=temperature, max_length=max_length
                 )
+            else:
+                loss = model.objective(chunk, xi, max_length)
             grads = torch.autograd.grad(loss, xi)
             for total, g in zip(raw, grads, strict=True):
                 total += g.abs().to(torch.float64)
@@ -165,7 +136,7 @@ def head_importance(
     return ImportanceResult(
         model=model.name,
         n_texts=len(usable),
-        objective=NEXT_TOKEN if model.causal else OBJECTIVE.format(tau=temperature),
+        objective=objective,
         importance=[r.tolist() for r in normalised],
         raw=[r.tolist() for r in raw],
     )

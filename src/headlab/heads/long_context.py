@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from headlab.attention.streaming import CHUNK_ELEMENTS
-from headlab.heads.statistics import HeadStatistics, metric_names, per_head_means
+from headlab.heads.statistics import HeadStatistics, metric_names, per_head_means, special_names
 from headlab.heads.streaming import model_head_sums
 from headlab.limits import check_fits, check_int
 from headlab.models.interface import HeadModel
@@ -40,7 +40,8 @@ class LongContextStatistics:
     """statistics: as ``head_statistics`` gives (n_texts = 1);
     received: (layer, head, k_pos) float64, attention each key receives summed over queries;
     tokens: the text's token strings as analysed; text_tokens: the text's length before the cut;
-    special: the model's special key positions in this text (the first token; BERT's [SEP]).
+    special: the model's special key positions in this text (the first token, and any other
+        position the model names).
     """
 
     statistics: HeadStatistics
@@ -218,11 +219,11 @@ class LongContextResult:
 
 def estimated_bytes(model: HeadModel, n_tokens: int, chunk_elements: int) -> int:
     """Peak memory of ``long_text_statistics`` beyond the weights: activations of one layer
-    (about 12 rows of embed_dim, as the MLP widens them), the output logits of a decoder, and
-    a few copies of one chunk of weights."""
+    (about 12 rows of embed_dim, as the MLP widens them), the output of every position (a
+    language model's logits), and a few copies of one chunk of weights."""
     layer = model.attention_layers()[0]
     rows = 12 * layer.embed_dim * n_tokens
-    logits = n_tokens * getattr(getattr(model, "config", None), "vocab_size", 0)
+    logits = n_tokens * model.output_width
     return 4 * (rows + logits + 4 * chunk_elements)
 
 
@@ -249,7 +250,7 @@ def long_text_statistics(
     check_fits(f"statistics of {n_tokens} tokens", estimated_bytes(model, n_tokens, chunk_elements))
     _, per_layer = model_head_sums(model, batch, chunk_elements=chunk_elements, on_layer=on_layer)
     special = model.special_positions(batch)  # name -> (1,) key index
-    names = metric_names(list(special))
+    names = metric_names(special_names(model, special))
     statistics = HeadStatistics(
         model.name,
         1,
@@ -267,7 +268,7 @@ def long_context_findings(
 ) -> LongContextFindings:
     """The sink share, each layer's mean attention distance, the ``count`` most concentrated
     heads (by ``share``, (layer, head): ``LongContextStatistics.heavy_hitters``)."""
-    first = statistics.metrics.get("first") or statistics.metrics.get("cls")
+    first = statistics.metrics[statistics.first_token]
     heads = sum(len(row) for row in first)
     sinks = sum(v > SINK_THRESHOLD for row in first for v in row)
     distance = [sum(row) / len(row) for row in statistics.metrics["distance"]]

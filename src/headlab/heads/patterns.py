@@ -12,6 +12,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from headlab.heads.tracing import attention_weights
 from headlab.models.interface import HeadModel
 
 
@@ -24,10 +25,9 @@ def head_patterns(
     full = batch.attention_mask.all(dim=1)  # (batch,) texts with n real tokens
     if batch.input_ids.shape[1] != n or not bool(full.any()):
         raise ValueError(f"no text of the corpus has {n} tokens; use a shorter length")
-    with torch.inference_mode():
-        _, traces = model.trace_batch(batch)
+    _, per_layer = attention_weights(model, batch)
     # (layer, batch, head, q_pos, k_pos) for the full texts only
-    weights = torch.stack([t.weights[full] for t in traces]).double().numpy()
+    weights = torch.stack([w[full] for w in per_layer]).double().numpy()
     layers, texts_n, heads = weights.shape[:3]
     rng = np.random.default_rng(seed)
     picks = rng.choice(

@@ -1,12 +1,10 @@
 """Physical head pruning and the pruning curve (Michel et al. 2019, section 4), for any model.
 
-Removing query head i of a layer deletes its rows of W_Q (and b_Q) and its columns of W_O. With
-grouped K/V heads a K/V head goes when the last query head that reads it goes. When the kept
-query heads no longer split evenly over the kept K/V heads, each kept query head gets a copy of
-its K/V rows (``MultiHeadAttention`` groups evenly); the copies are not counted as parameters
-(``unique_parameters``). A layer that loses every head outputs ``out_proj.bias`` alone (or zero),
-``NoHeads``. The pruned model computes exactly what the original computes with those heads' mask
-set to 0 (tested).
+Heads are removed from the weights by the model itself (``HeadModel.without_heads``; for
+headlab's own models ``headlab.attention.pruned``: rows of W_Q and columns of W_O go, a K/V head
+with the last query head that reads it, copies made for uneven groups are not counted as
+parameters). The pruned model computes exactly what the original computes with those heads'
+mask set to 0 (tested).
 """
 
 from __future__ import annotations
@@ -20,82 +18,16 @@ from typing import ClassVar
 
 import torch
 
-from headlab.attention import MultiHeadAttention
 from headlab.heads.quality import MEASURES, measures, reference
-from headlab.models import NoHeads
 from headlab.models.interface import HeadModel
 from headlab.schema import Fields
 
 FRACTIONS = tuple(i / 10 for i in range(11))
 
 
-def prune_attention(
-    attention: MultiHeadAttention, remove: set[int]
-) -> MultiHeadAttention | NoHeads:
-    """A new attention block without the query heads in ``remove`` (parameters copied).
-
-    Keeps rotary positions, causality, head size and K/V grouping; ValueError for a head index
-    out of range, separate q/k/v projections or add_bias_kv.
-    """
-    heads, kv_heads, d = attention.num_heads, attention.num_kv_heads, attention.head_dim
-    bad = [i for i in remove if not 0 <= i < heads]
-    if bad:
-        raise ValueError(f"head indices must be in [0, {heads}), got {sorted(bad)}")
-    if attention.in_proj_weight is None or attention.bias_k is not None:
-        raise ValueError("pruning needs packed in_proj weights and no add_bias_kv")
-    keep = [i for i in range(heads) if i not in remove]
-    bias = attention.out_proj.bias
-    if not keep:
-        return NoHeads(bias if bias is not None else torch.zeros(attention.embed_dim))
-    group = heads // kv_heads
-    kv_of = [i // group for i in keep]  # the K/V head each kept query head reads
-    kv_keep = sorted(set(kv_of))
-    even = len(keep) % len(kv_keep) == 0 and all(
-        kv_of[j] == kv_keep[j // (len(keep) // len(kv_keep))] for j in range(len(keep))
-    )
-    kv_rows = kv_keep if even else kv_of  # uneven groups: one K/V copy per kept query head
-
-    def rows(indices: list[int], start: int) -> torch.Tensor:
-        return torch.cat([torch.arange(start + i * d, start + (i + 1) * d) for i in indices])
-
-    q_dim, kv_dim = heads * d, kv_heads * d
-    q_rows = rows(keep, 0)
-    selected = torch.cat([q_rows, rows(kv_rows, q_dim), rows(kv_rows, q_dim + kv_dim)])
-    new = MultiHeadAttention(
-        attention.embed_dim,
-        len(keep),
-        bias=attention.in_proj_bias is not None,
-        head_dim=d,
-        num_kv_heads=len(kv_rows),
-        batch_first=attention.batch_first,
-        rotary_base=attention.rotary_base,
-        causal=attention.causal,
-        dtype=attention.in_proj_weight.dtype,
-    )
-    with torch.no_grad():
-        new.in_proj_weight.copy_(attention.in_proj_weight[selected])
-        if attention.in_proj_bias is not None:
-            new.in_proj_bias.copy_(attention.in_proj_bias[selected])
-            new.out_proj.bias.copy_(attention.out_proj.bias)
-        new.out_proj.weight.copy_(attention.out_proj.weight[:, q_rows])
-    new.duplicated_kv_heads = len(kv_rows) - len(kv_keep)
-    return new.train(attention.training)
-
-
 def unique_parameters(model: HeadModel) -> int:
     """Parameters of ``model``, K/V copies made by pruning counted once."""
-    total = parameter_count_of(model)
-    for attention in model.attention_layers():
-        copies = getattr(attention, "duplicated_kv_heads", 0)
-        if copies:
-            per_row = attention.embed_dim + int(attention.in_proj_bias is not None)
-            total -= 2 * copies * attention.head_dim * per_row
-    return total
-
-
-def parameter_count_of(model: HeadModel) -> int:
-    """Distinct parameters (tied weights once)."""
-    return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+    return model.parameter_count()
 
 
 def prune_heads(model: HeadModel, heads: Mapping[int, Iterable[int]]) -> HeadModel:
@@ -103,13 +35,7 @@ def prune_heads(model: HeadModel, heads: Mapping[int, Iterable[int]]) -> HeadMod
 
     Layers not named are shared with ``model``; pruned layers get new attention blocks.
     """
-    for layer in heads:
-        if not 0 <= layer < model.num_layers:
-            raise ValueError(f"layer must be in [0, {model.num_layers}), got {layer}")
-    attention = model.attention_layers()
-    return model.with_attention(
-        {i: prune_attention(attention[i], set(h)) for i, h in heads.items() if set(h)}
-    )
+    return model.without_heads(heads)
 
 
 def as_mask(model: HeadModel, heads: Mapping[int, Iterable[int]]) -> list[torch.Tensor]:

@@ -1,7 +1,7 @@
 """How far a variant of a model (collapsed, pruned) moved from the original, on a corpus.
 
-A language model (``causal``) is judged by what it predicts: perplexity of the corpus's next
-tokens, and the share of real positions whose top next token is the original's
+A language model (``objective_kind`` "next-token") is judged by what it predicts: perplexity of
+the corpus's next tokens, and the share of real positions whose top next token is the original's
 (``next_token_agreement``). A sentence encoder by its embeddings: mean cosine to the original
 ones and nearest-neighbour agreement (``headlab.heads.compare``). Both come from ``run``.
 """
@@ -59,9 +59,16 @@ def _embeddings(model, texts, max_length, batch_size) -> Tensor:
         return torch.cat([model.run(b) for b in _batches(model, texts, max_length, batch_size)])
 
 
+def _language_model(model: HeadModel) -> bool:
+    """Whether ``run`` gives next-token logits (else it gives embeddings to compare)."""
+    if model.objective_kind == "none":
+        raise ValueError(f"{model.name} has no output to compare variants by (objective 'none')")
+    return model.objective_kind == "next-token"
+
+
 def reference(model: HeadModel, texts: list[str], max_length: int, batch_size: int) -> Reference:
     """What variants of ``model`` are compared with."""
-    if model.causal:
+    if _language_model(model):
         return Reference(None, _decoder_pass(model, texts, max_length, batch_size)[0])
     return Reference(_embeddings(model, texts, max_length, batch_size), None)
 
@@ -71,7 +78,7 @@ def measures(
 ) -> dict[str, float]:
     """The variant ``model`` against ``original`` (see the module docstring): the
     ``CAUSAL_MEASURES`` of a language model, the ``ENCODER_MEASURES`` of a sentence encoder."""
-    if model.causal:
+    if _language_model(model):
         tops, loss, count = _decoder_pass(model, texts, max_length, batch_size)
         same = sum(
             int(((a == b) & (b >= 0)).sum()) for a, b in zip(tops, original.top_tokens, strict=True)

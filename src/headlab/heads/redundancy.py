@@ -29,19 +29,20 @@ from typing import ClassVar
 
 import numpy as np
 import torch
+from torch import Tensor
 
 from headlab.attention.functional import entropy
 from headlab.attention.module import MultiHeadAttention
 from headlab.heads.quality import MEASURES, measures, reference
 from headlab.limits import check_int
-from headlab.models.interface import HeadModel
+from headlab.models.interface import AttentionLayer, HeadModel
 from headlab.schema import Fields
 
 
-def bilinear_forms(module: MultiHeadAttention) -> np.ndarray:
+def bilinear_forms(module: AttentionLayer) -> np.ndarray:
     """(head, embed_dim, embed_dim) float64: B_i = W_Q_i^T W_K_g(i) for every query head i
     (for inspection and tests; the measurement never builds them)."""
-    w_q, w_k, _ = (w.detach().double().numpy() for w in module.projection_weights())
+    w_q, w_k = (w.detach().double().numpy() for w in module.query_key_weights())
     heads, kv, d = module.num_heads, module.num_kv_heads, module.head_dim
     q = w_q.reshape(heads, d, -1)  # (head, d_head, E)
     k = w_k.reshape(kv, d, -1)[np.arange(heads) // (heads // kv)]  # (head, d_head, E)
@@ -54,14 +55,14 @@ def effective_rank(singular_values: np.ndarray) -> float:
     return float(entropy(p).exp())
 
 
-def shared_subspaces(module: MultiHeadAttention) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def shared_subspaces(module: AttentionLayer) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(singular values of [B_1 | ... | B_H] (E,), U (E, E) query directions, V (E, E) key
     directions), orthonormal columns by decreasing singular value.
 
     U diagonalises sum_i B_i B_i^T = sum_i W_Q_i^T (W_K_i W_K_i^T) W_Q_i and V diagonalises
     sum_i B_i^T B_i: two E x E eigenproblems built in d_head space, never the (E, H * E) matrix.
     """
-    w_q, w_k, _ = (w.detach().double() for w in module.projection_weights())
+    w_q, w_k = (w.detach().double() for w in module.query_key_weights())
     heads, kv, d = module.num_heads, module.num_kv_heads, module.head_dim
     q = w_q.reshape(heads, d, -1)  # (head, d_head, E)
     k = w_k.reshape(kv, d, -1)[torch.arange(heads) // (heads // kv)]  # (head, d_head, E)
@@ -75,24 +76,39 @@ def shared_subspaces(module: MultiHeadAttention) -> tuple[np.ndarray, np.ndarray
     return s, u.flip(1).numpy(), v.flip(1).numpy()
 
 
+def shared_projections(
+    module: AttentionLayer,
+    rank: int,
+    subspaces: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+) -> tuple[Tensor, Tensor]:
+    """(W_Q U_k U_k^T, W_K V_k V_k^T): the layer's W_Q and W_K reading only the shared
+    rank-``rank`` query and key subspaces (module docstring); ``subspaces`` is
+    ``shared_subspaces`` of the layer, computed here when not given. ValueError for rank
+    outside [1, embed_dim]."""
+    e = module.embed_dim
+    if not 1 <= rank <= e:
+        raise ValueError(f"rank must be between 1 and embed_dim={e}, got {rank}")
+    _, u, v = subspaces or shared_subspaces(module)
+    cut = []
+    with torch.no_grad():
+        for w, basis in zip(module.query_key_weights(), (u[:, :rank], v[:, :rank]), strict=True):
+            proj = torch.as_tensor(basis @ basis.T, dtype=torch.float64)
+            cut.append((w.detach().double() @ proj).to(w.dtype))
+    return cut[0], cut[1]
+
+
 def shared_key_query(
     module: MultiHeadAttention,
     rank: int,
     subspaces: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
 ) -> MultiHeadAttention:
-    """A copy of ``module`` whose W_Q and W_K read only the shared rank-``rank`` query and key
-    subspaces (module docstring); ``subspaces`` is ``shared_subspaces`` of the module, computed
-    here when not given. ValueError for rank outside [1, embed_dim]."""
-    e = module.embed_dim
-    if not 1 <= rank <= e:
-        raise ValueError(f"rank must be between 1 and embed_dim={e}, got {rank}")
-    _, u, v = subspaces or shared_subspaces(module)
+    """A copy of ``module`` with the W_Q and W_K of ``shared_projections``."""
+    w_q, w_k = shared_projections(module, rank, subspaces)
     new = copy.deepcopy(module)
-    w_q, w_k, _ = new.projection_weights()
+    old_q, old_k = new.query_key_weights()
     with torch.no_grad():
-        for w, basis in ((w_q, u[:, :rank]), (w_k, v[:, :rank])):
-            proj = torch.as_tensor(basis @ basis.T, dtype=torch.float64)
-            w.copy_((w.double() @ proj).to(w.dtype))
+        old_q.copy_(w_q)
+        old_k.copy_(w_k)
     return new
 
 
@@ -214,8 +230,8 @@ def measure_redundancy(
     e = modules[0].embed_dim
     curve = [CurvePoint(rank=e, fraction=1.0, original=True, measures=base)]
     for k in ranks:
-        cut = {i: shared_key_query(m, k, bases[i]) for i, m in enumerate(modules)}
-        variant = model.with_attention(cut)
+        cut = {i: shared_projections(m, k, bases[i]) for i, m in enumerate(modules)}
+        variant = model.with_query_key_weights(cut)
         row = measures(variant, texts, original, max_length, batch_size)
         curve.append(CurvePoint(rank=k, fraction=k / e, original=False, measures=row))
         tick()

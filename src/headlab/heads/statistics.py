@@ -3,8 +3,9 @@
 Per layer x head, with w = the head's attention weights of one query q (a row over keys k):
     entropy            -sum_k w_k ln w_k  (nats; ln(n_keys) is uniform, 0 is one-hot)
     max_weight         max_k w_k
-    <special>          weight on each of the model's special positions: "cls" and "sep" for
-                       BERT ([CLS] first, [SEP] last), "first" for a decoder (the attention sink)
+    <special>          weight on each of the model's special positions (``special_positions``):
+                       the first token (where attention sinks park their weight) under the
+                       model's ``first_token`` name, and any other the model names
     self, prev         weight on the query's own position and on the one before it (queries > 0)
     distance           mean attention distance sum_k w_k |q - k| (tokens)
     contribution_norm  ||head output @ W_O block^T||_2, the head's share of the layer's output
@@ -27,16 +28,24 @@ from headlab.heads.streaming import model_head_sums
 from headlab.models.interface import HeadModel
 from headlab.schema import Fields
 
+PLAIN_METRICS = ("entropy", "max_weight", "self", "prev", "distance", "contribution_norm")
+
 
 def metric_names(special: list[str]) -> tuple[str, ...]:
-    """The metrics of a model whose special positions are ``special`` (in table order)."""
-    return ("entropy", "max_weight", *special, "self", "prev", "distance", "contribution_norm")
+    """The metrics of a model whose special positions are ``special`` (in table order, the
+    first token's first)."""
+    return (*PLAIN_METRICS[:2], *special, *PLAIN_METRICS[2:])
+
+
+def special_names(model: HeadModel, special: dict) -> list[str]:
+    """The names of ``model``'s special positions ``special``, its first token first."""
+    return sorted(special, key=lambda name: name != model.first_token)
 
 
 def model_metric_names(model: HeadModel) -> tuple[str, ...]:
     """``metric_names`` of ``model`` without running it: its special positions are named the
     same for every batch, so a one-text batch names them."""
-    return metric_names(list(model.special_positions(model.tokenize(["a"], 2))))
+    return metric_names(special_names(model, model.special_positions(model.tokenize(["a"], 2))))
 
 
 @dataclass(frozen=True)
@@ -44,6 +53,9 @@ class HeadStatistics:
     """metrics[name]: (layer, head) nested lists of floats; see the module docstring.
 
     detectors[name]: (layer, head) scores in [0, 1] of the head kinds of ``detectors`` (decoders).
+    first_token: the metric that is the weight on the first token (``HeadModel.first_token``):
+        the first special position in ``metrics`` (``metric_names`` puts it first), so that a
+        results file needs no field for it.
     """
 
     KIND: ClassVar[str] = "model-heads"
@@ -54,6 +66,11 @@ class HeadStatistics:
     num_heads: int
     metrics: dict[str, list[list[float]]]
     detectors: dict[str, list[list[float]]] = field(default_factory=dict)
+
+    @property
+    def first_token(self) -> str | None:
+        special = [name for name in self.metrics if name not in PLAIN_METRICS]
+        return special[0] if special else None
 
     def to_dict(self) -> dict:
         out = {
@@ -131,7 +148,7 @@ def head_statistics(
             calls.append(sums)
         if on_batch is not None:
             on_batch(min(start + batch_size, len(texts)))
-    names = metric_names(list(model.special_positions(batch)))
+    names = metric_names(special_names(model, model.special_positions(batch)))
     detected = {}
     if detector_length and model.causal:
         from headlab.heads.detectors import detect_heads
@@ -139,5 +156,10 @@ def head_statistics(
         detected = detect_heads(model, torch.cat(seen_ids).unique(), detector_length)
     metrics = per_head_means(layers, names)
     return HeadStatistics(
-        model.name, len(texts), model.num_layers, max(model.heads_per_layer), metrics, detected
+        model.name,
+        len(texts),
+        model.num_layers,
+        max(model.heads_per_layer),
+        metrics,
+        detected,
     )

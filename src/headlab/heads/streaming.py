@@ -1,71 +1,23 @@
 """Run a model once and collect every head's statistics on the way, without the weights.
 
-Each attention layer of the model is wrapped, for one forward, in a probe that computes its
-output with ``headlab.attention.streaming.attention_statistics`` (queries in chunks) and hands
-the layer's per-head sums back. Works for any model behind ``HeadModel``: the model computes its
-own masks (padding, causal) and passes them to the attention as usual.
+Each attention layer of the model gets a statistics request for one forward
+(``headlab.attention.statistics.observing``): the kernel then computes that layer's attention
+query chunk by chunk, reduces each chunk to per-head sums and hands them back, through every
+intervention the layer has (an ablated head is measured ablated). Works for any model behind
+``HeadModel``: the model computes its own masks (padding, causal) and passes them to its
+attention as usual.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import ExitStack
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
-from headlab.attention import MultiHeadAttention
-from headlab.attention.streaming import CHUNK_ELEMENTS, HeadSums, attention_statistics
+from headlab.attention.statistics import CHUNK_ELEMENTS, HeadSums, StatisticsRequest, observing
 from headlab.models.interface import HeadMask, HeadModel, TokenBatch
-
-
-class _Probe(nn.Module):
-    """Called like the attention it wraps; returns (output, None) and reports the head sums."""
-
-    def __init__(
-        self,
-        attention: MultiHeadAttention,
-        batch: TokenBatch,
-        special: dict[str, Tensor],
-        report: Callable[[HeadSums], None],
-        chunk_elements: int,
-    ) -> None:
-        super().__init__()
-        self.attention = attention
-        self._batch, self._special, self._report = batch, special, report
-        self._chunk_elements = chunk_elements
-
-    @property
-    def num_heads(self) -> int:
-        return self.attention.num_heads
-
-    def forward(
-        self,
-        query: Tensor,
-        key: Tensor,
-        value: Tensor,
-        key_padding_mask: Tensor | None = None,
-        need_weights: bool = True,
-        attn_mask: Tensor | None = None,
-        average_attn_weights: bool = True,
-        is_causal: bool = False,
-        *,
-        head_mask: Tensor | None = None,
-    ) -> tuple[Tensor, None]:
-        output, sums = attention_statistics(
-            self.attention,
-            query,
-            key,
-            value,
-            key_padding_mask=key_padding_mask,
-            attn_mask=attn_mask,
-            is_causal=is_causal,
-            head_mask=head_mask,
-            query_mask=self._batch.attention_mask,
-            special=self._special,
-            chunk_elements=self._chunk_elements,
-        )
-        self._report(sums)
-        return output, None
 
 
 def model_head_sums(
@@ -80,19 +32,31 @@ def model_head_sums(
 
     Real tokens (``batch.attention_mask``) are the counted queries; the model's special
     positions are summed as statistics of their own. on_layer(i) is called after layer i.
+    Raises ValueError when a layer was not called exactly once.
     """
     special = model.special_positions(batch)
-    collected: list[HeadSums] = []
+    layers = model.attention_layers()
+    collected: list[list[HeadSums]] = [[] for _ in layers]
 
-    def report(sums: HeadSums) -> None:
-        collected.append(sums)
-        if on_layer is not None:
-            on_layer(len(collected))
+    def reporter(i: int) -> Callable[[HeadSums], None]:
+        def report(sums: HeadSums) -> None:
+            collected[i].append(sums)
+            if on_layer is not None:
+                on_layer(sum(map(len, collected)))
 
-    probes = {
-        i: _Probe(attention, batch, special, report, chunk_elements)
-        for i, attention in enumerate(model.attention_layers())
-    }
-    with torch.no_grad():
-        output = model.with_attention(probes).run(batch, head_mask)
-    return output, collected
+        return report
+
+    with ExitStack() as stack, torch.no_grad():
+        for i, layer in enumerate(layers):
+            request = StatisticsRequest(
+                query_mask=batch.attention_mask,
+                special=special,
+                chunk_elements=chunk_elements,
+                report=reporter(i),
+            )
+            stack.enter_context(observing(layer, request))
+        output = model.run(batch, head_mask)
+    calls = [len(c) for c in collected]
+    if any(n != 1 for n in calls):
+        raise ValueError(f"expected one attention call per layer, got {calls}")
+    return output, [c[0] for c in collected]

@@ -2,18 +2,18 @@
 model explorer draws, computed here so that ``headlab.report`` only renders.
 
 ``model_text_attention(model, text)`` tokenizes the text (cut to ``max_tokens``; the result's
-``total_tokens`` says how long it was), runs the model's explicit path once and returns the
-views of ``analysis.text_attention``: "<h> heads" (layer, head, q_pos, k_pos) and, for models
-that offer ``with_num_heads`` (the encoders), "1 head, same weights": every layer's trained
-parameters viewed as one head. Works on any ``HeadModel``: MiniLM, SmolLM2, a folder.
+``total_tokens`` says how long it was), records every layer's weights in one run and returns the
+views of ``analysis.text_attention``: "<h> heads" (layer, head, q_pos, k_pos) and "1 head, same
+weights": every layer's trained parameters viewed as one head (``HeadModel.with_head_view``).
+Works on any ``HeadModel``.
 """
 
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 from headlab.analysis.text_attention import AttentionView, TextAttention
+from headlab.heads.tracing import attention_weights
 from headlab.limits import check_fits, check_int
 from headlab.models.interface import HeadModel
 
@@ -32,24 +32,22 @@ def _trace_bytes(model: HeadModel, n_tokens: int) -> int:
 
 
 def _weights(model: HeadModel, batch) -> np.ndarray:
-    """(layer, head, q_pos, k_pos) float64 from one explicit pass over a one-text batch."""
+    """(layer, head, q_pos, k_pos) float64 from one run over a one-text batch."""
     heads = set(model.heads_per_layer)
     if len(heads) != 1:
         raise ValueError(f"expected the same head count in every layer, got {sorted(heads)}")
-    with torch.no_grad():
-        _, traces = model.trace_batch(batch)
-    # each trace's weights: (batch=1, head, q_pos, k_pos)
-    return np.stack([t.weights[0].double().numpy() for t in traces])
+    _, weights = attention_weights(model, batch)  # each (batch=1, head, q_pos, k_pos)
+    return np.stack([w[0].double().numpy() for w in weights])
 
 
 def model_text_attention(
     model: HeadModel, text: str, *, max_tokens: int | None = None
 ) -> TextAttention:
     """``text`` through ``model`` (cut to ``max_tokens``, default REPORT_MAX_TOKENS or the model's
-    limit if smaller), as views "<h> heads" and, where the model has ``with_num_heads``, "1 head,
-    same weights". Raises ValueError for an empty text, a model whose layers differ in head count
-    (pruned), or max_tokens outside 2..min(MAX_TOKENS, the model's limit); MemoryError (via
-    ``check_fits``) when the weights would not fit in memory."""
+    limit if smaller), as views "<h> heads" and "1 head, same weights". Raises ValueError for an
+    empty text, a model whose layers differ in head count (pruned), or max_tokens outside
+    2..min(MAX_TOKENS, the model's limit); MemoryError (via ``check_fits``) when the weights
+    would not fit in memory."""
     if max_tokens is None:
         max_tokens = min(REPORT_MAX_TOKENS, model.max_positions)
     check_int("max_tokens", max_tokens, low=2, high=min(MAX_TOKENS, model.max_positions))
@@ -59,8 +57,8 @@ def model_text_attention(
     tokens = list(batch.tokens[0])
     check_fits(f"attention of {len(tokens)} tokens", _trace_bytes(model, len(tokens)))
     heads = model.heads_per_layer[0]
-    views = [AttentionView(f"{heads} heads", _weights(model, batch))]
-    with_num_heads = getattr(model, "with_num_heads", None)
-    if with_num_heads is not None:
-        views.append(AttentionView("1 head, same weights", _weights(with_num_heads(1), batch)))
+    views = [
+        AttentionView(f"{heads} heads", _weights(model, batch)),
+        AttentionView("1 head, same weights", _weights(model.with_head_view(1), batch)),
+    ]
     return TextAttention(tokens, views, max(len(tokens), model.count_tokens(text)))

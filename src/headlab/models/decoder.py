@@ -1,4 +1,5 @@
-"""``Decoder``: a Llama-family language model and its tokenizer, behind ``HeadModel``.
+"""``Decoder``: a causal language model built from headlab's attention and its tokenizer, behind
+``HeadModel`` (and ``LanguageModel``: it generates).
 
 tokenize(texts) -> TokenBatch (padded on the right)       ids of one text: encode(text)
 logits(input_ids (batch, pos), attention_mask) -> (batch, pos, vocab)
@@ -9,29 +10,84 @@ objective(batch) -> mean next-token cross-entropy over real tokens
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from typing import Protocol
 
 import torch
-import torch.nn.functional as F
+from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer
-from torch import Tensor
+from torch import Tensor, nn
 
 from headlab.attention import AttentionTrace, MultiHeadAttention
 from headlab.limits import check_int
 from headlab.models.interface import HeadMask, TokenBatch
-from headlab.models.llama import LlamaDecoder
+from headlab.models.native import NativeModel
+from headlab.models.objectives import next_token_loss
+
+#: The chat template of a checkpoint that carries none: one ChatML user turn.
+CHATML = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}"
+    "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 
 
-class Decoder:
-    """A causal language model built from headlab attention, and its tokenizer."""
+class DecoderConfig(Protocol):
+    """What ``Decoder`` reads of its network's configuration."""
+
+    vocab_size: int
+    max_position_embeddings: int
+    eos_token_id: int | None
+
+
+class DecoderLayer(Protocol):
+    attention: nn.Module
+
+    def with_attention(self, attention: nn.Module) -> DecoderLayer: ...
+
+
+class CausalNetwork(Protocol):
+    """The network under a ``Decoder``: ids -> logits, a trace, layers that share their weights
+    with a copy that has other attention modules (``with_layers``)."""
+
+    config: DecoderConfig
+    layers: Sequence[DecoderLayer]
+
+    def __call__(
+        self, input_ids: Tensor, attention_mask: Tensor | None = None, head_mask: HeadMask = None
+    ) -> Tensor: ...
+
+    def trace(
+        self, input_ids: Tensor, attention_mask: Tensor | None = None, head_mask: HeadMask = None
+    ) -> tuple[Tensor, list[AttentionTrace]]: ...
+
+    def with_layers(self, layers: Sequence[DecoderLayer]) -> CausalNetwork: ...
+
+    def eval(self) -> CausalNetwork: ...
+
+
+class Decoder(NativeModel):
+    """A causal language model built from headlab attention, and its tokenizer.
+
+    ``chat_template``: the checkpoint's own (a Jinja template over ``messages``, rendered in a
+    sandbox), or None for one ChatML user turn.
+    """
 
     causal = True
+    objective_kind = "next-token"
+    first_token = "first"
 
-    def __init__(self, name: str, model: LlamaDecoder, tokenizer: Tokenizer) -> None:
+    def __init__(
+        self,
+        name: str,
+        model: CausalNetwork,
+        tokenizer: Tokenizer,
+        chat_template: str | None = None,
+    ) -> None:
         self.name = name
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.config = model.config
+        self.chat_template = chat_template
 
     # ------------------------------------------------------------------ the interface
     @property
@@ -50,6 +106,10 @@ class Decoder:
     def max_positions(self) -> int:
         return self.config.max_position_embeddings
 
+    @property
+    def output_width(self) -> int:
+        return self.config.vocab_size
+
     def parameters(self):
         return self.model.parameters()
 
@@ -61,7 +121,8 @@ class Decoder:
             layer.with_attention(replace[i]) if i in replace else layer
             for i, layer in enumerate(self.model.layers)
         ]
-        return Decoder(self.name, self.model.with_layers(layers), self.tokenizer)
+        network = self.model.with_layers(layers)
+        return Decoder(self.name, network, self.tokenizer, self.chat_template)
 
     def encode(self, text: str) -> list[int]:
         """The token ids of ``text`` (no BOS added, as the model was trained)."""
@@ -118,11 +179,12 @@ class Decoder:
         with torch.no_grad():
             return self.model(input_ids, attention_mask)
 
-    @staticmethod
-    def chat_prompt(text: str) -> str:
-        """``text`` as one user turn of the ChatML template (SmolLM2-Instruct's), ready for the
-        assistant's answer."""
-        return f"<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n"
+    def chat_prompt(self, text: str) -> str:
+        """``text`` as one user turn of the model's chat template (ChatML when the checkpoint
+        has none), ready for the assistant's answer."""
+        template = ImmutableSandboxedEnvironment().from_string(self.chat_template or CHATML)
+        messages = [{"role": "user", "content": text}]
+        return template.render(messages=messages, add_generation_prompt=True)
 
     def generate(
         self, text: str, max_new_tokens: int = 32, on_token: Callable[[int], None] | None = None
@@ -152,8 +214,3 @@ class Decoder:
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=False)
 
-
-def next_token_loss(logits: Tensor, batch: TokenBatch) -> Tensor:
-    """Cross-entropy of tokens 1..n-1 of each text given the ones before (padding ignored)."""
-    targets = batch.input_ids[:, 1:].masked_fill(~batch.attention_mask[:, 1:], -100)
-    return F.cross_entropy(logits[:, :-1].flatten(0, 1), targets.flatten(), ignore_index=-100)

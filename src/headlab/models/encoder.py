@@ -16,47 +16,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from headlab.attention import AttentionTrace, MultiHeadAttention
+from headlab.attention.pruned import NoHeads
 from headlab.attention.views import shared_view
 from headlab.models.config import BertConfig
-
-HeadMask = Tensor | Sequence[Tensor | None] | None
-
-
-class NoHeads(nn.Module):
-    """The attention block of a layer whose every head was pruned: it outputs W_O's bias only.
-
-    With no heads, concat(heads) is empty and out_proj(empty) = out_proj.bias at every position.
-    """
-
-    num_heads = 0
-
-    def __init__(self, bias: Tensor) -> None:
-        super().__init__()
-        self.bias = nn.Parameter(bias.detach().clone())
-        self.embed_dim = bias.shape[0]
-
-    num_kv_heads = 0
-
-    def forward(self, x: Tensor, *args: object, **kwargs: object) -> tuple[Tensor, None]:
-        """x: (batch, pos, E) -> ((batch, pos, E) the bias everywhere, None); called like a
-        MultiHeadAttention (key, value, masks and head_mask change nothing)."""
-        return self.bias.expand_as(x), None
-
-    def trace(self, x: Tensor, *args: object, **kwargs: object) -> AttentionTrace:
-        """A trace with zero heads: per-head tensors have head = 0."""
-        batch, pos, e = x.shape
-        empty = x.new_zeros(batch, 0, pos, 0)
-        square = x.new_zeros(batch, 0, pos, pos)
-        return AttentionTrace(
-            q=empty,
-            k=empty,
-            v=empty,
-            scores=square,
-            weights=square,
-            head_outputs=empty,
-            contributions=x.new_zeros(batch, 0, pos, e),
-            output=self.forward(x)[0],
-        )
+from headlab.models.interface import HeadMask, layer_masks
 
 
 class BertEmbeddings(nn.Module):
@@ -149,16 +112,6 @@ class BertLayer(nn.Module):
         return self._finish(x, t.output), t
 
 
-def _layer_masks(head_mask: HeadMask, num_layers: int) -> list[Tensor | None]:
-    if head_mask is None:
-        return [None] * num_layers
-    if len(head_mask) != num_layers:
-        raise ValueError(
-            f"head_mask must have one entry per layer ({num_layers}), got {len(head_mask)}"
-        )
-    return list(head_mask)
-
-
 class BertEncoder(nn.Module):
     """Embeddings and a stack of BertLayers; the token states of a padded batch."""
 
@@ -192,7 +145,7 @@ class BertEncoder(nn.Module):
         """
         padding = ~attention_mask
         x = self.embeddings(input_ids, token_type_ids)
-        for layer, mask in zip(self.layers, _layer_masks(head_mask, len(self.layers)), strict=True):
+        for layer, mask in zip(self.layers, layer_masks(head_mask, len(self.layers)), strict=True):
             x = layer(x, padding, mask)
         return x
 
@@ -207,7 +160,7 @@ class BertEncoder(nn.Module):
         padding = ~attention_mask
         x = self.embeddings(input_ids, token_type_ids)
         traces = []
-        for layer, mask in zip(self.layers, _layer_masks(head_mask, len(self.layers)), strict=True):
+        for layer, mask in zip(self.layers, layer_masks(head_mask, len(self.layers)), strict=True):
             x, t = layer.trace(x, padding, mask)
             traces.append(t)
         return x, traces

@@ -1,7 +1,8 @@
 """The one model interface under every head analysis (``headlab.heads``) and the report.
 
-A model family (BERT encoder, Llama decoder, ...) is one file in ``models/`` whose model class
-implements ``HeadModel``; ``heads/`` knows nothing else. Shapes use the words of
+Everything an analysis may ask of a model is here, typed; ``heads/``, ``report/``, ``cli/`` and
+``experiments/`` use nothing else and name no model family (a conformance test runs every
+analysis on a fake family made of this interface alone). Shapes use the words of
 ``AttentionTrace``: ``batch, pos, head, kv_head, q_pos, k_pos, d_head, embed_dim``.
 
 Conventions:
@@ -9,26 +10,37 @@ Conventions:
 - ``head_mask`` is one entry per layer, each None or a (head,) / (batch, head) tensor that
   multiplies each query head's output before W_O (Michel et al.'s xi), or one (layer, head)
   tensor when every layer has the same head count.
-- ``objective`` is the scalar the model is judged by on a list of texts, lower is better,
-  differentiable in ``head_mask``: the next-token cross-entropy for a decoder, an in-batch
-  contrastive loss between the halves of each text for a sentence encoder. Importance (Michel et
-  al.) is E|d objective / d head_mask|.
-- ``run`` gives (batch, pos, vocab) logits when ``causal`` (a language model) and (batch, E)
-  sentence embeddings otherwise; ``heads/`` compares variants of a model through these two.
+- ``causal``: query i sees keys 0..i only (a decoder). Separately, ``objective_kind`` says what
+  the model is judged by: "next-token" (``run`` gives (batch, pos, vocab) logits and
+  ``objective`` is the next-token cross-entropy), "contrastive" (``run`` gives (batch, E)
+  sentence embeddings and ``objective`` an in-batch contrastive loss between the halves of each
+  text), or "none" (no objective: analyses that need one refuse). Importance (Michel et al.) is
+  E|d objective / d head_mask|.
+- Each layer's attention is an ``AttentionLayer``: its ``sites`` take interventions and
+  statistics requests (``headlab.attention.interventions``, ``headlab.attention.statistics``),
+  applied by headlab's kernel in every call of that layer, whatever path it takes.
+- ``special_positions`` names key positions whose weight is a statistic of its own; the name of
+  the first token (position 0, where attention sinks park their weight) is ``first_token``.
+- Views and edits return new models sharing the weights that do not change: ``with_head_view``
+  (the same weights viewed with fewer heads), ``without_heads`` (heads removed),
+  ``with_query_key_weights`` (new W_Q and W_K); a model that cannot do one raises ValueError
+  saying so.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
 from torch import Tensor
 from torch.nn import Parameter
 
-from headlab.attention import AttentionTrace, MultiHeadAttention
+from headlab.attention.sites import Sites
 
 HeadMask = Sequence[Tensor | None] | Tensor | None
+ObjectiveKind = Literal["next-token", "contrastive", "none"]
+OBJECTIVE_KINDS = ("next-token", "contrastive", "none")
 
 
 @dataclass(frozen=True)
@@ -47,19 +59,39 @@ class TokenBatch:
 
 
 @runtime_checkable
+class AttentionLayer(Protocol):
+    """One layer's attention as an analysis sees it."""
+
+    #: interventions and statistics requests, applied in every call of this layer
+    sites: Sites
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    embed_dim: int
+
+    def query_key_weights(self) -> tuple[Tensor, Tensor]:
+        """(W_Q (num_heads * head_dim, embed_dim), W_K (num_kv_heads * head_dim, embed_dim)),
+        the projections before any rotary position or norm. ValueError where the layer's
+        queries and keys are not linear maps of its input."""
+        ...
+
+
+@runtime_checkable
 class HeadModel(Protocol):
-    """What an analysis may ask of a model built from headlab's ``MultiHeadAttention``."""
+    """What an analysis may ask of a model (see the module docstring)."""
 
     name: str
-    #: True for decoders: query i sees keys 0..i only.
     causal: bool
+    objective_kind: ObjectiveKind
+    #: the name ``special_positions`` gives the first token
+    first_token: str
 
     @property
     def num_layers(self) -> int: ...
 
     @property
     def heads_per_layer(self) -> list[int]:
-        """Query heads of each layer (differs after pruning or collapsing)."""
+        """Query heads of each layer (differs after pruning or viewing)."""
         ...
 
     @property
@@ -72,16 +104,22 @@ class HeadModel(Protocol):
         """The longest input (in tokens) the model takes."""
         ...
 
+    @property
+    def output_width(self) -> int:
+        """The last dimension of ``run``'s output: the vocabulary of a language model, the
+        embedding width of a sentence encoder."""
+        ...
+
     def parameters(self) -> Iterator[Parameter]:
         """Every parameter of the model (frozen while an analysis takes head-mask gradients)."""
         ...
 
-    def attention_layers(self) -> list[MultiHeadAttention]:
-        """Each layer's attention module, in order (the modules themselves, not copies)."""
+    def parameter_count(self) -> int:
+        """Distinct parameters (tied weights once, copies made by ``without_heads`` once)."""
         ...
 
-    def with_attention(self, replace: Mapping[int, MultiHeadAttention]) -> HeadModel:
-        """The same model (weights shared) with layer i's attention replaced by replace[i]."""
+    def attention_layers(self) -> Sequence[AttentionLayer]:
+        """Each layer's attention, in order (the layers themselves, not copies)."""
         ...
 
     def tokenize(self, texts: list[str], max_length: int | None = None) -> TokenBatch:
@@ -94,25 +132,63 @@ class HeadModel(Protocol):
         ...
 
     def run(self, batch: TokenBatch, head_mask: HeadMask = None) -> Tensor:
-        """The model's output with autograd: (batch, pos, vocab) logits for a decoder,
-        (batch, embed_dim) sentence embeddings for an encoder. Fused attention path."""
-        ...
-
-    def trace_batch(
-        self, batch: TokenBatch, head_mask: HeadMask = None
-    ) -> tuple[Tensor, list[AttentionTrace]]:
-        """Like run through the explicit path; returns (output, one AttentionTrace per layer)."""
+        """The model's output with autograd: (batch, pos, vocab) logits for "next-token",
+        (batch, embed_dim) sentence embeddings for "contrastive", (batch, pos, embed_dim)
+        states for "none"."""
         ...
 
     def objective(
         self, texts: list[str], head_mask: HeadMask = None, max_length: int | None = None
     ) -> Tensor:
-        """The scalar loss the model is judged by on ``texts`` (see the module docstring)."""
+        """The scalar loss the model is judged by on ``texts`` (see the module docstring);
+        ValueError for a model whose ``objective_kind`` is "none"."""
         ...
 
     def special_positions(self, batch: TokenBatch) -> dict[str, Tensor]:
-        """Named positions each query's weight on is reported: name -> (batch,) int64 index.
-
-        BERT: {"cls": 0, "sep": last real token}; a decoder: {"first": 0} (attention sink).
-        """
+        """Named key positions whose weight each query puts on them is reported: name ->
+        (batch,) int64 index; ``first_token`` is one of them (index 0)."""
         ...
+
+    def with_head_view(self, num_heads: int, layers: Sequence[int] | None = None) -> HeadModel:
+        """The same weights with the attention of ``layers`` (default: all) viewed as
+        ``num_heads`` heads. ValueError for a count that does not divide a layer's heads."""
+        ...
+
+    def without_heads(self, heads: Mapping[int, Iterable[int]]) -> HeadModel:
+        """The model without the given heads ({layer: [head, ...]}), removed from its weights;
+        the other layers shared. ValueError where the family cannot remove heads."""
+        ...
+
+    def with_query_key_weights(self, weights: Mapping[int, tuple[Tensor, Tensor]]) -> HeadModel:
+        """The model with layer i's W_Q and W_K replaced by ``weights[i]`` (shapes as
+        ``AttentionLayer.query_key_weights``); everything else shared."""
+        ...
+
+
+@runtime_checkable
+class LanguageModel(HeadModel, Protocol):
+    """A model that also continues text (greedy)."""
+
+    def generate(
+        self, text: str, max_new_tokens: int = 32, on_token: Callable[[int], None] | None = None
+    ) -> list[int]:
+        """The ids of up to ``max_new_tokens`` new tokens (fewer at the end-of-text token)."""
+        ...
+
+    def decode(self, ids: list[int]) -> str: ...
+
+    def chat_prompt(self, text: str) -> str:
+        """``text`` as one user turn of the model's chat template, ready for the answer;
+        ValueError for a model without one."""
+        ...
+
+
+def layer_masks(head_mask: HeadMask, num_layers: int) -> list[Tensor | None]:
+    """A HeadMask as one entry per layer (None, or (head,) / (batch, head) tensors)."""
+    if head_mask is None:
+        return [None] * num_layers
+    if len(head_mask) != num_layers:
+        raise ValueError(
+            f"head_mask must have one entry per layer ({num_layers}), got {len(head_mask)}"
+        )
+    return list(head_mask)

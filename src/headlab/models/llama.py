@@ -21,7 +21,7 @@ from torch import Tensor, nn
 
 from headlab.attention import AttentionTrace, MultiHeadAttention
 from headlab.attention.views import shared_view
-from headlab.models.interface import HeadMask
+from headlab.models.interface import HeadMask, layer_masks
 from headlab.models.llama_config import LlamaConfig
 
 
@@ -102,17 +102,6 @@ class LlamaLayer(nn.Module):
         t = self.attention.trace(h, key_padding_mask=padding, head_mask=head_mask)
         x = x + t.output
         return x + self.mlp(self.post_attention_layernorm(x)), t
-
-
-def layer_masks(head_mask: HeadMask, num_layers: int) -> list[Tensor | None]:
-    """A HeadMask as one entry per layer (None, or (head,) / (batch, head) tensors)."""
-    if head_mask is None:
-        return [None] * num_layers
-    if len(head_mask) != num_layers:
-        raise ValueError(
-            f"head_mask must have one entry per layer ({num_layers}), got {len(head_mask)}"
-        )
-    return list(head_mask)
 
 
 class LlamaDecoder(nn.Module):

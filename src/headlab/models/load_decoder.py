@@ -7,6 +7,7 @@ unpickles. Every error names the file and what is wrong.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
@@ -31,7 +32,9 @@ def load_gguf(path: str | Path, name: str | None = None) -> Decoder:
     model = LlamaDecoder(config)
     load_state(model, gguf_state(file.tensors, config, path), path)
     tokenizer = tokenizer_from_gguf(file.metadata, path)
-    return Decoder(name or str(file.metadata.get("general.name") or path.stem), model, tokenizer)
+    name = name or str(file.metadata.get("general.name") or path.stem)
+    template = file.metadata.get("tokenizer.chat_template")
+    return Decoder(name, model, tokenizer, template if isinstance(template, str) else None)
 
 
 def _read_safetensors(folder: Path) -> dict[str, torch.Tensor]:
@@ -62,4 +65,18 @@ def load_hf_folder(folder: str | Path) -> Decoder:
     config = read_hf_config(folder / "config.json")
     model = LlamaDecoder(config)
     load_state(model, hf_state(_read_safetensors(folder), config, folder), folder)
-    return Decoder(folder.name, model, tokenizer_from_file(folder / "tokenizer.json"))
+    tokenizer = tokenizer_from_file(folder / "tokenizer.json")
+    return Decoder(folder.name, model, tokenizer, _chat_template(folder))
+
+
+def _chat_template(folder: Path) -> str | None:
+    """The chat template of ``tokenizer_config.json`` (or ``chat_template.jinja``), if any."""
+    jinja = folder / "chat_template.jinja"
+    if jinja.is_file():
+        return jinja.read_text(encoding="utf-8")
+    config = folder / "tokenizer_config.json"
+    try:
+        template = json.loads(config.read_text(encoding="utf-8")).get("chat_template")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+        return None
+    return template if isinstance(template, str) else None

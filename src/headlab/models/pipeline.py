@@ -17,7 +17,10 @@ from torch import Tensor
 from headlab.attention import AttentionTrace, MultiHeadAttention
 from headlab.limits import check_int
 from headlab.models.config import PoolingConfig
-from headlab.models.encoder import BertEncoder, HeadMask
+from headlab.models.encoder import BertEncoder
+from headlab.models.interface import HeadMask
+from headlab.models.native import NativeModel
+from headlab.models.objectives import contrastive_objective
 from headlab.models.tokenizer import Batch, TextTokenizer
 
 
@@ -45,14 +48,17 @@ def pool(states: Tensor, attention_mask: Tensor, config: PoolingConfig) -> Tenso
     return F.normalize(out, p=2, dim=1) if config.normalize else out
 
 
-class Encoder:
-    """A sentence encoder made of headlab parts. Build one with ``load_encoder``.
+class Encoder(NativeModel):
+    """A sentence encoder made of headlab parts, behind ``HeadModel``. Build one with
+    ``load_encoder``.
 
     ``num_layers``; ``num_heads`` (the config's heads per layer); ``heads_per_layer`` (differs
     after pruning or viewing one layer with fewer heads); ``d_model``.
     """
 
     causal = False
+    objective_kind = "contrastive"
+    first_token = "cls"
 
     def __init__(
         self, model: BertEncoder, tokenizer: TextTokenizer, pooling: PoolingConfig, name: str
@@ -81,11 +87,15 @@ class Encoder:
     # ------------------------------------------------------------------ HeadModel
     @property
     def kv_heads_per_layer(self) -> list[int]:
-        return [getattr(layer.attention, "num_kv_heads", 0) for layer in self.model.layers]
+        return [layer.attention.num_kv_heads for layer in self.model.layers]
 
     @property
     def max_positions(self) -> int:
         return self.model.config.max_position_embeddings
+
+    @property
+    def output_width(self) -> int:
+        return self.d_model
 
     def parameters(self):
         return self.model.parameters()
@@ -114,9 +124,7 @@ class Encoder:
     def objective(
         self, texts: list[str], head_mask: HeadMask = None, max_length: int | None = None
     ) -> Tensor:
-        """In-batch InfoNCE between the halves of each text (headlab.heads.importance)."""
-        from headlab.heads.importance import contrastive_objective
-
+        """In-batch InfoNCE between the halves of each text (``models.objectives``)."""
         return contrastive_objective(self, texts, head_mask, max_length=max_length or 128)
 
     def special_positions(self, batch: Batch) -> dict[str, Tensor]:
@@ -131,23 +139,10 @@ class Encoder:
         return Encoder(model, self.tokenizer, self.pooling, self.name)
 
     def with_num_heads(self, num_heads: int, layers: Sequence[int] | None = None) -> Encoder:
-        """The same weights with the attention of ``layers`` (default: all) viewed as
-        ``num_heads`` heads (MultiHeadAttention.with_num_heads; parameters shared).
-
-        Raises ValueError for a layer index out of range or a head count that does not divide
-        the attention width.
-        """
-        chosen = range(self.num_layers) if layers is None else layers
-        for i in chosen:
-            if not 0 <= i < self.num_layers:
-                raise ValueError(f"layer must be in [0, {self.num_layers}), got {i}")
-        new = [
-            layer.with_attention(layer.attention.with_num_heads(num_heads))
-            if i in chosen
-            else layer
-            for i, layer in enumerate(self.model.layers)
-        ]
-        return self.with_model(self.model.with_layers(new))
+        """``with_head_view``: the same weights with the attention of ``layers`` (default: all)
+        viewed as ``num_heads`` heads (parameters shared). Raises ValueError for a layer index
+        out of range or a head count that does not divide the attention width."""
+        return self.with_head_view(num_heads, layers)
 
     def tokenize(self, texts: list[str], max_length: int | None = None) -> Batch:
         """Encode texts, truncated to ``max_length`` tokens (default: the model's max_seq_length)

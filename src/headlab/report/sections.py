@@ -128,7 +128,7 @@ def _heads_summary(heads: dict) -> list[dict]:
 GROUPS = {
     "model": ("results", ("heads", "collapse", "prune")),
     "sweeps": ("results", ("sweep",)),
-    "why": ("why", ("expressivity", "specialisation", "redundancy", "redundancy_smollm2")),
+    "why": ("why", ("expressivity", "specialisation", "redundancy", "redundancy_decoder")),
 }
 
 

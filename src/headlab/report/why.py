@@ -33,14 +33,23 @@ WHY = {
         RedundancyResult,
         why_figures.redundancy_figure,
     ),
-    "redundancy_smollm2": (
-        "redundancy_smollm2.json",
+    # the same measurement on a decoder (any: the packaged one in the suggested command)
+    "redundancy_decoder": (
+        "redundancy_decoder.json",
         "headlab redundancy --model smollm2 --n-texts 16 --ranks 576,288,144 "
-        f"--out {RESULTS_DIR / 'redundancy_smollm2.json'}",
+        f"--out {RESULTS_DIR / 'redundancy_decoder.json'}",
         RedundancyResult,
         why_figures.redundancy_figure,
     ),
 }
+# key -> the section's title; a results file's model name fills {model}
+TITLES = {
+    "expressivity": "Expressivity: the rank bottleneck and one pattern per head",
+    "specialisation": "Specialisation: which head serves which lookup, over training",
+    "redundancy": "Redundancy: shared key/query subspaces in {model}",
+    "redundancy_decoder": "Redundancy: shared key/query subspaces in {model}",
+}
+MISSING_MODEL = {"redundancy": "an encoder", "redundancy_decoder": "a decoder"}
 
 
 def _expressivity_answer(result: ExpressivityResult) -> str:
@@ -85,18 +94,20 @@ ANSWERS = {
     "expressivity": _expressivity_answer,
     "specialisation": _specialisation_answer,
     "redundancy": _redundancy_answer,
-    "redundancy_smollm2": _redundancy_answer,
+    "redundancy_decoder": _redundancy_answer,
 }
 
 
 def why_sections(directory: Path, pngs: dict[str, bytes]) -> dict:
-    """key -> {image, answer, command} or {missing: command, file}; ValueError for a broken file."""
+    """key -> {title, image, answer, command} or {title, missing: command, file}; ValueError
+    for a broken file."""
     out = {}
     for key, (filename, command, kind, draw) in WHY.items():
         path = directory / filename
         result = read_result(path, kind)  # ValueError naming the file and the field
         if result is None:
-            out[key] = {"missing": command, "file": str(path)}
+            title = TITLES[key].format(model=MISSING_MODEL.get(key, ""))
+            out[key] = {"title": title, "missing": command, "file": str(path)}
             continue
         try:
             answer = ANSWERS[key](result)
@@ -105,6 +116,7 @@ def why_sections(directory: Path, pngs: dict[str, bytes]) -> dict:
             raise ValueError(f"{path}: not a {key} results file ({error})") from None
         pngs[f"{key}.png"] = png
         out[key] = {
+            "title": TITLES[key].format(model=result.model if key in MISSING_MODEL else ""),
             "image": "data:image/png;base64," + base64.b64encode(png).decode("ascii"),
             "answer": answer,
             "command": command,
