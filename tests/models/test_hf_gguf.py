@@ -24,9 +24,10 @@ def test_the_packaged_gguf_loads_through_transformers(smollm2_transformers, smol
     reference, tokenizer = smollm2_reference
     texts = ["The capital of France is", "def add(a, b):\n    return"]
     batch = model.tokenize(texts)
-    assert batch.input_ids[0, : batch.attention_mask[0].sum()].tolist() == tokenizer(texts[0])[
-        "input_ids"
-    ]
+    assert (
+        batch.input_ids[0, : batch.attention_mask[0].sum()].tolist()
+        == tokenizer(texts[0])["input_ids"]
+    )
     with torch.no_grad():
         expected = reference(
             input_ids=batch.input_ids, attention_mask=batch.attention_mask.long()

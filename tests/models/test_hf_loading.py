@@ -46,7 +46,7 @@ def test_the_backend_decides_the_route(hf_dirs):
 
 
 def test_headlabs_refusal_points_to_the_transformers_backend(hf_dirs):
-    with pytest.raises(ValueError, match=r"sliding window \(4\).*--backend transformers"):
+    with pytest.raises(ValueError, match=r"sliding window \(4\).*backend='transformers' runs it"):
         load(hf_dirs["mistral"])
     assert isinstance(load(hf_dirs["mistral"], backend="transformers"), TransformersModel)
 
@@ -69,6 +69,10 @@ def test_the_adapter_tokenizes_runs_and_scores(hf_loaded):
 def test_attach_wraps_a_model_in_memory(hf_dirs):
     from transformers import PreTrainedTokenizerFast
 
+    import headlab
+
+    assert headlab.attach is attach
+
     model = build("gpt_neox")
     ids = torch.tensor([[5, 9, 3, 7, 1]])
     with torch.no_grad():
@@ -89,7 +93,7 @@ def test_a_family_outside_the_interface_is_refused_before_any_weight(tmp_path):
     with pytest.raises(ValueError, match=r"family 'bloom' \(BloomModel\) computes its attention "):
         load(folder)
     config = transformers.BloomConfig(hidden_size=8, n_layer=1, n_head=2, vocab_size=11)
-    with pytest.raises(ValueError, match=r"family 'bloom'.*supported_families\(\)"):
+    with pytest.raises(ValueError, match=r"family 'bloom'.*`headlab model families`"):
         attach(transformers.BloomForCausalLM(config))
 
 
@@ -107,7 +111,7 @@ def test_remote_code_never_runs_without_the_flag(tmp_path):
         auto_map={"AutoConfig": "modeling_evil.EvilConfig"},
     )
     (folder / "modeling_evil.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
-    with pytest.raises(ValueError, match=r"own Python code \(auto_map\).*--trust-remote-code"):
+    with pytest.raises(ValueError, match=r"own Python code \(auto_map\).*trust_remote_code=True"):
         load(folder)
     assert not marker.exists()
     (folder / "config.json").write_text(json.dumps({"model_type": "evil"}))
@@ -151,7 +155,7 @@ def test_hub_ids_come_from_the_local_cache_only(hf_dirs, tmp_path, monkeypatch):
     _fake_hub_cache(tmp_path, "someone/tiny-olmo2", hf_dirs["olmo2"])
     model = load("someone/tiny-olmo2")
     assert isinstance(model, TransformersModel) and model.name == "someone/tiny-olmo2"
-    with pytest.raises(FileNotFoundError, match=r"not in the local Hugging Face cache.*--download"):
+    with pytest.raises(FileNotFoundError, match=r"not in the local Hugging Face cache.*download="):
         load("someone/absent")
     with pytest.raises(ValueError, match="downloading needs the network, but HF_HUB_OFFLINE"):
         load("someone/absent", download=True)

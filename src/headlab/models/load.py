@@ -51,7 +51,7 @@ MODEL_NAMES = ("minilm", "smollm2")
 BACKENDS = ("headlab", "transformers")
 #: config.json model_types that headlab's own models run (the rest go through transformers).
 HEADLAB_FAMILIES = ("bert", *FAMILIES)
-TRANSFORMERS_HINT = "; backend='transformers' (--backend transformers) runs it through transformers"
+TRANSFORMERS_HINT = "; backend='transformers' runs it through transformers"
 
 
 def load(
@@ -140,8 +140,8 @@ def _load_headlab(name_or_path: str | Path | None):
     path = Path(name_or_path)
     if not path.exists():
         raise FileNotFoundError(
-            f"model must be one of {', '.join(MODEL_NAMES)}, a path or a hub id owner/name, got "
-            f"{str(name_or_path)!r} (no such file or folder)"
+            f"model must be one of {', '.join(MODEL_NAMES)} or a path, got {str(name_or_path)!r}"
+            " (no such file or folder, nor a hub id owner/name)"
         )
     if path.is_file():
         if path.suffix != ".gguf":

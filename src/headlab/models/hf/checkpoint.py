@@ -28,7 +28,7 @@ HUB_FILES = [
     "*.tiktoken",
     "1_Pooling/*",
 ]
-LIST_HINT = "headlab.models.hf.supported_families() or `headlab model families` lists them"
+LIST_HINT = "`headlab model families` (supported_families()) lists the families it can run"
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ def _from_hub(repo_id: str, download: bool) -> Checkpoint:
         except (LocalEntryNotFoundError, FileNotFoundError, ValueError):
             raise FileNotFoundError(
                 f"{repo_id}: no such file or folder, and not in the local Hugging Face cache "
-                f"({constants.HF_HUB_CACHE}); pass download=True (--download) to fetch it"
+                f"({constants.HF_HUB_CACHE}); pass download=True to fetch it"
             ) from None
         return Checkpoint(repo_id, Path(folder))
     if constants.HF_HUB_OFFLINE:
@@ -130,8 +130,7 @@ def check_code(checkpoint: Checkpoint, trust_remote_code: bool) -> None:
     if raw_config(checkpoint).get("auto_map"):
         raise ValueError(
             f"{checkpoint.name}: model_type {family!r} is defined by the checkpoint's own Python "
-            "code (auto_map), which headlab runs only with trust_remote_code=True "
-            "(--trust-remote-code)"
+            "code (auto_map), which headlab runs only with trust_remote_code=True"
         )
     import transformers
 
