@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from headlab.limits import check_fits, gib
+from headlab.limits import check_fits
 from headlab.models.hf.checkpoint import (
     LIST_HINT,
     Checkpoint,
@@ -99,8 +99,7 @@ def check_memory(plan: Plan, dtype: torch.dtype, where: str) -> None:
     """ValueError with the estimate when the parameters alone would not fit."""
     nbytes = plan.parameters * torch.empty((), dtype=dtype).element_size()
     check_fits(
-        f"{where} ({plan.parameters:,} parameters in {str(dtype).removeprefix('torch.')}, "
-        f"{gib(nbytes)})",
+        f"{where} ({plan.parameters:,} parameters in {str(dtype).removeprefix('torch.')})",
         nbytes,
         hint="pick a smaller model or a smaller dtype",
     )
