@@ -8,11 +8,11 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-import headlab.attention.averaged as averaged
+import headlab.attention.kernel as kernel
 from headlab import MultiHeadAttention
-from headlab.attention.averaged import AveragedAttention, blocked_mean_attention, mean_attention
-from headlab.attention.functional import explicit_attention
-from headlab.attention.masks import merge_masks
+from headlab.attention.averaged import AveragedAttention
+from headlab.attention.kernel import attend
+from headlab.attention.masks import torch_mask_spec
 
 F64 = torch.float64
 B, H, L, S, D = 2, 3, 5, 7, 4  # distinct sizes
@@ -25,7 +25,7 @@ def _qkv(seed: int, grad: bool = True):
 
 
 def _mask(kind: str):
-    """A merged mask over L queries and S keys: none, padding, or padding with dead rows."""
+    """A mask over L queries and S keys: none, padding, or padding with dead rows."""
     if kind == "none":
         return None
     padding = torch.zeros(B, S, dtype=torch.bool)
@@ -33,7 +33,7 @@ def _mask(kind: str):
     attn = torch.zeros(L, S, dtype=torch.bool)
     if kind == "dead_rows":
         attn[2, :] = True  # query 2 sees no key at all
-    return merge_masks(
+    return torch_mask_spec(
         attn_mask=attn,
         key_padding_mask=padding,
         is_causal=False,
@@ -43,20 +43,38 @@ def _mask(kind: str):
         k_len=S,
         extra_keys=0,
         batched=True,
-        dtype=F64,
-        device=torch.device("cpu"),
     )
 
 
-def _parts(mask):
-    return (None, None) if mask is None else (mask.additive, mask.keep)
+def _merged(mask):
+    """The whole mask as AveragedAttention takes it."""
+    return None if mask is None else mask.block(0, L, S, dtype=F64, device=torch.device("cpu"))
+
+
+def explicit_attention(q, k, v, mask):
+    """(head_out, per-head weights, scores) of the kernel's explicit path."""
+    run = attend(q, k, v, mask, need_weights="heads")
+    return run.head_out, run.weights, run.scores
+
+
+def blocked_mean_attention(q, k, v, mask):
+    """The kernel's chunked loop, averaging the weights over heads."""
+    return kernel._chunked(
+        q, k, v, mask, scale=D**-0.5, softcap=None, sinks=None, view=None, mean=True,
+        sums=None, chunk_elements=2**22,
+    )  # fmt: skip
+
+
+def mean_attention(q, k, v):
+    run = attend(q, k, v, None, need_weights="mean")
+    return run.head_out, run.weights
 
 
 @pytest.mark.parametrize("kind", ["none", "padding", "dead_rows"])
 def test_backward_matches_autograd_of_the_explicit_path(kind):
     mask = _mask(kind)
     q, k, v = _qkv(0)
-    out, mean = AveragedAttention.apply(q, k, v, *_parts(mask))
+    out, mean = AveragedAttention.apply(q, k, v, _merged(mask), D**-0.5)
     ref_out, weights, _ = explicit_attention(q, k, v, mask)
     torch.testing.assert_close(out, ref_out)
     torch.testing.assert_close(mean, weights.mean(dim=1))
@@ -71,13 +89,13 @@ def test_backward_matches_autograd_of_the_explicit_path(kind):
 
 @pytest.mark.parametrize("kind", ["none", "dead_rows"])
 def test_backward_against_finite_differences(kind):
-    additive, keep = _parts(_mask(kind))
+    merged = _merged(_mask(kind))
     assert torch.autograd.gradcheck(
-        lambda q, k, v: AveragedAttention.apply(q, k, v, additive, keep), _qkv(1)
+        lambda q, k, v: AveragedAttention.apply(q, k, v, merged, D**-0.5), _qkv(1)
     )
     # one output unused: its gradient arrives as None
     assert torch.autograd.gradcheck(
-        lambda q, k, v: AveragedAttention.apply(q, k, v, additive, keep)[1], _qkv(2)
+        lambda q, k, v: AveragedAttention.apply(q, k, v, merged, D**-0.5)[1], _qkv(2)
     )
 
 
@@ -90,9 +108,9 @@ def test_blocked_loop_equals_the_whole_tensor(rows, block, kind):
     mask = _mask(kind)
     q, k, v = _qkv(3, grad=False)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(averaged, "MIN_ROWS", rows)
-        mp.setattr(averaged, "BLOCK_ELEMENTS", block)
-        out, mean = blocked_mean_attention(q, k, v, *_parts(mask))
+        mp.setattr(kernel, "MIN_ROWS", rows)
+        mp.setattr(kernel, "BLOCK_ELEMENTS", block)
+        out, mean = blocked_mean_attention(q, k, v, mask)
     ref_out, weights, _ = explicit_attention(q, k, v, mask)
     torch.testing.assert_close(out, ref_out)
     torch.testing.assert_close(mean, weights.mean(dim=1))
@@ -100,25 +118,23 @@ def test_blocked_loop_equals_the_whole_tensor(rows, block, kind):
 
 def test_inference_takes_the_blocked_loop_and_training_the_function(monkeypatch):
     calls = []
-    original = averaged.blocked_mean_attention
-    monkeypatch.setattr(averaged, "MIN_BLOCKED", 1)
-    monkeypatch.setattr(
-        averaged, "blocked_mean_attention", lambda *a: calls.append(1) or original(*a)
-    )
+    original = kernel._chunked
+    monkeypatch.setattr(kernel, "MIN_BLOCKED", 1)
+    monkeypatch.setattr(kernel, "_chunked", lambda *a, **o: calls.append(1) or original(*a, **o))
     q, k, v = _qkv(4)
     with torch.no_grad():
-        mean_attention(q, k, v, None, None)
+        mean_attention(q, k, v)
     assert calls == [1]
-    out, _ = mean_attention(q, k, v, None, None)
+    out, _ = mean_attention(q, k, v)
     assert calls == [1] and out.grad_fn is not None
 
 
 @pytest.mark.parametrize("mode", ["train", "inference"])
 def test_default_forward_matches_torch_with_masks(mode, monkeypatch):
     """Through the module, with blocking forced on: torch's module with repeated K/V weights."""
-    monkeypatch.setattr(averaged, "MIN_BLOCKED", 1)
-    monkeypatch.setattr(averaged, "MIN_ROWS", 2)
-    monkeypatch.setattr(averaged, "BLOCK_ELEMENTS", 16)
+    monkeypatch.setattr(kernel, "MIN_BLOCKED", 1)
+    monkeypatch.setattr(kernel, "MIN_ROWS", 2)
+    monkeypatch.setattr(kernel, "BLOCK_ELEMENTS", 16)
     torch.manual_seed(0)
     ours = MultiHeadAttention(12, 4, batch_first=True, dtype=F64)
     theirs = torch.nn.MultiheadAttention(12, 4, batch_first=True, dtype=F64)

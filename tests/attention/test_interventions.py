@@ -61,7 +61,7 @@ def test_record_sees_the_traced_intermediates_during_a_fused_forward(rotary):
     for site, name in zip(SITES, ("q", "k", "v", "scores", "weights", "head_outputs"), strict=True):
         torch.testing.assert_close(rec[site], getattr(expected, name))
     torch.testing.assert_close(out, expected.output)
-    assert not m._interventions
+    assert not m.sites
     if rotary:  # q as the site sees it is rotated: by hand, the projection then the rotation
         w_q, _, _ = m.projection_weights()
         b_q, _, _ = m.projection_biases()
@@ -78,7 +78,7 @@ def test_a_reading_intervention_changes_nothing_and_is_removed_on_error():
     assert seen == [(B, H, L, L)]
     with pytest.raises(RuntimeError, match="boom"), intervene(m, "q", lambda q: q * 2):
         raise RuntimeError("boom")
-    assert not m._interventions
+    assert not m.sites
 
 
 @pytest.mark.parametrize("heads", [[1], [0, 3]])
@@ -204,4 +204,4 @@ def test_bad_requests_name_what_is_wrong():
         patch(m, "head_outputs", [0], wrong),
     ):
         _out(m, x)
-    assert not m._interventions
+    assert not m.sites

@@ -54,7 +54,7 @@ def test_zero_ablation_equals_head_mask_zero(fixture, request):
     assert result.ablated == pytest.approx(_masked_objective(model, TEXTS, heads, 3), rel=1e-5)
     assert result.ablated != pytest.approx(result.baseline)
     assert result.to_dict()["heads"] == [[0, 1], [1, 2]]
-    assert not any(a._interventions for a in model.attention_layers())
+    assert not any(a.sites for a in model.attention_layers())
 
 
 def test_reference_means_equal_the_traced_mean_over_real_tokens(tiny):

@@ -3,11 +3,12 @@
 ``MultiHeadAttention.with_num_heads`` re-splits the projections: a head of size m*D whose score is
 (concat of m heads' q)(concat of their k)^T / sqrt(m*D). That sum of m per-head scores divided by
 sqrt(m) is also defined when the m heads do not have their own K (grouped K/V heads: several
-query heads read one K/V head) or when q and k are rotated per head (RoPE): this module computes
-it from the original heads' rotated q and k,
+query heads read one K/V head) or when q and k are rotated per head (RoPE): the kernel's head
+view (``headlab.attention.kernel``, ``head_view``) computes it from the original heads' rotated
+q and k,
 
-    S_merged = sum_{i in group} S_i / sqrt(m)       S_i = q_i k_{g(i)}^T / sqrt(D) + mask
-    P = softmax(S_merged)      every member i of the group outputs P v_{g(i)}
+    S_merged = sum_{i in group} S_i / sqrt(m)       S_i = q_i k_{g(i)}^T / sqrt(D)
+    P = softmax(S_merged + mask)      every member i of the group outputs P v_{g(i)}
 
 so that each new head is one attention pattern over the group's own values. With plain
 multi-head attention it equals ``with_num_heads`` (tested); for a Llama layer with 9 query heads
@@ -18,13 +19,14 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from headlab.attention.functional import expand_kv, merge_heads
+from headlab.attention import layout
+from headlab.attention.functional import merge_heads
 from headlab.attention.module import MultiHeadAttention
 
 
 class HeadGroupView(nn.Module):
     """``attention`` (parameters shared) with its query heads merged into ``num_heads`` groups
-    of consecutive heads. Forward has MultiHeadAttention's signature (batch first only)."""
+    of consecutive heads. Forward has MultiHeadAttention's signature."""
 
     def __init__(self, attention: MultiHeadAttention, num_heads: int) -> None:
         super().__init__()
@@ -32,21 +34,11 @@ class HeadGroupView(nn.Module):
             raise ValueError(
                 f"num_heads must divide the {attention.num_heads} query heads, got {num_heads}"
             )
-        if not attention.batch_first:
-            raise ValueError("HeadGroupView needs a batch_first attention module")
         self.base = attention
         self.num_heads = num_heads
         self.num_kv_heads = min(num_heads, attention.num_kv_heads)
         self.head_dim = attention.head_dim * (attention.num_heads // num_heads)
         self.embed_dim = attention.embed_dim
-
-    def weights(self, query: Tensor, **mask: object) -> tuple[Tensor, Tensor]:
-        """(merged weights (batch, num_heads, q_pos, k_pos), values (batch, H, k_pos, D))."""
-        t = self.base.trace(query, **mask)
-        batch, heads, q_pos, k_pos = t.scores.shape
-        m = heads // self.num_heads
-        merged = t.scores.view(batch, self.num_heads, m, q_pos, k_pos).sum(dim=2) / m**0.5
-        return merged.softmax(dim=-1), expand_kv(t.v, heads // t.v.shape[1])
 
     def forward(
         self,
@@ -61,22 +53,29 @@ class HeadGroupView(nn.Module):
         *,
         head_mask: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
-        if key is not query or value is not query:
-            raise ValueError("HeadGroupView supports self-attention only (key and value = query)")
-        p, v = self.weights(
-            query, key_padding_mask=key_padding_mask, attn_mask=attn_mask, is_causal=is_causal
-        )
+        """As ``MultiHeadAttention.forward``; weights (batch, num_heads, q_pos, k_pos) are the
+        merged heads' and ``head_mask`` has one entry per merged head."""
         m = self.base.num_heads // self.num_heads
-        # every member head of a group: the group's weights on its own values
-        expanded = p.repeat_interleave(m, dim=1)  # (batch, H, q_pos, k_pos)
-        head_out = expanded @ v  # (batch, H, q_pos, D)
-        if head_mask is not None:
-            scale = head_mask.view(-1, self.num_heads, 1, 1).repeat_interleave(m, dim=1)
-            head_out = head_out * scale
-        output = self.base.out_proj(merge_heads(head_out))
+        if head_mask is not None:  # one entry per merged head -> one per member head
+            head_mask = head_mask.repeat_interleave(m, dim=-1)
+        run = self.base._run(
+            query,
+            key,
+            value,
+            key_padding_mask=key_padding_mask,
+            attn_mask=attn_mask,
+            is_causal=is_causal,
+            head_mask=head_mask,
+            need_weights=("mean" if average_attn_weights else "heads") if need_weights else None,
+            head_view=self.num_heads,
+        )
+        out = self.base.out_proj(merge_heads(run.head_out))  # (batch, q_pos, E)
+        first = self.base.batch_first
+        output = layout.from_batch_first(out, batched=run.batched, batch_first=first)
         if not need_weights:
             return output, None
-        return output, p.mean(dim=1) if average_attn_weights else p
+        weights = run.weights
+        return output, weights if run.batched else weights.squeeze(0)
 
 
 def grouped_view(attention: MultiHeadAttention, num_heads: int) -> nn.Module:

@@ -1,4 +1,8 @@
-"""Read or replace any per-head intermediate of MultiHeadAttention during a normal forward.
+"""Read or replace any per-head intermediate of an attention layer during a normal forward.
+
+Any attention layer with ``Sites`` works: headlab's ``MultiHeadAttention`` and the layers of the
+models behind ``headlab.models`` (``sites``, ``num_heads``, ``num_kv_heads``); the kernel applies
+the interventions in every call, whatever its path.
 
 Sites, in the order a call reaches them (shapes as in AttentionTrace; q and k after rotary
 positions, k and v with grouped K/V heads have ``kv_head`` heads):
@@ -10,10 +14,11 @@ positions, k and v with grouped K/V heads have ``kv_head`` heads):
     head_outputs  (batch, head, q_pos, d_head)     weights @ v, after head_mask, before W_O
 
 Everything downstream of a site sees the replaced tensor, so a replaced ``weights`` changes the
-head outputs and the output, and ``need_weights=True`` returns it. While any intervention is
-active the module takes its explicit path (SDPA has no sites) and torch's Transformer layers do
-not hand it to their fused kernel. Interventions are context managers: the module is left as it
-was when the block ends, also on an exception.
+head outputs and the output, and ``need_weights=True`` returns it. While an intervention on the
+scores or weights is active the kernel takes its explicit path (SDPA has no such sites), and
+while any is active torch's Transformer layers do not hand the module to their fused kernel.
+Interventions are context managers: the module is left as it was when the block ends, also on an
+exception.
 
 Ablation replaces head outputs before W_O, where a head's contribution is separate:
 ``out = sum_i head_out_i W_O[:, block i]^T + b_O``. Zeroing a slice of the output after W_O (what
@@ -25,15 +30,22 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Protocol
 
 import torch
 from torch import Tensor
 
-from headlab.attention.module import MultiHeadAttention
+from headlab.attention.sites import SITES, Sites
 
-SITES = ("q", "k", "v", "scores", "weights", "head_outputs")
 AblationMode = Literal["zero", "mean", "resample"]
+
+
+class AttentionLayer(Protocol):
+    """What an intervention needs of an attention layer: its sites and head counts."""
+
+    sites: Sites
+    num_heads: int
+    num_kv_heads: int
 
 
 def _check_site(site: str) -> None:
@@ -43,20 +55,17 @@ def _check_site(site: str) -> None:
 
 @contextmanager
 def intervene(
-    module: MultiHeadAttention, site: str, fn: Callable[[Tensor], Tensor | None]
+    module: AttentionLayer, site: str, fn: Callable[[Tensor], Tensor | None]
 ) -> Iterator[None]:
     """Within the block, every call of ``module`` passes ``site``'s tensor to ``fn``; a tensor
     ``fn`` returns (same shape) replaces it, None leaves it. Raises ValueError for an unknown
     site."""
     _check_site(site)
-    hooks = module._interventions.setdefault(site, [])
-    hooks.append(fn)
+    module.sites.add(site, fn)
     try:
         yield
     finally:
-        hooks.remove(fn)
-        if not hooks:
-            del module._interventions[site]
+        module.sites.remove(site, fn)
 
 
 @dataclass
@@ -73,7 +82,7 @@ class Recording:
 
 
 @contextmanager
-def record(module: MultiHeadAttention, sites: Sequence[str] = SITES) -> Iterator[Recording]:
+def record(module: AttentionLayer, sites: Sequence[str] = SITES) -> Iterator[Recording]:
     """Record (detached copies of) ``sites`` in every call of ``module`` within the block."""
     recording = Recording({site: [] for site in sites})
     with _stack(module, [(s, lambda t, s=s: recording.calls[s].append(t.detach())) for s in sites]):
@@ -81,7 +90,7 @@ def record(module: MultiHeadAttention, sites: Sequence[str] = SITES) -> Iterator
 
 
 @contextmanager
-def _stack(module: MultiHeadAttention, hooks: list[tuple[str, Callable]]) -> Iterator[None]:
+def _stack(module: AttentionLayer, hooks: list[tuple[str, Callable]]) -> Iterator[None]:
     if not hooks:
         yield
         return
@@ -90,7 +99,7 @@ def _stack(module: MultiHeadAttention, hooks: list[tuple[str, Callable]]) -> Ite
         yield
 
 
-def head_axis_index(module: MultiHeadAttention, site: str, heads: Sequence[int]) -> list[int]:
+def head_axis_index(module: AttentionLayer, site: str, heads: Sequence[int]) -> list[int]:
     """``heads`` checked against the head axis of ``site`` (K/V heads for k and v)."""
     _check_site(site)
     count = module.num_kv_heads if site in ("k", "v") else module.num_heads
@@ -102,7 +111,7 @@ def head_axis_index(module: MultiHeadAttention, site: str, heads: Sequence[int])
 
 @contextmanager
 def patch(
-    module: MultiHeadAttention, site: str, heads: Sequence[int], source: Tensor
+    module: AttentionLayer, site: str, heads: Sequence[int], source: Tensor
 ) -> Iterator[None]:
     """Activation patching: ``heads`` of ``site`` take their values from ``source`` (the same
     site recorded on another input, same shape), the other heads keep theirs."""
@@ -123,7 +132,7 @@ def patch(
 
 
 def query_heads(
-    module: MultiHeadAttention, heads: Sequence[int] = (), kv_groups: Sequence[int] = ()
+    module: AttentionLayer, heads: Sequence[int] = (), kv_groups: Sequence[int] = ()
 ) -> list[int]:
     """Query heads named directly and through their K/V group (group g = the query heads that
     read K/V head g), sorted and unique. Raises ValueError for an index out of range."""
@@ -147,7 +156,7 @@ def mean_head_output(head_outputs: Tensor, positions: Tensor | None = None) -> T
 
 @contextmanager
 def ablate(
-    module: MultiHeadAttention,
+    module: AttentionLayer,
     heads: Sequence[int] = (),
     *,
     kv_groups: Sequence[int] = (),
@@ -192,6 +201,7 @@ def ablate(
 
 __all__ = [
     "SITES",
+    "AttentionLayer",
     "Recording",
     "ablate",
     "head_axis_index",

@@ -1,47 +1,23 @@
-"""Masks in torch.nn.MultiheadAttention's formats, checked and merged into one additive mask.
+"""Masks in torch.nn.MultiheadAttention's formats, checked and described as one ``MaskSpec``.
 
 Convention (torch's): in a boolean mask ``True`` means *may not attend*; a float mask is added to
-the scores. Everything is merged into one float mask of shape ``(batch|1, head|1, q_pos, k_pos)``.
-
-A query row whose keys are all masked gets zero weights and a zero output in headlab (torch gives
-NaN there). ``merge_masks`` reports such rows in ``keep`` so that the attention code can zero them.
+the scores. ``torch_mask_spec`` checks the shapes torch accepts and returns the ``MaskSpec`` the
+kernel builds its blocks from (``headlab.attention.mask_spec``, where fully masked rows get zero
+weights and a zero output; torch gives NaN there).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import Tensor
 
-from headlab.attention.layout import shape_check, static_graph
-
-
-@dataclass(frozen=True)
-class MergedMask:
-    """One additive mask and the rows that survive it.
-
-    additive: ``(batch|1, head|1, q_pos, k_pos)`` float, ``-inf`` where attention is forbidden;
-        rows that were fully masked are set to 0 so that softmax stays finite.
-    keep: ``(batch|1, head|1, q_pos, 1)`` float, 0 on fully masked rows, 1 elsewhere; ``None`` when
-        no row is fully masked.
-    """
-
-    additive: Tensor
-    keep: Tensor | None
+from headlab.attention.layout import shape_check
+from headlab.attention.mask_spec import MaskSpec
 
 
 def _check_mask_dtype(name: str, mask: Tensor) -> None:
     if mask.dtype != torch.bool and not mask.dtype.is_floating_point:
         raise ValueError(f"{name} must be bool or floating point, got dtype {mask.dtype}")
-
-
-def _as_additive(mask: Tensor, dtype: torch.dtype) -> Tensor:
-    if mask.dtype == torch.bool:
-        return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(
-            mask, float("-inf")
-        )
-    return mask.to(dtype)
 
 
 def causal_mask(q_len: int, k_len: int, device: torch.device | None = None) -> Tensor:
@@ -93,7 +69,14 @@ def canonical_key_padding_mask(
     return key_padding_mask.view(batch, 1, 1, k_len)
 
 
-def merge_masks(
+def _as_float(mask: Tensor, dtype: torch.dtype) -> Tensor:
+    """A boolean mask (True hidden) as an additive one (-inf hidden); a float one as it is."""
+    if mask.dtype != torch.bool:
+        return mask
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(mask, -torch.inf)
+
+
+def torch_mask_spec(
     *,
     attn_mask: Tensor | None,
     key_padding_mask: Tensor | None,
@@ -104,47 +87,29 @@ def merge_masks(
     k_len: int,
     extra_keys: int,
     batched: bool,
-    dtype: torch.dtype,
-    device: torch.device,
-) -> MergedMask | None:
-    """Merge torch-style masks into one additive mask over ``k_len + extra_keys`` keys.
+) -> MaskSpec | None:
+    """torch.nn.MultiheadAttention's masks, checked, as one ``MaskSpec`` over ``k_len`` keys plus
+    ``extra_keys`` always-visible columns (``add_bias_kv``, ``add_zero_attn``).
 
-    ``extra_keys`` are the always-visible key columns appended by ``add_bias_kv`` and
-    ``add_zero_attn``. ``is_causal`` with no ``attn_mask`` builds the causal mask; with an
-    ``attn_mask`` it is a hint, as in torch, and the given mask is used.
-    Returns None when nothing is masked.
+    ``is_causal`` with no ``attn_mask`` means causal; with an ``attn_mask`` it is a hint, as in
+    torch, and the given mask is used. Returns None when nothing is masked.
     """
-    parts = []
+    full = None
     if attn_mask is not None:
-        parts.append(
-            canonical_attn_mask(
-                attn_mask,
-                batch=batch,
-                num_heads=num_heads,
-                q_len=q_len,
-                k_len=k_len,
-                batched=batched,
-            )
+        full = canonical_attn_mask(
+            attn_mask, batch=batch, num_heads=num_heads, q_len=q_len, k_len=k_len, batched=batched
         )
-    elif is_causal:
-        parts.append(causal_mask(q_len, k_len, device).view(1, 1, q_len, k_len))
+    padding = None
     if key_padding_mask is not None:
-        parts.append(
-            canonical_key_padding_mask(key_padding_mask, batch=batch, k_len=k_len, batched=batched)
+        padding = canonical_key_padding_mask(
+            key_padding_mask, batch=batch, k_len=k_len, batched=batched
         )
-    if not parts:
+        if padding.dtype != torch.bool:  # a float padding mask is added, like attn_mask
+            full = padding if full is None else _as_float(full, padding.dtype) + padding
+            padding = None
+        else:
+            padding = padding.view(batch, k_len)
+    causal = is_causal and attn_mask is None
+    if full is None and padding is None and not causal:
         return None
-    additive = _as_additive(parts[0], dtype)
-    for part in parts[1:]:
-        additive = additive + _as_additive(part, dtype)
-    if extra_keys:
-        additive = torch.nn.functional.pad(additive, (0, extra_keys))
-    dead = (additive == float("-inf")).all(dim=-1, keepdim=True)  # (b|1, h|1, q_pos, 1)
-    # Eagerly, skip ``keep`` when no row is dead (the common case, one pass less). A recorded
-    # graph (jit.trace, export, compile) may not branch on values: it always carries ``keep``.
-    if not static_graph() and not bool(dead.any()):
-        return MergedMask(additive=additive, keep=None)
-    return MergedMask(
-        additive=additive.masked_fill(dead, 0.0),
-        keep=(~dead).to(dtype),
-    )
+    return MaskSpec(causal=causal, key_padding=padding, attn_mask=full, extra_keys=extra_keys)

@@ -16,7 +16,7 @@ Notation, with E = embed_dim, H = num_heads, G = num_kv_heads, D = head_dim:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
 from typing import ClassVar
 
 import torch
@@ -26,9 +26,11 @@ from torch.nn.init import constant_, xavier_normal_, xavier_uniform_
 from torch.nn.modules.linear import NonDynamicallyQuantizableLinear
 
 from headlab.attention import layout
-from headlab.attention.functional import attend, merge_heads, split_heads
-from headlab.attention.masks import merge_masks
+from headlab.attention.functional import merge_heads, split_heads
+from headlab.attention.kernel import attend
+from headlab.attention.masks import torch_mask_spec
 from headlab.attention.rotary import apply_rotary
+from headlab.attention.sites import Sites
 from headlab.attention.sizes import check_positive_int, resolve_head_sizes
 from headlab.attention.torch_layers import (
     forward_nested,
@@ -98,7 +100,7 @@ class MultiHeadAttention(nn.Module):
         self.add_zero_attn = add_zero_attn
         q_dim, kv_dim = num_heads * head_dim, num_kv_heads * head_dim
 
-        self._interventions: dict[str, list[Callable[[Tensor], Tensor | None]]] = {}
+        self.sites = Sites()  # interventions and observers (headlab.attention.interventions)
         if packed:
             self.in_proj_weight = nn.Parameter(
                 torch.empty(q_dim + 2 * kv_dim, embed_dim, **factory)
@@ -175,14 +177,6 @@ class MultiHeadAttention(nn.Module):
         """torch.nn.MultiheadAttention.merge_masks (called by torch's encoder layer fast path)."""
         return torch_merge_masks(self.num_heads, attn_mask, key_padding_mask, query)
 
-    # ----------------------------------------------------------------- intervention sites
-    def _at(self, site: str, x: Tensor) -> Tensor:
-        for fn in self._interventions.get(site, ()):
-            replaced = fn(x)
-            if replaced is not None:
-                x = replaced
-        return x
-
     # ----------------------------------------------------------------- the computation
     def _project(self, query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """(batch, pos, E) inputs -> q (batch, H, q_pos, D), k and v (batch, G, k_pos', D).
@@ -238,55 +232,42 @@ class MultiHeadAttention(nn.Module):
         attn_mask: Tensor | None,
         is_causal: bool,
         head_mask: Tensor | None,
-        path: str,
+        need_weights: str | None,
+        head_view: int | None = None,
     ) -> HeadRun:
-        """Shared body of forward and trace, up to the head outputs (before W_O); ``path``:
-        fused, averaged or explicit (see functional.attend)."""
+        """Shared body of forward and trace, up to the head outputs (before W_O); the kernel
+        (``headlab.attention.kernel.attend``) chooses the path from ``need_weights`` (None,
+        "mean", "heads") and what ``self.sites`` asks."""
         batched, xq, xk, xv = self._inputs(query, key, value)  # (batch, q|k_pos, E|kdim|vdim)
-        batch, q_len, k_len = xq.shape[0], xq.shape[1], xk.shape[1]
+        batch = xq.shape[0]
         q, k, v = self._project(xq, xk, xv)  # (batch, H, q_pos, D), (batch, G, k_pos', D)
-        site = self._at if self._interventions else None
-        if site is not None:
-            q, k, v = site("q", q), site("k", k), site("v", v)
-        is_causal = is_causal or self.causal
-        # A bare causal call goes to SDPA's is_causal; anything else merges into one mask.
-        extra_keys = int(self.bias_k is not None) + int(self.add_zero_attn)
-        plain_causal = is_causal and path == "fused" and site is None and attn_mask is None
-        plain_causal = plain_causal and key_padding_mask is None and not extra_keys
-        mask = merge_masks(
+        mask = torch_mask_spec(
             attn_mask=attn_mask,
             key_padding_mask=key_padding_mask,
-            is_causal=is_causal and not plain_causal,
+            is_causal=is_causal or self.causal,
             batch=batch,
             num_heads=self.num_heads,
-            q_len=q_len,
-            k_len=k_len,
-            extra_keys=extra_keys,
+            q_len=xq.shape[1],
+            k_len=xk.shape[1],
+            extra_keys=int(self.bias_k is not None) + int(self.add_zero_attn),
             batched=batched,
-            dtype=q.dtype,
-            device=q.device,
         )
-        group, dropout_p = (
-            self.num_heads // self.num_kv_heads,
-            self.dropout if self.training else 0.0,
-        )
-        head_out, weights, scores = attend(
+        statistics = self.sites.statistics
+        if statistics is not None:  # contributions go through this module's W_O
+            statistics = dataclasses.replace(statistics, output_weight=self.out_proj.weight)
+        run = attend(
             q,
             k,
             v,
             mask,
-            path="explicit" if site is not None else path,
-            group=group,
-            dropout_p=dropout_p,
-            is_causal=plain_causal,
-            site=site,
+            dropout_p=self.dropout if self.training else 0.0,
+            need_weights=need_weights,
+            sites=self.sites,
+            head_scale=layout.head_scale(head_mask, batch, self.num_heads),  # (b|1, H, 1, 1)
+            head_view=head_view,
+            statistics=statistics,
         )
-        scale = layout.head_scale(head_mask, batch, self.num_heads)  # (batch|1, H, 1, 1)
-        if scale is not None:
-            head_out = head_out * scale
-        if site is not None:
-            head_out = site("head_outputs", head_out)
-        return HeadRun(batched, head_out, weights, q, k, v, scores)
+        return HeadRun(batched, run.head_out, run.weights, run.q, run.k, run.v, run.scores)
 
     def forward(
         self,
@@ -331,15 +312,13 @@ class MultiHeadAttention(nn.Module):
             attn_mask=attn_mask,
             is_causal=is_causal,
             head_mask=head_mask,
-            path=("averaged" if average_attn_weights else "explicit") if need_weights else "fused",
+            need_weights=("mean" if average_attn_weights else "heads") if need_weights else None,
         )
         out = self.out_proj(merge_heads(run.head_out))  # (batch, q_pos, E)
         output = layout.from_batch_first(out, batched=run.batched, batch_first=self.batch_first)
-        if not need_weights or run.weights is None:
+        if not need_weights:
             return output, None
-        weights = run.weights  # (batch, head|-, q_pos, k_pos): the averaged path averaged already
-        if average_attn_weights and weights.dim() == 4:
-            weights = weights.mean(dim=1)
+        weights = run.weights  # (batch, q_pos, k_pos) averaged, or (batch, head, q_pos, k_pos)
         return output, weights if run.batched else weights.squeeze(0)
 
     def trace(
@@ -368,7 +347,7 @@ class MultiHeadAttention(nn.Module):
             attn_mask=attn_mask,
             is_causal=is_causal,
             head_mask=head_mask,
-            path="explicit",
+            need_weights="heads",
         )
         w_o = self.out_proj.weight.view(self.embed_dim, self.num_heads, self.head_dim)
         contributions = torch.einsum("bhqd,ehd->bhqe", run.head_out, w_o)

@@ -6,7 +6,10 @@ With L_i = Q_i K_i^T / sqrt(d_head) (batch, head, q_pos, k_pos) for each head i:
     P_j  = softmax(L'_j + M)              one softmax per mixed head
     W_j  = sum_i post_mix[i, j] P_i       mixed weights (rows need not sum to one)
     O_j  = W_j V_j                        (batch, head, q_pos, d_head), then concat and W_O
-With pre_mix = post_mix = identity it is plain multi-head attention on the same parameters.
+With pre_mix = post_mix = identity it is plain multi-head attention on the same parameters. The
+module is ``MultiHeadAttention`` with the two mixings at the kernel's ``logits`` and ``weights``
+sites (``headlab.attention.kernel``): masks, fully masked rows (zeros) and head masks are the
+kernel's.
 The mixing adds 2 H^2 parameters; everything else is ``MultiHeadAttention``'s, with the same
 names, so a plain module's state dict loads into this one (``strict=False``) and back.
 """
@@ -14,12 +17,8 @@ names, so a plain module's state dict loads into this one (``strict=False``) and
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-from headlab.attention import layout
-from headlab.attention.functional import merge_heads, split_heads
-from headlab.attention.masks import causal_mask
 from headlab.attention.module import MultiHeadAttention
 from headlab.attention.trace import AttentionTrace
 
@@ -41,6 +40,9 @@ class TalkingHeadsAttention(MultiHeadAttention):
         factory = {"device": self.out_proj.weight.device, "dtype": self.out_proj.weight.dtype}
         self.pre_mix = nn.Parameter(torch.eye(num_heads, **factory))
         self.post_mix = nn.Parameter(torch.eye(num_heads, **factory))
+        # the mixing lives at two of the kernel's sites, in every call of this module
+        self.sites.add("logits", self._pre)
+        self.sites.add("weights", self._post)
 
     @classmethod
     def from_plain(
@@ -65,29 +67,13 @@ class TalkingHeadsAttention(MultiHeadAttention):
                     mix.add_(mix_scale * noise.to(mix.dtype))
         return module
 
-    def _talk(
-        self,
-        query: Tensor,
-        key: Tensor,
-        value: Tensor,
-        key_padding_mask: Tensor | None,
-        is_causal: bool,
-    ) -> tuple[Tensor, ...]:
-        """Batch-first inputs (batch, pos, E) -> (q, k, v, mixed scores, weights, head_out)."""
-        w_q, w_k, w_v = self.projection_weights()
-        b_q, b_k, b_v = self.projection_biases()
-        q = split_heads(F.linear(query, w_q, b_q), self.num_heads)  # (batch, head, q_pos, D)
-        k = split_heads(F.linear(key, w_k, b_k), self.num_heads)  # (batch, head, k_pos, D)
-        v = split_heads(F.linear(value, w_v, b_v), self.num_heads)
-        logits = (q * self.head_dim**-0.5) @ k.transpose(-2, -1)  # (batch, head, q_pos, k_pos)
-        scores = torch.einsum("bhqk,hj->bjqk", logits, self.pre_mix)
-        if is_causal or self.causal:
-            scores = scores.masked_fill(causal_mask(q.shape[2], k.shape[2], q.device), -torch.inf)
-        if key_padding_mask is not None:
-            scores = scores.masked_fill(key_padding_mask[:, None, None, :], -torch.inf)
-        probs = scores.softmax(-1)
-        weights = torch.einsum("bhqk,hj->bjqk", probs, self.post_mix)
-        return q, k, v, scores, weights, weights @ v
+    def _pre(self, logits: Tensor) -> Tensor:
+        """L'_j = sum_i pre_mix[i, j] L_i, at the kernel's logits site (before the mask)."""
+        return torch.einsum("bhqk,hj->bjqk", logits, self.pre_mix)
+
+    def _post(self, probs: Tensor) -> Tensor:
+        """W_j = sum_i post_mix[i, j] P_i, at the kernel's weights site (before the values)."""
+        return torch.einsum("bhqk,hj->bjqk", probs, self.post_mix)
 
     @property
     def _qkv_same_embed_dim(self) -> bool:
@@ -112,16 +98,16 @@ class TalkingHeadsAttention(MultiHeadAttention):
         weights W (batch, head, q_pos, k_pos), averaged over heads unless told otherwise."""
         if attn_mask is not None:
             raise ValueError("TalkingHeadsAttention does not support attn_mask")
-        batched, xq, xk, xv = self._inputs(query, key, value)
-        *_, weights, head_out = self._talk(xq, xk, xv, key_padding_mask, is_causal)
-        scale = layout.head_scale(head_mask, head_out.shape[0], self.num_heads)
-        head_out = head_out if scale is None else head_out * scale
-        out = self.out_proj(merge_heads(head_out))  # (batch, q_pos, E)
-        out = layout.from_batch_first(out, batched=batched, batch_first=self.batch_first)
-        if not need_weights:
-            return out, None
-        weights = weights.mean(1) if average_attn_weights else weights
-        return out, weights if batched else weights.squeeze(0)
+        return super().forward(
+            query,
+            key,
+            value,
+            key_padding_mask=key_padding_mask,
+            need_weights=need_weights,
+            average_attn_weights=average_attn_weights,
+            is_causal=is_causal,
+            head_mask=head_mask,
+        )
 
     def trace(
         self,
@@ -134,24 +120,11 @@ class TalkingHeadsAttention(MultiHeadAttention):
         *,
         head_mask: Tensor | None = None,
     ) -> AttentionTrace:
-        """Every intermediate (see AttentionTrace); ``scores`` are the mixed logits L' and
-        ``weights`` the mixed weights W."""
+        """Every intermediate (see AttentionTrace); ``scores`` are the mixed logits L' (mask
+        added) and ``weights`` the mixed weights W."""
         if attn_mask is not None:
             raise ValueError("TalkingHeadsAttention does not support attn_mask")
-        key = query if key is None else key
-        value = key if value is None else value
-        _, xq, xk, xv = self._inputs(query, key, value)
-        q, k, v, scores, weights, head_out = self._talk(xq, xk, xv, key_padding_mask, is_causal)
-        scale = layout.head_scale(head_mask, head_out.shape[0], self.num_heads)
-        head_out = head_out if scale is None else head_out * scale
-        w_o = self.out_proj.weight.view(self.embed_dim, self.num_heads, self.head_dim)
-        return AttentionTrace(
-            q=q,
-            k=k,
-            v=v,
-            scores=scores,
-            weights=weights,
-            head_outputs=head_out,
-            contributions=torch.einsum("bhqd,ehd->bhqe", head_out, w_o),
-            output=self.out_proj(merge_heads(head_out)),
-        )
+        return super().trace(
+            query, key, value, key_padding_mask=key_padding_mask, is_causal=is_causal,
+            head_mask=head_mask,
+        )  # fmt: skip

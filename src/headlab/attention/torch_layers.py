@@ -31,7 +31,7 @@ def fused_kernel_computes_forward(m: MultiHeadAttention) -> bool:
         and not m.causal
         and m.bias_k is None
         and not m.add_zero_attn
-        and not m._interventions
+        and not m.sites
     )
 
 

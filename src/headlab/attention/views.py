@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from torch import nn
 
+from headlab.attention.sites import Sites
 from headlab.attention.sizes import check_positive_int, resolve_head_sizes
 
 if TYPE_CHECKING:
@@ -84,5 +85,5 @@ def with_num_heads(
         num_heads=num_heads,
         head_dim=head_dim,
         num_kv_heads=num_kv_heads,
-        _interventions={},  # interventions belong to the module they were set on
+        sites=Sites(),  # interventions belong to the module they were set on
     )

@@ -1,0 +1,60 @@
+"""What is attached to one attention layer and applied in every call of it: ``Sites``.
+
+An attention layer (headlab's ``MultiHeadAttention``, or a transformers attention module behind
+headlab's registered attention function) owns one ``Sites``. The kernel
+(``headlab.attention.kernel.attend``) reads it in every call:
+
+- ``hooks``: interventions, site name -> functions that see (and may replace) the tensor there;
+  the public sites are ``SITES`` (see ``headlab.attention.interventions``), in the order a call
+  reaches them. ``logits`` (the scaled scores before soft-cap and mask) is an inner site for
+  variants built on the kernel (talking heads mixes its heads there).
+- ``statistics``: a request to stream per-head statistics (``headlab.attention.statistics``);
+  the sums of each call go to the request's ``report``.
+
+An empty ``Sites`` is falsy, and the kernel then takes its fastest path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from torch import Tensor
+
+#: The public intervention sites, in the order a call reaches them.
+SITES = ("q", "k", "v", "scores", "weights", "head_outputs")
+#: Sites the fused kernel (SDPA) can serve: they are outside the score matrix.
+OUTSIDE_SCORES = frozenset({"q", "k", "v", "head_outputs"})
+
+Hook = Callable[[Tensor], Tensor | None]
+
+
+class Sites:
+    """Interventions (``hooks``) and a statistics request attached to one attention layer."""
+
+    def __init__(self) -> None:
+        self.hooks: dict[str, list[Hook]] = {}
+        self.statistics = None  # a headlab.attention.statistics.StatisticsRequest, or None
+
+    def __bool__(self) -> bool:
+        return bool(self.hooks) or self.statistics is not None
+
+    def __call__(self, site: str, x: Tensor) -> Tensor:
+        """``x`` after every hook at ``site`` (a hook returning None leaves it)."""
+        for hook in self.hooks.get(site, ()):
+            replaced = hook(x)
+            if replaced is not None:
+                x = replaced
+        return x
+
+    def touches_scores(self) -> bool:
+        """Whether a hook needs the score or weight matrix (SDPA cannot serve it)."""
+        return any(site not in OUTSIDE_SCORES for site in self.hooks)
+
+    def add(self, site: str, hook: Hook) -> None:
+        self.hooks.setdefault(site, []).append(hook)
+
+    def remove(self, site: str, hook: Hook) -> None:
+        hooks = self.hooks[site]
+        hooks.remove(hook)
+        if not hooks:
+            del self.hooks[site]
