@@ -22,8 +22,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from headlab.attention.kernel import attend
+from headlab.attention.mask_spec import MaskSpec
 from headlab.models.hf.lazy_mask import as_mask_spec
-from headlab.models.hf.provisional_kernel import attend
 
 #: Keywords transformers passes that do not change the attention's math.
 PASSIVE = frozenset(
@@ -88,9 +89,7 @@ def headlab_attention(
     return result.head_out.transpose(1, 2).contiguous(), result.weights
 
 
-def _with_bias(spec, bias: Tensor):
+def _with_bias(spec: MaskSpec | None, bias: Tensor) -> MaskSpec:
     from dataclasses import replace
-
-    from headlab.models.hf.provisional_kernel import MaskSpec
 
     return MaskSpec(bias=bias) if spec is None else replace(spec, bias=bias)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from headlab.models.hf.provisional_kernel import MaskSpec
+from headlab.attention.mask_spec import MaskSpec
 
 #: What the cheap flag can say: every row sees keys up to itself and nothing else ("causal"),
 #: every row sees every key ("full"), or the rows must be built ("rows").
