@@ -22,6 +22,7 @@ _WHERE = {
     "head_gradient_norms": "headlab.analysis",
     "parameter_count": "headlab.analysis",
     "parameter_table": "headlab.analysis",
+    "attach": "headlab.models.hf",
 }
 __all__ = sorted(_WHERE)
 
@@ -50,6 +51,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from headlab.attention import AttentionTrace as AttentionTrace
     from headlab.attention import MultiHeadAttention as MultiHeadAttention
     from headlab.attention import causal_mask as causal_mask
+    from headlab.models.hf import attach as attach
 
 
 def __getattr__(name: str) -> Any:

@@ -1,13 +1,18 @@
-"""``headlab model heads|collapse|importance|prune|ablate|generate``: the heads of a trained model.
+"""``headlab model heads|collapse|importance|prune|ablate|generate|families``: the heads of a
+trained model.
 
-``--model`` names the model: one of the packaged models (``headlab.models.MODEL_NAMES``) or a
-path that ``headlab.models.load`` reads. The commands parse, call ``headlab.heads`` and print.
+``--model`` names the model: minilm (default, the packaged all-MiniLM-L6-v2 encoder), smollm2
+(the packaged SmolLM2-135M-Instruct decoder), a path (a .gguf file, a transformers checkpoint
+folder) or a hub id from the local cache; ``--backend``, ``--download`` and
+``--trust-remote-code`` say how (``headlab.models.load``). The commands parse, call
+``headlab.heads`` and print.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -31,9 +36,25 @@ model_app = typer.Typer(
 )
 
 MODEL = typer.Option(
-    None, "--model", help="minilm (default), smollm2, or a model folder or .gguf file."
+    None,
+    "--model",
+    help="minilm (default), smollm2, a path (.gguf, a transformers checkpoint folder) or a hub id.",
 )
 MODEL_DIR = typer.Option(None, "--model-dir", help="A model folder (same as --model PATH).")
+BACKEND = typer.Option(
+    None,
+    "--backend",
+    help="headlab or transformers [default: headlab's own rebuilt model where it has one for "
+    "the checkpoint (see docs/transformers.md), else transformers].",
+)
+DOWNLOAD = typer.Option(
+    False, "--download", help="Fetch a hub id that is not in the local cache (needs the network)."
+)
+TRUST_REMOTE_CODE = typer.Option(
+    False,
+    "--trust-remote-code",
+    help="Run the checkpoint's own Python code (its auto_map): only for checkpoints you trust.",
+)
 CORPUS = typer.Option(None, "--corpus", help="Text file, one text per line (default: stdlib).")
 N_TEXTS = typer.Option(300, "--n-texts", help="Number of texts to use.")
 MAX_LENGTH = typer.Option(
@@ -60,17 +81,41 @@ def _claim(analysis: str, out: Path, force: bool, figure: Path | None = None) ->
     claim(f"model-{analysis}", out, force=force, figure=figure)
 
 
+@dataclass(frozen=True)
+class Route:
+    """How --model is loaded: --backend, --download, --trust-remote-code."""
+
+    backend: str | None = None
+    download: bool = False
+    trust_remote_code: bool = False
+
+
+def _open(model: str | Path | None, route: Route):
+    """``headlab.models.load`` with the command's options; offline unless --download."""
+    if not route.download:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from headlab.models import load
+
+    with flags("model", "backend", "download", "trust_remote_code"):
+        return load(
+            model,
+            backend=route.backend,
+            download=route.download,
+            trust_remote_code=route.trust_remote_code,
+        )
+
+
 def _load(
     model: str | None,
     model_dir: Path | None,
     corpus: Path | None,
     n_texts: int,
     max_length: int | None,
+    route: Route,
 ):
     """(model, texts, max_length): every input checked before any analysis runs."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from headlab.limits import check_int
-    from headlab.models import default_corpus, load, read_corpus
+    from headlab.models import default_corpus, read_corpus
 
     if model is not None and model_dir is not None:
         raise ValueError("pass --model or --model-dir, not both")
@@ -79,8 +124,7 @@ def _load(
         check_int("--max-length", max_length, low=2)
     if corpus is not None:
         texts = read_corpus(corpus, n_texts)
-    with flags("model"):
-        loaded = load(model if model_dir is None else model_dir)
+    loaded = _open(model if model_dir is None else model_dir, route)
     positions = loaded.max_positions
     max_length = min(128, positions) if max_length is None else max_length
     check_int("--max-length", max_length, low=2, high=positions)
@@ -146,6 +190,9 @@ OUT_HEADS_OR_LONG = typer.Option(
 def heads(
     model: str | None = MODEL,
     model_dir: Path | None = MODEL_DIR,
+    backend: str | None = BACKEND,
+    download: bool = DOWNLOAD,
+    trust_remote_code: bool = TRUST_REMOTE_CODE,
     corpus: Path | None = CORPUS,
     n_texts: int = N_TEXTS,
     max_length: int | None = MAX_LENGTH,
@@ -171,13 +218,16 @@ def heads(
                 "--corpus and --max-length are for many short texts; with "
                 "--text-file or --max-tokens pass neither"
             )
-        _long_context(model, model_dir, text_file, max_tokens, metric, out, as_json, force)
+        route = Route(backend, download, trust_remote_code)
+        _long_context(model, model_dir, route, text_file, max_tokens, metric, out, as_json, force)
         return
     from headlab.heads import head_statistics
 
     out = model_results("heads") if out is None else out
     _claim("heads", out, force, figure)
-    loaded, texts, max_length = _load(model, model_dir, corpus, n_texts, max_length)
+    loaded, texts, max_length = _load(
+        model, model_dir, corpus, n_texts, max_length, Route(backend, download, trust_remote_code)
+    )
     _check_metric(metric, loaded)
     with progress("head statistics: texts", len(texts), quiet=as_json) as update:
         result = head_statistics(
@@ -213,6 +263,7 @@ def _check_metric(metric: str, loaded) -> None:
 def _long_context(
     model: str | None,
     model_dir: Path | None,
+    route: Route,
     text_file: Path | None,
     max_tokens: int | None,
     metric: str,
@@ -221,10 +272,9 @@ def _long_context(
     force: bool,
 ) -> None:
     """``model heads --text-file/--max-tokens``: one long text, streaming statistics."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from headlab.heads.long_context import long_text_statistics
     from headlab.limits import check_int
-    from headlab.models import load, long_document
+    from headlab.models import long_document
     from headlab.models.corpus import read_text_file
 
     out = model_results("long-context") if out is None else out
@@ -236,8 +286,7 @@ def _long_context(
     text = long_document() if text_file is None else read_text_file(text_file)
     if not text.strip():
         raise ValueError(f"--text-file {text_file}: expected text, got an empty file")
-    with flags("model"):
-        loaded = load(model if model_dir is None else model_dir)
+    loaded = _open(model if model_dir is None else model_dir, route)
     if max_tokens is not None:
         check_int("--max-tokens", max_tokens, low=2, high=loaded.max_positions)
     _check_metric(metric, loaded)
@@ -295,6 +344,9 @@ def _concentration_table(
 def collapse(
     model: str | None = MODEL,
     model_dir: Path | None = MODEL_DIR,
+    backend: str | None = BACKEND,
+    download: bool = DOWNLOAD,
+    trust_remote_code: bool = TRUST_REMOTE_CODE,
     corpus: Path | None = CORPUS,
     n_texts: int = N_TEXTS,
     max_length: int | None = MAX_LENGTH,
@@ -313,7 +365,9 @@ def collapse(
 
     chosen = int_list(heads, "--heads")
     _claim("collapse", out, force)
-    loaded, texts, max_length = _load(model, model_dir, corpus, n_texts, max_length)
+    loaded, texts, max_length = _load(
+        model, model_dir, corpus, n_texts, max_length, Route(backend, download, trust_remote_code)
+    )
     counts = None if chosen is None else tuple(chosen)
     if counts is not None:
         with flags(head_counts="--heads"):
@@ -336,6 +390,9 @@ def collapse(
 def importance(
     model: str | None = MODEL,
     model_dir: Path | None = MODEL_DIR,
+    backend: str | None = BACKEND,
+    download: bool = DOWNLOAD,
+    trust_remote_code: bool = TRUST_REMOTE_CODE,
     corpus: Path | None = CORPUS,
     n_texts: int = N_TEXTS,
     max_length: int | None = MAX_LENGTH,
@@ -350,7 +407,9 @@ def importance(
 
     check_finite("--temperature", temperature, positive=True)
     _claim("importance", out, force)
-    loaded, texts, max_length = _load(model, model_dir, corpus, n_texts, max_length)
+    loaded, texts, max_length = _load(
+        model, model_dir, corpus, n_texts, max_length, Route(backend, download, trust_remote_code)
+    )
     with progress("importance: batches", None, quiet=as_json) as update:
         result = head_importance(
             loaded,
@@ -367,6 +426,9 @@ def importance(
 def prune(
     model: str | None = MODEL,
     model_dir: Path | None = MODEL_DIR,
+    backend: str | None = BACKEND,
+    download: bool = DOWNLOAD,
+    trust_remote_code: bool = TRUST_REMOTE_CODE,
     corpus: Path | None = CORPUS,
     n_texts: int = N_TEXTS,
     max_length: int | None = MAX_LENGTH,
@@ -381,7 +443,9 @@ def prune(
 
     check_seed("--seed", seed)
     _claim("prune", out, force)
-    loaded, texts, max_length = _load(model, model_dir, corpus, n_texts, max_length)
+    loaded, texts, max_length = _load(
+        model, model_dir, corpus, n_texts, max_length, Route(backend, download, trust_remote_code)
+    )
     with progress("pruning: model runs", None, quiet=as_json) as update:
         result = prune_by_importance(
             loaded, texts, seed=seed, max_length=max_length, on_step=update
@@ -410,6 +474,9 @@ def ablate(
     mode: str = typer.Option("zero", "--mode", help="zero, mean or resample."),
     model: str | None = MODEL,
     model_dir: Path | None = MODEL_DIR,
+    backend: str | None = BACKEND,
+    download: bool = DOWNLOAD,
+    trust_remote_code: bool = TRUST_REMOTE_CODE,
     corpus: Path | None = CORPUS,
     n_texts: int = N_TEXTS,
     max_length: int | None = MAX_LENGTH,
@@ -424,7 +491,9 @@ def ablate(
         chosen = parse_heads(heads)
         check_mode(mode)
     _claim("ablate", out, force)
-    loaded, texts, max_length = _load(model, model_dir, corpus, n_texts, max_length)
+    loaded, texts, max_length = _load(
+        model, model_dir, corpus, n_texts, max_length, Route(backend, download, trust_remote_code)
+    )
     # ablation_effect checks the heads against the model before its first pass
     with flags(heads="--ablate"), progress("ablation: passes", 2, quiet=as_json) as update:
         result = ablation_effect(
@@ -448,24 +517,24 @@ def ablate(
 def generate(
     prompt: str = typer.Argument(..., help="The text to continue."),
     model: str = typer.Option(
-        "smollm2", "--model", help="smollm2 (default) or a language model's folder or file."
+        "smollm2", "--model", help="smollm2 (default), a decoder's path or a hub id."
     ),
+    backend: str | None = BACKEND,
+    download: bool = DOWNLOAD,
+    trust_remote_code: bool = TRUST_REMOTE_CODE,
     max_new_tokens: int = typer.Option(32, "--max-new-tokens", help="Tokens to generate."),
     chat: bool = typer.Option(False, "--chat", help="Wrap the prompt in the chat template."),
     as_json: bool = AS_JSON,
 ) -> None:
     """Greedy continuation of PROMPT by a decoder (no sampling: the same output every time)."""
     from headlab.limits import check_int
-    from headlab.models import load
 
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     check_int("--max-new-tokens", max_new_tokens, high=4096)
     if not prompt and not chat:  # before the model loads (SmolLM2: about 20 s on 2 busy cores)
         raise ValueError("PROMPT must be a text to continue, got an empty text")
     from headlab.models import LanguageModel
 
-    with flags("model"):
-        loaded = load(model)
+    loaded = _open(model, Route(backend, download, trust_remote_code))
     if not isinstance(loaded, LanguageModel):
         raise ValueError(f"--model must be a language model (it generates), got {loaded.name}")
     text = loaded.chat_prompt(prompt) if chat else prompt
@@ -476,6 +545,21 @@ def generate(
         print(json.dumps(doc, indent=1, ensure_ascii=False))
         return
     print(loaded.decode(new))
+
+
+@model_app.command()
+def families(as_json: bool = AS_JSON) -> None:
+    """The transformers families that --backend transformers can run.
+
+    Read from the installed transformers: the families whose attention goes through its
+    AttentionInterface (about ten seconds)."""
+    from headlab.models.hf import supported_families
+
+    names = supported_families()
+    if as_json:
+        print(json.dumps({"families": names}, indent=1))
+        return
+    print("\n".join(names))
 
 
 def register(app: typer.Typer) -> None:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from headlab.models.config import check_model_dir, read_bert_config, read_pooling_config
 from headlab.models.encoder import BertEncoder
+from headlab.models.llama_config import FAMILIES
 from headlab.models.pipeline import Encoder
 from headlab.models.tokenizer import TextTokenizer
 from headlab.models.weights import read_bert_tensors, to_headlab_state
@@ -47,17 +48,89 @@ def load_encoder(model_dir: str | Path | None = None) -> Encoder:
 
 
 MODEL_NAMES = ("minilm", "smollm2")
+BACKENDS = ("headlab", "transformers")
+#: config.json model_types that headlab's own models run (the rest go through transformers).
+HEADLAB_FAMILIES = ("bert", *FAMILIES)
+TRANSFORMERS_HINT = "; backend='transformers' runs it through transformers"
 
 
-def load(name_or_path: str | Path | None = None):
+def load(
+    name_or_path: str | Path | None = None,
+    *,
+    backend: str | None = None,
+    download: bool = False,
+    trust_remote_code: bool = False,
+):
     """A model behind ``HeadModel``: "minilm" (default; the packaged all-MiniLM-L6-v2 encoder),
-    "smollm2" (the packaged SmolLM2-135M-Instruct decoder), or a path: a ``.gguf`` file, a BERT
-    folder, or a Hugging Face folder of the Llama family (llama, mistral, qwen2).
+    "smollm2" (the packaged SmolLM2-135M-Instruct decoder), a path (a ``.gguf`` file or a
+    transformers checkpoint folder), or a hub id ``owner/name`` from the local Hugging Face cache
+    (fetched only with ``download=True``).
+
+    backend: "headlab" (headlab's own BERT encoder and Llama-family decoder: minilm, smollm2,
+    llama-architecture GGUFs, bert/llama/mistral/qwen2 folders) or "transformers" (any family
+    whose attention goes through transformers' AttentionInterface, on headlab's attention).
+    Default: "headlab" where it can run the model, "transformers" otherwise (other families,
+    hub ids). trust_remote_code: run the checkpoint's own Python code (never by default).
 
     Raises FileNotFoundError for a missing path, ValueError naming the file for anything else.
     """
+    if backend not in (None, *BACKENDS):
+        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    if backend == "transformers" or _transformers_only(name_or_path):
+        if backend == "headlab":
+            raise ValueError(
+                f"{name_or_path}: backend 'headlab' runs {', '.join(MODEL_NAMES)}, llama GGUFs "
+                f"and {', '.join(HEADLAB_FAMILIES)} folders; use backend='transformers'"
+            )
+        return _load_transformers(name_or_path, download, trust_remote_code)
+    try:
+        return _load_headlab(name_or_path)
+    except ValueError as error:
+        if backend is None and name_or_path not in (None, *MODEL_NAMES):
+            raise ValueError(f"{error}{TRANSFORMERS_HINT}") from None
+        raise
+
+
+def _model_type(folder: Path) -> object:
+    import json
+
+    config = folder / "config.json"
+    try:
+        return json.loads(config.read_text(encoding="utf-8")).get("model_type")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError) as error:
+        raise ValueError(f"{config}: not a JSON object ({error})") from None
+
+
+def _transformers_only(name_or_path: str | Path | None) -> bool:
+    """True for what only the transformers route loads: a hub id, a folder of another family."""
+    if name_or_path is None or name_or_path in MODEL_NAMES:
+        return False
+    path = Path(name_or_path)
+    if not path.exists():
+        from headlab.models.hf.checkpoint import HUB_ID
+
+        return isinstance(name_or_path, str) and bool(HUB_ID.match(name_or_path))
+    if path.is_dir() and (path / "config.json").is_file():
+        return _model_type(path) not in HEADLAB_FAMILIES
+    return False
+
+
+def _load_transformers(name_or_path, download: bool, trust_remote_code: bool):
+    from headlab.models.hf import load_transformers
+
+    if name_or_path is None or name_or_path == "minilm":
+        return load_transformers(default_model_dir(), download=False)
+    if name_or_path == "smollm2":
+        from headlab.models.gguf import packaged_smollm2
+
+        model = load_transformers(packaged_smollm2())
+        model.name = "SmolLM2-135M-Instruct"
+        return model
+    return load_transformers(name_or_path, download=download, trust_remote_code=trust_remote_code)
+
+
+def _load_headlab(name_or_path: str | Path | None):
     from headlab.models.gguf import packaged_smollm2
-    from headlab.models.llama_config import FAMILIES
     from headlab.models.load_decoder import load_gguf, load_hf_folder
 
     if name_or_path is None or name_or_path == "minilm":
@@ -68,25 +141,14 @@ def load(name_or_path: str | Path | None = None):
     if not path.exists():
         raise FileNotFoundError(
             f"model must be one of {', '.join(MODEL_NAMES)} or a path, got {str(name_or_path)!r}"
-            " (no such file or folder)"
+            " (no such file or folder, nor a hub id owner/name)"
         )
     if path.is_file():
         if path.suffix != ".gguf":
             raise ValueError(f"{path}: expected a .gguf file or a model folder")
         return load_gguf(path)
-    config = path / "config.json"
-    if not config.is_file():
+    if not (path / "config.json").is_file():
         raise FileNotFoundError(f"model folder {path}: config.json is missing")
-    import json
-
-    try:
-        family = json.loads(config.read_text(encoding="utf-8")).get("model_type")
-    except (UnicodeDecodeError, json.JSONDecodeError, AttributeError) as error:
-        raise ValueError(f"{config}: not a JSON object ({error})") from None
-    if family == "bert":
+    if _model_type(path) == "bert":
         return load_encoder(path)
-    if family not in FAMILIES:
-        raise ValueError(
-            f"{config}: model_type must be bert, {', '.join(FAMILIES)}, got {family!r}"
-        )
     return load_hf_folder(path)

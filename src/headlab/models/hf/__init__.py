@@ -1,0 +1,75 @@
+"""The transformers route: headlab's attention registered in transformers, inside any model whose
+family calls its attention through ``AttentionInterface``.
+
+``attach(model, tokenizer=None)`` wraps a ``PreTrainedModel`` already in memory;
+``load_transformers(source)`` loads a checkpoint folder, a GGUF file or a cached hub id. Both give
+a ``TransformersModel``. See docs/transformers.md.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from headlab.models.hf.adapter import TransformersModel
+from headlab.models.hf.families import supported_families
+from headlab.models.hf.registry import NAME, register
+
+__all__ = [
+    "NAME",
+    "TransformersModel",
+    "attach",
+    "load_transformers",
+    "register",
+    "supported_families",
+]
+
+
+def _causal(model: torch.nn.Module) -> bool:
+    return any(getattr(m, "is_causal", False) is True for m in model.modules())
+
+
+def attach(model, tokenizer=None, name: str | None = None) -> TransformersModel:
+    """Wrap a transformers ``PreTrainedModel`` in memory: its attention switches to headlab's
+    (``model.set_attn_implementation("headlab")``, on this model object only; weights are not
+    copied). Raises ValueError for a family whose attention does not go through the interface
+    or an encoder-decoder."""
+    from transformers import PreTrainedModel
+
+    from headlab.models.hf.loader import refuse_unsupported
+
+    if not isinstance(model, PreTrainedModel):
+        raise ValueError(f"expected a transformers PreTrainedModel, got {type(model).__name__}")
+    family = str(getattr(model.config, "model_type", type(model).__name__))
+    where = name or type(model).__name__
+    if getattr(model.config, "is_encoder_decoder", False):
+        raise ValueError(
+            f"{where}: family {family!r} is an encoder-decoder; headlab runs "
+            "decoders and encoders, not cross-attention"
+        )
+    refuse_unsupported(type(model), family, where)
+    model.set_attn_implementation(register())
+    label = name or getattr(model.config, "name_or_path", "") or type(model).__name__
+    return TransformersModel(label, model, tokenizer, causal=_causal(model))
+
+
+def load_transformers(
+    source,
+    *,
+    download: bool = False,
+    trust_remote_code: bool = False,
+    dtype: torch.dtype = torch.float32,
+) -> TransformersModel:
+    """A checkpoint (folder, .gguf file, or hub id in the local cache; fetched only with
+    ``download=True``) loaded by transformers on headlab's attention. See loader.py for what is
+    refused, before any weight is read."""
+    from headlab.models.config import read_pooling_config
+    from headlab.models.hf.loader import load_pretrained
+
+    model, tokenizer, checkpoint = load_pretrained(
+        source, download=download, trust_remote_code=trust_remote_code, dtype=dtype
+    )
+    causal = _causal(model)
+    wrapped = TransformersModel(checkpoint.name, model, tokenizer, causal=causal)
+    if not causal and checkpoint.gguf is None:
+        wrapped.pooling = read_pooling_config(checkpoint.folder, wrapped.max_positions)
+    return wrapped

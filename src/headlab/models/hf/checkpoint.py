@@ -1,0 +1,167 @@
+"""Where a transformers checkpoint is, and whether headlab may load it: all before any weight.
+
+``locate(source)`` turns what the user wrote into a ``Checkpoint``: a folder (``config.json``,
+``*.safetensors``, tokenizer files), a ``.gguf`` file, or a hub id ``owner/name`` found in the
+local Hugging Face cache (fetched only with ``download=True``: config first, weights after the
+checks). ``read_config`` reads its configuration without running the checkpoint's own code
+unless ``trust_remote_code=True``. Every refusal is one line (ValueError or FileNotFoundError)
+naming the checkpoint and what to do.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+PICKLES = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl")
+#: Files fetched from the hub: configuration, safetensors weights, tokenizer; never pickles.
+HUB_FILES = [
+    "*.json",
+    "*.safetensors",
+    "tokenizer*",
+    "vocab*",
+    "merges.txt",
+    "*.model",
+    "*.tiktoken",
+    "1_Pooling/*",
+]
+LIST_HINT = "`headlab model families` (supported_families()) lists the families it can run"
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A located checkpoint: ``folder`` holds config.json (or the GGUF file ``gguf``).
+    ``to_fetch``: a hub id whose configuration is here and whose other files are fetched by
+    ``fetch_rest`` once every check has passed."""
+
+    name: str
+    folder: Path
+    gguf: str | None = None  # file name inside ``folder``
+    to_fetch: str | None = None
+
+
+def first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def _from_hub(repo_id: str, download: bool) -> Checkpoint:
+    import huggingface_hub
+    from huggingface_hub import constants
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    if not download:
+        try:
+            folder = huggingface_hub.snapshot_download(repo_id, local_files_only=True)
+        except (LocalEntryNotFoundError, FileNotFoundError, ValueError):
+            raise FileNotFoundError(
+                f"{repo_id}: no such file or folder, and not in the local Hugging Face cache "
+                f"({constants.HF_HUB_CACHE}); pass download=True to fetch it"
+            ) from None
+        return Checkpoint(repo_id, Path(folder))
+    if constants.HF_HUB_OFFLINE:
+        raise ValueError(
+            f"{repo_id}: downloading needs the network, but HF_HUB_OFFLINE (or "
+            "TRANSFORMERS_OFFLINE) is set; unset it to download"
+        )
+    try:  # the configuration only: the checks run before any weight is fetched
+        folder = huggingface_hub.snapshot_download(repo_id, allow_patterns=["config.json"])
+    except (OSError, huggingface_hub.errors.HfHubHTTPError) as error:
+        raise ValueError(f"{repo_id}: download failed ({first_line(error)})") from None
+    return Checkpoint(repo_id, Path(folder), to_fetch=repo_id)
+
+
+def fetch_rest(checkpoint: Checkpoint, trust_remote_code: bool) -> Checkpoint:
+    """The hub checkpoint with its weights and tokenizer fetched (safetensors, never pickles;
+    Python files only with ``trust_remote_code``); any other checkpoint as it is."""
+    if checkpoint.to_fetch is None:
+        return checkpoint
+    import huggingface_hub
+
+    patterns = [*HUB_FILES, "*.py"] if trust_remote_code else HUB_FILES
+    try:
+        folder = huggingface_hub.snapshot_download(checkpoint.to_fetch, allow_patterns=patterns)
+    except (OSError, huggingface_hub.errors.HfHubHTTPError) as error:
+        raise ValueError(f"{checkpoint.name}: download failed ({first_line(error)})") from None
+    return Checkpoint(checkpoint.name, Path(folder))
+
+
+def locate(source: str | Path, *, download: bool = False) -> Checkpoint:
+    """The ``Checkpoint`` that ``source`` names (a folder, a .gguf file, or a hub id)."""
+    path = Path(source)
+    if path.is_file():
+        if path.suffix != ".gguf":
+            raise ValueError(f"{path}: expected a .gguf file or a model folder")
+        return Checkpoint(path.stem, path.parent, gguf=path.name)
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise FileNotFoundError(f"model folder {path}: config.json is missing")
+        return Checkpoint(path.name, path)
+    if isinstance(source, str) and HUB_ID.match(source):
+        return _from_hub(source, download)
+    raise FileNotFoundError(f"{source}: no such file or folder (nor a hub id owner/name)")
+
+
+def raw_config(checkpoint: Checkpoint) -> dict:
+    """config.json as a dict (a GGUF's is read by transformers from its metadata)."""
+    path = checkpoint.folder / "config.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{path}: not valid JSON ({error})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+def check_code(checkpoint: Checkpoint, trust_remote_code: bool) -> None:
+    """Refuse a config.json whose family transformers does not know: the checkpoint's own code
+    (``auto_map``) runs only with ``trust_remote_code``. A GGUF is checked by transformers."""
+    from transformers import CONFIG_MAPPING
+
+    if checkpoint.gguf is not None or trust_remote_code:
+        return
+    family = raw_config(checkpoint).get("model_type")
+    if family in CONFIG_MAPPING:
+        return
+    if raw_config(checkpoint).get("auto_map"):
+        raise ValueError(
+            f"{checkpoint.name}: model_type {family!r} is defined by the checkpoint's own Python "
+            "code (auto_map), which headlab runs only with trust_remote_code=True"
+        )
+    import transformers
+
+    raise ValueError(
+        f"{checkpoint.name}: model_type {family!r} is not a family transformers "
+        f"{transformers.__version__} knows; {LIST_HINT}"
+    )
+
+
+def check_weights(checkpoint: Checkpoint) -> None:
+    """Refuse a folder without ``*.safetensors`` weights, naming any pickles found there."""
+    if checkpoint.gguf is not None or any(checkpoint.folder.glob("*.safetensors")):
+        return
+    pickles = sorted(p.name for pattern in PICKLES for p in checkpoint.folder.glob(pattern))
+    found = f" (found {', '.join(pickles)}: pickle, which headlab never loads)" if pickles else ""
+    raise ValueError(f"{checkpoint.name}: no *.safetensors weights{found}")
+
+
+def read_config(checkpoint: Checkpoint, trust_remote_code: bool = False):
+    """transformers' config object of ``checkpoint`` (local files only)."""
+    from transformers import AutoConfig
+
+    check_code(checkpoint, trust_remote_code)
+    try:
+        return AutoConfig.from_pretrained(
+            str(checkpoint.folder),
+            gguf_file=checkpoint.gguf,
+            trust_remote_code=trust_remote_code,
+            local_files_only=True,
+        )
+    except (ValueError, OSError, KeyError) as error:
+        raise ValueError(
+            f"{checkpoint.name}: transformers cannot read its config ({first_line(error)})"
+        ) from None

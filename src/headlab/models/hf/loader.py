@@ -1,0 +1,161 @@
+"""Load a transformers checkpoint onto headlab's attention, refusing what cannot run exactly.
+
+    checkpoint = locate(source)                 where it is (checkpoint.py)
+    config = read_config(checkpoint)            config.json or GGUF metadata, no weights
+    plan = plan_model(config)                   built on the meta device: the class, causal or
+                                                not, the parameter count; refusals
+    model = plan.model_class.from_pretrained(..., attn_implementation="headlab",
+                                             use_safetensors=True)
+
+The model class is transformers' own (``AutoModelForCausalLM`` for a causal model, ``AutoModel``
+for an encoder); headlab only registers its attention (registry.py). Refused before any weight is
+read, each in one line: a family whose attention does not go through ``AttentionInterface``
+(the model class's ``_supports_attention_backend``), an encoder-decoder, a checkpoint whose
+parameters would not fit in memory (the estimate from the meta build), pickled weights, and
+remote code without ``trust_remote_code``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from headlab.limits import check_fits
+from headlab.models.hf.checkpoint import (
+    LIST_HINT,
+    Checkpoint,
+    check_weights,
+    fetch_rest,
+    first_line,
+    locate,
+    read_config,
+)
+from headlab.models.hf.registry import register
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What loading a config would build: ``model_class`` (a transformers class), whether its
+    attention is causal, and its parameter count."""
+
+    model_class: type
+    causal: bool
+    parameters: int
+
+
+def _family(config) -> str:
+    return str(getattr(config, "model_type", None) or type(config).__name__)
+
+
+def refuse_unsupported(model_class: type, family: str, where: str) -> None:
+    """ValueError when ``model_class`` does not call its attention through the interface."""
+    if not getattr(model_class, "_supports_attention_backend", False):
+        raise ValueError(
+            f"{where}: family {family!r} ({model_class.__name__}) computes its attention itself, "
+            f"not through transformers' AttentionInterface, so headlab cannot run inside it; "
+            f"{LIST_HINT}"
+        )
+
+
+def _on_meta(auto_class: type, config, trust_remote_code: bool):
+    with torch.device("meta"):
+        return auto_class.from_config(config, trust_remote_code=trust_remote_code)
+
+
+def plan_model(config, where: str, trust_remote_code: bool = False) -> Plan:
+    """The ``Plan`` for ``config``, from the config alone (the model is built on the meta
+    device: no memory, no weights). Raises ValueError naming ``where`` and the family."""
+    from transformers import AutoModel, AutoModelForCausalLM
+
+    family = _family(config)
+    if getattr(config, "is_encoder_decoder", False):
+        raise ValueError(
+            f"{where}: family {family!r} is an encoder-decoder; headlab runs decoders and "
+            f"encoders, not cross-attention; {LIST_HINT}"
+        )
+    try:
+        base = _on_meta(AutoModel, config, trust_remote_code)
+    except (ValueError, KeyError) as error:
+        raise ValueError(
+            f"{where}: transformers has no model class for {family!r} ({first_line(error)})"
+        ) from None
+    refuse_unsupported(type(base), family, where)
+    causal = any(getattr(m, "is_causal", False) is True for m in base.modules())
+    model = base
+    if causal:
+        try:
+            model = _on_meta(AutoModelForCausalLM, config, trust_remote_code)
+        except (ValueError, KeyError):
+            raise ValueError(
+                f"{where}: family {family!r} is causal but transformers has no language-model "
+                f"class for it; {LIST_HINT}"
+            ) from None
+        refuse_unsupported(type(model), family, where)
+    return Plan(type(model), causal, sum(p.numel() for p in model.parameters()))
+
+
+def check_memory(plan: Plan, dtype: torch.dtype, where: str) -> None:
+    """ValueError with the estimate when the parameters alone would not fit."""
+    nbytes = plan.parameters * torch.empty((), dtype=dtype).element_size()
+    check_fits(
+        f"{where} ({plan.parameters:,} parameters in {str(dtype).removeprefix('torch.')})",
+        nbytes,
+        hint="pick a smaller model or a smaller dtype",
+    )
+
+
+def load_tokenizer(checkpoint: Checkpoint, trust_remote_code: bool = False):
+    """The checkpoint's tokenizer (transformers' class), or None when it has none."""
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    folder = checkpoint.folder
+    if checkpoint.gguf is None and not (folder / "tokenizer_config.json").is_file():
+        if not (folder / "tokenizer.json").is_file():
+            return None
+        return PreTrainedTokenizerFast(tokenizer_file=str(folder / "tokenizer.json"))
+    try:
+        return AutoTokenizer.from_pretrained(
+            str(folder),
+            gguf_file=checkpoint.gguf,
+            local_files_only=True,
+            trust_remote_code=trust_remote_code,
+        )
+    except (ValueError, OSError, KeyError) as error:
+        raise ValueError(
+            f"{checkpoint.name}: transformers cannot read its tokenizer ({first_line(error)})"
+        ) from None
+
+
+def load_pretrained(
+    source,
+    *,
+    download: bool = False,
+    trust_remote_code: bool = False,
+    dtype: torch.dtype = torch.float32,
+):
+    """(model, tokenizer or None, checkpoint): the checkpoint ``source`` names, loaded by
+    transformers with ``attn_implementation="headlab"``, in eval mode."""
+    checkpoint = locate(source, download=download)
+    config = read_config(checkpoint, trust_remote_code)
+    plan = plan_model(config, checkpoint.name, trust_remote_code)
+    check_memory(plan, dtype, checkpoint.name)
+    checkpoint = fetch_rest(checkpoint, trust_remote_code)
+    check_weights(checkpoint)
+    extra = {} if checkpoint.gguf is not None else {"use_safetensors": True}
+    try:
+        model = plan.model_class.from_pretrained(
+            str(checkpoint.folder),
+            gguf_file=checkpoint.gguf,
+            config=config,
+            attn_implementation=register(),
+            dtype=dtype,
+            local_files_only=True,
+            trust_remote_code=trust_remote_code,
+            **extra,
+        )
+    except (ValueError, OSError, KeyError) as error:
+        raise ValueError(
+            f"{checkpoint.name}: transformers cannot load it ({first_line(error)})"
+        ) from None
+    return model.eval(), load_tokenizer(checkpoint, trust_remote_code), checkpoint

@@ -1,0 +1,202 @@
+"""Tiny random transformers checkpoints, one per family, each with its distinguishing feature.
+
+``write_family(name, folder)`` builds the model with transformers itself
+(``AutoConfig.for_model`` + the family's model class), seeded, and writes ``config.json``,
+``model.safetensors`` and a word-level ``tokenizer.json`` (words ``w0`` .. ``w{VOCAB-1}``,
+whitespace split) into ``folder``. Sizes are tiny and distinct (heads != kv_heads != layers),
+so that a swapped axis fails a test instead of passing by symmetry.
+
+Every family's test text (``text(n)``) is longer than its sliding windows, so that a window is
+exercised. Parameters that transformers initialises to constants (norm weights, biases, sinks)
+are redrawn, so that a path that drops them gives another answer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+VOCAB = 101
+WINDOW = 4  # sliding windows (Mistral, Gemma 2/3, gpt-oss): shorter than every test text
+
+
+@dataclass(frozen=True)
+class Family:
+    """One family: its model_type, the config overrides, and what it exercises."""
+
+    model_type: str
+    overrides: dict = field(default_factory=dict)
+    feature: str = ""
+    causal: bool = True
+
+
+_GQA = {"hidden_size": 48, "num_attention_heads": 6, "num_key_value_heads": 2, "head_dim": 8}
+_DECODER = {
+    "num_hidden_layers": 2,
+    "intermediate_size": 37,
+    "max_position_embeddings": 64,
+    "tie_word_embeddings": False,
+}
+
+FAMILIES: dict[str, Family] = {
+    "llama": Family("llama", {**_GQA, **_DECODER}, "grouped K/V heads (6 on 2)"),
+    "mistral": Family(
+        "mistral", {**_GQA, **_DECODER, "sliding_window": WINDOW}, f"sliding window {WINDOW}"
+    ),
+    "qwen2": Family("qwen2", {**_GQA, **_DECODER}, "biased q/k/v projections"),
+    "qwen3": Family("qwen3", {**_GQA, **_DECODER, "head_dim": 10}, "QK-norm, head_dim 10 != 48/6"),
+    "qwen3_moe": Family(
+        "qwen3_moe",
+        {
+            **_GQA,
+            **_DECODER,
+            "num_experts": 4,
+            "num_experts_per_tok": 2,
+            "moe_intermediate_size": 20,  # grouped_mm on CPU: strides of 16 bytes
+            "decoder_sparse_step": 1,
+            "norm_topk_prob": True,
+        },
+        "mixture of experts (4, top 2), QK-norm",
+    ),
+    "gemma2": Family(
+        "gemma2",
+        {
+            **_GQA,
+            **_DECODER,
+            "num_hidden_layers": 3,
+            "sliding_window": WINDOW,
+            "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
+            "attn_logit_softcapping": 1.5,
+            "final_logit_softcapping": 30.0,
+            "query_pre_attn_scalar": 6,
+        },
+        f"logit soft-cap 1.5, sliding window {WINDOW} on layers 0 and 2",
+    ),
+    "gemma3_text": Family(
+        "gemma3_text",
+        {
+            **_GQA,
+            **_DECODER,
+            "num_hidden_layers": 3,
+            "sliding_window": WINDOW,
+            "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
+            "query_pre_attn_scalar": 6,
+        },
+        f"QK-norm, sliding window {WINDOW} on layers 0 and 2",
+    ),
+    "phi3": Family(
+        "phi3",
+        {**_GQA, **_DECODER, "partial_rotary_factor": 0.5},
+        "fused qkv_proj, partial rotary (half of each head)",
+    ),
+    "olmo2": Family("olmo2", {**_GQA, **_DECODER}, "QK-norm over all heads at once"),
+    "gpt2": Family(
+        "gpt2",
+        {"n_embd": 30, "n_head": 3, "n_layer": 2, "n_inner": 37, "n_positions": 64},
+        "learned positions, biased fused c_attn (Conv1D)",
+    ),
+    "gpt_neox": Family(
+        "gpt_neox",
+        {
+            "hidden_size": 40,
+            "num_attention_heads": 4,
+            "num_hidden_layers": 2,
+            "intermediate_size": 37,
+            "max_position_embeddings": 64,
+            "rotary_pct": 0.5,
+            "tie_word_embeddings": False,
+        },
+        "biased fused query_key_value (per head), partial rotary 0.5",
+    ),
+    "gpt_oss": Family(
+        "gpt_oss",
+        {
+            **_GQA,
+            **_DECODER,
+            "sliding_window": WINDOW,
+            "layer_types": ["sliding_attention", "full_attention"],
+            "num_local_experts": 4,
+            "num_experts_per_tok": 2,
+            "intermediate_size": 16,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 150000.0},
+        },
+        f"attention sinks (s_aux), sliding window {WINDOW} on layer 0, experts",
+    ),
+    "bert": Family(
+        "bert",
+        {
+            "hidden_size": 36,
+            "num_attention_heads": 3,
+            "num_hidden_layers": 2,
+            "intermediate_size": 37,
+            "max_position_embeddings": 64,
+            "type_vocab_size": 2,
+        },
+        "bidirectional, learned positions",
+        causal=False,
+    ),
+}
+
+
+def model_class(family: Family):
+    """The transformers class the checkpoint is written with (and compared against)."""
+    import transformers
+
+    if family.causal:
+        return transformers.AutoModelForCausalLM
+    return transformers.AutoModel
+
+
+#: Special token ids inside the tiny vocabulary (the defaults, e.g. GPT-2's 50256, are not).
+TOKENS = {"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0}
+
+
+def config(name: str):
+    """The transformers config of family ``name``."""
+    import transformers
+
+    family = FAMILIES[name]
+    return transformers.AutoConfig.for_model(
+        family.model_type, vocab_size=VOCAB, **TOKENS, **family.overrides
+    )
+
+
+def build(name: str, seed: int = 5):
+    """A seeded random transformers model of family ``name`` (float32, eval mode)."""
+    family = FAMILIES[name]
+    torch.manual_seed(seed)
+    model = model_class(family).from_config(config(name), dtype=torch.float32).eval()
+    with torch.no_grad():  # constants of the init (norms, biases, sinks) become random
+        for parameter in model.parameters():
+            if parameter.ndim == 1:
+                parameter.normal_(0.3, 0.4)
+    return model
+
+
+def write_tokenizer(folder: Path) -> Path:
+    """A word-level tokenizer over ``w0`` .. ``w{VOCAB-1}`` (``w0`` is the unknown word)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    vocab = {f"w{i}": i for i in range(VOCAB)}
+    tokenizer = Tokenizer(models.WordLevel(vocab=vocab, unk_token="w0"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    path = folder / "tokenizer.json"
+    tokenizer.save(str(path))
+    return path
+
+
+def write_family(name: str, folder: Path, seed: int = 5) -> Path:
+    """``folder`` holding family ``name``'s checkpoint (safetensors) and tokenizer."""
+    folder.mkdir(parents=True, exist_ok=True)
+    build(name, seed).save_pretrained(folder, safe_serialization=True)
+    write_tokenizer(folder)
+    return folder
+
+
+def text(n: int, seed: int = 0) -> str:
+    """``n`` words of the tokenizer's vocabulary (never the unknown word), seeded."""
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(1, VOCAB, (n,), generator=generator)
+    return " ".join(f"w{int(i)}" for i in ids)
