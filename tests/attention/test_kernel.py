@@ -22,6 +22,7 @@ import headlab.attention.kernel as kernel
 from headlab.attention.functional import entropy
 from headlab.attention.kernel import attend
 from headlab.attention.mask_spec import MaskSpec
+from headlab.attention.sites import KeyBudget
 from headlab.attention.statistics import StatisticsRequest
 
 F64 = torch.float64
@@ -93,6 +94,10 @@ def _hidden(spec: MaskSpec, b: int, h: int, i: int, p: int, j: int) -> tuple[boo
         heads_windowed = spec.window_heads is None or bool(spec.window_heads[h])
         far = (p - j >= spec.window) if spec.causal else abs(p - j) >= spec.window
         hidden |= heads_windowed and far and j >= spec.window_sinks
+    if spec.budget is not None:
+        budget = spec.budget
+        far = (p - j >= budget.window) if spec.causal else abs(p - j) >= budget.window
+        hidden |= bool(budget.heads[h]) and far and j >= budget.sinks
     if spec.key_padding is not None:
         hidden |= bool(spec.key_padding[b, j])
     if spec.rows is not None:
@@ -151,6 +156,10 @@ def cases(draw, *, plain: bool = False):
     bias = None
     if draw(st.booleans()):
         bias = torch.randn(1, mask_heads, 1, real, generator=g, dtype=F64)
+    budget = None
+    if not shared and draw(st.booleans()):
+        chosen = torch.tensor([h % 3 == 1 for h in range(heads)])
+        budget = KeyBudget(sinks=draw(st.sampled_from([0, 1, 2])), window=2, heads=chosen)
     spec = MaskSpec(
         causal=draw(st.booleans()),
         q_offset=offset,
@@ -162,6 +171,7 @@ def cases(draw, *, plain: bool = False):
         rows=rows_mask,
         bias=bias,
         extra_keys=extra,
+        budget=budget,
     )
     options = {
         "scale": draw(st.sampled_from([None, 0.3])),
@@ -238,31 +248,42 @@ def test_fused_and_averaged_paths(case):
         torch.testing.assert_close(grads[0], want[0], atol=1e-9, rtol=1e-9)
 
 
-@given(cases(plain=True), st.sampled_from([1, 7, 10**6]))
-def test_streamed_statistics_equal_the_reference_weights(case, chunk):
+@given(cases(plain=True), st.sampled_from([1, 7, 10**6]), st.sampled_from([(0, 1), (1, 2), (2, 3)]))
+def test_streamed_statistics_equal_the_reference_weights(case, chunk, window):
     q, k, v, spec, options = case
     want_out, w = _reference(q, k, v, spec, options)
-    batch, _heads, q_len, _ = q.shape
+    batch, heads, q_len, _ = q.shape
     positions = torch.arange(q_len) + spec.q_offset
+    g = torch.Generator().manual_seed(q_len)
+    sources = torch.randint(-1, int(positions[0]) + 1, (batch, q_len), generator=g)
     collected = []
-    first = {"first": torch.zeros(batch, dtype=torch.long)}
-    request = StatisticsRequest(chunk_elements=chunk, special=first, report=collected.append)
+    request = StatisticsRequest(
+        chunk_elements=chunk,
+        special={"first": torch.zeros(batch, dtype=torch.long)},
+        report=collected.append,
+        window=window,
+        copy_sources=sources,
+        block=3,
+    )
     run = _attend(q, k, v, spec, options, statistics=request)
     torch.testing.assert_close(run.head_out, want_out, atol=1e-10, rtol=1e-10)
     (sums,) = collected
     keys = torch.arange(w.shape[-1])
+    index = sources.clamp(0)[:, None, :, None].expand(-1, heads, -1, 1)
+    on_source = torch.where(sources[:, None] >= 0, w.gather(-1, index)[..., 0], 0.0)
+    selfs = [
+        w[..., i, p] if p < w.shape[-1] else 0 * w[..., i, 0]
+        for i, p in enumerate(positions.tolist())
+    ]
+    causal = spec.causal and not spec.extra_keys
     want = {
         "entropy": entropy(w),
         "max_weight": w.amax(-1),
         "first": w[..., 0],
         "distance": (w * (positions[:, None] - keys[None, :]).abs()).sum(-1),
-        "self": torch.stack(
-            [
-                w[..., i, p] if p < w.shape[-1] else w[..., i, 0] * 0
-                for i, p in enumerate(positions.tolist())
-            ],
-            -1,
-        ),
+        "self": torch.stack(selfs, -1),
+        "window_error": _window_error(w, v, positions, window, causal),
+        "copy_weight": on_source,
     }
     for name, value in want.items():
         torch.testing.assert_close(
@@ -270,6 +291,39 @@ def test_streamed_statistics_equal_the_reference_weights(case, chunk):
         )
     torch.testing.assert_close(sums.received, w.sum(dim=(0, 2)), atol=1e-9, rtol=1e-9)
     assert sums.n_queries == batch * q_len
+    valid = sources >= 0
+    assert sums.n_copy == int(valid.sum())
+    hits = (w.argmax(-1) == sources[:, None]).transpose(0, 1)[:, valid]
+    assert torch.equal(sums.copy_hits, hits)
+    # blocks of 3 queries x 3 keys; query blocks by absolute position
+    q_blocks, k_blocks = -(-(spec.q_offset + q_len) // 3), -(-w.shape[-1] // 3)
+    mass = torch.zeros(heads, q_blocks, k_blocks, dtype=F64)
+    for i, p in enumerate(positions.tolist()):
+        for j in range(w.shape[-1]):
+            mass[:, p // 3, j // 3] += w[:, :, i, j].sum(0)
+    torch.testing.assert_close(sums.blocks, mass, atol=1e-9, rtol=1e-9)
+    rows = torch.zeros(q_blocks, dtype=F64)
+    for p in positions.tolist():
+        rows[p // 3] += batch
+    torch.testing.assert_close(sums.block_rows, rows)
+
+
+def _window_error(w, v, positions, window, causal):
+    """||o - o^window|| / ||o|| by definition, from the reference weights (batch, head, q, k)."""
+    sinks, size = window
+    heads, groups = w.shape[1], v.shape[1]
+    v = v.repeat_interleave(heads // groups, dim=1).to(F64)
+    keys = torch.arange(w.shape[-1])
+    offset = positions[:, None] - keys[None, :]
+    near = ((offset >= 0) & (offset < size)) if causal else offset.abs() < size
+    allowed = (near | (keys[None, :] < sinks)).to(F64)
+    full = w @ v
+    kept = w * allowed
+    den = kept.sum(-1, keepdim=True)
+    windowed = torch.where(den > 0, (kept @ v) / den.clamp_min(1e-300), 0.0)
+    lost = (full - windowed).norm(dim=-1)
+    norm = full.norm(dim=-1)
+    return torch.where(norm > 0, lost / norm.clamp_min(1e-300), 0.0)
 
 
 @pytest.mark.parametrize(

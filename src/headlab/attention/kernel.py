@@ -24,7 +24,7 @@ group outputs that group's P times its own values: the same weights viewed with 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -277,12 +277,14 @@ def _chunked(
                 view=view,
                 inplace=True,
             )  # (batch', head|view, rows, keys)
-            out[part, rows] = _values(p, v[part, :, :keys], heads).transpose(1, 2)
+            o = _values(p, v[part, :, :keys], heads)  # (batch', head, rows, d)
+            out[part, rows] = o.transpose(1, 2)
             if averaged is not None:
                 averaged[part, rows, keys:] = 0.0
                 torch.mean(p, dim=1, out=averaged[part, rows, :keys])
             if sums is not None:
-                sums.add(p, rows, causal_keys=mask is not None and mask.causal and not extra)
+                causal = mask is not None and mask.causal and not extra
+                sums.add(p, rows, causal_keys=causal, outputs=o, values=v[part, :, :keys])
     return out.transpose(1, 2), averaged
 
 
@@ -338,6 +340,8 @@ def attend(
     sites = sites if sites else None
     if sites is not None:
         q, k, v = sites("q", q), sites("k", k), sites("v", v)
+        if sites.budget is not None:  # a KV plan: its heads see sinks and a window only
+            mask = replace(mask or MaskSpec(), budget=sites.budget)
     needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
     matrix_sites = sites is not None and sites.touches_scores()
     options = {"scale": scale, "softcap": softcap, "sinks": sinks, "view": view}
@@ -357,7 +361,9 @@ def attend(
             weights = weights.mean(dim=1)
     elif need_weights == "mean":
         head_out, weights = _averaged(q, k, v, mask, dropout_p=dropout_p, **options)
-    elif softcap is not None or sinks is not None or view is not None:
+    elif (softcap is not None or sinks is not None or view is not None) or (
+        mask is not None and mask.large and not needs_grad and not static_graph()
+    ):  # SDPA cannot do these, or would need a whole (q_pos, k_pos) mask per head
         head_out, _ = _chunked(q, k, v, mask, mean=False, sums=None, **_chunking(options))
     else:
         head_out = _fused(q, k, v, mask, scale=scale, dropout_p=dropout_p)
@@ -441,7 +447,9 @@ def _streamed(
             head_out, weights, _ = _explicit(
                 q, k, v, mask, dropout_p=0.0, sites=sites, **options
             )
-            sums.add(weights, slice(0, q_len), causal_keys=False)
+            causal = mask is not None and mask.causal and not mask.extra_keys
+            outputs = _values(weights, v, heads)  # before the head_outputs site, as chunked
+            sums.add(weights, slice(0, q_len), causal_keys=causal, outputs=outputs, values=v)
             return head_out, None, None, sums
         chunking = _chunking(options, request.chunk_elements)
         head_out, _ = _chunked(q, k, v, mask, mean=False, sums=sums, **chunking)

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from headlab.attention.layout import static_graph
+from headlab.attention.sites import KeyBudget
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,8 @@ class MaskSpec:
         for query rows start .. stop - 1, or None where it hides nothing.
     bias: (b|1, h|1, q_pos|1, k_pos) float added to the scores (ALiBi, T5's position bias).
     extra_keys: key columns after the real keys that every query sees.
+    budget: a ``KeyBudget`` on top of everything else (a KV-cache plan): its heads see only its
+        sink keys and its window, whatever window the model has of its own.
     """
 
     causal: bool = False
@@ -78,6 +81,7 @@ class MaskSpec:
     rows: Callable[[int, int], Tensor | None] | None = None
     bias: Tensor | None = None
     extra_keys: int = 0
+    budget: KeyBudget | None = None
 
     @property
     def plain_causal(self) -> bool:
@@ -91,21 +95,30 @@ class MaskSpec:
             and self.rows is None
             and self.bias is None
             and not self.extra_keys
+            and self.budget is None
         )
 
     @property
     def only_causal(self) -> bool:
         """Causality is all that hides keys (extra key columns allowed)."""
-        return self.causal and self.window is None and self.key_padding is None and (
-            self.attn_mask is None and self.rows is None and self.bias is None
-        )
+        return self.causal and self._nothing_else
 
     @property
     def empty(self) -> bool:
         """Nothing is hidden and nothing added."""
-        return not self.causal and self.window is None and self.key_padding is None and (
+        return not self.causal and self._nothing_else
+
+    @property
+    def _nothing_else(self) -> bool:
+        return self.window is None and self.key_padding is None and self.budget is None and (
             self.attn_mask is None and self.rows is None and self.bias is None
         )
+
+    @property
+    def large(self) -> bool:
+        """Whether a whole (q_pos, k_pos) block of this mask may differ per head or per row in
+        ways SDPA cannot be told cheaply (windows, budgets, lazy masks)."""
+        return self.window is not None or self.budget is not None or self.rows is not None
 
     def last_key(self, stop: int, k_len: int) -> int:
         """How many real keys rows before ``stop`` can see at most: causal rows see no key after
@@ -140,7 +153,11 @@ class MaskSpec:
         if self.causal:
             hide((keys[None, :] > positions[:, None])[None, None])  # (1, 1, rows, keys)
         if self.window is not None:
-            hide(self._outside_window(positions, keys))
+            hide(_outside_window(positions, keys, self.window, self.window_sinks,
+                                 self.window_heads, causal=self.causal))  # fmt: skip
+        if self.budget is not None:
+            b = self.budget
+            hide(_outside_window(positions, keys, b.window, b.sinks, b.heads, causal=self.causal))
         if self.key_padding is not None:
             hide(self.key_padding[:, None, None, columns])
         if self.rows is not None:
@@ -150,17 +167,6 @@ class MaskSpec:
             part = _rows_of(self.bias, start, stop)[..., columns]
             added = part if added is None else added + part
         return hidden, added
-
-    def _outside_window(self, positions: Tensor, keys: Tensor) -> Tensor:
-        """(1, head|1, rows, k_pos) True on keys outside the window (sinks excepted)."""
-        offset = positions[:, None] - keys[None, :]  # (rows, k_pos)
-        outside = offset >= self.window if self.causal else offset.abs() >= self.window
-        if self.window_sinks:
-            outside = outside & (keys >= self.window_sinks)[None, :]
-        outside = outside[None, None]
-        if self.window_heads is not None:
-            outside = outside & self.window_heads.view(1, -1, 1, 1).to(outside.device)
-        return outside
 
     def block(
         self,
@@ -197,6 +203,27 @@ class MaskSpec:
         if first or (not static_graph() and not bool(dead.any())):
             return MergedMask(additive=additive, keep=None, first=first)
         return MergedMask(additive=additive.masked_fill(dead, 0.0), keep=(~dead).to(dtype))
+
+
+def _outside_window(
+    positions: Tensor,
+    keys: Tensor,
+    window: int,
+    sinks: int,
+    heads: Tensor | None,
+    *,
+    causal: bool,
+) -> Tensor:
+    """(1, head|1, rows, keys) True on keys outside the window (sink keys excepted) of the query
+    heads ``heads`` ((head,) bool, None: all)."""
+    offset = positions[:, None] - keys[None, :]  # (rows, keys)
+    outside = offset >= window if causal else offset.abs() >= window
+    if sinks:
+        outside = outside & (keys >= sinks)[None, :]
+    outside = outside[None, None]
+    if heads is not None:
+        outside = outside & heads.view(1, -1, 1, 1).to(outside.device)
+    return outside
 
 
 def _rows_of(mask: Tensor, start: int, stop: int) -> Tensor:

@@ -10,6 +10,8 @@ headlab's registered attention function) owns one ``Sites``. The kernel
   variants built on the kernel (talking heads mixes its heads there).
 - ``statistics``: a request to stream per-head statistics (``headlab.attention.statistics``);
   the sums of each call go to the request's ``report``.
+- ``budget``: a key budget (``KeyBudget``): some query heads see only the first ``sinks`` keys
+  and the last ``window`` ones, as a KV cache that keeps only those would let them.
 
 An empty ``Sites`` is falsy, and the kernel then takes its fastest path.
 """
@@ -17,6 +19,7 @@ An empty ``Sites`` is falsy, and the kernel then takes its fastest path.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from torch import Tensor
 
@@ -28,15 +31,26 @@ OUTSIDE_SCORES = frozenset({"q", "k", "v", "head_outputs"})
 Hook = Callable[[Tensor], Tensor | None]
 
 
+@dataclass(frozen=True)
+class KeyBudget:
+    """Query heads ``heads`` ((head,) bool) see only keys 0 .. sinks - 1 and the ``window`` keys
+    up to their own position (``MaskSpec``'s sliding window with sink keys)."""
+
+    sinks: int
+    window: int
+    heads: Tensor
+
+
 class Sites:
     """Interventions (``hooks``) and a statistics request attached to one attention layer."""
 
     def __init__(self) -> None:
         self.hooks: dict[str, list[Hook]] = {}
         self.statistics = None  # a headlab.attention.statistics.StatisticsRequest, or None
+        self.budget: KeyBudget | None = None
 
     def __bool__(self) -> bool:
-        return bool(self.hooks) or self.statistics is not None
+        return bool(self.hooks) or self.statistics is not None or self.budget is not None
 
     def __call__(self, site: str, x: Tensor) -> Tensor:
         """``x`` after every hook at ``site`` (a hook returning None leaves it)."""

@@ -11,6 +11,21 @@ sums to 1, or 0 when every key is masked):
     contribution_norm  ||head output_q @ W_O block^T||_2, after the head mask and interventions
     received           (per key) sum over counted queries of w_k: the "heavy hitter" profile
 
+and, when the request asks for them:
+
+    window_error       ||o_q - o_q^window|| / ||o_q||: how much of the head's output o_q = sum_k
+                       w_k v_k is lost if it could only see the first ``sinks`` keys and the
+                       last ``window`` ones (o^window: the same weights renormalised over those
+                       keys), exactly, from the same weights (DuoAttention's streaming heads)
+    copy_weight        at copy positions (``copy_sources`` >= 0: the key position of the earlier
+                       occurrence of the next token), w at that key (induction on the text's own
+                       repeats); ``copy_hits`` records per copy position whether the head's
+                       largest weight is on it (Wu et al.'s retrieval, before the model's own
+                       prediction is checked)
+    blocks             (q_block, k_block) sums of w: the mass each block of ``block`` queries
+                       sends to each block of ``block`` keys, and ``block_rows``: the counted
+                       queries of each query block
+
 Positions are key positions: query row i sits at ``q_offset + i`` (``MaskSpec.q_offset``).
 """
 
@@ -34,16 +49,26 @@ CHUNK_ELEMENTS = 2**22
 class HeadSums:
     """Sums over counted queries, per head, of one attention call (float64).
 
-    sums: name -> (head,): the names of PER_QUERY and of the special positions; "prev" sums over
-        counted queries q >= 1 only.
+    sums: name -> (head,): the names of PER_QUERY and of the special positions, and
+        "window_error" and "copy_weight" when asked; "prev" sums over counted queries q >= 1
+        only, "copy_weight" over the copy positions.
     received: (head, k_pos) attention each key receives, summed over counted queries and batch.
-    n_queries: the number of counted queries; n_prev: those with q >= 1.
+    n_queries: the number of counted queries; n_prev: those with q >= 1; n_copy: the counted
+        copy positions.
+    copy_hits: (head, n_copy) bool, batch-major in position order: the head's largest weight is
+        on the copy position's source; None unless asked.
+    blocks: (head, q_blocks, k_blocks) float64 mass sums; block_rows: (q_blocks,) counted
+        queries per query block; None unless asked.
     """
 
     sums: dict[str, Tensor]
     received: Tensor
     n_queries: int
     n_prev: int
+    n_copy: int = 0
+    copy_hits: Tensor | None = None
+    blocks: Tensor | None = None
+    block_rows: Tensor | None = None
 
 
 @dataclass
@@ -55,6 +80,10 @@ class StatisticsRequest:
     output_weight: W_O (embed_dim, head * d_head), for the contribution norms.
     chunk_elements: the size of one chunk of weights (batch x head x chunk x k_pos elements).
     report: called with each call's HeadSums.
+    window: (sinks, window) for ``window_error``, or None.
+    copy_sources: (batch, q_pos) int64, the key position of the earlier occurrence of the next
+        token at each copy position, -1 elsewhere; or None.
+    block: the block size of the blocked attention map, or None.
     """
 
     query_mask: Tensor | None = None
@@ -62,6 +91,9 @@ class StatisticsRequest:
     output_weight: Tensor | None = None
     chunk_elements: int = CHUNK_ELEMENTS
     report: Callable[[HeadSums], None] | None = None
+    window: tuple[int, int] | None = None
+    copy_sources: Tensor | None = None
+    block: int | None = None
 
 
 def _at(weights: Tensor, keys: Tensor) -> Tensor:
@@ -98,16 +130,39 @@ class StreamingSums:
         )  # (batch, q_pos)
         self.special = {name: index.to(device) for name, index in request.special.items()}
         totals = {"dtype": torch.float64, "device": device}
-        self.sums = {name: torch.zeros(heads, **totals) for name in (*PER_QUERY, *self.special)}
+        extra = [n for n, asked in (("window_error", request.window), ("copy_weight",
+                 request.copy_sources)) if asked is not None]  # fmt: skip
+        names = (*PER_QUERY, *self.special, *extra)
+        self.sums = {name: torch.zeros(heads, **totals) for name in names}
         self.received = torch.zeros(heads, k_len, **totals)
         self.q_offset = q_offset
         self.batch = batch
         self.key_index = torch.arange(k_len, device=device, dtype=dtype)  # (k_pos,)
+        self.sources = None
+        if request.copy_sources is not None:
+            self.sources = request.copy_sources.reshape(batch, q_len).to(device)
+            self.sources = self.sources.masked_fill(self.counted == 0, -1)  # (batch, q_pos)
+        self.hits = torch.zeros(heads, batch, q_len, dtype=torch.bool, device=device)
+        self.blocks = None
+        if request.block is not None:
+            q_blocks = -(-(q_offset + q_len) // request.block)
+            k_blocks = -(-k_len // request.block)
+            self.blocks = torch.zeros(heads, q_blocks, k_blocks, **totals)
 
-    def add(self, weights: Tensor, rows: slice, *, causal_keys: bool) -> None:
+    def add(
+        self,
+        weights: Tensor,
+        rows: slice,
+        *,
+        causal_keys: bool,
+        outputs: Tensor | None = None,
+        values: Tensor | None = None,
+    ) -> None:
         """One chunk: weights (batch, head, c, keys) of query rows ``rows`` over keys 0 ..
         keys - 1 (every later key has zero weight). ``causal_keys``: no weight falls on a key
-        after its query (then distance needs no absolute value)."""
+        after its query (then distance needs no absolute value, and the window is one-sided).
+        outputs (batch, head, c, d) = weights @ values and values (batch, kv_head, keys, d)
+        serve the window error."""
         keys = weights.shape[-1]
         dtype = weights.dtype
         positions = torch.arange(rows.start, rows.stop, device=weights.device) + self.q_offset
@@ -132,6 +187,37 @@ class StreamingSums:
         self.sums["prev"] += (prev * weight * (positions >= 1)).sum(dim=(0, 2)).double()
         seen = self.counted[:, None, None, rows] @ weights  # (batch, head, 1, keys), no copy
         self.received[:, :keys] += seen.sum(dim=(0, 2)).to(torch.float64)
+        if self.request.window is not None:
+            error = window_error(weights, values, outputs, positions, self.request.window,
+                                 causal=causal_keys)  # fmt: skip
+            self.sums["window_error"] += (error * weight).sum(dim=(0, 2)).to(torch.float64)
+        if self.sources is not None:
+            self._add_copies(weights, rows)
+        if self.blocks is not None:
+            self._add_blocks(weights, positions, weight)
+
+    def _add_copies(self, weights: Tensor, rows: slice) -> None:
+        """Weight on, and argmax at, each copy position's source (batch-major order)."""
+        sources = self.sources[:, rows]  # (batch, c)
+        valid = sources >= 0
+        if not bool(valid.any()):
+            return
+        on_source = _at(weights, sources)  # (batch, head, c); 0 where the source is -1
+        self.sums["copy_weight"] += on_source.sum(dim=(0, 2)).to(torch.float64)
+        hits = weights.argmax(dim=-1) == sources[:, None, :]  # (batch, head, c)
+        self.hits[:, :, rows] = hits.transpose(0, 1) & valid  # (head, batch, c)
+
+    def _add_blocks(self, weights: Tensor, positions: Tensor, counted: Tensor) -> None:
+        """Mass from this chunk's queries to each block of keys, into their query blocks."""
+        size = self.request.block
+        keys = weights.shape[-1]
+        padded = -(-keys // size) * size
+        w = torch.nn.functional.pad(weights * counted[..., None], (0, padded - keys))
+        per_key_block = w.view(*w.shape[:-1], padded // size, size).sum(-1)  # (b, h, c, kb)
+        mass = per_key_block.sum(0).to(torch.float64)  # (head, c, k_blocks')
+        q_blocks = (positions // size).to(self.blocks.device)  # (c,)
+        target = self.blocks[:, :, : mass.shape[-1]]
+        target.index_add_(1, q_blocks, mass)
 
     def add_outputs(self, head_out: Tensor, rows_per_chunk: int) -> None:
         """The contribution norms ||head_out_q @ W_O block^T|| of the final head outputs
@@ -149,9 +235,58 @@ class StreamingSums:
 
     def result(self) -> HeadSums:
         positions = torch.arange(self.counted.shape[1], device=self.counted.device)
-        n_prev = int(self.counted[:, (positions + self.q_offset) >= 1].sum())
+        absolute = positions + self.q_offset
+        n_prev = int(self.counted[:, absolute >= 1].sum())
         sums = {name: value.cpu() for name, value in self.sums.items()}
-        return HeadSums(sums, self.received.cpu(), int(self.counted.sum()), n_prev)
+        n_copy, hits = 0, None
+        if self.sources is not None:
+            valid = self.sources >= 0  # (batch, q_pos)
+            n_copy = int(valid.sum())
+            hits = self.hits[:, valid].cpu()  # (head, n_copy), batch-major
+        blocks = rows = None
+        if self.blocks is not None:
+            size = self.request.block
+            rows = torch.zeros(self.blocks.shape[1], dtype=torch.float64)
+            rows.index_add_(0, (absolute // size).cpu(), self.counted.sum(0).double().cpu())
+            blocks = self.blocks.cpu()
+        return HeadSums(sums, self.received.cpu(), int(self.counted.sum()), n_prev, n_copy,
+                        hits, blocks, rows)  # fmt: skip
+
+
+def window_error(
+    weights: Tensor,
+    values: Tensor,
+    outputs: Tensor,
+    positions: Tensor,
+    window: tuple[int, int],
+    *,
+    causal: bool,
+) -> Tensor:
+    """||o - o^window|| / ||o|| per query (batch, head, c): o = outputs (batch, head, c, d), the
+    head's output from weights (batch, head, c, keys) and values (batch, kv_head, keys, d);
+    o^window the same weights renormalised over the first ``sinks`` keys and the keys within
+    ``size`` of the query (before it when ``causal``), computed from that band of keys only.
+    A query that puts no weight there loses its whole output (error 1); a zero output, none."""
+    from headlab.attention.kernel import grouped_matmul
+
+    sinks, size = window
+    keys = weights.shape[-1]
+    first, last = int(positions[0]), int(positions[-1])
+    lo = max(sinks, first - size + 1, 0)
+    hi = min(keys, last + 1 if causal else last + size)
+    sink_w = weights[..., : min(sinks, keys)]  # (batch, head, c, sinks)
+    num = grouped_matmul(sink_w, values[:, :, : sink_w.shape[-1]])
+    den = sink_w.sum(-1)
+    if hi > lo:
+        offset = positions[:, None] - torch.arange(lo, hi, device=weights.device)[None, :]
+        inside = (offset < size) & (offset >= 0) if causal else offset.abs() < size
+        band = weights[..., lo:hi] * inside  # (batch, head, c, hi - lo)
+        num = num + grouped_matmul(band, values[:, :, lo:hi])
+        den = den + band.sum(-1)
+    o_window = num / den.clamp_min(torch.finfo(den.dtype).tiny)[..., None]
+    lost = (outputs - o_window).norm(dim=-1)
+    full = outputs.norm(dim=-1)
+    return torch.where(full > 0, lost / full.clamp_min(torch.finfo(full.dtype).tiny), 0.0)
 
 
 @contextmanager
