@@ -16,6 +16,7 @@ from headlab.cli import (
     params,
     redundancy,
     report,
+    roles,
     specialisation,
     sweep,
 )
@@ -89,7 +90,9 @@ def _escape_option_help(typer_app: typer.Typer, done: set[int] | None = None) ->
 
 
 # Each command module adds its commands here; none of them imports this module (no cycle).
-for _module in (compare, expressivity, model, params, redundancy, report, specialisation, sweep):
+for _module in (
+    compare, expressivity, model, params, redundancy, report, roles, specialisation, sweep
+):
     _module.register(app)
 _unwrap_help(app)
 _escape_option_help(app)

@@ -174,8 +174,16 @@ MAX_TOKENS = typer.Option(
     None,
     "--max-tokens",
     help="Cut the long text to this many tokens [default: the model's context]; without "
-    "--text-file, a long document from the standard library's docstrings.",
+    "--text-file, the built-in copy task: a passage placed early in the standard library's "
+    "docstrings and repeated at the end.",
 )
+WINDOW = typer.Option(
+    None,
+    "--window",
+    help="Recent tokens of the window errors (one long text) [default: 256; texts not longer "
+    "than --sinks + 256 get none].",
+)
+SINKS = typer.Option(4, "--sinks", help="First tokens the window errors keep (one long text).")
 
 
 OUT_HEADS_OR_LONG = typer.Option(
@@ -199,6 +207,8 @@ def heads(
     text_file: Path | None = TEXT_FILE,
     max_tokens: int | None = MAX_TOKENS,
     metric: str = typer.Option("entropy", "--metric", help="Metric shown in the table."),
+    window: int | None = WINDOW,
+    sinks: int = SINKS,
     figure: Path | None = FIGURE,
     out: Path | None = OUT_HEADS_OR_LONG,
     as_json: bool = AS_JSON,
@@ -210,7 +220,8 @@ def heads(
     duplicate-token and induction heads, and the attention sinks.
 
     With --text-file or --max-tokens: every head on one long text, exactly, without ever holding
-    the attention weights (memory grows linearly with the length).
+    the attention weights (memory grows linearly with the length), and in the same pass its role:
+    retrieval (Wu et al.), copy, sink, local (what sinks + a recent window reproduce) or mixed.
     """
     if text_file is not None or max_tokens is not None:
         if corpus is not None or max_length is not None:
@@ -219,8 +230,13 @@ def heads(
                 "--text-file or --max-tokens pass neither"
             )
         route = Route(backend, download, trust_remote_code)
-        _long_context(model, model_dir, route, text_file, max_tokens, metric, out, as_json, force)
+        _long_context(
+            model, model_dir, route, text_file, max_tokens, metric, (sinks, window), figure,
+            out, as_json, force,
+        )  # fmt: skip
         return
+    if window is not None:
+        raise ValueError("--window is for one long text: pass --text-file or --max-tokens")
     from headlab.heads import head_statistics
 
     out = model_results("heads") if out is None else out
@@ -267,32 +283,60 @@ def _long_context(
     text_file: Path | None,
     max_tokens: int | None,
     metric: str,
+    window: tuple[int, int | None],
+    figure: Path | None,
     out: Path | None,
     as_json: bool,
     force: bool,
 ) -> None:
-    """``model heads --text-file/--max-tokens``: one long text, streaming statistics."""
+    """``model heads --text-file/--max-tokens``: one long text, streaming statistics and the
+    head roles in the same pass."""
+    from headlab.cli.roles import role_tables
     from headlab.heads.long_context import long_text_statistics
+    from headlab.heads.repeats import copy_task
+    from headlab.heads.roles import WINDOW as DEFAULT_WINDOW
     from headlab.limits import check_int
-    from headlab.models import long_document
     from headlab.models.corpus import read_text_file
 
     out = model_results("long-context") if out is None else out
-    _claim("long-context", out, force)
+    _claim("long-context", out, force, figure)
     if max_tokens is not None:
         check_int("--max-tokens", max_tokens, low=2)
+    sinks, size = window
+    check_int("--sinks", sinks, low=0)
+    if size is not None:
+        check_int("--window", size)
+        if max_tokens is not None and max_tokens <= sinks + size:
+            raise ValueError(
+                f"--max-tokens {max_tokens} is not longer than --sinks {sinks} + --window {size}"
+            )
     if model is not None and model_dir is not None:
         raise ValueError("pass --model or --model-dir, not both")
-    text = long_document() if text_file is None else read_text_file(text_file)
-    if not text.strip():
+    text = None if text_file is None else read_text_file(text_file)
+    if text is not None and not text.strip():
         raise ValueError(f"--text-file {text_file}: expected text, got an empty file")
     loaded = _open(model if model_dir is None else model_dir, route)
     if max_tokens is not None:
         check_int("--max-tokens", max_tokens, low=2, high=loaded.max_positions)
     _check_metric(metric, loaded)
-    with progress("one long text: layers", loaded.num_layers, quiet=as_json) as update:
-        result = long_text_statistics(loaded, text, max_tokens=max_tokens, on_layer=update)
+    if text is None:  # the built-in long-range copy task, at the length asked
+        text = copy_task(loaded, max_tokens or loaded.max_positions).text
+    layers = progress("one long text: layers", loaded.num_layers, quiet=as_json)
+    with layers as update, flags(window="--window", sinks="--sinks"):
+        result = long_text_statistics(
+            loaded,
+            text,
+            max_tokens=max_tokens,
+            on_layer=update,
+            window=(sinks, size or DEFAULT_WINDOW),
+            strict_window=size is not None,
+        )
     document = result.result()
+    if figure is not None and document.roles is not None:
+        from headlab.report.figure_files import write_roles_figure
+
+        with writing("--figure"):
+            write_roles_figure(document, figure, force=force)
     findings = document.findings
     n, whole = len(result.tokens), result.text_tokens
     cut = f" (cut from {whole}: the rest was not analysed)" if result.truncated else ""
@@ -300,6 +344,7 @@ def _long_context(
     tables = _grid(title, result.statistics.metrics[metric])
     tables.append(_sink_table(findings))
     tables.append(_concentration_table(findings, document.heavy_hitters, result.tokens))
+    tables.extend(role_tables(document.roles))
     _emit(document, out, force, as_json, tables)
 
 

@@ -24,6 +24,19 @@ def int_list(text: str, option: str) -> list[int] | None:
     return values
 
 
+def float_list(option: str, text: str) -> list[float]:
+    """'0.25,0.5' -> [0.25, 0.5]; ValueError names the option and the item that is no number."""
+    values = []
+    for item in text.split(","):
+        try:
+            values.append(float(item))
+        except ValueError:
+            raise ValueError(
+                f"{option} takes comma-separated numbers, got {item.strip()!r}"
+            ) from None
+    return values
+
+
 def sizes(text: str, option: str, high: int) -> tuple[int, ...]:
     """'8,16' -> (8, 16), each in [1, high]; ValueError names the option (also for none)."""
     from headlab.limits import check_int

@@ -7,6 +7,10 @@ heavy-hitter profile: the attention each key position receives, summed over the 
 For SmolLM2 at 8192 tokens the weights would be 30 x 9 x 8192^2 x 4 bytes = 72 GB; here one
 chunk of one layer is alive at a time.
 
+In the same pass: each head's role (``heads.roles``: retrieval, copy, sink, local, mixed) from
+its window error, its weight on the text's own repeats (``heads.repeats``) and the model's own
+predictions there, and its attention maps along the text (``heads.attention_maps``).
+
 ``long_context_findings`` reduces a result to what the long-context literature reports: the
 share of heads that are attention sinks (mean first-token weight > 0.3, Gu et al. 2025), the
 mean attention distance of each layer, and the heads whose heavy-hitter profile is most
@@ -23,7 +27,11 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
+from headlab.attention.statistics import HeadSums
 from headlab.attention.streaming import CHUNK_ELEMENTS
+from headlab.heads.attention_maps import AttentionMaps, block_size
+from headlab.heads.repeats import MIN_MATCH, copy_sources
+from headlab.heads.roles import SINKS, WINDOW, HeadRoles, head_roles
 from headlab.heads.statistics import HeadStatistics, metric_names, per_head_means, special_names
 from headlab.heads.streaming import model_head_sums
 from headlab.limits import check_fits, check_int
@@ -41,7 +49,8 @@ class LongContextStatistics:
     received: (layer, head, k_pos) float64, attention each key receives summed over queries;
     tokens: the text's token strings as analysed; text_tokens: the text's length before the cut;
     special: the model's special key positions in this text (the first token, and any other
-        position the model names).
+        position the model names); roles: each head's role and scores; maps: its blocked map
+        and received profile (None when not measured).
     """
 
     statistics: HeadStatistics
@@ -49,6 +58,8 @@ class LongContextStatistics:
     tokens: list[str]
     text_tokens: int
     special: list[int]
+    roles: HeadRoles | None = None
+    maps: AttentionMaps | None = None
 
     @property
     def truncated(self) -> bool:
@@ -72,7 +83,7 @@ class LongContextStatistics:
         context = TextContext(len(self.tokens), self.text_tokens, self.truncated)
         heavy = HeavyHitters(share.tolist(), top[..., :TOP_KEYS_KEPT].tolist(), list(special))
         findings = long_context_findings(self.statistics, share)
-        return LongContextResult(self.statistics, context, heavy, findings)
+        return LongContextResult(self.statistics, context, heavy, findings, self.roles, self.maps)
 
     def to_dict(self, special: list[int] | None = None) -> dict:
         return self.result(special).to_dict()
@@ -188,7 +199,8 @@ class LongContextFindings:
 @dataclass(frozen=True)
 class LongContextResult:
     """The results file of one long text: the statistics of ``head_statistics`` (their fields
-    at the top level), its ``context``, ``heavy_hitters`` and ``findings``."""
+    at the top level), its ``context``, ``heavy_hitters`` and ``findings``, and (files written
+    since head roles exist) ``roles`` and ``maps``."""
 
     KIND: ClassVar[str] = "model-long-context"
 
@@ -196,14 +208,21 @@ class LongContextResult:
     context: TextContext
     heavy_hitters: HeavyHitters
     findings: LongContextFindings
+    roles: HeadRoles | None = None
+    maps: AttentionMaps | None = None
 
     def to_dict(self) -> dict:
-        return {
+        out = {
             **self.statistics.to_dict(),
             "context": self.context.to_dict(),
             "heavy_hitters": self.heavy_hitters.to_dict(),
             "findings": self.findings.to_dict(),
         }
+        if self.roles is not None:
+            out["roles"] = self.roles.to_dict()
+        if self.maps is not None:
+            out["maps"] = self.maps.to_dict()
+        return out
 
     @classmethod
     def from_dict(cls, data: dict, where: str = "model-long-context") -> LongContextResult:
@@ -214,7 +233,12 @@ class LongContextResult:
         context = TextContext.from_dict(f.object("context"))
         heavy = HeavyHitters.from_dict(f.object("heavy_hitters"), layers, heads, context.n_tokens)
         findings = LongContextFindings.from_dict(f.object("findings"), layers, heads)
-        return cls(statistics, context, heavy, findings)
+        roles = maps = None
+        if "roles" in data:
+            roles = HeadRoles.from_dict(f.object("roles"), layers, heads)
+        if "maps" in data:
+            maps = AttentionMaps.from_dict(f.object("maps"), layers, heads)
+        return cls(statistics, context, heavy, findings, roles, maps)
 
 
 def estimated_bytes(model: HeadModel, n_tokens: int, chunk_elements: int) -> int:
@@ -234,12 +258,23 @@ def long_text_statistics(
     max_tokens: int | None = None,
     chunk_elements: int = CHUNK_ELEMENTS,
     on_layer: Callable[[int], None] | None = None,
+    window: tuple[int, int] | None = (SINKS, WINDOW),
+    strict_window: bool = False,
+    min_match: int = MIN_MATCH,
 ) -> LongContextStatistics:
-    """Every head's statistics and heavy-hitter profile on ``text`` (cut to ``max_tokens``,
-    default the model's limit). Raises ValueError for an empty text or max_tokens out of range,
+    """Every head's statistics, heavy-hitter profile, role scores and maps on ``text`` (cut to
+    ``max_tokens``, default the model's limit), in one pass.
+
+    window: (sinks, window) of the window errors (None: none); a text not longer than sinks +
+    window has none either (the roles say so), unless ``strict_window``, which refuses it.
+    min_match: how many tokens a repeat must have run for before its next token is a copy
+    position. Raises ValueError for an empty text, max_tokens or the window out of range,
     MemoryError (via ``check_fits``) when the run would not fit in this machine's memory."""
     limit = model.max_positions if max_tokens is None else max_tokens
     check_int("max_tokens", limit, low=2, high=model.max_positions)
+    if window is not None:
+        check_int("sinks", window[0], low=0)
+        check_int("window", window[1], low=1)
     if not text.strip():
         raise ValueError("expected a text with at least 2 tokens, got an empty text")
     text_tokens = model.count_tokens(text)
@@ -247,8 +282,25 @@ def long_text_statistics(
     n_tokens = len(batch.tokens[0])
     if n_tokens < 2:
         raise ValueError(f"expected a text with at least 2 tokens, got {n_tokens}")
+    if strict_window and window is not None and n_tokens <= sum(window):
+        raise ValueError(
+            f"the text has {n_tokens} tokens, not more than sinks {window[0]} + window "
+            f"{window[1]}: every key is in the window; use a longer text or a smaller window"
+        )
     check_fits(f"statistics of {n_tokens} tokens", estimated_bytes(model, n_tokens, chunk_elements))
-    _, per_layer = model_head_sums(model, batch, chunk_elements=chunk_elements, on_layer=on_layer)
+    ids = batch.input_ids[0]
+    sources = copy_sources(ids, min_match)  # (pos,)
+    measured_window = window if window is not None and n_tokens > sum(window) else None
+    block = block_size(n_tokens)
+    output, per_layer = model_head_sums(
+        model,
+        batch,
+        chunk_elements=chunk_elements,
+        on_layer=on_layer,
+        window=measured_window,
+        copy_sources=sources[None],
+        block=block,
+    )
     special = model.special_positions(batch)  # name -> (1,) key index
     names = metric_names(special_names(model, special))
     statistics = HeadStatistics(
@@ -260,7 +312,45 @@ def long_text_statistics(
     )
     received = torch.stack([sums.received for sums in per_layer])  # (layer, head, k_pos)
     positions = sorted({int(index[0]) for index in special.values()})
-    return LongContextStatistics(statistics, received, batch.tokens[0], text_tokens, positions)
+    roles = _roles(model, statistics, per_layer, output, ids, sources, window, n_tokens)
+    maps = AttentionMaps.from_sums(
+        torch.stack([sums.blocks for sums in per_layer]), per_layer[0].block_rows, received, block
+    )
+    return LongContextStatistics(
+        statistics, received, batch.tokens[0], text_tokens, positions, roles, maps
+    )
+
+
+def _roles(
+    model: HeadModel,
+    statistics: HeadStatistics,
+    per_layer: list[HeadSums],
+    output: Tensor,
+    ids: Tensor,
+    sources: Tensor,
+    window: tuple[int, int] | None,
+    n_tokens: int,
+) -> HeadRoles:
+    """The roles of every head from one pass's sums and the model's output on the text."""
+    copies = (sources >= 0).nonzero()[:, 0]  # (n_copy,) copy positions in order
+    correct = None
+    if model.objective_kind == "next-token" and len(copies):
+        correct = output[0, copies].argmax(dim=-1) == ids[copies + 1]  # (n_copy,)
+    measured = "window_error" in per_layer[0].sums
+    sinks, size = window if window is not None else (SINKS, WINDOW)
+    return head_roles(
+        sinks=sinks,
+        window=size,
+        n_tokens=n_tokens,
+        first=statistics.metrics[statistics.first_token],
+        window_error=[
+            (s.sums["window_error"] / s.n_queries).tolist() for s in per_layer
+        ] if measured else None,
+        copy_weight=[(s.sums["copy_weight"] / max(s.n_copy, 1)).tolist() for s in per_layer],
+        hits=[s.copy_hits for s in per_layer],
+        correct=correct,
+        kv_heads_per_layer=model.kv_heads_per_layer,
+    )  # fmt: skip
 
 
 def long_context_findings(

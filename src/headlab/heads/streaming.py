@@ -27,12 +27,17 @@ def model_head_sums(
     head_mask: HeadMask = None,
     chunk_elements: int = CHUNK_ELEMENTS,
     on_layer: Callable[[int], None] | None = None,
+    window: tuple[int, int] | None = None,
+    copy_sources: Tensor | None = None,
+    block: int | None = None,
 ) -> tuple[Tensor, list[HeadSums]]:
     """One forward of ``model`` on ``batch``: (its output, the head sums of each layer).
 
     Real tokens (``batch.attention_mask``) are the counted queries; the model's special
     positions are summed as statistics of their own. on_layer(i) is called after layer i.
-    Raises ValueError when a layer was not called exactly once.
+    window, copy_sources, block: the role scores of ``headlab.attention.statistics`` (window
+    errors, copy positions (batch, pos), the blocked map). Raises ValueError when a layer was
+    not called exactly once.
     """
     special = model.special_positions(batch)
     layers = model.attention_layers()
@@ -53,6 +58,9 @@ def model_head_sums(
                 special=special,
                 chunk_elements=chunk_elements,
                 report=reporter(i),
+                window=window,
+                copy_sources=copy_sources,
+                block=block,
             )
             stack.enter_context(observing(layer, request))
         output = model.run(batch, head_mask)

@@ -13,11 +13,27 @@ from headlab.report.figures import heads_grid, sweep_figure
 
 SWEEP_FIGURE_KIND = Kind.png("sweep-plot")
 HEADS_FIGURE_KIND = Kind.png("model-heads")
+KV_BUDGET_FIGURE_KIND = Kind.png("model-kv-budget")
+LONG_CONTEXT_FIGURE_KIND = Kind.png("model-long-context")
 
 
 def write_heads_figure(heads: dict, path: str | Path, *, force: bool = False) -> Path:
     """``HeadStatistics.to_dict()`` -> ``heads_grid`` saved atomically to ``path``."""
     return save_figure(heads_grid(heads), path, HEADS_FIGURE_KIND, force=force, dpi=100)
+
+
+def write_kv_budget_figure(result, path: str | Path, *, force: bool = False) -> Path:
+    """``KVBudgetResult`` -> ``kv_budget_figure`` saved atomically to ``path``."""
+    from headlab.report.long_context_figures import kv_budget_figure
+
+    return save_figure(kv_budget_figure(result), path, KV_BUDGET_FIGURE_KIND, force=force, dpi=110)
+
+
+def write_roles_figure(result, path: str | Path, *, force: bool = False) -> Path:
+    """``LongContextResult`` with roles -> ``roles_figure`` saved atomically to ``path``."""
+    from headlab.report.long_context_figures import roles_figure
+
+    return save_figure(roles_figure(result), path, LONG_CONTEXT_FIGURE_KIND, force=force, dpi=110)
 
 
 def plot_sweep(results: str | Path, out: str | Path, *, force: bool = False) -> Path:

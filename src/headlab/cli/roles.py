@@ -1,0 +1,226 @@
+"""``headlab model kv-budget``, and the head-role tables of ``model heads --text-file``.
+
+The tables print what ``headlab.heads.roles`` and ``headlab.heads.kv_budget`` measured; the
+command parses, calls ``kv_budget`` and prints.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from headlab.cli.model import (
+    BACKEND,
+    DOWNLOAD,
+    TRUST_REMOTE_CODE,
+    Route,
+    _claim,
+    _emit,
+    _open,
+    model_app,
+)
+from headlab.cli.outputs import writing
+from headlab.cli.parsing import float_list
+from headlab.cli.progress import progress
+from headlab.cli.tables import fitted_tables
+from headlab.locations import model_results
+
+FORMATS = ("{:.2f}", "{:.2f}x", "{:.3f}", "{:+.1%}", "{:.3f}")
+TEXT_FILE = typer.Option(
+    None,
+    "--text-file",
+    help="Held-out text to evaluate on (it must repeat an earlier passage) [default: the "
+    "built-in copy task].",
+)
+CALIBRATION_FILE = typer.Option(
+    None,
+    "--calibration-file",
+    help="Text the groups are ranked on [default: the copy task with another seed].",
+)
+OUT = typer.Option(model_results("kv-budget"), "--out", help="Results file (JSON).")
+FIGURE = typer.Option(
+    None, "--figure", help="Write budget against perplexity and copy accuracy (PNG)."
+)
+ROLE_LETTERS = {"retrieval": "R", "copy": "C", "sink": "S", "local": "L", "mixed": "."}
+
+
+def role_tables(roles, top: int = 5) -> list[Table | Text]:
+    """The roles of every head of one long text: counts, a layers x heads grid of letters, the
+    strongest retrieval heads, and the K/V groups a window would serve best."""
+    out: list[Table | Text] = []
+    head = (
+        f"head roles: window {roles.sinks} sinks + {roles.window} recent keys; "
+        f"{roles.copy_positions} copy positions"
+    )
+    if roles.note:
+        out.append(Text(f"{head}. {roles.note}."))
+    else:
+        out.append(Text(head + "."))
+    counts = roles.counts()
+    if counts:
+        total = sum(counts.values())
+        shown = ", ".join(f"{n} {name}" for name, n in counts.items())
+        out.append(Text(f"of {total} heads: {shown} (R C S L . in the grid below)"))
+        heads = max(len(row) for row in roles.roles)
+        rows = [
+            [str(layer), *(ROLE_LETTERS[r] for r in row), *([""] * (heads - len(row)))]
+            for layer, row in enumerate(roles.roles)
+        ]
+        columns = ["layer", *(f"h{h}" for h in range(heads))]
+        out.extend(fitted_tables("role of each head", columns, rows))
+    if roles.retrieval is not None:
+        cells = sorted(((v, layer, h) for layer, row in enumerate(roles.retrieval)
+                        for h, v in enumerate(row)), reverse=True)[:top]  # fmt: skip
+        table = Table(title="top retrieval heads (Wu et al.)", title_justify="left")
+        for column in ("layer", "head", "retrieval", "copy weight"):
+            table.add_column(column, justify="right")
+        for value, layer, h in cells:
+            copy = roles.copy_weight[layer][h]
+            table.add_row(str(layer), str(h), f"{value:.2f}", f"{copy:.2f}")
+        out.append(table)
+    if roles.group_window_error is not None:
+        groups = sorted((v, layer, g) for layer, row in enumerate(roles.group_window_error)
+                        for g, v in enumerate(row))  # fmt: skip
+        table = Table(
+            title="K/V groups a sinks + window cache serves best (window error: share of the "
+            "output lost, the worst head of the group)",
+            title_justify="left",
+        )
+        for column in ("layer", "group", "window error"):
+            table.add_column(column, justify="right")
+        for value, layer, g in groups[:top]:
+            table.add_row(str(layer), str(g), f"{value:.3f}")
+        out.append(table)
+    return out
+
+
+def budget_tables(result) -> list[Table | Text]:
+    """The plan runs (full, chosen, random, opposite per budget) and the retrieval check."""
+    base = result.baseline()
+    columns = ["plan", "budget", "KV saved", "perplexity", "change", "copy accuracy"]
+    rows = []
+    for run in result.runs:
+        kind = run.kind if run.seed is None else f"random {run.seed}"
+        change = run.perplexity / base.perplexity - 1
+        numbers = (run.budget, run.kv_saved, run.perplexity, change, run.copy_accuracy)
+        rows.append([kind, *(f.format(v) for f, v in zip(FORMATS, numbers, strict=True))])
+    title = (
+        f"KV budget, {result.model}, {result.n_tokens} tokens, window {result.sinks} sinks + "
+        f"{result.window}; {result.copy_positions} copy positions"
+    )
+    out: list[Table | Text] = [*fitted_tables(title, columns, rows, keys=2, left=["plan"])]
+    check = result.retrieval
+    if check is not None:
+        randoms = ", ".join(f"{a:.3f}" for a in check.random_copy_accuracy)
+        out.append(
+            Text(
+                f"copy accuracy with the top {check.k} retrieval heads masked: "
+                f"{check.copy_accuracy:.3f}; with {check.k} random heads masked: {randoms} "
+                f"(none masked: {base.copy_accuracy:.3f})"
+            )
+        )
+    return out
+
+
+@model_app.command("kv-budget")
+def kv_budget_command(
+    model: str | None = typer.Option(
+        "smollm2", "--model", help="smollm2 (default), a language model's folder, file or hub id."
+    ),
+    backend: str | None = BACKEND,
+    download: bool = DOWNLOAD,
+    trust_remote_code: bool = TRUST_REMOTE_CODE,
+    budgets: str = typer.Option(
+        "0.25,0.4,0.5,0.6", "--budgets", help="Shares of K/V groups that keep sinks + window."
+    ),
+    max_tokens: int | None = typer.Option(
+        None, "--max-tokens", help="Length of the texts [default: the model's context]."
+    ),
+    sinks: int = typer.Option(4, "--sinks", help="First tokens every windowed group keeps."),
+    window: int = typer.Option(256, "--window", help="Recent tokens every windowed group keeps."),
+    seeds: int = typer.Option(3, "--seeds", help="Random plans of each size."),
+    text_file: Path | None = TEXT_FILE,
+    calibration_file: Path | None = CALIBRATION_FILE,
+    retrieval_k: int | None = typer.Option(
+        None, "--retrieval-k", help="Retrieval heads to mask [default: those scoring >= 0.1]."
+    ),
+    out: Path = OUT,
+    figure: Path | None = FIGURE,
+    as_json: bool = typer.Option(False, "--json", help="Print the results document as JSON."),
+    force: bool = typer.Option(
+        False, "--force", help="Replace --out (and --figure) if it is not this analysis' file."
+    ),
+) -> None:
+    """A per-head KV budget, proven by running the model with it.
+
+    Ranks the K/V groups by how much of their heads' output a cache of the first --sinks and the
+    last --window tokens would lose, keeps only those tokens for the best --budgets share of
+    them, runs the model exactly so on a held-out long text, and compares perplexity and copy
+    accuracy with the full model, with random plans of the same size and with the opposite
+    ranking. Then masks the top retrieval heads against as many random heads.
+    """
+    from headlab.heads.kv_budget import check_budgets, kv_budget
+    from headlab.limits import check_int
+    from headlab.models.corpus import read_text_file
+
+    shares = float_list("--budgets", budgets)
+    with _flags():
+        check_budgets(shares)
+    check_int("--sinks", sinks, low=0)
+    check_int("--window", window)
+    check_int("--seeds", seeds, high=100)
+    if max_tokens is not None:
+        check_int("--max-tokens", max_tokens, low=2)
+        if max_tokens <= sinks + window:
+            raise ValueError(
+                f"--max-tokens {max_tokens} is not longer than --sinks {sinks} + --window "
+                f"{window}: every key would be in the window"
+            )
+    if retrieval_k is not None:
+        check_int("--retrieval-k", retrieval_k)
+    _claim("kv-budget", out, force, figure)
+    evaluation = None if text_file is None else read_text_file(text_file)
+    calibration = None if calibration_file is None else read_text_file(calibration_file)
+    loaded = _open(model, Route(backend, download, trust_remote_code))
+    if max_tokens is not None:
+        check_int("--max-tokens", max_tokens, low=2, high=loaded.max_positions)
+    total = 2 + len(shares) * (seeds + 2) + 1 + seeds
+    with progress("KV budget: model runs", total, quiet=as_json) as update, _flags():
+        result = kv_budget(
+            loaded,
+            budgets=shares,
+            n_tokens=max_tokens,
+            sinks=sinks,
+            window=window,
+            seeds=seeds,
+            calibration_text=calibration,
+            evaluation_text=evaluation,
+            retrieval_k=retrieval_k,
+            on_step=update,
+        )
+    if figure is not None:
+        from headlab.report.figure_files import write_kv_budget_figure
+
+        with writing("--figure"):
+            write_kv_budget_figure(result, figure, force=force)
+    _emit(result, out, force, as_json, budget_tables(result))
+
+
+def _flags():
+    from headlab.cli.parsing import flags
+
+    return flags(
+        budgets="--budgets",
+        sinks="--sinks",
+        window="--window",
+        seeds="--seeds",
+        n_tokens="--max-tokens",
+        retrieval_k="--retrieval-k",
+    )
+
+
+def register(app: typer.Typer) -> None:
+    """Nothing of its own: the command above is on ``model_app`` (``headlab model kv-budget``)."""

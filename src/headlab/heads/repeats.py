@@ -1,0 +1,95 @@
+"""Where a text repeats an earlier passage: copy positions, and a long-range copy task built in.
+
+A query position q is a copy position when the ``min_match`` tokens ending at q occurred exactly
+once before (ending at j < q, so the source is unambiguous) and the token after them repeats too
+(ids[j + 1] == ids[q + 1]): a model that copies predicts ids[q + 1] from position j + 1, the
+*source* of q. Wu et al. (2024) call a head a retrieval head when, at such positions, its largest
+weight falls on the source of the token the model is about to emit.
+
+``copy_task`` builds such a text for a model that has none of its own: a passage of seeded
+random words placed early in a long filler (the standard library's docstrings,
+``headlab.models.long_document``) and repeated at the end, cut so that the whole text fits in
+``n_tokens`` of the model's tokens.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from headlab.limits import check_int
+from headlab.models.corpus import long_document
+from headlab.models.interface import HeadModel
+
+#: Tokens a match must have run for before its next token counts as copied.
+MIN_MATCH = 6
+
+
+def copy_sources(ids: Tensor, min_match: int = MIN_MATCH) -> Tensor:
+    """ids (pos,) int64 -> (pos,) int64: at each copy position q, the key position j + 1 of the
+    source of the next token (see the module docstring); -1 elsewhere."""
+    check_int("min_match", min_match)
+    tokens = ids.tolist()
+    sources = [-1] * len(tokens)
+    seen: dict[tuple[int, ...], int] = {}  # n-gram -> its end position, or -2 when ambiguous
+    for q in range(min_match - 1, len(tokens)):
+        gram = tuple(tokens[q - min_match + 1 : q + 1])
+        j = seen.get(gram)
+        if j is not None and j >= 0 and q + 1 < len(tokens) and tokens[j + 1] == tokens[q + 1]:
+            sources[q] = j + 1
+        seen[gram] = q if j is None else -2
+    return torch.tensor(sources, dtype=torch.long)
+
+
+@dataclass(frozen=True)
+class CopyTask:
+    """A long text with one passage repeated: ``text``; the passage's word count; where it was
+    put (the filler words before its first occurrence)."""
+
+    text: str
+    passage_words: int
+    offset_words: int
+
+
+def copy_task(
+    model: HeadModel,
+    n_tokens: int,
+    *,
+    passage_words: int = 48,
+    at: float = 0.1,
+    seed: int = 0,
+) -> CopyTask:
+    """A text of at most ``n_tokens`` tokens of ``model``: filler, a passage of
+    ``passage_words`` seeded random words at the share ``at`` of the text, more filler, the
+    passage again at the end. ValueError when ``n_tokens`` cannot hold the passage twice."""
+    check_int("n_tokens", n_tokens, low=2, high=model.max_positions)
+    check_int("passage_words", passage_words)
+    filler = long_document().split()
+    rng = random.Random(seed)
+    vocabulary = sorted({w.strip(".,;:()'\"`") for w in filler} - {""})
+    passage = " ".join(rng.choice(vocabulary) for _ in range(passage_words))
+    start = rng.randrange(len(filler) // 2)  # where in the filler this seed begins
+    words = filler[start:] + filler[:start]
+
+    def build(count: int) -> CopyTask:
+        before = max(1, int(count * at))
+        body = words[:count]
+        text = " ".join([*body[:before], passage, *body[before:], passage])
+        return CopyTask(text, passage_words, before)
+
+    if model.count_tokens(build(1).text) > n_tokens:
+        raise ValueError(
+            f"n_tokens={n_tokens} cannot hold a passage of {passage_words} words twice; "
+            "use more tokens or a shorter passage"
+        )
+    low, high = 1, len(words)
+    while low < high:  # the most filler words that still fit
+        mid = (low + high + 1) // 2
+        if model.count_tokens(build(mid).text) <= n_tokens:
+            low = mid
+        else:
+            high = mid - 1
+    return build(low)

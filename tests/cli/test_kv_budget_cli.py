@@ -1,0 +1,98 @@
+"""``model kv-budget``, and the head roles of ``model heads --text-file``, on a tiny decoder."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cli_run import run
+from headlab.heads.kv_budget import KVBudgetResult
+
+PASSAGE = " ".join(f"t{(11 * i) % 97}" for i in range(12))
+
+
+def _text(seed: int) -> str:
+    filler = " ".join(f"t{(7 * i + seed) % 89}" for i in range(30))
+    return f"t1 {PASSAGE} {filler} {PASSAGE}"
+
+
+@pytest.fixture
+def llama_dir(tiny_llama, tmp_path_factory):
+    return next(
+        p for p in tmp_path_factory.getbasetemp().glob("tiny-llama*/") if p.name == tiny_llama.name
+    )
+
+
+@pytest.fixture
+def texts(tmp_path):
+    held_out, calibration = tmp_path / "eval.txt", tmp_path / "calibration.txt"
+    held_out.write_text(_text(3), encoding="utf-8")
+    calibration.write_text(_text(5), encoding="utf-8")
+    return ["--text-file", str(held_out), "--calibration-file", str(calibration)]
+
+
+def test_kv_budget_writes_runs_a_table_and_a_figure(llama_dir, texts, tmp_path, capsys):
+    out, figure = tmp_path / "kv.json", tmp_path / "kv.png"
+    args = ["model", "kv-budget", "--model", str(llama_dir), *texts, "--max-tokens", "60"]
+    args += ["--window", "8", "--sinks", "2", "--budgets", "0.5,1", "--seeds", "2"]
+    code, printed, err = run([*args, "--out", str(out), "--figure", str(figure)], capsys)
+    assert code == 0, err
+    result = KVBudgetResult.from_dict(json.loads(out.read_text()))
+    kinds = [(r.kind, r.budget) for r in result.runs]
+    assert kinds[0] == ("full", 0.0) and ("chosen", 1.0) in kinds and ("opposite", 0.5) in kinds
+    assert sum(k == "random" for k, _ in kinds) == 4
+    every = [r for r in result.runs if r.budget == 1.0]
+    assert len({round(r.perplexity, 9) for r in every}) == 1  # all groups windowed: one plan
+    # every K/V group keeps sinks + window = 10 of the text's 1 + 12 + 30 + 12 tokens
+    assert result.n_tokens == 55 and every[0].kv_saved == pytest.approx(55 / 10)
+    assert "KV budget" in printed and "copy accuracy" in printed
+    assert figure.read_bytes().startswith(b"\x89PNG")
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--budgets", "0"], "--budgets must be shares in (0, 1], got 0.0"),
+        (["--budgets", "0.5,1.5"], "--budgets must be shares in (0, 1], got 1.5"),
+        (["--budgets", "half"], "--budgets takes comma-separated numbers, got 'half'"),
+        (["--window", "0"], "--window must be between 1"),
+        (["--sinks", "-1"], "--sinks must be between 0"),
+        (["--max-tokens", "9", "--window", "8"], "--max-tokens 9 is not longer than --sinks 4"),
+        (["--max-tokens", "600"], "--max-tokens must be between 2 and 64"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(extra, message, llama_dir, texts, tmp_path, capsys):
+    out = tmp_path / "kv.json"
+    args = ["model", "kv-budget", "--model", str(llama_dir), *texts, *extra, "--out", str(out)]
+    code, printed, err = run(args, capsys)
+    assert code == 2 and printed == ""
+    assert message in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+def test_a_text_without_copies_is_refused(llama_dir, tmp_path, capsys):
+    plain = tmp_path / "plain.txt"
+    plain.write_text(" ".join(f"t{i}" for i in range(60)), encoding="utf-8")
+    args = ["model", "kv-budget", "--model", str(llama_dir), "--text-file", str(plain)]
+    args += ["--calibration-file", str(plain), "--window", "8", "--out", str(tmp_path / "o.json")]
+    code, _, err = run(args, capsys)
+    assert code == 2 and "repeats no earlier passage" in err
+
+
+def test_heads_on_one_long_text_prints_the_roles(llama_dir, tmp_path, capsys):
+    text = tmp_path / "book.txt"
+    text.write_text(_text(2), encoding="utf-8")
+    out, figure = tmp_path / "lc.json", tmp_path / "roles.png"
+    args = ["model", "heads", "--model", str(llama_dir), "--text-file", str(text)]
+    code, printed, err = run([*args, "--window", "8", "--out", str(out), "--figure", str(figure)],
+                             capsys)  # fmt: skip
+    assert code == 0, err
+    shown = " ".join(printed.split())
+    assert "head roles: window 4 sinks + 8 recent keys; 6 copy positions" in shown
+    assert "role of each head" in shown and "top retrieval heads" in shown
+    roles = json.loads(out.read_text())["roles"]
+    assert roles["copy_positions"] == 6 and len(roles["roles"]) == 3
+    assert figure.read_bytes().startswith(b"\x89PNG")
+    code, _, err = run([*args, "--window", "500", "--out", str(out)], capsys)
+    assert code == 2 and "not more than sinks 4 + window 500" in err
