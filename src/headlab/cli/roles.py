@@ -74,26 +74,17 @@ def role_tables(roles, top: int = 5) -> list[Table | Text]:
     if roles.retrieval is not None:
         cells = sorted(((v, layer, h) for layer, row in enumerate(roles.retrieval)
                         for h, v in enumerate(row)), reverse=True)[:top]  # fmt: skip
-        table = Table(title="top retrieval heads (Wu et al.)", title_justify="left")
-        for column in ("layer", "head", "retrieval", "copy weight"):
-            table.add_column(column, justify="right")
-        for value, layer, h in cells:
-            copy = roles.copy_weight[layer][h]
-            table.add_row(str(layer), str(h), f"{value:.2f}", f"{copy:.2f}")
-        out.append(table)
+        rows = [[str(layer), str(h), f"{v:.2f}", f"{roles.copy_weight[layer][h]:.2f}"]
+                for v, layer, h in cells]  # fmt: skip
+        columns = ["layer", "head", "retrieval", "copy weight"]
+        out.extend(fitted_tables("top retrieval heads (Wu et al.)", columns, rows))
     if roles.group_window_error is not None:
         groups = sorted((v, layer, g) for layer, row in enumerate(roles.group_window_error)
                         for g, v in enumerate(row))  # fmt: skip
-        table = Table(
-            title="K/V groups a sinks + window cache serves best (window error: share of the "
-            "output lost, the worst head of the group)",
-            title_justify="left",
-        )
-        for column in ("layer", "group", "window error"):
-            table.add_column(column, justify="right")
-        for value, layer, g in groups[:top]:
-            table.add_row(str(layer), str(g), f"{value:.3f}")
-        out.append(table)
+        rows = [[str(layer), str(g), f"{v:.3f}"] for v, layer, g in groups[:top]]
+        title = "K/V groups that sinks + a window serve best"
+        out.extend(fitted_tables(title, ["layer", "group", "window error"], rows))
+        out.append(Text("(window error: the share of the output lost, worst head of the group)"))
     return out
 
 

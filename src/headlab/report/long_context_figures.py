@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from headlab.report.figures import COLOURS, INK, _style, legend_outside
 
@@ -35,9 +36,16 @@ def _grid(ax, values: list[list[float]], title: str, fig: Figure, cmap: str = "v
         grid[layer, : len(row)] = row
     image = ax.imshow(grid, aspect="auto", cmap=cmap, interpolation="nearest")
     ax.set_title(title, fontsize=9)
+    _layer_head_axes(ax)
+    fig.colorbar(image, ax=ax, fraction=0.05)
+
+
+def _layer_head_axes(ax) -> None:
+    """Integer ticks: heads and layers are counted, not measured."""
     ax.set_xlabel("head")
     ax.set_ylabel("layer")
-    fig.colorbar(image, ax=ax, fraction=0.05)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
 
 
 def roles_figure(result: LongContextResult) -> Figure:
@@ -65,8 +73,7 @@ def roles_figure(result: LongContextResult) -> Figure:
         for name, colour in ROLE_COLOURS.items():
             ax.plot([], [], "s", color=colour, label=f"{name} ({counts[name]})")
         ax.set_title("role of each head", fontsize=9)
-        ax.set_xlabel("head")
-        ax.set_ylabel("layer")
+        _layer_head_axes(ax)
         legend_outside(ax, fontsize=7)
     return fig
 
@@ -97,7 +104,8 @@ def chosen_heads(result: LongContextResult, count: int = 4) -> list[tuple[int, i
 def maps_figure(result: LongContextResult, heads: list[tuple[int, int, str]]) -> Figure:
     """For each (layer, head, why): its blocked attention map and its received profile."""
     maps = result.maps
-    fig = Figure(figsize=(3.1 * len(heads), 5.6), layout="constrained")
+    fig = Figure(figsize=(3.4 * len(heads), 7.2), layout="constrained")
+    plain = FuncFormatter(lambda value, _: f"{value:g}")  # text drawn verbatim, no mathtext
     for i, (layer, head, why) in enumerate(heads):
         ax = fig.add_subplot(2, len(heads), i + 1)
         blocked = np.asarray(maps.blocked[layer][head])
@@ -108,10 +116,14 @@ def maps_figure(result: LongContextResult, heads: list[tuple[int, int, str]]) ->
         fig.colorbar(image, ax=ax, fraction=0.046)
         ax2 = fig.add_subplot(2, len(heads), len(heads) + i + 1)
         received = np.asarray(maps.received[layer][head])
-        ax2.plot(np.arange(len(received)) * maps.bin, received, color=COLOURS[0], linewidth=0.8)
-        ax2.set_yscale("symlog", linthresh=1.0)
-        ax2.set_xlabel("key position", fontsize=7)
-        ax2.set_ylabel("attention received", fontsize=7)
+        floor = max(float(received[received > 0].min()), 1e-3) if (received > 0).any() else 1e-3
+        positions = np.arange(len(received)) * maps.bin
+        ax2.plot(positions, np.maximum(received, floor), color=COLOURS[0], linewidth=0.8)
+        ax2.set_yscale("log")
+        ax2.yaxis.set_major_formatter(plain)
+        ax2.yaxis.set_minor_formatter(FuncFormatter(lambda value, _: ""))
+        ax2.set_xlabel(f"key position ({maps.bin} per point)", fontsize=7)
+        ax2.set_ylabel("attention received (log)", fontsize=7)
         _style(ax2)
     return fig
 

@@ -27,6 +27,7 @@ from headlab.experiments.summary import summarize
 from headlab.locations import RESULTS_DIR
 from headlab.report import figures
 from headlab.report.heatmap import heatmap_data
+from headlab.report.long_context import long_context_sections
 from headlab.report.overview import overview
 from headlab.report.results import PRODUCERS, read_section
 from headlab.report.scenarios import seed_scenarios
@@ -129,6 +130,7 @@ GROUPS = {
     "model": ("results", ("heads", "collapse", "prune")),
     "sweeps": ("results", ("sweep",)),
     "why": ("why", ("expressivity", "specialisation", "redundancy", "redundancy_decoder")),
+    "long": ("long", ("roles", "kv_budget")),
 }
 
 
@@ -206,6 +208,7 @@ def collect(options: ReportOptions, *, want_png: bool = False) -> Collected:
         "coupling_top": max(max(map(max, m["matrix"])) for m in coupling["matrices"]),
         "results": _results_sections(Path(options.results), pngs),
         "why": why_sections(Path(options.results), pngs),
+        "long": long_context_sections(Path(options.results), pngs, explorers),
         "results_dir": str(options.results),
     }
     sections["empty"] = _empty_sections(sections)

@@ -1,0 +1,149 @@
+"""The report's long-context section: read one long text's results and a KV budget's, draw their
+figures, write a sentence from each one's numbers (the report measures nothing itself).
+
+From ``model_long-context.json`` (``headlab model heads --text-file`` or ``--max-tokens``): the
+roles of every head (grids), a few heads' blocked maps and received profiles (a figure), and an
+explorer of every head's blocked map. From ``model_kv-budget.json`` (``headlab model
+kv-budget``): the budget against perplexity and copy accuracy.
+"""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+import numpy as np
+
+from headlab.analysis.text_attention import AttentionView
+from headlab.heads.kv_budget import KVBudgetResult
+from headlab.heads.long_context import LongContextResult
+from headlab.heads.results import read_result
+from headlab.locations import model_results
+from headlab.report import figures
+from headlab.report.heatmap import heatmap_data
+from headlab.report.long_context_figures import (
+    chosen_heads,
+    kv_budget_figure,
+    maps_figure,
+    roles_figure,
+)
+
+LONG_FILE, BUDGET_FILE = "model_long-context.json", "model_kv-budget.json"
+COMMANDS = {
+    "roles": f"headlab model heads --model smollm2 --max-tokens 8192 --out "
+    f"{model_results('long-context')}",
+    "kv_budget": "headlab model kv-budget --model smollm2",
+}
+
+
+def _uri(png: bytes) -> str:
+    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+
+
+def roles_answer(result: LongContextResult) -> str:
+    """One paragraph from the measured roles."""
+    roles = result.roles
+    n = result.context.n_tokens
+    parts = [f"On one text of {n} tokens ({roles.copy_positions} copy positions)"]
+    counts = roles.counts()
+    if counts:
+        total = sum(counts.values())
+        share = counts["retrieval"] / total
+        parts.append(
+            f", {counts['retrieval']} of {total} heads ({share:.0%}) are retrieval heads "
+            "(Wu et al. report under 5%), "
+            + ", ".join(f"{counts[name]} {name}" for name in ("copy", "sink", "local", "mixed"))
+            + f" (window: {roles.sinks} sinks + {roles.window})."
+        )
+    else:
+        parts.append(f": {roles.note}.")
+    if roles.retrieval is not None:
+        v, layer, head = max(
+            (v, layer, h) for layer, row in enumerate(roles.retrieval) for h, v in enumerate(row)
+        )
+        parts.append(f" The strongest retrieval head is layer {layer} head {head} ({v:.2f}).")
+    return "".join(parts)
+
+
+def budget_answer(result: KVBudgetResult) -> str:
+    """One paragraph from the measured plans."""
+    base = result.baseline()
+    chosen = sorted((r for r in result.runs if r.kind == "chosen"), key=lambda r: r.budget)
+    sentences = []
+    for run in chosen:
+        randoms = [r for r in result.runs if r.kind == "random" and r.budget == run.budget]
+        worst = max(r.perplexity for r in randoms) / base.perplexity - 1
+        best = min(r.perplexity for r in randoms) / base.perplexity - 1
+        copy = sum(r.copy_accuracy for r in randoms) / len(randoms)
+        sentences.append(
+            f"windowing {run.budget:.0%} of the K/V groups saves {run.kv_saved:.2f}x of the KV "
+            f"memory: perplexity {run.perplexity / base.perplexity - 1:+.1%} "
+            f"(random plans {best:+.1%} to {worst:+.1%}), copy accuracy "
+            f"{run.copy_accuracy:.2f} (random {copy:.2f})"
+        )
+    text = (
+        f"{result.model} at {result.n_tokens} tokens (full model: perplexity "
+        f"{base.perplexity:.2f}, copy accuracy {base.copy_accuracy:.2f}): " + "; ".join(sentences)
+    )
+    check = result.retrieval
+    if check is not None:
+        randoms = ", ".join(f"{a:.2f}" for a in check.random_copy_accuracy)
+        text += (
+            f". Masking the top {check.k} retrieval heads leaves copy accuracy "
+            f"{check.copy_accuracy:.2f}; masking {check.k} random heads: {randoms}"
+        )
+    return text + "."
+
+
+def long_context_sections(
+    directory: Path, pngs: dict[str, bytes], explorers: dict
+) -> dict[str, dict]:
+    """{"roles": ..., "kv_budget": ...}: each {title, image(s), answer} or {missing, file};
+    adds the blocked-map explorer "long" to ``explorers``. ValueError for a broken file."""
+    out: dict[str, dict] = {}
+    path = Path(directory) / LONG_FILE
+    result = read_result(path, LongContextResult)
+    if result is None or result.roles is None or result.maps is None:
+        out["roles"] = {"missing": COMMANDS["roles"], "file": str(path)}
+    else:
+        roles_png = figures.png_bytes(roles_figure(result))
+        maps_png = figures.png_bytes(maps_figure(result, chosen_heads(result)))
+        pngs["roles.png"], pngs["attention_maps.png"] = roles_png, maps_png
+        out["roles"] = {
+            "model": result.statistics.model,
+            "n_tokens": result.context.n_tokens,
+            "image": _uri(roles_png),
+            "maps": _uri(maps_png),
+            "answer": roles_answer(result),
+        }
+        explorers["long"] = _blocked_explorer(result)
+    path = Path(directory) / BUDGET_FILE
+    budget = read_result(path, KVBudgetResult)
+    if budget is None:
+        out["kv_budget"] = {"missing": COMMANDS["kv_budget"], "file": str(path)}
+    else:
+        png = figures.png_bytes(kv_budget_figure(budget))
+        pngs["kv_budget.png"] = png
+        out["kv_budget"] = {"image": _uri(png), "answer": budget_answer(budget)}
+    return out
+
+
+def _blocked_explorer(result: LongContextResult) -> dict:
+    """Every head's blocked map as a heatmap explorer: blocks of ``block`` tokens as labels."""
+    maps = result.maps
+    blocked = np.asarray(maps.blocked, dtype=np.float64)  # (layer, head, q_block, k_block)
+    n = result.context.n_tokens
+    labels = [
+        f"{start}-{min(start + maps.block, n) - 1}" for start in range(0, n, maps.block)
+    ][: blocked.shape[-1]]
+    view = AttentionView(f"mean weight per block of {maps.block} tokens", blocked)
+    return heatmap_data(
+        f"{result.statistics.model}'s heads along one text of {n} tokens",
+        labels,
+        [view],
+        note=(
+            f"Each cell: the mean weight a query of that block of {maps.block} tokens puts on "
+            "that block of keys. Computed in the same streaming pass; no head's full weights "
+            "were ever held."
+        ),
+    )
