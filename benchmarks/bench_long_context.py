@@ -13,6 +13,11 @@ torch's peak allocated memory. Routes:
   streaming     ``headlab.heads.streaming.model_head_sums`` (what ``long_text_statistics``
                 runs): every head's statistics and heavy-hitter profile, weights reduced
                 chunk by chunk
+  roles         the same pass with every role score of ``long_text_statistics`` on top: window
+                errors (4 sinks + 256), copy positions, blocked maps (what ``model heads
+                --max-tokens`` runs since head roles exist)
+  plan          the model's forward under a KV plan that windows half of its K/V groups
+                (4 sinks + 256): one verification run of ``model kv-budget``
   materialised  the model's ``trace_batch``: every layer's full weights kept, as tools that
                 read attention weights do (TransformerLens, nnsight, output_attentions); run
                 only where its estimate fits in half the machine's memory
@@ -34,7 +39,7 @@ import subprocess
 import sys
 import time
 
-ROUTES = ("forward", "streaming", "materialised")
+ROUTES = ("forward", "streaming", "roles", "plan", "materialised")
 
 
 def _status(field: str) -> int:
@@ -93,9 +98,29 @@ def _model_runs(length: int, device: str, random_weights: bool, chunk_elements: 
             return TokenBatch(b.input_ids.to(device), b.attention_mask.to(device), b.tokens)
 
     model.model.to(device)
+
+    def roles(b):
+        from headlab.heads.attention_maps import block_size
+        from headlab.heads.repeats import copy_sources
+
+        n = b.input_ids.shape[1]
+        sources = copy_sources(b.input_ids[0].cpu())[None].to(device)
+        return model_head_sums(model, b, chunk_elements=chunk_elements, window=(4, 256),
+                               copy_sources=sources, block=block_size(n))  # fmt: skip
+
+    def plan(b):
+        from headlab.heads.kv_budget import KVPlan, planned
+
+        groups = [(layer, g) for layer, kv in enumerate(model.kv_heads_per_layer)
+                  for g in range(kv)][::2]  # fmt: skip
+        with planned(model, KVPlan(tuple(groups), 4, 256)):
+            return model.run(b)
+
     runs = {
         "forward": lambda b: model.run(b),
         "streaming": lambda b: model_head_sums(model, b, chunk_elements=chunk_elements),
+        "roles": roles,
+        "plan": plan,
         "materialised": lambda b: model.trace_batch(b),
     }
     return runs, tokens(length), tokens(64)
@@ -115,6 +140,11 @@ def _bare_runs(length: int, device: str, chunk_elements: int):
         "materialised": lambda x: mha.trace(x),
     }
     return runs, x, x[:, :64]
+
+
+def _runs_for(route: str, bare: bool) -> bool:
+    """The bare module has no model: no roles, no plan."""
+    return not (bare and route in ("roles", "plan"))
 
 
 def _child(route: str, length: int, args) -> dict:
@@ -182,6 +212,8 @@ def main() -> None:
     load = os.getloadavg()[0]
     for length in lengths:
         for route in args.routes:
+            if not _runs_for(route, args.bare):
+                continue
             if not _fits(route, length, args.bare):
                 print(f"{route:12s} {length:6d}  skipped: weights over half the memory", flush=True)
                 continue
