@@ -176,10 +176,8 @@ def _fused(
     if group != 1 and torch.jit.is_tracing():  # the ONNX exporter has no SDPA with enable_gqa
         k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
         group = 1
-    merged = None
     causal = mask is not None and mask.plain_causal
-    if mask is not None and not causal:
-        merged = mask.block(0, q.shape[2], k.shape[2], dtype=q.dtype, device=q.device)
+    merged = None if causal else _whole(mask, q, k)
     out = F.scaled_dot_product_attention(
         q,
         k,
@@ -209,11 +207,8 @@ def _explicit(
     sites: Sites | None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """(head_out, weights, scores) from whole tensors, with autograd and every site."""
-    merged = None
-    if mask is not None:
-        merged = mask.block(0, q.shape[2], k.shape[2], dtype=q.dtype, device=q.device)
     scores, weights = block_weights(
-        q, k, merged, scale=scale, softcap=softcap, sinks=sinks, view=view, sites=sites
+        q, k, _whole(mask, q, k), scale=scale, softcap=softcap, sinks=sinks, view=view, sites=sites
     )
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p)
@@ -286,6 +281,13 @@ def _chunked(
                 causal = mask is not None and mask.causal and not extra
                 sums.add(p, rows, causal_keys=causal, outputs=o, values=v[part, :, :keys])
     return out.transpose(1, 2), averaged
+
+
+def _whole(mask: MaskSpec | None, q: Tensor, k: Tensor) -> MergedMask | None:
+    """Every row of ``mask`` over every key of ``k``, for the paths that hold whole scores."""
+    if mask is None:
+        return None
+    return mask.block(0, q.shape[2], k.shape[2], dtype=q.dtype, device=q.device)
 
 
 def _batch_part(merged: MergedMask | None, part: slice) -> MergedMask | None:
@@ -406,17 +408,11 @@ def _averaged(
         return out, weights.mean(dim=1)
     needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
     if needs_grad:
-        merged = None
-        if mask is not None:
-            merged = mask.block(0, q.shape[2], k.shape[2], dtype=q.dtype, device=q.device)
-        return AveragedAttention.apply(q, k, v, merged, options["scale"])
+        return AveragedAttention.apply(q, k, v, _whole(mask, q, k), options["scale"])
     with torch.no_grad():
         if q.shape[0] * q.shape[1] * q.shape[2] * k.shape[2] >= MIN_BLOCKED:
             return _chunked(q, k, v, mask, mean=True, sums=None, **_chunking(options))
-        merged = None
-        if mask is not None:
-            merged = mask.block(0, q.shape[2], k.shape[2], dtype=q.dtype, device=q.device)
-        _, p = block_weights(q, k, merged, inplace=True, **options)
+        _, p = block_weights(q, k, _whole(mask, q, k), inplace=True, **options)
         return _values(p, v, q.shape[1]), p.mean(dim=1)
 
 
