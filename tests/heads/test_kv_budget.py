@@ -32,9 +32,13 @@ def test_a_plan_equals_hiding_the_keys_by_hand(tiny_llama):
         return edit
 
     layers = tiny_llama.attention_layers()
-    with torch.no_grad(), intervene(layers[0], "scores", hide([3, 4, 5])):
-        with intervene(layers[2], "scores", hide([0, 1, 2])):
-            want = tiny_llama.run(batch)
+    first, third = hide([3, 4, 5]), hide([0, 1, 2])
+    with (
+        torch.no_grad(),
+        intervene(layers[0], "scores", first),
+        intervene(layers[2], "scores", third),
+    ):
+        want = tiny_llama.run(batch)
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
     with torch.no_grad():
         plain = tiny_llama.run(batch)
@@ -46,9 +50,11 @@ def test_kv_saved_and_refusals(tiny_llama):
     # 6 groups x 100 tokens in full; 3 of them keep 10
     assert plan.kv_saved([2, 2, 2], 100) == pytest.approx(600 / (600 - 3 * 90))
     assert KVPlan((), 4, 6).kv_saved([2, 2, 2], 100) == 1.0
-    with pytest.raises(ValueError, match="plan: K/V group 1.2 is not in the model"):
-        with planned(tiny_llama, KVPlan(((1, 2),))):
-            pass
+    with (
+        pytest.raises(ValueError, match=r"plan: K/V group 1\.2 is not in the model"),
+        planned(tiny_llama, KVPlan(((1, 2),))),
+    ):
+        pass
     for bad in ((), (0.0,), (1.5,), (True,)):
         with pytest.raises(ValueError, match="budgets"):
             check_budgets(bad)
