@@ -1,12 +1,8 @@
 """Head sums of many documents: one document gives ``long_text_statistics``' statistics and
 roles bit for bit; merged sums are the documents' sums added in order; the corpus means and
-roles follow from them and agree with the documents' own means.
-
-Three hand-built documents on the tiny random decoder (t0..t96, 64 positions): a passage
-repeated after a filler (10 copy positions: the 14-token passage after its first 4), the model's
-own greedy continuation of a prompt (its top-1 prediction is right at every copy position, so
-the retrieval counts are not all zero) and a short text without repeats, not longer than the
-window (no copy positions, no window errors).
+roles follow from them and agree with the documents' own means. The three hand-built documents
+(a known repeat, the model's own greedy continuation, a short plain text) are described in
+tests/corpus_documents.py.
 """
 
 from __future__ import annotations
@@ -16,6 +12,7 @@ import json
 import pytest
 import torch
 
+from corpus_documents import OPTIONS, documents
 from headlab.heads.corpus_sums import (
     CorpusRolesResult,
     DocumentSums,
@@ -27,19 +24,6 @@ from headlab.heads.corpus_sums import (
 from headlab.heads.long_context import long_text_statistics
 from headlab.heads.results import read_result, write_result
 from headlab.heads.roles import role
-
-OPTIONS = RoleOptions(sinks=2, window=8, min_match=4)
-PASSAGE = " ".join(f"t{(11 * i) % 97}" for i in range(14))
-FILLER = " ".join(f"t{(3 * i + 1) % 89}" for i in range(23))
-
-
-def documents(model) -> dict[str, str]:
-    prompt = "t40 t41 t42 t43"
-    return {
-        "repeat": f"t0 {PASSAGE} {FILLER} {PASSAGE}",
-        "greedy": f"{prompt} {model.decode(model.generate(prompt, 56))}",
-        "plain": "t1 t2 t3 t4 t5 t6",
-    }
 
 
 @pytest.fixture(scope="module")
