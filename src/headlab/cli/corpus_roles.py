@@ -18,12 +18,12 @@ DOCUMENTS = typer.Option(
     ..., "--documents", help="A folder of documents: its .txt files (UTF-8), one pass each."
 )
 OUT = typer.Option(
-    RESULTS_DIR / "corpus-roles.jsonl",
+    RESULTS_DIR / "model_roles.jsonl",
     "--out",
     help="Results file (JSONL, appended): one line per finished document; a rerun skips them.",
 )
 SUMMARY = typer.Option(
-    model_results("corpus-roles"),
+    model_results("roles"),
     "--summary",
     help="The merged results document (JSON): every head's statistics and role over the corpus.",
 )

@@ -128,7 +128,7 @@ def run_jobs_local(
             done, _ = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
             _drain(events, on_event)
             if not done:
-                _check_alive(started, [describe(j) for j in pending.values()])
+                _check_alive(started, pending.values(), describe)
             for future in done:
                 job = pending.pop(future)
                 try:
@@ -163,8 +163,9 @@ def _run_name(config: RunConfig) -> str:
     return f"{config.run_id} ({config.task}, {config.num_heads} heads, seed {config.seed})"
 
 
-def _check_alive(processes: list, in_flight: Iterable[str]) -> None:
-    """WorkerDied when one of the pool's processes has exited while jobs (named) are in flight.
+def _check_alive(processes: list, in_flight: Iterable, describe: Callable[..., str]) -> None:
+    """WorkerDied when one of the pool's processes has exited while jobs are in flight (named
+    by ``describe``).
 
     The pool notices a dead worker itself in most cases (BrokenProcessPool); this also covers a
     worker killed right after it started, which CPython's pool can miss and then wait forever.
@@ -173,8 +174,8 @@ def _check_alive(processes: list, in_flight: Iterable[str]) -> None:
         if process.exitcode is not None:
             raise WorkerDied(
                 f"a worker process (pid {process.pid}) died with exit code {process.exitcode}; "
-                f"not finished: {', '.join(in_flight)}; every finished job is saved; run the "
-                "same command again to resume"
+                f"not finished: {', '.join(map(describe, in_flight))}; every finished job is "
+                "saved; run the same command again to resume"
             )
 
 
