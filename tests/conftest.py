@@ -82,14 +82,12 @@ def smollm2_reference():
 
 
 @pytest.fixture(scope="session")
-def tiny_llama(tmp_path_factory):
-    """A random Llama decoder: 3 layers, 6 query heads of 10 on 2 K/V heads, vocab 97, loaded
-    through headlab's folder loader (written by transformers' save_pretrained)."""
+def tiny_llama_dir(tmp_path_factory):
+    """A random Llama decoder's folder (transformers' save_pretrained): 3 layers, 6 query heads
+    of 10 on 2 K/V heads, 64 positions, a word-level tokenizer of t0..t96 (vocab 97)."""
     import torch
     import transformers
     from tokenizers import Tokenizer, models
-
-    from headlab.models import load
 
     folder = tmp_path_factory.mktemp("tiny-llama")
     config = transformers.LlamaConfig(
@@ -111,4 +109,12 @@ def tiny_llama(tmp_path_factory):
 
     tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tokenizer.save(str(folder / "tokenizer.json"))
-    return load(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_llama(tiny_llama_dir):
+    """The random Llama decoder of ``tiny_llama_dir``, loaded through headlab's folder loader."""
+    from headlab.models import load
+
+    return load(tiny_llama_dir)

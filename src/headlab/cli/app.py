@@ -11,6 +11,7 @@ from typer.models import ParameterInfo
 
 from headlab.cli import (
     compare,
+    corpus_roles,
     expressivity,
     model,
     params,
@@ -91,8 +92,9 @@ def _escape_option_help(typer_app: typer.Typer, done: set[int] | None = None) ->
 
 # Each command module adds its commands here; none of them imports this module (no cycle).
 for _module in (
-    compare, expressivity, model, params, redundancy, report, roles, specialisation, sweep
-):
+    compare, corpus_roles, expressivity, model, params, redundancy, report, roles,
+    specialisation, sweep,
+):  # fmt: skip
     _module.register(app)
 _unwrap_help(app)
 _escape_option_help(app)

@@ -1,5 +1,9 @@
 """sweep.jsonl: the one reader and writer of sweep results; append-only, locked, validated.
 
+The same machinery serves any JSONL results file whose rows another module defines (a
+``RowKind``: how a row is checked, the key every written row starts with, what writes it); the
+sweep's rows are the default, ``SWEEP``. ``headlab.experiments.corpus_roles`` has its own.
+
 Row schema (one JSON object per line; a run has one row per evaluation point, the last final):
     {"run_id": str, "config": {RunConfig fields}, "step": int >= 0, "loss": finite float,
      "accuracy": float in [0, 1], "final": bool, "head_entropy": [finite float, L*H layer-major]
@@ -19,6 +23,7 @@ import json
 import math
 import os
 import warnings
+from collections.abc import Callable
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -33,9 +38,6 @@ try:  # POSIX; elsewhere concurrent sweeps into one file are not detected
     import fcntl
 except ImportError:  # pragma: no cover
     fcntl = None  # type: ignore[assignment]
-
-# Every row we write starts so (run_id first).
-ROW_START = '{"run_id":'
 
 
 class TornLineWarning(HeadlabWarning):
@@ -118,6 +120,25 @@ def row_problem(row: object) -> str | None:
 
 
 @dataclass(frozen=True)
+class RowKind:
+    """One kind of results rows: ``problem(row)`` says why a parsed line is not such a row (None
+    when it is); every row written starts with the key ``first``; ``writer`` names what writes
+    them, in messages ("another headlab sweep is writing ...")."""
+
+    problem: Callable[[object], str | None]
+    first: str = "run_id"
+    writer: str = "sweep"
+
+    @property
+    def start(self) -> bytes:
+        """How every line written starts."""
+        return f'{{"{self.first}":'.encode()
+
+
+SWEEP = RowKind(row_problem)
+
+
+@dataclass(frozen=True)
 class SweepRow:
     """One line of sweep.jsonl: a run's evaluation at ``step`` (schema in the module docstring).
 
@@ -169,8 +190,9 @@ class SweepRow:
         )
 
 
-def parse_results(data: bytes) -> ResultsFile:
-    """Parse the bytes of a results file (never raises; see the module docstring)."""
+def parse_results(data: bytes, kind: RowKind = SWEEP) -> ResultsFile:
+    """Parse the bytes of a results file of ``kind`` rows (never raises; see the module
+    docstring)."""
     result = ResultsFile()
     lines = data.split(b"\n")
     for number, raw in enumerate(lines, start=1):
@@ -184,7 +206,7 @@ def parse_results(data: bytes) -> ResultsFile:
         except ValueError:
             row, problem = None, "not JSON"
         else:
-            problem = row_problem(row)
+            problem = kind.problem(row)
         if problem is None:
             result.rows.append(row)
         elif last_without_newline and row is None:
@@ -194,14 +216,14 @@ def parse_results(data: bytes) -> ResultsFile:
     return result
 
 
-def read_results(path: str | Path) -> ResultsFile:
-    """Read a results file (an empty ResultsFile when it does not exist)."""
+def read_results(path: str | Path, kind: RowKind = SWEEP) -> ResultsFile:
+    """Read a results file of ``kind`` rows (an empty ResultsFile when it does not exist)."""
     path = Path(path)
     if not path.exists():
         return ResultsFile()
     if not path.is_file():
         raise ValueError(f"{path} is not a results file (expected a regular file)")
-    return parse_results(path.read_bytes())
+    return parse_results(path.read_bytes(), kind)
 
 
 def warn_about(path: Path, result: ResultsFile) -> None:
@@ -225,9 +247,9 @@ def warn_about(path: Path, result: ResultsFile) -> None:
         )
 
 
-def read_rows(path: str | Path) -> list[dict]:
+def read_rows(path: str | Path, kind: RowKind = SWEEP) -> list[dict]:
     """All valid rows of a results file ([] when it does not exist); warns about what it skips."""
-    result = read_results(path)
+    result = read_results(path, kind)
     warn_about(Path(path), result)
     return result.rows
 
@@ -261,8 +283,8 @@ def check_results_output(path: str | Path) -> Path:
     return path
 
 
-def check_not_locked(path: str | Path) -> None:
-    """ValueError now, before any work, when another sweep holds the lock on ``path``."""
+def check_not_locked(path: str | Path, kind: RowKind = SWEEP) -> None:
+    """ValueError now, before any work, when another writer holds the lock on ``path``."""
     path = Path(path)
     if fcntl is None or not path.is_file():
         return
@@ -271,10 +293,26 @@ def check_not_locked(path: str | Path) -> None:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise ValueError(
-                f"another headlab sweep is writing {path}; wait for it to finish, "
+                f"another headlab {kind.writer} is writing {path}; wait for it to finish, "
                 "or choose another file"
             ) from None
         fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def check_appendable(path: str | Path, kind: RowKind = SWEEP) -> ResultsFile:
+    """What ``path`` holds, read before any work to resume from it: OutputRefused unless it is
+    new or a regular file of ``kind`` rows headlab may append to, ValueError when another writer
+    holds its lock; warns about the lines it skips."""
+    path = check_results_output(path)
+    check_not_locked(path, kind)
+    content = read_results(path, kind)
+    if content.skipped and not content.rows:
+        raise OutputRefused(
+            f"out={path} holds no results rows; not appending to a file headlab did not write "
+            "(choose another file)"
+        )
+    warn_about(path, content)
+    return content
 
 
 class ResultsWriter:
@@ -285,7 +323,8 @@ class ResultsWriter:
     Use as a context manager, or call ``close``; the lock also ends with the process.
     """
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, kind: RowKind = SWEEP) -> None:
+        self.kind = kind
         self.path = check_results_output(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._handle = open(self.path, "a+b")  # noqa: SIM115 (held for the writer's lifetime)
@@ -303,20 +342,20 @@ class ResultsWriter:
             fcntl.flock(self._handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise ValueError(
-                f"another headlab sweep is writing {self.path}; wait for it to finish, "
-                "or choose another file"
+                f"another headlab {self.kind.writer} is writing {self.path}; wait for it to "
+                "finish, or choose another file"
             ) from None
 
     def read(self) -> ResultsFile:
         """The file's content as of now (under the lock: nobody else appends meanwhile)."""
         self._handle.seek(0)
-        return parse_results(self._handle.read())
+        return parse_results(self._handle.read(), self.kind)
 
     def _repair_end(self) -> None:
         self._handle.seek(0)
         data = self._handle.read()
-        content = parse_results(data)
-        only_torn = content.torn_tail and data.startswith(ROW_START.encode())
+        content = parse_results(data, self.kind)
+        only_torn = content.torn_tail and data.startswith(self.kind.start)
         if data.strip() and not content.rows and not only_torn:
             raise OutputRefused(
                 f"out={self.path} holds no results rows; not appending to a file "
@@ -325,7 +364,7 @@ class ResultsWriter:
         if not data or data.endswith(b"\n"):
             return
         start = data.rfind(b"\n") + 1
-        tail = parse_results(data[start:])
+        tail = parse_results(data[start:], self.kind)
         if tail.rows or tail.skipped:  # a complete line that only lacks its newline: keep it
             self._write(b"\n")
         else:  # a torn write: cut the fragment so the next line starts clean
@@ -340,9 +379,10 @@ class ResultsWriter:
         os.fsync(self._handle.fileno())
 
     def append(self, rows: list[dict]) -> None:
-        """Append ``rows`` as whole lines (run_id first), in one write."""
+        """Append ``rows`` as whole lines (the kind's first key first), in one write."""
+        first = self.kind.first
         text = "".join(
-            json.dumps({"run_id": r["run_id"], **r}, separators=(",", ":"), allow_nan=False) + "\n"
+            json.dumps({first: r[first], **r}, separators=(",", ":"), allow_nan=False) + "\n"
             for r in rows
         )
         self._write(text.encode("utf-8"))

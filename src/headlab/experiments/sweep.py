@@ -14,19 +14,11 @@ from pathlib import Path
 from headlab.attention.sizes import FREE_HEAD_DIM, check_divides
 from headlab.experiments.config import RunConfig, make_config
 from headlab.experiments.executors import OnEval, execute
-from headlab.experiments.results import (
-    ResultsWriter,
-    check_not_locked,
-    check_results_output,
-    finished_run_ids,
-    read_results,
-    warn_about,
-)
+from headlab.experiments.results import ResultsWriter, check_appendable, finished_run_ids
 from headlab.experiments.tasks import get_task
 from headlab.experiments.train import RunResult
 from headlab.limits import check_int
 from headlab.locations import SWEEP_RESULTS
-from headlab.output_policy import OutputRefused
 
 DEFAULT_OUT = SWEEP_RESULTS
 MAX_RUNS = 10_000  # a grid larger than this is a typo (each run trains for seconds to minutes)
@@ -121,15 +113,7 @@ def plan_sweep(spec: SweepSpec, out: str | Path = DEFAULT_OUT) -> SweepPlan:
     """
     configs = expand_grid(spec)
     out = Path(out)
-    check_results_output(out)
-    check_not_locked(out)
-    content = read_results(out)
-    if content.skipped and not content.rows:
-        raise OutputRefused(
-            f"out={out} holds no results rows; not appending to a file headlab did not write "
-            "(choose another file)"
-        )
-    warn_about(out, content)
+    content = check_appendable(out)
     return SweepPlan(configs=configs, todo=_unfinished(configs, content.rows), out=out)
 
 

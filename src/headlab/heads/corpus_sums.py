@@ -1,0 +1,393 @@
+"""Head statistics and role scores of many documents, as sums that merge exactly.
+
+``document_sums(model, text, options)`` runs the one streaming pass of ``long_text_statistics``
+over one document and keeps, per layer and head, plain sums instead of means:
+
+    sums[name]       the sum over the document's queries of each statistic of
+                     ``heads.statistics`` (entropy, max_weight, the special positions, self,
+                     distance, contribution_norm; ``prev`` over queries q >= 1), of
+                     ``window_error`` (documents longer than sinks + window only) and of
+                     ``copy_weight`` (over the copy positions)
+    retrieval_hits   the copy positions where the head's largest weight is on the source AND
+                     the model's own top-1 prediction is the true next token (Wu et al.)
+    counts           n_queries, n_prev, n_window (the queries of the documents with window
+                     errors), n_copy, n_correct (copy positions predicted right)
+
+``merge_sums`` adds documents in the order given, in float64 (Python floats): the same order
+gives the same bits, wherever each document ran. ``corpus_result`` divides: the corpus means are
+the summed statistic over the summed count, every query of every document weighing the same
+(a longer document weighs more), and the roles follow ``heads.roles``' rules on those means. For
+one document the result equals ``long_text_statistics``' statistics and roles bit for bit.
+
+A document not longer than sinks + window has every key in the window: it adds no window error
+(as ``long_text_statistics`` gives none for it), so the corpus' window error is the mean over
+the queries of the longer documents. The role note says how many documents that left out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import ClassVar
+
+import torch
+
+from headlab.attention.statistics import CHUNK_ELEMENTS, HeadSums
+from headlab.heads.long_context import estimated_bytes
+from headlab.heads.repeats import MIN_MATCH, copy_sources
+from headlab.heads.roles import SINKS, WINDOW, HeadRoles, role
+from headlab.heads.statistics import HeadStatistics, metric_names, per_head_means, special_names
+from headlab.heads.streaming import model_head_sums
+from headlab.limits import check_fits, check_int
+from headlab.models.interface import HeadModel
+from headlab.schema import Fields, is_int, problem
+
+ROLE_SUMS = ("window_error", "copy_weight")  # summed beside the statistics, not statistics
+
+
+@dataclass(frozen=True)
+class RoleOptions:
+    """What every document's pass measures: each document cut to ``max_tokens`` (None: the
+    model's context); window errors for ``sinks`` first keys plus a recent ``window``; copy
+    positions after ``min_match`` matching tokens (``heads.repeats``)."""
+
+    max_tokens: int | None = None
+    sinks: int = SINKS
+    window: int = WINDOW
+    min_match: int = MIN_MATCH
+
+    def check(self) -> RoleOptions:
+        """ValueError naming the option out of range (the model's limit is checked per pass)."""
+        if self.max_tokens is not None:
+            check_int("max_tokens", self.max_tokens, low=2)
+        check_int("sinks", self.sinks, low=0)
+        check_int("window", self.window)
+        check_int("min_match", self.min_match)
+        if self.max_tokens is not None and self.max_tokens <= self.sinks + self.window:
+            raise ValueError(
+                f"max_tokens={self.max_tokens} is not longer than sinks {self.sinks} + window "
+                f"{self.window}: every key would be in the window"
+            )
+        return self
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, f: Fields) -> RoleOptions:
+        tokens = f.data.get("max_tokens")
+        if tokens is not None:
+            tokens = f.int("max_tokens", 2)
+        return cls(tokens, f.int("sinks", 0), f.int("window", 1), f.int("min_match", 1))
+
+
+@dataclass(frozen=True)
+class DocumentSums:
+    """The sums of one document, or of several merged (see the module docstring).
+
+    model: the model's name; first_token: its first-token statistic; kv_heads_per_layer: its K/V
+    heads (the role groups); predicts: its objective is the next token (retrieval needs it).
+    documents: how many documents are summed; truncated: how many were cut to max_tokens;
+    text_tokens: their tokens before the cut. sums: name -> (layer, head) float sums, the
+    statistics first in table order, then ``window_error`` (absent when no document has one)
+    and ``copy_weight``; retrieval_hits: (layer, head) counts.
+    """
+
+    model: str
+    first_token: str
+    kv_heads_per_layer: list[int]
+    predicts: bool
+    documents: int
+    truncated: int
+    text_tokens: int
+    n_queries: int
+    n_prev: int
+    n_window: int
+    n_copy: int
+    n_correct: int
+    sums: dict[str, list[list[float]]]
+    retrieval_hits: list[list[int]]
+
+    @property
+    def statistic_names(self) -> tuple[str, ...]:
+        return tuple(name for name in self.sums if name not in ROLE_SUMS)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: object, where: str = "sums") -> DocumentSums:
+        """The inverse of ``to_dict``; ValueError naming the field that does not fit."""
+        f = Fields(data, where)
+        hits = f.get("retrieval_hits", "rows of integers >= 0 (layer x head)", _count_grid)
+        layers, heads = len(hits), max((len(row) for row in hits), default=0)
+        group = f.object("sums")
+        sums = {str(name): group.grid(name, layers, heads) for name in group.data}
+        for name, grid in sums.items():
+            if [len(row) for row in grid] != [len(row) for row in hits]:
+                raise problem(group.at(name), "the heads of retrieval_hits in each layer", grid)
+        kv = f.get("kv_heads_per_layer", f"{layers} integers >= 1", lambda v: isinstance(v, list)
+                   and len(v) == layers and all(is_int(n) and n >= 1 for n in v))  # fmt: skip
+        first = f.str("first_token")
+        if first not in sums:
+            raise problem(f.at("first_token"), "one of the names in sums", first)
+        return cls(
+            model=f.str("model"),
+            first_token=first,
+            kv_heads_per_layer=list(kv),
+            predicts=f.bool("predicts"),
+            documents=f.int("documents", 1),
+            truncated=f.int("truncated"),
+            text_tokens=f.int("text_tokens"),
+            n_queries=f.int("n_queries"),
+            n_prev=f.int("n_prev"),
+            n_window=f.int("n_window"),
+            n_copy=f.int("n_copy"),
+            n_correct=f.int("n_correct"),
+            sums=sums,
+            retrieval_hits=hits,
+        )
+
+
+def _count_grid(value: object) -> bool:
+    return isinstance(value, list) and all(
+        isinstance(row, list) and all(is_int(v) and v >= 0 for v in row) for row in value
+    )
+
+
+def document_sums(
+    model: HeadModel,
+    text: str,
+    options: RoleOptions = RoleOptions(),
+    *,
+    chunk_elements: int = CHUNK_ELEMENTS,
+) -> DocumentSums:
+    """The sums of one document (see the module docstring), from one forward of ``model``.
+
+    ValueError for an empty text, options out of range (max_tokens beyond the model's context
+    too), MemoryError (via ``check_fits``) when the pass would not fit in this machine's memory.
+    """
+    options.check()
+    limit = model.max_positions if options.max_tokens is None else options.max_tokens
+    check_int("max_tokens", limit, low=2, high=model.max_positions)
+    if not text.strip():
+        raise ValueError("expected a text with at least 2 tokens, got an empty text")
+    text_tokens = model.count_tokens(text)
+    batch = model.tokenize([text], limit)
+    n_tokens = len(batch.tokens[0])
+    if n_tokens < 2:
+        raise ValueError(f"expected a text with at least 2 tokens, got {n_tokens}")
+    check_fits(f"statistics of {n_tokens} tokens", estimated_bytes(model, n_tokens, chunk_elements))
+    ids = batch.input_ids[0]
+    sources = copy_sources(ids, options.min_match)  # (pos,)
+    windowed = n_tokens > options.sinks + options.window
+    output, per_layer = model_head_sums(
+        model,
+        batch,
+        chunk_elements=chunk_elements,
+        window=(options.sinks, options.window) if windowed else None,
+        copy_sources=sources[None],
+    )
+    copies = (sources >= 0).nonzero()[:, 0]  # (n_copy,) copy positions in order
+    predicts = model.objective_kind == "next-token"
+    correct = torch.zeros(len(copies), dtype=torch.bool)  # (n_copy,)
+    if predicts and len(copies):
+        correct = output[0, copies].argmax(dim=-1) == ids[copies + 1]
+    special = special_names(model, model.special_positions(batch))
+    names = (*metric_names(special), *(n for n in ROLE_SUMS if n in per_layer[0].sums))
+    first = per_layer[0]
+    return DocumentSums(
+        model=model.name,
+        first_token=model.first_token,
+        kv_heads_per_layer=list(model.kv_heads_per_layer),
+        predicts=predicts,
+        documents=1,
+        truncated=int(text_tokens > n_tokens),
+        text_tokens=text_tokens,
+        n_queries=first.n_queries,
+        n_prev=first.n_prev,
+        n_window=first.n_queries if windowed else 0,
+        n_copy=first.n_copy,
+        n_correct=int(correct.sum()),
+        sums={name: [s.sums[name].tolist() for s in per_layer] for name in names},
+        retrieval_hits=[(s.copy_hits & correct[None, :]).sum(-1).tolist() for s in per_layer],
+    )
+
+
+def merge_sums(parts: list[DocumentSums]) -> DocumentSums:
+    """The sums of ``parts`` added in the order given (the first's values, then each next one's
+    added; float64); ValueError when they are not of the same model and metrics."""
+    if not parts:
+        raise ValueError("expected the sums of at least one document, got none")
+    total = parts[0]
+    for i, part in enumerate(parts[1:], start=1):
+        same = (part.model, part.first_token, part.kv_heads_per_layer, part.predicts,
+                part.statistic_names, [len(r) for r in part.retrieval_hits])  # fmt: skip
+        expected = (total.model, total.first_token, total.kv_heads_per_layer, total.predicts,
+                    total.statistic_names, [len(r) for r in total.retrieval_hits])  # fmt: skip
+        if same != expected:
+            raise ValueError(
+                f"document {i}: expected sums of {total.model} with the statistics "
+                f"{', '.join(total.statistic_names)}, got {part.model} with "
+                f"{', '.join(part.statistic_names)}"
+            )
+        total = _added(total, part)
+    return total
+
+
+def _added(a: DocumentSums, b: DocumentSums) -> DocumentSums:
+    names = [*a.sums, *(name for name in b.sums if name not in a.sums)]
+    sums = {}
+    for name in names:
+        if name not in b.sums:
+            sums[name] = a.sums[name]
+        elif name not in a.sums:
+            sums[name] = b.sums[name]
+        else:
+            sums[name] = [[x + y for x, y in zip(ra, rb, strict=True)]
+                          for ra, rb in zip(a.sums[name], b.sums[name], strict=True)]  # fmt: skip
+    hits = [[x + y for x, y in zip(ra, rb, strict=True)]
+            for ra, rb in zip(a.retrieval_hits, b.retrieval_hits, strict=True)]  # fmt: skip
+    counts = ("documents", "truncated", "text_tokens", "n_queries", "n_prev", "n_window",
+              "n_copy", "n_correct")  # fmt: skip
+    added = {name: getattr(a, name) + getattr(b, name) for name in counts}
+    return DocumentSums(
+        model=a.model,
+        first_token=a.first_token,
+        kv_heads_per_layer=a.kv_heads_per_layer,
+        predicts=a.predicts,
+        sums=sums,
+        retrieval_hits=hits,
+        **added,
+    )
+
+
+@dataclass(frozen=True)
+class CorpusCounts:
+    """What the corpus held: documents (``truncated`` of them cut to max_tokens), tokens
+    analysed, the tokens of the documents with window errors (``window_tokens``; the others are
+    not longer than sinks + window), copy positions and those the model predicted right."""
+
+    documents: int
+    truncated: int
+    tokens: int
+    window_tokens: int
+    copy_positions: int
+    correct_predictions: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, f: Fields) -> CorpusCounts:
+        return cls(*(f.int(name, 1 if name == "documents" else 0) for name in
+                     ("documents", "truncated", "tokens", "window_tokens", "copy_positions",
+                      "correct_predictions")))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class CorpusRolesResult:
+    """The results document of many documents: the statistics of ``head_statistics`` (their
+    fields at the top level; n_texts = documents), the ``corpus`` counts, the ``options`` every
+    document was measured with, and the ``roles`` of every head over the corpus."""
+
+    KIND: ClassVar[str] = "model-corpus-roles"
+
+    statistics: HeadStatistics
+    corpus: CorpusCounts
+    options: RoleOptions
+    roles: HeadRoles
+
+    def to_dict(self) -> dict:
+        return {
+            **self.statistics.to_dict(),
+            "corpus": self.corpus.to_dict(),
+            "options": self.options.to_dict(),
+            "roles": self.roles.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict, where: str = "model-corpus-roles") -> CorpusRolesResult:
+        """The inverse of ``to_dict``; ValueError naming the field that does not fit."""
+        statistics = HeadStatistics.from_dict(data, where)
+        f = Fields(data, where)
+        return cls(
+            statistics,
+            CorpusCounts.from_dict(f.object("corpus")),
+            RoleOptions.from_dict(f.object("options")),
+            HeadRoles.from_dict(f.object("roles"), statistics.num_layers, statistics.num_heads),
+        )
+
+
+def corpus_result(total: DocumentSums, options: RoleOptions) -> CorpusRolesResult:
+    """The corpus means and roles of merged sums (see the module docstring)."""
+    names = total.statistic_names
+    layers = [[_head_sums(total, layer)] for layer in range(len(total.retrieval_hits))]
+    statistics = HeadStatistics(
+        total.model,
+        total.documents,
+        len(layers),
+        max(len(row) for row in total.retrieval_hits),
+        per_head_means(layers, names),
+    )
+    counts = CorpusCounts(total.documents, total.truncated, total.n_queries, total.n_window,
+                          total.n_copy, total.n_correct)  # fmt: skip
+    return CorpusRolesResult(statistics, counts, options, _roles(total, statistics, options))
+
+
+def _head_sums(total: DocumentSums, layer: int) -> HeadSums:
+    """One layer's sums as the kernel hands them over (float64), for ``per_head_means``."""
+    sums = {name: torch.tensor(grid[layer], dtype=torch.float64)
+            for name, grid in total.sums.items()}  # fmt: skip
+    return HeadSums(sums, torch.zeros(0), total.n_queries, total.n_prev, total.n_copy)
+
+
+def _roles(total: DocumentSums, statistics: HeadStatistics, options: RoleOptions) -> HeadRoles:
+    """Each head's role scores and role from the merged sums, computed as ``heads.roles`` does
+    for one text (the same divisions, float32 where it rounds to float32, so that one document
+    gives the same bits)."""
+    copies, notes = total.n_copy, []
+    retrieval = copy_weight = None
+    if copies == 0:
+        notes.append("no document repeats an earlier passage: no retrieval or copy scores")
+    else:
+        copy_weight = [(torch.tensor(row, dtype=torch.float64) / copies).tolist()
+                       for row in total.sums["copy_weight"]]  # fmt: skip
+        if total.predicts:
+            retrieval = [(torch.tensor(row, dtype=torch.int64) / copies).tolist()
+                         for row in total.retrieval_hits]  # fmt: skip
+        else:
+            notes.append("the model predicts no tokens: no retrieval scores")
+    window_error = groups = roles = None
+    if total.n_window == 0:
+        notes.append(
+            f"no document is longer than {options.sinks} sinks + a window of {options.window}: "
+            "every key is in the window, no window errors or roles"
+        )
+    else:
+        window_error = [(torch.tensor(row, dtype=torch.float64) / total.n_window).tolist()
+                        for row in total.sums["window_error"]]  # fmt: skip
+        groups = [  # float32, as heads.roles makes them
+            torch.tensor(row).view(kv, -1).amax(dim=1).tolist() if row else []
+            for row, kv in zip(window_error, total.kv_heads_per_layer, strict=True)
+        ]
+        first = statistics.metrics[total.first_token]
+        roles = [
+            [
+                role(
+                    None if retrieval is None else retrieval[layer][h],
+                    None if copy_weight is None else copy_weight[layer][h],
+                    first[layer][h],
+                    window_error[layer][h],
+                )
+                for h in range(len(row))
+            ]
+            for layer, row in enumerate(window_error)
+        ]
+        if total.n_window < total.n_queries:
+            notes.append(
+                f"documents not longer than {options.sinks} sinks + a window of "
+                f"{options.window} ({total.n_queries - total.n_window} of {total.n_queries} "
+                "tokens) add no window errors"
+            )
+    return HeadRoles(options.sinks, options.window, copies, retrieval, copy_weight, window_error,
+                     groups, roles, "; ".join(notes))  # fmt: skip
