@@ -99,7 +99,7 @@ def test_a_text_without_repeats_or_shorter_than_the_window_says_so(tiny_llama):
     result = long_text_statistics(tiny_llama, plain, window=(4, 256))
     assert result.roles.copy_positions == 0 and result.roles.retrieval is None
     assert result.roles.roles is None and result.roles.window_error is None
-    assert "repeats no earlier passage" in result.roles.note
+    assert "no copy positions (no repeat of an earlier passage)" in result.roles.note
     assert "not longer than 4 sinks + a window of 256" in result.roles.note
     with pytest.raises(ValueError, match="not more than sinks 4 \\+ window 256"):
         long_text_statistics(tiny_llama, plain, window=(4, 256), strict_window=True)

@@ -32,12 +32,11 @@ from typing import ClassVar
 import torch
 
 from headlab.attention.statistics import CHUNK_ELEMENTS, HeadSums
-from headlab.heads.long_context import estimated_bytes
-from headlab.heads.repeats import MIN_MATCH, copy_sources
-from headlab.heads.roles import SINKS, WINDOW, HeadRoles, role
+from headlab.heads.long_context import text_pass
+from headlab.heads.repeats import MIN_MATCH
+from headlab.heads.roles import SINKS, WINDOW, HeadRoles, head_roles
 from headlab.heads.statistics import HeadStatistics, metric_names, per_head_means, special_names
-from headlab.heads.streaming import model_head_sums
-from headlab.limits import check_fits, check_int
+from headlab.limits import check_int
 from headlab.models.interface import HeadModel
 from headlab.schema import Fields, is_int, problem
 
@@ -167,31 +166,13 @@ def document_sums(
     too), MemoryError (via ``check_fits``) when the pass would not fit in this machine's memory.
     """
     options.check()
-    limit = model.max_positions if options.max_tokens is None else options.max_tokens
-    check_int("max_tokens", limit, low=2, high=model.max_positions)
-    if not text.strip():
-        raise ValueError("expected a text with at least 2 tokens, got an empty text")
-    text_tokens = model.count_tokens(text)
-    batch = model.tokenize([text], limit)
+    run = text_pass(model, text, max_tokens=options.max_tokens,
+                    window=(options.sinks, options.window), min_match=options.min_match,
+                    chunk_elements=chunk_elements)  # fmt: skip
+    per_layer, batch = run.per_layer, run.batch
     n_tokens = len(batch.tokens[0])
-    if n_tokens < 2:
-        raise ValueError(f"expected a text with at least 2 tokens, got {n_tokens}")
-    check_fits(f"statistics of {n_tokens} tokens", estimated_bytes(model, n_tokens, chunk_elements))
-    ids = batch.input_ids[0]
-    sources = copy_sources(ids, options.min_match)  # (pos,)
-    windowed = n_tokens > options.sinks + options.window
-    output, per_layer = model_head_sums(
-        model,
-        batch,
-        chunk_elements=chunk_elements,
-        window=(options.sinks, options.window) if windowed else None,
-        copy_sources=sources[None],
-    )
-    copies = (sources >= 0).nonzero()[:, 0]  # (n_copy,) copy positions in order
-    predicts = model.objective_kind == "next-token"
-    correct = torch.zeros(len(copies), dtype=torch.bool)  # (n_copy,)
-    if predicts and len(copies):
-        correct = output[0, copies].argmax(dim=-1) == ids[copies + 1]
+    predicts = run.correct is not None
+    correct = run.correct if predicts else torch.zeros(per_layer[0].n_copy, dtype=torch.bool)
     special = special_names(model, model.special_positions(batch))
     names = (*metric_names(special), *(n for n in ROLE_SUMS if n in per_layer[0].sums))
     first = per_layer[0]
@@ -201,15 +182,15 @@ def document_sums(
         kv_heads_per_layer=list(model.kv_heads_per_layer),
         predicts=predicts,
         documents=1,
-        truncated=int(text_tokens > n_tokens),
-        text_tokens=text_tokens,
+        truncated=int(run.text_tokens > n_tokens),
+        text_tokens=run.text_tokens,
         n_queries=first.n_queries,
         n_prev=first.n_prev,
-        n_window=first.n_queries if windowed else 0,
+        n_window=first.n_queries if run.windowed else 0,
         n_copy=first.n_copy,
         n_correct=int(correct.sum()),
         sums={name: [s.sums[name].tolist() for s in per_layer] for name in names},
-        retrieval_hits=[(s.copy_hits & correct[None, :]).sum(-1).tolist() for s in per_layer],
+        retrieval_hits=run.retrieval_hits() or [[0] * len(s.sums["entropy"]) for s in per_layer],
     )
 
 
@@ -342,52 +323,30 @@ def _head_sums(total: DocumentSums, layer: int) -> HeadSums:
 
 
 def _roles(total: DocumentSums, statistics: HeadStatistics, options: RoleOptions) -> HeadRoles:
-    """Each head's role scores and role from the merged sums, computed as ``heads.roles`` does
-    for one text (the same divisions, float32 where it rounds to float32, so that one document
-    gives the same bits)."""
-    copies, notes = total.n_copy, []
-    retrieval = copy_weight = None
-    if copies == 0:
-        notes.append("no document repeats an earlier passage: no retrieval or copy scores")
-    else:
-        copy_weight = [(torch.tensor(row, dtype=torch.float64) / copies).tolist()
-                       for row in total.sums["copy_weight"]]  # fmt: skip
-        if total.predicts:
-            retrieval = [(torch.tensor(row, dtype=torch.int64) / copies).tolist()
-                         for row in total.retrieval_hits]  # fmt: skip
-        else:
-            notes.append("the model predicts no tokens: no retrieval scores")
-    window_error = groups = roles = None
-    if total.n_window == 0:
+    """Each head's role scores and role from the merged sums (``heads.roles.head_roles``, as for
+    one text)."""
+
+    def means(name: str, count: int) -> list[list[float]]:
+        return [(torch.tensor(row, dtype=torch.float64) / count).tolist()
+                for row in total.sums[name]]  # fmt: skip
+
+    notes = []
+    if 0 < total.n_window < total.n_queries:
         notes.append(
-            f"no document is longer than {options.sinks} sinks + a window of {options.window}: "
-            "every key is in the window, no window errors or roles"
+            f"documents not longer than {options.sinks} sinks + a window of "
+            f"{options.window} ({total.n_queries - total.n_window} of {total.n_queries} "
+            "tokens) add no window errors"
         )
-    else:
-        window_error = [(torch.tensor(row, dtype=torch.float64) / total.n_window).tolist()
-                        for row in total.sums["window_error"]]  # fmt: skip
-        groups = [  # float32, as heads.roles makes them
-            torch.tensor(row).view(kv, -1).amax(dim=1).tolist() if row else []
-            for row, kv in zip(window_error, total.kv_heads_per_layer, strict=True)
-        ]
-        first = statistics.metrics[total.first_token]
-        roles = [
-            [
-                role(
-                    None if retrieval is None else retrieval[layer][h],
-                    None if copy_weight is None else copy_weight[layer][h],
-                    first[layer][h],
-                    window_error[layer][h],
-                )
-                for h in range(len(row))
-            ]
-            for layer, row in enumerate(window_error)
-        ]
-        if total.n_window < total.n_queries:
-            notes.append(
-                f"documents not longer than {options.sinks} sinks + a window of "
-                f"{options.window} ({total.n_queries - total.n_window} of {total.n_queries} "
-                "tokens) add no window errors"
-            )
-    return HeadRoles(options.sinks, options.window, copies, retrieval, copy_weight, window_error,
-                     groups, roles, "; ".join(notes))  # fmt: skip
+    return head_roles(
+        sinks=options.sinks,
+        window=options.window,
+        first=statistics.metrics[total.first_token],
+        window_error=means("window_error", total.n_window) if total.n_window else None,
+        copy_weight=means("copy_weight", total.n_copy) if total.n_copy else None,
+        retrieval_hits=total.retrieval_hits if total.predicts else None,
+        copies=total.n_copy,
+        kv_heads_per_layer=total.kv_heads_per_layer,
+        no_window=f"no document is longer than {options.sinks} sinks + a window of "
+        f"{options.window}: every key is in the window, no window errors or roles",
+        notes=notes,
+    )

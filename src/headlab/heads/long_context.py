@@ -35,7 +35,7 @@ from headlab.heads.roles import SINKS, WINDOW, HeadRoles, head_roles
 from headlab.heads.statistics import HeadStatistics, metric_names, per_head_means, special_names
 from headlab.heads.streaming import model_head_sums
 from headlab.limits import check_fits, check_int
-from headlab.models.interface import HeadModel
+from headlab.models.interface import HeadModel, TokenBatch
 from headlab.schema import Fields, is_int, is_number, problem
 
 SINK_THRESHOLD = 0.3  # mean weight on the first token above which a head is a sink
@@ -251,30 +251,49 @@ def estimated_bytes(model: HeadModel, n_tokens: int, chunk_elements: int) -> int
     return 4 * (rows + logits + 4 * chunk_elements)
 
 
-def long_text_statistics(
+@dataclass(frozen=True)
+class TextPass:
+    """One streaming pass over one text (``text_pass``): the batch, the text's length before the
+    cut, the copy positions' sources (pos,), the model's output, each layer's sums, whether the
+    window errors were measured, and at each copy position whether the model's own top-1
+    prediction is the copied token (None for a model that predicts no tokens)."""
+
+    batch: TokenBatch
+    text_tokens: int
+    sources: Tensor
+    output: Tensor
+    per_layer: list[HeadSums]
+    windowed: bool
+    correct: Tensor | None
+
+    def retrieval_hits(self) -> list[list[int]] | None:
+        """(layer, head) copy positions where the head's largest weight is on the source and
+        the model predicted the copied token (Wu et al.'s count)."""
+        if self.correct is None:
+            return None
+        return [(s.copy_hits & self.correct[None, :]).sum(-1).tolist() for s in self.per_layer]
+
+
+def text_pass(
     model: HeadModel,
     text: str,
     *,
-    max_tokens: int | None = None,
+    max_tokens: int | None,
+    window: tuple[int, int] | None,
+    min_match: int,
     chunk_elements: int = CHUNK_ELEMENTS,
     on_layer: Callable[[int], None] | None = None,
-    window: tuple[int, int] | None = (SINKS, WINDOW),
+    block: bool = False,
     strict_window: bool = False,
-    min_match: int = MIN_MATCH,
-) -> LongContextStatistics:
-    """Every head's statistics, heavy-hitter profile, role scores and maps on ``text`` (cut to
-    ``max_tokens``, default the model's limit), in one pass.
-
-    window: (sinks, window) of the window errors (None: none); a text not longer than sinks +
-    window has none either (the roles say so), unless ``strict_window``, which refuses it.
-    min_match: how many tokens a repeat must have run for before its next token is a copy
-    position. Raises ValueError for an empty text, max_tokens or the window out of range,
-    MemoryError (via ``check_fits``) when the run would not fit in this machine's memory."""
+) -> TextPass:
+    """One forward of ``model`` over ``text`` (cut to ``max_tokens``, default the model's
+    limit) with every statistic streamed: the statistics, window errors (``window`` = (sinks,
+    size), when the text is longer than sinks + size; ``strict_window`` refuses a shorter one),
+    copy positions, and with ``block`` the blocked maps. Raises ValueError for an empty text or
+    max_tokens out of range, MemoryError (via ``check_fits``) when the run would not fit in this
+    machine's memory."""
     limit = model.max_positions if max_tokens is None else max_tokens
     check_int("max_tokens", limit, low=2, high=model.max_positions)
-    if window is not None:
-        check_int("sinks", window[0], low=0)
-        check_int("window", window[1], low=1)
     if not text.strip():
         raise ValueError("expected a text with at least 2 tokens, got an empty text")
     text_tokens = model.count_tokens(text)
@@ -290,18 +309,52 @@ def long_text_statistics(
     check_fits(f"statistics of {n_tokens} tokens", estimated_bytes(model, n_tokens, chunk_elements))
     ids = batch.input_ids[0]
     sources = copy_sources(ids, min_match)  # (pos,)
-    measured_window = window if window is not None and n_tokens > sum(window) else None
-    block = block_size(n_tokens)
+    windowed = window is not None and n_tokens > sum(window)
     output, per_layer = model_head_sums(
         model,
         batch,
         chunk_elements=chunk_elements,
         on_layer=on_layer,
-        window=measured_window,
+        window=window if windowed else None,
         copy_sources=sources[None],
-        block=block,
+        block=block_size(n_tokens) if block else None,
     )
-    special = model.special_positions(batch)  # name -> (1,) key index
+    copies = (sources >= 0).nonzero()[:, 0]  # (n_copy,) copy positions in order
+    correct = None
+    if model.objective_kind == "next-token":
+        correct = torch.zeros(len(copies), dtype=torch.bool)
+        if len(copies):
+            correct = output[0, copies].argmax(dim=-1) == ids[copies + 1]  # (n_copy,)
+    return TextPass(batch, text_tokens, sources, output, per_layer, windowed, correct)
+
+
+def long_text_statistics(
+    model: HeadModel,
+    text: str,
+    *,
+    max_tokens: int | None = None,
+    chunk_elements: int = CHUNK_ELEMENTS,
+    on_layer: Callable[[int], None] | None = None,
+    window: tuple[int, int] | None = (SINKS, WINDOW),
+    strict_window: bool = False,
+    min_match: int = MIN_MATCH,
+) -> LongContextStatistics:
+    """Every head's statistics, heavy-hitter profile, role scores and maps on ``text`` (cut to
+    ``max_tokens``, default the model's limit), in one pass (``text_pass``).
+
+    window: (sinks, window) of the window errors (None: none); a text not longer than sinks +
+    window has none either (the roles say so), unless ``strict_window``, which refuses it.
+    min_match: how many tokens a repeat must have run for before its next token is a copy
+    position. Raises ValueError for an empty text, max_tokens or the window out of range,
+    MemoryError (via ``check_fits``) when the run would not fit in this machine's memory."""
+    if window is not None:
+        check_int("sinks", window[0], low=0)
+        check_int("window", window[1], low=1)
+    run = text_pass(model, text, max_tokens=max_tokens, window=window, min_match=min_match,
+                    chunk_elements=chunk_elements, on_layer=on_layer, block=True,
+                    strict_window=strict_window)  # fmt: skip
+    per_layer = run.per_layer
+    special = model.special_positions(run.batch)  # name -> (1,) key index
     names = metric_names(special_names(model, special))
     statistics = HeadStatistics(
         model.name,
@@ -312,45 +365,29 @@ def long_text_statistics(
     )
     received = torch.stack([sums.received for sums in per_layer])  # (layer, head, k_pos)
     positions = sorted({int(index[0]) for index in special.values()})
-    roles = _roles(model, statistics, per_layer, output, ids, sources, window, n_tokens)
-    maps = AttentionMaps.from_sums(
-        torch.stack([sums.blocks for sums in per_layer]), per_layer[0].block_rows, received, block
-    )
-    return LongContextStatistics(
-        statistics, received, batch.tokens[0], text_tokens, positions, roles, maps
-    )
-
-
-def _roles(
-    model: HeadModel,
-    statistics: HeadStatistics,
-    per_layer: list[HeadSums],
-    output: Tensor,
-    ids: Tensor,
-    sources: Tensor,
-    window: tuple[int, int] | None,
-    n_tokens: int,
-) -> HeadRoles:
-    """The roles of every head from one pass's sums and the model's output on the text."""
-    copies = (sources >= 0).nonzero()[:, 0]  # (n_copy,) copy positions in order
-    correct = None
-    if model.objective_kind == "next-token" and len(copies):
-        correct = output[0, copies].argmax(dim=-1) == ids[copies + 1]  # (n_copy,)
-    measured = "window_error" in per_layer[0].sums
+    n_tokens = len(run.batch.tokens[0])
     sinks, size = window if window is not None else (SINKS, WINDOW)
-    return head_roles(
+    roles = head_roles(
         sinks=sinks,
         window=size,
-        n_tokens=n_tokens,
         first=statistics.metrics[statistics.first_token],
-        window_error=[
-            (s.sums["window_error"] / s.n_queries).tolist() for s in per_layer
-        ] if measured else None,
+        window_error=[(s.sums["window_error"] / s.n_queries).tolist() for s in per_layer]
+        if run.windowed
+        else None,
         copy_weight=[(s.sums["copy_weight"] / max(s.n_copy, 1)).tolist() for s in per_layer],
-        hits=[s.copy_hits for s in per_layer],
-        correct=correct,
+        retrieval_hits=run.retrieval_hits(),
+        copies=per_layer[0].n_copy,
         kv_heads_per_layer=model.kv_heads_per_layer,
+        no_window=f"the text ({n_tokens} tokens) is not longer than {sinks} sinks + a window of "
+        f"{size}: every key is in the window, no window errors or roles",
+    )
+    maps = AttentionMaps.from_sums(
+        torch.stack([s.blocks for s in per_layer]), per_layer[0].block_rows, received,
+        block_size(n_tokens),
     )  # fmt: skip
+    return LongContextStatistics(
+        statistics, received, run.batch.tokens[0], run.text_tokens, positions, roles, maps
+    )
 
 
 def long_context_findings(

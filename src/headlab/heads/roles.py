@@ -25,11 +25,11 @@ and a role, the first rule that holds:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import ClassVar
 
 import torch
-from torch import Tensor
 
 from headlab.schema import Fields, problem
 
@@ -111,36 +111,36 @@ def head_roles(
     *,
     sinks: int,
     window: int,
-    n_tokens: int,
     first: list[list[float]],
     window_error: list[list[float]] | None,
     copy_weight: list[list[float]] | None,
-    hits: list[Tensor] | None,
-    correct: Tensor | None,
+    retrieval_hits: list[list[int]] | None,
+    copies: int,
     kv_heads_per_layer: list[int],
+    no_window: str,
+    notes: Sequence[str] = (),
 ) -> HeadRoles:
-    """The roles from one pass's measurements: ``first`` and the optional grids (layer, head);
-    ``hits`` per layer (head, n_copy) bool and ``correct`` (n_copy,) bool, the model's top-1
-    prediction at each copy position, in the same order (None when it predicts no tokens)."""
-    copies = 0 if hits is None else int(hits[0].shape[1])
-    notes = []
+    """The roles from measured means: ``first``, ``window_error`` (None: not measured, and
+    ``no_window`` says why) and ``copy_weight`` (layer, head); ``retrieval_hits`` (layer, head)
+    the copy positions where the head's largest weight is on the source and the model predicted
+    the copied token (None: the model predicts no tokens); ``copies`` the copy positions."""
+    notes = list(notes)
     retrieval = None
     if copies == 0:
-        notes.append("the text repeats no earlier passage: no retrieval or copy scores")
+        notes.insert(0, "no copy positions (no repeat of an earlier passage): no retrieval or copy "
+                     "scores")  # fmt: skip
         copy_weight = None
-    elif correct is None:
-        notes.append("the model predicts no tokens: no retrieval scores")
+    elif retrieval_hits is None:
+        notes.insert(0, "the model predicts no tokens: no retrieval scores")
     else:
-        retrieval = [((h & correct[None, :]).sum(-1) / copies).tolist() for h in hits]
+        retrieval = [(torch.tensor(row, dtype=torch.float64) / copies).tolist()
+                     for row in retrieval_hits]  # fmt: skip
     groups = roles = None
     if window_error is None:
-        notes.append(
-            f"the text ({n_tokens} tokens) is not longer than {sinks} sinks + a window of "
-            f"{window}: every key is in the window, no window errors or roles"
-        )
+        notes.append(no_window)
     else:
         groups = [
-            torch.tensor(row).view(kv, -1).amax(dim=1).tolist() if row else []
+            torch.tensor(row, dtype=torch.float64).view(kv, -1).amax(dim=1).tolist() if row else []
             for row, kv in zip(window_error, kv_heads_per_layer, strict=True)
         ]
         roles = [
@@ -151,9 +151,9 @@ def head_roles(
                     first[layer][h],
                     window_error[layer][h],
                 )
-                for h in range(len(window_error[layer]))
+                for h in range(len(row))
             ]
-            for layer in range(len(window_error))
+            for layer, row in enumerate(window_error)
         ]
     return HeadRoles(sinks, window, copies, retrieval, copy_weight, window_error, groups, roles,
                      "; ".join(notes))  # fmt: skip
