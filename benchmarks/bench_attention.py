@@ -20,6 +20,11 @@ floor = "ceiling", the largest fast-path speedup over torch that torch's kernels
 Then the cost of inspection: ``trace()`` (every intermediate per head) against the plain
 need_weights=True forward on the same module and input, eval mode, no grad, at batch 4 x 512
 tokens x 512 wide, 8 heads (--quick: the quick size); ratio = trace / forward (target <= 2).
+
+``--load busy`` measures while one other CPU-bound process runs (a single-threaded Python loop
+started here, bounded in time, stopped at the end): users' machines are rarely idle, and
+fine-grained parallel work can fall behind there. ``--load both`` measures quiet, then busy, in
+one run.
 """
 
 from __future__ import annotations
@@ -29,11 +34,13 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
@@ -264,7 +271,7 @@ def ratios(results: list[Result]) -> list[dict]:
     by_key = {(r.size, r.mode, r.impl): r.median_ms for r in results}
     out = []
     for size, mode in dict.fromkeys((r.size, r.mode) for r in results if r.mode != "inspection"):
-        for label, ours, theirs in RATIOS + ((CEILING,) if mode == "train" else ()):
+        for label, ours, theirs in RATIOS + ((CEILING,) if mode.startswith("train") else ()):
             speedup = by_key[(size, mode, theirs)] / by_key[(size, mode, ours)]
             out.append({"size": size, "mode": mode, "comparison": label, "speedup": speedup})
     return out
@@ -286,6 +293,34 @@ def print_table(results: list[Result], speedups: list[dict], console: Console) -
     console.print(table)
 
 
+# One CPU-bound competitor: a single-threaded Python loop that stops by itself after its bound.
+BUSY = "\n".join(
+    [
+        "import sys, time",
+        "end = time.monotonic() + float(sys.argv[1])",
+        "x = 0",
+        "while time.monotonic() < end:",
+        "    for i in range(10**5):",
+        "        x += i * i",
+    ]
+)
+
+
+@contextmanager
+def competing(load: str, bound_s: float = 3600.0) -> Iterator[None]:
+    """Within the block, one other CPU-bound process runs when ``load`` is "busy"."""
+    if load != "busy":
+        yield
+        return
+    process = subprocess.Popen([sys.executable, "-c", BUSY, str(bound_s)])
+    try:
+        time.sleep(0.5)  # let it start spinning
+        yield
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
 def write_json_atomic(path: Path, payload: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -302,6 +337,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", choices=[s.name for s in FULL], help="one full size only")
     parser.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's)")
     parser.add_argument("--json-out", type=Path, help="also write the results as JSON")
+    parser.add_argument(
+        "--load",
+        choices=("quiet", "busy", "both"),
+        default="quiet",
+        help="measure as the machine is, with one competing CPU-bound process, or both",
+    )
     args = parser.parse_args(argv)
     if args.repeats < 1 or args.warmup < 0:
         parser.error(f"--repeats must be >= 1 and --warmup >= 0, got {args.repeats}, {args.warmup}")
@@ -319,14 +360,17 @@ def main(argv: list[str] | None = None) -> int:
     }
     console.print(machine)
     results, native = [], {}
-    for size in sizes:
-        console.print(f"measuring {size} ...")
-        res, native[size.name] = measure(size, args.repeats, args.warmup)
-        results += res
     trace_size = QUICK[0] if args.quick else TRACE_SIZE
-    if args.only is None:
-        console.print(f"measuring trace() at {trace_size} ...")
-        results += measure_trace(trace_size, args.repeats, args.warmup)
+    for load in ("quiet", "busy") if args.load == "both" else (args.load,):
+        tag = "" if args.load == "quiet" else f" ({load})"
+        with competing(load):
+            for size in sizes:
+                console.print(f"measuring {size}{tag} ...")
+                res, native[size.name] = measure(size, args.repeats, args.warmup)
+                results += [replace(r, mode=r.mode + tag) for r in res]
+            if args.only is None and load == "quiet":
+                console.print(f"measuring trace() at {trace_size} ...")
+                results += measure_trace(trace_size, args.repeats, args.warmup)
     speedups = ratios(results)
     print_table(results, speedups, console)
     inspection = {r.impl: r.median_ms for r in results if r.mode == "inspection"}
@@ -348,6 +392,7 @@ def main(argv: list[str] | None = None) -> int:
             "results": [asdict(r) for r in results],
             "speedups": speedups,
             "trace_over_forward": trace_cost if inspection else None,
+            "load": args.load,
         }
         write_json_atomic(args.json_out, payload)
     return 0
