@@ -228,11 +228,22 @@ def extrapolation(rows: list[dict], tool: str, target: int) -> list[str]:
     seconds = ta + tb * target + tc * target**2
     per_t2 = c / (HEADS * FLOAT)
     return [
-        f"{tool}: extra memory(T) = {a / 2**20:.0f} MiB + {b / 2**10:.2f} KiB x T + {c:.1f} B x "
+        f"{tool}: extra memory(T) = {a / 2**20:.0f} MiB {b / 2**10:+.2f} KiB x T {c:+.1f} B x "
         f"T^2 (the T^2 term is {per_t2:.2f} x {HEADS} heads x 4 bytes: that many (head, T, T) "
         "float32 arrays alive at once)",
-        f"{tool}: at {target}: {memory / 2**30:.1f} GiB above the model "
-        f"(extrapolated), time {seconds:.0f} s (fit {ta:.2g} + {tb:.2g} T + {tc:.2g} T^2 s)",
+        f"{tool}: at {target}: {memory / 2**30:.1f} GiB above the model (extrapolated), time "
+        f"{seconds:.0f} s (fit {ta:.3g} {tb:+.3g} T {tc:+.3g} T^2 s)",
+    ]
+
+
+def cache_check(rows: list[dict]) -> list[str]:
+    """tl-cache's measured extra memory beside every layer's weights at its lengths."""
+    return [
+        f"tl-cache at {r['length']}: extra {(r['peak'] - r['before']) / 2**30:.2f} GiB; every "
+        f"layer's weights {LAYERS} x {HEADS} x {r['length']}^2 x 4 B = "
+        f"{full_cache_bytes(r['length']) / 2**30:.2f} GiB"
+        for r in rows
+        if r["tool"] == "tl-cache"
     ]
 
 
@@ -314,6 +325,37 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def report(rows: list[dict], args, load: float) -> list[str]:
+    """Print the machine, the table, the agreement, the fits and headlab's longest run; return
+    the agreement lines."""
+    print(
+        f"\nmachine: {platform.machine()}, {os.cpu_count()} cores, torch "
+        f"{torch.__version__}, load average {load:.1f} at the start, "
+        f"{os.getloadavg()[0]:.1f} at the end\n"
+    )
+    print("| tool | tokens | seconds | peak GiB | extra GiB |\n| --- | --- | --- | --- | --- |")
+    for r in rows:
+        print(
+            f"| {r['tool']} | {r['length']} | {r['seconds']:.3g} | {r['peak'] / 2**30:.2f} | "
+            f"{(r['peak'] - r['before']) / 2**30:.2f} |"
+        )
+    checks = disagreements(rows, args.tolerance)
+    print("\n" + "\n".join(checks or ["agreement: no length where two tools ran"]))
+    print("\n" + "\n".join(arithmetic(args.target) + cache_check(rows)))
+    for tool in ("transformer_lens", "nnsight"):
+        if any(r["tool"] == tool for r in rows):
+            print("\n".join(extrapolation(rows, tool, args.target)))
+    ours = [r for r in rows if r["tool"] == "headlab"]
+    if ours:
+        r = max(ours, key=lambda r: r["length"])
+        print(
+            f"headlab at {r['length']}: measured {r['seconds']:.0f} s, extra "
+            f"{(r['peak'] - r['before']) / 2**30:.2f} GiB; top induction heads "
+            f"{top_heads(r, 'induction')}; top first-token {top_heads(r, 'first')}"
+        )
+    return checks
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     if args.threads:
@@ -361,32 +403,7 @@ def main(argv: list[str] | None = None) -> int:
             f"GiB  extra {(row['peak'] - row['before']) / 2**30:6.2f} GiB",
             flush=True,
         )
-    print(
-        f"\nmachine: {platform.machine()}, {os.cpu_count()} cores, torch "
-        f"{torch.__version__}, load average {load:.1f} at the start, "
-        f"{os.getloadavg()[0]:.1f} at the end\n"
-    )
-    print("| tool | tokens | seconds | peak GiB | extra GiB |\n| --- | --- | --- | --- | --- |")
-    for r in rows:
-        print(
-            f"| {r['tool']} | {r['length']} | {r['seconds']:.3g} | {r['peak'] / 2**30:.2f} | "
-            f"{(r['peak'] - r['before']) / 2**30:.2f} |"
-        )
-    checks = disagreements(rows, args.tolerance)
-    print("\n" + "\n".join(checks or ["agreement: no length where two tools ran"]))
-    print("\n" + "\n".join(arithmetic(args.target)))
-    for tool in EAGER:
-        if any(r["tool"] == tool for r in rows) and tool != "tl-cache":
-            print("\n".join(extrapolation(rows, tool, args.target)))
-    longest = max(
-        (r for r in rows if r["tool"] == "headlab"), key=lambda r: r["length"], default=None
-    )
-    if longest:
-        print(
-            f"headlab at {longest['length']}: measured {longest['seconds']:.0f} s, extra "
-            f"{(longest['peak'] - longest['before']) / 2**30:.2f} GiB; top induction heads "
-            f"{top_heads(longest, 'induction')}; top first-token {top_heads(longest, 'first')}"
-        )
+    checks = report(rows, args, load)
     if args.json_out:
         with open(args.json_out, "w") as f:
             json.dump({"gguf": gguf, "load_average": load, "rows": rows}, f, indent=1)
