@@ -25,9 +25,10 @@ and the interpreter); on a GPU torch's peak allocated memory. Routes (long_conte
                 --max-tokens`` runs since head roles exist)
   plan          the model's forward under a KV plan that windows half of its K/V groups
                 (4 sinks + 256): one verification run of ``model kv-budget``
-  materialised  the model's ``trace_batch``: every layer's full weights kept, as tools that
-                read attention weights do (TransformerLens, nnsight, output_attentions); run
-                only where its estimate fits in half the machine's memory
+  materialised  ``headlab.heads.tracing.attention_weights``: every layer's full weights kept,
+                as tools that read attention weights do (TransformerLens, nnsight,
+                output_attentions); run only where its estimate fits in half the machine's
+                memory
 
 A route that fails (an analysis the backend does not run yet, an out-of-memory kill) is reported
 in one line and the others go on. The summary compares ``streaming`` and ``roles`` with the

@@ -136,7 +136,7 @@ def run_headlab(model, ids: torch.Tensor, n: int):
     sources = torch.full_like(ids, -1)  # (batch, q_pos): the key each copy position should see
     sources[0, n : 2 * n - 1] = torch.arange(1, n)  # query n + i -> key i + 1
     _, layers = model_head_sums(model, batch, copy_sources=sources)
-    first = torch.stack([s.sums["first"] / s.n_queries for s in layers])
+    first = torch.stack([s.sums[model.first_token] / s.n_queries for s in layers])  # position 0
     induction = torch.stack([s.sums["copy_weight"] / s.n_copy for s in layers])
     return first, induction
 

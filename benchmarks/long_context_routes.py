@@ -59,6 +59,7 @@ class Spec:
 def model_routes(model, chunk_elements: int) -> dict[str, Callable]:
     """route -> fn(batch) for any model behind ``HeadModel`` (either backend)."""
     from headlab.heads.streaming import model_head_sums
+    from headlab.heads.tracing import attention_weights
 
     def roles(b):
         from headlab.heads.attention_maps import block_size
@@ -89,7 +90,7 @@ def model_routes(model, chunk_elements: int) -> dict[str, Callable]:
         "streaming": lambda b: model_head_sums(model, b, chunk_elements=chunk_elements),
         "roles": roles,
         "plan": plan,
-        "materialised": lambda b: model.trace_batch(b),
+        "materialised": lambda b: attention_weights(model, b),
     }
 
 
