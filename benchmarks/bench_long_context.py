@@ -145,15 +145,20 @@ def verdicts(rows: list[dict], base: str, bounds: tuple[float, float | None]) ->
     return lines
 
 
+def cpu_text(row: dict) -> str:
+    """The row's CPU seconds (all threads), "-" for a row measured before they were."""
+    return f"{row['cpu_seconds']:.3g}" if "cpu_seconds" in row else "-"
+
+
 def table(rows: list[dict], base: str) -> list[str]:
     """The markdown table of docs/benchmarks.md: ratios against ``base`` at the same length."""
     lines = [
-        f"| length | route | seconds | peak GiB | peak / {base} | time / {base} |",
-        "| --- | --- | --- | --- | --- | --- |",
+        f"| length | route | seconds | cpu s | peak GiB | peak / {base} | time / {base} |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for row in rows:
         if "failed" in row:
-            lines.append(f"| {row['length']} | {row['route']} | failed | - | - | - |")
+            lines.append(f"| {row['length']} | {row['route']} | failed | - | - | - | - |")
             continue
         ref = next(
             (
@@ -166,7 +171,7 @@ def table(rows: list[dict], base: str) -> list[str]:
         ratio_mem = f"{row['peak'] / ref['peak']:.2f}" if ref else "-"
         ratio_time = f"{row['seconds'] / ref['seconds']:.2f}" if ref else "-"
         lines.append(
-            f"| {row['length']} | {row['route']} | {row['seconds']:.3g} | "
+            f"| {row['length']} | {row['route']} | {row['seconds']:.3g} | {cpu_text(row)} | "
             f"{row['peak'] / 2**30:.2f} | {ratio_mem} | {ratio_time} |"
         )
     return lines
@@ -277,7 +282,7 @@ def main() -> None:
                 continue
             rows.append(row)
             print(
-                f"{route:12s} {length:6d}  {row['seconds']:8.3g} s  peak "
+                f"{route:12s} {length:6d}  {row['seconds']:8.3g} s  (cpu {cpu_text(row)} s)  peak "
                 f"{row['peak'] / 2**30:6.2f} GiB  (before the run {row['before'] / 2**30:.2f})",
                 flush=True,
             )

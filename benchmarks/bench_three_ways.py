@@ -333,11 +333,13 @@ def report(rows: list[dict], args, load: float) -> list[str]:
         f"{torch.__version__}, load average {load:.1f} at the start, "
         f"{os.getloadavg()[0]:.1f} at the end\n"
     )
-    print("| tool | tokens | seconds | peak GiB | extra GiB |\n| --- | --- | --- | --- | --- |")
+    print("| tool | tokens | seconds | cpu s | peak GiB | extra GiB |")
+    print("| --- | --- | --- | --- | --- | --- |")
     for r in rows:
+        cpu = f"{r['cpu_seconds']:.3g}" if "cpu_seconds" in r else "-"
         print(
-            f"| {r['tool']} | {r['length']} | {r['seconds']:.3g} | {r['peak'] / 2**30:.2f} | "
-            f"{(r['peak'] - r['before']) / 2**30:.2f} |"
+            f"| {r['tool']} | {r['length']} | {r['seconds']:.3g} | {cpu} | "
+            f"{r['peak'] / 2**30:.2f} | {(r['peak'] - r['before']) / 2**30:.2f} |"
         )
     checks = disagreements(rows, args.tolerance)
     print("\n" + "\n".join(checks or ["agreement: no length where two tools ran"]))

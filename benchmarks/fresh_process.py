@@ -28,8 +28,9 @@ def status_bytes(field: str) -> int:
 
 
 def measure(fn: Callable, x, device: str = "cpu") -> dict:
-    """{"seconds", "before", "peak"} of one call ``fn(x)`` (in bytes; warm ``fn`` up first).
-    The result is dropped before the peak is read."""
+    """{"seconds", "cpu_seconds", "before", "peak"} of one call ``fn(x)`` (bytes; warm ``fn`` up
+    first). cpu_seconds is the process's CPU time (all threads): on cores shared with other work
+    it moves less than the wall time. The result is dropped before the peak is read."""
     import torch
 
     cuda = device == "cuda"
@@ -41,14 +42,14 @@ def measure(fn: Callable, x, device: str = "cpu") -> dict:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")  # resets VmHWM to the current resident set
         before = status_bytes("VmRSS")
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     result = fn(x)
     if cuda:
         torch.cuda.synchronize()
-    seconds = time.perf_counter() - start
+    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
     del result
     peak = torch.cuda.max_memory_allocated() if cuda else status_bytes("VmHWM")
-    return {"seconds": seconds, "before": before, "peak": peak}
+    return {"seconds": seconds, "cpu_seconds": cpu_seconds, "before": before, "peak": peak}
 
 
 def failure_line(stderr: str, returncode: int) -> str:

@@ -40,7 +40,7 @@ def test_measure_counts_what_the_call_allocates():
     size = 64 * 2**20  # a 64 MiB tensor, touched: its pages are resident
     row = fresh.measure(lambda n: torch.ones(n // 4), size)
     assert row["peak"] - row["before"] >= 0.9 * size
-    assert row["seconds"] > 0
+    assert row["seconds"] > 0 and row["cpu_seconds"] > 0
 
 
 def test_the_transformers_backend_compares_with_sdpa():
@@ -87,7 +87,14 @@ def test_a_child_gets_the_parents_flags():
 ROWS = [
     {"route": "sdpa", "length": 8192, "seconds": 10.0, "peak": 2 * 2**30, "before": 2**30},
     {"route": "forward", "length": 8192, "seconds": 11.0, "peak": 2.1 * 2**30, "before": 2**30},
-    {"route": "streaming", "length": 8192, "seconds": 19.0, "peak": 2.5 * 2**30, "before": 2**30},
+    {
+        "route": "streaming",
+        "length": 8192,
+        "seconds": 19.0,
+        "cpu_seconds": 37.5,
+        "peak": 2.5 * 2**30,
+        "before": 2**30,
+    },
     {"route": "roles", "length": 8192, "seconds": 15.0, "peak": 2.7 * 2**30, "before": 2**30},
     {"route": "streaming", "length": 32768, "failed": "NotImplementedError: not yet"},
 ]
@@ -110,9 +117,12 @@ def test_verdicts_hold_each_compared_route_to_the_bounds():
 
 def test_the_table_shows_a_failed_route_as_failed():
     lines = bench.table(ROWS, "sdpa")
-    assert lines[0] == "| length | route | seconds | peak GiB | peak / sdpa | time / sdpa |"
-    assert "| 8192 | streaming | 19 | 2.50 | 1.25 | 1.90 |" in lines
-    assert lines[-1] == "| 32768 | streaming | failed | - | - | - |"
+    assert lines[0] == (
+        "| length | route | seconds | cpu s | peak GiB | peak / sdpa | time / sdpa |"
+    )
+    assert "| 8192 | streaming | 19 | 37.5 | 2.50 | 1.25 | 1.90 |" in lines
+    assert "| 8192 | roles | 15 | - | 2.70 | 1.35 | 1.50 |" in lines  # no CPU time recorded
+    assert lines[-1] == "| 32768 | streaming | failed | - | - | - | - |"
 
 
 def test_materialised_estimate_is_layers_heads_length_squared():
