@@ -30,6 +30,9 @@ estimated eager weights exceed ``--max-gib`` at a length is not started there. T
 - fits each eager tool's extra memory and time as a + b T + c T^2 over its measured lengths
   (least squares) and extrapolates them to ``--target`` (8192), beside the arithmetic of what
   eager attention holds there and headlab's measured run.
+
+``--json-out`` keeps the rows; ``--from-json`` prints the report of such a file again, with
+another ``--target`` if asked, without running anything.
 """
 
 from __future__ import annotations
@@ -170,9 +173,10 @@ def missing(tool: str) -> str | None:
     return None
 
 
-def eager_bytes(length: int, arrays: float = 3.0) -> int:
-    """What eager attention holds for one layer at ``length`` tokens: ``arrays`` float32
-    (head, T, T) arrays (scores, masked scores, softmax) and the (T, T) float mask."""
+def eager_bytes(length: int, arrays: float = 2.0) -> int:
+    """What transformers' eager attention holds for one layer at ``length`` tokens: ``arrays``
+    float32 (head, T, T) arrays (each step, scaled scores -> masked scores -> softmax, makes a new
+    one while the last is alive) and the (T, T) float mask."""
     return int(arrays * HEADS * length**2 * FLOAT + length**2 * FLOAT)
 
 
@@ -216,23 +220,39 @@ def disagreements(rows: list[dict], tolerance: float) -> list[str]:
     return lines
 
 
+def through_two(lengths: list[int], values: list[float]) -> tuple[float, float]:
+    """(b, c) of b T + c T^2 through the two longest (length, value) points: no constant, so the
+    short lengths, where the allocator's noise is as large as the weights, do not count."""
+    (t1, v1), (t2, v2) = sorted(zip(lengths, values, strict=True))[-2:]
+    c = (v2 / t2 - v1 / t1) / (t2 - t1)
+    return v1 / t1 - c * t1, c
+
+
 def extrapolation(rows: list[dict], tool: str, target: int) -> list[str]:
-    """The fit of ``tool``'s extra memory and time, its value at ``target``, and the arithmetic."""
-    mine = [r for r in rows if r["tool"] == tool]
+    """The fits of ``tool``'s extra memory and time, and their values at ``target``."""
+    mine = sorted((r for r in rows if r["tool"] == tool), key=lambda r: r["length"])
     if len({r["length"] for r in mine}) < 3:
         return [f"{tool}: {len(mine)} measured length(s), a fit needs 3"]
     lengths = [r["length"] for r in mine]
-    a, b, c = fit_quadratic(lengths, [r["peak"] - r["before"] for r in mine])
-    ta, tb, tc = fit_quadratic(lengths, [r["seconds"] for r in mine])
-    memory = a + b * target + c * target**2
-    seconds = ta + tb * target + tc * target**2
-    per_t2 = c / (HEADS * FLOAT)
+    extra = [r["peak"] - r["before"] for r in mine]
+    a, b, c = fit_quadratic(lengths, extra)
+    residuals = ", ".join(
+        f"{(v - a - b * t - c * t**2) / 2**20:+.0f}" for t, v in zip(lengths, extra, strict=True)
+    )
+    b2, c2 = through_two(lengths, extra)
+    clock = "cpu_seconds" if all("cpu_seconds" in r for r in mine) else "seconds"
+    ta, tb, tc = fit_quadratic(lengths, [r[clock] for r in mine])
     return [
         f"{tool}: extra memory(T) = {a / 2**20:.0f} MiB {b / 2**10:+.2f} KiB x T {c:+.1f} B x "
-        f"T^2 (the T^2 term is {per_t2:.2f} x {HEADS} heads x 4 bytes: that many (head, T, T) "
-        "float32 arrays alive at once)",
-        f"{tool}: at {target}: {memory / 2**30:.1f} GiB above the model (extrapolated), time "
-        f"{seconds:.0f} s (fit {ta:.3g} {tb:+.3g} T {tc:+.3g} T^2 s)",
+        f"T^2, least squares over T = {', '.join(map(str, lengths))} (residuals {residuals} "
+        f"MiB); the T^2 term is {c / (HEADS * FLOAT):.2f} x {HEADS} heads x 4 B: that many "
+        "(head, T, T) float32 arrays alive at once",
+        f"{tool}: through the two longest alone: {b2 / 2**10:.2f} KiB x T {c2:+.1f} B x T^2 "
+        f"({c2 / (HEADS * FLOAT):.2f} arrays)",
+        f"{tool}: at {target}: {(a + b * target + c * target**2) / 2**30:.1f} GiB above the "
+        f"model by the fit, {(b2 * target + c2 * target**2) / 2**30:.1f} GiB by the two "
+        f"longest; {clock.replace('_', ' ')} {ta + tb * target + tc * target**2:.0f} s (fit "
+        f"{ta:.3g} {tb:+.3g} T {tc:+.3g} T^2)",
     ]
 
 
@@ -251,7 +271,7 @@ def arithmetic(target: int) -> list[str]:
     one = HEADS * target**2 * FLOAT
     return [
         f"one layer's weights at {target}: {HEADS} x {target}^2 x 4 B = {one / 1e9:.2f} GB; eager "
-        f"holds about 3 of them at once plus the mask: {eager_bytes(target) / 1e9:.1f} GB",
+        f"attention makes 2 of them at once, plus the mask: {eager_bytes(target) / 1e9:.1f} GB",
         f"every layer's weights (a full cache): {LAYERS} x {HEADS} x {target}^2 x 4 B = "
         f"{full_cache_bytes(target) / 1e9:.1f} GB ({full_cache_bytes(target) / 2**30:.1f} GiB)",
     ]
@@ -321,18 +341,15 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--tolerance", type=float, default=1e-4)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--json-out", default=None)
+    parser.add_argument("--from-json", default=None, help="print the report of a --json-out file")
     parser.add_argument("--child", nargs=2, metavar=("TOOL", "LENGTH"), help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 
-def report(rows: list[dict], args, load: float) -> list[str]:
+def report(rows: list[dict], args, machine: str) -> list[str]:
     """Print the machine, the table, the agreement, the fits and headlab's longest run; return
     the agreement lines."""
-    print(
-        f"\nmachine: {platform.machine()}, {os.cpu_count()} cores, torch "
-        f"{torch.__version__}, load average {load:.1f} at the start, "
-        f"{os.getloadavg()[0]:.1f} at the end\n"
-    )
+    print(f"\n{machine}\n")
     print("| tool | tokens | seconds | cpu s | peak GiB | extra GiB |")
     print("| --- | --- | --- | --- | --- | --- |")
     for r in rows:
@@ -366,6 +383,11 @@ def main(argv: list[str] | None = None) -> int:
         args.gguf = _gguf(args)
         print(json.dumps(_child(args.child[0], int(args.child[1]), args)))
         return 0
+    if args.from_json:
+        with open(args.from_json) as f:
+            saved = json.load(f)
+        checks = report(saved["rows"], args, saved["machine"])
+        return 1 if any("DISAGREE" in line for line in checks) else 0
     gguf = _gguf(args)
     load = os.getloadavg()[0]
     absent = {tool: missing(tool) for tool in args.tools}
@@ -405,10 +427,14 @@ def main(argv: list[str] | None = None) -> int:
             f"GiB  extra {(row['peak'] - row['before']) / 2**30:6.2f} GiB",
             flush=True,
         )
-    checks = report(rows, args, load)
+    machine = (
+        f"machine: {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
+        f"load average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end"
+    )
+    checks = report(rows, args, machine)
     if args.json_out:
         with open(args.json_out, "w") as f:
-            json.dump({"gguf": gguf, "load_average": load, "rows": rows}, f, indent=1)
+            json.dump({"gguf": gguf, "machine": machine, "rows": rows}, f, indent=1)
     return 1 if any("DISAGREE" in line for line in checks) else 0
 
 

@@ -101,10 +101,20 @@ def test_the_fit_recovers_a_quadratic_and_extrapolates_it():
         {"tool": "nnsight", "length": t, "peak": v + 1e9, "before": 1e9, "seconds": t / 100}
         for t, v in zip(lengths, values, strict=True)
     ]
-    fit_line, target_line = three.extrapolation(rows, "nnsight", 8192)
-    assert "108.0 B x T^2" in fit_line and "3.00 x 9 heads" in fit_line
-    expected = (a + b * 8192 + c * 8192**2) / 2**30
-    assert f"{expected:.1f} GiB above the model" in target_line
+    fit_line, two_line, target_line = three.extrapolation(rows, "nnsight", 8192)
+    assert "+108.0 B x T^2" in fit_line and "3.00 x 9 heads" in fit_line
+    assert all(
+        abs(float(r)) < 1 for r in fit_line.split("residuals ")[1].split(" MiB")[0].split(", ")
+    )
+    at_target = (a + b * 8192 + c * 8192**2) / 2**30
+    assert f"{at_target:.1f} GiB above the model by the fit" in target_line
+    # Through the two longest with no constant: b T + c T^2 through (2048, .), (4096, .).
+    b2, c2 = three.through_two(lengths, values)
+    assert 2048 * b2 + c2 * 2048**2 == pytest.approx(values[2])
+    assert 4096 * b2 + c2 * 4096**2 == pytest.approx(values[3])
+    assert f"{c2:+.1f} B x T^2 ({c2 / 36:.2f} arrays)" in two_line
+    assert f"{(b2 * 8192 + c2 * 8192**2) / 2**30:.1f} GiB by the two longest" in target_line
+    assert "seconds 82 s" in target_line  # t / 100 at 8192, wall seconds: no CPU time recorded
     assert three.extrapolation(rows[:2], "nnsight", 8192) == [
         "nnsight: 2 measured length(s), a fit needs 3"
     ]
@@ -114,9 +124,9 @@ def test_the_fit_recovers_a_quadratic_and_extrapolates_it():
 
 def test_the_arithmetic_of_eager_attention_at_8192():
     assert three.full_cache_bytes(8192) == 30 * 9 * 8192**2 * 4 == 72_477_573_120
-    assert three.eager_bytes(8192) == 3 * 9 * 8192**2 * 4 + 8192**2 * 4
+    assert three.eager_bytes(8192) == 2 * 9 * 8192**2 * 4 + 8192**2 * 4
     one_layer, cache = three.arithmetic(8192)
-    assert "9 x 8192^2 x 4 B = 2.42 GB" in one_layer and "7.5 GB" in one_layer
+    assert "9 x 8192^2 x 4 B = 2.42 GB" in one_layer and one_layer.endswith("mask: 5.1 GB")
     assert cache.endswith("= 72.5 GB (67.5 GiB)")
 
 
