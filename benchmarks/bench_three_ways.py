@@ -22,14 +22,16 @@ only (it holds every layer's weights at once).
 Each (tool, length) runs in a fresh process (fresh_process.py): load the model, run the task at
 64 tokens, reset the peak, run it once at T tokens; the row is the time and the peak memory of
 that run, and the extra memory is the peak above the resident set before it (the loaded model
-and the interpreter). A tool that is not installed is skipped with one line; a tool whose
-estimated eager weights exceed ``--max-gib`` at a length is not started there. Then the script
+and the interpreter). A tool that is not installed is skipped with one line; an eager tool
+whose estimated extra memory (``eager_estimate``) exceeds ``--max-gib`` at a length is not
+started there. Then the script
 
 - checks that the tools agree: at each length, the largest difference of each score from
   headlab's (or from the first tool that ran), within ``--tolerance`` (exit code 1 otherwise);
 - fits each eager tool's extra memory and time as a + b T + c T^2 over its measured lengths
-  (least squares) and extrapolates them to ``--target`` (8192), beside the arithmetic of what
-  eager attention holds there and headlab's measured run.
+  (least squares; the memory also as b T + c T^2 through the two longest) and extrapolates them
+  to ``--target`` (8192), beside the arithmetic of what eager attention holds there and
+  headlab's measured run.
 
 ``--json-out`` keeps the rows; ``--from-json`` prints the report of such a file again, with
 another ``--target`` if asked, without running anything.
@@ -178,6 +180,13 @@ def eager_bytes(length: int, arrays: float = 2.0) -> int:
     float32 (head, T, T) arrays (each step, scaled scores -> masked scores -> softmax, makes a new
     one while the last is alive) and the (T, T) float mask."""
     return int(arrays * HEADS * length**2 * FLOAT + length**2 * FLOAT)
+
+
+def eager_estimate(length: int) -> int:
+    """The extra memory an eager tool is expected to take at ``length`` tokens, to decide
+    whether to start it: 3 (head, T, T) arrays (2 in the attention, 1 more kept by nnsight's
+    trace, as measured), the mask and the float32 logits."""
+    return eager_bytes(length, arrays=3.0) + length * SMOLLM2["vocab_size"] * FLOAT
 
 
 def full_cache_bytes(length: int) -> int:
@@ -336,7 +345,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         "--max-gib",
         type=float,
         default=6.0,
-        help="do not start an eager tool whose weights would exceed this",
+        help="do not start an eager tool whose estimated extra memory exceeds this",
     )
     parser.add_argument("--tolerance", type=float, default=1e-4)
     parser.add_argument("--threads", type=int, default=None)
@@ -397,11 +406,11 @@ def main(argv: list[str] | None = None) -> int:
     for tool, length in _plan(args):
         if absent[tool]:
             continue
-        cap = full_cache_bytes(length) if tool == "tl-cache" else eager_bytes(length)
+        cap = full_cache_bytes(length) if tool == "tl-cache" else eager_estimate(length)
         if tool in EAGER and cap > args.max_gib * 2**30:
             print(
-                f"{tool:16s} {length:6d}  not started: eager weights {cap / 2**30:.1f} GiB "
-                f"> --max-gib {args.max_gib:g}",
+                f"{tool:16s} {length:6d}  not started: estimated {cap / 2**30:.1f} GiB above the "
+                f"model > --max-gib {args.max_gib:g}",
                 flush=True,
             )
             continue

@@ -125,6 +125,8 @@ def test_the_fit_recovers_a_quadratic_and_extrapolates_it():
 def test_the_arithmetic_of_eager_attention_at_8192():
     assert three.full_cache_bytes(8192) == 30 * 9 * 8192**2 * 4 == 72_477_573_120
     assert three.eager_bytes(8192) == 2 * 9 * 8192**2 * 4 + 8192**2 * 4
+    logits = 8192 * 49152 * 4
+    assert three.eager_estimate(8192) == 3 * 9 * 8192**2 * 4 + 8192**2 * 4 + logits
     one_layer, cache = three.arithmetic(8192)
     assert "9 x 8192^2 x 4 B = 2.42 GB" in one_layer and one_layer.endswith("mask: 5.1 GB")
     assert cache.endswith("= 72.5 GB (67.5 GiB)")
