@@ -7,10 +7,11 @@
     O = P V_g                      (batch, head, q_pos, d_value), then the head scale (head_mask)
 
 Grouped K/V heads (GQA/MQA) are never repeated in memory: the query heads of one group are
-stacked as rows of one product with their K/V head. A query row that sees no key gets P = 0 and
-O = 0. A head view (``head_view`` n < head) scores each group of head/n consecutive heads as one
-head, sum_i S_i / sqrt(head/n) (the scores of the re-split projections), and every member of a
-group outputs that group's P times its own values: the same weights viewed with fewer heads.
+stacked as rows of one product with their K/V head. A query row that sees no key gets P = 0,
+O = 0 and S = 0 (where the scores are returned). A head view (``head_view`` n < head) scores
+each group of head/n consecutive heads as one head, sum_i S_i / sqrt(head/n) (the scores of the
+re-split projections), and every member of a group outputs that group's P times its own values:
+the same weights viewed with fewer heads.
 
 ``attend`` takes one of these paths, chosen in one place (``choose_path``):
   fused           ``F.scaled_dot_product_attention``: nothing needs the score matrix
@@ -64,7 +65,8 @@ class Attended:
     head_out: (batch, head, q_pos, d_value), after the head scale and the head_outputs site.
     weights: per head (batch, head, q_pos, k_pos), averaged over heads (batch, q_pos, k_pos), or
         None, as ``need_weights`` asked (per head also when an intervention site needed them).
-    scores: (batch, head, q_pos, k_pos) S after the mask, when the explicit path ran.
+    scores: (batch, head, q_pos, k_pos) S after the mask (0 on rows that see no key), when the
+        explicit path ran.
     sums: the streamed statistics, when asked.
     q, k, v: the inputs after the q, k and v sites.
     """
@@ -117,10 +119,14 @@ def _explicit(
     dropout_p: float,
     sites: Sites | None,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """(head_out, weights, scores) from whole tensors, with autograd and every site."""
+    """(head_out, weights, scores) from whole tensors, with autograd and every site; the
+    scores of a row that sees no key are 0, as its weights and its output."""
+    merged = _whole(mask, q, k)
     scores, weights = block_weights(
-        q, k, _whole(mask, q, k), scale=scale, softcap=softcap, sinks=sinks, view=view, sites=sites
+        q, k, merged, scale=scale, softcap=softcap, sinks=sinks, view=view, sites=sites
     )
+    if merged is not None and merged.keep is not None:
+        scores = scores.masked_fill(merged.keep == 0, 0.0)
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p)
     if sites is not None:
