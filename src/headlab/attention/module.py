@@ -252,7 +252,8 @@ class MultiHeadAttention(nn.Module):
         mask = torch_mask_spec(
             attn_mask=attn_mask,
             key_padding_mask=key_padding_mask,
-            is_causal=is_causal or self.causal,
+            is_causal=is_causal,
+            always_causal=self.causal,
             batch=batch,
             num_heads=self.num_heads,
             q_len=xq.shape[1],
