@@ -202,12 +202,12 @@ class MultiHeadAttention(nn.Module):
         if self.bias_k is not None:
             batch = q.shape[0]
             k = torch.cat([k, self.bias_k.expand(batch, 1, -1)], dim=1)  # (batch, k_pos+1, G*D)
-            v = torch.cat([v, self.bias_v.expand(batch, 1, -1)], dim=1)
+            v = torch.cat([v, self.bias_v.expand(batch, 1, -1)], dim=1)  # (batch, k_pos+1, G*D)
         q = split_heads(q, self.num_heads)  # (batch, H, q_pos, D)
-        k = split_heads(k, self.num_kv_heads)  # (batch, G, k_pos', D)
-        v = split_heads(v, self.num_kv_heads)
+        k = split_heads(k, self.num_kv_heads)  # (batch, G, k_pos (+1 with bias_k), D)
+        v = split_heads(v, self.num_kv_heads)  # likewise
         if self.add_zero_attn:
-            k, v = F.pad(k, (0, 0, 0, 1)), F.pad(v, (0, 0, 0, 1))
+            k, v = F.pad(k, (0, 0, 0, 1)), F.pad(v, (0, 0, 0, 1))  # (batch, G, k_pos', D)
         if self.rotary_base is not None:  # rotated by position, before any intervention sees them
             q, k = apply_rotary(q, self.rotary_base), apply_rotary(k, self.rotary_base)
         return q, k, v
@@ -228,7 +228,7 @@ class MultiHeadAttention(nn.Module):
         )
         return (batched, *inputs)
 
-    def _run(
+    def run_heads(
         self,
         query: Tensor,
         key: Tensor,
@@ -242,9 +242,11 @@ class MultiHeadAttention(nn.Module):
         head_view: int | None = None,
         sites: Sites | None = None,
     ) -> HeadRun:
-        """Shared body of forward and trace, up to the head outputs (before W_O); the kernel
-        (``headlab.attention.kernel.attend``) chooses the path from ``need_weights`` (None,
-        "mean", "heads") and what the sites ask (``self.sites``, or a view's own ``sites``)."""
+        """The call up to the head outputs (before W_O): the body forward and trace share, and
+        what a view of this module (``HeadGroupView``) runs with its own ``head_view`` and
+        ``sites``. Arguments as in ``forward``; need_weights: None, "mean" or "heads". The
+        kernel (``headlab.attention.kernel.attend``) chooses the path from ``need_weights`` and
+        what the sites ask (``self.sites``, or the given ``sites``)."""
         sites = self.sites if sites is None else sites
         batched, xq, xk, xv = self._inputs(query, key, value)  # (batch, q|k_pos, E|kdim|vdim)
         batch = xq.shape[0]
@@ -313,7 +315,7 @@ class MultiHeadAttention(nn.Module):
                 is_causal=is_causal,
                 head_mask=head_mask,
             )
-        run = self._run(
+        run = self.run_heads(
             query,
             key,
             value,
@@ -328,7 +330,7 @@ class MultiHeadAttention(nn.Module):
         if not need_weights:
             return output, None
         weights = run.weights  # (batch, q_pos, k_pos) averaged, or (batch, head, q_pos, k_pos)
-        return output, weights if run.batched else weights.squeeze(0)
+        return output, weights if run.batched else weights.squeeze(0)  # unbatched: no batch dim
 
     def trace(
         self,
@@ -348,7 +350,7 @@ class MultiHeadAttention(nn.Module):
         """
         key = query if key is None else key
         value = key if value is None else value
-        run = self._run(
+        run = self.run_heads(
             query,
             key,
             value,
@@ -358,7 +360,7 @@ class MultiHeadAttention(nn.Module):
             head_mask=head_mask,
             need_weights="heads",
         )
-        w_o = self.out_proj.weight.view(self.embed_dim, self.num_heads, self.head_dim)
+        w_o = self.out_proj.weight.view(self.embed_dim, self.num_heads, self.head_dim)  # (E, H, D)
         contributions = torch.einsum("bhqd,ehd->bhqe", run.head_out, w_o)
         # The output is computed as forward computes it (one matmul), not as the sum of the
         # contributions, so that trace and forward agree bit for bit; the sum agrees to rounding.

@@ -17,11 +17,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from headlab.cli.outputs import claim, writing
+from headlab.cli.outputs import claim, emit_result, writing
 from headlab.cli.parsing import flags, int_list
 from headlab.cli.progress import progress
 from headlab.cli.tables import fitted_tables
@@ -76,7 +75,7 @@ FORCE = typer.Option(
 )
 
 
-def _claim(analysis: str, out: Path, force: bool, figure: Path | None = None) -> None:
+def claim_analysis(analysis: str, out: Path, force: bool, figure: Path | None = None) -> None:
     """Check the output paths before any work (they are checked again when written)."""
     claim(f"model-{analysis}", out, force=force, figure=figure)
 
@@ -90,7 +89,7 @@ class Route:
     trust_remote_code: bool = False
 
 
-def _open(model: str | Path | None, route: Route):
+def open_model(model: str | Path | None, route: Route):
     """``headlab.models.load`` with the command's options; offline unless --download."""
     if not route.download:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -124,28 +123,13 @@ def _load(
         check_int("--max-length", max_length, low=2)
     if corpus is not None:
         texts = read_corpus(corpus, n_texts)
-    loaded = _open(model if model_dir is None else model_dir, route)
+    loaded = open_model(model if model_dir is None else model_dir, route)
     positions = loaded.max_positions
     max_length = min(128, positions) if max_length is None else max_length
     check_int("--max-length", max_length, low=2, high=positions)
     if corpus is None:
         texts = default_corpus(n_texts)
     return loaded, texts, max_length
-
-
-def _emit(result, out: Path, force: bool, as_json: bool, tables: list[Table | Text]) -> None:
-    """Write ``result`` (a results type: its KIND tags the file), then print it."""
-    from headlab.heads.results import write_result
-
-    with writing("--out"):
-        written = write_result(out, result, force=force)
-    if as_json:
-        print(json.dumps(written, indent=1))
-        return
-    console = Console()
-    for table in tables:
-        console.print(table)
-    print(f"wrote {out}")
 
 
 def _grid(title: str, values: list[list[float]], fmt: str = "{:.2f}") -> list[Table]:
@@ -240,7 +224,7 @@ def heads(
     from headlab.heads import head_statistics
 
     out = model_results("heads") if out is None else out
-    _claim("heads", out, force, figure)
+    claim_analysis("heads", out, force, figure)
     loaded, texts, max_length = _load(
         model, model_dir, corpus, n_texts, max_length, Route(backend, download, trust_remote_code)
     )
@@ -261,7 +245,7 @@ def heads(
     if result.first_token is not None:
         title = "top attention sinks (mean weight on the first token)"
         tables.append(_top_table(title, result.top(result.first_token)))
-    _emit(result, out, force, as_json, tables)
+    emit_result(result, out, force, as_json, tables)
 
 
 def _check_metric(metric: str, loaded) -> None:
@@ -299,7 +283,7 @@ def _long_context(
     from headlab.models.corpus import read_text_file
 
     out = model_results("long-context") if out is None else out
-    _claim("long-context", out, force, figure)
+    claim_analysis("long-context", out, force, figure)
     if max_tokens is not None:
         check_int("--max-tokens", max_tokens, low=2)
     sinks, size = window
@@ -315,7 +299,7 @@ def _long_context(
     text = None if text_file is None else read_text_file(text_file)
     if text is not None and not text.strip():
         raise ValueError(f"--text-file {text_file}: expected text, got an empty file")
-    loaded = _open(model if model_dir is None else model_dir, route)
+    loaded = open_model(model if model_dir is None else model_dir, route)
     if max_tokens is not None:
         check_int("--max-tokens", max_tokens, low=2, high=loaded.max_positions)
     _check_metric(metric, loaded)
@@ -345,7 +329,7 @@ def _long_context(
     tables.append(_sink_table(findings))
     tables.append(_concentration_table(findings, document.heavy_hitters, result.tokens))
     tables.extend(role_tables(document.roles))
-    _emit(document, out, force, as_json, tables)
+    emit_result(document, out, force, as_json, tables)
 
 
 def _sink_table(findings: LongContextFindings) -> Table:
@@ -409,7 +393,7 @@ def collapse(
     from headlab.heads import check_head_counts, collapse_heads
 
     chosen = int_list(heads, "--heads")
-    _claim("collapse", out, force)
+    claim_analysis("collapse", out, force)
     loaded, texts, max_length = _load(
         model, model_dir, corpus, n_texts, max_length, Route(backend, download, trust_remote_code)
     )
@@ -428,7 +412,7 @@ def collapse(
     columns = ["layers", "heads", *(n.replace("_", " ") for n in names)]
     title = f"Collapse, {result.model}, {result.n_texts} texts"
     tables = fitted_tables(title, columns, rows, keys=2)
-    _emit(result, out, force, as_json, tables)
+    emit_result(result, out, force, as_json, tables)
 
 
 @model_app.command()
@@ -451,7 +435,7 @@ def importance(
     from headlab.limits import check_finite
 
     check_finite("--temperature", temperature, positive=True)
-    _claim("importance", out, force)
+    claim_analysis("importance", out, force)
     loaded, texts, max_length = _load(
         model, model_dir, corpus, n_texts, max_length, Route(backend, download, trust_remote_code)
     )
@@ -464,7 +448,7 @@ def importance(
             on_batch=update,
         )
     title = f"Importance (normalised per layer), {result.model}, {result.n_texts} texts"
-    _emit(result, out, force, as_json, _grid(title, result.importance))
+    emit_result(result, out, force, as_json, _grid(title, result.importance))
 
 
 @model_app.command()
@@ -487,7 +471,7 @@ def prune(
     from headlab.limits import check_seed
 
     check_seed("--seed", seed)
-    _claim("prune", out, force)
+    claim_analysis("prune", out, force)
     loaded, texts, max_length = _load(
         model, model_dir, corpus, n_texts, max_length, Route(backend, download, trust_remote_code)
     )
@@ -510,7 +494,7 @@ def prune(
     columns = ["order", "pruned", "heads", "params", "ms", *(n.replace("_", " ") for n in names)]
     title = f"Pruning, {result.model}, {result.n_texts} texts"
     tables = fitted_tables(title, columns, rows, keys=2, left=["order"])
-    _emit(result, out, force, as_json, tables)
+    emit_result(result, out, force, as_json, tables)
 
 
 @model_app.command()
@@ -535,7 +519,7 @@ def ablate(
     with flags("mode", heads="--ablate"):
         chosen = parse_heads(heads)
         check_mode(mode)
-    _claim("ablate", out, force)
+    claim_analysis("ablate", out, force)
     loaded, texts, max_length = _load(
         model, model_dir, corpus, n_texts, max_length, Route(backend, download, trust_remote_code)
     )
@@ -555,7 +539,7 @@ def ablate(
     title = f"Ablation, {result.model}, {result.n_texts} texts"
     tables = fitted_tables(title, columns, [row], keys=0, left=["heads"])
     # a sentence, not a column: as a column it split the table in three at 80 columns
-    _emit(result, out, force, as_json, [*tables, Text(f"objective: {result.objective}")])
+    emit_result(result, out, force, as_json, [*tables, Text(f"objective: {result.objective}")])
 
 
 @model_app.command()
@@ -579,7 +563,7 @@ def generate(
         raise ValueError("PROMPT must be a text to continue, got an empty text")
     from headlab.models import LanguageModel
 
-    loaded = _open(model, Route(backend, download, trust_remote_code))
+    loaded = open_model(model, Route(backend, download, trust_remote_code))
     if not isinstance(loaded, LanguageModel):
         raise ValueError(f"--model must be a language model (it generates), got {loaded.name}")
     text = loaded.chat_prompt(prompt) if chat else prompt
