@@ -200,3 +200,15 @@ def test_observing_keeps_weights_scores_and_unbatched_calls(grad):
         for name, value in expected.items():
             torch.testing.assert_close(sums.sums[name], value, atol=1e-5 * T, rtol=1e-5, msg=name)
         torch.testing.assert_close(sums.received, received, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("shape", [(2, 0, E), (0, T, E)], ids=["no query", "no batch element"])
+def test_empty_inputs_stream_nothing(shape):
+    """No query counted, every sum 0, an empty output like forward's (GQA, rotary, causal)."""
+    mha = MultiHeadAttention(E, H, head_dim=6, num_kv_heads=1, rotary_base=50.0, causal=True,
+                             batch_first=True)  # fmt: skip
+    x = torch.randn(*shape)
+    out, got = attention_statistics(mha, x)
+    assert out.shape == shape and got.n_queries == 0 and got.n_prev == 0
+    assert all((s == 0).all() for s in got.sums.values())
+    assert got.received.shape == (H, shape[1])

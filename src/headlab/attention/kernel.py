@@ -164,7 +164,7 @@ def _chunked(
         batch_step, budget = 1, BLOCK_ELEMENTS
         rows_step = min(q_len, max(MIN_ROWS, budget // max(1, out_heads * k_len)))
     else:
-        batch_step = batch
+        batch_step = max(1, batch)  # the whole batch (also an empty one)
         rows_step = max(1, chunk_elements // max(1, batch * out_heads * k_len))
     k, v = k.contiguous(), v.contiguous()  # one copy here, not one per block
     for b0 in range(0, batch, batch_step):
