@@ -31,7 +31,11 @@ from headlab.attention.kernel import attend
 from headlab.attention.masks import torch_mask_spec
 from headlab.attention.rotary import apply_rotary
 from headlab.attention.sites import Sites
-from headlab.attention.sizes import check_positive_int, resolve_head_sizes
+from headlab.attention.sizes import (
+    check_positive_int,
+    parameter_elements,
+    resolve_head_sizes,
+)
 from headlab.attention.torch_layers import (
     forward_nested,
     fused_kernel_computes_forward,
@@ -39,6 +43,7 @@ from headlab.attention.torch_layers import (
 )
 from headlab.attention.trace import AttentionTrace, HeadRun
 from headlab.attention.views import with_num_heads
+from headlab.limits import check_fits
 
 __all__ = ["MultiHeadAttention", "resolve_head_sizes"]
 
@@ -99,6 +104,16 @@ class MultiHeadAttention(nn.Module):
         self.batch_first = batch_first
         self.add_zero_attn = add_zero_attn
         q_dim, kv_dim = num_heads * head_dim, num_kv_heads * head_dim
+        if torch.empty(0, device=device).device.type != "meta":  # meta tensors take no memory
+            size = torch.finfo(dtype or torch.get_default_dtype()).bits // 8
+            scalars = parameter_elements(embed_dim, self.kdim, self.vdim, q_dim, kv_dim,
+                                         bias=bias, add_bias_kv=add_bias_kv)  # fmt: skip
+            check_fits(
+                f"MultiHeadAttention(embed_dim={embed_dim}, num_heads={num_heads}, "
+                f"head_dim={head_dim}, num_kv_heads={num_kv_heads}) with {scalars:,} parameters",
+                scalars * size,
+                "lower embed_dim, head_dim or num_heads",
+            )
 
         self.sites = Sites()  # interventions and observers (headlab.attention.interventions)
         if packed:
