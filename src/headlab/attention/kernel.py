@@ -48,6 +48,7 @@ from headlab.attention.statistics import (
     StatisticsRequest,
     StreamingSums,
 )
+from headlab.attention.workers import run_blocks
 
 # Blocks of the chunked path. For weights averaged over heads: one batch element's heads over
 # ``rows`` query rows, about BLOCK_ELEMENTS weights (1 MiB in float32) so that a block stays in
@@ -150,7 +151,8 @@ def _chunked(
 ) -> tuple[Tensor, Tensor | None]:
     """(head_out, weights averaged over heads or None) without autograd, a block of query rows
     at a time. Averaging: one batch element per block, sized for the cache; statistics: the
-    whole batch per chunk of ``chunk_elements`` weights. Causal rows skip the keys after them."""
+    whole batch per chunk of ``chunk_elements`` weights. Causal rows skip the keys after them.
+    The averaging blocks are independent: on CPU they go to ``workers.run_blocks``."""
     batch, heads, q_len, _ = q.shape
     k_len = k.shape[2]
     extra = 0 if mask is None else mask.extra_keys
@@ -167,36 +169,46 @@ def _chunked(
         batch_step = max(1, batch)  # the whole batch (also an empty one)
         rows_step = max(1, chunk_elements // max(1, batch * out_heads * k_len))
     k, v = k.contiguous(), v.contiguous()  # one copy here, not one per block
-    for b0 in range(0, batch, batch_step):
-        part = slice(b0, min(b0 + batch_step, batch))
-        for start in range(0, q_len, rows_step):
-            rows = slice(start, min(start + rows_step, q_len))
-            # causal rows see no key after their own position: skip those (extra keys last)
-            keys = mask.last_key(rows.stop, real) if mask is not None and not extra else k_len
-            merged = None
-            if mask is not None:
-                merged = mask.block(
-                    rows.start, rows.stop, keys, dtype=q.dtype, device=q.device, trim=True
-                )
-                merged = _batch_part(merged, part)
-            _, p = block_weights(
-                q[part, :, rows],
-                k[part, :, :keys],
-                merged,
-                scale=scale,
-                softcap=softcap,
-                sinks=sinks,
-                view=view,
-                inplace=True,
-            )  # (batch', head|view, rows, keys)
-            o = values(p, v[part, :, :keys], heads)  # (batch', head, rows, d)
-            out[part, rows] = o.transpose(1, 2)
-            if averaged is not None:
-                averaged[part, rows, keys:] = 0.0
-                torch.mean(p, dim=1, out=averaged[part, rows, :keys])
-            if sums is not None:
-                causal = mask is not None and mask.causal and not extra
-                sums.add(p, rows, causal_keys=causal, outputs=o, values=v[part, :, :keys])
+
+    def block(job: tuple[slice, slice]) -> None:
+        part, rows = job
+        # causal rows see no key after their own position: skip those (extra keys last)
+        keys = mask.last_key(rows.stop, real) if mask is not None and not extra else k_len
+        merged = None
+        if mask is not None:
+            merged = mask.block(
+                rows.start, rows.stop, keys, dtype=q.dtype, device=q.device, trim=True
+            )
+            merged = _batch_part(merged, part)
+        _, p = block_weights(
+            q[part, :, rows],
+            k[part, :, :keys],
+            merged,
+            scale=scale,
+            softcap=softcap,
+            sinks=sinks,
+            view=view,
+            inplace=True,
+        )  # (batch', head|view, rows, keys)
+        o = values(p, v[part, :, :keys], heads)  # (batch', head, rows, d)
+        out[part, rows] = o.transpose(1, 2)
+        if averaged is not None:
+            averaged[part, rows, keys:] = 0.0
+            torch.mean(p, dim=1, out=averaged[part, rows, :keys])
+        if sums is not None:
+            causal = mask is not None and mask.causal and not extra
+            sums.add(p, rows, causal_keys=causal, outputs=o, values=v[part, :, :keys])
+
+    jobs = [
+        (slice(b0, min(b0 + batch_step, batch)), slice(start, min(start + rows_step, q_len)))
+        for b0 in range(0, batch, batch_step)
+        for start in range(0, q_len, rows_step)
+    ]
+    if mean and q.device.type == "cpu":  # cache-sized independent blocks: on the workers
+        run_blocks(jobs, block)
+    else:  # chunks sized for memory, and sums that add up chunk by chunk, in order
+        for job in jobs:
+            block(job)
     return out.transpose(1, 2), averaged
 
 
