@@ -17,6 +17,7 @@ have one process-wide pool) and outside autocast (thread-local); else the blocks
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -55,12 +56,10 @@ def _workers(count: int) -> ThreadPoolExecutor:
         return pool
 
 
-def _parallel() -> bool:
-    return (
-        torch.get_num_threads() > 1
-        and "parallel backend: OpenMP" in torch.__config__.parallel_info()
-        and not torch.is_autocast_enabled("cpu")
-    )
+@functools.cache
+def _openmp() -> bool:
+    """torch's intra-op threads are OpenMP's: a thread's count is its own."""
+    return "parallel backend: OpenMP" in torch.__config__.parallel_info()
 
 
 def run_blocks(jobs: Sequence[J], block: Callable[[J], None]) -> None:
@@ -68,7 +67,7 @@ def run_blocks(jobs: Sequence[J], block: Callable[[J], None]) -> None:
     outputs), on the workers where they pay, else in order in this thread. The workers run
     with this thread's grad and inference mode."""
     count = torch.get_num_threads()
-    if len(jobs) < 2 * count or not _parallel():
+    if count < 2 or len(jobs) < 2 * count or not _openmp() or torch.is_autocast_enabled("cpu"):
         for job in jobs:
             block(job)
         return
