@@ -267,3 +267,26 @@ def test_sweep_plot_names_out_as_its_flag(tmp_path, results, capsys):
     thesis.write_text("chapter one")
     argv = ["sweep", "plot", "--results", str(results), "--out", str(thesis)]
     refused(argv, capsys, tmp_path, f"--out {thesis} exists")
+
+
+def test_a_sweep_keeps_the_users_last_line_even_without_its_newline(tmp_path, results, capsys):
+    note = "NOTE: 16-head runs are elsewhere"
+    with results.open("a") as f:
+        f.write(note)
+    before = results.read_text()
+    code, _, err = run(["sweep", *TINY_SWEEP, "--out", str(results)], capsys)
+    assert code == 0, err
+    assert "line 3: not JSON" in err and "torn" not in err
+    after = results.read_text()
+    assert after.startswith(before + "\n") and after.count(note) == 1
+    lines = after.splitlines()
+    assert lines[2] == note and json.loads(lines[3])["config"]["num_heads"] == 1  # the new run
+
+
+def test_a_big_file_that_is_not_results_is_refused_from_its_first_line(tmp_path, capsys):
+    big = tmp_path / "big.dat"
+    with big.open("wb") as f:
+        f.write(b"\x89PNG not results\n")
+        f.truncate(256 * 2**20)  # sparse: nothing written but the first bytes
+    refused(["sweep", "summary", "--results", str(big)], capsys, tmp_path, "its first line")
+    refused(["sweep", *TINY_SWEEP, "--out", str(big)], capsys, tmp_path, "holds no results rows")
