@@ -72,6 +72,9 @@ OUT_IMPORTANCE, OUT_PRUNE = _out("importance"), _out("prune")
 OUT_ABLATE = _out("ablate")
 FIGURE = typer.Option(None, "--figure", help="Write a layers x heads PNG grid.")
 FORCE = typer.Option(
+    False, "--force", help="Replace --out even if it is not this analysis' file."
+)
+FORCE_WITH_FIGURE = typer.Option(
     False, "--force", help="Replace --out (and --figure) even if it is not this analysis' file."
 )
 
@@ -212,7 +215,7 @@ def heads(
     figure: Path | None = FIGURE,
     out: Path | None = OUT_HEADS_OR_LONG,
     as_json: bool = AS_JSON,
-    force: bool = FORCE,
+    force: bool = FORCE_WITH_FIGURE,
 ) -> None:
     """Per-head attention statistics, and (decoders) the head kinds.
 

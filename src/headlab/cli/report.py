@@ -19,7 +19,13 @@ def report(
         DEFAULT_TEXT
     ),
     force: Annotated[
-        bool, typer.Option("--force", help="Replace DIR even if it is not a headlab report.")
+        bool,
+        typer.Option(
+            "--force",
+            help="Replace the headlab report in DIR even if it holds files headlab did not "
+            "write (they are deleted, named in a warning). Never a folder headlab did not "
+            "write, the current folder or one holding an input.",
+        ),
     ] = False,
     png: Annotated[
         Path | None, typer.Option("--png", help="Also write every figure as a PNG here.")
@@ -48,7 +54,7 @@ def report(
         if text != DEFAULT_TEXT:
             raise ValueError("--text and --text-file: expected one of them, got both")
         text = read_text_file(text_file)
-    options = ReportOptions(text=text, results=results, seed=seed, model=model)
+    options = ReportOptions(text=text, results=results, seed=seed, model=model, text_file=text_file)
     with flags("out", "png", "force", "model"), progress("report: measuring and drawing", None):
         index = build_report(out, options, force=force, png=png)  # no steps to count: a pulse
     print(index)

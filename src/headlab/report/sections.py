@@ -48,6 +48,14 @@ class ReportOptions:
     #: The trained model whose heads are shown on the text: a name of ``headlab.models.load``
     #: ("minilm", "smollm2") or a path.
     model: str = DEFAULT_MODEL
+    #: The file ``text`` was read from, if any: an input, like ``results`` and a model path.
+    text_file: Path | None = None
+
+    def inputs(self) -> tuple[Path, ...]:
+        """Every path the report reads: a folder holding one is never replaced by the report."""
+        model = Path(self.model)
+        paths = (self.results, self.text_file, model if model.exists() else None)
+        return tuple(Path(p) for p in paths if p is not None)
 
 
 @dataclass
