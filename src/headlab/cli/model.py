@@ -315,9 +315,7 @@ def _long_context(
             )
     if model is not None and model_dir is not None:
         raise ValueError("pass --model or --model-dir, not both")
-    text = None if text_file is None else read_text_file(text_file)
-    if text is not None and not text.strip():
-        raise ValueError(f"--text-file {text_file}: expected text, got an empty file")
+    text = None if text_file is None else read_text_file(text_file, "--text-file")
     loaded = _open(model if model_dir is None else model_dir, route)
     if max_tokens is not None:
         check_int("--max-tokens", max_tokens, low=2, high=loaded.max_positions)

@@ -53,7 +53,7 @@ def report(
 
         if text != DEFAULT_TEXT:
             raise ValueError("--text and --text-file: expected one of them, got both")
-        text = read_text_file(text_file)
+        text = read_text_file(text_file, "--text-file")
     options = ReportOptions(text=text, results=results, seed=seed, model=model, text_file=text_file)
     with flags("out", "png", "force", "model"), progress("report: measuring and drawing", None):
         index = build_report(out, options, force=force, png=png)  # no steps to count: a pulse
