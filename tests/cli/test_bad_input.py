@@ -207,3 +207,23 @@ def test_a_text_file_that_is_not_a_text_names_the_real_cause(
     assert err_line == ""
     err = run([*argv, str(path)], capsys)[2]
     assert f"{argv[-1]} {path}" in err and "--text " not in err, err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["sweep", "--heads", "1", "--d-model", "8", "--seeds", "1", "--steps", "1"],
+        ["model", "roles", "--documents", "DOCS", "--model", "nowhere"],
+    ],
+    ids=["sweep", "model roles"],
+)
+def test_an_address_without_executor_ray_is_refused_not_ignored(argv, tmp_path, capsys):
+    """--address names a Ray cluster: with the local executor it would be silently ignored and
+    the work run here instead; refused before any work."""
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.txt").write_text("one two three")
+    argv = [str(tmp_path / "docs") if a == "DOCS" else a for a in argv]
+    out = ["--out", str(tmp_path / "s.jsonl")]
+    message = "--address 10.0.0.1:6379 is for --executor ray, got --executor local"
+    one_line([*argv, *out, "--address", "10.0.0.1:6379"], capsys, message)
+    assert not (tmp_path / "s.jsonl").exists()

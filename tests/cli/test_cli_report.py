@@ -81,3 +81,23 @@ def test_a_model_that_does_not_exist_is_one_line(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "nowhere" in err
     assert err.startswith("headlab: error: --model must be one of minilm, smollm2 or a path, got")
+
+
+def test_a_results_folder_that_does_not_exist_is_said_and_the_report_still_built(
+    tmp_path: Path, tiny_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch
+) -> None:
+    """A mistyped --results is one warning line; the page is built without those sections (as
+    for a fresh folder, where the default headlab-results is missing and nothing is said)."""
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "site"
+    missing = tmp_path / "reslts"
+    args = ["report", "--out", str(out), "--text", "a b", "--model", str(tiny_dir)]
+    main(args)  # the default --results, missing in a fresh folder
+    assert capsys.readouterr().err == ""
+    main([*args, "--results", str(missing)])
+    captured = capsys.readouterr()
+    assert captured.out.strip() == str(out / "index.html")
+    assert captured.err == (
+        f"headlab: warning: --results {missing} does not exist; the report shows no results "
+        "files\n"
+    )

@@ -31,8 +31,12 @@ def report(
         Path | None, typer.Option("--png", help="Also write every figure as a PNG here.")
     ] = None,
     results: Annotated[
-        Path, typer.Option("--results", help="Directory of model and sweep results files.")
-    ] = RESULTS_DIR,
+        Path | None,
+        typer.Option(
+            "--results",
+            help=f"Directory of model and sweep results files (default: {RESULTS_DIR}).",
+        ),
+    ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of scenarios and layer.")] = 0,
     text_file: Annotated[
         Path | None,
@@ -54,6 +58,16 @@ def report(
         if text != DEFAULT_TEXT:
             raise ValueError("--text and --text-file: expected one of them, got both")
         text = read_text_file(text_file, "--text-file")
+    if results is None:  # the default: missing in a fresh folder, as the page says
+        results = RESULTS_DIR
+    elif not results.is_dir():  # named but not there: most likely mistyped
+        import warnings
+
+        from headlab.notices import HeadlabWarning
+
+        what = "does not exist" if not results.exists() else "is not a directory"
+        message = f"--results {results} {what}; the report shows no results files"
+        warnings.warn(message, HeadlabWarning, stacklevel=1)
     options = ReportOptions(text=text, results=results, seed=seed, model=model, text_file=text_file)
     with flags("out", "png", "force", "model"), progress("report: measuring and drawing", None):
         index = build_report(out, options, force=force, png=png)  # no steps to count: a pulse
