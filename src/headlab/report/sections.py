@@ -29,7 +29,7 @@ from headlab.report import figures
 from headlab.report.heatmap import heatmap_data
 from headlab.report.long_context import long_context_sections
 from headlab.report.overview import overview
-from headlab.report.results import PRODUCERS, read_section
+from headlab.report.results import PRODUCERS, Skipped, read_section, skipping
 from headlab.report.scenarios import seed_scenarios
 from headlab.report.why import why_sections
 
@@ -106,7 +106,10 @@ def _results_sections(directory: Path, pngs: dict[str, bytes]) -> dict:
         ("sweep", "sweep.jsonl", _sweep_figure),
     )
     for key, filename, draw in readers:
-        data = read_section(directory, filename)
+        data = skipping(directory / filename, lambda f=filename: read_section(directory, f))
+        if isinstance(data, Skipped):
+            out[key] = data.part(PRODUCERS[filename])
+            continue
         if not data:
             out[key] = {"missing": PRODUCERS[filename], "file": str(directory / filename)}
             continue
@@ -148,7 +151,7 @@ def _empty_sections(sections: dict) -> dict[str, list[str]]:
     out = {}
     for name, (where, keys) in GROUPS.items():
         parts = [sections[where][key] for key in keys]
-        if all("missing" in part for part in parts):
+        if all("missing" in part and "skipped" not in part for part in parts):
             out[name] = [part["missing"] for part in parts]
     return out
 
