@@ -58,9 +58,12 @@ def report(
         if text != DEFAULT_TEXT:
             raise ValueError("--text and --text-file: expected one of them, got both")
         text = read_text_file(text_file, "--text-file")
-    if results is None:  # the default: missing in a fresh folder, as the page says
-        results = RESULTS_DIR
-    elif not results.is_dir():  # named but not there: most likely mistyped
+    named = results is not None and not results.is_dir()  # named but not there: mistyped?
+    results = RESULTS_DIR if results is None else results  # the default: missing in a fresh folder
+    options = ReportOptions(text=text, results=results, seed=seed, model=model, text_file=text_file)
+    with flags("out", "png", "force", "model"), progress("report: measuring and drawing", None):
+        index = build_report(out, options, force=force, png=png)  # no steps to count: a pulse
+    if named:  # said once the report is built (a refused --out is the one line of its own)
         import warnings
 
         from headlab.notices import HeadlabWarning
@@ -68,9 +71,6 @@ def report(
         what = "does not exist" if not results.exists() else "is not a directory"
         message = f"--results {results} {what}; the report shows no results files"
         warnings.warn(message, HeadlabWarning, stacklevel=1)
-    options = ReportOptions(text=text, results=results, seed=seed, model=model, text_file=text_file)
-    with flags("out", "png", "force", "model"), progress("report: measuring and drawing", None):
-        index = build_report(out, options, force=force, png=png)  # no steps to count: a pulse
     print(index)
 
 
