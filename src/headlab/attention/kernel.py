@@ -10,7 +10,8 @@ Grouped K/V heads (GQA/MQA) are never repeated in memory: the query heads of one
 stacked as rows of one product with their K/V head. A query row that sees no key gets P = 0 and
 O = 0. A head view (``head_view`` n < head) scores each group of head/n consecutive heads as one
 head, sum_i S_i / sqrt(head/n) (the scores of the re-split projections), and every member of a
-group outputs that group's P times its own values: the same weights viewed with fewer heads.
+group outputs that group's P times its own values: the same weights viewed with fewer heads. A
+sink logit is one more score column, so a group's sinks merge the same way.
 
 ``attend`` picks the path, in one place:
   fused      ``F.scaled_dot_product_attention``: nothing needs the score matrix
@@ -338,6 +339,8 @@ def attend(
     if head_view is not None and (head_view <= 0 or heads % head_view):
         raise ValueError(f"head_view must divide the {heads} query heads, got {head_view}")
     view = None if head_view in (None, heads) else head_view
+    if view is not None and sinks is not None:  # the sink column merges as every score column
+        sinks = sinks.view(view, heads // view).sum(dim=1) / math.sqrt(heads // view)
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     sites = sites if sites else None
     if sites is not None:
