@@ -18,7 +18,7 @@ import torch
 from hf_families import FAMILIES, VOCAB, padded, text
 
 from headlab.attention.functional import entropy
-from headlab.attention.interventions import ablate
+from headlab.attention.interventions import ablate, record
 from headlab.heads.detectors import DETECTORS, detect_heads, detector_scores, repeated_random_tokens
 from headlab.heads.streaming import model_head_sums
 from headlab.models.interface import TokenBatch
@@ -204,3 +204,104 @@ def test_generation_with_an_ablation_equals_eager_generation_with_the_hook(
     assert tokens == expected.sequences[0, ids.shape[1] :].tolist()
     for step, (a, b) in enumerate(zip(got.scores, expected.scores, strict=True)):
         torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4, msg=f"step {step}")
+
+
+def _repeating_text() -> str:
+    """52 words: a 14-word passage, 23 words of filler, the passage again (a known repeat)."""
+    passage = " ".join(f"w{(11 * i) % 97 + 1}" for i in range(14))
+    filler = " ".join(f"w{(3 * i + 1) % 89 + 1}" for i in range(23))
+    return f"w1 {passage} {filler} {passage}"
+
+
+@pytest.mark.parametrize("name", ["llama", "mistral", "gemma2", "gpt_oss"])
+def test_long_text_roles_equal_the_full_eager_weights(name, hf_loaded, hf_eager):
+    """One text with a known repeat through ``long_text_statistics`` (one streaming pass: the
+    statistics, window errors, copy weights and retrieval hits) against the same scores from
+    eager's full weights and logits; the values (the function's input, not computed by
+    headlab) are recorded at the v site. GQA, a sliding window, soft-cap, sinks."""
+    from headlab.heads.long_context import long_text_statistics
+    from headlab.heads.repeats import copy_sources
+
+    model, eager = hf_loaded(name), hf_eager(name)
+    window = (2, 5)
+    result = long_text_statistics(model, _repeating_text(), window=window, min_match=4)
+    batch = model.tokenize([_repeating_text()])
+    ids = batch.input_ids
+    n = ids.shape[1]
+    logits, attentions = eager_run(eager, ids, torch.ones_like(ids))
+    with contextlib.ExitStack() as stack, torch.no_grad():
+        recordings = [stack.enter_context(record(layer, ["v"])) for layer in
+                      model.attention_layers()]  # fmt: skip
+        model.run(batch)
+    sources = copy_sources(ids[0], 4)
+    copies = (sources >= 0).nonzero()[:, 0]
+    assert len(copies) == 14 - 4 and result.roles.copy_positions == len(copies)
+    correct = logits[0, copies].argmax(-1) == ids[0, copies + 1]
+    offset = torch.arange(n)[:, None] - torch.arange(n)[None, :]
+    allowed = (((offset >= 0) & (offset < window[1])) | (torch.arange(n)[None] < window[0]))
+    for layer, (w, recording) in enumerate(zip(attentions, recordings, strict=True)):
+        w = w[0].double()  # (head, q, k)
+        v = recording["v"][0].double()
+        v = v.repeat_interleave(w.shape[0] // v.shape[0], dim=0)  # (head, k, d)
+        full = w @ v
+        kept = w * allowed.double()
+        windowed = (kept @ v) / kept.sum(-1, keepdim=True)
+        error = ((full - windowed).norm(dim=-1) / full.norm(dim=-1)).mean(-1)
+        checks = {
+            "window_error": (result.roles.window_error[layer], error),
+            "copy_weight": (
+                result.roles.copy_weight[layer],
+                w[:, copies, sources[copies]].mean(-1),
+            ),
+            "retrieval": (
+                result.roles.retrieval[layer],
+                ((w[:, copies].argmax(-1) == sources[copies]) & correct).double().mean(-1),
+            ),
+            "first": (result.statistics.metrics["first"][layer], w[..., 0].mean(-1)),
+            "entropy": (result.statistics.metrics["entropy"][layer], entropy(w).mean(-1)),
+        }
+        for metric, (got, want) in checks.items():
+            torch.testing.assert_close(torch.tensor(got, dtype=torch.float64), want, atol=1e-5,
+                                       rtol=1e-5, msg=metric)  # fmt: skip
+        torch.testing.assert_close(result.received[layer], w.sum(1), atol=1e-5, rtol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["llama", "gemma2", "gpt_oss", "bert"])
+def test_bfloat16_statistics_are_within_their_precision_of_float32(name, hf_dirs, hf_loaded):
+    """A bfloat16 model's statistics are as close to float32's as those of transformers' own
+    bfloat16 eager weights are (within twice their error, or bfloat16's resolution of the
+    statistic's scale); contribution norms within bfloat16's resolution."""
+    from hf_families import model_class
+
+    from headlab.models.hf import load_transformers
+
+    ids, mask = padded(3)
+    batch, real = batch_of(ids, mask), mask.bool()
+
+    def means(model):
+        _, per_layer = model_head_sums(model, batch)
+        return [{k: v / (s.n_prev if k == "prev" else s.n_queries) for k, v in s.sums.items()}
+                for s in per_layer]  # fmt: skip
+
+    exact = means(hf_loaded(name))
+    half = means(load_transformers(hf_dirs[name], dtype=torch.bfloat16))
+
+    def eager(dtype):
+        reference = model_class(FAMILIES[name]).from_pretrained(
+            hf_dirs[name], attn_implementation="eager", dtype=dtype
+        )
+        _, attentions = eager_run(reference.eval(), ids, mask)
+        return [reference_means(w, real, torch.zeros(w.shape[:3])) for w in attentions]
+
+    theirs_exact, theirs_half = eager(torch.float32), eager(torch.bfloat16)
+    for layer in range(len(exact)):
+        for metric, value in exact[layer].items():
+            scale = 2**-7 * max(float(value.abs().max()), 1e-3)
+            ours = float((half[layer][metric] - value).abs().max())
+            if metric == "contribution_norm":
+                assert ours <= 2 * scale, (layer, metric, ours)
+                continue
+            transformers_error = float(
+                (theirs_half[layer][metric] - theirs_exact[layer][metric]).abs().max()
+            )
+            assert ours <= max(2 * transformers_error, scale), (layer, metric, ours)

@@ -64,23 +64,26 @@ def _check_output(layer: HFAttentionLayer) -> None:
         raise _refuse(layer, f"its output projection is not an nn.Linear ({found})")
 
 
+def _linear(weight: Tensor, bias: Tensor | None, like: nn.Linear) -> nn.Linear:
+    """An nn.Linear holding copies of ``weight`` (out, in) and ``bias`` (also with no rows or
+    no columns), in ``like``'s mode."""
+    new = nn.Linear(1, 1, bias=bias is not None, device="meta")
+    new.weight = nn.Parameter(weight.detach().clone(), like.weight.requires_grad)
+    if bias is not None:
+        new.bias = nn.Parameter(bias.detach().clone(), like.bias.requires_grad)
+    new.out_features, new.in_features = weight.shape
+    return new.train(like.training)
+
+
 def _rows(linear: nn.Linear, rows: list[int]) -> nn.Linear:
-    """A new Linear with ``rows`` of ``linear``'s outputs (weights copied)."""
-    new = nn.Linear(linear.in_features, len(rows), bias=linear.bias is not None, device="meta")
-    new.weight = nn.Parameter(linear.weight.detach()[rows].clone(), linear.weight.requires_grad)
-    if linear.bias is not None:
-        new.bias = nn.Parameter(linear.bias.detach()[rows].clone(), linear.bias.requires_grad)
-    return new.train(linear.training)
+    """``linear`` with only the outputs ``rows``."""
+    bias = None if linear.bias is None else linear.bias[rows]
+    return _linear(linear.weight[rows], bias, linear)
 
 
 def _columns(linear: nn.Linear, columns: list[int]) -> nn.Linear:
-    """A new Linear with ``columns`` of ``linear``'s inputs (weights copied, bias kept)."""
-    new = nn.Linear(len(columns), linear.out_features, bias=linear.bias is not None, device="meta")
-    new.weight = nn.Parameter(linear.weight.detach()[:, columns].clone(),
-                              linear.weight.requires_grad)  # fmt: skip
-    if linear.bias is not None:
-        new.bias = nn.Parameter(linear.bias.detach().clone(), linear.bias.requires_grad)
-    return new.train(linear.training)
+    """``linear`` with only the inputs ``columns`` (the bias kept)."""
+    return _linear(linear.weight[:, columns], linear.bias, linear)
 
 
 def _head_rows(indices: list[int], d: int) -> list[int]:

@@ -176,7 +176,9 @@ def rebuilt(
         return Projection(found.path, root.get_submodule(found.path), found.transposed,
                           rows.get(name, found.rows))  # fmt: skip
 
-    fields = {"module": module, "output": again(layer.output, "output") if layer.output else None,
-              "query": again(layer.query, "query"), "key": again(layer.key, "key"),
-              "sites": Sites(), "head_mask": None}  # fmt: skip
-    return dataclasses.replace(layer, **{**fields, **changes})
+    fields = {"module": module, "sites": Sites(), "head_mask": None, **changes}
+    for name in ("output", "query", "key"):
+        if name not in changes:
+            found = getattr(layer, name)
+            fields[name] = None if found is None else again(found, name)
+    return dataclasses.replace(layer, **fields)
