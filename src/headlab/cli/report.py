@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from headlab.cli.model import BACKEND, DOWNLOAD, TRUST_REMOTE_CODE, hub_access
 from headlab.cli.parsing import flags
 from headlab.cli.progress import progress
 from headlab.defaults import DEFAULT_TEXT
@@ -35,9 +36,13 @@ def report(
     model: Annotated[
         str,
         typer.Option(
-            "--model", help="Trained model shown on the text: minilm, smollm2, or a path."
+            "--model",
+            help="Trained model shown on the text: minilm, smollm2, a path or a hub id.",
         ),
     ] = "minilm",
+    backend: str | None = BACKEND,
+    download: bool = DOWNLOAD,
+    trust_remote_code: bool = TRUST_REMOTE_CODE,
 ) -> None:
     """Write DIR/index.html: the seed questions answered, heads, gradients, model and sweeps."""
     from headlab.report import ReportOptions, build_report
@@ -48,8 +53,11 @@ def report(
         if text != DEFAULT_TEXT:
             raise ValueError("--text and --text-file: expected one of them, got both")
         text = read_text_file(text_file)
-    options = ReportOptions(text=text, results=results, seed=seed, model=model)
-    with flags("out", "png", "force", "model"), progress("report: measuring and drawing", None):
+    hub_access(download)
+    options = ReportOptions(text=text, results=results, seed=seed, model=model, backend=backend,
+                            download=download, trust_remote_code=trust_remote_code)  # fmt: skip
+    names = ("out", "png", "force", "model", "backend", "download", "trust_remote_code")
+    with flags(*names), progress("report: measuring and drawing", None):
         index = build_report(out, options, force=force, png=png)  # no steps to count: a pulse
     print(index)
 

@@ -306,7 +306,7 @@ class TransformersModel:
         if not same:
             raise ValueError(
                 f"family {self.family!r}: heads cannot be removed from its weights: {why}; "
-                "prune by masking instead (head_mask; `headlab model prune --by mask`)"
+                "prune by masking instead (by=mask)"
             )
 
     def with_query_key_weights(self, weights: Mapping[int, tuple[Tensor, Tensor]]):

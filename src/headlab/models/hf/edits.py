@@ -52,8 +52,7 @@ class NoHeads(nn.Module):
 def _refuse(layer: HFAttentionLayer, what: str) -> ValueError:
     return ValueError(
         f"family {layer.family!r} ({type(layer.module).__name__}): heads cannot be removed from "
-        f"its weights: {what}; prune by masking instead (head_mask; `headlab model prune --by "
-        "mask`)"
+        f"its weights: {what}; prune by masking instead (by=mask)"
     )
 
 
