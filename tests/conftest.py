@@ -68,6 +68,22 @@ def smollm2():
 
 
 @pytest.fixture(scope="session")
+def smollm2_transformers():
+    """The same GGUF through transformers on headlab's attention (``TransformersModel``)."""
+    from headlab.models import load
+
+    return load("smollm2", backend="transformers")
+
+
+@pytest.fixture(scope="session")
+def minilm_transformers():
+    """The packaged MiniLM folder through transformers' BertModel on headlab's attention."""
+    from headlab.models import load
+
+    return load("minilm", backend="transformers")
+
+
+@pytest.fixture(scope="session")
 def smollm2_reference():
     """transformers' LlamaForCausalLM from the same GGUF, eager attention, float32."""
     import torch

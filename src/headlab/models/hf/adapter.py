@@ -164,8 +164,10 @@ class TransformersModel:
         for row, (text, e, n) in enumerate(zip(texts, encodings, lengths, strict=True)):
             ids[row, :n] = torch.tensor(e["input_ids"])
             mask[row, :n] = True
-            if fast:
-                tokens.append([text[a:b] for a, b in e["offset_mapping"]])
+            if fast:  # the text under each token; a special token (no text) by its name
+                names = tokenizer.convert_ids_to_tokens(e["input_ids"])
+                pieces = zip(e["offset_mapping"], names, strict=True)
+                tokens.append([text[a:b] if b > a else name for (a, b), name in pieces])
             else:
                 tokens.append(tokenizer.convert_ids_to_tokens(e["input_ids"]))
         return TokenBatch(input_ids=ids, attention_mask=mask, tokens=tokens)
