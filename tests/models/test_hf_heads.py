@@ -305,3 +305,24 @@ def test_bfloat16_statistics_are_within_their_precision_of_float32(name, hf_dirs
                 (theirs_half[layer][metric] - theirs_exact[layer][metric]).abs().max()
             )
             assert ours <= max(2 * transformers_error, scale), (layer, metric, ours)
+
+
+@pytest.mark.parametrize("name", ["llama", "gpt2", "gpt_oss", "bert"])
+def test_traces_hold_eager_weights_and_the_output_projection(name, hf_loaded, hf_eager):
+    """``trace_batch``: the weights are eager's, each head's contributions through W_O sum with
+    the projection's bias to the projection's output, which is eager's input to the rest."""
+    model, eager = hf_loaded(name), hf_eager(name)
+    ids, mask = padded(12)
+    batch = batch_of(ids, mask)
+    output, traces = model.trace_batch(batch)
+    _, attentions = eager_run(eager, ids, mask)
+    real = mask.bool()
+    with torch.no_grad():
+        torch.testing.assert_close(output, model.run(batch))
+    for layer, trace, w in zip(model.attention_layers(), traces, attentions, strict=True):
+        rows = real[:, None, :, None]
+        torch.testing.assert_close(trace.weights * rows, w * rows, atol=1e-6, rtol=1e-5)
+        bias = eager.get_submodule(layer.output.path).bias
+        summed = trace.contributions.sum(1) + (0 if bias is None else bias)
+        torch.testing.assert_close(summed, trace.output, atol=1e-5, rtol=1e-5)
+        assert trace.q.shape[1] == layer.num_heads and trace.k.shape[1] == layer.num_kv_heads

@@ -13,6 +13,7 @@ run(batch, head_mask) -> (batch, pos, vocab) logits for a causal model, (batch, 
 generate(text, n) -> greedy new ids, with the model's own KV cache (``model.generate``); the
               layers' interventions act in every decoding step
 attention_layers() -> one HFAttentionLayer per attention module, kept on the module
+trace_batch(batch) -> (output, one AttentionTrace per layer), every site recorded
 with_head_view / without_heads / with_query_key_weights -> variants sharing every module they do
               not change (tree.py, edits.py)
 
@@ -24,11 +25,14 @@ variant (``with_head_view`` ...) has its own modules and sites where it differs.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 
 import torch
 from torch import Tensor
 
+from headlab.attention.functional import merge_heads
+from headlab.attention.interventions import SITES, record
+from headlab.attention.trace import AttentionTrace
 from headlab.limits import check_int
 from headlab.models.config import PoolingConfig
 from headlab.models.hf import edits
@@ -221,6 +225,38 @@ class TransformersModel:
         """The first token and, where the tokenizer appends one, the last special token, named
         by ``models.special`` (BERT: "cls", "sep"; SmolLM2: "first")."""
         return positions(batch, self.first_token, self.last_token)
+
+    def trace_batch(
+        self, batch: TokenBatch, head_mask: HeadMask = None
+    ) -> tuple[Tensor, list[AttentionTrace]]:
+        """(``run``'s output, one AttentionTrace per layer): every site recorded in one forward
+        (the kernel's explicit path); contributions and output through the layer's W_O (the
+        output projection's own forward, bias included). No autograd."""
+        with ExitStack() as stack, torch.no_grad():
+            recordings = [stack.enter_context(record(layer, SITES)) for layer in self.layers]
+            output = self.run(batch, head_mask)
+        traces = []
+        for layer, recording in zip(self.layers, recordings, strict=True):
+            if layer.output is None:
+                raise ValueError(f"layer {layer.path} has no output projection to trace through")
+            head_out = recording["head_outputs"]  # (batch, head, q_pos, d_head)
+            _, heads, _, d = head_out.shape
+            w_o = layer.output_weight().view(-1, heads, d)  # (embed, head, d_head)
+            with torch.no_grad():
+                projected = layer.output.module(merge_heads(head_out))  # (batch, q_pos, embed)
+            traces.append(
+                AttentionTrace(
+                    q=recording["q"],
+                    k=recording["k"],
+                    v=recording["v"],
+                    scores=recording["scores"],
+                    weights=recording["weights"],
+                    head_outputs=head_out,
+                    contributions=torch.einsum("bhqd,ehd->bhqe", head_out, w_o),
+                    output=projected,
+                )
+            )
+        return output, traces
 
     # ------------------------------------------------------------------ variants
     def _variant(
