@@ -102,7 +102,8 @@ def _open(model: str | Path | None, route: Route):
     hub_access(route.download)
     from headlab.models import load
 
-    with flags("model", "backend", "download", "trust_remote_code"):
+    names = ("model", "backend", "download", "trust_remote_code")
+    with flags(*names), progress("loading the model", None):
         return load(
             model,
             backend=route.backend,

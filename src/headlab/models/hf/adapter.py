@@ -120,7 +120,9 @@ class TransformersModel:
 
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text`` with the tokenizer's own special tokens."""
-        return list(self._need_tokenizer()(text)["input_ids"])
+        # verbose=False: no warning that the text is longer than the model's positions (counting
+        # a long text's tokens is what the caller wants)
+        return list(self._need_tokenizer()(text, verbose=False)["input_ids"])
 
     def count_tokens(self, text: str) -> int:
         return len(self.encode(text))

@@ -17,6 +17,7 @@ remote code without ``trust_remote_code``.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -131,17 +132,24 @@ def load_tokenizer(checkpoint: Checkpoint, trust_remote_code: bool = False):
 
 @contextmanager
 def _quiet_loading() -> Iterator[None]:
-    """transformers' own "Loading weights" bar off (it wrote two lines of stderr on every load,
-    also around a command's one-line refusal), as it was after."""
+    """transformers' own progress bars off while it loads ("Loading weights", and the GGUF
+    reader's tqdm bar, which only the TQDM_DISABLE variable reaches): they wrote lines of stderr
+    on every load, also around a command's one-line refusal. The command line shows its own."""
     from transformers.utils import logging
 
     shown = logging.is_progress_bar_enabled()
+    before = os.environ.get("TQDM_DISABLE")
     logging.disable_progress_bar()
+    os.environ["TQDM_DISABLE"] = "1"
     try:
         yield
     finally:
         if shown:
             logging.enable_progress_bar()
+        if before is None:
+            del os.environ["TQDM_DISABLE"]
+        else:
+            os.environ["TQDM_DISABLE"] = before
 
 
 def load_pretrained(
