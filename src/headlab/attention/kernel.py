@@ -130,6 +130,9 @@ def block_weights(
             s = sites("logits", s)
         if view is not None:
             s = _merge_view(s, view)
+            if sinks is not None:  # the sink column merges as every score column
+                m = sinks.shape[0] // view
+                sinks = sinks.view(view, m).sum(dim=1) / math.sqrt(m)
             if mask is not None and mask.additive.shape[1] not in (1, view):
                 raise ValueError(
                     f"a mask of {mask.additive.shape[1]} heads cannot go through a view of "
@@ -339,8 +342,6 @@ def attend(
     if head_view is not None and (head_view <= 0 or heads % head_view):
         raise ValueError(f"head_view must divide the {heads} query heads, got {head_view}")
     view = None if head_view in (None, heads) else head_view
-    if view is not None and sinks is not None:  # the sink column merges as every score column
-        sinks = sinks.view(view, heads // view).sum(dim=1) / math.sqrt(heads // view)
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     sites = sites if sites else None
     if sites is not None:
