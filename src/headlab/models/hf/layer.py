@@ -52,8 +52,12 @@ class Projection:
         return weight.t() if self.transposed else weight
 
     def selected(self) -> Tensor:
-        """(len(rows), in): the rows that make this input."""
-        return self.weight()[list(self.rows)]
+        """(len(rows), in): the rows that make this input; a view of the parameter where they
+        are consecutive (separate and [q; k; v]-fused projections), a copy otherwise."""
+        rows = self.rows
+        if rows == tuple(range(rows[0], rows[0] + len(rows))):
+            return self.weight()[rows[0] : rows[0] + len(rows)]
+        return self.weight()[list(rows)]
 
 
 @dataclass
