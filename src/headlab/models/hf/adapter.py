@@ -149,11 +149,13 @@ class TransformersModel:
 
     def tokenize(self, texts: list[str], max_length: int | None = None) -> TokenBatch:
         """Texts cut to ``max_length`` tokens by the tokenizer itself (its special tokens kept,
-        [SEP] last), padded on the right."""
+        [SEP] last), padded on the right. Default: the model's positions; an encoder's
+        ``max_seq_length`` (sentence-transformers' cut, as headlab's own encoder)."""
         tokenizer = self._need_tokenizer()
         if not texts:
             raise ValueError("texts must hold at least one text, got none")
-        limit = self.max_positions if max_length is None else max_length
+        default = self.max_positions if self.causal else self.pooling.max_seq_length
+        limit = default if max_length is None else max_length
         added = 1 + (self.first_token != "first") + (self.last_token is not None)
         check_int("max_length", limit, low=added, high=self.max_positions)
         fast = getattr(tokenizer, "is_fast", False)
