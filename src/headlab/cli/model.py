@@ -87,11 +87,13 @@ def _claim(analysis: str, out: Path, force: bool, figure: Path | None = None) ->
 
 @dataclass(frozen=True)
 class Route:
-    """How --model is loaded: --backend, --download, --trust-remote-code."""
+    """How --model is loaded: --backend, --download, --trust-remote-code; ``quiet`` (--json):
+    no progress pulse while it loads."""
 
     backend: str | None = None
     download: bool = False
     trust_remote_code: bool = False
+    quiet: bool = False
 
 
 def hub_access(download: bool) -> None:
@@ -106,7 +108,7 @@ def _open(model: str | Path | None, route: Route):
     from headlab.models import load
 
     names = ("model", "backend", "download", "trust_remote_code")
-    with flags(*names), progress("loading the model", None):
+    with flags(*names), progress("loading the model", None, quiet=route.quiet):
         return load(
             model,
             backend=route.backend,
@@ -239,7 +241,7 @@ def heads(
                 "--corpus and --max-length are for many short texts; with "
                 "--text-file or --max-tokens pass neither"
             )
-        route = Route(backend, download, trust_remote_code)
+        route = Route(backend, download, trust_remote_code, as_json)
         _long_context(
             model, model_dir, route, text_file, max_tokens, metric, (sinks, window), figure,
             out, as_json, force,
@@ -251,9 +253,8 @@ def heads(
 
     out = model_results("heads") if out is None else out
     _claim("heads", out, force, figure)
-    loaded, texts, max_length = _load(
-        model, model_dir, corpus, n_texts, max_length, Route(backend, download, trust_remote_code)
-    )
+    route = Route(backend, download, trust_remote_code, as_json)
+    loaded, texts, max_length = _load(model, model_dir, corpus, n_texts, max_length, route)
     _check_metric(metric, loaded)
     with progress("head statistics: texts", len(texts), quiet=as_json) as update:
         result = head_statistics(
@@ -418,9 +419,8 @@ def collapse(
 
     chosen = int_list(heads, "--heads")
     _claim("collapse", out, force)
-    loaded, texts, max_length = _load(
-        model, model_dir, corpus, n_texts, max_length, Route(backend, download, trust_remote_code)
-    )
+    route = Route(backend, download, trust_remote_code, as_json)
+    loaded, texts, max_length = _load(model, model_dir, corpus, n_texts, max_length, route)
     counts = None if chosen is None else tuple(chosen)
     if counts is not None:
         with flags(head_counts="--heads"):
@@ -460,9 +460,8 @@ def importance(
 
     check_finite("--temperature", temperature, positive=True)
     _claim("importance", out, force)
-    loaded, texts, max_length = _load(
-        model, model_dir, corpus, n_texts, max_length, Route(backend, download, trust_remote_code)
-    )
+    route = Route(backend, download, trust_remote_code, as_json)
+    loaded, texts, max_length = _load(model, model_dir, corpus, n_texts, max_length, route)
     with progress("importance: batches", None, quiet=as_json) as update:
         result = head_importance(
             loaded,
@@ -504,9 +503,8 @@ def prune(
     with flags("by"):
         check_by(by)
     _claim("prune", out, force)
-    loaded, texts, max_length = _load(
-        model, model_dir, corpus, n_texts, max_length, Route(backend, download, trust_remote_code)
-    )
+    route = Route(backend, download, trust_remote_code, as_json)
+    loaded, texts, max_length = _load(model, model_dir, corpus, n_texts, max_length, route)
     with flags("by"), progress("pruning: model runs", None, quiet=as_json) as update:
         result = prune_by_importance(
             loaded, texts, seed=seed, max_length=max_length, on_step=update, by=by
@@ -557,9 +555,8 @@ def ablate(
         chosen, groups = parse_ablation(heads)
         check_mode(mode)
     _claim("ablate", out, force)
-    loaded, texts, max_length = _load(
-        model, model_dir, corpus, n_texts, max_length, Route(backend, download, trust_remote_code)
-    )
+    route = Route(backend, download, trust_remote_code, as_json)
+    loaded, texts, max_length = _load(model, model_dir, corpus, n_texts, max_length, route)
     # ablation_effect checks the heads against the model before its first pass
     with flags(heads="--ablate"), progress("ablation: passes", 2, quiet=as_json) as update:
         result = ablation_effect(
@@ -609,7 +606,7 @@ def generate(
         raise ValueError("PROMPT must be a text to continue, got an empty text")
     from headlab.models import LanguageModel
 
-    loaded = _open(model, Route(backend, download, trust_remote_code))
+    loaded = _open(model, Route(backend, download, trust_remote_code, as_json))
     if not isinstance(loaded, LanguageModel):
         raise ValueError(f"--model must be a language model (it generates), got {loaded.name}")
     text = loaded.chat_prompt(prompt) if chat else prompt
