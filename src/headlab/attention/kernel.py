@@ -10,7 +10,8 @@ Grouped K/V heads (GQA/MQA) are never repeated in memory: the query heads of one
 stacked as rows of one product with their K/V head. A query row that sees no key gets P = 0 and
 O = 0. A head view (``head_view`` n < head) scores each group of head/n consecutive heads as one
 head, sum_i S_i / sqrt(head/n) (the scores of the re-split projections), and every member of a
-group outputs that group's P times its own values: the same weights viewed with fewer heads.
+group outputs that group's P times its own values: the same weights viewed with fewer heads. A
+sink logit is one more score column, so a group's sinks merge the same way.
 
 ``attend`` picks the path, in one place:
   fused      ``F.scaled_dot_product_attention``: nothing needs the score matrix
@@ -129,6 +130,9 @@ def block_weights(
             s = sites("logits", s)
         if view is not None:
             s = _merge_view(s, view)
+            if sinks is not None:  # the sink column merges as every score column
+                m = sinks.shape[0] // view
+                sinks = sinks.view(view, m).sum(dim=1) / math.sqrt(m)
             if mask is not None and mask.additive.shape[1] not in (1, view):
                 raise ValueError(
                     f"a mask of {mask.additive.shape[1]} heads cannot go through a view of "

@@ -38,6 +38,13 @@ class TextTokenizer:
             self._tokenizer.enable_padding(pad_id=self.pad_token_id, pad_token=pad)
             self._max_length = max_length
 
+    def position_names(self) -> tuple[str, str | None]:
+        """The names of the special positions (``headlab.models.special``): what the
+        tokenizer adds around a text ([CLS] ... [SEP] -> "cls", "sep")."""
+        from headlab.models.special import tokenizers_names
+
+        return tokenizers_names(self._tokenizer)
+
     def count(self, text: str) -> int:
         """The tokens of ``text`` with [CLS] and [SEP], without any cut."""
         self._tokenizer.no_truncation()

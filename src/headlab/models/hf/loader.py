@@ -17,6 +17,9 @@ remote code without ``trust_remote_code``.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -127,6 +130,28 @@ def load_tokenizer(checkpoint: Checkpoint, trust_remote_code: bool = False):
         ) from None
 
 
+@contextmanager
+def _quiet_loading() -> Iterator[None]:
+    """transformers' own progress bars off while it loads ("Loading weights", and the GGUF
+    reader's tqdm bar, which only the TQDM_DISABLE variable reaches): they wrote lines of stderr
+    on every load, also around a command's one-line refusal. The command line shows its own."""
+    from transformers.utils import logging
+
+    shown = logging.is_progress_bar_enabled()
+    before = os.environ.get("TQDM_DISABLE")
+    logging.disable_progress_bar()
+    os.environ["TQDM_DISABLE"] = "1"
+    try:
+        yield
+    finally:
+        if shown:
+            logging.enable_progress_bar()
+        if before is None:
+            del os.environ["TQDM_DISABLE"]
+        else:
+            os.environ["TQDM_DISABLE"] = before
+
+
 def load_pretrained(
     source,
     *,
@@ -144,16 +169,17 @@ def load_pretrained(
     check_weights(checkpoint)
     extra = {} if checkpoint.gguf is not None else {"use_safetensors": True}
     try:
-        model = plan.model_class.from_pretrained(
-            str(checkpoint.folder),
-            gguf_file=checkpoint.gguf,
-            config=config,
-            attn_implementation=register(),
-            dtype=dtype,
-            local_files_only=True,
-            trust_remote_code=trust_remote_code,
-            **extra,
-        )
+        with _quiet_loading():
+            model = plan.model_class.from_pretrained(
+                str(checkpoint.folder),
+                gguf_file=checkpoint.gguf,
+                config=config,
+                attn_implementation=register(),
+                dtype=dtype,
+                local_files_only=True,
+                trust_remote_code=trust_remote_code,
+                **extra,
+            )
     except (ValueError, OSError, KeyError) as error:
         raise ValueError(
             f"{checkpoint.name}: transformers cannot load it ({first_line(error)})"
