@@ -10,7 +10,6 @@ folder) or a hub id from the local cache; ``--backend``, ``--download`` and
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +20,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from headlab.cli.outputs import claim, writing
+from headlab.cli.outputs import claim, print_json, writing
 from headlab.cli.parsing import flags, int_list
 from headlab.cli.progress import progress
 from headlab.cli.tables import fitted_tables
@@ -140,7 +139,7 @@ def _emit(result, out: Path, force: bool, as_json: bool, tables: list[Table | Te
     with writing("--out"):
         written = write_result(out, result, force=force)
     if as_json:
-        print(json.dumps(written, indent=1))
+        print_json(written)
         return
     console = Console()
     for table in tables:
@@ -587,7 +586,7 @@ def generate(
         new = loaded.generate(text, max_new_tokens, on_token=update)
     if as_json:
         doc = {"model": loaded.name, "prompt": prompt, "new_ids": new, "text": loaded.decode(new)}
-        print(json.dumps(doc, indent=1, ensure_ascii=False))
+        print_json(doc, ensure_ascii=False)
         return
     print(loaded.decode(new))
 
@@ -602,7 +601,7 @@ def families(as_json: bool = AS_JSON) -> None:
 
     names = supported_families()
     if as_json:
-        print(json.dumps({"families": names}, indent=1))
+        print_json({"families": names})
         return
     print("\n".join(names))
 
