@@ -225,3 +225,40 @@ def test_sizes_the_file_holds_but_the_machine_cannot_are_refused_with_the_estima
     path = write_llama_gguf(tmp_path / "tiny.gguf")
     with pytest.raises(ValueError, match=r"tiny\.gguf: loading [\d,]+ parameters.*needs about"):
         load(path)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"n_layer": 1_000_000}, "declares num_hidden_layers=1000000, but its weights"),
+        ({"vocab_size": 5000}, "parameters, but its weights hold"),
+    ],
+)
+def test_the_transformers_route_checks_what_the_weights_hold(
+    hf_dirs, tmp_path, monkeypatch, changes, message
+):
+    """The transformers route built a million declared layers on the meta device (minutes,
+    gigabytes) before reading a weight; now the config is checked against the headers."""
+    from headlab.models.hf import loader
+
+    folder = tmp_path / "gpt2"
+    shutil.copytree(hf_dirs["gpt2"], folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, **changes}))
+    if "n_layer" in changes:  # refused before the meta build
+        monkeypatch.setattr(loader, "plan_model", lambda *_: pytest.fail("built on meta"))
+    start = time.perf_counter()
+    with pytest.raises(ValueError, match=message):
+        load(folder, backend="transformers")
+    assert time.perf_counter() - start < 10
+
+
+def test_a_config_transformers_refuses_is_one_line(hf_dirs, tmp_path):
+    """transformers validates some configs itself (huggingface_hub's strict dataclasses), with
+    an error that is not a ValueError: it used to escape as a traceback."""
+    folder = tmp_path / "qwen3"
+    shutil.copytree(hf_dirs["qwen3"], folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 7}))
+    with pytest.raises(ValueError, match=r"qwen3: transformers cannot read its config \(.*7"):
+        load(folder, backend="transformers")

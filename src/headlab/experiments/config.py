@@ -12,7 +12,7 @@ from headlab.experiments.tasks import get_task
 ATTENTION_KINDS = ("plain", "talking-heads")
 # What a run's first training step adds beyond its tensors (autograd, optimiser and allocator
 # set-up; measured in docs/experiments.md, "Memory").
-RUN_OVERHEAD = 96 * 2**20
+RUN_OVERHEAD = 128 * 2**20
 
 
 @dataclass(frozen=True)
