@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import math
-import shutil
 from pathlib import Path
 
 import pytest
 import torch
 
 from cli_run import run
+from model_files import edited_copy
 
 HUGE = "99999999999999999999999"
 
@@ -100,12 +99,7 @@ def test_undecodable_corpus_names_the_file_and_line(tiny_dir, tmp_path, capsys):
 
 
 def edited_model(tiny_dir: Path, tmp_path: Path, **config_changes) -> Path:
-    copy = tmp_path / "model"
-    shutil.copytree(tiny_dir, copy)
-    config = json.loads((copy / "config.json").read_text())
-    config.update(config_changes)
-    (copy / "config.json").write_text(json.dumps(config))
-    return copy
+    return edited_copy(tiny_dir, tmp_path / "model", **config_changes)
 
 
 @pytest.mark.parametrize(

@@ -3,8 +3,6 @@ or any model built; a config declaring a million layers is refused from what its
 
 from __future__ import annotations
 
-import json
-import shutil
 import time
 from pathlib import Path
 
@@ -16,6 +14,7 @@ from tokenizers import Tokenizer, models
 
 from cli_run import run
 from headlab.models import load
+from model_files import edited_copy
 
 HINT = "backend='transformers'"
 
@@ -90,12 +89,7 @@ def test_a_malformed_gguf_names_the_file_and_the_field(
 
 
 def llama_folder(tiny_llama_dir: Path, tmp_path: Path, **changes) -> Path:
-    copy = tmp_path / "llama"
-    shutil.copytree(tiny_llama_dir, copy)
-    config = json.loads((copy / "config.json").read_text())
-    config.update(changes)
-    (copy / "config.json").write_text(json.dumps(config))
-    return copy
+    return edited_copy(tiny_llama_dir, tmp_path / "llama", **changes)
 
 
 @pytest.mark.parametrize(
@@ -149,12 +143,7 @@ def test_only_an_unsupported_file_points_to_transformers(tiny_llama_dir, tmp_pat
 
 
 def bert_copy(tiny_dir: Path, tmp_path: Path, **changes) -> Path:
-    copy = tmp_path / "bert"
-    shutil.copytree(tiny_dir, copy)
-    config = json.loads((copy / "config.json").read_text())
-    config.update(changes)
-    (copy / "config.json").write_text(json.dumps(config))
-    return copy
+    return edited_copy(tiny_dir, tmp_path / "bert", **changes)
 
 
 @pytest.mark.parametrize(
@@ -241,10 +230,7 @@ def test_the_transformers_route_checks_what_the_weights_hold(
     gigabytes) before reading a weight; now the config is checked against the headers."""
     from headlab.models.hf import loader
 
-    folder = tmp_path / "gpt2"
-    shutil.copytree(hf_dirs["gpt2"], folder)
-    config = json.loads((folder / "config.json").read_text())
-    (folder / "config.json").write_text(json.dumps({**config, **changes}))
+    folder = edited_copy(hf_dirs["gpt2"], tmp_path / "gpt2", **changes)
     if "n_layer" in changes:  # refused before the meta build
         monkeypatch.setattr(loader, "plan_model", lambda *_: pytest.fail("built on meta"))
     start = time.perf_counter()
@@ -256,9 +242,6 @@ def test_the_transformers_route_checks_what_the_weights_hold(
 def test_a_config_transformers_refuses_is_one_line(hf_dirs, tmp_path):
     """transformers validates some configs itself (huggingface_hub's strict dataclasses), with
     an error that is not a ValueError: it used to escape as a traceback."""
-    folder = tmp_path / "qwen3"
-    shutil.copytree(hf_dirs["qwen3"], folder)
-    config = json.loads((folder / "config.json").read_text())
-    (folder / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 7}))
+    folder = edited_copy(hf_dirs["qwen3"], tmp_path / "qwen3", num_hidden_layers=7)
     with pytest.raises(ValueError, match=r"qwen3: transformers cannot read its config \(.*7"):
         load(folder, backend="transformers")
