@@ -193,3 +193,63 @@ def test_every_json_printer_refuses_what_json_cannot_hold():
             and node.func.attr == "dumps"
         ]
         assert not calls or module.name == "outputs.py", f"{module.name} prints JSON itself"
+
+
+TEXT_FILE_READERS = [
+    ["report", "--out", "rep", "--text-file"],
+    ["model", "heads", "--model", "nowhere", "--text-file"],
+    ["model", "kv-budget", "--model", "nowhere", "--text-file"],
+    ["model", "kv-budget", "--model", "nowhere", "--calibration-file"],
+]
+
+
+@pytest.mark.parametrize("argv", TEXT_FILE_READERS, ids=lambda a: " ".join(a[:2] + a[-1:]))
+@pytest.mark.parametrize(
+    ("kind", "message"),
+    [
+        ("directory", "is a directory, expected a UTF-8 text file"),
+        ("fifo", "is a FIFO, expected a UTF-8 text file"),
+        ("empty", "expected text, got an empty file"),
+        ("blank", "expected text, got an empty file"),
+        ("missing", "does not exist"),
+    ],
+)
+def test_a_text_file_that_is_not_a_text_names_the_real_cause(
+    argv, kind, message, tmp_path, capsys, monkeypatch
+):
+    """Every --text-file goes through one reader: a folder or a FIFO is not said to be missing,
+    an empty file is not blamed on --text."""
+    import os
+
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "given"
+    if kind == "directory":
+        path.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind != "missing":
+        path.write_text("" if kind == "empty" else " \n\t\n")
+    err_line = one_line([*argv, str(path)], capsys, message)
+    assert err_line == ""
+    err = run([*argv, str(path)], capsys)[2]
+    assert f"{argv[-1]} {path}" in err and "--text " not in err, err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["sweep", "--heads", "1", "--d-model", "8", "--seeds", "1", "--steps", "1"],
+        ["model", "roles", "--documents", "DOCS", "--model", "nowhere"],
+    ],
+    ids=["sweep", "model roles"],
+)
+def test_an_address_without_executor_ray_is_refused_not_ignored(argv, tmp_path, capsys):
+    """--address names a Ray cluster: with the local executor it would be silently ignored and
+    the work run here instead; refused before any work."""
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.txt").write_text("one two three")
+    argv = [str(tmp_path / "docs") if a == "DOCS" else a for a in argv]
+    out = ["--out", str(tmp_path / "s.jsonl")]
+    message = "--address 10.0.0.1:6379 is for --executor ray, got --executor local"
+    one_line([*argv, *out, "--address", "10.0.0.1:6379"], capsys, message)
+    assert not (tmp_path / "s.jsonl").exists()

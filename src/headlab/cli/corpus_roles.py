@@ -71,7 +71,7 @@ def roles_command(
     from headlab.heads.corpus_sums import RoleOptions
 
     with flags(*FLAGS):
-        check_executor(executor)
+        check_executor(executor, address)
         capped_workers(workers, 1)
         options = RoleOptions(max_tokens, sinks, window).check()
         if Path(out).absolute() == Path(summary).absolute():

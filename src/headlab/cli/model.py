@@ -71,6 +71,9 @@ OUT_IMPORTANCE, OUT_PRUNE = _out("importance"), _out("prune")
 OUT_ABLATE = _out("ablate")
 FIGURE = typer.Option(None, "--figure", help="Write a layers x heads PNG grid.")
 FORCE = typer.Option(
+    False, "--force", help="Replace --out even if it is not this analysis' file."
+)
+FORCE_WITH_FIGURE = typer.Option(
     False, "--force", help="Replace --out (and --figure) even if it is not this analysis' file."
 )
 
@@ -211,7 +214,7 @@ def heads(
     figure: Path | None = FIGURE,
     out: Path | None = OUT_HEADS_OR_LONG,
     as_json: bool = AS_JSON,
-    force: bool = FORCE,
+    force: bool = FORCE_WITH_FIGURE,
 ) -> None:
     """Per-head attention statistics, and (decoders) the head kinds.
 
@@ -311,9 +314,7 @@ def _long_context(
             )
     if model is not None and model_dir is not None:
         raise ValueError("pass --model or --model-dir, not both")
-    text = None if text_file is None else read_text_file(text_file)
-    if text is not None and not text.strip():
-        raise ValueError(f"--text-file {text_file}: expected text, got an empty file")
+    text = None if text_file is None else read_text_file(text_file, "--text-file")
     loaded = _open(model if model_dir is None else model_dir, route)
     if max_tokens is not None:
         check_int("--max-tokens", max_tokens, low=2, high=loaded.max_positions)

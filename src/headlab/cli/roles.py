@@ -173,8 +173,10 @@ def kv_budget_command(
     if retrieval_k is not None:
         check_int("--retrieval-k", retrieval_k)
     _claim("kv-budget", out, force, figure)
-    evaluation = None if text_file is None else read_text_file(text_file)
-    calibration = None if calibration_file is None else read_text_file(calibration_file)
+    evaluation = None if text_file is None else read_text_file(text_file, "--text-file")
+    calibration = (
+        None if calibration_file is None else read_text_file(calibration_file, "--calibration-file")
+    )
     loaded = _open(model, Route(backend, download, trust_remote_code))
     if max_tokens is not None:
         check_int("--max-tokens", max_tokens, low=2, high=loaded.max_positions)

@@ -116,13 +116,15 @@ def sweep(
         return
     from rich.console import Console
 
-    from headlab.experiments.executors import capped_workers, check_reachable
+    from headlab.experiments.executors import capped_workers, check_executor, check_reachable
     from headlab.experiments.results import read_rows
     from headlab.experiments.summary import summarize
     from headlab.experiments.sweep import SweepSpec, check_runs_fit, plan_sweep
 
     if executor not in ("local", "ray"):
         raise ValueError(f"--executor must be local or ray, got {executor!r}")
+    with flags(*SWEEP_FLAGS):
+        check_executor(executor, address)
     spec = SweepSpec(
         task=task,
         heads=tuple(int_list(heads, "--heads") or ()),

@@ -122,8 +122,6 @@ def read_documents(folder: str | Path) -> list[Document]:
     documents = []
     for path in paths:
         text = read_text_file(path, "document")
-        if not text.strip():
-            raise ValueError(f"document {path}: expected text, got an empty file")
         documents.append(Document(path.relative_to(folder).as_posix(), text))
     return documents
 

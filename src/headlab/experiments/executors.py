@@ -291,17 +291,24 @@ def run_jobs(
     address: str | None = None,
     describe: Callable[[Job], str] = str,
 ) -> Iterator[Result]:
-    """Dispatch to ``run_jobs_local`` or ``run_jobs_ray``; ValueError for an unknown executor."""
-    check_executor(executor)
+    """Dispatch to ``run_jobs_local`` or ``run_jobs_ray``; ValueError for an unknown executor
+    (or an address without Ray)."""
+    check_executor(executor, address)
     if executor == "ray":
         return run_jobs_ray(function, jobs, address=address)
     return run_jobs_local(function, jobs, workers=workers, describe=describe)
 
 
-def check_executor(executor: str) -> str:
-    """``executor`` if it is one of EXECUTORS; ValueError naming them otherwise."""
+def check_executor(executor: str, address: str | None = None) -> str:
+    """``executor`` if it is one of EXECUTORS; ValueError naming them otherwise, and when an
+    ``address`` (a Ray cluster's) comes with another executor: the work would run here instead."""
     if executor not in EXECUTORS:
         raise ValueError(f"executor must be 'local' or 'ray', got {executor!r}")
+    if address and executor != "ray":
+        raise ValueError(
+            f"address={address} is for executor=ray, got executor={executor}: the work would "
+            "run on this machine, not on the cluster (pass both, or neither)"
+        )
     return executor
 
 
@@ -313,7 +320,8 @@ def execute(
     address: str | None = None,
     on_eval: OnEval | None = None,
 ) -> Iterator[RunResult]:
-    """The sweep's ``run_local`` or ``run_ray``; ValueError for an unknown executor."""
-    if check_executor(executor) == "ray":
+    """The sweep's ``run_local`` or ``run_ray``; ValueError for an unknown executor (or an
+    address without Ray)."""
+    if check_executor(executor, address) == "ray":
         return run_ray(configs, address=address, on_eval=on_eval)
     return run_local(configs, workers=workers, on_eval=on_eval)

@@ -98,7 +98,7 @@ class PruneResult:
     def from_dict(cls, data: dict, where: str = "model-prune") -> PruneResult:
         """The inverse of ``to_dict``; ValueError naming the field that does not fit."""
         f = Fields(data, where)
-        steps = [PruneStep.from_dict(s) for s in f.objects("steps")]
+        steps = [PruneStep.from_dict(s) for s in f.objects("steps", nonempty=True)]
         return cls(f.str("model"), f.int("n_texts"), steps)
 
 

@@ -88,12 +88,12 @@ class HeadStatistics:
     def from_dict(cls, data: dict, where: str = "model-heads") -> HeadStatistics:
         """The inverse of ``to_dict``; ValueError naming the field that does not fit."""
         f = Fields(data, where)
-        layers, heads = f.int("num_layers", 1), f.int("num_heads", 1)
+        layers, heads = f.size("num_layers"), f.size("num_heads")
         grids = {}
         for part in ("metrics", "detectors"):
             if part == "detectors" and part not in data:
                 break
-            group = f.object(part)
+            group = f.object(part, nonempty=part == "metrics")
             grids[part] = {str(k): group.grid(k, layers, heads) for k in group.data}
         return cls(f.str("model"), f.int("n_texts"), layers, heads, grids["metrics"],
                    grids.get("detectors", {}))  # fmt: skip
