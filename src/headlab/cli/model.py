@@ -11,7 +11,6 @@ folder) or a hub id from the local cache; ``--backend``, ``--download`` and
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +21,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from headlab.cli.outputs import claim, writing
+from headlab.cli.outputs import claim, print_json, writing
 from headlab.cli.parsing import flags, int_list
 from headlab.cli.progress import progress
 from headlab.cli.tables import fitted_tables
@@ -152,7 +151,7 @@ def _emit(result, out: Path, force: bool, as_json: bool, tables: list[Table | Te
     with writing("--out"):
         written = write_result(out, result, force=force)
     if as_json:
-        print(json.dumps(written, indent=1))
+        print_json(written)
         return
     console = Console()
     for table in tables:
@@ -623,7 +622,7 @@ def generate(
         doc = {"model": loaded.name, "prompt": prompt, "new_ids": new, "text": loaded.decode(new)}
         if chosen:
             doc["ablated"] = [list(h) for h in chosen]
-        print(json.dumps(doc, indent=1, ensure_ascii=False))
+        print_json(doc, ensure_ascii=False)
         return
     print(loaded.decode(new))
 
@@ -638,7 +637,7 @@ def families(as_json: bool = AS_JSON) -> None:
 
     names = supported_families()
     if as_json:
-        print(json.dumps({"families": names}, indent=1))
+        print_json({"families": names})
         return
     print("\n".join(names))
 
