@@ -1,18 +1,15 @@
-"""``--model`` through transformers on the command line: a checkpoint folder generates, and the
-refusals are one line naming the command's flags."""
+"""``--model`` through transformers on the command line: a checkpoint folder generates and its
+heads are analysed (ablate a head or a whole K/V group, prune by removal or by masking, generate
+with heads ablated, the report), and the refusals are one line naming the command's flags."""
 
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
+from hf_families import text, write_family
 
 from cli_run import run
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "models"))
-from hf_families import text, write_family
 
 
 @pytest.fixture(scope="module")
@@ -47,3 +44,66 @@ def test_refusals_name_the_flags(tmp_path, capsys, monkeypatch):
     assert code == 2 and f"Hugging Face cache ({tmp_path}); pass --download to fetch" in err
     code, _, err = run(["model", "generate", "w1", "--model", "x", "--backend", "nope"], capsys)
     assert code == 2 and "--backend must be one of headlab, transformers, got 'nope'" in err
+
+
+def test_ablate_a_head_and_a_kv_group_through_transformers(hf_dirs, capsys, tmp_path):
+    """A Llama folder (6 query heads on 2 K/V heads): head 0.1 and the whole group 1.kv1 (query
+    heads 3, 4, 5 of layer 1)."""
+    corpus = tmp_path / "corpus.txt"  # words of the tiny vocabulary (others are w0, the padding)
+    corpus.write_text("\n".join(text(9, seed) for seed in range(8)), encoding="utf-8")
+    args = ["model", "ablate", "--model", str(hf_dirs["llama"]), "--backend", "transformers",
+            "--corpus", str(corpus), "--ablate", "0.1,1.kv1", "--n-texts", "8", "--out",
+            str(tmp_path / "a.json"), "--json"]  # fmt: skip
+    code, out, err = run(args, capsys)
+    assert code == 0, err
+    document = json.loads(out)
+    assert document["heads"] == [[0, 1], [1, 3], [1, 4], [1, 5]]
+    assert document["ablated"] != document["baseline"]
+    bad = [*args[:-1], "--ablate", "1.kv2"]
+    code, _, err = run(bad, capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert "--ablate 1.kv2: K/V group 2 out of range: the module has 2" in err
+
+
+def test_prune_refuses_a_fused_layout_and_prunes_it_by_masking(gpt2_dir, capsys, tmp_path):
+    args = ["model", "prune", "--model", str(gpt2_dir), "--n-texts", "6", "--max-length", "12",
+            "--out", str(tmp_path / "p.json"), "--json"]  # fmt: skip
+    code, _, err = run(args, capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert "family 'gpt2'" in err and "prune by masking instead (--by mask)" in err
+    code, out, err = run([*args, "--by", "mask"], capsys)
+    assert code == 0, err
+    document = json.loads(out)
+    assert document["by"] == "mask" and len(document["steps"]) == 22
+    assert len({step["params"] for step in document["steps"]}) == 1  # masking keeps them
+    code, _, err = run([*args, "--by", "cut"], capsys)
+    assert code == 2 and "--by must be removal or mask, got 'cut'" in err
+
+
+def test_generate_with_heads_ablated_in_every_step(hf_dirs, hf_loaded, capsys):
+    from headlab.heads.ablation import ablated
+
+    prompt = text(5, 2)
+    args = ["model", "generate", prompt, "--model", str(hf_dirs["llama"]), "--backend",
+            "transformers", "--max-new-tokens", "6", "--ablate", "0.kv0,1.2", "--json"]  # fmt: skip
+    code, out, err = run(args, capsys)
+    assert code == 0, err
+    document = json.loads(out)
+    heads = [(0, 0), (0, 1), (0, 2), (1, 2)]
+    assert document["ablated"] == [list(h) for h in heads]
+    model = hf_loaded("llama")
+    with ablated(model, heads):
+        assert document["new_ids"] == model.generate(prompt, 6)
+
+
+def test_report_shows_a_checkpoint_through_transformers(hf_dirs, capsys, tmp_path):
+    out = tmp_path / "report"
+    args = ["report", "--out", str(out), "--text", text(12, 3), "--results", str(tmp_path),
+            "--model", str(hf_dirs["qwen3"]), "--backend", "transformers"]  # fmt: skip
+    code, printed, err = run(args, capsys)
+    assert code == 0, err
+    assert printed.strip().endswith("index.html")
+    page = (out / "index.html").read_text(encoding="utf-8")
+    assert "6 heads" in page and "1 head, same weights" in page
+    code, _, err = run([*args[:-1], "headlab"], capsys)
+    assert code == 2 and err.count("\n") == 1 and "backend 'headlab' runs minilm" in err

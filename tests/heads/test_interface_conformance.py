@@ -256,3 +256,57 @@ def test_long_text_corpus_sums_and_kv_budget(variant):
         assert math.isfinite(run.perplexity) and 0.0 <= run.copy_accuracy <= 1.0
     chosen = result.runs[1]
     assert [list(g[:2]) for g in result.group_ranking[: len(chosen.groups)]] == chosen.groups
+
+
+#: Words of the tiny transformers checkpoints' vocabulary (tests/models/hf_families.py).
+HF_TEXTS = [" ".join(f"w{(5 * i + 3 * j) % 97 + 1}" for j in range(6 + i % 9)) for i in range(12)]
+
+
+@pytest.mark.parametrize("name", ["llama", "bert"])
+def test_every_analysis_runs_on_a_transformers_model(name, hf_loaded):
+    """The same analyses on ``TransformersModel`` (a tiny Llama: 6 query heads on 2 K/V heads;
+    a tiny BERT encoder), which implements the interface for any transformers family."""
+    from headlab.heads.kv_budget import kv_budget
+    from headlab.models.hf import TransformersModel
+
+    model = hf_loaded(name)
+    assert isinstance(model, TransformersModel) and isinstance(model, HeadModel)
+    assert all(isinstance(a, AttentionLayer) for a in model.attention_layers())
+    layers, heads = model.num_layers, sum(model.heads_per_layer)
+    result = head_statistics(model, HF_TEXTS, max_length=20, detector_length=6)
+    assert result.first_token == "first" and len(result.metrics["entropy"]) == layers
+    assert bool(result.detectors) == model.causal
+    detect_heads(model, torch.arange(1, 90), 5)
+    long = long_text_statistics(model, " ".join(HF_TEXTS), max_tokens=60)
+    assert long.result().findings.heads == heads
+    importance = head_importance(model, HF_TEXTS, batch_size=6, max_length=16)
+    assert len(importance.ranking()) == heads
+    for mode in ("zero", "mean", "resample"):
+        effect = ablation_effect(
+            model, HF_TEXTS, [(0, 1), (1, 2)], mode=mode, batch_size=6, max_length=16
+        )
+        assert effect.ablated != effect.baseline
+    collapse = collapse_heads(model, HF_TEXTS, max_length=16)
+    full = next(r for r in collapse.all_layers if r.num_heads == model.heads_per_layer[0])
+    assert full.measures.get("next_token_agreement", full.measures.get("nn_agreement")) == 1.0
+    pruned = prune_by_importance(model, HF_TEXTS, fractions=(0.0, 0.5, 1.0), max_length=16)
+    counts = [s.params for s in pruned.steps if s.order == "importance"]
+    assert counts[0] > counts[1] > counts[2]
+    embed = model.attention_layers()[0].embed_dim
+    redundancy = measure_redundancy(model, HF_TEXTS, ranks=(embed, 3), max_length=16,
+                                    batch_size=6)  # fmt: skip
+    original = next(p for p in redundancy.curve if p.original).measures
+    exact = next(p for p in redundancy.curve if p.rank == embed and not p.original).measures
+    assert exact == pytest.approx(original, rel=1e-5)
+    text = model_text_attention(model, HF_TEXTS[3])
+    assert [v.name for v in text.views] == [f"{model.heads_per_layer[0]} heads",
+                                            "1 head, same weights"]  # fmt: skip
+    if model.causal:
+        patterns = patterns_by_length(model, HF_TEXTS, (6,), count=3)
+        assert patterns[6].shape == (3, 6, 6)
+        passage = " ".join(f"w{(11 * i) % 97 + 1}" for i in range(10))
+        filler = " ".join(f"w{(3 * i + 1) % 89 + 1}" for i in range(20))
+        repeat = f"w1 {passage} {filler} {passage}"
+        budget = kv_budget(model, budgets=(0.5,), sinks=2, window=5, seeds=1,
+                           calibration_text=repeat, evaluation_text=repeat)  # fmt: skip
+        assert budget.to_dict()

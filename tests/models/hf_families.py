@@ -200,3 +200,13 @@ def text(n: int, seed: int = 0) -> str:
     generator = torch.Generator().manual_seed(seed)
     ids = torch.randint(1, VOCAB, (n,), generator=generator)
     return " ".join(f"w{int(i)}" for i in ids)
+
+
+def padded(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Three texts of 11, 7 and 2 tokens, padded on the right: (ids, mask) (batch, pos)."""
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(1, VOCAB, (3, 11), generator=generator)
+    mask = torch.ones(3, 11, dtype=torch.long)
+    mask[1, 7:] = 0
+    mask[2, 2:] = 0
+    return ids, mask

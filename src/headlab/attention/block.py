@@ -81,6 +81,9 @@ def block_weights(
             s = sites("logits", s)
         if view is not None:
             s = merge_view(s, view)
+            if sinks is not None:  # the sink column merges as every score column
+                m = sinks.shape[0] // view
+                sinks = sinks.view(view, m).sum(dim=1) / math.sqrt(m)
             if mask is not None and mask.additive.shape[1] not in (1, view):
                 raise ValueError(
                     f"a mask of {mask.additive.shape[1]} heads cannot go through a view of "

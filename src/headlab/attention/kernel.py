@@ -11,7 +11,8 @@ stacked as rows of one product with their K/V head. A query row that sees no key
 O = 0 and S = 0 (where the scores are returned). A head view (``head_view`` n < head) scores
 each group of head/n consecutive heads as one head, sum_i S_i / sqrt(head/n) (the scores of the
 re-split projections), and every member of a group outputs that group's P times its own values:
-the same weights viewed with fewer heads.
+the same weights viewed with fewer heads. A sink logit is one more score column, so a group's
+sinks merge the same way.
 
 ``attend`` takes one of these paths, chosen in one place (``choose_path``):
   fused           ``F.scaled_dot_product_attention``: nothing needs the score matrix

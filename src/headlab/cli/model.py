@@ -10,7 +10,7 @@ folder) or a hub id from the local cache; ``--backend``, ``--download`` and
 
 from __future__ import annotations
 
-import json
+import contextlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +20,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from headlab.cli.outputs import claim, emit_result, writing
+from headlab.cli.outputs import claim, emit_result, print_json, writing
 from headlab.cli.parsing import flags, int_list
 from headlab.cli.progress import progress
 from headlab.cli.tables import fitted_tables
@@ -85,20 +85,28 @@ def claim_analysis(analysis: str, out: Path, force: bool, figure: Path | None = 
 
 @dataclass(frozen=True)
 class Route:
-    """How --model is loaded: --backend, --download, --trust-remote-code."""
+    """How --model is loaded: --backend, --download, --trust-remote-code; ``quiet`` (--json):
+    no progress pulse while it loads."""
 
     backend: str | None = None
     download: bool = False
     trust_remote_code: bool = False
+    quiet: bool = False
+
+
+def hub_access(download: bool) -> None:
+    """The Hugging Face hub stays offline unless --download (before anything loads)."""
+    if not download:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 def open_model(model: str | Path | None, route: Route):
     """``headlab.models.load`` with the command's options; offline unless --download."""
-    if not route.download:
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    hub_access(route.download)
     from headlab.models import load
 
-    with flags("model", "backend", "download", "trust_remote_code"):
+    names = ("model", "backend", "download", "trust_remote_code")
+    with flags(*names), progress("loading the model", None, quiet=route.quiet):
         return load(
             model,
             backend=route.backend,
@@ -216,7 +224,7 @@ def heads(
                 "--corpus and --max-length are for many short texts; with "
                 "--text-file or --max-tokens pass neither"
             )
-        route = Route(backend, download, trust_remote_code)
+        route = Route(backend, download, trust_remote_code, as_json)
         _long_context(
             model, model_dir, route, text_file, max_tokens, metric, (sinks, window), figure,
             out, as_json, force,
@@ -228,9 +236,8 @@ def heads(
 
     out = model_results("heads") if out is None else out
     claim_analysis("heads", out, force, figure)
-    loaded, texts, max_length = _load(
-        model, model_dir, corpus, n_texts, max_length, Route(backend, download, trust_remote_code)
-    )
+    route = Route(backend, download, trust_remote_code, as_json)
+    loaded, texts, max_length = _load(model, model_dir, corpus, n_texts, max_length, route)
     _check_metric(metric, loaded)
     with progress("head statistics: texts", len(texts), quiet=as_json) as update:
         result = head_statistics(
@@ -395,9 +402,8 @@ def collapse(
 
     chosen = int_list(heads, "--heads")
     claim_analysis("collapse", out, force)
-    loaded, texts, max_length = _load(
-        model, model_dir, corpus, n_texts, max_length, Route(backend, download, trust_remote_code)
-    )
+    route = Route(backend, download, trust_remote_code, as_json)
+    loaded, texts, max_length = _load(model, model_dir, corpus, n_texts, max_length, route)
     counts = None if chosen is None else tuple(chosen)
     if counts is not None:
         with flags(head_counts="--heads"):
@@ -437,9 +443,8 @@ def importance(
 
     check_finite("--temperature", temperature, positive=True)
     claim_analysis("importance", out, force)
-    loaded, texts, max_length = _load(
-        model, model_dir, corpus, n_texts, max_length, Route(backend, download, trust_remote_code)
-    )
+    route = Route(backend, download, trust_remote_code, as_json)
+    loaded, texts, max_length = _load(model, model_dir, corpus, n_texts, max_length, route)
     with progress("importance: batches", None, quiet=as_json) as update:
         result = head_importance(
             loaded,
@@ -463,22 +468,29 @@ def prune(
     n_texts: int = N_TEXTS,
     max_length: int | None = MAX_LENGTH,
     seed: int = typer.Option(0, "--seed", help="Seed of the random pruning order."),
+    by: str = typer.Option(
+        "removal",
+        "--by",
+        help="removal (heads cut from the weights) or mask (any model; parameters stay).",
+    ),
     out: Path = OUT_PRUNE,
     as_json: bool = AS_JSON,
     force: bool = FORCE,
 ) -> None:
     """Remove heads in 10% steps, by importance and at random; measure each pruned model."""
     from headlab.heads import prune_by_importance
+    from headlab.heads.pruning import check_by
     from headlab.limits import check_seed
 
     check_seed("--seed", seed)
+    with flags("by"):
+        check_by(by)
     claim_analysis("prune", out, force)
-    loaded, texts, max_length = _load(
-        model, model_dir, corpus, n_texts, max_length, Route(backend, download, trust_remote_code)
-    )
-    with progress("pruning: model runs", None, quiet=as_json) as update:
+    route = Route(backend, download, trust_remote_code, as_json)
+    loaded, texts, max_length = _load(model, model_dir, corpus, n_texts, max_length, route)
+    with flags("by"), progress("pruning: model runs", None, quiet=as_json) as update:
         result = prune_by_importance(
-            loaded, texts, seed=seed, max_length=max_length, on_step=update
+            loaded, texts, seed=seed, max_length=max_length, on_step=update, by=by
         )
     names = list(result.steps[0].measures)
     rows = [
@@ -493,14 +505,19 @@ def prune(
         for s in result.steps
     ]
     columns = ["order", "pruned", "heads", "params", "ms", *(n.replace("_", " ") for n in names)]
-    title = f"Pruning, {result.model}, {result.n_texts} texts"
+    how = "" if result.by == "removal" else " (by masking: parameters stay)"
+    title = f"Pruning{how}, {result.model}, {result.n_texts} texts"
     tables = fitted_tables(title, columns, rows, keys=2, left=["order"])
     emit_result(result, out, force, as_json, tables)
 
 
 @model_app.command()
 def ablate(
-    heads: str = typer.Option(..., "--ablate", help="Heads to ablate: LAYER.HEAD,... (3.5,4.1)."),
+    heads: str = typer.Option(
+        ...,
+        "--ablate",
+        help="Heads to ablate: LAYER.HEAD or a whole K/V group LAYER.kvGROUP (3.5,4.kv1).",
+    ),
     mode: str = typer.Option("zero", "--mode", help="zero, mean or resample."),
     model: str | None = MODEL,
     model_dir: Path | None = MODEL_DIR,
@@ -515,20 +532,20 @@ def ablate(
     force: bool = FORCE,
 ) -> None:
     """The model's loss with and without the --ablate heads (their outputs before W_O)."""
-    from headlab.heads.ablation import ablation_effect, check_mode, parse_heads
+    from headlab.heads.ablation import ablation_effect, check_mode, parse_ablation
 
     with flags("mode", heads="--ablate"):
-        chosen = parse_heads(heads)
+        chosen, groups = parse_ablation(heads)
         check_mode(mode)
     claim_analysis("ablate", out, force)
-    loaded, texts, max_length = _load(
-        model, model_dir, corpus, n_texts, max_length, Route(backend, download, trust_remote_code)
-    )
+    route = Route(backend, download, trust_remote_code, as_json)
+    loaded, texts, max_length = _load(model, model_dir, corpus, n_texts, max_length, route)
     # ablation_effect checks the heads against the model before its first pass
     with flags(heads="--ablate"), progress("ablation: passes", 2, quiet=as_json) as update:
         result = ablation_effect(
-            loaded, texts, chosen, mode=mode, max_length=max_length, on_step=update
-        )
+            loaded, texts, chosen, mode=mode, max_length=max_length, on_step=update,
+            kv_groups=groups,
+        )  # fmt: skip
     row = [
         ",".join(f"{l}.{h}" for l, h in result.heads),
         result.mode,
@@ -554,25 +571,42 @@ def generate(
     trust_remote_code: bool = TRUST_REMOTE_CODE,
     max_new_tokens: int = typer.Option(32, "--max-new-tokens", help="Tokens to generate."),
     chat: bool = typer.Option(False, "--chat", help="Wrap the prompt in the chat template."),
+    heads: str | None = typer.Option(
+        None, "--ablate", help="Heads zeroed in every step: LAYER.HEAD or LAYER.kvGROUP."
+    ),
     as_json: bool = AS_JSON,
 ) -> None:
     """Greedy continuation of PROMPT by a decoder (no sampling: the same output every time)."""
+    from headlab.heads.ablation import ablated, check_heads, group_heads, parse_ablation
     from headlab.limits import check_int
 
     check_int("--max-new-tokens", max_new_tokens, high=4096)
+    chosen, groups = [], []
+    if heads is not None:
+        with flags(heads="--ablate"):
+            chosen, groups = parse_ablation(heads)
     if not prompt and not chat:  # before the model loads (SmolLM2: about 20 s on 2 busy cores)
         raise ValueError("PROMPT must be a text to continue, got an empty text")
     from headlab.models import LanguageModel
 
-    loaded = open_model(model, Route(backend, download, trust_remote_code))
+    loaded = open_model(model, Route(backend, download, trust_remote_code, as_json))
     if not isinstance(loaded, LanguageModel):
         raise ValueError(f"--model must be a language model (it generates), got {loaded.name}")
     text = loaded.chat_prompt(prompt) if chat else prompt
-    with progress("generating: tokens", max_new_tokens, quiet=as_json) as update:
+    if heads is not None:
+        with flags(heads="--ablate"):
+            chosen = sorted({*chosen, *group_heads(loaded, groups)})
+            check_heads(loaded, chosen)
+    with (
+        ablated(loaded, chosen) if chosen else contextlib.nullcontext(),
+        progress("generating: tokens", max_new_tokens, quiet=as_json) as update,
+    ):
         new = loaded.generate(text, max_new_tokens, on_token=update)
     if as_json:
         doc = {"model": loaded.name, "prompt": prompt, "new_ids": new, "text": loaded.decode(new)}
-        print(json.dumps(doc, indent=1, ensure_ascii=False))
+        if chosen:
+            doc["ablated"] = [list(h) for h in chosen]
+        print_json(doc, ensure_ascii=False)
         return
     print(loaded.decode(new))
 
@@ -587,7 +621,7 @@ def families(as_json: bool = AS_JSON) -> None:
 
     names = supported_families()
     if as_json:
-        print(json.dumps({"families": names}, indent=1))
+        print_json({"families": names})
         return
     print("\n".join(names))
 

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from headlab.cli.model import BACKEND, DOWNLOAD, TRUST_REMOTE_CODE, hub_access
 from headlab.cli.parsing import flags
 from headlab.cli.progress import progress
 from headlab.defaults import DEFAULT_TEXT
@@ -45,9 +46,13 @@ def report(
     model: Annotated[
         str,
         typer.Option(
-            "--model", help="Trained model shown on the text: minilm, smollm2, or a path."
+            "--model",
+            help="Trained model shown on the text: minilm, smollm2, a path or a hub id.",
         ),
     ] = "minilm",
+    backend: str | None = BACKEND,
+    download: bool = DOWNLOAD,
+    trust_remote_code: bool = TRUST_REMOTE_CODE,
 ) -> None:
     """Write DIR/index.html: the seed questions answered, heads, gradients, model and sweeps."""
     from headlab.report import ReportOptions, build_report
@@ -58,10 +63,14 @@ def report(
         if text != DEFAULT_TEXT:
             raise ValueError("--text and --text-file: expected one of them, got both")
         text = read_text_file(text_file, "--text-file")
+    hub_access(download)
     named = results is not None and not results.is_dir()  # named but not there: mistyped?
     results = RESULTS_DIR if results is None else results  # the default: missing in a fresh folder
-    options = ReportOptions(text=text, results=results, seed=seed, model=model, text_file=text_file)
-    with flags("out", "png", "force", "model"), progress("report: measuring and drawing", None):
+    options = ReportOptions(text=text, results=results, seed=seed, model=model, backend=backend,
+                            download=download, trust_remote_code=trust_remote_code,
+                            text_file=text_file)  # fmt: skip
+    names = ("out", "png", "force", "model", "backend", "download", "trust_remote_code")
+    with flags(*names), progress("report: measuring and drawing", None):
         index = build_report(out, options, force=force, png=png)  # no steps to count: a pulse
     if named:  # said once the report is built (a refused --out is the one line of its own)
         import warnings

@@ -176,7 +176,7 @@ def kv_budget_command(
     calibration = (
         None if calibration_file is None else read_text_file(calibration_file, "--calibration-file")
     )
-    loaded = open_model(model, Route(backend, download, trust_remote_code))
+    loaded = open_model(model, Route(backend, download, trust_remote_code, as_json))
     if max_tokens is not None:
         check_int("--max-tokens", max_tokens, low=2, high=loaded.max_positions)
     total = 2 + len(shares) * (seeds + 2) + 1 + seeds

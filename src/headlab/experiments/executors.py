@@ -25,9 +25,11 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
+from multiprocessing.managers import SyncManager
 from typing import Any, TypeVar
 
 from headlab.experiments.config import RunConfig
+from headlab.experiments.lifetime import die_with_parent, initializer_args
 from headlab.experiments.train import RunResult, run_one
 
 OnEval = Callable[[str, int, float], None]
@@ -70,7 +72,23 @@ def _run_reporting(
 ) -> Result:
     if events is None:
         return function(job)
-    return function(job, lambda *event: events.put(event))
+    return function(job, _Reporter(events))
+
+
+class _Reporter:
+    """A job's ``report``: puts progress events on the manager's queue. When the manager is gone
+    the events are dropped (the parent notices and says so in one line); the job goes on."""
+
+    def __init__(self, events: queue_module.Queue) -> None:
+        self.events: queue_module.Queue | None = events
+
+    def __call__(self, *event: object) -> None:
+        if self.events is None:
+            return
+        try:
+            self.events.put(event)
+        except (OSError, EOFError):
+            self.events = None
 
 
 @contextmanager
@@ -104,7 +122,9 @@ def run_jobs_local(
 
     On KeyboardInterrupt, a dead worker or a consumer that stops early, the queued jobs are
     cancelled and the pool's processes stopped; results already yielded are the caller's to
-    have saved. An exception a job raises is raised here (the same type and message).
+    have saved. An exception a job raises is raised here (the same type and message). The pool's
+    processes and the progress manager end with this process, even when it is killed
+    (``lifetime.die_with_parent``).
     """
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
@@ -114,10 +134,14 @@ def run_jobs_local(
         return
     # spawn, not fork: the parent has torch (and its thread pools) initialised already.
     ctx = multiprocessing.get_context("spawn")
-    with _children_ignore_sigint():
-        manager = ctx.Manager() if on_event is not None else None
+    lifetime = {"initializer": die_with_parent, "initargs": initializer_args()}
+    manager = None
+    if on_event is not None:
+        manager = SyncManager(ctx=ctx)
+        with _children_ignore_sigint():
+            manager.start(**lifetime)
     events = manager.Queue() if manager is not None else None
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, **lifetime)
     pending: dict[Future, Job] = {}
     started: list = []
     try:

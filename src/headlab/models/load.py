@@ -6,6 +6,7 @@ from pathlib import Path
 
 from headlab.models.config import check_model_dir, read_bert_config, read_pooling_config
 from headlab.models.encoder import BertEncoder
+from headlab.models.fields import Unsupported
 from headlab.models.llama_config import FAMILIES
 from headlab.models.pipeline import Encoder
 from headlab.models.tokenizer import TextTokenizer
@@ -39,8 +40,8 @@ def load_encoder(model_dir: str | Path | None = None) -> Encoder:
     check_model_dir(path)
     config = read_bert_config(path / "config.json")
     pooling = read_pooling_config(path, config.max_position_embeddings)
+    tokenizer = TextTokenizer(path / "tokenizer.json", config.pad_token_id, config.vocab_size)
     tensors = read_bert_tensors(path / "model.safetensors", config)
-    tokenizer = TextTokenizer(path / "tokenizer.json", config.pad_token_id)
     model = BertEncoder(config)
     model.load_state_dict(to_headlab_state(tensors, config), strict=True)
     name = path.name if model_dir is not None else "all-MiniLM-L6-v2"
@@ -85,9 +86,9 @@ def load(
         return _load_transformers(name_or_path, download, trust_remote_code)
     try:
         return _load_headlab(name_or_path)
-    except ValueError as error:
+    except Unsupported as error:  # a valid file headlab does not run (not a malformed one)
         if backend is None and name_or_path not in (None, *MODEL_NAMES):
-            raise ValueError(f"{error}{TRANSFORMERS_HINT}") from None
+            raise Unsupported(f"{error}{TRANSFORMERS_HINT}") from None
         raise
 
 

@@ -63,8 +63,11 @@ class ReportOptions:
     max_bins: int = MAX_BINS
     use_model: bool = True
     #: The trained model whose heads are shown on the text: a name of ``headlab.models.load``
-    #: ("minilm", "smollm2") or a path.
+    #: ("minilm", "smollm2"), a path or a hub id, and how it is loaded (``load``'s options).
     model: str = DEFAULT_MODEL
+    backend: str | None = None
+    download: bool = False
+    trust_remote_code: bool = False
     #: The file ``text`` was read from, if any: an input, like ``results`` and a model path.
     text_file: Path | None = None
 
@@ -88,17 +91,19 @@ def _data_uri(png: bytes) -> str:
     return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
 
 
-def _model_attention(text: str, model_name: str) -> tuple[str, TextAttention] | str:
+def _model_attention(text: str, options: ReportOptions) -> tuple[str, TextAttention] | str:
     """(the model's name, its attention on ``text``), or why the default model could not be
     loaded (its packaged weights missing): the page then says so in one line instead of failing
     the whole report. A model the user named that cannot be loaded is an error."""
     from headlab.heads.text_attention import model_text_attention
     from headlab.models import load
 
+    model_name = options.model
     try:
-        model = load(model_name)
+        model = load(model_name, backend=options.backend, download=options.download,
+                     trust_remote_code=options.trust_remote_code)  # fmt: skip
     except (OSError, ValueError) as error:
-        if model_name != DEFAULT_MODEL:
+        if model_name != DEFAULT_MODEL or options.backend is not None:
             raise
         return f"the model {model_name} could not be loaded: {error}"
     return model.name, model_text_attention(model, text)
@@ -220,7 +225,7 @@ def collect(options: ReportOptions, *, want_png: bool = False) -> Collected:
             "(the seeded layer's work grows with the square of the words)"
         )
     # First: a model the user named that cannot be loaded fails before the other work.
-    model = _model_attention(shown_text, options.model) if options.use_model else None
+    model = _model_attention(shown_text, options) if options.use_model else None
     pngs: dict[str, bytes] = {}
     explorers: dict[str, dict] = {}
 

@@ -31,8 +31,10 @@ def _causal(model: torch.nn.Module) -> bool:
 def attach(model, tokenizer=None, name: str | None = None) -> TransformersModel:
     """Wrap a transformers ``PreTrainedModel`` in memory: its attention switches to headlab's
     (``model.set_attn_implementation("headlab")``, on this model object only; weights are not
-    copied). Raises ValueError for a family whose attention does not go through the interface
-    or an encoder-decoder."""
+    copied) and each attention module gets its ``HFAttentionLayer`` (one short observed
+    forward). Attaching the same model again gives a second handle on the same layers: an
+    intervention set through one acts in the other. Raises ValueError for a family whose
+    attention does not go through the interface or an encoder-decoder."""
     from transformers import PreTrainedModel
 
     from headlab.models.hf.loader import refuse_unsupported
