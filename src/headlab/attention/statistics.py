@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from headlab.attention.block import grouped_matmul
 from headlab.attention.functional import entropy
 
 PER_QUERY = ("entropy", "max_weight", "self", "prev", "distance", "contribution_norm")
@@ -267,8 +268,6 @@ def window_error(
     o^window the same weights renormalised over the first ``sinks`` keys and the keys within
     ``size`` of the query (before it when ``causal``), computed from that band of keys only.
     A query that puts no weight there loses its whole output (error 1); a zero output, none."""
-    from headlab.attention.kernel import grouped_matmul
-
     sinks, size = window
     keys = weights.shape[-1]
     first, last = int(positions[0]), int(positions[-1])

@@ -17,11 +17,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from headlab.cli.outputs import claim, print_json, writing
+from headlab.cli.outputs import claim, emit_result, print_json, writing
 from headlab.cli.parsing import flags, int_list
 from headlab.cli.progress import progress
 from headlab.cli.tables import fitted_tables
@@ -79,7 +78,7 @@ FORCE_WITH_FIGURE = typer.Option(
 )
 
 
-def _claim(analysis: str, out: Path, force: bool, figure: Path | None = None) -> None:
+def claim_analysis(analysis: str, out: Path, force: bool, figure: Path | None = None) -> None:
     """Check the output paths before any work (they are checked again when written)."""
     claim(f"model-{analysis}", out, force=force, figure=figure)
 
@@ -101,7 +100,7 @@ def hub_access(download: bool) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
-def _open(model: str | Path | None, route: Route):
+def open_model(model: str | Path | None, route: Route):
     """``headlab.models.load`` with the command's options; offline unless --download."""
     hub_access(route.download)
     from headlab.models import load
@@ -135,28 +134,13 @@ def _load(
         check_int("--max-length", max_length, low=2)
     if corpus is not None:
         texts = read_corpus(corpus, n_texts)
-    loaded = _open(model if model_dir is None else model_dir, route)
+    loaded = open_model(model if model_dir is None else model_dir, route)
     positions = loaded.max_positions
     max_length = min(128, positions) if max_length is None else max_length
     check_int("--max-length", max_length, low=2, high=positions)
     if corpus is None:
         texts = default_corpus(n_texts)
     return loaded, texts, max_length
-
-
-def _emit(result, out: Path, force: bool, as_json: bool, tables: list[Table | Text]) -> None:
-    """Write ``result`` (a results type: its KIND tags the file), then print it."""
-    from headlab.heads.results import write_result
-
-    with writing("--out"):
-        written = write_result(out, result, force=force)
-    if as_json:
-        print_json(written)
-        return
-    console = Console()
-    for table in tables:
-        console.print(table)
-    print(f"wrote {out}")
 
 
 def _grid(title: str, values: list[list[float]], fmt: str = "{:.2f}") -> list[Table]:
@@ -251,7 +235,7 @@ def heads(
     from headlab.heads import head_statistics
 
     out = model_results("heads") if out is None else out
-    _claim("heads", out, force, figure)
+    claim_analysis("heads", out, force, figure)
     route = Route(backend, download, trust_remote_code, as_json)
     loaded, texts, max_length = _load(model, model_dir, corpus, n_texts, max_length, route)
     _check_metric(metric, loaded)
@@ -271,7 +255,7 @@ def heads(
     if result.first_token is not None:
         title = "top attention sinks (mean weight on the first token)"
         tables.append(_top_table(title, result.top(result.first_token)))
-    _emit(result, out, force, as_json, tables)
+    emit_result(result, out, force, as_json, tables)
 
 
 def _check_metric(metric: str, loaded) -> None:
@@ -309,7 +293,7 @@ def _long_context(
     from headlab.models.corpus import read_text_file
 
     out = model_results("long-context") if out is None else out
-    _claim("long-context", out, force, figure)
+    claim_analysis("long-context", out, force, figure)
     if max_tokens is not None:
         check_int("--max-tokens", max_tokens, low=2)
     sinks, size = window
@@ -323,7 +307,7 @@ def _long_context(
     if model is not None and model_dir is not None:
         raise ValueError("pass --model or --model-dir, not both")
     text = None if text_file is None else read_text_file(text_file, "--text-file")
-    loaded = _open(model if model_dir is None else model_dir, route)
+    loaded = open_model(model if model_dir is None else model_dir, route)
     if max_tokens is not None:
         check_int("--max-tokens", max_tokens, low=2, high=loaded.max_positions)
     _check_metric(metric, loaded)
@@ -353,7 +337,7 @@ def _long_context(
     tables.append(_sink_table(findings))
     tables.append(_concentration_table(findings, document.heavy_hitters, result.tokens))
     tables.extend(role_tables(document.roles))
-    _emit(document, out, force, as_json, tables)
+    emit_result(document, out, force, as_json, tables)
 
 
 def _sink_table(findings: LongContextFindings) -> Table:
@@ -417,7 +401,7 @@ def collapse(
     from headlab.heads import check_head_counts, collapse_heads
 
     chosen = int_list(heads, "--heads")
-    _claim("collapse", out, force)
+    claim_analysis("collapse", out, force)
     route = Route(backend, download, trust_remote_code, as_json)
     loaded, texts, max_length = _load(model, model_dir, corpus, n_texts, max_length, route)
     counts = None if chosen is None else tuple(chosen)
@@ -435,7 +419,7 @@ def collapse(
     columns = ["layers", "heads", *(n.replace("_", " ") for n in names)]
     title = f"Collapse, {result.model}, {result.n_texts} texts"
     tables = fitted_tables(title, columns, rows, keys=2)
-    _emit(result, out, force, as_json, tables)
+    emit_result(result, out, force, as_json, tables)
 
 
 @model_app.command()
@@ -458,7 +442,7 @@ def importance(
     from headlab.limits import check_finite
 
     check_finite("--temperature", temperature, positive=True)
-    _claim("importance", out, force)
+    claim_analysis("importance", out, force)
     route = Route(backend, download, trust_remote_code, as_json)
     loaded, texts, max_length = _load(model, model_dir, corpus, n_texts, max_length, route)
     with progress("importance: batches", None, quiet=as_json) as update:
@@ -470,7 +454,7 @@ def importance(
             on_batch=update,
         )
     title = f"Importance (normalised per layer), {result.model}, {result.n_texts} texts"
-    _emit(result, out, force, as_json, _grid(title, result.importance))
+    emit_result(result, out, force, as_json, _grid(title, result.importance))
 
 
 @model_app.command()
@@ -501,7 +485,7 @@ def prune(
     check_seed("--seed", seed)
     with flags("by"):
         check_by(by)
-    _claim("prune", out, force)
+    claim_analysis("prune", out, force)
     route = Route(backend, download, trust_remote_code, as_json)
     loaded, texts, max_length = _load(model, model_dir, corpus, n_texts, max_length, route)
     with flags("by"), progress("pruning: model runs", None, quiet=as_json) as update:
@@ -524,7 +508,7 @@ def prune(
     how = "" if result.by == "removal" else " (by masking: parameters stay)"
     title = f"Pruning{how}, {result.model}, {result.n_texts} texts"
     tables = fitted_tables(title, columns, rows, keys=2, left=["order"])
-    _emit(result, out, force, as_json, tables)
+    emit_result(result, out, force, as_json, tables)
 
 
 @model_app.command()
@@ -553,7 +537,7 @@ def ablate(
     with flags("mode", heads="--ablate"):
         chosen, groups = parse_ablation(heads)
         check_mode(mode)
-    _claim("ablate", out, force)
+    claim_analysis("ablate", out, force)
     route = Route(backend, download, trust_remote_code, as_json)
     loaded, texts, max_length = _load(model, model_dir, corpus, n_texts, max_length, route)
     # ablation_effect checks the heads against the model before its first pass
@@ -573,7 +557,7 @@ def ablate(
     title = f"Ablation, {result.model}, {result.n_texts} texts"
     tables = fitted_tables(title, columns, [row], keys=0, left=["heads"])
     # a sentence, not a column: as a column it split the table in three at 80 columns
-    _emit(result, out, force, as_json, [*tables, Text(f"objective: {result.objective}")])
+    emit_result(result, out, force, as_json, [*tables, Text(f"objective: {result.objective}")])
 
 
 @model_app.command()
@@ -605,7 +589,7 @@ def generate(
         raise ValueError("PROMPT must be a text to continue, got an empty text")
     from headlab.models import LanguageModel
 
-    loaded = _open(model, Route(backend, download, trust_remote_code, as_json))
+    loaded = open_model(model, Route(backend, download, trust_remote_code, as_json))
     if not isinstance(loaded, LanguageModel):
         raise ValueError(f"--model must be a language model (it generates), got {loaded.name}")
     text = loaded.chat_prompt(prompt) if chat else prompt

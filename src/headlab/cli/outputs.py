@@ -103,3 +103,19 @@ def write_outputs(
         print_json(written)
         return None
     return written
+
+
+def emit_result(result, out: Path, force: bool, as_json: bool, tables: list) -> None:
+    """``result`` (a results type: its KIND tags the file) to --out as ``write_outputs`` writes
+    it, then its ``tables`` (rich renderables) and where it went; with --json only the
+    document."""
+    from rich.console import Console
+
+    written = write_outputs(result.KIND, result, out, figure=None, draw=lambda r: None,
+                            force=force, as_json=as_json)  # fmt: skip
+    if written is None:
+        return
+    console = Console()
+    for table in tables:
+        console.print(table)
+    print(f"wrote {out}")

@@ -4,8 +4,8 @@
 runs the model once with every layer's statistics reduced chunk by chunk
 (``headlab.heads.streaming``) and returns the statistics of ``heads.statistics`` plus each head's
 heavy-hitter profile: the attention each key position receives, summed over the queries.
-For SmolLM2 at 8192 tokens the weights would be 30 x 9 x 8192^2 x 4 bytes = 72 GB; here one
-chunk of one layer is alive at a time.
+For a model of 30 layers x 9 heads at 8192 tokens the weights would be 30 x 9 x 8192^2 x 4
+bytes = 72 GB; here one chunk of one layer is alive at a time.
 
 In the same pass: each head's role (``heads.roles``: retrieval, copy, sink, local, mixed) from
 its window error, its weight on the text's own repeats (``heads.repeats``) and the model's own

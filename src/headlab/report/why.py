@@ -34,10 +34,11 @@ WHY = {
         RedundancyResult,
         why_figures.redundancy_figure,
     ),
-    # the same measurement on a decoder (any: the packaged one in the suggested command)
+    # the same measurement on a decoder (any: the packaged one in the suggested command; the
+    # ranks default to the model's own key/query width / 1, 2, 4, 8, 16)
     "redundancy_decoder": (
         "redundancy_decoder.json",
-        "headlab redundancy --model smollm2 --n-texts 16 --ranks 576,288,144 "
+        "headlab redundancy --model smollm2 --n-texts 16 "
         f"--out {RESULTS_DIR / 'redundancy_decoder.json'}",
         RedundancyResult,
         why_figures.redundancy_figure,
