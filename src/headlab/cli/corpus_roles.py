@@ -28,8 +28,8 @@ SUMMARY = typer.Option(
     help="The merged results document (JSON): every head's statistics and role over the corpus.",
 )
 # the library's arguments, which its errors name, are this command's flags
-FLAGS = ("model", "workers", "executor", "address", "sinks", "window", "max_tokens", "documents",
-         "out")  # fmt: skip
+FLAGS = ("model", "backend", "workers", "executor", "address", "sinks", "window", "max_tokens",
+         "documents", "out")  # fmt: skip
 
 
 @model_app.command("roles")
