@@ -107,3 +107,34 @@ def test_report_shows_a_checkpoint_through_transformers(hf_dirs, capsys, tmp_pat
     assert "6 heads" in page and "1 head, same weights" in page
     code, _, err = run([*args[:-1], "headlab"], capsys)
     assert code == 2 and err.count("\n") == 1 and "backend 'headlab' runs minilm" in err
+
+
+def test_heads_of_a_model_of_64_positions_detect_at_half_its_length(gpt2_dir, capsys, tmp_path):
+    """GPT-2 of 64 positions: the detectors' sequences default to 32 tokens (seen twice), the
+    same scores as the library's at 32; a length that does not fit twice is refused in one line
+    before any statistic runs, 0 leaves the detectors out."""
+    from headlab.heads.detectors import default_length
+    from headlab.heads.statistics import head_statistics
+    from headlab.models import load
+
+    corpus = tmp_path / "corpus.txt"
+    texts = [text(9, seed) for seed in range(4)]
+    corpus.write_text("\n".join(texts), encoding="utf-8")
+    out = tmp_path / "heads.json"
+    args = ["model", "heads", "--model", str(gpt2_dir), "--corpus", str(corpus), "--n-texts", "4",
+            "--json"]  # fmt: skip
+    code, printed, err = run([*args, "--out", str(out)], capsys)
+    assert code == 0, err
+    model = load(gpt2_dir)
+    assert model.max_positions == 64 and default_length(model) == 32
+    want = head_statistics(model, texts, max_length=64, detector_length=32)
+    assert json.loads(printed)["detectors"] == want.detectors
+    code, printed, err = run([*args, "--detector-length", "33", "--out", str(tmp_path / "x")],
+                             capsys)  # fmt: skip
+    assert code == 2 and printed == "" and err.count("\n") == 1
+    assert "--detector-length must be between 2 and 32, got 33" in err
+    assert not (tmp_path / "x").exists()
+    code, printed, err = run([*args, "--detector-length", "0", "--out", str(tmp_path / "y")],
+                             capsys)  # fmt: skip
+    assert code == 0, err
+    assert "detectors" not in json.loads(printed)

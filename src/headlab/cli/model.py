@@ -195,6 +195,12 @@ WINDOW = typer.Option(
     "than --sinks + 256 get none].",
 )
 SINKS = typer.Option(4, "--sinks", help="First tokens the window errors keep (one long text).")
+DETECTOR_LENGTH = typer.Option(
+    None,
+    "--detector-length",
+    help="Tokens of each random sequence the head detectors (decoders) see twice [default: 50, "
+    "or half the model's positions when it has fewer than 100]; 0: no detectors.",
+)
 
 
 OUT_HEADS_OR_LONG = typer.Option(
@@ -220,6 +226,7 @@ def heads(
     metric: str = typer.Option("entropy", "--metric", help="Metric shown in the table."),
     window: int | None = WINDOW,
     sinks: int = SINKS,
+    detector_length: int | None = DETECTOR_LENGTH,
     figure: Path | None = FIGURE,
     out: Path | None = OUT_HEADS_OR_LONG,
     as_json: bool = AS_JSON,
@@ -235,10 +242,10 @@ def heads(
     retrieval (Wu et al.), copy, sink, local (what sinks + a recent window reproduce) or mixed.
     """
     if text_file is not None or max_tokens is not None:
-        if corpus is not None or max_length is not None:
+        if corpus is not None or max_length is not None or detector_length is not None:
             raise ValueError(
-                "--corpus and --max-length are for many short texts; with "
-                "--text-file or --max-tokens pass neither"
+                "--corpus, --max-length and --detector-length are for many short texts; with "
+                "--text-file or --max-tokens pass none of them"
             )
         route = Route(backend, download, trust_remote_code, as_json)
         _long_context(
@@ -249,16 +256,26 @@ def heads(
     if window is not None:
         raise ValueError("--window is for one long text: pass --text-file or --max-tokens")
     from headlab.heads import head_statistics
+    from headlab.heads.detectors import check_length, default_length
+    from headlab.limits import check_int
 
     out = model_results("heads") if out is None else out
     _claim("heads", out, force, figure)
+    if detector_length is not None:
+        check_int("--detector-length", detector_length, low=0)
     route = Route(backend, download, trust_remote_code, as_json)
     loaded, texts, max_length = _load(model, model_dir, corpus, n_texts, max_length, route)
+    if detector_length is None:
+        detector_length = default_length(loaded)
+    elif detector_length and loaded.causal:
+        with flags("detector_length"):
+            check_length(loaded, detector_length)
     _check_metric(metric, loaded)
     with progress("head statistics: texts", len(texts), quiet=as_json) as update:
         result = head_statistics(
-            loaded, texts, max_length=max_length, detector_length=50, on_batch=update
-        )
+            loaded, texts, max_length=max_length, detector_length=detector_length,
+            on_batch=update,
+        )  # fmt: skip
     if figure is not None:
         from headlab.report.figure_files import write_heads_figure
 

@@ -133,11 +133,17 @@ def head_statistics(
     One forward per batch; every layer's weights are reduced chunk by chunk as they are computed
     (``headlab.heads.streaming``), never stored. detector_length: for a causal model, also score
     the previous-token, duplicate-token and induction heads on random token sequences of this
-    length repeated twice (0: skip). on_batch: called with the number of texts done after each
-    batch (progress). Needs at least one text.
+    length repeated twice (0: skip; the command line's default is
+    ``detectors.default_length(model)``); ValueError before any batch runs unless twice the
+    length fits the model. on_batch: called with the number of texts done after each batch
+    (progress). Needs at least one text.
     """
     if not texts:
         raise ValueError("expected at least one text, got none")
+    if detector_length and model.causal:
+        from headlab.heads.detectors import check_length
+
+        check_length(model, detector_length)  # before the corpus runs
     layers: list[list[HeadSums]] = [[] for _ in range(model.num_layers)]
     seen_ids: list[Tensor] = []
     for start in range(0, len(texts), batch_size):
