@@ -120,6 +120,7 @@ def _run(plan, executor: str, workers: int, address: str | None, quiet: bool) ->
 
 
 def _tables(result) -> list:
+    from headlab.cli.model import _notes
     from headlab.cli.roles import role_tables
 
     c = result.corpus
@@ -129,7 +130,7 @@ def _tables(result) -> list:
         f"({c.window_tokens} in documents longer than the window), {c.copy_positions} copy "
         f"positions ({c.correct_predictions} predicted right)"
     )
-    return [Text(line), *role_tables(result.roles)]
+    return [Text(line), *_notes(result.statistics.notes), *role_tables(result.roles)]
 
 
 def register(app: typer.Typer) -> None:

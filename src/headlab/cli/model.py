@@ -242,10 +242,15 @@ def heads(
     retrieval (Wu et al.), copy, sink, local (what sinks + a recent window reproduce) or mixed.
     """
     if text_file is not None or max_tokens is not None:
-        if corpus is not None or max_length is not None or detector_length is not None:
+        if corpus is not None or max_length is not None:
             raise ValueError(
-                "--corpus, --max-length and --detector-length are for many short texts; with "
-                "--text-file or --max-tokens pass none of them"
+                "--corpus and --max-length are for many short texts; with "
+                "--text-file or --max-tokens pass neither"
+            )
+        if detector_length is not None:
+            raise ValueError(
+                "--detector-length is for many short texts (the head detectors); with "
+                "--text-file or --max-tokens leave it out"
             )
         route = Route(backend, download, trust_remote_code, as_json)
         _long_context(
@@ -288,19 +293,26 @@ def heads(
     if result.first_token is not None:
         title = "top attention sinks (mean weight on the first token)"
         tables.append(_top_table(title, result.top(result.first_token)))
+    tables.extend(_notes(result.notes))
     _emit(result, out, force, as_json, tables)
 
 
 def _check_metric(metric: str, loaded) -> None:
-    """ValueError unless ``loaded`` reports ``metric``; known from its special positions, so
-    before any statistics are computed."""
-    from headlab.heads.statistics import model_metric_names
+    """ValueError unless ``loaded`` reports ``metric``; known from its special positions and one
+    forward of two tokens, so before any statistics are computed."""
+    from headlab.heads.statistics import model_metrics
 
-    names = model_metric_names(loaded)
+    names, notes = model_metrics(loaded)
     if metric not in names:
+        why = next((f" ({note})" for note in notes if note.startswith(f"{metric} ")), "")
         raise ValueError(
-            f"--metric must be one of {', '.join(names)} for this model, got {metric!r}"
+            f"--metric must be one of {', '.join(names)} for this model, got {metric!r}{why}"
         )
+
+
+def _notes(notes: list[str]) -> list[Text]:
+    """A statistics result's notes (what was left out and why), one line each."""
+    return [Text(f"note: {note}") for note in notes]
 
 
 def _long_context(
@@ -367,6 +379,7 @@ def _long_context(
     cut = f" (cut from {whole}: the rest was not analysed)" if result.truncated else ""
     title = f"{metric} per head, {result.statistics.model}, one text of {n} tokens{cut}"
     tables = _grid(title, result.statistics.metrics[metric])
+    tables.extend(_notes(result.statistics.notes))
     tables.append(_sink_table(findings))
     tables.append(_concentration_table(findings, document.heavy_hitters, result.tokens))
     tables.extend(role_tables(document.roles))
