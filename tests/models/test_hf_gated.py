@@ -6,7 +6,9 @@ first, so its attention layers 0 and 1 are the model's layers 1 and 2."""
 
 from __future__ import annotations
 
+import html
 import json
+import re
 
 import pytest
 import torch
@@ -16,6 +18,7 @@ from test_hf_heads import batch_of, eager_run, reference_means
 from cli_run import run
 from headlab.heads.statistics import HeadStatistics, head_statistics
 from headlab.heads.streaming import model_head_sums
+from headlab.report.build import ReportOptions, build_report
 
 NOTE = (
     "contribution_norm left out (attention layers 0, 1): the family changes the attention's "
@@ -86,14 +89,20 @@ def test_the_results_leave_the_statistic_out_with_a_note(models):
     assert long.roles.window_error is not None and len(long.roles.window_error) == 2
 
 
-def test_the_command_prints_the_note_and_refuses_the_metric(lfm3_dir, tmp_path, capsys):
+def test_the_command_and_the_report_show_the_note_and_the_metric_is_refused(
+    lfm3_dir, tmp_path, capsys
+):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(text(8, seed) for seed in range(4)), encoding="utf-8")
     args = ["model", "heads", "--model", str(lfm3_dir), "--corpus", str(corpus), "--n-texts",
             "4"]  # fmt: skip
-    code, out, err = run([*args, "--out", str(tmp_path / "h.json"), "--json"], capsys)
+    results = tmp_path / "results"
+    code, out, err = run([*args, "--out", str(results / "model_heads.json"), "--json"], capsys)
     assert code == 0, err
     assert json.loads(out)["notes"] == [NOTE]  # --json refuses NaN: none was there
+    page = build_report(tmp_path / "report", ReportOptions(text="w1 w2", results=results))
+    shown = re.search(r'data-testid="heads-note">(.*?)</p>', page.read_text()).group(1)
+    assert html.unescape(shown) == f"Note: {NOTE}."
     code, out, err = run([*args, "--out", str(tmp_path / "t.json")], capsys)
     assert code == 0, err
     assert "note: contribution_norm left out (attention layers 0, 1)" in " ".join(out.split())
