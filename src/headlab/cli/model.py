@@ -44,8 +44,9 @@ MODEL_DIR = typer.Option(None, "--model-dir", help="A model folder (same as --mo
 BACKEND = typer.Option(
     None,
     "--backend",
-    help="headlab or transformers [default: headlab's own rebuilt model where it has one for "
-    "the checkpoint (see docs/transformers.md), else transformers].",
+    help="headlab or transformers (the extra headlab[transformers]) [default: headlab's own "
+    "rebuilt model where it has one for the checkpoint (see docs/transformers.md), else "
+    "transformers].",
 )
 DOWNLOAD = typer.Option(
     False, "--download", help="Fetch a hub id that is not in the local cache (needs the network)."
