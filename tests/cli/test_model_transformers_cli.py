@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 from hf_families import text, write_family
 
 from cli_run import run
@@ -107,3 +108,109 @@ def test_report_shows_a_checkpoint_through_transformers(hf_dirs, capsys, tmp_pat
     assert "6 heads" in page and "1 head, same weights" in page
     code, _, err = run([*args[:-1], "headlab"], capsys)
     assert code == 2 and err.count("\n") == 1 and "backend 'headlab' runs minilm" in err
+
+
+def test_heads_of_a_model_of_64_positions_detect_at_half_its_length(gpt2_dir, capsys, tmp_path):
+    """GPT-2 of 64 positions: the detectors' sequences default to 32 tokens (seen twice), the
+    same scores as the library's at 32; a length that does not fit twice is refused in one line
+    before any statistic runs, 0 leaves the detectors out."""
+    from headlab.heads.detectors import default_length
+    from headlab.heads.statistics import head_statistics
+    from headlab.models import load
+
+    corpus = tmp_path / "corpus.txt"
+    texts = [text(9, seed) for seed in range(4)]
+    corpus.write_text("\n".join(texts), encoding="utf-8")
+    out = tmp_path / "heads.json"
+    args = ["model", "heads", "--model", str(gpt2_dir), "--corpus", str(corpus), "--n-texts", "4",
+            "--json"]  # fmt: skip
+    code, printed, err = run([*args, "--out", str(out)], capsys)
+    assert code == 0, err
+    model = load(gpt2_dir)
+    assert model.max_positions == 64 and default_length(model) == 32
+    want = head_statistics(model, texts, max_length=64, detector_length=32)
+    assert json.loads(printed)["detectors"] == want.detectors
+    code, printed, err = run([*args, "--detector-length", "33", "--out", str(tmp_path / "x")],
+                             capsys)  # fmt: skip
+    assert code == 2 and printed == "" and err.count("\n") == 1
+    assert "--detector-length must be between 2 and 32, got 33" in err
+    assert not (tmp_path / "x").exists()
+    code, printed, err = run([*args, "--detector-length", "0", "--out", str(tmp_path / "y")],
+                             capsys)  # fmt: skip
+    assert code == 0, err
+    assert "detectors" not in json.loads(printed)
+
+
+PASSAGE = " ".join(f"w{(11 * i) % 97 + 1}" for i in range(12))
+
+
+def _repeat(seed: int) -> str:
+    """55 words of the tiny vocabulary: a 12-word passage, 30 words of filler, the passage."""
+    filler = " ".join(f"w{(7 * i + seed) % 89 + 1}" for i in range(30))
+    return f"w1 {PASSAGE} {filler} {PASSAGE}"
+
+
+def test_kv_budget_through_transformers(hf_dirs, hf_eager, capsys, tmp_path):
+    """``model kv-budget --backend transformers`` on the tiny Llama folder (which headlab's own
+    decoder could run too): the full model's perplexity and copy accuracy equal those of
+    transformers' eager logits of the held-out text; every group windowed is one plan."""
+    from headlab.heads.kv_budget import KVBudgetResult
+    from headlab.heads.repeats import MIN_MATCH, copy_sources
+
+    held_out, calibration = tmp_path / "eval.txt", tmp_path / "calibration.txt"
+    held_out.write_text(_repeat(3), encoding="utf-8")
+    calibration.write_text(_repeat(5), encoding="utf-8")
+    out = tmp_path / "kv.json"
+    args = ["model", "kv-budget", "--model", str(hf_dirs["llama"]), "--backend", "transformers",
+            "--text-file", str(held_out), "--calibration-file", str(calibration), "--sinks", "2",
+            "--window", "8", "--budgets", "0.5,1", "--seeds", "1", "--out", str(out)]  # fmt: skip
+    code, printed, err = run(args, capsys)
+    assert code == 0, err
+    assert "KV budget, llama, 55 tokens, window 2 sinks + 8; 6 copy positions" in printed
+    result = KVBudgetResult.from_dict(json.loads(out.read_text()))
+    ids = torch.tensor([[int(word[1:]) for word in _repeat(3).split()]])
+    with torch.no_grad():
+        logits = hf_eager("llama")(input_ids=ids).logits[0, :-1].double()
+    sources = copy_sources(ids[0], MIN_MATCH)[:-1]
+    copies = sources >= 0
+    losses = torch.nn.functional.cross_entropy(logits, ids[0, 1:], reduction="none")
+    full = result.baseline()
+    assert full.perplexity == pytest.approx(float(losses[~copies].mean().exp()), rel=1e-5)
+    hits = logits[copies].argmax(-1) == ids[0, 1:][copies]
+    assert full.copy_accuracy == pytest.approx(float(hits.double().mean()))
+    every = [r for r in result.runs if r.budget == 1.0]
+    assert len(every) == 3 and len({round(r.perplexity, 9) for r in every}) == 1
+    assert every[0].kv_saved == pytest.approx(55 / 10)
+
+
+def test_corpus_roles_through_transformers_equal_headlabs_decoder(hf_dirs, capsys, tmp_path):
+    """``model roles`` on the tiny Llama folder with --backend transformers and with headlab's
+    own decoder: the job carries the backend (the second run finishes nothing of the first's),
+    and the merged statistics and role scores of the two implementations agree (1e-5)."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "repeat.txt").write_text(_repeat(2), encoding="utf-8")
+    (docs / "other.txt").write_text(_repeat(4), encoding="utf-8")
+    (docs / "short.txt").write_text("w1 w2 w3 w4 w5 w6", encoding="utf-8")
+    out = tmp_path / "roles.jsonl"
+
+    def roles(backend: str) -> dict:
+        summary = tmp_path / f"{backend}.json"
+        args = ["model", "roles", "--model", str(hf_dirs["llama"]), "--backend", backend,
+                "--documents", str(docs), "--sinks", "2", "--window", "8", "--out", str(out),
+                "--summary", str(summary), "--json"]  # fmt: skip
+        code, printed, err = run(args, capsys)
+        assert code == 0, err
+        assert "3 documents, 0 already finished" in err
+        return json.loads(printed)
+
+    ours, theirs = roles("transformers"), roles("headlab")
+    assert len(out.read_text().splitlines()) == 6  # three documents, once per backend
+    assert ours["corpus"] == theirs["corpus"] and ours["corpus"]["copy_positions"] == 12
+    for name, grid in theirs["metrics"].items():
+        torch.testing.assert_close(torch.tensor(ours["metrics"][name]), torch.tensor(grid),
+                                   atol=1e-5, rtol=1e-5, msg=name)  # fmt: skip
+    for name in ("window_error", "group_window_error", "copy_weight", "retrieval"):
+        torch.testing.assert_close(torch.tensor(ours["roles"][name]),
+                                   torch.tensor(theirs["roles"][name]), atol=1e-5, rtol=1e-5,
+                                   msg=name)  # fmt: skip

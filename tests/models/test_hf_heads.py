@@ -216,9 +216,10 @@ def _repeating_text() -> str:
 @pytest.mark.parametrize("name", ["llama", "mistral", "gemma2", "gpt_oss"])
 def test_long_text_roles_equal_the_full_eager_weights(name, hf_loaded, hf_eager):
     """One text with a known repeat through ``long_text_statistics`` (one streaming pass: the
-    statistics, window errors, copy weights and retrieval hits) against the same scores from
-    eager's full weights and logits; the values (the function's input, not computed by
-    headlab) are recorded at the v site. GQA, a sliding window, soft-cap, sinks."""
+    statistics, window errors per head and per K/V group, copy weights, retrieval hits, the
+    blocked map and the received profile) against the same scores from eager's full weights and
+    logits; the values (the function's input, not computed by headlab) are recorded at the v
+    site. GQA, a sliding window, soft-cap, sinks."""
     from headlab.heads.long_context import long_text_statistics
     from headlab.heads.repeats import copy_sources
 
@@ -239,14 +240,30 @@ def test_long_text_roles_equal_the_full_eager_weights(name, hf_loaded, hf_eager)
     correct = logits[0, copies].argmax(-1) == ids[0, copies + 1]
     offset = torch.arange(n)[:, None] - torch.arange(n)[None, :]
     allowed = (((offset >= 0) & (offset < window[1])) | (torch.arange(n)[None] < window[0]))
+    block = result.maps.block
+    assert result.maps.bin == 1 and block == 2  # 52 tokens: blocks of 2, every key its own bin
+    in_block = torch.nn.functional.one_hot(torch.arange(n) // block).double()  # (pos, q_block)
     for layer, (w, recording) in enumerate(zip(attentions, recordings, strict=True)):
         w = w[0].double()  # (head, q, k)
         v = recording["v"][0].double()
-        v = v.repeat_interleave(w.shape[0] // v.shape[0], dim=0)  # (head, k, d)
+        groups = v.shape[0]
+        v = v.repeat_interleave(w.shape[0] // groups, dim=0)  # (head, k, d)
         full = w @ v
         kept = w * allowed.double()
         windowed = (kept @ v) / kept.sum(-1, keepdim=True)
         error = ((full - windowed).norm(dim=-1) / full.norm(dim=-1)).mean(-1)
+        # the blocked map: mass from each block of queries to each block of keys, per query
+        mass = torch.einsum("qa,hqk,kb->hab", in_block, w, in_block)
+        blocked = mass / in_block.sum(0)[None, :, None]
+        torch.testing.assert_close(torch.tensor(result.maps.blocked[layer], dtype=torch.float64),
+                                   blocked, atol=1e-3, rtol=1e-3)  # 4 significant digits kept
+        torch.testing.assert_close(torch.tensor(result.maps.received[layer], dtype=torch.float64),
+                                   w.sum(1), atol=1e-3, rtol=1e-3)  # fmt: skip
+        group_error = error.view(groups, -1).amax(-1)  # a group shrinks only if all its heads can
+        torch.testing.assert_close(
+            torch.tensor(result.roles.group_window_error[layer], dtype=torch.float64),
+            group_error, atol=1e-5, rtol=1e-5,
+        )  # fmt: skip
         checks = {
             "window_error": (result.roles.window_error[layer], error),
             "copy_weight": (
@@ -326,3 +343,52 @@ def test_traces_hold_eager_weights_and_the_output_projection(name, hf_loaded, hf
         summed = trace.contributions.sum(1) + (0 if bias is None else bias)
         torch.testing.assert_close(summed, trace.output, atol=1e-5, rtol=1e-5)
         assert trace.q.shape[1] == layer.num_heads and trace.k.shape[1] == layer.num_kv_heads
+
+
+def hidden_keys(heads: list[int], sinks: int, window: int):
+    """A forward pre-hook on an eager attention module: the query ``heads`` lose every key
+    beyond the first ``sinks`` and the last ``window`` (their mask entries set to eager's own
+    masked value), through the additive mask eager adds to the scores, made per head."""
+
+    def hook(module, args, kwargs):
+        mask = kwargs["attention_mask"]  # (batch, 1, q, k): 0 or finfo.min, added to the scores
+        assert mask.dim() == 4 and mask.shape[1] == 1 and mask.is_floating_point()
+        batch, _, q_len, k_len = mask.shape
+        queries = torch.arange(q_len)[:, None] + (k_len - q_len)
+        keys = torch.arange(k_len)[None, :]
+        outside = (queries - keys >= window) & (keys >= sinks)  # (q, k)
+        per_head = mask.expand(batch, module.config.num_attention_heads, q_len, k_len).clone()
+        per_head[:, heads] = per_head[:, heads].masked_fill(outside, torch.finfo(mask.dtype).min)
+        return args, {**kwargs, "attention_mask": per_head}
+
+    return hook
+
+
+@pytest.mark.parametrize("name", ["llama", "mistral", "gpt_oss"])
+def test_a_kv_plan_equals_eager_with_those_keys_hidden_by_hand(name, hf_loaded, hf_eager):
+    """``kv_budget.planned``: the windowed K/V groups' query heads see only 2 sinks and the last
+    3 keys; eager with those keys masked per head in its own additive mask gives the same logits
+    on a right-padded batch. GQA (6 heads on 2 K/V heads), Mistral's window 4 on every layer
+    (the plan's 3 bites inside it), gpt-oss's sinks and its window on layer 0."""
+    from headlab.heads.kv_budget import KVPlan, planned
+
+    model, eager = hf_loaded(name), hf_eager(name)
+    plan = KVPlan(((0, 1), (1, 0)), sinks=2, window=3)
+    ids, mask = padded(7)
+    with torch.no_grad(), planned(model, plan):
+        got = model._outputs(ids, mask)
+    assert all(layer.sites.budget is None for layer in model.attention_layers())
+    layers = model.attention_layers()
+    size = layers[0].num_heads // layers[0].num_kv_heads
+    hooks = []
+    for layer, group in plan.windowed:
+        heads = list(range(group * size, (group + 1) * size))
+        hooks.append((eager.get_submodule(layers[layer].path), hidden_keys(heads, 2, 3)))
+    with contextlib.ExitStack() as stack, torch.no_grad():
+        for module, hook in hooks:
+            stack.callback(module.register_forward_pre_hook(hook, with_kwargs=True).remove)
+        expected = eager(input_ids=ids, attention_mask=mask).logits
+    plain, _ = eager_run(eager, ids, mask)
+    real = mask.bool()
+    torch.testing.assert_close(got[real], expected[real], atol=1e-5, rtol=1e-5)
+    assert (plain[real] - expected[real]).abs().max() > 1e-4  # the plan hides something (10x atol)

@@ -10,7 +10,7 @@ import typer
 from rich.text import Text
 
 from headlab.cli.model import BACKEND, DOWNLOAD, TRUST_REMOTE_CODE, claim_analysis, model_app
-from headlab.cli.outputs import emit_result
+from headlab.cli.outputs import emit_result, note_lines
 from headlab.cli.parsing import flags
 from headlab.cli.progress import progress
 from headlab.locations import RESULTS_DIR, model_results
@@ -29,8 +29,8 @@ SUMMARY = typer.Option(
     help="The merged results document (JSON): every head's statistics and role over the corpus.",
 )
 # the library's arguments, which its errors name, are this command's flags
-FLAGS = ("model", "workers", "executor", "address", "sinks", "window", "max_tokens", "documents",
-         "out")  # fmt: skip
+FLAGS = ("model", "backend", "workers", "executor", "address", "sinks", "window", "max_tokens",
+         "documents", "out")  # fmt: skip
 
 
 @model_app.command("roles")
@@ -130,7 +130,7 @@ def _tables(result) -> list:
         f"({c.window_tokens} in documents longer than the window), {c.copy_positions} copy "
         f"positions ({c.correct_predictions} predicted right)"
     )
-    return [Text(line), *role_tables(result.roles)]
+    return [Text(line), *note_lines(result.statistics.notes), *role_tables(result.roles)]
 
 
 def register(app: typer.Typer) -> None:

@@ -20,7 +20,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from headlab.cli.outputs import claim, emit_result, print_json, writing
+from headlab.cli.outputs import claim, emit_result, note_lines, print_json, writing
 from headlab.cli.parsing import flags, int_list
 from headlab.cli.progress import progress
 from headlab.cli.tables import fitted_tables
@@ -43,8 +43,9 @@ MODEL_DIR = typer.Option(None, "--model-dir", help="A model folder (same as --mo
 BACKEND = typer.Option(
     None,
     "--backend",
-    help="headlab or transformers [default: headlab's own rebuilt model where it has one for "
-    "the checkpoint (see docs/transformers.md), else transformers].",
+    help="headlab or transformers (the extra headlab[transformers]) [default: headlab's own "
+    "rebuilt model where it has one for the checkpoint (see docs/transformers.md), else "
+    "transformers].",
 )
 DOWNLOAD = typer.Option(
     False, "--download", help="Fetch a hub id that is not in the local cache (needs the network)."
@@ -179,6 +180,12 @@ WINDOW = typer.Option(
     "than --sinks + 256 get none].",
 )
 SINKS = typer.Option(4, "--sinks", help="First tokens the window errors keep (one long text).")
+DETECTOR_LENGTH = typer.Option(
+    None,
+    "--detector-length",
+    help="Tokens of each random sequence the head detectors (decoders) see twice [default: 50, "
+    "or half the model's positions when it has fewer than 100]; 0: no detectors.",
+)
 
 
 OUT_HEADS_OR_LONG = typer.Option(
@@ -204,6 +211,7 @@ def heads(
     metric: str = typer.Option("entropy", "--metric", help="Metric shown in the table."),
     window: int | None = WINDOW,
     sinks: int = SINKS,
+    detector_length: int | None = DETECTOR_LENGTH,
     figure: Path | None = FIGURE,
     out: Path | None = OUT_HEADS_OR_LONG,
     as_json: bool = AS_JSON,
@@ -224,6 +232,11 @@ def heads(
                 "--corpus and --max-length are for many short texts; with "
                 "--text-file or --max-tokens pass neither"
             )
+        if detector_length is not None:
+            raise ValueError(
+                "--detector-length is for many short texts (the head detectors); with "
+                "--text-file or --max-tokens leave it out"
+            )
         route = Route(backend, download, trust_remote_code, as_json)
         _long_context(
             model, model_dir, route, text_file, max_tokens, metric, (sinks, window), figure,
@@ -233,16 +246,26 @@ def heads(
     if window is not None:
         raise ValueError("--window is for one long text: pass --text-file or --max-tokens")
     from headlab.heads import head_statistics
+    from headlab.heads.detectors import check_length, default_length
+    from headlab.limits import check_int
 
     out = model_results("heads") if out is None else out
     claim_analysis("heads", out, force, figure)
+    if detector_length is not None:
+        check_int("--detector-length", detector_length, low=0)
     route = Route(backend, download, trust_remote_code, as_json)
     loaded, texts, max_length = _load(model, model_dir, corpus, n_texts, max_length, route)
+    if detector_length is None:
+        detector_length = default_length(loaded)
+    elif detector_length and loaded.causal:
+        with flags("detector_length"):
+            check_length(loaded, detector_length)
     _check_metric(metric, loaded)
     with progress("head statistics: texts", len(texts), quiet=as_json) as update:
         result = head_statistics(
-            loaded, texts, max_length=max_length, detector_length=50, on_batch=update
-        )
+            loaded, texts, max_length=max_length, detector_length=detector_length,
+            on_batch=update,
+        )  # fmt: skip
     if figure is not None:
         from headlab.report.figure_files import write_heads_figure
 
@@ -255,18 +278,20 @@ def heads(
     if result.first_token is not None:
         title = "top attention sinks (mean weight on the first token)"
         tables.append(_top_table(title, result.top(result.first_token)))
+    tables.extend(note_lines(result.notes))
     emit_result(result, out, force, as_json, tables)
 
 
 def _check_metric(metric: str, loaded) -> None:
-    """ValueError unless ``loaded`` reports ``metric``; known from its special positions, so
-    before any statistics are computed."""
-    from headlab.heads.statistics import model_metric_names
+    """ValueError unless ``loaded`` reports ``metric``; known from its special positions and one
+    forward of two tokens, so before any statistics are computed."""
+    from headlab.heads.statistics import model_metrics
 
-    names = model_metric_names(loaded)
+    names, notes = model_metrics(loaded)
     if metric not in names:
+        why = next((f" ({note})" for note in notes if note.startswith(f"{metric} ")), "")
         raise ValueError(
-            f"--metric must be one of {', '.join(names)} for this model, got {metric!r}"
+            f"--metric must be one of {', '.join(names)} for this model, got {metric!r}{why}"
         )
 
 
@@ -334,6 +359,7 @@ def _long_context(
     cut = f" (cut from {whole}: the rest was not analysed)" if result.truncated else ""
     title = f"{metric} per head, {result.statistics.model}, one text of {n} tokens{cut}"
     tables = _grid(title, result.statistics.metrics[metric])
+    tables.extend(note_lines(result.statistics.notes))
     tables.append(_sink_table(findings))
     tables.append(_concentration_table(findings, document.heavy_hitters, result.tokens))
     tables.extend(role_tables(document.roles))

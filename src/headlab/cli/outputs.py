@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import typer
+from rich.text import Text
 
 from headlab.cli.parsing import flags
 
@@ -119,3 +120,8 @@ def emit_result(result, out: Path, force: bool, as_json: bool, tables: list) -> 
     for table in tables:
         console.print(table)
     print(f"wrote {out}")
+
+
+def note_lines(notes: list[str]) -> list[Text]:
+    """A result's notes (what was left out and why), one line each, under its tables."""
+    return [Text(f"note: {note}") for note in notes]

@@ -32,7 +32,13 @@ from headlab.attention.streaming import CHUNK_ELEMENTS
 from headlab.heads.attention_maps import AttentionMaps, block_size
 from headlab.heads.repeats import MIN_MATCH, copy_sources
 from headlab.heads.roles import SINKS, WINDOW, HeadRoles, head_roles
-from headlab.heads.statistics import HeadStatistics, metric_names, per_head_means, special_names
+from headlab.heads.statistics import (
+    HeadStatistics,
+    measured,
+    metric_names,
+    per_head_means,
+    special_names,
+)
 from headlab.heads.streaming import model_head_sums
 from headlab.limits import check_fits, check_int
 from headlab.models.interface import HeadModel, TokenBatch
@@ -356,12 +362,14 @@ def long_text_statistics(
     per_layer = run.per_layer
     special = model.special_positions(run.batch)  # name -> (1,) key index
     names = metric_names(special_names(model, special))
+    names, notes = measured(names, [sums.sums for sums in per_layer])
     statistics = HeadStatistics(
         model.name,
         1,
         model.num_layers,
         max(model.heads_per_layer),
         per_head_means([[sums] for sums in per_layer], names),
+        notes=notes,
     )
     received = torch.stack([sums.received for sums in per_layer])  # (layer, head, k_pos)
     positions = sorted({int(index[0]) for index in special.values()})

@@ -73,16 +73,10 @@ def load(
     Default: "headlab" where it can run the model, "transformers" otherwise (other families,
     hub ids). trust_remote_code: run the checkpoint's own Python code (never by default).
 
-    Raises FileNotFoundError for a missing path, ValueError naming the file for anything else.
+    Raises FileNotFoundError for a missing path, ValueError naming the file for anything else
+    (and what to install when the transformers route is asked for without transformers).
     """
-    if backend not in (None, *BACKENDS):
-        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
-    if backend == "transformers" or _transformers_only(name_or_path):
-        if backend == "headlab":
-            raise ValueError(
-                f"{name_or_path}: backend 'headlab' runs {', '.join(MODEL_NAMES)}, llama GGUFs "
-                f"and {', '.join(HEADLAB_FAMILIES)} folders; use backend='transformers'"
-            )
+    if uses_transformers(name_or_path, backend):
         return _load_transformers(name_or_path, download, trust_remote_code)
     try:
         return _load_headlab(name_or_path)
@@ -90,6 +84,27 @@ def load(
         if backend is None and name_or_path not in (None, *MODEL_NAMES):
             raise Unsupported(f"{error}{TRANSFORMERS_HINT}") from None
         raise
+
+
+def uses_transformers(name_or_path: str | Path | None, backend: str | None) -> bool:
+    """Whether ``load`` takes the transformers route for this model and backend; ValueError for
+    an unknown backend, for backend "headlab" on what only transformers runs, and (naming what to
+    install) for the transformers route without transformers. Reads no weight."""
+    if backend not in (None, *BACKENDS):
+        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    only = _transformers_only(name_or_path)
+    if backend != "transformers" and only is None:
+        return False
+    if backend == "headlab":
+        raise ValueError(
+            f"{name_or_path}: backend 'headlab' runs {', '.join(MODEL_NAMES)}, llama GGUFs "
+            f"and {', '.join(HEADLAB_FAMILIES)} folders; use backend='transformers'"
+        )
+    from headlab.models.hf.requirements import require_transformers
+
+    what = "backend 'transformers'" if only is None else f"{name_or_path} ({only})"
+    require_transformers(what)
+    return True
 
 
 def _model_type(folder: Path) -> object:
@@ -102,18 +117,22 @@ def _model_type(folder: Path) -> object:
         raise ValueError(f"{config}: not a JSON object ({error})") from None
 
 
-def _transformers_only(name_or_path: str | Path | None) -> bool:
-    """True for what only the transformers route loads: a hub id, a folder of another family."""
+def _transformers_only(name_or_path: str | Path | None) -> str | None:
+    """Why only the transformers route loads ``name_or_path`` (a hub id, a folder of another
+    family), or None where headlab's own models may."""
     if name_or_path is None or name_or_path in MODEL_NAMES:
-        return False
+        return None
     path = Path(name_or_path)
     if not path.exists():
         from headlab.models.hf.checkpoint import HUB_ID
 
-        return isinstance(name_or_path, str) and bool(HUB_ID.match(name_or_path))
+        hub = isinstance(name_or_path, str) and bool(HUB_ID.match(name_or_path))
+        return "a hub id, loaded through transformers" if hub else None
     if path.is_dir() and (path / "config.json").is_file():
-        return _model_type(path) not in HEADLAB_FAMILIES
-    return False
+        family = _model_type(path)
+        if family not in HEADLAB_FAMILIES:
+            return f"model_type {family!r}, which only the transformers route runs"
+    return None
 
 
 def _load_transformers(name_or_path, download: bool, trust_remote_code: bool):

@@ -27,7 +27,7 @@ from torch import Tensor, nn
 
 from headlab.attention import layout
 from headlab.attention.sites import Sites
-from headlab.attention.statistics import HeadSums, StatisticsRequest
+from headlab.attention.statistics import StatisticsRequest
 
 #: The attribute of an attention module that holds its HFAttentionLayer.
 ATTR = "headlab_layer"
@@ -125,21 +125,12 @@ class HFAttentionLayer:
 
     def statistics_request(self) -> StatisticsRequest | None:
         """The sites' statistics request with this layer's W_O (contribution norms); without one
-        the contribution norms are reported as NaN rather than as zero."""
+        (no module takes the function's output unchanged: a gate multiplies it first) the sums
+        hold no contribution norms at all (``attention.statistics``)."""
         request = self.sites.statistics
         if request is None:
             return None
-        w_o = self.output_weight()
-        if w_o is not None:
-            return dataclasses.replace(request, output_weight=w_o)
-        report = request.report
-
-        def unknown_contributions(sums: HeadSums) -> None:
-            sums.sums["contribution_norm"].fill_(float("nan"))
-            if report is not None:
-                report(sums)
-
-        return dataclasses.replace(request, output_weight=None, report=unknown_contributions)
+        return dataclasses.replace(request, output_weight=self.output_weight())
 
 
 def layer_of(module: nn.Module) -> HFAttentionLayer | None:

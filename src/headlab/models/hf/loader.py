@@ -13,7 +13,8 @@ read, each in one line: a family whose attention does not go through ``Attention
 (the model class's ``_supports_attention_backend``), an encoder-decoder, a config declaring more
 layers than its weights hold tensors (before the meta build) or more parameters than they hold
 values, a checkpoint whose parameters would not fit in memory (the estimate from the meta
-build), pickled weights, and remote code without ``trust_remote_code``.
+build), pickled weights, remote code without ``trust_remote_code``, and a GGUF file without
+accelerate (requirements.py).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from headlab.models.hf.checkpoint import (
     read_config,
 )
 from headlab.models.hf.registry import register
+from headlab.models.hf.requirements import require_accelerate
 from headlab.models.weight_files import checkpoint_shapes, held_values
 
 
@@ -187,6 +189,8 @@ def load_pretrained(
     """(model, tokenizer or None, checkpoint): the checkpoint ``source`` names, loaded by
     transformers with ``attn_implementation="headlab"``, in eval mode."""
     checkpoint = locate(source, download=download)
+    if checkpoint.gguf is not None:
+        require_accelerate(checkpoint.name)
     config = read_config(checkpoint, trust_remote_code)
     held = checkpoint_shapes(checkpoint.folder, checkpoint.gguf)  # None: fetched later
     check_layers_held(config, held, checkpoint.name)
