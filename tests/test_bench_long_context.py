@@ -146,3 +146,20 @@ def test_sdpa_baseline_and_headlab_route_run_the_same_model():
         got = forward(batch)
     assert expected.shape == (1, 37, routes.RANDOM_LLAMA["vocab_size"])
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_the_streaming_route_through_transformers_measures_the_eager_weights():
+    # The benchmark's statistics pass on the transformers route, against transformers' own eager
+    # weights of the same seeded model: the mean weight on the first token of every head.
+    pytest.importorskip("transformers")
+    spec = routes.Spec("random-llama", "transformers")
+    streaming, batch, _ = routes.route_runs("streaming", spec, 29)
+    with torch.inference_mode():
+        _, sums = streaming(batch)
+    eager = routes.random_llama(routes.RANDOM_LLAMA, "eager")
+    with torch.no_grad():
+        weights = eager(batch.input_ids, output_attentions=True).attentions
+    assert len(sums) == len(weights) == 4
+    for layer_sums, w in zip(sums, weights, strict=True):
+        first = layer_sums.sums["first"] / layer_sums.n_queries
+        torch.testing.assert_close(first, w[0, :, :, 0].mean(-1).double(), atol=1e-6, rtol=1e-5)
