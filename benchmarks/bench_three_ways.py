@@ -400,7 +400,7 @@ def main(argv: list[str] | None = None) -> int:
     gguf = _gguf(args)
     load = os.getloadavg()[0]
     absent = {tool: missing(tool) for tool in args.tools}
-    for line in {line for line in absent.values() if line}:
+    for line in dict.fromkeys(line for line in absent.values() if line):  # once each, in order
         print(line, flush=True)
     rows = []
     for tool, length in _plan(args):
