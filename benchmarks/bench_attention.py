@@ -9,9 +9,10 @@ Inference: eval mode inside torch.inference_mode(); that is the configuration in
 module takes its native fast path (batch_first, eval, no grad, query is key is value, packed
 in_proj, even head count): its best case. Whether it was taken is checked with the profiler and
 printed. Times are medians over --repeats rounds after --warmup calls, each round calling every
-implementation once in turn (load changes hit all alike); speedup = torch / headlab
-(>= 1.0: headlab at least as fast), for the fast path (need_weights=False) against torch's
-need_weights=False, and for the default (need_weights=True) against torch's default.
+implementation once in turn (side_by_side.interleaved: load changes hit all alike); speedup =
+torch / headlab (>= 1.0: headlab at least as fast), for the fast path (need_weights=False)
+against torch's need_weights=False, and for the default (need_weights=True) against torch's
+default.
 
 In training the script also times the fast path's kernels alone (``kernel_floor_step``: the
 GEMMs and torch's flash attention forward and backward, no module, no autograd); torch fast /
@@ -21,10 +22,10 @@ Then the cost of inspection: ``trace()`` (every intermediate per head) against t
 need_weights=True forward on the same module and input, eval mode, no grad, at batch 4 x 512
 tokens x 512 wide, 8 heads (--quick: the quick size); ratio = trace / forward (target <= 2).
 
-``--load busy`` measures while one other CPU-bound process runs (a single-threaded Python loop
-started here, bounded in time, stopped at the end): users' machines are rarely idle, and
-fine-grained parallel work can fall behind there. ``--load both`` measures quiet, then busy, in
-one run.
+``--load busy`` measures while one other CPU-bound process runs (benchmarks/machine_load.py: a
+single-threaded Python loop started here, bounded in time, stopped at the end): users' machines
+are rarely idle, and fine-grained parallel work can fall behind there. ``--load both`` measures
+quiet, then busy, in one run.
 """
 
 from __future__ import annotations
@@ -34,12 +35,8 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -49,6 +46,8 @@ from rich.table import Table
 
 from annotated_mha import AnnotatedMultiHeadAttention
 from headlab import MultiHeadAttention
+from machine_load import add_load_argument, competing, load_average, loads
+from side_by_side import interleaved
 
 
 @dataclass(frozen=True)
@@ -194,17 +193,6 @@ def check_floor(module, x, g, step) -> None:
     module.zero_grad(set_to_none=True)
 
 
-def time_calls(fn: Callable[[], None], repeats: int, warmup: int) -> list[float]:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1e3)
-    return times
-
-
 def measure(size: Size, repeats: int, warmup: int) -> tuple[list[Result], dict[str, bool]]:
     modules = build_modules(size)
     x = torch.randn(size.batch, size.seq, size.embed)
@@ -235,20 +223,6 @@ def measure(size: Size, repeats: int, warmup: int) -> tuple[list[Result], dict[s
         for name, times in interleaved(steps, repeats, warmup).items():
             results.append(Result(size.name, mode, name, statistics.median(times), times))
     return results, native
-
-
-def interleaved(steps: dict[str, Callable[[], None]], repeats: int, warmup: int):
-    """name -> times (ms): every step once per round, so that a change of machine load during
-    the run hits all implementations alike; every other round in reverse order, so that no
-    implementation always runs on the caches and the clock its one neighbour left."""
-    for step in steps.values():
-        time_calls(step, 0, warmup)
-    times: dict[str, list[float]] = {name: [] for name in steps}
-    for round_ in range(repeats):
-        order = list(steps.items())
-        for name, step in order if round_ % 2 == 0 else reversed(order):
-            times[name] += time_calls(step, 1, 0)
-    return times
 
 
 def measure_trace(size: Size, repeats: int, warmup: int) -> list[Result]:
@@ -293,34 +267,6 @@ def print_table(results: list[Result], speedups: list[dict], console: Console) -
     console.print(table)
 
 
-# One CPU-bound competitor: a single-threaded Python loop that stops by itself after its bound.
-BUSY = "\n".join(
-    [
-        "import sys, time",
-        "end = time.monotonic() + float(sys.argv[1])",
-        "x = 0",
-        "while time.monotonic() < end:",
-        "    for i in range(10**5):",
-        "        x += i * i",
-    ]
-)
-
-
-@contextmanager
-def competing(load: str, bound_s: float = 3600.0) -> Iterator[None]:
-    """Within the block, one other CPU-bound process runs when ``load`` is "busy"."""
-    if load != "busy":
-        yield
-        return
-    process = subprocess.Popen([sys.executable, "-c", BUSY, str(bound_s)])
-    try:
-        time.sleep(0.5)  # let it start spinning
-        yield
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
-
-
 def write_json_atomic(path: Path, payload: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -337,12 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", choices=[s.name for s in FULL], help="one full size only")
     parser.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's)")
     parser.add_argument("--json-out", type=Path, help="also write the results as JSON")
-    parser.add_argument(
-        "--load",
-        choices=("quiet", "busy", "both"),
-        default="quiet",
-        help="measure as the machine is, with one competing CPU-bound process, or both",
-    )
+    add_load_argument(parser)
     args = parser.parse_args(argv)
     if args.repeats < 1 or args.warmup < 0:
         parser.error(f"--repeats must be >= 1 and --warmup >= 0, got {args.repeats}, {args.warmup}")
@@ -361,11 +302,11 @@ def main(argv: list[str] | None = None) -> int:
     console.print(machine)
     results, native = [], {}
     trace_size = QUICK[0] if args.quick else TRACE_SIZE
-    for load in ("quiet", "busy") if args.load == "both" else (args.load,):
+    for load in loads(args.load):
         tag = "" if args.load == "quiet" else f" ({load})"
         with competing(load):
             for size in sizes:
-                console.print(f"measuring {size}{tag} ...")
+                console.print(f"measuring {size}{tag} (load average {load_average():.1f}) ...")
                 res, native[size.name] = measure(size, args.repeats, args.warmup)
                 results += [replace(r, mode=r.mode + tag) for r in res]
             if args.only is None and load == "quiet":

@@ -1,12 +1,16 @@
 """SmolLM2-135M on headlab's attention against transformers' LlamaForCausalLM (SDPA), same weights.
 
     PYTHONPATH=src python benchmarks/bench_decoder.py [--batch 4] [--seq 512] [--repeats 5]
+        [--load quiet|busy|both] [--threads N] [--skip-importance]
 
 Both models come from the packaged GGUF (float32, dequantised). Forward throughput: inference
-mode, a batch of random token ids, timed round-robin (headlab, transformers, headlab, ...) so that
-machine load hits both alike; tokens/s from the median. Also: the time to load the GGUF into
-headlab's model, and one importance pass (``headlab model importance --model smollm2`` defaults:
-300 corpus texts, 128 tokens). The machine's load average is printed with the results.
+mode, a batch of random token ids, timed round-robin (``side_by_side.interleaved``: headlab,
+transformers, then the other way round, ...) so that machine load hits both alike; tokens/s from
+the median, ratio = transformers' median / headlab's under the same load. ``--load busy`` times
+them while one other CPU-bound process runs, ``--load both`` quiet and then busy
+(``machine_load``). Also: the time to load the GGUF into each, and one importance pass
+(``headlab model importance --model smollm2`` defaults: 300 corpus texts, 128 tokens), as the
+machine is. The machine's load average is printed with the results.
 """
 
 from __future__ import annotations
@@ -19,16 +23,25 @@ import time
 
 import torch
 
+from machine_load import add_load_argument, competing, load_average, loads
+from side_by_side import interleaved, load_table
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+BASELINE = "transformers (sdpa)"
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--seq", type=int, default=512)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's)")
     parser.add_argument("--skip-importance", action="store_true")
-    args = parser.parse_args()
+    add_load_argument(parser)
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     from transformers import AutoModelForCausalLM
 
@@ -51,29 +64,22 @@ def main() -> None:
         (args.batch, args.seq),
         generator=torch.Generator().manual_seed(0),
     )
-    runs = {"headlab": lambda: ours.model(ids), "transformers (sdpa)": lambda: theirs(ids).logits}
-    times: dict[str, list[float]] = {name: [] for name in runs}
-    with torch.inference_mode():
-        for fn in runs.values():
-            fn()  # warm-up
-        for _ in range(args.repeats):
-            for name, fn in runs.items():
-                t0 = time.perf_counter()
-                fn()
-                times[name].append(time.perf_counter() - t0)
-    tokens = args.batch * args.seq
+    runs = {"headlab": lambda: ours.model(ids), BASELINE: lambda: theirs(ids).logits}
+    medians, seen = {}, []
+    for load_ in loads(args.load):
+        with competing(load_), torch.inference_mode():
+            before = load_average()
+            times = interleaved(runs, args.repeats, warmup=1)
+            seen.append(f"{load_} {before:.1f} to {load_average():.1f}")
+        medians |= {(load_, name): statistics.median(t) for name, t in times.items()}
     print(
         f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
         f"torch {torch.__version__}, threads {torch.get_num_threads()}, "
-        f"load average {os.getloadavg()[0]:.1f}"
+        f"load average {', '.join(seen)}"
     )
-    print(f"forward, batch {args.batch} x {args.seq} tokens, median of {args.repeats}:")
-    medians = {name: statistics.median(t) for name, t in times.items()}
-    for name, m in medians.items():
-        print(f"  {name:22s} {m * 1000:8.0f} ms   {tokens / m:8.0f} tokens/s")
-    ratio = medians["transformers (sdpa)"] / medians["headlab"]
-    print(f"  headlab / transformers throughput: {ratio:.2f}x")
-    print(f"load GGUF: headlab {load_s:.1f} s, transformers {theirs_load_s:.1f} s")
+    print(f"forward, batch {args.batch} x {args.seq} tokens, median of {args.repeats}:\n")
+    print("\n".join(load_table(medians, BASELINE, args.batch * args.seq, "tokens")))
+    print(f"\nload GGUF: headlab {load_s:.1f} s, transformers {theirs_load_s:.1f} s")
     if not args.skip_importance:
         from headlab.heads import head_importance
 

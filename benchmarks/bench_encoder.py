@@ -1,13 +1,16 @@
 """Encoder throughput: headlab's MiniLM against sentence-transformers, and the importance pass.
 
     PYTHONPATH=src python benchmarks/bench_encoder.py [--n-texts 256] [--batch-size 32]
-        [--repeats 5] [--skip-importance]
+        [--repeats 5] [--load quiet|busy|both] [--threads N] [--skip-importance]
 
 Both encoders embed the same texts with the same batch size and max_seq_length (256), in one
-process, alternating repeat by repeat so that machine load hits both alike; we report the median
-of the repeats. headlab runs the fused attention path (need_weights=False), as transformers' SDPA
-path does. Then one timed run of the importance pass (forward + backward to the head mask) over
-the default corpus. Prints a Markdown table.
+process, alternating repeat by repeat (``side_by_side.interleaved``) so that machine load hits
+both alike; we report the median of the repeats, and ratio = sentence-transformers' median /
+headlab's under the same load. ``--load busy`` times them while one other CPU-bound process
+runs, ``--load both`` quiet and then busy (``machine_load``). headlab runs the fused attention
+path (need_weights=False), as transformers' SDPA path does. Then one timed run of the importance
+pass (forward + backward to the head mask) over the default corpus, as the machine is. Prints a
+Markdown table.
 """
 
 from __future__ import annotations
@@ -24,22 +27,24 @@ import torch
 
 from headlab.heads import head_importance
 from headlab.models import default_corpus, default_model_dir, load_encoder
+from machine_load import add_load_argument, competing, load_average, loads
+from side_by_side import interleaved, load_table
+
+BASELINE = "sentence-transformers"
 
 
-def _timed(fn) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
-
-
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n-texts", type=int, default=256)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--importance-texts", type=int, default=300)
+    parser.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's)")
     parser.add_argument("--skip-importance", action="store_true")
-    args = parser.parse_args()
+    add_load_argument(parser)
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     from sentence_transformers import SentenceTransformer
 
@@ -47,31 +52,29 @@ def main() -> None:
     ours = load_encoder()
     theirs = SentenceTransformer(str(default_model_dir()), device="cpu")
     assert ours.pooling.max_seq_length == theirs.max_seq_length
-
-    def run_ours():
-        ours.embed(texts, args.batch_size)
-
-    def run_theirs():
-        theirs.encode(texts, batch_size=args.batch_size, convert_to_tensor=True)
-
-    run_ours(), run_theirs()  # warm-up
-    t_ours, t_theirs = [], []
-    for _ in range(args.repeats):
-        t_ours.append(_timed(run_ours))
-        t_theirs.append(_timed(run_theirs))
-    m_ours, m_theirs = statistics.median(t_ours), statistics.median(t_theirs)
+    runs = {
+        BASELINE: lambda: theirs.encode(texts, batch_size=args.batch_size, convert_to_tensor=True),
+        "headlab": lambda: ours.embed(texts, args.batch_size),
+    }
+    medians, seen = {}, []
+    for load_ in loads(args.load):
+        with competing(load_):
+            before = load_average()
+            times = interleaved(runs, args.repeats, warmup=1)
+            seen.append(f"{load_} {before:.1f} to {load_average():.1f}")
+        medians |= {(load_, name): statistics.median(t) for name, t in times.items()}
 
     print(f"machine: {platform.processor() or platform.machine()}, torch threads "
-          f"{torch.get_num_threads()}, torch {torch.__version__}")  # fmt: skip
+          f"{torch.get_num_threads()}, torch {torch.__version__}, "
+          f"load average {', '.join(seen)}")  # fmt: skip
     print(f"{args.n_texts} texts from the default corpus, batch {args.batch_size}, "
           f"max_seq_length {ours.pooling.max_seq_length}, median of {args.repeats}\n")  # fmt: skip
-    print("| encoder | median s | texts/s | ratio |")
-    print("| --- | --- | --- | --- |")
-    print(f"| sentence-transformers | {m_theirs:.3f} | {args.n_texts / m_theirs:.1f} | 1.00x |")
-    print(f"| headlab | {m_ours:.3f} | {args.n_texts / m_ours:.1f} | {m_theirs / m_ours:.2f}x |")
+    print("\n".join(load_table(medians, BASELINE, args.n_texts, "texts")))
     if not args.skip_importance:
         corpus = default_corpus(args.importance_texts)
-        seconds = _timed(lambda: head_importance(ours, corpus))
+        start = time.perf_counter()
+        head_importance(ours, corpus)
+        seconds = time.perf_counter() - start
         n = args.importance_texts
         print(f"\nimportance pass over {n} default-corpus texts: {seconds:.1f} s")
 

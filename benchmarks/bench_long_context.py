@@ -39,7 +39,10 @@ With ``--bare``: one ``MultiHeadAttention`` (12 heads, embed 768, no mask), its 
 against ``attention_statistics`` on random input. ``--random-weights``: SmolLM2's shapes with
 random weights and random token ids (same work; the device machine cannot take the 98 MB GGUF).
 ``--threads N`` pins torch's threads. Times are one run each after a warm-up call at a short
-length; the machine's load average is printed with the table.
+length; the machine's load average is printed with the table. ``--load busy`` runs every child
+while one other CPU-bound process runs (``machine_load.competing``, held by this parent across
+the children of one length), ``--load both`` each length's routes quiet and then busy: the
+ratios are against the baseline at the same length and load.
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ from long_context_routes import (
     materialised_bytes,
     route_runs,
 )
+from machine_load import add_load_argument, competing, load_average, loads
 
 ROUTES = ("sdpa", *MODEL_ROUTES)
 COMPARED = ("streaming", "roles")
@@ -114,23 +118,37 @@ def bounds_key(args) -> str:
     return "random-llama" if args.random_llama else args.backend
 
 
+def load_of(row: dict) -> str:
+    """The load a row was measured under (rows from before ``--load`` existed: quiet)."""
+    return row.get("load", "quiet")
+
+
+def reference(rows: list[dict], row: dict, base: str) -> dict | None:
+    """The baseline's row at ``row``'s length and load, None when it failed or did not run."""
+    return next(
+        (
+            r
+            for r in rows
+            if r["route"] == base
+            and r["length"] == row["length"]
+            and load_of(r) == load_of(row)
+            and "failed" not in r
+        ),
+        None,
+    )
+
+
 def verdicts(rows: list[dict], base: str, bounds: tuple[float, float | None]) -> list[str]:
-    """One line per compared row: its peak and time over the baseline's at the same length,
-    against ``bounds`` (memory, time or None)."""
+    """One line per compared row: its peak and time over the baseline's at the same length and
+    load, against ``bounds`` (memory, time or None)."""
     memory_bound, time_bound = bounds
     lines = []
     for row in rows:
         if row["route"] not in COMPARED:
             continue
-        where = f"{row['route']} at {row['length']}"
-        ref = next(
-            (
-                r
-                for r in rows
-                if r["route"] == base and r["length"] == row["length"] and "failed" not in r
-            ),
-            None,
-        )
+        busy = "" if load_of(row) == "quiet" else f" ({load_of(row)})"
+        where = f"{row['route']} at {row['length']}{busy}"
+        ref = reference(rows, row, base)
         if "failed" in row or ref is None:
             lines.append(f"{where}: not compared ({'failed' if 'failed' in row else 'no ' + base})")
             continue
@@ -151,27 +169,24 @@ def cpu_text(row: dict) -> str:
 
 
 def table(rows: list[dict], base: str) -> list[str]:
-    """The markdown table of docs/benchmarks.md: ratios against ``base`` at the same length."""
+    """The markdown table of docs/benchmarks.md: ratios against ``base`` at the same length and
+    load; a load column when a row was measured busy."""
+    loaded = any(load_of(row) != "quiet" for row in rows)
+    first = "| length | load " if loaded else "| length "
     lines = [
-        f"| length | route | seconds | cpu s | peak GiB | peak / {base} | time / {base} |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        f"{first}| route | seconds | cpu s | peak GiB | peak / {base} | time / {base} |",
+        "| --- " * (8 if loaded else 7) + "|",
     ]
     for row in rows:
+        start = f"| {row['length']} | {load_of(row)} " if loaded else f"| {row['length']} "
         if "failed" in row:
-            lines.append(f"| {row['length']} | {row['route']} | failed | - | - | - | - |")
+            lines.append(f"{start}| {row['route']} | failed | - | - | - | - |")
             continue
-        ref = next(
-            (
-                r
-                for r in rows
-                if r["route"] == base and r["length"] == row["length"] and "failed" not in r
-            ),
-            None,
-        )
+        ref = reference(rows, row, base)
         ratio_mem = f"{row['peak'] / ref['peak']:.2f}" if ref else "-"
         ratio_time = f"{row['seconds'] / ref['seconds']:.2f}" if ref else "-"
         lines.append(
-            f"| {row['length']} | {row['route']} | {row['seconds']:.3g} | {cpu_text(row)} | "
+            f"{start}| {row['route']} | {row['seconds']:.3g} | {cpu_text(row)} | "
             f"{row['peak'] / 2**30:.2f} | {ratio_mem} | {ratio_time} |"
         )
     return lines
@@ -198,6 +213,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--chunk-elements", type=int, default=2**22)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--json-out", default=None)
+    add_load_argument(parser)
     parser.add_argument("--child", nargs=2, metavar=("ROUTE", "LENGTH"), help=argparse.SUPPRESS)
     return parser
 
@@ -256,8 +272,34 @@ def child_command(route: str, length: int, args) -> list[str]:
     return command + (["--threads", str(args.threads)] if args.threads else [])
 
 
-def main() -> None:
-    args = parse()
+def measure_routes(length: int, load: str, model: str | None, args) -> list[dict]:
+    """The rows of every route at ``length``, one fresh child each, printed as they come."""
+    rows = []
+    tag = "" if args.load == "quiet" else f" {load:5s}"
+    for route in args.routes:
+        if args.bare and route in ("roles", "plan"):
+            continue  # the bare module has no model
+        if not _fits(route, length, model):
+            print(
+                f"{route:12s} {length:6d}{tag}  skipped: weights over half the memory", flush=True
+            )
+            continue
+        row, why = run_child(child_command(route, length, args))
+        if row is None:
+            rows.append({"route": route, "length": length, "load": load, "failed": why})
+            print(f"{route:12s} {length:6d}{tag}  failed: {why}", flush=True)
+            continue
+        rows.append({**row, "route": route, "length": length, "load": load})
+        print(
+            f"{route:12s} {length:6d}{tag}  {row['seconds']:8.3g} s  (cpu {cpu_text(row)} s)  "
+            f"peak {row['peak'] / 2**30:6.2f} GiB  (before the run {row['before'] / 2**30:.2f})",
+            flush=True,
+        )
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse(argv)
     if args.threads:
         import torch
 
@@ -266,30 +308,18 @@ def main() -> None:
         print(json.dumps(_child(args.child[0], int(args.child[1]), args)))
         return
     model = None if args.bare else spec_of(args).model
-    rows = []
-    load = os.getloadavg()[0]
+    rows, seen = [], {name: [] for name in loads(args.load)}
     for length in args.lengths:
-        for route in args.routes:
-            if args.bare and route in ("roles", "plan"):
-                continue  # the bare module has no model
-            if not _fits(route, length, model):
-                print(f"{route:12s} {length:6d}  skipped: weights over half the memory", flush=True)
-                continue
-            row, why = run_child(child_command(route, length, args))
-            if row is None:
-                rows.append({"route": route, "length": length, "failed": why})
-                print(f"{route:12s} {length:6d}  failed: {why}", flush=True)
-                continue
-            rows.append(row)
-            print(
-                f"{route:12s} {length:6d}  {row['seconds']:8.3g} s  (cpu {cpu_text(row)} s)  peak "
-                f"{row['peak'] / 2**30:6.2f} GiB  (before the run {row['before'] / 2**30:.2f})",
-                flush=True,
-            )
+        for load in loads(args.load):
+            with competing(load):  # runs through every child of this load
+                seen[load].append(load_average())
+                rows += measure_routes(length, load, model, args)
+                seen[load].append(load_average())
     what = "bare module" if args.bare else f"{model}, backend {args.backend}"
+    averages = ", ".join(f"{n} {min(a):.1f} to {max(a):.1f}" for n, a in seen.items())
     print(
         f"\n{what}; machine: {platform.machine()}, {os.cpu_count()} cores, device {args.device}, "
-        f"load average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end"
+        f"load average {averages} (at the start and end of each length's routes)"
     )
     base = baseline(args.backend)
     print("\n".join(table(rows, base)))
@@ -303,6 +333,7 @@ def main() -> None:
                     "model": model,
                     "backend": args.backend,
                     "rows": rows,
+                    "load": args.load,
                 },
                 f,
                 indent=1,

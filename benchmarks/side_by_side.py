@@ -1,0 +1,54 @@
+"""Timing implementations side by side: every one once per round, and their ratios per load.
+
+``interleaved`` calls every implementation once per round, every other round in reverse order,
+so that a change of machine load during the run hits all of them alike and none always runs on
+the caches and the clock its one neighbour left. ``load_table`` reports each implementation's
+median against a baseline measured under the same load (``machine_load``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+
+def time_calls(fn: Callable[[], object], repeats: int, warmup: int) -> list[float]:
+    """Milliseconds of ``repeats`` calls of ``fn`` after ``warmup`` untimed ones."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1e3)
+    return times
+
+
+def interleaved(
+    steps: dict[str, Callable[[], object]], repeats: int, warmup: int
+) -> dict[str, list[float]]:
+    """name -> times (ms) of ``repeats`` rounds, after ``warmup`` calls of each step."""
+    for step in steps.values():
+        time_calls(step, 0, warmup)
+    times: dict[str, list[float]] = {name: [] for name in steps}
+    for round_ in range(repeats):
+        order = list(steps.items())
+        for name, step in order if round_ % 2 == 0 else reversed(order):
+            times[name] += time_calls(step, 1, 0)
+    return times
+
+
+def load_table(
+    medians: dict[tuple[str, str], float], baseline: str, work: int, unit: str
+) -> list[str]:
+    """Markdown lines: one row per (load, implementation) of ``medians`` (ms), with ``work``
+    ``unit``s per call as a rate and ratio = the baseline's median / this one's under the same
+    load (> 1: faster than the baseline)."""
+    lines = [
+        f"| load | implementation | median ms | {unit}/s | ratio |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for (load, name), ms in medians.items():
+        ratio = medians[(load, baseline)] / ms
+        lines.append(f"| {load} | {name} | {ms:.0f} | {work / ms * 1e3:.1f} | {ratio:.2f}x |")
+    return lines
