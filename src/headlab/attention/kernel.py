@@ -45,11 +45,12 @@ from headlab.attention.mask_spec import MaskSpec, MergedMask
 from headlab.attention.sites import Sites
 from headlab.attention.statistics import (
     CHUNK_ELEMENTS,
+    ChunkSums,
     HeadSums,
     StatisticsRequest,
     StreamingSums,
 )
-from headlab.attention.workers import run_blocks
+from headlab.attention.workers import run_blocks, usable
 
 # Blocks of the chunked path. For weights averaged over heads: one batch element's heads over
 # ``rows`` query rows, about BLOCK_ELEMENTS weights (1 MiB in float32) so that a block stays in
@@ -151,9 +152,10 @@ def _chunked(
     chunk_elements: int,
 ) -> tuple[Tensor, Tensor | None]:
     """(head_out, weights averaged over heads or None) without autograd, a block of query rows
-    at a time. Averaging: one batch element per block, sized for the cache; statistics: the
-    whole batch per chunk of ``chunk_elements`` weights. Causal rows skip the keys after them.
-    The averaging blocks are independent: on CPU they go to ``workers.run_blocks``."""
+    at a time. Averaging: one batch element per block, sized for the cache; otherwise the whole
+    batch per chunk, ``chunk_elements`` weights in all the chunks in flight at once. Causal rows
+    skip the keys after them. On CPU the blocks go to ``workers.run_blocks``, each one's
+    statistics (``StreamingSums.chunk``) merged in order in this thread."""
     batch, heads, q_len, _ = q.shape
     k_len = k.shape[2]
     extra = 0 if mask is None else mask.extra_keys
@@ -166,12 +168,13 @@ def _chunked(
     if mean:
         batch_step, budget = 1, BLOCK_ELEMENTS
         rows_step = min(q_len, max(MIN_ROWS, budget // max(1, out_heads * k_len)))
-    else:
-        batch_step = max(1, batch)  # the whole batch (also an empty one)
-        rows_step = max(1, chunk_elements // max(1, batch * out_heads * k_len))
+    else:  # the whole batch (also an empty one); a worker's chunks share chunk_elements
+        on_workers = usable() if q.device.type == "cpu" else 1
+        batch_step = max(1, batch)
+        rows_step = max(1, chunk_elements // max(1, on_workers * batch * out_heads * k_len))
     k, v = k.contiguous(), v.contiguous()  # one copy here, not one per block
 
-    def block(job: tuple[slice, slice]) -> None:
+    def block(job: tuple[slice, slice]) -> ChunkSums | None:
         part, rows = job
         # causal rows see no key after their own position: skip those (extra keys last)
         keys = mask.last_key(rows.stop, real) if mask is not None and not extra else k_len
@@ -196,20 +199,24 @@ def _chunked(
         if averaged is not None:
             averaged[part, rows, keys:] = 0.0
             torch.mean(p, dim=1, out=averaged[part, rows, :keys])
-        if sums is not None:
-            causal = mask is not None and mask.causal and not extra
-            sums.add(p, rows, causal_keys=causal, outputs=o, values=v[part, :, :keys])
+        if sums is None:
+            return None
+        causal = mask is not None and mask.causal and not extra
+        return sums.chunk(p, rows, causal_keys=causal, outputs=o, values=v[part, :, :keys])
 
     jobs = [
         (slice(b0, min(b0 + batch_step, batch)), slice(start, min(start + rows_step, q_len)))
         for b0 in range(0, batch, batch_step)
         for start in range(0, q_len, rows_step)
     ]
-    if mean and q.device.type == "cpu":  # cache-sized independent blocks: on the workers
-        run_blocks(jobs, block)
-    else:  # chunks sized for memory, and sums that add up chunk by chunk, in order
+    merge = None if sums is None else sums.merge  # the sums add up chunk by chunk, in order
+    if q.device.type == "cpu":  # independent blocks: on the workers
+        run_blocks(jobs, block, merge)
+    else:
         for job in jobs:
-            block(job)
+            part = block(job)
+            if merge is not None:
+                merge(part)
     return out.transpose(1, 2), averaged
 
 

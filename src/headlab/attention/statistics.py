@@ -102,6 +102,24 @@ class StatisticsRequest:
     block: int | None = None
 
 
+@dataclass
+class ChunkSums:
+    """What one chunk of query rows adds to ``StreamingSums`` (float64 sums, per head).
+
+    rows: the chunk's query rows. sums: name -> (head,), the chunk's share of each sum.
+    received: (head, keys) the weight each of the chunk's keys receives. hits: (head, batch, c)
+    the copy hits of these rows, or None. block_mass: (head, c, k_blocks') the mass to each block
+    of keys, to add at the query blocks q_blocks (c,), or None.
+    """
+
+    rows: slice
+    sums: dict[str, Tensor]
+    received: Tensor
+    hits: Tensor | None = None
+    block_mass: Tensor | None = None
+    q_blocks: Tensor | None = None
+
+
 def _at(weights: Tensor, keys: Tensor) -> Tensor:
     """weights (batch, head, c, k) at key index keys (batch|1, c) -> (batch, head, c); 0 where
     the index is outside 0 .. k - 1 (a key this chunk did not visit has zero weight)."""
@@ -170,7 +188,21 @@ class StreamingSums:
         keys - 1 (every later key has zero weight). ``causal_keys``: no weight falls on a key
         after its query (then distance needs no absolute value, and the window is one-sided).
         outputs (batch, head, c, d) = weights @ values and values (batch, kv_head, keys, d)
-        serve the window error."""
+        serve the window error. The same as ``merge(chunk(...))``."""
+        self.merge(self.chunk(weights, rows, causal_keys=causal_keys, outputs=outputs,
+                              values=values))  # fmt: skip
+
+    def chunk(
+        self,
+        weights: Tensor,
+        rows: slice,
+        *,
+        causal_keys: bool,
+        outputs: Tensor | None = None,
+        values: Tensor | None = None,
+    ) -> ChunkSums:
+        """What one chunk adds (``add``'s arguments), without adding it: this reads the running
+        sums' settings only, so chunks can be reduced on several threads and merged in order."""
         keys = weights.shape[-1]
         dtype = weights.dtype
         positions = torch.arange(rows.start, rows.stop, device=weights.device) + self.q_offset
@@ -189,43 +221,55 @@ class StreamingSums:
         for name, index in self.special.items():
             per_query[name] = _at(weights, index.view(self.batch, 1).expand(self.batch, c))
         weight = self.counted[:, None, rows]  # (batch, 1, c)
-        for name, value in per_query.items():
-            self.sums[name] += (value * weight).sum(dim=(0, 2)).to(torch.float64)
+        sums = {
+            name: (value * weight).sum(dim=(0, 2)).to(torch.float64)
+            for name, value in per_query.items()
+        }
         prev = _at(weights, positions[None, :] - 1)
-        self.sums["prev"] += (prev * weight * (positions >= 1)).sum(dim=(0, 2)).double()
+        sums["prev"] = (prev * weight * (positions >= 1)).sum(dim=(0, 2)).double()
         seen = self.counted[:, None, None, rows] @ weights  # (batch, head, 1, keys), no copy
-        self.received[:, :keys] += seen.sum(dim=(0, 2)).to(torch.float64)
+        part = ChunkSums(rows, sums, seen.sum(dim=(0, 2)).to(torch.float64))
         if self.request.window is not None:
             error = window_error(weights, values, outputs, positions, self.request.window,
                                  causal=causal_keys)  # fmt: skip
-            self.sums["window_error"] += (error * weight).sum(dim=(0, 2)).to(torch.float64)
+            sums["window_error"] = (error * weight).sum(dim=(0, 2)).to(torch.float64)
         if self.sources is not None:
-            self._add_copies(weights, rows)
+            self._chunk_copies(weights, rows, part)
         if self.blocks is not None:
-            self._add_blocks(weights, positions, weight)
+            part.block_mass = self._block_mass(weights, weight)
+            part.q_blocks = (positions // self.request.block).to(self.blocks.device)  # (c,)
+        return part
 
-    def _add_copies(self, weights: Tensor, rows: slice) -> None:
+    def merge(self, part: ChunkSums) -> None:
+        """Add one chunk's sums (``chunk``) to the running sums."""
+        for name, value in part.sums.items():
+            self.sums[name] += value
+        self.received[:, : part.received.shape[-1]] += part.received
+        if part.hits is not None:
+            self.hits[:, :, part.rows] = part.hits
+        if part.block_mass is not None:
+            target = self.blocks[:, :, : part.block_mass.shape[-1]]
+            target.index_add_(1, part.q_blocks, part.block_mass)
+
+    def _chunk_copies(self, weights: Tensor, rows: slice, part: ChunkSums) -> None:
         """Weight on, and argmax at, each copy position's source (batch-major order)."""
         sources = self.sources[:, rows]  # (batch, c)
         valid = sources >= 0
         if not bool(valid.any()):
             return
         on_source = _at(weights, sources)  # (batch, head, c); 0 where the source is -1
-        self.sums["copy_weight"] += on_source.sum(dim=(0, 2)).to(torch.float64)
+        part.sums["copy_weight"] = on_source.sum(dim=(0, 2)).to(torch.float64)
         hits = weights.argmax(dim=-1) == sources[:, None, :]  # (batch, head, c)
-        self.hits[:, :, rows] = hits.transpose(0, 1) & valid  # (head, batch, c)
+        part.hits = hits.transpose(0, 1) & valid  # (head, batch, c)
 
-    def _add_blocks(self, weights: Tensor, positions: Tensor, counted: Tensor) -> None:
-        """Mass from this chunk's queries to each block of keys, into their query blocks."""
+    def _block_mass(self, weights: Tensor, counted: Tensor) -> Tensor:
+        """(head, c, k_blocks') mass from this chunk's queries to each block of keys."""
         size = self.request.block
         keys = weights.shape[-1]
         padded = -(-keys // size) * size
         w = torch.nn.functional.pad(weights * counted[..., None], (0, padded - keys))
         per_key_block = w.view(*w.shape[:-1], padded // size, size).sum(-1)  # (b, h, c, kb)
-        mass = per_key_block.sum(0).to(torch.float64)  # (head, c, k_blocks')
-        q_blocks = (positions // size).to(self.blocks.device)  # (c,)
-        target = self.blocks[:, :, : mass.shape[-1]]
-        target.index_add_(1, q_blocks, mass)
+        return per_key_block.sum(0).to(torch.float64)
 
     def add_outputs(self, head_out: Tensor, rows_per_chunk: int) -> None:
         """The contribution norms ||head_out_q @ W_O block^T|| of the final head outputs

@@ -1,12 +1,16 @@
 """Independent blocks of one kernel call, spread over worker threads that each run single-threaded.
 
 The kernel's blocked loop (weights averaged over heads, without autograd) computes a few dozen
-cache-sized blocks of query rows per call, about five ATen ops each. Run one after the other,
-every op is an OpenMP parallel region of all of torch's threads, and every region ends in a
-barrier: on a machine where another process holds a core, each barrier waits for the thread
-that was descheduled, and a call of 1 x 2048 tokens (160 regions) fell to 0.2-0.3x torch's
-speed. Here each worker thread runs its ops on one thread (no region, no barrier) and takes the
-next block when it is done with one, so a slowed thread simply takes fewer blocks.
+cache-sized blocks of query rows per call, about five ATen ops each; its chunked loop (streamed
+statistics, and what SDPA cannot serve) a chunk of rows at a time, about 90 ops each with the
+statistics (27,000 per SmolLM2 forward at 2048 tokens, against 1,600 for its plain forward).
+Run one after the other, every op is an OpenMP parallel region of all of torch's threads, and
+every region ends in a barrier: on a machine where another process holds a core, each barrier
+waits for the thread that was descheduled, and a call of 1 x 2048 tokens (160 regions) fell to
+0.2-0.3x torch's speed. Here each worker thread runs its ops on one thread (no region, no
+barrier) and takes the next block when it is done with one, so a slowed thread simply takes
+fewer blocks. Results that must add up in one order (the statistics' sums) are merged in the
+calling thread in the order of the blocks, so they do not depend on which worker ran what.
 
 Workers: ``torch.get_num_threads()`` of the calling thread (the pool is rebuilt when that changes,
 and in a forked child). Each worker sets its own thread count to 1 (``torch.set_num_threads`` sets
@@ -20,13 +24,17 @@ from __future__ import annotations
 import functools
 import os
 import threading
+from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import TypeVar
 
 import torch
 
 J = TypeVar("J")
+R = TypeVar("R")
+#: With ``merge``: blocks each worker may run ahead of the oldest block not yet merged.
+AHEAD = 4
 
 _lock = threading.Lock()
 _pool: tuple[int, int, ThreadPoolExecutor] | None = None  # (pid, workers, pool)
@@ -62,20 +70,55 @@ def _openmp() -> bool:
     return "parallel backend: OpenMP" in torch.__config__.parallel_info()
 
 
-def run_blocks(jobs: Sequence[J], block: Callable[[J], None]) -> None:
-    """``block(job)`` for every job (blocks of one call, writing disjoint parts of its
-    outputs), on the workers where they pay, else in order in this thread. The workers run
-    with this thread's grad and inference mode."""
+def usable() -> int:
+    """How many workers ``run_blocks`` spreads blocks over in this thread now (1: none, the
+    blocks run in order here): this thread's torch thread count, with OpenMP, outside autocast.
+    A caller that sizes its blocks for memory divides its budget by this."""
     count = torch.get_num_threads()
-    if count < 2 or len(jobs) < 2 * count or not _openmp() or torch.is_autocast_enabled("cpu"):
+    return 1 if count < 2 or not _openmp() or torch.is_autocast_enabled("cpu") else count
+
+
+def run_blocks(
+    jobs: Sequence[J], block: Callable[[J], R], merge: Callable[[R], None] | None = None
+) -> None:
+    """``block(job)`` for every job (blocks of one call, writing disjoint parts of its
+    outputs), on the workers where they pay (``usable`` workers, at least two blocks each),
+    else in order in this thread. The workers run with this thread's grad and inference mode.
+
+    ``merge``: called in this thread with each block's result, in the order of ``jobs`` (sums
+    that must add up in one order, whatever thread computed each part); the workers then run
+    at most AHEAD blocks each ahead of the oldest one not merged, so that results waiting for
+    it do not pile up. A block's error reaches the caller once the blocks started are done."""
+    count = usable()
+    if count < 2 or len(jobs) < 2 * count:
         for job in jobs:
-            block(job)
+            result = block(job)
+            if merge is not None:
+                merge(result)
         return
     inference, grad = torch.is_inference_mode_enabled(), torch.is_grad_enabled()
 
-    def run(job: J) -> None:
+    def run(job: J) -> R:
         with torch.inference_mode(inference), torch.set_grad_enabled(grad):
-            block(job)
+            return block(job)
 
-    for _ in _workers(count).map(run, jobs):
-        pass
+    pool = _workers(count)
+    window = len(jobs) if merge is None else AHEAD * count
+    pending: deque[Future[R]] = deque()
+    try:
+        for job in jobs:
+            pending.append(pool.submit(run, job))
+            if len(pending) >= window:
+                _take(pending.popleft(), merge)
+        while pending:
+            _take(pending.popleft(), merge)
+    finally:  # after an error: nothing new starts, and nothing still writes when it returns
+        for future in pending:
+            future.cancel()
+        wait(pending)
+
+
+def _take(future: Future[R], merge: Callable[[R], None] | None) -> None:
+    result = future.result()
+    if merge is not None:
+        merge(result)
