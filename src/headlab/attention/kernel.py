@@ -437,6 +437,7 @@ def _streamed(
         q_offset=0 if mask is None else mask.q_offset,
         device=q.device,
         dtype=q.dtype,
+        sink_logits=options["sinks"] is not None,
     )
     with torch.no_grad():
         if sites is not None and sites.touches_scores():
