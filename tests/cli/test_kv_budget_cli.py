@@ -97,7 +97,7 @@ def test_heads_on_one_long_text_prints_the_roles(llama_dir, tmp_path, capsys):
     assert code == 0, err
     shown = " ".join(printed.split())
     assert "head roles: window 4 sinks + 8 recent keys; 6 copy positions" in shown
-    assert "role of each head" in shown and "top retrieval heads" in shown
+    assert "role of each head" in shown and "the numbers behind each role" in shown
     roles = json.loads(out.read_text())["roles"]
     assert roles["copy_positions"] == 6 and len(roles["roles"]) == 3
     assert figure.read_bytes().startswith(b"\x89PNG")

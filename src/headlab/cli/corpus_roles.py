@@ -129,7 +129,7 @@ def _tables(result) -> list:
         f"({c.window_tokens} in documents longer than the window), {c.copy_positions} copy "
         f"positions ({c.correct_predictions} predicted right)"
     )
-    return [Text(line), *role_tables(result.roles)]
+    return [Text(line), *role_tables(result.roles, result.statistics)]
 
 
 def register(app: typer.Typer) -> None:

@@ -344,7 +344,7 @@ def _long_context(
     tables = _grid(title, result.statistics.metrics[metric])
     tables.append(_sink_table(findings))
     tables.append(_concentration_table(findings, document.heavy_hitters, result.tokens))
-    tables.extend(role_tables(document.roles))
+    tables.extend(role_tables(document.roles, document.statistics))
     _emit(document, out, force, as_json, tables)
 
 
