@@ -8,6 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import headlab.attention.kernel as kernel
 from headlab.attention.kernel import attend
 from headlab.attention.mask_spec import MaskSpec
 from headlab.attention.sites import KeyBudget, Sites
@@ -75,3 +76,40 @@ def test_without_the_sink_in_the_denominator_the_error_would_differ():
     )
     torch.testing.assert_close(with_sink, want, atol=1e-12, rtol=1e-12)
     assert (plain - want).abs().max() > 1e-2
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.integers(0, 2**16),
+    st.sampled_from([(6, 2), (4, 1), (3, 3)]),
+    st.integers(1, 150),
+    st.integers(0, 3),
+    st.sampled_from([1, 3, 70, 200]),
+)
+def test_the_banded_path_of_a_kv_plan_equals_the_explicit_weights(seed, shape, q_len, sinks, size):
+    """A causal layer with a KeyBudget (a KV plan) takes the banded path: every head fused, the
+    budgeted ones again over their sinks and window band, in blocks of max(64, window) queries;
+    it must equal the explicit path (checked against the loop reference in test_kernel)."""
+    heads, groups = shape
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(2, heads, q_len, 5, generator=g, dtype=F64)
+    k = torch.randn(2, groups, q_len, 5, generator=g, dtype=F64)
+    v = torch.randn(2, groups, q_len, 3, generator=g, dtype=F64)
+    chosen = torch.rand(heads, generator=g) < 0.6
+    spec = MaskSpec(causal=True, budget=KeyBudget(sinks, size, chosen))
+    taken = []
+    banded = kernel._banded
+
+    def spy(*args, **kwargs):
+        taken.append(True)
+        return banded(*args, **kwargs)
+
+    kernel._banded = spy
+    try:
+        with torch.no_grad():
+            got = attend(q, k, v, spec).head_out
+    finally:
+        kernel._banded = banded
+    want = attend(q, k, v, spec, need_weights="heads").head_out
+    assert taken == [True]
+    torch.testing.assert_close(got, want, atol=1e-10, rtol=1e-10)

@@ -19,6 +19,9 @@ group outputs that group's P times its own values: the same weights viewed with 
   chunked    no autograd, query rows in blocks: the weights are never held whole; per-head
              statistics stream from each block (``statistics.StreamingSums``), and weights
              averaged over heads are accumulated block by block
+  banded     a KV plan's layer (causality and a ``KeyBudget``, nothing else, no autograd):
+             fused for every head, then the budgeted heads again, a block of queries at a time
+             over only the keys they keep (the sinks and the window's band)
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from headlab.attention.layout import shape_check, static_graph
-from headlab.attention.mask_spec import MaskSpec, MergedMask
+from headlab.attention.mask_spec import MaskSpec, MergedMask, _outside_window
 from headlab.attention.sites import Sites
 from headlab.attention.statistics import HeadSums, StatisticsRequest, StreamingSums
 
@@ -283,6 +286,49 @@ def _chunked(
     return out.transpose(1, 2), averaged
 
 
+def _banded_applies(mask: MaskSpec | None, q: Tensor, k: Tensor, options: dict) -> bool:
+    """A KV plan's layer the banded path serves: plain causality plus a ``KeyBudget``, queries
+    and keys aligned, no soft-cap, sink logits or view."""
+    return (
+        mask is not None
+        and mask.budget is not None
+        and replace(mask, budget=None).plain_causal
+        and q.shape[2] == k.shape[2]
+        and all(options[name] is None for name in ("softcap", "sinks", "view"))
+    )
+
+
+def _banded(q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec, *, scale: float) -> Tensor:
+    """head_out (batch, head, q_pos, d_value) of a causal layer with a ``KeyBudget``: every head
+    fused with plain causality, then each budgeted head again over the keys it keeps, a block
+    of ``window`` queries at a time: its sinks and the keys from the block's first query's
+    window on. The budgeted heads cost O(q_pos x (sinks + 2 window)), not O(q_pos^2); a block's
+    mask is ``MaskSpec``'s window on those key positions (one definition of the kept keys)."""
+    budget = mask.budget
+    out = _fused(q, k, v, replace(mask, budget=None), scale=scale, dropout_p=0.0)
+    heads = budget.heads.to(q.device).nonzero()[:, 0]  # (budgeted,)
+    if not len(heads):
+        return out
+    kv = heads // (q.shape[1] // k.shape[1])  # each budgeted head's K/V head
+    q_b, k_b, v_b = q[:, heads], k[:, kv], v[:, kv]  # (batch, budgeted, pos, d)
+    sinks, size = budget.sinks, budget.window
+    step = max(64, size)
+    for start in range(0, q.shape[2], step):
+        stop = min(start + step, q.shape[2])
+        low = max(sinks, start - size + 1)  # the first key of the band any row here sees
+        keys = torch.cat([torch.arange(min(sinks, low), device=q.device),
+                          torch.arange(low, stop, device=q.device)])  # fmt: skip
+        positions = torch.arange(start, stop, device=q.device)
+        after = keys[None, None, None, :] > positions[None, None, :, None]  # causality
+        hidden = after | _outside_window(positions, keys, size, sinks, None, causal=True)
+        block = MaskSpec(attn_mask=hidden)  # (1, 1, rows, keys), True hidden
+        out[:, heads, start:stop] = _fused(
+            q_b[:, :, start:stop], k_b[:, :, keys], v_b[:, :, keys], block, scale=scale,
+            dropout_p=0.0,
+        )  # fmt: skip
+    return out
+
+
 def _whole(mask: MaskSpec | None, q: Tensor, k: Tensor) -> MergedMask | None:
     """Every row of ``mask`` over every key of ``k``, for the paths that hold whole scores."""
     if mask is None:
@@ -363,6 +409,13 @@ def attend(
             weights = weights.mean(dim=1)
     elif need_weights == "mean":
         head_out, weights = _averaged(q, k, v, mask, dropout_p=dropout_p, **options)
+    elif (
+        _banded_applies(mask, q, k, options)
+        and not needs_grad
+        and not static_graph()
+        and dropout_p == 0.0
+    ):
+        head_out = _banded(q, k, v, mask, scale=scale)
     elif (softcap is not None or sinks is not None or view is not None) or (
         mask is not None and mask.large and not needs_grad and not static_graph()
     ):  # SDPA cannot do these, or would need a whole (q_pos, k_pos) mask per head
