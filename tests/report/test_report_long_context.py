@@ -101,6 +101,6 @@ def test_budget_rows_are_the_runs_of_each_size() -> None:
     base = result.baseline().perplexity
     chosen = [r for r in result.runs if r.kind == "chosen"][2]
     assert rows[2]["perplexity"] == f"{chosen.perplexity / base - 1:+.1%}"
-    assert rows[2]["copy_accuracy"] == f"{chosen.copy_accuracy:.2f}"
+    assert rows[2]["copy_accuracy"] == f"{chosen.copy_accuracy:.3f}"
     randoms = [r.copy_accuracy for r in result.runs if r.kind == "random" and r.budget == 0.5]
-    assert rows[2]["random_copy"] == f"{min(randoms):.2f}\u2026{max(randoms):.2f}"
+    assert rows[2]["random_copy"] == f"{min(randoms):.3f}\u2026{max(randoms):.3f}"

@@ -101,11 +101,11 @@ def budget_rows(result: KVBudgetResult) -> list[dict]:
                                     max(randoms, key=lambda r: r.perplexity))
             ) if randoms else "",
             "opposite_perplexity": change(opposite) if opposite else "",
-            "copy_accuracy": f"{run.copy_accuracy:.2f}",
-            "random_copy": "\u2026".join(f"{v:.2f}" for v in (
+            "copy_accuracy": f"{run.copy_accuracy:.3f}",
+            "random_copy": "\u2026".join(f"{v:.3f}" for v in (
                 min(r.copy_accuracy for r in randoms), max(r.copy_accuracy for r in randoms)
             )) if randoms else "",
-            "opposite_copy": f"{opposite.copy_accuracy:.2f}" if opposite else "",
+            "opposite_copy": f"{opposite.copy_accuracy:.3f}" if opposite else "",
         })  # fmt: skip
     return rows
 
@@ -116,17 +116,17 @@ def budget_answer(result: KVBudgetResult) -> str:
     text = (
         f"{result.model} at {result.n_tokens} tokens ({result.copy_positions} copy positions; "
         f"windowed groups keep {result.sinks} sinks + {result.window} recent tokens). The full "
-        f"model: perplexity {base.perplexity:.2f}, copy accuracy {base.copy_accuracy:.2f}. "
+        f"model: perplexity {base.perplexity:.2f}, copy accuracy {base.copy_accuracy:.3f}. "
         "The table compares the plan that windows the groups of lowest window error with "
         f"{sum(r.kind == 'random' and r.budget == _first_budget(result) for r in result.runs)} "
         "random plans of the same size and with the opposite ranking"
     )
     check = result.retrieval
     if check is not None:
-        randoms = ", ".join(f"{a:.2f}" for a in check.random_copy_accuracy)
+        randoms = ", ".join(f"{a:.3f}" for a in check.random_copy_accuracy)
         text += (
             f". Masking the top {check.k} retrieval heads leaves copy accuracy "
-            f"{check.copy_accuracy:.2f}; masking {check.k} random other heads: {randoms}"
+            f"{check.copy_accuracy:.3f}; masking {check.k} random other heads: {randoms}"
         )
         if check.note:
             text += f" ({check.note})"
