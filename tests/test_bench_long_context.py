@@ -163,3 +163,16 @@ def test_the_streaming_route_through_transformers_measures_the_eager_weights():
     for layer_sums, w in zip(sums, weights, strict=True):
         first = layer_sums.sums["first"] / layer_sums.n_queries
         torch.testing.assert_close(first, w[0, :, :, 0].mean(-1).double(), atol=1e-6, rtol=1e-5)
+
+
+def test_the_random_weights_route_runs_on_token_ids_alone():
+    # SmolLM2's shapes with random weights have no tokenizer: the model still runs and its
+    # statistics name the first token as every decoder without a prefix token does.
+    spec = routes.Spec("smollm2-random", "headlab")
+    forward, batch, _ = routes.route_runs("forward", spec, 11)
+    streaming, _, _ = routes.route_runs("streaming", spec, 11)
+    with torch.inference_mode():
+        logits = forward(batch)
+        _, sums = streaming(batch)
+    assert logits.shape == (1, 11, 49152) and torch.isfinite(logits).all()
+    assert len(sums) == 30 and "first" in sums[0].sums
