@@ -1,6 +1,8 @@
 """Shared test settings: offline model loading, deterministic hypothesis profile."""
 
 import os
+import sys
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -66,6 +68,22 @@ def smollm2():
 
 
 @pytest.fixture(scope="session")
+def smollm2_transformers():
+    """The same GGUF through transformers on headlab's attention (``TransformersModel``)."""
+    from headlab.models import load
+
+    return load("smollm2", backend="transformers")
+
+
+@pytest.fixture(scope="session")
+def minilm_transformers():
+    """The packaged MiniLM folder through transformers' BertModel on headlab's attention."""
+    from headlab.models import load
+
+    return load("minilm", backend="transformers")
+
+
+@pytest.fixture(scope="session")
 def smollm2_reference():
     """transformers' LlamaForCausalLM from the same GGUF, eager attention, float32."""
     import torch
@@ -118,3 +136,55 @@ def tiny_llama(tiny_llama_dir):
     from headlab.models import load
 
     return load(tiny_llama_dir)
+
+
+# The transformers route: the tiny family checkpoints of tests/models/hf_families.py (used by
+# tests/models, tests/heads and tests/cli).
+sys.path.insert(0, str(Path(__file__).parent / "models"))
+
+
+@pytest.fixture(scope="session")
+def hf_dirs(tmp_path_factory):
+    """Family name -> a folder with its tiny checkpoint (config.json, model.safetensors,
+    tokenizer.json), written once per session."""
+    from hf_families import FAMILIES, write_family
+
+    root = tmp_path_factory.mktemp("hf-families")
+    return {name: write_family(name, root / name) for name in FAMILIES}
+
+
+@pytest.fixture(scope="session")
+def hf_loaded(hf_dirs):
+    """Family name -> its checkpoint loaded through headlab (``TransformersModel``, float32),
+    loaded on first use and kept for the session. Tests must not change the models."""
+    from headlab.models.hf import load_transformers
+
+    cache: dict = {}
+
+    def get(name: str):
+        if name not in cache:
+            cache[name] = load_transformers(hf_dirs[name])
+        return cache[name]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def hf_eager(hf_dirs):
+    """Family name -> the same checkpoint loaded by transformers alone, eager attention,
+    float32 (the reference), loaded on first use and kept for the session."""
+    import torch
+    from hf_families import FAMILIES, model_class
+
+    cache: dict = {}
+
+    def get(name: str):
+        if name not in cache:
+            cache[name] = (
+                model_class(FAMILIES[name])
+                .from_pretrained(hf_dirs[name], attn_implementation="eager", dtype=torch.float32)
+                .eval()
+            )
+        return cache[name]
+
+    return get

@@ -62,3 +62,18 @@ def test_a_refusal_names_the_library_argument_not_a_cli_flag(tmp_path):
     with pytest.raises(OutputRefused, match=f"^path={blocker / 'x.json'}: {blocker} is not a dir"):
         check_output(blocker / "x.json", Kind.json("t"))
     assert notes.read_text() == "my notes"
+
+
+@pytest.mark.parametrize("mode", [0o600, 0o640, 0o604])
+def test_a_replaced_file_keeps_its_mode(tmp_path, mode):
+    """A results file the user made private stays private when headlab replaces it."""
+    from headlab.heads.results import write_json
+
+    target = tmp_path / "heads.json"
+    write_json(target, {"n": 1}, "model-heads")
+    target.chmod(mode)
+    write_json(target, {"n": 2}, "model-heads")
+    assert stat.S_IMODE(target.stat().st_mode) == mode
+    assert '"n": 2' in target.read_text()
+    atomic_write_bytes(target, b"raw")
+    assert stat.S_IMODE(target.stat().st_mode) == mode

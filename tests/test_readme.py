@@ -58,3 +58,17 @@ def test_readme_output_is_what_the_command_prints(command, shown, abridged, caps
     printed = _lines(capsys.readouterr().out)
     expected = _lines(shown)
     assert_same(printed[: len(expected)] if abridged else printed, expected)
+
+
+def test_every_table_the_readme_shows_fits_80_columns():
+    """The README says its outputs were taken at 80 columns: every table drawn in a code block
+    (rich's box characters) must then fit them, the blocks this file does not run included."""
+    text = README.read_text(encoding="utf-8")
+    fences = re.findall(r"```[a-z]*\n(.*?)```", text, re.S)
+    wide = [
+        line
+        for block in fences
+        for line in block.splitlines()
+        if re.search("[┃│┏┗└┌]", line) and len(line.rstrip()) > 80
+    ]
+    assert not wide, f"{len(wide)} table lines wider than 80 columns, the first: {wide[0]}"

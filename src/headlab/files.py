@@ -1,7 +1,8 @@
 """Writing files so that nothing is lost: a temp file in the same folder, then os.replace.
 
 A reader sees the old file or the new one, never a half-written one; an interrupted write leaves
-no temp file behind. New files get the usual permissions (0666 less the umask), not mkstemp's 0600.
+no temp file behind. New files get the usual permissions (0666 less the umask), not mkstemp's 0600;
+a file replaced keeps its own (a results file the user made private stays private).
 ``write_output`` and ``save_figure`` apply headlab's output policy (``headlab.output_policy``) at
 the moment of writing; ``atomic_write_bytes`` is for paths inside a folder headlab owns.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import io
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -23,17 +25,31 @@ def _umask() -> int:
     return mask
 
 
+def _mode_for(path: Path) -> int:
+    """The permissions a file written at ``path`` gets: those of the regular file it replaces,
+    else 0666 less the umask."""
+    try:
+        existing = os.lstat(path)
+    except FileNotFoundError:
+        existing = None
+    if existing is not None and stat.S_ISREG(existing.st_mode):
+        return existing.st_mode & 0o777
+    return 0o666 & ~_umask()
+
+
 def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
-    """Write ``data`` to ``path`` atomically, creating the parent folders. Returns the path."""
+    """Write ``data`` to ``path`` atomically, creating the parent folders; a file replaced keeps
+    its permissions. Returns the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    mode = _mode_for(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

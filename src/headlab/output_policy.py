@@ -88,7 +88,8 @@ def _is_our_png(path: Path, name: str) -> bool:
     return png_text_chunks(head).get("headlab") == name
 
 
-def _file_type(mode: int) -> str:
+def file_type(mode: int) -> str:
+    """What a path that is not a regular file is, for messages: "a directory", "a FIFO"..."""
     for test, what in (
         (stat.S_ISDIR, "a directory"),
         (stat.S_ISCHR, "a character device"),
@@ -142,7 +143,7 @@ def check_output(
             f"{where} is a symbolic link; headlab does not write through links (give the real path)"
         )
     if not stat.S_ISREG(info.st_mode):
-        raise OutputRefused(f"{where} is {_file_type(info.st_mode)}; expected a file path")
+        raise OutputRefused(f"{where} is {file_type(info.st_mode)}; expected a file path")
     if info.st_size == 0 or force or kind.recognises(path):
         return path
     raise OutputRefused(

@@ -12,6 +12,11 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from headlab.limits import MAX_SIZE
+
+# The largest integer a results file may hold where no tighter bound is given: past 2**53 a JSON
+# number is no longer an exact integer for most readers, and such a count is an edit, not a run.
+MAX_COUNT = 2**53
 
 def is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
@@ -61,8 +66,15 @@ class Fields:
     def str(self, key: str) -> str:
         return self.get(key, "a string", lambda v: isinstance(v, str))
 
-    def int(self, key: str, low: int = 0) -> int:
-        return self.get(key, f"an integer >= {low}", lambda v: is_int(v) and v >= low)
+    def int(self, key: str, low: int = 0, high: int = MAX_COUNT) -> int:
+        value = self.get(key, f"an integer >= {low}", lambda v: is_int(v) and v >= low)
+        if value > high:
+            raise problem(self.at(key), f"an integer <= {high}", value)
+        return value
+
+    def size(self, key: str, low: int = 1) -> int:
+        """A model or grid size (layers, heads): an integer in [low, ``limits.MAX_SIZE``]."""
+        return self.int(key, low, MAX_SIZE)
 
     def number(self, key: str, low: float | None = None, high: float | None = None) -> float:
         def ok(v: object) -> bool:
@@ -74,15 +86,21 @@ class Fields:
     def bool(self, key: str) -> bool:
         return self.get(key, "true or false", lambda v: isinstance(v, bool))
 
-    def list(self, key: str) -> list:
+    def list(self, key: str, nonempty: bool = False) -> list:
+        if nonempty:
+            return self.get(key, "a non-empty list", lambda v: isinstance(v, list) and v != [])
         return self.get(key, "a list", lambda v: isinstance(v, list))
 
-    def object(self, key: str) -> Fields:
-        return Fields(self.get(key, "a JSON object", lambda v: isinstance(v, dict)), self.at(key))
+    def object(self, key: str, nonempty: bool = False) -> Fields:
+        expected = "a non-empty JSON object" if nonempty else "a JSON object"
+        value = self.get(key, expected, lambda v: isinstance(v, dict) and (v or not nonempty))
+        return Fields(value, self.at(key))
 
-    def objects(self, key: str) -> list[Fields]:
-        """A list of JSON objects, each as Fields (``where.key[i]``)."""
-        return [Fields(item, f"{self.at(key)}[{i}]") for i, item in enumerate(self.list(key))]
+    def objects(self, key: str, nonempty: bool = False) -> list[Fields]:
+        """A list of JSON objects, each as Fields (``where.key[i]``); at least one when
+        ``nonempty``."""
+        items = self.list(key, nonempty)
+        return [Fields(item, f"{self.at(key)}[{i}]") for i, item in enumerate(items)]
 
     def numbers(self, key: str) -> list[float]:
         values = self.list(key)

@@ -86,3 +86,40 @@ X = torch.randn(2, 5, 12)
 def test_bad_forward_input(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"embed_dim": 10**6, "num_heads": 1}, {"embed_dim": 64, "num_heads": 2, "head_dim": 10**9}],
+)
+def test_a_module_too_large_for_memory_is_refused_before_allocating(kwargs):
+    """The estimate (every parameter, in the dtype) against the machine, before any tensor: the
+    first would otherwise ask the allocator for terabytes."""
+    from headlab.limits import machine_memory
+
+    if not machine_memory():
+        pytest.skip("this machine's memory is unknown")
+    with pytest.raises(ValueError, match=r"with [\d,]+ parameters needs about [\d.]+ GiB, more "
+                       r"than half of this machine's .*refused before starting"):  # fmt: skip
+        MultiHeadAttention(**kwargs)
+    MultiHeadAttention(**kwargs, device="meta")  # meta tensors take no memory: built
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {},
+        {"bias": False},
+        {"add_bias_kv": True, "kdim": 5, "vdim": 7},
+        {"num_kv_heads": 2, "head_dim": 3, "add_bias_kv": True},
+    ],
+)
+def test_the_estimate_counts_every_parameter(kwargs):
+    from headlab.analysis.params import parameter_count
+    from headlab.attention.sizes import parameter_elements
+
+    m = MultiHeadAttention(12, 4, **kwargs)
+    q_dim, kv_dim = m.num_heads * m.head_dim, m.num_kv_heads * m.head_dim
+    extras = {"bias": m.in_proj_bias is not None, "add_bias_kv": m.bias_k is not None}
+    estimate = parameter_elements(12, m.kdim, m.vdim, q_dim, kv_dim, **extras)
+    assert estimate == parameter_count(m)

@@ -61,7 +61,8 @@ def reference(q, k, v, spec: MaskSpec | None, *, scale, softcap=None, sinks=None
                 if not any(visible):
                     continue  # a dead row: zero weights, zero output
                 top = max(s for s, seen in zip(logits, visible, strict=True) if seen)
-                sink = None if sinks is None else float(sinks[h])
+                # a view's sink: its members' sink logits merged as its scores are
+                sink = None if sinks is None else sum(float(sinks[g]) for g in members) / m**0.5
                 if sink is not None:
                     top = max(top, sink)
                 e = [
@@ -154,8 +155,12 @@ def cases(draw, *, plain: bool = False):
         lazy = torch.rand(1, 1, q_len, real, generator=g) < 0.2
         rows_mask = lambda start, stop, lazy=lazy: lazy[..., start:stop, :]  # noqa: E731
     bias = None
-    if draw(st.booleans()):
-        bias = torch.randn(1, mask_heads, 1, real, generator=g, dtype=F64)
+    if draw(st.booleans()):  # ALiBi-like (one row for every query) or T5-like (a row each)
+        bias_batch = draw(st.sampled_from([1, batch]))
+        bias_heads = draw(st.sampled_from([1, mask_heads]))
+        bias_rows = draw(st.sampled_from([1, q_len]))
+        shape = (bias_batch, bias_heads, bias_rows, real)
+        bias = torch.randn(*shape, generator=g, dtype=F64)
     budget = None
     if not shared and draw(st.booleans()):
         chosen = torch.tensor([h % 3 == 1 for h in range(heads)])
@@ -177,7 +182,7 @@ def cases(draw, *, plain: bool = False):
         "scale": draw(st.sampled_from([None, 0.3])),
         "softcap": None if plain else draw(st.sampled_from([None, 2.0])),
         "sinks": None
-        if plain or view
+        if plain
         else draw(
             st.sampled_from(
                 [None, torch.tensor([0.5, -1.0, 2.0, 0.0, 1.0, -0.5][:heads], dtype=F64)]
@@ -200,12 +205,17 @@ def _attend(q, k, v, spec, options, **kwargs):
                   head_view=o["view"], **kwargs)  # fmt: skip
 
 
-@given(cases())
-def test_explicit_path_with_autograd(case):
+@given(cases(), st.sampled_from([None, "heads", "batch"]))
+def test_explicit_path_with_autograd(case, scaled):
     q, k, v, spec, options = case
     want_out, want_w = _reference(q, k, v, spec, options)
+    head_scale = None  # head_mask: (1, head, 1, 1) or (batch, head, 1, 1)
+    if scaled is not None:
+        shape = (1 if scaled == "heads" else q.shape[0], q.shape[1], 1, 1)
+        head_scale = torch.linspace(-1.5, 2.0, math.prod(shape), dtype=F64).view(shape)
+        want_out = want_out * head_scale
     q = q.clone().requires_grad_()
-    run = _attend(q, k, v, spec, options, need_weights="heads")
+    run = _attend(q, k, v, spec, options, need_weights="heads", head_scale=head_scale)
     torch.testing.assert_close(run.head_out, want_out, atol=1e-10, rtol=1e-10)
     torch.testing.assert_close(run.weights, want_w, atol=1e-10, rtol=1e-10)
     assert run.head_out.grad_fn is not None
@@ -326,35 +336,61 @@ def _window_error(w, v, positions, window, causal):
     return torch.where(norm > 0, lost / norm.clamp_min(1e-300), 0.0)
 
 
-@pytest.mark.parametrize(
-    "path", ["explicit", "fused", "averaged", "blocked", "chunked", "streamed"]
-)
+PATHS = ["explicit", "fused", "averaged", "blocked", "chunked", "streamed", "streamed-whole",
+         "whole-baddbmm", "blocked-baddbmm", "view"]  # fmt: skip
+
+
+@pytest.mark.parametrize("path", PATHS)
 def test_a_fully_masked_row_is_zero_on_every_path(path, monkeypatch):
+    """Batch element 1 sees no key: its weights, scores, outputs are 0 and its sums finite.
+    The baddbmm branch of the in-place paths needs one batch element and no grouped K/V heads:
+    there the dead row is a query row of element 0 (an attn_mask row)."""
     g = torch.Generator().manual_seed(5)
-    q = torch.randn(2, 4, 3, 5, generator=g, dtype=F64)
-    k, v = (torch.randn(2, 2, 7, 5, generator=g, dtype=F64) for _ in range(2))
-    padding = torch.zeros(2, 7, dtype=torch.bool)
-    padding[1] = True  # element 1 sees no key at all
-    spec = MaskSpec(key_padding=padding)
-    monkeypatch.setattr(kernel, "MIN_BLOCKED", 1)
+    one = "baddbmm" in path
+    batch, groups = (1, 4) if one else (2, 2)
+    q = torch.randn(batch, 4, 3, 6, generator=g, dtype=F64)
+    k, v = (torch.randn(batch, groups, 7, 6, generator=g, dtype=F64) for _ in range(2))
+    dead = (0, slice(None), 1) if one else (1,)  # (batch, head, query row) that sees nothing
+    if one:
+        hidden = torch.zeros(1, 1, 3, 7, dtype=torch.bool)
+        hidden[..., 1, :] = True
+        spec = MaskSpec(attn_mask=hidden)
+    else:
+        padding = torch.zeros(2, 7, dtype=torch.bool)
+        padding[1] = True  # element 1 sees no key at all
+        spec = MaskSpec(key_padding=padding)
+    monkeypatch.setattr(kernel, "MIN_BLOCKED", 10**9 if path == "whole-baddbmm" else 1)
     options = {"softcap": 3.0} if path == "chunked" else {}
+    chosen = []
+    choose = kernel.choose_path
+    monkeypatch.setattr(kernel, "choose_path", lambda *a, **o: chosen.append(choose(*a, **o))
+                        or chosen[-1])  # fmt: skip
     if path == "explicit":
         run = attend(
             q.requires_grad_(), k, v, spec, need_weights="heads", sinks=torch.zeros(4, dtype=F64)
         )
     elif path == "averaged":
         run = attend(q.requires_grad_(), k, v, spec, need_weights="mean")
-    elif path == "streamed":
-        run = attend(q, k, v, spec, statistics=StatisticsRequest(chunk_elements=5))
+    elif path.startswith("streamed"):
+        need = "heads" if path == "streamed-whole" else None
+        run = attend(q, k, v, spec, statistics=StatisticsRequest(chunk_elements=5),
+                     need_weights=need)  # fmt: skip
+    elif path == "view":
+        run = attend(q, k, v, spec, head_view=2, need_weights="heads")
     else:
         with torch.no_grad():
-            run = attend(
-                q, k, v, spec, need_weights="mean" if path == "blocked" else None, **options
-            )
+            need = None if path in ("fused", "chunked") else "mean"
+            run = attend(q, k, v, spec, need_weights=need, **options)
+    want = {"whole-baddbmm": "whole", "blocked-baddbmm": "blocked", "view": "explicit"}
+    assert chosen == [want.get(path, path)]
     assert torch.isfinite(run.head_out).all()
-    assert (run.head_out[1] == 0).all() and (run.head_out[0] != 0).any()
-    if run.weights is not None:
-        assert (run.weights[1] == 0).all()
+    assert (run.head_out[dead] == 0).all() and (run.head_out != 0).any()
+    if run.weights is not None:  # per head (batch, head, q, k) or averaged (batch, q, k)
+        averaged_dead = (0, 1) if one else (1,)
+        w = run.weights[dead] if run.weights.dim() == 4 else run.weights[averaged_dead]
+        assert (w == 0).all()
+    if run.scores is not None:
+        assert (run.scores[dead] == 0).all() and torch.isfinite(run.scores[dead]).all()
     if run.sums is not None:
         assert all(torch.isfinite(s).all() for s in run.sums.sums.values())
 

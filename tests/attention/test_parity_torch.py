@@ -188,3 +188,59 @@ def test_is_causal_without_mask_equals_torch_with_causal_mask():
         torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-10)
     got, got_w = ours(x, x, x, is_causal=True)
     torch.testing.assert_close(got_w, expected_w, rtol=1e-10, atol=1e-10)
+
+
+EMPTY = {  # (batch, q_len, k_len): no batch element, no query, no key, none of both
+    "batch 0": (0, 4, 6),
+    "queries 0": (2, 0, 6),
+    "keys 0": (2, 4, 0),
+    "queries and keys 0": (2, 0, 0),
+}
+
+
+@pytest.mark.parametrize("sizes", EMPTY.values(), ids=EMPTY.keys())
+@pytest.mark.parametrize("extras", ["none", "add_bias_kv", "add_zero_attn"])
+@pytest.mark.parametrize("layout", ["batch_first", "sequence_first", "unbatched"])
+def test_empty_inputs_give_what_torch_gives(sizes, extras, layout):
+    """Empty outputs (and weights) of torch's shapes, in forward (need_weights False, averaged,
+    per head; with masks; with and without autograd) and in trace; gradients of empty inputs
+    are empty, and with no key every query's attention output is 0 (only the biases remain)."""
+    batch, q_len, k_len = sizes
+    if layout == "unbatched" and batch != 2:
+        return  # unbatched has no batch dimension to empty
+    cfg = {"embed_dim": 12, "num_heads": 3, "bias": True, "add_bias_kv": extras == "add_bias_kv",
+           "add_zero_attn": extras == "add_zero_attn", "kdim": None, "vdim": None,
+           "batch_first": layout == "batch_first", "batched": layout != "unbatched",
+           "batch": batch, "q_len": q_len, "k_len": k_len}  # fmt: skip
+    theirs, ours = _pair(cfg)
+    gen = torch.Generator().manual_seed(3)
+    q, k, v = _inputs(cfg, gen)
+    padding = torch.zeros((batch, k_len) if cfg["batched"] else (k_len,), dtype=torch.bool)
+    # masks that hide nothing, against torch without them (torch's own module fails on some
+    # empty masks: "cannot reshape tensor of 0 elements")
+    masks = ({}, {"key_padding_mask": padding}, {"attn_mask": torch.zeros(q_len, k_len, dtype=F64)})
+    for call in masks:
+        for need, average in ((False, True), (True, True), (True, False)):
+            options = {"need_weights": need, "average_attn_weights": average}
+            expected, expected_w = theirs(q, k, v, **options)
+            got, got_w = ours(q, k, v, **call, **options)
+            assert got.shape == expected.shape
+            torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-10)
+            assert (got_w is None) == (expected_w is None)
+            if need:
+                assert got_w.shape == expected_w.shape
+                torch.testing.assert_close(got_w, expected_w, rtol=1e-10, atol=1e-10)
+    trace = ours.trace(q, k, v)
+    keys = k_len + int(cfg["add_bias_kv"]) + int(cfg["add_zero_attn"])
+    rows = batch if cfg["batched"] else 1
+    assert trace.weights.shape == (rows, 3, q_len, keys)
+    assert trace.output.shape == (rows, q_len, 12)
+    if keys == 0:  # no key at all: every head outputs 0, the output is out_proj's bias
+        assert (trace.head_outputs == 0).all()
+        torch.testing.assert_close(trace.output, ours.out_proj.bias.expand_as(trace.output))
+    q, k, v = (t.clone().requires_grad_() for t in (q, k, v))
+    for module in (theirs, ours):
+        out, w = module(q, k, v)
+        grads = torch.autograd.grad(out.sum() + w.sum(), (q, k, v), allow_unused=True)
+        for g, x in zip(grads, (q, k, v), strict=True):
+            assert g is None or (g.shape == x.shape and torch.isfinite(g).all())

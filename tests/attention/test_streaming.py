@@ -160,3 +160,55 @@ def test_entropy_by_hand():
     expected = torch.tensor([math.log(4), 0.0, math.log(2)])
     torch.testing.assert_close(entropy(rows), expected)
     torch.testing.assert_close(entropy(rows.T, dim=0), expected)  # along another dim
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_observing_keeps_weights_scores_and_unbatched_calls(grad):
+    """A statistics request only watches: forward's weights (averaged and per head), trace's
+    scores and weights and unbatched calls are those of the unobserved module, and the sums of
+    each call equal those of its own weights (a bug dropped the weights: None, and unbatched
+    calls crashed)."""
+    from headlab.attention.statistics import StatisticsRequest, observing
+
+    torch.manual_seed(7)
+    mha = MultiHeadAttention(E, H, batch_first=True, num_kv_heads=1).eval()
+    x = torch.randn(B, T, E, requires_grad=grad)
+    with torch.set_grad_enabled(grad):
+        want_trace = mha.trace(x)
+        want = {avg: mha(x, x, x, average_attn_weights=avg) for avg in (True, False)}
+        want_unbatched = mha(x[0], x[0], x[0])
+        got_sums = []
+        with observing(mha, StatisticsRequest(report=got_sums.append)):
+            trace = mha.trace(x)
+            got = {avg: mha(x, x, x, average_attn_weights=avg) for avg in (True, False)}
+            unbatched = mha(x[0], x[0], x[0])
+            no_weights, none = mha(x, x, x, need_weights=False)
+    assert none is None
+    assert len(got_sums) == 5
+    for name in ("q", "k", "v", "scores", "weights", "head_outputs", "output"):
+        torch.testing.assert_close(getattr(trace, name), getattr(want_trace, name), msg=name)
+    assert (trace.output.grad_fn is not None) == grad
+    for avg in (True, False):
+        for a, b in zip(got[avg], want[avg], strict=True):
+            torch.testing.assert_close(a, b)
+    for a, b in zip(unbatched, want_unbatched, strict=True):
+        torch.testing.assert_close(a, b)
+    torch.testing.assert_close(no_weights, want[True][0], atol=1e-6, rtol=1e-5)
+    counted = torch.ones(B, T, dtype=torch.bool)
+    expected, received = materialised(want_trace.detach(), counted, {})
+    for sums in (got_sums[0], got_sums[-1]):  # from trace's weights, and streamed in chunks
+        for name, value in expected.items():
+            torch.testing.assert_close(sums.sums[name], value, atol=1e-5 * T, rtol=1e-5, msg=name)
+        torch.testing.assert_close(sums.received, received, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("shape", [(2, 0, E), (0, T, E)], ids=["no query", "no batch element"])
+def test_empty_inputs_stream_nothing(shape):
+    """No query counted, every sum 0, an empty output like forward's (GQA, rotary, causal)."""
+    mha = MultiHeadAttention(E, H, head_dim=6, num_kv_heads=1, rotary_base=50.0, causal=True,
+                             batch_first=True)  # fmt: skip
+    x = torch.randn(*shape)
+    out, got = attention_statistics(mha, x)
+    assert out.shape == shape and got.n_queries == 0 and got.n_prev == 0
+    assert all((s == 0).all() for s in got.sums.values())
+    assert got.received.shape == (H, shape[1])

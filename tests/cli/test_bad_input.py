@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import math
-import shutil
 from pathlib import Path
 
 import pytest
 import torch
 
 from cli_run import run
+from model_files import edited_copy
 
 HUGE = "99999999999999999999999"
 
@@ -100,12 +99,7 @@ def test_undecodable_corpus_names_the_file_and_line(tiny_dir, tmp_path, capsys):
 
 
 def edited_model(tiny_dir: Path, tmp_path: Path, **config_changes) -> Path:
-    copy = tmp_path / "model"
-    shutil.copytree(tiny_dir, copy)
-    config = json.loads((copy / "config.json").read_text())
-    config.update(config_changes)
-    (copy / "config.json").write_text(json.dumps(config))
-    return copy
+    return edited_copy(tiny_dir, tmp_path / "model", **config_changes)
 
 
 @pytest.mark.parametrize(
@@ -113,7 +107,8 @@ def edited_model(tiny_dir: Path, tmp_path: Path, **config_changes) -> Path:
     [
         ({"pad_token_id": 40000}, "pad_token_id must be below vocab_size=30522, got 40000"),
         ({"layer_norm_eps": math.nan}, "layer_norm_eps must be a finite number > 0, got nan"),
-        ({"num_hidden_layers": 10_000_000}, "more than half of this machine's"),
+        # refused from what model.safetensors holds, not after building ten million layers
+        ({"num_hidden_layers": 10_000_000}, "(num_hidden_layers=10000000, hidden_size=15,"),
         ({"hidden_size": int(HUGE)}, "hidden_size must be between 1 and"),
     ],
 )
@@ -167,3 +162,94 @@ def test_an_empty_prompt_is_refused_before_the_model_loads(capsys, monkeypatch):
 
     monkeypatch.setattr(headlab.models, "load", never)
     one_line(["model", "generate", ""], capsys, "PROMPT must be a text to continue, got an empty")
+
+
+@pytest.mark.parametrize("scale", ["1e30", "1e300"])
+@pytest.mark.parametrize("as_json", [True, False])
+def test_grad_that_overflows_is_refused_not_printed_as_infinity(capsys, scale, as_json):
+    argv = ["grad", "--talking-heads", scale, "--d-model", "16", "--heads", "4"]
+    message = f"overflowed float32 (infinite or NaN values): nothing to measure; lower " \
+        f"--talking-heads {float(scale):g}"  # fmt: skip
+    assert one_line([*argv, *(["--json"] if as_json else [])], capsys, message) == ""
+
+
+def test_every_json_printer_refuses_what_json_cannot_hold():
+    """One printer for every --json (strict JSON): NaN and infinity are refused, named by place."""
+    import ast
+
+    from headlab.cli import outputs
+
+    with pytest.raises(ValueError, match=r"not a finite number at sides\[1\]\.coupling\[0\]\[2\]"):
+        outputs.print_json({"sides": [{"coupling": [[1.0]]}, {"coupling": [[0.0, 1.0, math.inf]]}]})
+    with pytest.raises(ValueError, match="not a finite number at the top"):
+        outputs.print_json(math.nan)
+    cli = Path(outputs.__file__).parent
+    for module in cli.glob("*.py"):
+        calls = [
+            node
+            for node in ast.walk(ast.parse(module.read_text()))
+            if isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "dumps"
+        ]
+        assert not calls or module.name == "outputs.py", f"{module.name} prints JSON itself"
+
+
+TEXT_FILE_READERS = [
+    ["report", "--out", "rep", "--text-file"],
+    ["model", "heads", "--model", "nowhere", "--text-file"],
+    ["model", "kv-budget", "--model", "nowhere", "--text-file"],
+    ["model", "kv-budget", "--model", "nowhere", "--calibration-file"],
+]
+
+
+@pytest.mark.parametrize("argv", TEXT_FILE_READERS, ids=lambda a: " ".join(a[:2] + a[-1:]))
+@pytest.mark.parametrize(
+    ("kind", "message"),
+    [
+        ("directory", "is a directory, expected a UTF-8 text file"),
+        ("fifo", "is a FIFO, expected a UTF-8 text file"),
+        ("empty", "expected text, got an empty file"),
+        ("blank", "expected text, got an empty file"),
+        ("missing", "does not exist"),
+    ],
+)
+def test_a_text_file_that_is_not_a_text_names_the_real_cause(
+    argv, kind, message, tmp_path, capsys, monkeypatch
+):
+    """Every --text-file goes through one reader: a folder or a FIFO is not said to be missing,
+    an empty file is not blamed on --text."""
+    import os
+
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "given"
+    if kind == "directory":
+        path.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind != "missing":
+        path.write_text("" if kind == "empty" else " \n\t\n")
+    err_line = one_line([*argv, str(path)], capsys, message)
+    assert err_line == ""
+    err = run([*argv, str(path)], capsys)[2]
+    assert f"{argv[-1]} {path}" in err and "--text " not in err, err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["sweep", "--heads", "1", "--d-model", "8", "--seeds", "1", "--steps", "1"],
+        ["model", "roles", "--documents", "DOCS", "--model", "nowhere"],
+    ],
+    ids=["sweep", "model roles"],
+)
+def test_an_address_without_executor_ray_is_refused_not_ignored(argv, tmp_path, capsys):
+    """--address names a Ray cluster: with the local executor it would be silently ignored and
+    the work run here instead; refused before any work."""
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.txt").write_text("one two three")
+    argv = [str(tmp_path / "docs") if a == "DOCS" else a for a in argv]
+    out = ["--out", str(tmp_path / "s.jsonl")]
+    message = "--address 10.0.0.1:6379 is for --executor ray, got --executor local"
+    one_line([*argv, *out, "--address", "10.0.0.1:6379"], capsys, message)
+    assert not (tmp_path / "s.jsonl").exists()

@@ -111,3 +111,42 @@ def test_ctrl_c_exits_130_without_a_traceback(capsys, monkeypatch):
     monkeypatch.setattr(scenarios, "run_setup", interrupted)
     code, out, err = run(["compare"], capsys)
     assert code == 130 and out == "" and "Traceback" not in err and err.count("\n") <= 1
+
+
+def test_grouped_kv_heads_work_with_the_default_vs_heads(capsys):
+    """With 8 heads on 2 K/V heads of 8 (width 16), one head of 64 cannot split K/V: the default
+    is the fewest that can (4 heads of 16), and a bad --vs-heads says which counts work."""
+    from headlab.analysis.scenarios import CompareSetup, build
+
+    code, out, err = run(["compare", "--kv-heads", "2", "--d-model", "64", "--heads", "8",
+                          "--json"], capsys)  # fmt: skip
+    assert code == 0 and err == "", err
+    assert json.loads(out)["params"]["a"] == json.loads(out)["params"]["b"]
+    setup = CompareSetup(d_model=64, heads=8, kv_heads=2, vs_heads=None)
+    _, other, _ = build(setup)
+    assert setup.vs_heads == 4
+    assert (other.num_heads, other.num_kv_heads, other.head_dim) == (4, 1, 16)
+    code, _, err = run(["compare", "--kv-heads", "2", "--d-model", "64", "--heads", "8",
+                        "--vs-heads", "2"], capsys)  # fmt: skip
+    assert code == 2
+    assert "--vs-heads 2 gives heads of 32, which do not split the K/V width 16" in err
+    assert "--vs-heads can be 4, 8, 16, 32, 64" in err
+    code, out, err = run(["grad", "--kv-heads", "2", "--d-model", "64", "--heads", "8",
+                          "--json"], capsys)  # fmt: skip
+    assert code == 0 and [s["num_heads"] for s in json.loads(out)["sides"]] == [8, 4], err
+
+
+@pytest.mark.parametrize(
+    ("argv", "advice", "not_advice"),
+    [
+        (["--d-model", "16777216"], "lower --d-model 16777216 (the weights", "--seq-len"),
+        (["--seq-len", "40000"], "lower --seq-len 40000 or --batch 2 (attention", "--d-model 5"),
+        (["--d-model", "64", "--heads", "2", "--head-dim", "8000000", "--output-projection"],
+         "lower --d-model 64 or --head-dim 8000000 (the weights", "--seq-len"),
+    ],
+)  # fmt: skip
+def test_a_refusal_names_what_dominates_the_estimate(capsys, argv, advice, not_advice):
+    code, _, err = run(["compare", *argv], capsys)
+    assert code == 2 and "more than half of this machine's" in err, err
+    said = err.split("refused before starting; ")[1]
+    assert said.startswith(advice) and not_advice not in said, err

@@ -81,3 +81,55 @@ def test_a_model_that_does_not_exist_is_one_line(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "nowhere" in err
     assert err.startswith("headlab: error: --model must be one of minilm, smollm2 or a path, got")
+
+
+def test_a_results_folder_that_does_not_exist_is_said_and_the_report_still_built(
+    tmp_path: Path, tiny_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch
+) -> None:
+    """A mistyped --results is one warning line; the page is built without those sections (as
+    for a fresh folder, where the default headlab-results is missing and nothing is said)."""
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "site"
+    missing = tmp_path / "reslts"
+    args = ["report", "--out", str(out), "--text", "a b", "--model", str(tiny_dir)]
+    main(args)  # the default --results, missing in a fresh folder
+    assert capsys.readouterr().err == ""
+    main([*args, "--results", str(missing)])
+    captured = capsys.readouterr()
+    assert captured.out.strip() == str(out / "index.html")
+    assert captured.err == (
+        f"headlab: warning: --results {missing} does not exist; the report shows no results "
+        "files\n"
+    )
+
+
+def test_hand_edited_results_are_skipped_with_one_line_each_and_the_page_says_so(
+    tmp_path: Path, tiny_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    results = tmp_path / "results"
+    results.mkdir()
+    heads = {"headlab": "model-heads", "model": "m", "n_texts": 1, "num_layers": 1,
+             "num_heads": 1, "metrics": {}}  # fmt: skip
+    (results / "model_heads.json").write_text(json.dumps(heads))
+    row = {"num_heads": 10**30, "mean_cosine": 0.5, "nn_agreement": 0.5}
+    one_layer = {**row, "num_heads": 1, "layer": 0}
+    collapse = {"headlab": "model-collapse", "model": "m", "n_texts": 1,
+                "all_layers": [row], "per_layer": [one_layer]}  # fmt: skip
+    (results / "model_collapse.json").write_text(json.dumps(collapse))
+    out = tmp_path / "site"
+    args = ["report", "--out", str(out), "--text", "a b", "--model", str(tiny_dir)]
+    main([*args, "--results", str(results)])
+    captured = capsys.readouterr()
+    assert captured.out.strip() == str(out / "index.html")
+    assert captured.err.splitlines() == [
+        f"headlab: warning: skipped {results / 'model_heads.json'}: model-heads.metrics: "
+        "expected a non-empty JSON object, got {}",
+        f"headlab: warning: skipped {results / 'model_collapse.json'}: "
+        "model-collapse.all_layers[0].num_heads: expected an integer <= 16777216, got "
+        "1000000000000000000000000000000",
+    ]
+    html = (out / "index.html").read_text(encoding="utf-8")
+    assert 'data-testid="skipped-heads"' in html and 'data-testid="skipped-collapse"' in html
+    assert 'data-testid="missing-prune"' in html

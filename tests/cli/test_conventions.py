@@ -148,3 +148,27 @@ def test_help_shows_bracketed_text_and_cuts_nothing_at_80_columns(path, capsys, 
     monkeypatch.setenv("COLUMNS", "80")
     code, narrow, _ = run([*path, "--help"], capsys)
     assert code == 0 and "…" not in narrow
+
+
+@pytest.mark.parametrize("path", PATHS, ids=lambda p: " ".join(p) or "headlab")
+def test_help_names_only_flags_the_command_has_and_usage_shows_plain_arguments(path, capsys):
+    """An option's help that mentions --figure on a command without --figure misleads; an
+    argument shows as PROMPT in the usage line, not as {prompt}."""
+    import re
+
+    command = dict(command_paths())[path]
+    flags = {opt for param in command.params for opt in getattr(param, "opts", [])}
+    for param in command.params:
+        mentioned = set(re.findall(r"--[a-z][a-z0-9-]*", getattr(param, "help", None) or ""))
+        assert mentioned <= flags, (param.name, mentioned - flags)
+    usage = next(line for line in run([*path, "--help"], capsys)[1].splitlines() if "Usage" in line)
+    assert "{" not in usage, usage
+
+
+def test_report_force_help_says_what_force_refuses(capsys):
+    """--force never replaces a folder headlab did not write (test_nothing_lost): its help must
+    not promise that it does."""
+    command = dict(command_paths())[("report",)]
+    (force,) = [p for p in command.params if p.name == "force"]
+    assert "not a headlab report" not in force.help
+    assert "Never a folder headlab did not write" in force.help

@@ -17,6 +17,9 @@ def test_arguments_become_flags_where_they_are_named():
     assert as_flags("heads must list one head count; 3 heads", names) == (
         "--heads must list one head count; 3 heads"
     )
+    # a field of a results file is not an argument, even when it has an argument's name
+    field = "r.json: model-collapse.all_layers[0].num_heads: expected an integer <= 9"
+    assert as_flags(field, {"num_heads": "--heads"}) == field
 
 
 def test_flags_keeps_the_error_type_and_maps_the_library_aliases():

@@ -267,3 +267,51 @@ def test_sweep_plot_names_out_as_its_flag(tmp_path, results, capsys):
     thesis.write_text("chapter one")
     argv = ["sweep", "plot", "--results", str(results), "--out", str(thesis)]
     refused(argv, capsys, tmp_path, f"--out {thesis} exists")
+
+
+def test_a_sweep_keeps_the_users_last_line_even_without_its_newline(tmp_path, results, capsys):
+    note = "NOTE: 16-head runs are elsewhere"
+    with results.open("a") as f:
+        f.write(note)
+    before = results.read_text()
+    code, _, err = run(["sweep", *TINY_SWEEP, "--out", str(results)], capsys)
+    assert code == 0, err
+    assert "line 3: not JSON" in err and "torn" not in err
+    after = results.read_text()
+    assert after.startswith(before + "\n") and after.count(note) == 1
+    lines = after.splitlines()
+    assert lines[2] == note and json.loads(lines[3])["config"]["num_heads"] == 1  # the new run
+
+
+def test_a_big_file_that_is_not_results_is_refused_from_its_first_line(tmp_path, capsys):
+    big = tmp_path / "big.dat"
+    with big.open("wb") as f:
+        f.write(b"\x89PNG not results\n")
+        f.truncate(256 * 2**20)  # sparse: nothing written but the first bytes
+    refused(["sweep", "summary", "--results", str(big)], capsys, tmp_path, "its first line")
+    refused(["sweep", *TINY_SWEEP, "--out", str(big)], capsys, tmp_path, "holds no results rows")
+
+
+@pytest.mark.parametrize("flag", ["--out", "--png"])
+def test_report_force_never_replaces_the_folder_holding_its_text_file_or_model(
+    tmp_path, capsys, flag
+):
+    """Every input of a report is protected, not only --results: --text-file, --model PATH."""
+    from headlab.report.build import FIGURES_MARKER, MARKER
+
+    marker = MARKER if flag == "--out" else FIGURES_MARKER
+    folder = tmp_path / "rep"
+    folder.mkdir()
+    (folder / marker).write_text("headlab 0.1 report\n")
+    essay = folder / "essay.txt"
+    essay.write_text("my only copy")
+    mine = folder / "sub" / "mymodel"
+    mine.mkdir(parents=True)
+    (mine / "config.json").write_text("{}")
+    other = str(tmp_path / ("r" if flag == "--png" else "figs"))
+    base = ["report", "--results", str(tmp_path / "none"), flag, str(folder), "--force"]
+    if flag == "--png":
+        base += ["--out", other]
+    for inputs in (["--text-file", str(essay)], ["--text", "a b", "--model", str(mine)]):
+        refused([*base, *inputs], capsys, tmp_path, f"holds an input of the report ({inputs[-1]})")
+    assert essay.read_text() == "my only copy" and (mine / "config.json").exists()

@@ -1,16 +1,20 @@
 """The results file: validated rows, torn and merged files, the lock, never a complete run lost."""
 
 import json
+import tracemalloc
+import warnings
 
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from headlab.experiments.config import make_config
 from headlab.experiments.results import (
+    SWEEP,
     ResultsWriter,
     SkippedLinesWarning,
     TornLineWarning,
+    check_appendable,
     final_rows,
     finished_run_ids,
     parse_results,
@@ -188,3 +192,86 @@ def test_reader_never_loses_a_complete_valid_run(junk, order, cut, merged):
 def test_read_results_of_a_directory_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="not a results file"):
         read_results(tmp_path)
+
+
+def test_a_users_last_line_without_newline_is_kept_and_the_rows_go_after_it(tmp_path):
+    """Only headlab's own interrupted row may be cut: a user's note without newline stays."""
+    path = tmp_path / "r.jsonl"
+    before = _line(_row(0, 5, True)) + "NOTE: 16-head runs are elsewhere"
+    path.write_text(before)
+    with pytest.warns(SkippedLinesWarning, match="line 2: not JSON"):
+        check_appendable(path)
+    with ResultsWriter(path) as writer:
+        writer.append([_row(1, 5, True)])
+    assert path.read_text() == before + "\n" + _line(_row(1, 5, True))
+
+
+def test_a_fragment_of_a_row_is_torn_only_when_it_starts_as_headlab_writes_rows():
+    start = SWEEP.start.decode()
+    assert parse_results((_line(_row(0, 5, True)) + start + '"ab').encode()).torn_tail
+    for tail in ("NOTE", '{"note": 1', " " + start, "x" + start):
+        content = parse_results((_line(_row(0, 5, True)) + tail).encode())
+        assert not content.torn_tail and len(content.skipped) == 1, tail
+
+
+USER_TEXT = st.one_of(
+    st.text(max_size=60), st.binary(max_size=60).map(lambda b: b.decode("latin-1"))
+)
+
+
+@given(
+    before=st.lists(USER_TEXT, max_size=3),
+    during=st.lists(USER_TEXT, max_size=2),
+    newline=st.booleans(),
+)
+def test_the_writer_never_removes_a_line_the_user_wrote(tmp_path_factory, before, during, newline):
+    """User text (any characters, with or without a last newline) after complete rows, before the
+    writer opens and between its appends: the file only ever grows, and every row is read back."""
+    path = tmp_path_factory.mktemp("w") / "r.jsonl"
+    user = "\n".join(before) + ("\n" if newline else "")
+    assume(not user.split("\n")[-1].encode().startswith(SWEEP.start))  # that is headlab's own
+    data = _line(_row(0, 5, True)).encode() + user.encode()
+    path.write_bytes(data)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SkippedLinesWarning)
+        with ResultsWriter(path) as writer:
+            for seed, text in enumerate(during, start=1):
+                writer.append([_row(seed, 5, True)])
+                with path.open("ab") as f:  # the lock is advisory: a user may still write
+                    f.write(text.encode())
+                assert path.read_bytes().startswith(data)
+                data = path.read_bytes()
+            writer.append([_row(9, 5, True)])
+        assert path.read_bytes().startswith(data)
+        seeds = [r["config"]["seed"] for r in read_results(path).rows]
+    assert seeds == [0, *range(1, len(during) + 1), 9]
+
+
+def test_a_file_that_is_not_results_is_refused_from_its_first_line(tmp_path):
+    """A large file that is not a results file is refused after reading its first bytes."""
+    big = tmp_path / "big.dat"
+    with big.open("wb") as f:
+        f.write(b"PK\x03\x04 not results")
+        f.truncate(64 * 2**20)  # sparse: 64 MiB of zeros cost no disk
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match="not a results file: its first line"):
+            read_results(big)
+        with pytest.raises(OutputRefused, match="holds no results rows"):
+            check_appendable(big)
+        with pytest.raises(OutputRefused, match="holds no results rows"):
+            ResultsWriter(big)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2**20, peak
+    assert big.stat().st_size == 64 * 2**20
+
+
+def test_a_user_line_before_the_rows_makes_it_not_a_results_file(tmp_path):
+    path = tmp_path / "r.jsonl"
+    path.write_text("\n  \nmy header\n" + _line(_row(0, 5, True)))
+    with pytest.raises(ValueError, match=r'does not start with \{"run_id":'):
+        read_results(path)
+    path.write_text("\n \n" + _line(_row(0, 5, True)))  # blank lines first are fine
+    assert len(read_results(path).rows) == 1

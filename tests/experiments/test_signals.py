@@ -120,3 +120,73 @@ def test_workers_are_capped_at_the_cores_and_the_runs():
     assert capped_workers(50, 1) == 1
     with pytest.raises(ValueError, match="workers must be >= 1"):
         capped_workers(0, 3)
+
+
+def wait_gone(pids: list[int], seconds: float = 10) -> list[int]:
+    """The pids still alive after waiting up to ``seconds`` for them to end."""
+    deadline = time.monotonic() + seconds
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return [p for p in pids if alive(p)]
+
+
+def test_killing_the_sweep_leaves_no_process_behind(tmp_path):
+    """kill -9 runs no clean-up: the workers, the progress manager and the resource tracker
+    must end by themselves (before, they stayed alive under PID 1, training for nobody)."""
+    process, pool = start_sweep(tmp_path)
+    everyone = children(process.pid)
+    assert set(pool) <= set(everyone) and len(everyone) >= 4  # + the resource tracker
+    process.kill()
+    process.wait(timeout=60)  # not communicate(): orphans would hold its pipes open
+    left = wait_gone(everyone)
+    for pid in left:  # do not leave them running if the test fails
+        os.kill(pid, signal.SIGKILL)
+    process.stdout.close()
+    process.stderr.close()
+    assert not left
+
+
+def test_a_killed_progress_manager_ends_the_sweep_with_one_line(tmp_path):
+    process, pool = start_sweep(tmp_path)
+    os.kill(min(pool), signal.SIGKILL)  # the progress manager: started before the pool
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 1, err
+    lines = err.decode().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("headlab: error:"), err
+    assert b"Traceback" not in err and b"SpawnProcess" not in err
+    assert not wait_gone(pool)
+
+
+BROKEN_JOBS = """
+import socket
+from headlab.experiments.executors import WorkerDied, run_jobs_local
+
+with socket.socket() as probe:  # a port nothing listens on
+    probe.bind(("127.0.0.1", 0))
+    PORT = probe.getsockname()[1]
+
+
+class Refused:
+    '''A job whose unpickling in the worker fails with ConnectionRefusedError, as a progress
+    proxy does when the manager it connects to has been killed.'''
+
+    def __reduce__(self):
+        return socket.create_connection, (("127.0.0.1", PORT),)
+
+
+try:
+    list(run_jobs_local(abs, [Refused(), Refused()], workers=2))
+except WorkerDied as error:
+    print("WorkerDied")
+"""
+
+
+def test_a_worker_that_dies_on_a_broken_connection_prints_nothing():
+    """Before, each such worker printed a ConnectionRefusedError traceback to the terminal,
+    after the parent's one line; now only the parent speaks (communicate waits for every
+    process holding the pipes, so a worker's late output would be caught)."""
+    done = subprocess.run(
+        [sys.executable, "-c", BROKEN_JOBS], capture_output=True, text=True, timeout=120
+    )
+    assert done.stdout.strip() == "WorkerDied", done.stderr
+    assert done.stderr == ""

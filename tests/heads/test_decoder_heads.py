@@ -135,6 +135,34 @@ def test_detectors_run_on_a_decoder_and_stay_in_range(tiny_llama):
         assert values.shape == (3, 6) and (values >= 0).all() and (values <= 1).all()
 
 
+@pytest.mark.parametrize(
+    ("positions", "length"), [(4096, 50), (100, 50), (99, 49), (64, 32), (5, 2), (3, 0)]
+)
+def test_the_default_detector_length_fits_twice(positions, length):
+    from types import SimpleNamespace
+
+    from headlab.heads.detectors import check_length, default_length
+
+    model = SimpleNamespace(max_positions=positions)
+    assert default_length(model) == length
+    if length:
+        assert check_length(model, length) == length
+        half = positions // 2
+        with pytest.raises(ValueError, match=f"detector_length must be between 2 and {half}"):
+            check_length(model, half + 1)
+    else:
+        with pytest.raises(ValueError, match="the detectors need 4 positions"):
+            check_length(model, 2)
+
+
+def test_a_detector_length_that_does_not_fit_is_refused_before_the_corpus_runs(tiny_llama):
+    """64 positions: 33 tokens twice do not fit; no batch runs (on_batch is never called)."""
+    batches = []
+    with pytest.raises(ValueError, match="detector_length must be between 2 and 32, got 33"):
+        head_statistics(tiny_llama, TEXTS, detector_length=33, on_batch=batches.append)
+    assert batches == []
+
+
 def test_importance_of_a_head_without_output_is_zero(tiny_llama):
     attention = tiny_llama.attention_layers()[1]
     silent = prune_attention(attention, set())  # a copy, then silence head 4's W_O columns

@@ -1,6 +1,6 @@
 """Every analysis runs on a third model family made of the interface alone.
 
-``Toy`` below is a tiny causal language model written for this test: its own attention module
+``Toy`` (tests/toy_family.py) is a tiny model written for these tests: its own attention module
 (not headlab's ``MultiHeadAttention``; it calls the kernel, as any family behind headlab's
 registered transformers function does), its own tokenizer, its own views and edits. It
 implements ``HeadModel`` and nothing more, so each analysis that runs on it uses nothing but the
@@ -9,17 +9,13 @@ interface. Its statistics are checked against its recorded weights.
 
 from __future__ import annotations
 
-import copy
-import dataclasses
+import math
+from functools import partial
 
 import pytest
 import torch
-from torch import Tensor, nn
 
-from headlab.attention.functional import entropy, merge_heads
-from headlab.attention.kernel import attend
-from headlab.attention.mask_spec import MaskSpec
-from headlab.attention.sites import Sites
+from headlab.attention.functional import entropy
 from headlab.heads import (
     collapse_heads,
     detect_heads,
@@ -27,187 +23,17 @@ from headlab.heads import (
     head_statistics,
     prune_by_importance,
 )
-from headlab.heads.ablation import ablation_effect
+from headlab.heads.ablation import ablated, ablation_effect
+from headlab.heads.corpus_sums import RoleOptions, corpus_result, document_sums, merge_sums
+from headlab.heads.kv_budget import kv_budget
 from headlab.heads.long_context import long_text_statistics
 from headlab.heads.patterns import patterns_by_length
+from headlab.heads.pruning import prune_heads
 from headlab.heads.redundancy import measure_redundancy
 from headlab.heads.text_attention import model_text_attention
 from headlab.heads.tracing import attention_weights
-from headlab.models.interface import (
-    AttentionLayer,
-    HeadMask,
-    HeadModel,
-    TokenBatch,
-    layer_masks,
-)
-from headlab.models.objectives import next_token_loss
-
-E, H, D, LAYERS, VOCAB = 14, 4, 5, 2, 29  # distinct sizes; H * D = 20 != E
-
-
-def _linear(weight: Tensor) -> nn.Linear:
-    """A bias-free Linear holding a copy of ``weight`` (out, in), also with no rows."""
-    lin = nn.Linear(1, 1, bias=False)
-    lin.weight = nn.Parameter(weight.detach().clone())
-    lin.out_features, lin.in_features = weight.shape
-    return lin
-
-
-class ToyAttention(nn.Module):
-    """Causal self-attention with separate q/k/v/o maps, through headlab's kernel."""
-
-    def __init__(self, q: nn.Linear, k: nn.Linear, v: nn.Linear, o: nn.Linear, view=None):
-        super().__init__()
-        self.q, self.k, self.v, self.o = q, k, v, o
-        self.num_heads = q.out_features // D if view is None else view
-        self.num_kv_heads = self.num_heads
-        self.head_dim = D if view is None else D * (q.out_features // D) // view
-        self.embed_dim = E
-        self.view = view
-        self.sites = Sites()
-
-    def query_key_weights(self) -> tuple[Tensor, Tensor]:
-        if self.view is not None:
-            raise ValueError("a view has no weights of its own")
-        return self.q.weight, self.k.weight
-
-    def forward(self, x: Tensor, padding: Tensor, scale: Tensor | None) -> Tensor:
-        batch, pos, _ = x.shape
-        heads = self.q.out_features // D
-        if heads == 0:  # every head removed
-            return torch.zeros_like(x)
-
-        def split(t: Tensor) -> Tensor:
-            return t.view(batch, pos, heads, D).transpose(1, 2)  # (batch, head, pos, D)
-
-        statistics = self.sites.statistics
-        if statistics is not None:
-            statistics = dataclasses.replace(statistics, output_weight=self.o.weight)
-        run = attend(
-            split(self.q(x)),
-            split(self.k(x)),
-            split(self.v(x)),
-            MaskSpec(causal=True, key_padding=padding),
-            sites=self.sites,
-            head_scale=None if scale is None else scale.view(-1, heads, 1, 1),
-            head_view=self.view,
-            statistics=statistics,
-        )
-        return self.o(merge_heads(run.head_out))
-
-
-class Toy:
-    """A causal LM: embeddings, residual attention layers, tied output. Whitespace words."""
-
-    name = "toy"
-    causal = True
-    objective_kind = "next-token"
-    first_token = "start"
-    max_positions = 40
-    output_width = VOCAB
-
-    def __init__(self, layers: list[ToyAttention], embed: nn.Embedding) -> None:
-        self.layers, self.embed = layers, embed
-
-    @classmethod
-    def build(cls, seed: int = 0) -> Toy:
-        torch.manual_seed(seed)
-
-        def linear(i, o):
-            return nn.Linear(i, o, bias=False)
-
-        layers = [
-            ToyAttention(linear(E, H * D), linear(E, H * D), linear(E, H * D), linear(H * D, E))
-            for _ in range(LAYERS)
-        ]
-        return cls(layers, nn.Embedding(VOCAB, E))
-
-    # -------------------------------------------------------------- the interface
-    num_layers = property(lambda self: len(self.layers))
-    heads_per_layer = property(lambda self: [a.num_heads for a in self.layers])
-    kv_heads_per_layer = property(lambda self: [a.num_kv_heads for a in self.layers])
-
-    def parameters(self):
-        seen = {}
-        for module in (self.embed, *self.layers):
-            for p in module.parameters():
-                seen[id(p)] = p
-        return iter(seen.values())
-
-    def parameter_count(self) -> int:
-        return sum(p.numel() for p in self.parameters())
-
-    def attention_layers(self) -> list[AttentionLayer]:
-        return self.layers
-
-    def tokenize(self, texts: list[str], max_length: int | None = None) -> TokenBatch:
-        limit = max_length or self.max_positions
-        if not 1 <= limit <= self.max_positions:
-            raise ValueError(f"max_length must be between 1 and {self.max_positions}")
-        words = [t.split()[:limit] for t in texts]
-        pos = max(len(w) for w in words)
-        ids = torch.zeros(len(texts), pos, dtype=torch.long)
-        mask = torch.zeros(len(texts), pos, dtype=torch.bool)
-        for row, w in enumerate(words):
-            ids[row, : len(w)] = torch.tensor([sum(map(ord, x)) % VOCAB for x in w])
-            mask[row, : len(w)] = True
-        return TokenBatch(ids, mask, words)
-
-    def count_tokens(self, text: str) -> int:
-        return len(text.split())
-
-    def run(self, batch: TokenBatch, head_mask: HeadMask = None) -> Tensor:
-        x = self.embed(batch.input_ids)
-        for layer, scale in zip(self.layers, layer_masks(head_mask, self.num_layers), strict=True):
-            x = x + layer(x, ~batch.attention_mask, scale)
-        return x @ self.embed.weight.T  # (batch, pos, vocab)
-
-    def objective(self, texts, head_mask=None, max_length=None) -> Tensor:
-        batch = self.tokenize(texts, max_length)
-        return next_token_loss(self.run(batch, head_mask), batch)
-
-    def special_positions(self, batch: TokenBatch) -> dict[str, Tensor]:
-        return {
-            "start": torch.zeros(len(batch.tokens), dtype=torch.long),
-            "last": batch.attention_mask.sum(dim=1) - 1,
-        }
-
-    def _with(self, replace: dict[int, ToyAttention]) -> Toy:
-        return Toy([replace.get(i, a) for i, a in enumerate(self.layers)], self.embed)
-
-    def with_head_view(self, num_heads, layers=None) -> Toy:
-        chosen = range(self.num_layers) if layers is None else layers
-        if any(H % num_heads for _ in chosen):
-            raise ValueError(f"num_heads must divide {H}, got {num_heads}")
-        a = self.layers
-        return self._with(
-            {i: ToyAttention(a[i].q, a[i].k, a[i].v, a[i].o, num_heads) for i in chosen}
-        )
-
-    def without_heads(self, heads) -> Toy:
-        replace = {}
-        for i, removed in heads.items():
-            old = self.layers[i]
-            keep = [h for h in range(old.num_heads) if h not in set(removed)]
-            rows = [r for h in keep for r in range(h * D, (h + 1) * D)]
-            new = ToyAttention(
-                *(_linear(getattr(old, name).weight[rows]) for name in ("q", "k", "v")),
-                _linear(old.o.weight[:, rows]),
-            )
-            replace[i] = new
-        return self._with(replace)
-
-    def with_query_key_weights(self, weights) -> Toy:
-        replace = {}
-        for i, (w_q, w_k) in weights.items():
-            new = copy.deepcopy(self.layers[i])
-            with torch.no_grad():
-                new.q.weight.copy_(w_q)
-                new.k.weight.copy_(w_k)
-            new.sites = Sites()
-            replace[i] = new
-        return self._with(replace)
-
+from headlab.models.interface import AttentionLayer, HeadModel
+from toy_family import LAYERS, VOCAB, E, H, Toy
 
 TEXTS = [" ".join(f"w{(5 * i + 3 * j) % 23}" for j in range(6 + i % 9)) for i in range(12)]
 
@@ -264,3 +90,224 @@ def test_every_analysis_runs_on_the_interface_alone(toy):
     assert [v.name for v in text.views] == ["4 heads", "1 head, same weights"]
     patterns = patterns_by_length(toy, TEXTS, (6,), count=3)
     assert patterns[6].shape == (3, 6, 6)
+
+
+# --------------------------------------------------------------------------- every variant
+VARIANTS = {
+    "plain": {},
+    "gqa": {"kv_heads": 2},  # 4 query heads on 2 K/V heads
+    "contrastive": {"causal": False, "objective_kind": "contrastive"},
+    "none": {"causal": False, "objective_kind": "none"},
+}
+DOCUMENT = " ".join(f"w{(7 * j) % 19}" for j in range(16))
+PASSAGE = " ".join(f"p{(11 * j) % 17}" for j in range(9))
+REPEAT = f"{PASSAGE} {DOCUMENT} {PASSAGE}"  # 34 words: the passage again at the end
+
+
+@pytest.fixture(scope="module", params=list(VARIANTS))
+def variant(request) -> Toy:
+    return Toy.build(seed=1, **VARIANTS[request.param])
+
+
+def _real_rows(weights: torch.Tensor, batch) -> torch.Tensor:
+    """Row sums of (batch, head, q_pos, k_pos) weights at the real queries."""
+    return weights.sum(-1).permute(0, 2, 1)[batch.attention_mask]  # (real queries, head)
+
+
+def test_every_variant_is_a_head_model(variant):
+    assert isinstance(variant, HeadModel)
+    assert variant.kv_heads_per_layer == [a.num_kv_heads for a in variant.attention_layers()]
+
+
+def test_statistics_and_weights_of_every_variant(variant):
+    result = head_statistics(variant, TEXTS, max_length=20, detector_length=6)
+    assert set(result.detectors) == (
+        {"previous_token", "duplicate_token", "induction"} if variant.causal else set()
+    )
+    batch = variant.tokenize(TEXTS, 20)
+    _, weights = attention_weights(variant, batch)
+    real = batch.attention_mask.double()[:, None, :]
+    last = batch.attention_mask.sum(1) - 1
+    for layer, w in enumerate(weights):
+        w = w.double()  # (batch, head, q_pos, k_pos)
+        torch.testing.assert_close(_real_rows(w, batch), torch.ones(int(real.sum()), H,
+                                   dtype=torch.float64))  # fmt: skip
+        if variant.causal:
+            assert (w.triu(1) == 0).all()
+        else:  # a non-causal query puts weight on later keys
+            assert w.triu(1).sum() > 0
+        on_last = w[torch.arange(len(TEXTS)), :, :, last]  # (batch, head, q_pos)
+        for name, want in (("entropy", entropy(w)), ("start", w[..., 0]), ("last", on_last)):
+            want = (want * real).sum(dim=(0, 2)) / real.sum()
+            got = torch.tensor(result.metrics[name][layer], dtype=torch.float64)
+            torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5, msg=name)
+
+
+@pytest.mark.parametrize("mode", ["zero", "mean"])
+def test_statistics_of_every_variant_under_ablation(variant, mode):
+    heads = [(0, 1), (0, 2)]
+    batch = variant.tokenize(TEXTS, 20)
+    plain = head_statistics(variant, TEXTS, max_length=20)
+    with ablated(variant, heads, mode=mode, reference_texts=TEXTS[:4], max_length=20):
+        measured = head_statistics(variant, TEXTS, max_length=20)
+        _, weights = attention_weights(variant, batch)
+    real = batch.attention_mask.double()[:, None, :]
+    want = (entropy(weights[1].double()) * real).sum(dim=(0, 2)) / real.sum()
+    got = torch.tensor(measured.metrics["entropy"][1], dtype=torch.float64)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    assert measured.metrics["entropy"][1] != plain.metrics["entropy"][1]  # moved downstream
+    if mode == "zero":
+        assert all(measured.metrics["contribution_norm"][0][h] == 0.0 for _, h in heads)
+
+
+def test_pruned_heads_compute_what_the_head_mask_computes(variant):
+    removed = {0: [1], 1: [0, 3]}
+    pruned = prune_heads(variant, removed)
+    assert pruned.heads_per_layer == [3, 2]
+    if variant.kv_heads_per_layer == [H] * LAYERS:  # with GQA kept heads copy their K/V rows
+        assert pruned.parameter_count() < variant.parameter_count()
+    mask = torch.ones(LAYERS, H)
+    for layer, heads in removed.items():
+        mask[layer, heads] = 0.0
+    batch = variant.tokenize(TEXTS, 20)
+    with torch.no_grad():
+        torch.testing.assert_close(pruned.run(batch), variant.run(batch, mask))
+
+
+def test_analyses_that_need_an_objective(variant):
+    """They run and agree with the model itself where the variant has an objective, and refuse
+    with a ValueError where it has none."""
+    kind = variant.objective_kind
+    analyses = {
+        "importance": lambda: head_importance(variant, TEXTS, batch_size=6, max_length=16),
+        "ablation": partial(ablation_effect, variant, TEXTS, [(0, 1)], batch_size=6,
+                            max_length=16),
+        "collapse": lambda: collapse_heads(variant, TEXTS, (1, 2, 4), max_length=16),
+        "prune": partial(prune_by_importance, variant, TEXTS, fractions=(0.0, 0.5),
+                         max_length=16),
+        "redundancy": lambda: measure_redundancy(variant, TEXTS, ranks=(E, 3), max_length=16),
+    }
+    if kind == "none":
+        for analysis in analyses.values():
+            with pytest.raises(ValueError, match="objective"):
+                analysis()
+        return
+    same = {"next_token_agreement": 1.0} if kind == "next-token" else {"nn_agreement": 1.0}
+    importance = analyses["importance"]()
+    for raw, normalised in zip(importance.raw, importance.importance, strict=True):
+        assert all(r > 0 and math.isfinite(r) for r in raw)
+        assert math.fsum(v * v for v in normalised) == pytest.approx(1.0)
+    effect = analyses["ablation"]()
+    assert math.isfinite(effect.ablated) and effect.ablated != effect.baseline
+    collapse = analyses["collapse"]()
+    full = next(r for r in collapse.all_layers if r.num_heads == H)
+    for name, value in same.items():
+        assert full.measures[name] == value
+    pruned = analyses["prune"]()
+    for step in pruned.steps:
+        if step.heads_pruned == 0:  # nothing pruned: the model itself
+            for name, value in same.items():
+                assert step.measures[name] == value
+        else:
+            assert step.heads_pruned == round(0.5 * LAYERS * H)
+    redundancy = analyses["redundancy"]()
+    original = next(p for p in redundancy.curve if p.original).measures
+    exact = next(p for p in redundancy.curve if p.rank == E and not p.original).measures
+    for name, value in original.items():
+        assert exact[name] == pytest.approx(value, rel=1e-5)
+
+
+def test_long_text_corpus_sums_and_kv_budget(variant):
+    options = RoleOptions(sinks=2, window=6, min_match=4)
+    window = (options.sinks, options.window)
+    long = long_text_statistics(variant, REPEAT, window=window, min_match=options.min_match)
+    assert long.result().findings.heads == LAYERS * H
+    groups = long.roles.group_window_error
+    assert [len(row) for row in groups] == variant.kv_heads_per_layer
+    assert long.roles.copy_positions == 9 - options.min_match
+    assert (long.roles.retrieval is not None) == (variant.objective_kind == "next-token")
+    parts = [document_sums(variant, text, options) for text in (REPEAT, DOCUMENT)]
+    assert all(p.predicts == (variant.objective_kind == "next-token") for p in parts)
+    one = corpus_result(merge_sums(parts[:1]), options)
+    assert one.statistics == long.statistics  # one document: the long text's means, exactly
+    total = merge_sums(parts)
+    assert total.documents == 2 and total.n_queries == sum(p.n_queries for p in parts)
+    corpus = corpus_result(total, options)
+    for name, grid in corpus.statistics.metrics.items():  # token-weighted means of the parts
+        for layer, row in enumerate(grid):
+            for head, value in enumerate(row):
+                want = sum(p.sums[name][layer][head] for p in parts)
+                count = total.n_prev if name == "prev" else total.n_queries
+                assert value == pytest.approx(want / count, rel=1e-9, abs=1e-12), name
+    budget = partial(kv_budget, variant, budgets=(0.5,), n_tokens=34, sinks=2, window=6,
+                     seeds=3, calibration_text=REPEAT, evaluation_text=REPEAT)  # fmt: skip
+    if variant.objective_kind != "next-token":
+        with pytest.raises(ValueError, match="predicts no tokens"):
+            budget()
+        return
+    result = budget()
+    groups_total = sum(variant.kv_heads_per_layer)
+    assert sorted((r[0], r[1]) for r in result.group_ranking) == [
+        (layer, g) for layer, n in enumerate(variant.kv_heads_per_layer) for g in range(n)
+    ]
+    kinds = ["full", "chosen", "random", "random", "random", "opposite"]  # at least 3 seeds
+    assert [r.kind for r in result.runs] == kinds
+    for run in result.runs[1:]:
+        assert len(run.groups) == round(0.5 * groups_total) and run.kv_saved > 1.0
+        assert math.isfinite(run.perplexity) and 0.0 <= run.copy_accuracy <= 1.0
+    chosen = result.runs[1]
+    assert [list(g[:2]) for g in result.group_ranking[: len(chosen.groups)]] == chosen.groups
+
+
+#: Words of the tiny transformers checkpoints' vocabulary (tests/models/hf_families.py).
+HF_TEXTS = [" ".join(f"w{(5 * i + 3 * j) % 97 + 1}" for j in range(6 + i % 9)) for i in range(12)]
+
+
+@pytest.mark.parametrize("name", ["llama", "bert"])
+def test_every_analysis_runs_on_a_transformers_model(name, hf_loaded):
+    """The same analyses on ``TransformersModel`` (a tiny Llama: 6 query heads on 2 K/V heads;
+    a tiny BERT encoder), which implements the interface for any transformers family."""
+    from headlab.heads.kv_budget import kv_budget
+    from headlab.models.hf import TransformersModel
+
+    model = hf_loaded(name)
+    assert isinstance(model, TransformersModel) and isinstance(model, HeadModel)
+    assert all(isinstance(a, AttentionLayer) for a in model.attention_layers())
+    layers, heads = model.num_layers, sum(model.heads_per_layer)
+    result = head_statistics(model, HF_TEXTS, max_length=20, detector_length=6)
+    assert result.first_token == "first" and len(result.metrics["entropy"]) == layers
+    assert bool(result.detectors) == model.causal
+    detect_heads(model, torch.arange(1, 90), 5)
+    long = long_text_statistics(model, " ".join(HF_TEXTS), max_tokens=60)
+    assert long.result().findings.heads == heads
+    importance = head_importance(model, HF_TEXTS, batch_size=6, max_length=16)
+    assert len(importance.ranking()) == heads
+    for mode in ("zero", "mean", "resample"):
+        effect = ablation_effect(
+            model, HF_TEXTS, [(0, 1), (1, 2)], mode=mode, batch_size=6, max_length=16
+        )
+        assert effect.ablated != effect.baseline
+    collapse = collapse_heads(model, HF_TEXTS, max_length=16)
+    full = next(r for r in collapse.all_layers if r.num_heads == model.heads_per_layer[0])
+    assert full.measures.get("next_token_agreement", full.measures.get("nn_agreement")) == 1.0
+    pruned = prune_by_importance(model, HF_TEXTS, fractions=(0.0, 0.5, 1.0), max_length=16)
+    counts = [s.params for s in pruned.steps if s.order == "importance"]
+    assert counts[0] > counts[1] > counts[2]
+    embed = model.attention_layers()[0].embed_dim
+    redundancy = measure_redundancy(model, HF_TEXTS, ranks=(embed, 3), max_length=16,
+                                    batch_size=6)  # fmt: skip
+    original = next(p for p in redundancy.curve if p.original).measures
+    exact = next(p for p in redundancy.curve if p.rank == embed and not p.original).measures
+    assert exact == pytest.approx(original, rel=1e-5)
+    text = model_text_attention(model, HF_TEXTS[3])
+    assert [v.name for v in text.views] == [f"{model.heads_per_layer[0]} heads",
+                                            "1 head, same weights"]  # fmt: skip
+    if model.causal:
+        patterns = patterns_by_length(model, HF_TEXTS, (6,), count=3)
+        assert patterns[6].shape == (3, 6, 6)
+        passage = " ".join(f"w{(11 * i) % 97 + 1}" for i in range(10))
+        filler = " ".join(f"w{(3 * i + 1) % 89 + 1}" for i in range(20))
+        repeat = f"w1 {passage} {filler} {passage}"
+        budget = kv_budget(model, budgets=(0.5,), sinks=2, window=5, seeds=3,
+                           calibration_text=repeat, evaluation_text=repeat)  # fmt: skip
+        assert budget.to_dict()

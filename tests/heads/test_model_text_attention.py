@@ -67,3 +67,14 @@ def test_max_tokens_out_of_range_is_refused(tiny_llama, max_tokens):
 def test_empty_text_is_refused(tiny_llama):
     with pytest.raises(ValueError, match="empty text"):
         model_text_attention(tiny_llama, "   ")
+
+
+def test_a_cut_says_which_limit_cut_it(tiny_llama):
+    """The page's own limit is not the model's: "the page shows at most 13 of the 64 tokens the
+    model reads", and only a cut at the model's own limit says the model reads at most that."""
+    name = tiny_llama.name
+    page_cut = model_text_attention(tiny_llama, words(40), max_tokens=13)
+    assert page_cut.cut_reason == f"the page shows at most 13 of the 64 tokens {name} reads"
+    model_cut = model_text_attention(tiny_llama, words(80), max_tokens=64)
+    assert model_cut.cut and model_cut.cut_reason == f"{name} reads at most 64 tokens"
+    assert model_text_attention(tiny_llama, words(11)).cut_reason == ""

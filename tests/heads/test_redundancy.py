@@ -1,5 +1,7 @@
 """Shared key/query subspaces: spectra against numpy's SVD, exact at full rank, rank bound."""
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -10,9 +12,24 @@ from headlab.heads.redundancy import (
     bilinear_forms,
     effective_rank,
     measure_redundancy,
-    shared_key_query,
+    shared_projections,
     shared_subspaces,
 )
+
+
+def shared_key_query(
+    module: MultiHeadAttention,
+    rank: int,
+    subspaces: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+) -> MultiHeadAttention:
+    """A copy of ``module`` with the W_Q and W_K of ``shared_projections``."""
+    w_q, w_k = shared_projections(module, rank, subspaces)
+    new = copy.deepcopy(module)
+    old_q, old_k = new.query_key_weights()
+    with torch.no_grad():
+        old_q.copy_(w_q)
+        old_k.copy_(w_k)
+    return new
 
 
 def _module(embed=15, heads=3, kv=None, seed=0):

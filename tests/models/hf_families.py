@@ -140,6 +140,27 @@ FAMILIES: dict[str, Family] = {
 }
 
 
+#: Families kept out of the per-family parametrisations, each for a test of its own.
+OTHER_FAMILIES: dict[str, Family] = {
+    "lfm3": Family(
+        "lfm3",
+        {
+            **_GQA,
+            **_DECODER,
+            "num_hidden_layers": 3,
+            "layer_types": ["conv", "full_attention", "sliding_attention"],
+            "sliding_window": WINDOW,
+        },
+        "a sigmoid gate per head on the attention's output before o_proj (no W_O of the heads), "
+        f"QK-norm, a convolution layer, sliding window {WINDOW} on layer 2",
+    ),
+}
+
+
+def family(name: str) -> Family:
+    return FAMILIES[name] if name in FAMILIES else OTHER_FAMILIES[name]
+
+
 def model_class(family: Family):
     """The transformers class the checkpoint is written with (and compared against)."""
     import transformers
@@ -157,17 +178,16 @@ def config(name: str):
     """The transformers config of family ``name``."""
     import transformers
 
-    family = FAMILIES[name]
+    chosen = family(name)
     return transformers.AutoConfig.for_model(
-        family.model_type, vocab_size=VOCAB, **TOKENS, **family.overrides
+        chosen.model_type, vocab_size=VOCAB, **TOKENS, **chosen.overrides
     )
 
 
 def build(name: str, seed: int = 5):
     """A seeded random transformers model of family ``name`` (float32, eval mode)."""
-    family = FAMILIES[name]
     torch.manual_seed(seed)
-    model = model_class(family).from_config(config(name), dtype=torch.float32).eval()
+    model = model_class(family(name)).from_config(config(name), dtype=torch.float32).eval()
     with torch.no_grad():  # constants of the init (norms, biases, sinks) become random
         for parameter in model.parameters():
             if parameter.ndim == 1:
@@ -200,3 +220,13 @@ def text(n: int, seed: int = 0) -> str:
     generator = torch.Generator().manual_seed(seed)
     ids = torch.randint(1, VOCAB, (n,), generator=generator)
     return " ".join(f"w{int(i)}" for i in ids)
+
+
+def padded(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Three texts of 11, 7 and 2 tokens, padded on the right: (ids, mask) (batch, pos)."""
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(1, VOCAB, (3, 11), generator=generator)
+    mask = torch.ones(3, 11, dtype=torch.long)
+    mask[1, 7:] = 0
+    mask[2, 2:] = 0
+    return ids, mask

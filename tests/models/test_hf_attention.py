@@ -5,21 +5,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hf_families import FAMILIES, VOCAB, text
+from hf_families import FAMILIES, padded, text
 
 from headlab.models.hf.registry import NAME, register
 
 DECODERS = [name for name, family in FAMILIES.items() if family.causal]
-
-
-def _padded(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """Three texts of 11, 7 and 2 tokens, padded on the right: (ids, mask) (batch, pos)."""
-    generator = torch.Generator().manual_seed(seed)
-    ids = torch.randint(1, VOCAB, (3, 11), generator=generator)
-    mask = torch.ones(3, 11, dtype=torch.long)
-    mask[1, 7:] = 0
-    mask[2, 2:] = 0
-    return ids, mask
 
 
 def _outputs(model, ids, mask, **kwargs):
@@ -30,7 +20,7 @@ def _outputs(model, ids, mask, **kwargs):
 
 @pytest.mark.parametrize("name", FAMILIES)
 def test_outputs_equal_eager_on_a_right_padded_batch(name, hf_loaded, hf_eager):
-    ids, mask = _padded()
+    ids, mask = padded()
     _, expected = _outputs(hf_eager(name), ids, mask)
     _, got = _outputs(hf_loaded(name).model, ids, mask)
     real = mask.bool()  # padded positions are garbage in both, and differently so
@@ -39,7 +29,7 @@ def test_outputs_equal_eager_on_a_right_padded_batch(name, hf_loaded, hf_eager):
 
 @pytest.mark.parametrize("name", FAMILIES)
 def test_weights_equal_eager_when_asked(name, hf_loaded, hf_eager):
-    ids, mask = _padded(1)
+    ids, mask = padded(1)
     expected, _ = _outputs(hf_eager(name), ids, mask, output_attentions=True)
     got, _ = _outputs(hf_loaded(name).model, ids, mask, output_attentions=True)
     if name == "gpt2":  # GPT2Attention keeps output_attentions to itself: the function never
@@ -99,7 +89,7 @@ def test_a_model_loaded_elsewhere_still_runs_sdpa(hf_dirs, hf_loaded, monkeypatc
 
     monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", sdpa)
     monkeypatch.setattr(attention, "attend", attend)
-    ids, mask = _padded()
+    ids, mask = padded()
     _outputs(plain, ids, mask)
     assert calls == {"sdpa": plain.config.num_hidden_layers, "headlab": 0}
     _outputs(hf_loaded("llama").model, ids, mask)
@@ -122,7 +112,7 @@ def test_bfloat16_is_within_its_precision_of_float32(name, hf_dirs, hf_loaded, h
 
     from headlab.models.hf import load_transformers
 
-    ids, mask = _padded(2)
+    ids, mask = padded(2)
     real = mask.bool()
     _, exact = _outputs(hf_eager(name), ids, mask)
     _, half = _outputs(load_transformers(hf_dirs[name], dtype=torch.bfloat16).model, ids, mask)

@@ -6,15 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from headlab.models import load
 from headlab.models.hf import TransformersModel
 
 pytestmark = [pytest.mark.model, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
-
-
-@pytest.fixture(scope="module")
-def smollm2_transformers():
-    return load("smollm2", backend="transformers")
 
 
 def test_the_packaged_gguf_loads_through_transformers(smollm2_transformers, smollm2_reference):

@@ -62,8 +62,10 @@ def test_the_adapter_tokenizes_runs_and_scores(hf_loaded):
     assert sizes == (2, [6, 6], [2, 2])
     encoder = hf_loaded("bert")
     assert encoder.causal is False and encoder.run(encoder.tokenize([text(5)])).shape == (1, 36)
-    with pytest.raises(NotImplementedError, match=r"head masks.*issue 22, next step"):
-        model.run(batch, head_mask=[None, None])
+    masked = model.run(batch, head_mask=[None, torch.tensor([1.0, 0, 1, 1, 1, 1])])
+    assert not torch.allclose(masked, model.run(batch))  # head masks arrived with issue 22
+    with pytest.raises(ValueError, match=r"head_mask must have shape \(num_heads,\)=\(6,\)"):
+        model.run(batch, head_mask=[None, torch.ones(5)])
 
 
 def test_attach_wraps_a_model_in_memory(hf_dirs):

@@ -152,8 +152,11 @@ def test_user_text_shows_as_text_and_runs_nothing(
 def test_2048_tokens_open_and_switch_heads_fast(
     browser: object, tmp_path: Path, shared_results: Path
 ) -> None:
+    from headlab.report.sections import TextCutWarning
+
     text = " ".join(f"w{i % 97}" for i in range(2048))
-    index = build_report(tmp_path / "r", ReportOptions(text=text, results=shared_results))
+    with pytest.warns(TextCutWarning, match="MiniLM-L6-v2's 78 heads are binned to 200 x 200"):
+        index = build_report(tmp_path / "r", ReportOptions(text=text, results=shared_results))
     opened = Opened(browser, index)
     page = opened.page
     assert float(page.evaluate("document.body.dataset.renderMs")) < 1000

@@ -201,3 +201,32 @@ def test_a_refusal_names_the_library_arguments_not_cli_flags(tmp_path: Path) -> 
     with pytest.raises(OutputRefused, match=r"^png=.* and out=.* must be separate folders$"):
         build_report(tmp_path / "r", ReportOptions(results=tmp_path / "none"), png=tmp_path / "r")
     assert (foreign / "notes.txt").read_text() == "keep"
+
+
+def test_a_long_text_and_a_model_of_many_heads_are_bounded_said_on_the_page_and_warned(
+    tmp_path: Path, tiny_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The seeded layer's work grows with the square of the words and every head's weights
+    travel in the page: past REPORT_MAX_WORDS the text is cut, past PAGE_BYTES the model view
+    is binned coarser; each says so on the page and in one warning line."""
+    from headlab.report import heatmap, sections
+    from headlab.report.sections import TextCutWarning, collect
+
+    monkeypatch.setattr(sections, "REPORT_MAX_WORDS", 12)
+    monkeypatch.setattr(heatmap, "PAGE_BYTES", heatmap.encoded_bytes(2 * 3 + 2, 12))
+    text = "\n".join(f"w{i}  x{i}" for i in range(40))  # 80 words, kept as written
+    with pytest.warns(TextCutWarning) as caught:
+        collected = collect(ReportOptions(text=text, results=tmp_path, model=str(tiny_dir)))
+    assert [str(w.message) for w in caught] == [
+        "the text has 80 words; the report takes the first 12 (the seeded layer's work grows "
+        "with the square of the words)",
+        f"{tiny_dir.name}'s 8 heads are binned to 12 x 12 cells on the page (at most "
+        f"{heatmap.PAGE_BYTES / 2**20:g} MiB of weights an explorer)",
+    ]
+    seeded = collected.explorers["text"]
+    assert len(seeded["tokens"]) == 12 and seeded["total_tokens"] == 80
+    assert seeded["cut_reason"] == "the report takes at most 12 words"
+    assert collected.sections["text"] == "\n".join(f"w{i}  x{i}" for i in range(6)) + " …"
+    model = collected.explorers["model"]
+    assert model["bins"] == 12 and len(model["tokens"]) > 12
+    assert "Binned to 12 x 12 cells" in model["note"]

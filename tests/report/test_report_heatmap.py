@@ -64,3 +64,27 @@ def test_a_text_longer_than_the_encoder_is_cut_and_says_how_long_it_was(minilm) 
     assert seen.cut and seen.total_tokens == 602  # 600 words, [CLS] and [SEP]
     assert seen.views[0].weights.shape[-1] == len(seen.tokens) == 512
     assert seen.views[1].weights.shape[:2] == (6, 1)  # the one-head view of every layer
+
+
+def test_a_cut_reason_travels_to_the_page() -> None:
+    w = np.full((1, 1, 4, 4), 0.25)
+    data = heatmap_data("t", list("abcd"), [AttentionView("v", w)], total_tokens=9,
+                        cut_reason="the page shows at most 4 of the 64 tokens m reads")  # fmt: skip
+    assert data["cut_reason"] == "the page shows at most 4 of the 64 tokens m reads"
+
+
+def test_the_cells_a_page_holds_are_bounded_by_its_byte_budget() -> None:
+    """Every head's weights travel in the page (uint16, base64): SmolLM2's 270 heads and their
+    30 one-head views at 256 x 256 were 49 MB; within the budget the bins shrink instead."""
+    from headlab.report.heatmap import PAGE_BYTES, bins_within, encoded_bytes
+
+    assert bins_within(30 * 9 + 30, 256) == 102
+    assert encoded_bytes(300, 102) <= PAGE_BYTES < encoded_bytes(300, 103)
+    assert bins_within(2 * 9, 256) == 256  # the seeded text's 2 x 9 heads: never binned further
+    assert bins_within(10**6, 256) == 1
+    for heads in (1, 7, 300, 1201):
+        bins = bins_within(heads, 120)
+        w = np.full((1, heads, 120, 120), 1 / 120, dtype=np.float32)
+        data = heatmap_data("t", ["w"] * 120, [AttentionView("v", w)], max_bins=bins)
+        assert data["bins"] == bins and (bins == 120 or heads >= 300)
+        assert len(str(data["views"])) <= PAGE_BYTES + 60 * heads  # the JSON around each head

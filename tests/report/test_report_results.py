@@ -68,3 +68,73 @@ def test_a_torn_last_sweep_line_is_skipped_with_the_sweeps_warning(tmp_path: Pat
     with pytest.warns(TornLineWarning):
         finals = read_section(tmp_path, "sweep.jsonl")
     assert [r["run_id"] for r in finals] == ["a1"]
+
+
+HAND_EDITS = [
+    (
+        "model_heads.json",
+        lambda d: d.update(metrics={}),
+        "metrics: expected a non-empty JSON object, got {}",
+    ),
+    (
+        "model_heads.json",
+        lambda d: d.update(num_heads=10**30),
+        "num_heads: expected an integer <= 16777216, got 1000000000000000000000000000000",
+    ),
+    (
+        "model_collapse.json",
+        lambda d: d.update(all_layers=[]),
+        "all_layers: expected a non-empty list, got []",
+    ),
+    (
+        "model_collapse.json",
+        lambda d: d.update(per_layer=[]),
+        "per_layer: expected a non-empty list, got []",
+    ),
+    (
+        "model_collapse.json",
+        lambda d: d["all_layers"][0].update(num_heads=10**30),
+        "num_heads: expected an integer <= 16777216",
+    ),
+    ("model_prune.json", lambda d: d.update(steps=[]), "steps: expected a non-empty list, got []"),
+]
+
+
+@pytest.mark.parametrize(("name", "edit", "message"), HAND_EDITS)
+def test_hand_edited_results_are_refused_naming_file_field_expected_and_received(
+    results_dir: Path, name, edit, message
+) -> None:
+    path = results_dir / name
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError) as refused:
+        read_section(results_dir, name)
+    assert str(refused.value).startswith(f"{path}: ") and message in str(refused.value)
+
+
+def test_the_report_skips_a_broken_file_says_which_and_shows_the_rest(
+    results_dir: Path, tmp_path: Path
+) -> None:
+    """A file that does not follow its schema is skipped with one warning naming it; the other
+    sections are drawn, and the page says which file was skipped and why."""
+    from headlab.report.results import SkippedResultsWarning
+    from headlab.report.sections import _results_sections
+
+    for name, edit, _ in HAND_EDITS[:1] + HAND_EDITS[2:3]:
+        path = results_dir / name
+        data = json.loads(path.read_text())
+        edit(data)
+        path.write_text(json.dumps(data))
+    pngs: dict[str, bytes] = {}
+    with pytest.warns(SkippedResultsWarning) as caught:
+        sections = _results_sections(results_dir, pngs)
+    assert [str(w.message) for w in caught] == [
+        f"skipped {results_dir / 'model_heads.json'}: model-heads.metrics: expected a non-empty "
+        "JSON object, got {}",
+        f"skipped {results_dir / 'model_collapse.json'}: model-collapse.all_layers: expected a "
+        "non-empty list, got []",
+    ]
+    assert sections["heads"]["skipped"].startswith("model-heads.metrics: expected")
+    assert "image" in sections["prune"] and "image" in sections["sweep"]
+    assert sorted(pngs) == ["prune.png", "sweep.png"]

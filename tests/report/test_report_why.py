@@ -9,6 +9,7 @@ import pytest
 
 from headlab.analysis.expressivity import ExpressivityConfig, measure_expressivity
 from headlab.experiments.specialisation import SpecialisationConfig, measure_specialisation
+from headlab.report.results import SkippedResultsWarning
 from headlab.report.why import WHY, why_sections
 
 
@@ -91,7 +92,9 @@ def test_missing_and_broken_files(tmp_path: Path) -> None:
     sections = why_sections(tmp_path, {})
     assert all("missing" in s for s in sections.values())
     (tmp_path / "expressivity.json").write_text(json.dumps({"headlab": "expressivity", "rank": []}))
-    with pytest.raises(
-        ValueError, match=r"expressivity\.json: expressivity\.config: expected a JSON"
+    with pytest.warns(
+        SkippedResultsWarning, match=r"expressivity\.json: expressivity\.config: expected a JSON"
     ):
-        why_sections(tmp_path, {})
+        sections = why_sections(tmp_path, {})
+    assert sections["expressivity"]["skipped"].startswith("expressivity.config: expected a JSON")
+    assert sections["expressivity"]["missing"] == WHY["expressivity"][1]

@@ -85,63 +85,73 @@ def _visible(trace: AttentionTrace) -> Tensor:
     return torch.isfinite(trace.scores) & (trace.weights.sum(-1, keepdim=True) > 0)
 
 
+def _count(mask: Tensor) -> Tensor:
+    """True entries along the last dimension. The bytes as uint8 summed into int32: summing the
+    bool itself (or count_nonzero) first copies the whole matrix to int64."""
+    return mask.view(torch.uint8).sum(-1, dtype=torch.int32)
+
+
 def _all_heads(x: Tensor) -> Tensor:
     """(batch, head, q_pos) bool -> (batch, q_pos): true where every head agrees."""
     return x.all(dim=1)
 
 
-def _rows_single_key(traces: tuple[AttentionTrace, AttentionTrace]) -> Tensor:
-    return torch.stack([_all_heads(_visible(t).sum(-1) == 1) for t in traces]).all(0)
+def _rows_single_key(visible: tuple[Tensor, Tensor]) -> Tensor:
+    return torch.stack([_all_heads(_count(v) == 1) for v in visible]).all(0)
 
 
-def _rows_saturated_same_key(traces) -> tuple[Tensor, Tensor, float, float]:
+def _rows_saturated_same_key(traces, visible) -> tuple[Tensor, Tensor, float, float]:
     """Rows where all heads of both sides are one-hot on the same key.
 
     Returns (rows, one-hot rows whatever the key, max |score|, smallest top-two score gap).
+    Memory: one (batch, head, q_pos, k_pos) temporary at a time.
     """
     tops = [t.weights.max(dim=-1) for t in traces]
     one_hot = torch.stack([_all_heads(top.values >= 1 - SATURATION) for top in tops]).all(0)
     keys = torch.cat([top.indices for top in tops], dim=1)  # (batch, head_a + head_b, q_pos)
     same_key = (keys == keys[:, :1]).all(dim=1)
     rows = one_hot & same_key
-    finite = [t.scores[torch.isfinite(t.scores)] for t in traces]
-    scale = max(float(f.abs().max()) if f.numel() else 0.0 for f in finite)
-    gaps = []
-    for t in traces:
-        masked = t.scores.masked_fill(~_visible(t), float("-inf"))
-        if masked.shape[-1] >= 2:
+    scale, gaps = 0.0, []
+    for t, seen in zip(traces, visible, strict=True):
+        finite = t.scores.masked_fill(~torch.isfinite(t.scores), 0.0)
+        if finite.numel():
+            scale = max(scale, float(finite.amax()), -float(finite.amin()))
+        del finite
+        if t.scores.shape[-1] >= 2:
+            masked = t.scores.masked_fill(~seen, float("-inf"))
             top2 = masked.topk(2, dim=-1).values  # (batch, head, q_pos, 2)
+            del masked
             gap = (top2[..., 0] - top2[..., 1]).amin(dim=1)  # (batch, q_pos)
             gaps.append(gap[rows & torch.isfinite(gap)])
     gap = min((float(g.min()) for g in gaps if g.numel()), default=float("nan"))
     return rows, one_hot, scale, gap
 
 
-def _rows_uniform(traces) -> Tensor:
+def _rows_uniform(traces, visible) -> Tensor:
     per_side = []
-    for t in traces:
-        visible = _visible(t)
-        n = visible.sum(-1, keepdim=True).clamp(min=1)
-        deviation = ((t.weights - 1.0 / n).abs() * visible).amax(dim=-1)
-        per_side.append(_all_heads(deviation <= UNIFORM_TOL))
+    for t, seen in zip(traces, visible, strict=True):
+        n = _count(seen).unsqueeze(-1).clamp(min=1)
+        deviation = t.weights - 1.0 / n  # one temporary, then in place
+        deviation.abs_().mul_(seen)
+        per_side.append(_all_heads(deviation.amax(dim=-1) <= UNIFORM_TOL))
     return torch.stack(per_side).all(0)
 
 
-def _rows_identical_values(traces) -> tuple[Tensor, float]:
+def _rows_identical_values(traces, visible) -> tuple[Tensor, float]:
     """Rows whose visible value rows are all equal (on both sides); (rows, largest spread).
 
     The spread of a row is the largest max-norm distance from its first visible value row to
     any other visible one: zero exactly when they are all equal. Memory (batch, q_pos, k_pos).
     """
     per_side, spreads = [], []
-    for t in traces:
-        visible = _visible(t).any(dim=1)  # (batch, q_pos, k_pos): visible to some head
+    for t, seen in zip(traces, visible, strict=True):
+        seen_by_any = seen.any(dim=1)  # (batch, q_pos, k_pos): visible to some head
         batch, kv_heads, k_pos, d_head = t.v.shape
         v = t.v.transpose(1, 2).reshape(batch, k_pos, kv_heads * d_head)
         distance = torch.cdist(v, v, p=float("inf"))  # (batch, k_pos, k_pos)
-        first = visible.to(torch.uint8).argmax(dim=-1)  # (batch, q_pos): first visible key
+        first = seen_by_any.to(torch.uint8).argmax(dim=-1)  # (batch, q_pos): first visible key
         to_first = distance.gather(1, first.unsqueeze(-1).expand(-1, -1, k_pos))  # (b, q, k)
-        row_spread = (to_first * visible).amax(dim=-1)  # (batch, q_pos)
+        row_spread = (to_first * seen_by_any).amax(dim=-1)  # (batch, q_pos)
         tol = 1e-6 * (1.0 + float(v.abs().max()))
         per_side.append(row_spread <= tol)
         spreads.append(row_spread)
@@ -157,7 +167,7 @@ def _total_variation(a: AttentionTrace, b: AttentionTrace, rows: Tensor) -> Tens
     """
     tv = torch.stack(
         [
-            0.5 * (a.weights - b.weights[:, j : j + 1]).abs().sum(-1)
+            0.5 * (a.weights - b.weights[:, j : j + 1]).abs_().sum(-1)
             for j in range(b.weights.shape[1])
         ],
         dim=-1,
@@ -180,14 +190,15 @@ def diagnose(
         measures = {"heads": a.weights.shape[1], "head_dim": a.q.shape[-1]}
         return [Finding("same_config", 1.0, everything, measures)]
     traces = (a, b)
+    visible = (_visible(a), _visible(b))  # once: each is a (batch, head, q_pos, k_pos) bool
     # Side a is the one with more heads, so that "each head" reads naturally in the details.
     many, few = (a, b) if a.weights.shape[1] >= b.weights.shape[1] else (b, a)
     h_many, h_few = many.weights.shape[1], few.weights.shape[1]
     findings = []
-    single = _rows_single_key(traces)
+    single = _rows_single_key(visible)
     if single.any():
         findings.append(Finding("single_key", _fraction(single), single, _counts(single)))
-    saturated, one_hot, scale, gap = _rows_saturated_same_key(traces)
+    saturated, one_hot, scale, gap = _rows_saturated_same_key(traces, visible)
     saturated = saturated & ~single
     if saturated.any():
         findings.append(
@@ -203,11 +214,11 @@ def diagnose(
                 },
             )
         )
-    uniform = _rows_uniform(traces) & ~single
+    uniform = _rows_uniform(traces, visible) & ~single
     if uniform.any():
         measures = {**_counts(uniform), "gradients_equal": gradients_equal}
         findings.append(Finding("uniform", _fraction(uniform), uniform, measures))
-    identical, spread = _rows_identical_values(traces)
+    identical, spread = _rows_identical_values(traces, visible)
     identical = identical & ~single
     if identical.any():
         findings.append(

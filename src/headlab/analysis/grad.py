@@ -53,6 +53,8 @@ def coupling_comparison(setup: CompareSetup, talking_heads: float = 0.0) -> Coup
 
     talking_heads: when not 0, the first side becomes talking heads (Shazeer et al. 2020) with
     mixing identity + talking_heads * N(0, 1) (seeded by the set-up's seed).
+    ValueError when the gradients overflow float32 (a huge talking_heads), instead of results
+    made of infinities and NaN.
     """
     if talking_heads and _grouped(setup):
         raise ValueError(
@@ -70,6 +72,13 @@ def coupling_comparison(setup: CompareSetup, talking_heads: float = 0.0) -> Coup
     sides = []
     for module in (a, b):
         matrix = gradient_coupling(module, x, blocks=blocks)
+        norms = head_gradient_norms(module, x).to_dict()
+        if not (np.isfinite(matrix).all() and all(np.isfinite(v).all() for v in norms.values())):
+            cause = f"lower talking_heads={talking_heads:g}" if talking_heads else "lower the sizes"
+            raise ValueError(
+                f"the gradients of {module.num_heads} head(s) overflowed float32 (infinite or NaN "
+                f"values): nothing to measure; {cause}"
+            )
         off = matrix[~np.eye(blocks, dtype=bool)]
         sides.append(
             CouplingSide(
@@ -78,7 +87,7 @@ def coupling_comparison(setup: CompareSetup, talking_heads: float = 0.0) -> Coup
                 coupling=matrix.tolist(),
                 off_diagonal_max=float(off.max()) if off.size else 0.0,
                 diagonal_mean=float(np.diag(matrix).mean()),
-                head_gradient_norms=head_gradient_norms(module, x).to_dict(),
+                head_gradient_norms=norms,
             )
         )
     return CouplingComparison(setup, blocks, sides, talking_heads)

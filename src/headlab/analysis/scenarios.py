@@ -7,6 +7,7 @@ W_V drawn like ``torch.rand(512, 512)`` and used as ``x @ W``, input ``torch.ran
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
 import torch
@@ -18,6 +19,10 @@ from headlab.attention.module import MultiHeadAttention
 from headlab.attention.sizes import FREE_HEAD_DIM, check_divides
 from headlab.defaults import INITS
 from headlab.limits import check_fits, check_int, check_seed
+
+# What torch adds on the first autograd call and the allocator keeps (measured: about 90 MiB at
+# seq_len 500, see docs/answers.md).
+COMPARE_OVERHEAD = 128 * 2**20
 
 
 @dataclass(frozen=True)
@@ -36,7 +41,7 @@ class CompareSetup:
 
     d_model: int = 512
     heads: int = 8
-    vs_heads: int = 1
+    vs_heads: int | None = 1  # None: the fewest heads that split the K/V width (1 without GQA)
     seq_len: int = 10
     batch: int = 2
     init: str = "rand"
@@ -49,7 +54,7 @@ class CompareSetup:
     def __post_init__(self) -> None:
         if self.init not in INITS:
             raise ValueError(f"init must be one of {', '.join(INITS)}, got {self.init!r}")
-        for name in ("d_model", "heads", "vs_heads", "seq_len", "batch"):
+        for name in ("d_model", "heads", "seq_len", "batch"):
             check_int(name, getattr(self, name))
         check_seed("seed", self.seed)
         for name in ("kv_heads", "head_dim"):
@@ -60,12 +65,18 @@ class CompareSetup:
         if self.kv_heads is not None:
             check_divides("heads", self.heads, "kv_heads", self.kv_heads)
         q_dim = self.q_dim
-        check_divides("query width", q_dim, "vs_heads", self.vs_heads, "heads x head size")
         kv_dim = (self.kv_heads or self.heads) * (q_dim // self.heads)
+        if self.vs_heads is None:
+            object.__setattr__(self, "vs_heads", vs_head_counts(q_dim, kv_dim)[0])
+        check_int("vs_heads", self.vs_heads)
+        check_divides("query width", q_dim, "vs_heads", self.vs_heads, "heads x head size")
         if kv_dim % (q_dim // self.vs_heads):
+            counts = vs_head_counts(q_dim, kv_dim)
+            more = ", ..." if len(counts) > 6 else ""
             raise ValueError(
                 f"vs_heads={self.vs_heads} gives heads of {q_dim // self.vs_heads}, which do not "
-                f"split the K/V width {kv_dim} (kv_heads x head size)"
+                f"split the K/V width {kv_dim} (kv_heads x head size); vs_heads can be "
+                f"{', '.join(map(str, counts[:6]))}{more}"
             )
         if q_dim != self.d_model and not self.output_projection:
             raise ValueError(
@@ -81,12 +92,40 @@ class CompareSetup:
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
 
+    def memory_terms(self) -> dict[str, int]:
+        """The estimate's parts in bytes, each keyed by the advice that lowers it; fitted to
+        measurements (docs/answers.md, "Memory"). Attention: both sides' traces keep their
+        scores and weights, one (batch, q_pos, k_pos) float32 matrix per head each, and the
+        autograd backward of one side at a time holds about five per head of that side (two
+        of them the kept ones). Positions: the traces' per-head contributions (batch, head,
+        q_pos, d_model) and the inputs and outputs. Weights: parameters and gradients."""
+        t, b, d, q = self.seq_len, self.batch, self.d_model, self.q_dim
+        heads = self.heads + self.vs_heads
+        matrices = 2 * heads + 4 * max(self.heads, self.vs_heads)
+        width = (
+            f"d_model={d}" if self.head_dim is None else f"d_model={d} or head_dim={self.head_dim}"
+        )
+        lower = f"seq_len={t} or batch={b}"
+        return {
+            f"lower {lower} (attention matrices)": matrices * 4 * b * t * t,
+            f"lower {lower} or {width} (per-position states)": 4 * b * t * (d * heads + 16 * q),
+            f"lower {width} (the weights: {q} x {d} per projection)": 12 * 4 * d * q,
+        }
+
     def memory_estimate(self) -> int:
-        """Bytes at the peak of ``run_setup``: per side a trace of scores and weights (float32),
-        the backward's copies of them, the findings' (batch, q_pos, k_pos) checks, the weights."""
-        t, b, e = self.seq_len, self.batch, max(self.d_model, self.q_dim)
-        attention = 4 * b * (self.heads + self.vs_heads) * t * t * 4
-        return attention + 2 * 4 * e * e * 4 * 3 + 16 * b * t * e * 4
+        """Bytes that ``run_setup`` adds at its peak (resident memory): ``memory_terms`` and
+        what torch allocates on its first autograd call."""
+        return sum(self.memory_terms().values()) + COMPARE_OVERHEAD
+
+
+def vs_head_counts(q_dim: int, kv_dim: int) -> list[int]:
+    """The head counts, fewest first, that view a query width ``q_dim`` and a K/V width
+    ``kv_dim`` (kv_dim divides q_dim) with one head size: q_dim / s for each divisor s of
+    kv_dim. Without GQA (equal widths) that is every divisor of q_dim, from 1."""
+    sizes = {
+        d for i in range(1, math.isqrt(kv_dim) + 1) if kv_dim % i == 0 for d in (i, kv_dim // i)
+    }
+    return sorted(q_dim // size for size in sizes)
 
 
 def build(setup: CompareSetup) -> tuple[MultiHeadAttention, MultiHeadAttention, Tensor]:
@@ -98,7 +137,7 @@ def build(setup: CompareSetup) -> tuple[MultiHeadAttention, MultiHeadAttention, 
     check_fits(
         f"seq_len={setup.seq_len} with batch={setup.batch} and d_model={setup.d_model}",
         setup.memory_estimate(),
-        f"lower seq_len={setup.seq_len} or batch={setup.batch}",
+        max((size, advice) for advice, size in setup.memory_terms().items())[1],
     )
     e = setup.d_model
     gen = torch.Generator().manual_seed(setup.seed)

@@ -32,11 +32,12 @@ class AttentionView:
 @dataclass(frozen=True)
 class TextAttention:
     """The views of one text. ``total_tokens`` > len(tokens) when the text was cut to a
-    model's limit (the views then cover the first len(tokens) tokens)."""
+    limit (the views then cover the first len(tokens) tokens); ``cut_reason`` says which."""
 
     tokens: list[str]
     views: list[AttentionView]
     total_tokens: int
+    cut_reason: str = ""
 
     @property
     def cut(self) -> bool:

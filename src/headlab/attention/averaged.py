@@ -4,7 +4,7 @@
 outputs and the weights averaged over heads, (batch, q_pos, k_pos). The per-head weights
 (batch, head, q_pos, k_pos) are the big tensor (200 MB at 12 heads x 2048 tokens). In training,
 ``AveragedAttention`` computes them once with the kernel's math in place
-(``kernel.block_weights``) and differentiates by hand (dO, dmean the upstream gradients):
+(``block.block_weights``) and differentiates by hand (dO, dmean the upstream gradients):
 
     dP = (dO V^T + dmean / head) * keep              one tensor, updated in place
     dS = P * (dP - rowsum(dP * P))                   softmax backward, in place
@@ -12,7 +12,7 @@ outputs and the weights averaged over heads, (batch, q_pos, k_pos). The per-head
 
 (autograd's graph for the same math allocates the scores, the softmax output, dP twice and dS).
 A row with no visible key has keep = 0 and P = 0 there, so dS is 0 there as it should be. With
-grouped K/V heads the products run per group (``kernel.grouped_matmul``): dK and dV sum over
+grouped K/V heads the products run per group (``block.grouped_matmul``): dK and dV sum over
 the query heads of a group without K or V ever being repeated. Without grad the kernel's
 chunked path serves the same weights one block of rows at a time. The mask gets no gradient;
 the explicit path serves a mask that requires one, dropout, and double backward (this function
@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from headlab.attention.kernel import block_weights, grouped_matmul
+from headlab.attention.block import block_weights, grouped_matmul
 from headlab.attention.mask_spec import MergedMask
 
 

@@ -21,15 +21,16 @@ def entropy(p: Tensor, dim: int = -1) -> Tensor:
 
 
 def split_heads(x: Tensor, num_heads: int) -> Tensor:
-    """(batch, pos, num_heads * d_head) -> (batch, num_heads, pos, d_head)."""
-    batch, pos, _ = x.shape
-    return x.view(batch, pos, num_heads, -1).transpose(1, 2)
+    """(batch, pos, num_heads * d_head) -> (batch, num_heads, pos, d_head); also with no
+    position or no batch element (d_head from the width, not inferred from the element count)."""
+    batch, pos, width = x.shape
+    return x.view(batch, pos, num_heads, width // num_heads).transpose(1, 2)
 
 
 def merge_heads(x: Tensor) -> Tensor:
     """(batch, head, pos, d_head) -> (batch, pos, head * d_head)."""
-    batch, _, pos, _ = x.shape
-    return x.transpose(1, 2).reshape(batch, pos, -1)
+    batch, heads, pos, d_head = x.shape
+    return x.transpose(1, 2).reshape(batch, pos, heads * d_head)
 
 
 def expand_kv(x: Tensor, group: int) -> Tensor:

@@ -63,7 +63,7 @@ class HeadGroupView(nn.Module):
         m = self.base.num_heads // self.num_heads
         if head_mask is not None:  # one entry per merged head -> one per member head
             head_mask = head_mask.repeat_interleave(m, dim=-1)
-        run = self.base._run(
+        run = self.base.run_heads(
             query,
             key,
             value,

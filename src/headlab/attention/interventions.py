@@ -40,8 +40,9 @@ from headlab.attention.sites import SITES, Sites
 AblationMode = Literal["zero", "mean", "resample"]
 
 
-class AttentionLayer(Protocol):
-    """What an intervention needs of an attention layer: its sites and head counts."""
+class SitedLayer(Protocol):
+    """What an intervention needs of an attention layer: its sites and head counts (the part
+    of ``headlab.models.interface.AttentionLayer`` that attention/ itself knows)."""
 
     sites: Sites
     num_heads: int
@@ -55,7 +56,7 @@ def _check_site(site: str) -> None:
 
 @contextmanager
 def intervene(
-    module: AttentionLayer, site: str, fn: Callable[[Tensor], Tensor | None]
+    module: SitedLayer, site: str, fn: Callable[[Tensor], Tensor | None]
 ) -> Iterator[None]:
     """Within the block, every call of ``module`` passes ``site``'s tensor to ``fn``; a tensor
     ``fn`` returns (same shape) replaces it, None leaves it. Raises ValueError for an unknown
@@ -82,7 +83,7 @@ class Recording:
 
 
 @contextmanager
-def record(module: AttentionLayer, sites: Sequence[str] = SITES) -> Iterator[Recording]:
+def record(module: SitedLayer, sites: Sequence[str] = SITES) -> Iterator[Recording]:
     """Record (detached copies of) ``sites`` in every call of ``module`` within the block."""
     recording = Recording({site: [] for site in sites})
     with _stack(module, [(s, lambda t, s=s: recording.calls[s].append(t.detach())) for s in sites]):
@@ -90,7 +91,7 @@ def record(module: AttentionLayer, sites: Sequence[str] = SITES) -> Iterator[Rec
 
 
 @contextmanager
-def _stack(module: AttentionLayer, hooks: list[tuple[str, Callable]]) -> Iterator[None]:
+def _stack(module: SitedLayer, hooks: list[tuple[str, Callable]]) -> Iterator[None]:
     if not hooks:
         yield
         return
@@ -99,7 +100,7 @@ def _stack(module: AttentionLayer, hooks: list[tuple[str, Callable]]) -> Iterato
         yield
 
 
-def head_axis_index(module: AttentionLayer, site: str, heads: Sequence[int]) -> list[int]:
+def head_axis_index(module: SitedLayer, site: str, heads: Sequence[int]) -> list[int]:
     """``heads`` checked against the head axis of ``site`` (K/V heads for k and v)."""
     _check_site(site)
     count = module.num_kv_heads if site in ("k", "v") else module.num_heads
@@ -111,7 +112,7 @@ def head_axis_index(module: AttentionLayer, site: str, heads: Sequence[int]) -> 
 
 @contextmanager
 def patch(
-    module: AttentionLayer, site: str, heads: Sequence[int], source: Tensor
+    module: SitedLayer, site: str, heads: Sequence[int], source: Tensor
 ) -> Iterator[None]:
     """Activation patching: ``heads`` of ``site`` take their values from ``source`` (the same
     site recorded on another input, same shape), the other heads keep theirs."""
@@ -132,7 +133,7 @@ def patch(
 
 
 def query_heads(
-    module: AttentionLayer, heads: Sequence[int] = (), kv_groups: Sequence[int] = ()
+    module: SitedLayer, heads: Sequence[int] = (), kv_groups: Sequence[int] = ()
 ) -> list[int]:
     """Query heads named directly and through their K/V group (group g = the query heads that
     read K/V head g), sorted and unique. Raises ValueError for an index out of range."""
@@ -156,7 +157,7 @@ def mean_head_output(head_outputs: Tensor, positions: Tensor | None = None) -> T
 
 @contextmanager
 def ablate(
-    module: AttentionLayer,
+    module: SitedLayer,
     heads: Sequence[int] = (),
     *,
     kv_groups: Sequence[int] = (),
@@ -201,8 +202,8 @@ def ablate(
 
 __all__ = [
     "SITES",
-    "AttentionLayer",
     "Recording",
+    "SitedLayer",
     "ablate",
     "head_axis_index",
     "intervene",

@@ -87,12 +87,14 @@ def torch_mask_spec(
     k_len: int,
     extra_keys: int,
     batched: bool,
+    always_causal: bool = False,
 ) -> MaskSpec | None:
     """torch.nn.MultiheadAttention's masks, checked, as one ``MaskSpec`` over ``k_len`` keys plus
     ``extra_keys`` always-visible columns (``add_bias_kv``, ``add_zero_attn``).
 
     ``is_causal`` with no ``attn_mask`` means causal; with an ``attn_mask`` it is a hint, as in
-    torch, and the given mask is used. Returns None when nothing is masked.
+    torch, and the given mask is used. ``always_causal`` (a causal module): causal whatever else
+    is given. Returns None when nothing is masked.
     """
     full = None
     if attn_mask is not None:
@@ -109,7 +111,7 @@ def torch_mask_spec(
             padding = None
         else:
             padding = padding.view(batch, k_len)
-    causal = is_causal and attn_mask is None
+    causal = always_causal or (is_causal and attn_mask is None)
     if full is None and padding is None and not causal:
         return None
     return MaskSpec(causal=causal, key_padding=padding, attn_mask=full, extra_keys=extra_keys)

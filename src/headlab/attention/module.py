@@ -31,7 +31,11 @@ from headlab.attention.kernel import attend
 from headlab.attention.masks import torch_mask_spec
 from headlab.attention.rotary import apply_rotary
 from headlab.attention.sites import Sites
-from headlab.attention.sizes import check_positive_int, resolve_head_sizes
+from headlab.attention.sizes import (
+    check_positive_int,
+    parameter_elements,
+    resolve_head_sizes,
+)
 from headlab.attention.torch_layers import (
     forward_nested,
     fused_kernel_computes_forward,
@@ -39,6 +43,7 @@ from headlab.attention.torch_layers import (
 )
 from headlab.attention.trace import AttentionTrace, HeadRun
 from headlab.attention.views import with_num_heads
+from headlab.limits import check_fits
 
 __all__ = ["MultiHeadAttention", "resolve_head_sizes"]
 
@@ -99,6 +104,16 @@ class MultiHeadAttention(nn.Module):
         self.batch_first = batch_first
         self.add_zero_attn = add_zero_attn
         q_dim, kv_dim = num_heads * head_dim, num_kv_heads * head_dim
+        if torch.empty(0, device=device).device.type != "meta":  # meta tensors take no memory
+            size = torch.finfo(dtype or torch.get_default_dtype()).bits // 8
+            scalars = parameter_elements(embed_dim, self.kdim, self.vdim, q_dim, kv_dim,
+                                         bias=bias, add_bias_kv=add_bias_kv)  # fmt: skip
+            check_fits(
+                f"MultiHeadAttention(embed_dim={embed_dim}, num_heads={num_heads}, "
+                f"head_dim={head_dim}, num_kv_heads={num_kv_heads}) with {scalars:,} parameters",
+                scalars * size,
+                "lower embed_dim, head_dim or num_heads",
+            )
 
         self.sites = Sites()  # interventions and observers (headlab.attention.interventions)
         if packed:
@@ -202,12 +217,12 @@ class MultiHeadAttention(nn.Module):
         if self.bias_k is not None:
             batch = q.shape[0]
             k = torch.cat([k, self.bias_k.expand(batch, 1, -1)], dim=1)  # (batch, k_pos+1, G*D)
-            v = torch.cat([v, self.bias_v.expand(batch, 1, -1)], dim=1)
+            v = torch.cat([v, self.bias_v.expand(batch, 1, -1)], dim=1)  # (batch, k_pos+1, G*D)
         q = split_heads(q, self.num_heads)  # (batch, H, q_pos, D)
-        k = split_heads(k, self.num_kv_heads)  # (batch, G, k_pos', D)
-        v = split_heads(v, self.num_kv_heads)
+        k = split_heads(k, self.num_kv_heads)  # (batch, G, k_pos (+1 with bias_k), D)
+        v = split_heads(v, self.num_kv_heads)  # likewise
         if self.add_zero_attn:
-            k, v = F.pad(k, (0, 0, 0, 1)), F.pad(v, (0, 0, 0, 1))
+            k, v = F.pad(k, (0, 0, 0, 1)), F.pad(v, (0, 0, 0, 1))  # (batch, G, k_pos', D)
         if self.rotary_base is not None:  # rotated by position, before any intervention sees them
             q, k = apply_rotary(q, self.rotary_base), apply_rotary(k, self.rotary_base)
         return q, k, v
@@ -228,7 +243,7 @@ class MultiHeadAttention(nn.Module):
         )
         return (batched, *inputs)
 
-    def _run(
+    def run_heads(
         self,
         query: Tensor,
         key: Tensor,
@@ -242,9 +257,11 @@ class MultiHeadAttention(nn.Module):
         head_view: int | None = None,
         sites: Sites | None = None,
     ) -> HeadRun:
-        """Shared body of forward and trace, up to the head outputs (before W_O); the kernel
-        (``headlab.attention.kernel.attend``) chooses the path from ``need_weights`` (None,
-        "mean", "heads") and what the sites ask (``self.sites``, or a view's own ``sites``)."""
+        """The call up to the head outputs (before W_O): the body forward and trace share, and
+        what a view of this module (``HeadGroupView``) runs with its own ``head_view`` and
+        ``sites``. Arguments as in ``forward``; need_weights: None, "mean" or "heads". The
+        kernel (``headlab.attention.kernel.attend``) chooses the path from ``need_weights`` and
+        what the sites ask (``self.sites``, or the given ``sites``)."""
         sites = self.sites if sites is None else sites
         batched, xq, xk, xv = self._inputs(query, key, value)  # (batch, q|k_pos, E|kdim|vdim)
         batch = xq.shape[0]
@@ -252,7 +269,8 @@ class MultiHeadAttention(nn.Module):
         mask = torch_mask_spec(
             attn_mask=attn_mask,
             key_padding_mask=key_padding_mask,
-            is_causal=is_causal or self.causal,
+            is_causal=is_causal,
+            always_causal=self.causal,
             batch=batch,
             num_heads=self.num_heads,
             q_len=xq.shape[1],
@@ -312,7 +330,7 @@ class MultiHeadAttention(nn.Module):
                 is_causal=is_causal,
                 head_mask=head_mask,
             )
-        run = self._run(
+        run = self.run_heads(
             query,
             key,
             value,
@@ -327,7 +345,7 @@ class MultiHeadAttention(nn.Module):
         if not need_weights:
             return output, None
         weights = run.weights  # (batch, q_pos, k_pos) averaged, or (batch, head, q_pos, k_pos)
-        return output, weights if run.batched else weights.squeeze(0)
+        return output, weights if run.batched else weights.squeeze(0)  # unbatched: no batch dim
 
     def trace(
         self,
@@ -347,7 +365,7 @@ class MultiHeadAttention(nn.Module):
         """
         key = query if key is None else key
         value = key if value is None else value
-        run = self._run(
+        run = self.run_heads(
             query,
             key,
             value,
@@ -357,7 +375,7 @@ class MultiHeadAttention(nn.Module):
             head_mask=head_mask,
             need_weights="heads",
         )
-        w_o = self.out_proj.weight.view(self.embed_dim, self.num_heads, self.head_dim)
+        w_o = self.out_proj.weight.view(self.embed_dim, self.num_heads, self.head_dim)  # (E, H, D)
         contributions = torch.einsum("bhqd,ehd->bhqe", run.head_out, w_o)
         # The output is computed as forward computes it (one matmul), not as the sum of the
         # contributions, so that trace and forward agree bit for bit; the sum agrees to rounding.

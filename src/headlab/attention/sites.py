@@ -20,8 +20,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from torch import Tensor
+
+if TYPE_CHECKING:  # statistics.py imports the kernel's math, which imports this module
+    from headlab.attention.statistics import StatisticsRequest
 
 #: The public intervention sites, in the order a call reaches them.
 SITES = ("q", "k", "v", "scores", "weights", "head_outputs")
@@ -46,7 +50,7 @@ class Sites:
 
     def __init__(self) -> None:
         self.hooks: dict[str, list[Hook]] = {}
-        self.statistics = None  # a headlab.attention.statistics.StatisticsRequest, or None
+        self.statistics: StatisticsRequest | None = None
         self.budget: KeyBudget | None = None
 
     def __bool__(self) -> bool:

@@ -34,3 +34,21 @@ def resolve_head_sizes(
     check_positive_int("num_kv_heads", num_kv_heads)
     check_divides("num_heads", num_heads, "num_kv_heads", num_kv_heads)
     return head_dim, num_kv_heads
+
+
+def parameter_elements(
+    embed_dim: int,
+    kdim: int,
+    vdim: int,
+    q_dim: int,
+    kv_dim: int,
+    *,
+    bias: bool,
+    add_bias_kv: bool,
+) -> int:
+    """The scalars of a ``MultiHeadAttention``: W_Q (q_dim, E), W_K (kv_dim, kdim), W_V (kv_dim,
+    vdim), W_O (E, q_dim), the biases (q_dim + 2 kv_dim + E) and bias_k / bias_v (kv_dim each),
+    counted before any is allocated."""
+    weights = q_dim * embed_dim + kv_dim * (kdim + vdim) + embed_dim * q_dim
+    biases = (q_dim + 2 * kv_dim + embed_dim) if bias else 0
+    return weights + biases + (2 * kv_dim if add_bias_kv else 0)

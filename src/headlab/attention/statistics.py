@@ -8,7 +8,10 @@ sums to 1, or 0 when every key is masked):
     entropy            -sum_k w_k ln w_k  (nats)       max_weight  max_k w_k
     self               w_q                            prev        w_{q-1}, queries q >= 1 only
     distance           sum_k w_k |q - k|  (tokens)    <special>   w at each named key position
-    contribution_norm  ||head output_q @ W_O block^T||_2, after the head mask and interventions
+    contribution_norm  ||head output_q @ W_O block^T||_2, after the head mask and interventions;
+                       left out (no entry at all, never a 0 or a NaN) when the request has no
+                       W_O: a layer that changes the heads' outputs before its output projection
+                       (a gate) has no block of W_O that maps one head's output alone
     received           (per key) sum over counted queries of w_k: the "heavy hitter" profile
 
 and, when the request asks for them:
@@ -41,6 +44,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from headlab.attention.block import grouped_matmul
 from headlab.attention.functional import entropy
 
 PER_QUERY = ("entropy", "max_weight", "self", "prev", "distance", "contribution_norm")
@@ -52,8 +56,9 @@ CHUNK_ELEMENTS = 2**22
 class HeadSums:
     """Sums over counted queries, per head, of one attention call (float64).
 
-    sums: name -> (head,): the names of PER_QUERY and of the special positions, and
-        "window_error" and "copy_weight" when asked; "prev" sums over counted queries q >= 1
+    sums: name -> (head,): the names of PER_QUERY (without "contribution_norm" when the
+        request had no W_O) and of the special positions, and "window_error" and "copy_weight"
+        when asked; "prev" sums over counted queries q >= 1
         only, "copy_weight" over the copy positions.
     received: (head, k_pos) attention each key receives, summed over counted queries and batch.
     n_queries: the number of counted queries; n_prev: those with q >= 1; n_copy: the counted
@@ -80,7 +85,8 @@ class StatisticsRequest:
 
     query_mask: (batch, q_pos) bool, True on the queries to count (None: all).
     special: name -> (batch,) int64 key index whose weight is summed as statistic ``name``.
-    output_weight: W_O (embed_dim, head * d_head), for the contribution norms.
+    output_weight: W_O (embed_dim, head * d_head), for the contribution norms (None: none are
+        summed).
     chunk_elements: the size of one chunk of weights (batch x head x chunk x k_pos elements).
     report: called with each call's HeadSums.
     window: (sinks, window) for ``window_error``, or None.
@@ -137,7 +143,9 @@ class StreamingSums:
         totals = {"dtype": torch.float64, "device": device}
         extra = [n for n, asked in (("window_error", request.window), ("copy_weight",
                  request.copy_sources)) if asked is not None]  # fmt: skip
-        names = (*PER_QUERY, *self.special, *extra)
+        plain = [n for n in PER_QUERY if n != "contribution_norm" or request.output_weight
+                 is not None]  # fmt: skip
+        names = (*plain, *self.special, *extra)
         self.sums = {name: torch.zeros(heads, **totals) for name in names}
         self.received = torch.zeros(heads, k_len, **totals)
         self.q_offset = q_offset
@@ -277,8 +285,6 @@ def window_error(
     weight 1 - sum_k w_k joins the denominator: o^window = sum_kept w_k v_k / (sum_kept w_k +
     w_sink), exactly the masked run's output. A query that puts no weight there loses its
     whole output (error 1); a zero output, none."""
-    from headlab.attention.kernel import grouped_matmul
-
     sinks, size = window
     keys = weights.shape[-1]
     first, last = int(positions[0]), int(positions[-1])

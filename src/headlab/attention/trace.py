@@ -45,7 +45,8 @@ class AttentionTrace:
 @dataclass(frozen=True)
 class HeadRun:
     """One call of MultiHeadAttention up to the head outputs, batch first (AttentionTrace's
-    shapes); internal: forward and trace build their results from it."""
+    shapes), as ``MultiHeadAttention.run_heads`` returns it: forward, trace and head views
+    build their results from it."""
 
     batched: bool
     head_out: Tensor  # (batch, head, q_pos, d_head), after head_mask and interventions

@@ -6,7 +6,7 @@ import inspect
 
 import typer
 from rich.markup import escape
-from typer.core import TyperOption
+from typer.core import TyperArgument, TyperOption
 from typer.models import ParameterInfo
 
 from headlab.cli import (
@@ -34,6 +34,17 @@ app = typer.Typer(
 # typer's rich help shows a flag as ``--json <bool>`` (its plain help does not): no type for flags.
 _display_type = TyperOption.display_type_rich
 TyperOption.display_type_rich = lambda self, ctx: None if self.is_flag else _display_type(self, ctx)
+
+
+def _usage_name(argument: TyperArgument) -> str:
+    """An argument in the usage line as click writes it, ``PROMPT`` (``[PROMPT]`` when optional),
+    not typer's ``{prompt}``, which reads as a template placeholder."""
+    name = (argument.metavar or argument.name or "").upper()
+    name = name if argument.required else f"[{name}]"
+    return name if argument.nargs == 1 else f"{name}..."
+
+
+TyperArgument._usage_display_name = _usage_name
 
 
 def _print_version(value: bool) -> None:

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
-import json
-
 import typer
 
+from headlab.cli.outputs import print_json
 from headlab.cli.parsing import flags
 from headlab.cli.tables import fitted_tables
 from headlab.defaults import INITS
 
 _D_MODEL = typer.Option(512, "--d-model", help="Model width E (d_model).")
 _HEADS = typer.Option(8, "--heads", help="Head count of the first side.")
-_VS_HEADS = typer.Option(1, "--vs-heads", help="Head count of the same weights on the other side.")
+_VS_HEADS = typer.Option(
+    None,
+    "--vs-heads",
+    help="Head count of the same weights on the other side [default: 1; with --kv-heads, the "
+    "fewest that split the K/V width].",
+)
 _SEQ = typer.Option(10, "--seq-len", help="Sequence length.")
 _BATCH = typer.Option(2, "--batch", help="Batch size.")
 _INIT = typer.Option("rand", "--init", help=f"Weight draw: {', '.join(INITS)}.")
@@ -38,7 +42,7 @@ _FLAGS = ("d_model", "heads", "vs_heads", "seq_len", "batch", "init", "seed", "k
 def compare(
     d_model: int = _D_MODEL,
     heads: int = _HEADS,
-    vs_heads: int = _VS_HEADS,
+    vs_heads: int | None = _VS_HEADS,
     seq_len: int = _SEQ,
     batch: int = _BATCH,
     init: str = _INIT,
@@ -76,7 +80,7 @@ def compare(
         )
         comparison = run_setup(setup)
     if as_json:
-        print(json.dumps(comparison.to_dict(), indent=2))
+        print_json(comparison.to_dict(), indent=2)
         return
     console = Console()
     console.print(
@@ -97,7 +101,7 @@ def compare(
 def grad(
     d_model: int = typer.Option(64, "--d-model", help="Model width E (d_model)."),
     heads: int = typer.Option(8, "--heads", help="Head count of the first side."),
-    vs_heads: int = _VS_HEADS,
+    vs_heads: int | None = _VS_HEADS,
     seq_len: int = _SEQ,
     batch: int = _BATCH,
     init: str = typer.Option("normal", "--init", help=f"Weight draw: {', '.join(INITS)}."),
@@ -138,7 +142,7 @@ def grad(
         doc = coupling_comparison(setup, talking_heads).to_dict()
     blocks = doc["blocks"]
     if as_json:
-        print(json.dumps(doc, indent=2))
+        print_json(doc, indent=2)
         return
     console = Console()
     for side in doc["sides"]:

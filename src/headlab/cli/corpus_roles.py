@@ -9,7 +9,8 @@ from pathlib import Path
 import typer
 from rich.text import Text
 
-from headlab.cli.model import BACKEND, DOWNLOAD, TRUST_REMOTE_CODE, _claim, _emit, model_app
+from headlab.cli.model import BACKEND, DOWNLOAD, TRUST_REMOTE_CODE, claim_analysis, model_app
+from headlab.cli.outputs import emit_result, note_lines
 from headlab.cli.parsing import flags
 from headlab.cli.progress import progress
 from headlab.locations import RESULTS_DIR, model_results
@@ -28,8 +29,8 @@ SUMMARY = typer.Option(
     help="The merged results document (JSON): every head's statistics and role over the corpus.",
 )
 # the library's arguments, which its errors name, are this command's flags
-FLAGS = ("model", "workers", "executor", "address", "sinks", "window", "max_tokens", "documents",
-         "out")  # fmt: skip
+FLAGS = ("model", "backend", "workers", "executor", "address", "sinks", "window", "max_tokens",
+         "documents", "out")  # fmt: skip
 
 
 @model_app.command("roles")
@@ -71,12 +72,12 @@ def roles_command(
     from headlab.heads.corpus_sums import RoleOptions
 
     with flags(*FLAGS):
-        check_executor(executor)
+        check_executor(executor, address)
         capped_workers(workers, 1)
         options = RoleOptions(max_tokens, sinks, window).check()
         if Path(out).absolute() == Path(summary).absolute():
             raise ValueError(f"--out and --summary must be different files, got {out} twice")
-        _claim("corpus-roles", summary, force)
+        claim_analysis("corpus-roles", summary, force)
         texts = read_documents(documents)
         source = ModelSource.of(model, backend=backend, download=download,
                                 trust_remote_code=trust_remote_code)  # fmt: skip
@@ -96,7 +97,7 @@ def roles_command(
         from headlab.experiments.corpus_roles import corpus_summary
 
         result = corpus_summary(plan)
-    _emit(result, summary, force, as_json, _tables(result))
+    emit_result(result, summary, force, as_json, _tables(result))
 
 
 def _run(plan, executor: str, workers: int, address: str | None, quiet: bool) -> None:
@@ -129,7 +130,11 @@ def _tables(result) -> list:
         f"({c.window_tokens} in documents longer than the window), {c.copy_positions} copy "
         f"positions ({c.correct_predictions} predicted right)"
     )
-    return [Text(line), *role_tables(result.roles, result.statistics)]
+    return [
+        Text(line),
+        *note_lines(result.statistics.notes),
+        *role_tables(result.roles, result.statistics),
+    ]
 
 
 def register(app: typer.Typer) -> None:

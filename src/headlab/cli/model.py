@@ -10,18 +10,17 @@ folder) or a hub id from the local cache; ``--backend``, ``--download`` and
 
 from __future__ import annotations
 
-import json
+import contextlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from headlab.cli.outputs import claim, writing
+from headlab.cli.outputs import claim, emit_result, note_lines, print_json, writing
 from headlab.cli.parsing import flags, int_list
 from headlab.cli.progress import progress
 from headlab.cli.tables import fitted_tables
@@ -44,8 +43,9 @@ MODEL_DIR = typer.Option(None, "--model-dir", help="A model folder (same as --mo
 BACKEND = typer.Option(
     None,
     "--backend",
-    help="headlab or transformers [default: headlab's own rebuilt model where it has one for "
-    "the checkpoint (see docs/transformers.md), else transformers].",
+    help="headlab or transformers (the extra headlab[transformers]) [default: headlab's own "
+    "rebuilt model where it has one for the checkpoint (see docs/transformers.md), else "
+    "transformers].",
 )
 DOWNLOAD = typer.Option(
     False, "--download", help="Fetch a hub id that is not in the local cache (needs the network)."
@@ -72,31 +72,42 @@ OUT_IMPORTANCE, OUT_PRUNE = _out("importance"), _out("prune")
 OUT_ABLATE = _out("ablate")
 FIGURE = typer.Option(None, "--figure", help="Write a layers x heads PNG grid.")
 FORCE = typer.Option(
+    False, "--force", help="Replace --out even if it is not this analysis' file."
+)
+FORCE_WITH_FIGURE = typer.Option(
     False, "--force", help="Replace --out (and --figure) even if it is not this analysis' file."
 )
 
 
-def _claim(analysis: str, out: Path, force: bool, figure: Path | None = None) -> None:
+def claim_analysis(analysis: str, out: Path, force: bool, figure: Path | None = None) -> None:
     """Check the output paths before any work (they are checked again when written)."""
     claim(f"model-{analysis}", out, force=force, figure=figure)
 
 
 @dataclass(frozen=True)
 class Route:
-    """How --model is loaded: --backend, --download, --trust-remote-code."""
+    """How --model is loaded: --backend, --download, --trust-remote-code; ``quiet`` (--json):
+    no progress pulse while it loads."""
 
     backend: str | None = None
     download: bool = False
     trust_remote_code: bool = False
+    quiet: bool = False
 
 
-def _open(model: str | Path | None, route: Route):
-    """``headlab.models.load`` with the command's options; offline unless --download."""
-    if not route.download:
+def hub_access(download: bool) -> None:
+    """The Hugging Face hub stays offline unless --download (before anything loads)."""
+    if not download:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def open_model(model: str | Path | None, route: Route):
+    """``headlab.models.load`` with the command's options; offline unless --download."""
+    hub_access(route.download)
     from headlab.models import load
 
-    with flags("model", "backend", "download", "trust_remote_code"):
+    names = ("model", "backend", "download", "trust_remote_code")
+    with flags(*names), progress("loading the model", None, quiet=route.quiet):
         return load(
             model,
             backend=route.backend,
@@ -124,28 +135,13 @@ def _load(
         check_int("--max-length", max_length, low=2)
     if corpus is not None:
         texts = read_corpus(corpus, n_texts)
-    loaded = _open(model if model_dir is None else model_dir, route)
+    loaded = open_model(model if model_dir is None else model_dir, route)
     positions = loaded.max_positions
     max_length = min(128, positions) if max_length is None else max_length
     check_int("--max-length", max_length, low=2, high=positions)
     if corpus is None:
         texts = default_corpus(n_texts)
     return loaded, texts, max_length
-
-
-def _emit(result, out: Path, force: bool, as_json: bool, tables: list[Table | Text]) -> None:
-    """Write ``result`` (a results type: its KIND tags the file), then print it."""
-    from headlab.heads.results import write_result
-
-    with writing("--out"):
-        written = write_result(out, result, force=force)
-    if as_json:
-        print(json.dumps(written, indent=1))
-        return
-    console = Console()
-    for table in tables:
-        console.print(table)
-    print(f"wrote {out}")
 
 
 def _grid(title: str, values: list[list[float]], fmt: str = "{:.2f}") -> list[Table]:
@@ -184,6 +180,12 @@ WINDOW = typer.Option(
     "than --sinks + 256 get none].",
 )
 SINKS = typer.Option(4, "--sinks", help="First tokens the window errors keep (one long text).")
+DETECTOR_LENGTH = typer.Option(
+    None,
+    "--detector-length",
+    help="Tokens of each random sequence the head detectors (decoders) see twice [default: 50, "
+    "or half the model's positions when it has fewer than 100]; 0: no detectors.",
+)
 
 
 OUT_HEADS_OR_LONG = typer.Option(
@@ -209,10 +211,11 @@ def heads(
     metric: str = typer.Option("entropy", "--metric", help="Metric shown in the table."),
     window: int | None = WINDOW,
     sinks: int = SINKS,
+    detector_length: int | None = DETECTOR_LENGTH,
     figure: Path | None = FIGURE,
     out: Path | None = OUT_HEADS_OR_LONG,
     as_json: bool = AS_JSON,
-    force: bool = FORCE,
+    force: bool = FORCE_WITH_FIGURE,
 ) -> None:
     """Per-head attention statistics, and (decoders) the head kinds.
 
@@ -229,7 +232,12 @@ def heads(
                 "--corpus and --max-length are for many short texts; with "
                 "--text-file or --max-tokens pass neither"
             )
-        route = Route(backend, download, trust_remote_code)
+        if detector_length is not None:
+            raise ValueError(
+                "--detector-length is for many short texts (the head detectors); with "
+                "--text-file or --max-tokens leave it out"
+            )
+        route = Route(backend, download, trust_remote_code, as_json)
         _long_context(
             model, model_dir, route, text_file, max_tokens, metric, (sinks, window), figure,
             out, as_json, force,
@@ -238,17 +246,26 @@ def heads(
     if window is not None:
         raise ValueError("--window is for one long text: pass --text-file or --max-tokens")
     from headlab.heads import head_statistics
+    from headlab.heads.detectors import check_length, default_length
+    from headlab.limits import check_int
 
     out = model_results("heads") if out is None else out
-    _claim("heads", out, force, figure)
-    loaded, texts, max_length = _load(
-        model, model_dir, corpus, n_texts, max_length, Route(backend, download, trust_remote_code)
-    )
+    claim_analysis("heads", out, force, figure)
+    if detector_length is not None:
+        check_int("--detector-length", detector_length, low=0)
+    route = Route(backend, download, trust_remote_code, as_json)
+    loaded, texts, max_length = _load(model, model_dir, corpus, n_texts, max_length, route)
+    if detector_length is None:
+        detector_length = default_length(loaded)
+    elif detector_length and loaded.causal:
+        with flags("detector_length"):
+            check_length(loaded, detector_length)
     _check_metric(metric, loaded)
     with progress("head statistics: texts", len(texts), quiet=as_json) as update:
         result = head_statistics(
-            loaded, texts, max_length=max_length, detector_length=50, on_batch=update
-        )
+            loaded, texts, max_length=max_length, detector_length=detector_length,
+            on_batch=update,
+        )  # fmt: skip
     if figure is not None:
         from headlab.report.figure_files import write_heads_figure
 
@@ -261,18 +278,20 @@ def heads(
     if result.first_token is not None:
         title = "top attention sinks (mean weight on the first token)"
         tables.append(_top_table(title, result.top(result.first_token)))
-    _emit(result, out, force, as_json, tables)
+    tables.extend(note_lines(result.notes))
+    emit_result(result, out, force, as_json, tables)
 
 
 def _check_metric(metric: str, loaded) -> None:
-    """ValueError unless ``loaded`` reports ``metric``; known from its special positions, so
-    before any statistics are computed."""
-    from headlab.heads.statistics import model_metric_names
+    """ValueError unless ``loaded`` reports ``metric``; known from its special positions and one
+    forward of two tokens, so before any statistics are computed."""
+    from headlab.heads.statistics import model_metrics
 
-    names = model_metric_names(loaded)
+    names, notes = model_metrics(loaded)
     if metric not in names:
+        why = next((f" ({note})" for note in notes if note.startswith(f"{metric} ")), "")
         raise ValueError(
-            f"--metric must be one of {', '.join(names)} for this model, got {metric!r}"
+            f"--metric must be one of {', '.join(names)} for this model, got {metric!r}{why}"
         )
 
 
@@ -299,7 +318,7 @@ def _long_context(
     from headlab.models.corpus import read_text_file
 
     out = model_results("long-context") if out is None else out
-    _claim("long-context", out, force, figure)
+    claim_analysis("long-context", out, force, figure)
     if max_tokens is not None:
         check_int("--max-tokens", max_tokens, low=2)
     sinks, size = window
@@ -312,10 +331,8 @@ def _long_context(
             )
     if model is not None and model_dir is not None:
         raise ValueError("pass --model or --model-dir, not both")
-    text = None if text_file is None else read_text_file(text_file)
-    if text is not None and not text.strip():
-        raise ValueError(f"--text-file {text_file}: expected text, got an empty file")
-    loaded = _open(model if model_dir is None else model_dir, route)
+    text = None if text_file is None else read_text_file(text_file, "--text-file")
+    loaded = open_model(model if model_dir is None else model_dir, route)
     if max_tokens is not None:
         check_int("--max-tokens", max_tokens, low=2, high=loaded.max_positions)
     _check_metric(metric, loaded)
@@ -342,10 +359,11 @@ def _long_context(
     cut = f" (cut from {whole}: the rest was not analysed)" if result.truncated else ""
     title = f"{metric} per head, {result.statistics.model}, one text of {n} tokens{cut}"
     tables = _grid(title, result.statistics.metrics[metric])
+    tables.extend(note_lines(result.statistics.notes))
     tables.append(_sink_table(findings))
     tables.append(_concentration_table(findings, document.heavy_hitters, result.tokens))
     tables.extend(role_tables(document.roles, document.statistics))
-    _emit(document, out, force, as_json, tables)
+    emit_result(document, out, force, as_json, tables)
 
 
 def _sink_table(findings: LongContextFindings) -> Table:
@@ -409,10 +427,9 @@ def collapse(
     from headlab.heads import check_head_counts, collapse_heads
 
     chosen = int_list(heads, "--heads")
-    _claim("collapse", out, force)
-    loaded, texts, max_length = _load(
-        model, model_dir, corpus, n_texts, max_length, Route(backend, download, trust_remote_code)
-    )
+    claim_analysis("collapse", out, force)
+    route = Route(backend, download, trust_remote_code, as_json)
+    loaded, texts, max_length = _load(model, model_dir, corpus, n_texts, max_length, route)
     counts = None if chosen is None else tuple(chosen)
     if counts is not None:
         with flags(head_counts="--heads"):
@@ -428,7 +445,7 @@ def collapse(
     columns = ["layers", "heads", *(n.replace("_", " ") for n in names)]
     title = f"Collapse, {result.model}, {result.n_texts} texts"
     tables = fitted_tables(title, columns, rows, keys=2)
-    _emit(result, out, force, as_json, tables)
+    emit_result(result, out, force, as_json, tables)
 
 
 @model_app.command()
@@ -451,10 +468,9 @@ def importance(
     from headlab.limits import check_finite
 
     check_finite("--temperature", temperature, positive=True)
-    _claim("importance", out, force)
-    loaded, texts, max_length = _load(
-        model, model_dir, corpus, n_texts, max_length, Route(backend, download, trust_remote_code)
-    )
+    claim_analysis("importance", out, force)
+    route = Route(backend, download, trust_remote_code, as_json)
+    loaded, texts, max_length = _load(model, model_dir, corpus, n_texts, max_length, route)
     with progress("importance: batches", None, quiet=as_json) as update:
         result = head_importance(
             loaded,
@@ -464,7 +480,7 @@ def importance(
             on_batch=update,
         )
     title = f"Importance (normalised per layer), {result.model}, {result.n_texts} texts"
-    _emit(result, out, force, as_json, _grid(title, result.importance))
+    emit_result(result, out, force, as_json, _grid(title, result.importance))
 
 
 @model_app.command()
@@ -478,22 +494,29 @@ def prune(
     n_texts: int = N_TEXTS,
     max_length: int | None = MAX_LENGTH,
     seed: int = typer.Option(0, "--seed", help="Seed of the random pruning order."),
+    by: str = typer.Option(
+        "removal",
+        "--by",
+        help="removal (heads cut from the weights) or mask (any model; parameters stay).",
+    ),
     out: Path = OUT_PRUNE,
     as_json: bool = AS_JSON,
     force: bool = FORCE,
 ) -> None:
     """Remove heads in 10% steps, by importance and at random; measure each pruned model."""
     from headlab.heads import prune_by_importance
+    from headlab.heads.pruning import check_by
     from headlab.limits import check_seed
 
     check_seed("--seed", seed)
-    _claim("prune", out, force)
-    loaded, texts, max_length = _load(
-        model, model_dir, corpus, n_texts, max_length, Route(backend, download, trust_remote_code)
-    )
-    with progress("pruning: model runs", None, quiet=as_json) as update:
+    with flags("by"):
+        check_by(by)
+    claim_analysis("prune", out, force)
+    route = Route(backend, download, trust_remote_code, as_json)
+    loaded, texts, max_length = _load(model, model_dir, corpus, n_texts, max_length, route)
+    with flags("by"), progress("pruning: model runs", None, quiet=as_json) as update:
         result = prune_by_importance(
-            loaded, texts, seed=seed, max_length=max_length, on_step=update
+            loaded, texts, seed=seed, max_length=max_length, on_step=update, by=by
         )
     names = list(result.steps[0].measures)
     rows = [
@@ -508,14 +531,19 @@ def prune(
         for s in result.steps
     ]
     columns = ["order", "pruned", "heads", "params", "ms", *(n.replace("_", " ") for n in names)]
-    title = f"Pruning, {result.model}, {result.n_texts} texts"
+    how = "" if result.by == "removal" else " (by masking: parameters stay)"
+    title = f"Pruning{how}, {result.model}, {result.n_texts} texts"
     tables = fitted_tables(title, columns, rows, keys=2, left=["order"])
-    _emit(result, out, force, as_json, tables)
+    emit_result(result, out, force, as_json, tables)
 
 
 @model_app.command()
 def ablate(
-    heads: str = typer.Option(..., "--ablate", help="Heads to ablate: LAYER.HEAD,... (3.5,4.1)."),
+    heads: str = typer.Option(
+        ...,
+        "--ablate",
+        help="Heads to ablate: LAYER.HEAD or a whole K/V group LAYER.kvGROUP (3.5,4.kv1).",
+    ),
     mode: str = typer.Option("zero", "--mode", help="zero, mean or resample."),
     model: str | None = MODEL,
     model_dir: Path | None = MODEL_DIR,
@@ -530,20 +558,20 @@ def ablate(
     force: bool = FORCE,
 ) -> None:
     """The model's loss with and without the --ablate heads (their outputs before W_O)."""
-    from headlab.heads.ablation import ablation_effect, check_mode, parse_heads
+    from headlab.heads.ablation import ablation_effect, check_mode, parse_ablation
 
     with flags("mode", heads="--ablate"):
-        chosen = parse_heads(heads)
+        chosen, groups = parse_ablation(heads)
         check_mode(mode)
-    _claim("ablate", out, force)
-    loaded, texts, max_length = _load(
-        model, model_dir, corpus, n_texts, max_length, Route(backend, download, trust_remote_code)
-    )
+    claim_analysis("ablate", out, force)
+    route = Route(backend, download, trust_remote_code, as_json)
+    loaded, texts, max_length = _load(model, model_dir, corpus, n_texts, max_length, route)
     # ablation_effect checks the heads against the model before its first pass
     with flags(heads="--ablate"), progress("ablation: passes", 2, quiet=as_json) as update:
         result = ablation_effect(
-            loaded, texts, chosen, mode=mode, max_length=max_length, on_step=update
-        )
+            loaded, texts, chosen, mode=mode, max_length=max_length, on_step=update,
+            kv_groups=groups,
+        )  # fmt: skip
     row = [
         ",".join(f"{l}.{h}" for l, h in result.heads),
         result.mode,
@@ -555,7 +583,7 @@ def ablate(
     title = f"Ablation, {result.model}, {result.n_texts} texts"
     tables = fitted_tables(title, columns, [row], keys=0, left=["heads"])
     # a sentence, not a column: as a column it split the table in three at 80 columns
-    _emit(result, out, force, as_json, [*tables, Text(f"objective: {result.objective}")])
+    emit_result(result, out, force, as_json, [*tables, Text(f"objective: {result.objective}")])
 
 
 @model_app.command()
@@ -569,25 +597,42 @@ def generate(
     trust_remote_code: bool = TRUST_REMOTE_CODE,
     max_new_tokens: int = typer.Option(32, "--max-new-tokens", help="Tokens to generate."),
     chat: bool = typer.Option(False, "--chat", help="Wrap the prompt in the chat template."),
+    heads: str | None = typer.Option(
+        None, "--ablate", help="Heads zeroed in every step: LAYER.HEAD or LAYER.kvGROUP."
+    ),
     as_json: bool = AS_JSON,
 ) -> None:
     """Greedy continuation of PROMPT by a decoder (no sampling: the same output every time)."""
+    from headlab.heads.ablation import ablated, check_heads, group_heads, parse_ablation
     from headlab.limits import check_int
 
     check_int("--max-new-tokens", max_new_tokens, high=4096)
+    chosen, groups = [], []
+    if heads is not None:
+        with flags(heads="--ablate"):
+            chosen, groups = parse_ablation(heads)
     if not prompt and not chat:  # before the model loads (SmolLM2: about 20 s on 2 busy cores)
         raise ValueError("PROMPT must be a text to continue, got an empty text")
     from headlab.models import LanguageModel
 
-    loaded = _open(model, Route(backend, download, trust_remote_code))
+    loaded = open_model(model, Route(backend, download, trust_remote_code, as_json))
     if not isinstance(loaded, LanguageModel):
         raise ValueError(f"--model must be a language model (it generates), got {loaded.name}")
     text = loaded.chat_prompt(prompt) if chat else prompt
-    with progress("generating: tokens", max_new_tokens, quiet=as_json) as update:
+    if heads is not None:
+        with flags(heads="--ablate"):
+            chosen = sorted({*chosen, *group_heads(loaded, groups)})
+            check_heads(loaded, chosen)
+    with (
+        ablated(loaded, chosen) if chosen else contextlib.nullcontext(),
+        progress("generating: tokens", max_new_tokens, quiet=as_json) as update,
+    ):
         new = loaded.generate(text, max_new_tokens, on_token=update)
     if as_json:
         doc = {"model": loaded.name, "prompt": prompt, "new_ids": new, "text": loaded.decode(new)}
-        print(json.dumps(doc, indent=1, ensure_ascii=False))
+        if chosen:
+            doc["ablated"] = [list(h) for h in chosen]
+        print_json(doc, ensure_ascii=False)
         return
     print(loaded.decode(new))
 
@@ -602,7 +647,7 @@ def families(as_json: bool = AS_JSON) -> None:
 
     names = supported_families()
     if as_json:
-        print(json.dumps({"families": names}, indent=1))
+        print_json({"families": names})
         return
     print("\n".join(names))
 

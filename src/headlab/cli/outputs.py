@@ -6,6 +6,7 @@ force=True``); here those names become the command's flags (``--out``, ``--figur
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import typer
+from rich.text import Text
 
 from headlab.cli.parsing import flags
 
@@ -22,6 +24,36 @@ R = TypeVar("R")
 FIGURE = typer.Option(None, "--figure", help="Write the figure (PNG).")
 FORCE = typer.Option(False, "--force", help="Replace --out/--figure if not ours.")
 AS_JSON = typer.Option(False, "--json", help="Print the results document as JSON.")
+
+
+def print_json(document: object, *, indent: int = 1, ensure_ascii: bool = True) -> None:
+    """Print ``document`` as strict JSON, the one printer of every ``--json``. JSON has no NaN or
+    Infinity: a document holding one (an overflow) is refused, naming where, instead of
+    printing what no JSON reader accepts."""
+    import json
+
+    place = non_finite(document)
+    if place is not None:
+        raise ValueError(
+            f"the result is not a finite number at {place or 'the top'} (an overflow); "
+            "JSON has no NaN or Infinity, so nothing was printed"
+        )
+    print(json.dumps(document, indent=indent, ensure_ascii=ensure_ascii, allow_nan=False))
+
+
+def non_finite(value: object, where: str = "") -> str | None:
+    """Where in ``value`` (``sides[0].coupling[1][2]``) the first NaN or infinity is; None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return where
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(
+        value, list | tuple
+    ) else ()  # fmt: skip
+    for key, item in items:
+        place = f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}".lstrip(".")
+        found = non_finite(item, place)
+        if found is not None:
+            return found
+    return None
 
 
 @contextmanager
@@ -59,8 +91,6 @@ def write_outputs(
     """After the work: ``result`` to --out (headlab ``name`` results), ``draw(result)`` to
     --figure when asked. With --json, print the document and return None (the command prints
     nothing more); else return the document written."""
-    import json
-
     from headlab.files import save_figure
     from headlab.heads.results import write_result
     from headlab.output_policy import Kind
@@ -71,6 +101,27 @@ def write_outputs(
         with writing("--figure"):
             save_figure(draw(result), figure, Kind.png(name), force=force)
     if as_json:
-        print(json.dumps(written, indent=1))
+        print_json(written)
         return None
     return written
+
+
+def emit_result(result, out: Path, force: bool, as_json: bool, tables: list) -> None:
+    """``result`` (a results type: its KIND tags the file) to --out as ``write_outputs`` writes
+    it, then its ``tables`` (rich renderables) and where it went; with --json only the
+    document."""
+    from rich.console import Console
+
+    written = write_outputs(result.KIND, result, out, figure=None, draw=lambda r: None,
+                            force=force, as_json=as_json)  # fmt: skip
+    if written is None:
+        return
+    console = Console()
+    for table in tables:
+        console.print(table)
+    print(f"wrote {out}")
+
+
+def note_lines(notes: list[str]) -> list[Text]:
+    """A result's notes (what was left out and why), one line each, under its tables."""
+    return [Text(f"note: {note}") for note in notes]

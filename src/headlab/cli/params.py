@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 import typer
 
+from headlab.cli.outputs import print_json
 from headlab.cli.parsing import flags, int_list
 from headlab.cli.tables import fitted_tables
 
@@ -27,7 +26,7 @@ def params(
     with flags("d_model", "heads", "kv_heads"):
         rows = parameter_table(d_model, head_counts, int_list(kv_heads, "--kv-heads"))
     if as_json:
-        print(json.dumps([r.to_dict() for r in rows], indent=2))
+        print_json([r.to_dict() for r in rows], indent=2)
         return
     columns = ["heads", "kv heads", "head dim", "W_Q+b", "W_K,W_V+b", "W_O+b", "total", "saved"]
     cells = [

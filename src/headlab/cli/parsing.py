@@ -59,7 +59,8 @@ def as_flags(message: str, names: dict[str, str]) -> str:
         message = re.sub(rf"(?<![\w-]){name}=True\b", flag, message)
         message = re.sub(rf"(?<![\w-]){name}=(?=[^\s)])", f"{flag} ", message)
         message = re.sub(rf"(?<![\w-]){name}=", flag, message)
-        bare = rf"(?<![\w-]){name}(?![\w=-])" if "_" in name else rf"^{name}(?= )"
+        # a field of a file (``heads.num_heads``) is not an argument: no dot before it
+        bare = rf"(?<![\w.-]){name}(?![\w=-])" if "_" in name else rf"^{name}(?= )"
         message = re.sub(bare, flag, message)
     return message
 

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from headlab.cli.model import BACKEND, DOWNLOAD, TRUST_REMOTE_CODE, hub_access
 from headlab.cli.parsing import flags
 from headlab.cli.progress import progress
 from headlab.defaults import DEFAULT_TEXT
@@ -19,14 +20,24 @@ def report(
         DEFAULT_TEXT
     ),
     force: Annotated[
-        bool, typer.Option("--force", help="Replace DIR even if it is not a headlab report.")
+        bool,
+        typer.Option(
+            "--force",
+            help="Replace the headlab report in DIR even if it holds files headlab did not "
+            "write (they are deleted, named in a warning). Never a folder headlab did not "
+            "write, the current folder or one holding an input.",
+        ),
     ] = False,
     png: Annotated[
         Path | None, typer.Option("--png", help="Also write every figure as a PNG here.")
     ] = None,
     results: Annotated[
-        Path, typer.Option("--results", help="Directory of model and sweep results files.")
-    ] = RESULTS_DIR,
+        Path | None,
+        typer.Option(
+            "--results",
+            help=f"Directory of model and sweep results files (default: {RESULTS_DIR}).",
+        ),
+    ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of scenarios and layer.")] = 0,
     text_file: Annotated[
         Path | None,
@@ -35,9 +46,13 @@ def report(
     model: Annotated[
         str,
         typer.Option(
-            "--model", help="Trained model shown on the text: minilm, smollm2, or a path."
+            "--model",
+            help="Trained model shown on the text: minilm, smollm2, a path or a hub id.",
         ),
     ] = "minilm",
+    backend: str | None = BACKEND,
+    download: bool = DOWNLOAD,
+    trust_remote_code: bool = TRUST_REMOTE_CODE,
 ) -> None:
     """Write DIR/index.html: the seed questions answered, heads, gradients, model and sweeps."""
     from headlab.report import ReportOptions, build_report
@@ -47,10 +62,24 @@ def report(
 
         if text != DEFAULT_TEXT:
             raise ValueError("--text and --text-file: expected one of them, got both")
-        text = read_text_file(text_file)
-    options = ReportOptions(text=text, results=results, seed=seed, model=model)
-    with flags("out", "png", "force", "model"), progress("report: measuring and drawing", None):
+        text = read_text_file(text_file, "--text-file")
+    hub_access(download)
+    named = results is not None and not results.is_dir()  # named but not there: mistyped?
+    results = RESULTS_DIR if results is None else results  # the default: missing in a fresh folder
+    options = ReportOptions(text=text, results=results, seed=seed, model=model, backend=backend,
+                            download=download, trust_remote_code=trust_remote_code,
+                            text_file=text_file)  # fmt: skip
+    names = ("out", "png", "force", "model", "backend", "download", "trust_remote_code")
+    with flags(*names), progress("report: measuring and drawing", None):
         index = build_report(out, options, force=force, png=png)  # no steps to count: a pulse
+    if named:  # said once the report is built (a refused --out is the one line of its own)
+        import warnings
+
+        from headlab.notices import HeadlabWarning
+
+        what = "does not exist" if not results.exists() else "is not a directory"
+        message = f"--results {results} {what}; the report shows no results files"
+        warnings.warn(message, HeadlabWarning, stacklevel=1)
     print(index)
 
 

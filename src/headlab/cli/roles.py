@@ -17,12 +17,11 @@ from headlab.cli.model import (
     DOWNLOAD,
     TRUST_REMOTE_CODE,
     Route,
-    _claim,
-    _emit,
-    _open,
+    claim_analysis,
     model_app,
+    open_model,
 )
-from headlab.cli.outputs import writing
+from headlab.cli.outputs import emit_result, writing
 from headlab.cli.parsing import float_list
 from headlab.cli.progress import progress
 from headlab.cli.tables import fitted_tables
@@ -222,10 +221,12 @@ def kv_budget_command(
                 groups_for_saving(target, 1, max_tokens, sinks + window)
     if retrieval_k is not None:
         check_int("--retrieval-k", retrieval_k)
-    _claim("kv-budget", out, force, figure)
-    evaluation = None if text_file is None else read_text_file(text_file)
-    calibration = None if calibration_file is None else read_text_file(calibration_file)
-    loaded = _open(model, Route(backend, download, trust_remote_code))
+    claim_analysis("kv-budget", out, force, figure)
+    evaluation = None if text_file is None else read_text_file(text_file, "--text-file")
+    calibration = (
+        None if calibration_file is None else read_text_file(calibration_file, "--calibration-file")
+    )
+    loaded = open_model(model, Route(backend, download, trust_remote_code, as_json))
     if max_tokens is not None:
         check_int("--max-tokens", max_tokens, low=2, high=loaded.max_positions)
     with progress("KV budget: model runs", None, quiet=as_json) as update, _flags():
@@ -248,7 +249,7 @@ def kv_budget_command(
 
         with writing("--figure"):
             write_kv_budget_figure(result, figure, force=force)
-    _emit(result, out, force, as_json, budget_tables(result))
+    emit_result(result, out, force, as_json, budget_tables(result))
 
 
 def _flags():

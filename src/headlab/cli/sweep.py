@@ -116,13 +116,15 @@ def sweep(
         return
     from rich.console import Console
 
-    from headlab.experiments.executors import capped_workers, check_reachable
+    from headlab.experiments.executors import capped_workers, check_executor, check_reachable
     from headlab.experiments.results import read_rows
     from headlab.experiments.summary import summarize
-    from headlab.experiments.sweep import SweepSpec, plan_sweep
+    from headlab.experiments.sweep import SweepSpec, check_runs_fit, plan_sweep
 
     if executor not in ("local", "ray"):
         raise ValueError(f"--executor must be local or ray, got {executor!r}")
+    with flags(*SWEEP_FLAGS):
+        check_executor(executor, address)
     spec = SweepSpec(
         task=task,
         heads=tuple(int_list(heads, "--heads") or ()),
@@ -139,7 +141,8 @@ def sweep(
         if executor == "ray" and address:
             check_reachable(address)  # Ray itself would retry an unreachable address for minutes
         plan = plan_sweep(spec, out)  # every config and --out validated before any training
-    workers = capped_workers(workers, len(plan.todo))
+        workers = capped_workers(workers, len(plan.todo))
+        check_runs_fit(plan.todo, executor=executor, workers=workers)
     print(
         f"sweep {task}: {len(plan.configs)} runs, {plan.skipped} already finished in "
         f"{plan.out} (skipped), {len(plan.todo)} to run on {workers} worker(s)",

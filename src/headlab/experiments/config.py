@@ -10,6 +10,9 @@ from headlab.attention.sizes import resolve_head_sizes
 from headlab.experiments.tasks import get_task
 
 ATTENTION_KINDS = ("plain", "talking-heads")
+# What a run's first training step adds beyond its tensors (autograd, optimiser and allocator
+# set-up; measured in docs/experiments.md, "Memory").
+RUN_OVERHEAD = 128 * 2**20
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,37 @@ class RunConfig:
         """sha256 (first 16 hex digits) of the canonical JSON of the config."""
         canonical = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+    def parameters(self) -> int:
+        """The parameter count of this run's TinyTransformer (experiments/model.py), without
+        building it."""
+        spec = get_task(self.task)[0]
+        d, r = self.d_model, self.mlp_ratio
+        q, kv = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        mixing = 2 * self.num_heads**2 if self.attention == "talking-heads" else 0
+        attention = (q + 2 * kv) * (d + 1) + (q + 1) * d + mixing
+        block = 4 * d + attention + (d + 1) * r * d + (r * d + 1) * d
+        outputs = spec.num_outputs if spec.readout == "last" else 1
+        readout = (d + 1) * outputs * spec.num_classes
+        return (sum(spec.vocab_sizes) + spec.seq_len) * d + self.layers * block + 2 * d + readout
+
+    def memory_estimate(self) -> int:
+        """Bytes a run adds at its peak (``train.run_one``), fitted to measurements
+        (docs/experiments.md, "Memory"): weights, gradients and AdamW's two states (4 copies of
+        the parameters); the activations autograd keeps for one training step (every layer's
+        LayerNorms, projections, MLP, and for talking heads the (q_pos, k_pos) matrices); the
+        evaluation's per-layer weights (batch, head, q_pos, k_pos) on eval_size examples; and
+        what torch allocates on the first step. The estimate is of one process: a sweep on N
+        workers runs N at once."""
+        spec = get_task(self.task)[0]
+        s, d, r, h = spec.seq_len, self.d_model, self.mlp_ratio, self.num_heads
+        q, kv = h * self.head_dim, self.num_kv_heads * self.head_dim
+        per_position = 8 * d + 3 * q + 2 * kv + 2 * r * d
+        matrices = 6 * h * s if self.attention == "talking-heads" else 0
+        train = 2 * self.batch_size * s * (per_position + matrices) * self.layers
+        # every layer's weights kept, and one layer's scores, weights and entropy terms at once
+        evaluate = self.eval_size * s * ((self.layers + 3) * h * s + per_position)
+        return 4 * (4 * self.parameters() + train + evaluate) + RUN_OVERHEAD
 
     @classmethod
     def from_dict(cls, data: dict) -> RunConfig:

@@ -67,12 +67,15 @@ class ModelSource:
 
     def check(self) -> ModelSource:
         """FileNotFoundError, before any model loads, unless the source is a packaged model's
-        name, an existing path or a hub id (owner/name)."""
+        name, an existing path or a hub id (owner/name); ValueError for a backend that cannot
+        run it, or the transformers route without transformers (``models.load``'s own checks).
+        """
         from headlab.models.hf.checkpoint import HUB_ID
-        from headlab.models.load import MODEL_NAMES
+        from headlab.models.load import MODEL_NAMES, uses_transformers
 
         name = self.name_or_path
         if name in MODEL_NAMES or Path(name).exists() or HUB_ID.match(name):
+            uses_transformers(name, self.backend)
             return self
         raise FileNotFoundError(
             f"model must be one of {', '.join(MODEL_NAMES)} or a path, got {name!r}"
@@ -122,8 +125,6 @@ def read_documents(folder: str | Path) -> list[Document]:
     documents = []
     for path in paths:
         text = read_text_file(path, "document")
-        if not text.strip():
-            raise ValueError(f"document {path}: expected text, got an empty file")
         documents.append(Document(path.relative_to(folder).as_posix(), text))
     return documents
 

@@ -25,9 +25,11 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
+from multiprocessing.managers import SyncManager
 from typing import Any, TypeVar
 
 from headlab.experiments.config import RunConfig
+from headlab.experiments.lifetime import die_with_parent, initializer_args
 from headlab.experiments.train import RunResult, run_one
 
 OnEval = Callable[[str, int, float], None]
@@ -70,7 +72,23 @@ def _run_reporting(
 ) -> Result:
     if events is None:
         return function(job)
-    return function(job, lambda *event: events.put(event))
+    return function(job, _Reporter(events))
+
+
+class _Reporter:
+    """A job's ``report``: puts progress events on the manager's queue. When the manager is gone
+    the events are dropped (the parent notices and says so in one line); the job goes on."""
+
+    def __init__(self, events: queue_module.Queue) -> None:
+        self.events: queue_module.Queue | None = events
+
+    def __call__(self, *event: object) -> None:
+        if self.events is None:
+            return
+        try:
+            self.events.put(event)
+        except (OSError, EOFError):
+            self.events = None
 
 
 @contextmanager
@@ -104,7 +122,9 @@ def run_jobs_local(
 
     On KeyboardInterrupt, a dead worker or a consumer that stops early, the queued jobs are
     cancelled and the pool's processes stopped; results already yielded are the caller's to
-    have saved. An exception a job raises is raised here (the same type and message).
+    have saved. An exception a job raises is raised here (the same type and message). The pool's
+    processes and the progress manager end with this process, even when it is killed
+    (``lifetime.die_with_parent``).
     """
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
@@ -114,10 +134,14 @@ def run_jobs_local(
         return
     # spawn, not fork: the parent has torch (and its thread pools) initialised already.
     ctx = multiprocessing.get_context("spawn")
-    with _children_ignore_sigint():
-        manager = ctx.Manager() if on_event is not None else None
+    lifetime = {"initializer": die_with_parent, "initargs": initializer_args()}
+    manager = None
+    if on_event is not None:
+        manager = SyncManager(ctx=ctx)
+        with _children_ignore_sigint():
+            manager.start(**lifetime)
     events = manager.Queue() if manager is not None else None
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, **lifetime)
     pending: dict[Future, Job] = {}
     started: list = []
     try:
@@ -267,17 +291,24 @@ def run_jobs(
     address: str | None = None,
     describe: Callable[[Job], str] = str,
 ) -> Iterator[Result]:
-    """Dispatch to ``run_jobs_local`` or ``run_jobs_ray``; ValueError for an unknown executor."""
-    check_executor(executor)
+    """Dispatch to ``run_jobs_local`` or ``run_jobs_ray``; ValueError for an unknown executor
+    (or an address without Ray)."""
+    check_executor(executor, address)
     if executor == "ray":
         return run_jobs_ray(function, jobs, address=address)
     return run_jobs_local(function, jobs, workers=workers, describe=describe)
 
 
-def check_executor(executor: str) -> str:
-    """``executor`` if it is one of EXECUTORS; ValueError naming them otherwise."""
+def check_executor(executor: str, address: str | None = None) -> str:
+    """``executor`` if it is one of EXECUTORS; ValueError naming them otherwise, and when an
+    ``address`` (a Ray cluster's) comes with another executor: the work would run here instead."""
     if executor not in EXECUTORS:
         raise ValueError(f"executor must be 'local' or 'ray', got {executor!r}")
+    if address and executor != "ray":
+        raise ValueError(
+            f"address={address} is for executor=ray, got executor={executor}: the work would "
+            "run on this machine, not on the cluster (pass both, or neither)"
+        )
     return executor
 
 
@@ -289,7 +320,8 @@ def execute(
     address: str | None = None,
     on_eval: OnEval | None = None,
 ) -> Iterator[RunResult]:
-    """The sweep's ``run_local`` or ``run_ray``; ValueError for an unknown executor."""
-    if check_executor(executor) == "ray":
+    """The sweep's ``run_local`` or ``run_ray``; ValueError for an unknown executor (or an
+    address without Ray)."""
+    if check_executor(executor, address) == "ray":
         return run_ray(configs, address=address, on_eval=on_eval)
     return run_local(configs, workers=workers, on_eval=on_eval)

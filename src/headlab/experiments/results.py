@@ -9,21 +9,27 @@ Row schema (one JSON object per line; a run has one row per evaluation point, th
      "accuracy": float in [0, 1], "final": bool, "head_entropy": [finite float, L*H layer-major]
      | null, "params": int >= 0, "seconds": finite float >= 0 | null}
 
-Reading never loses a complete valid row. A line that is not valid UTF-8, not JSON, or not a row of
-this schema is skipped and reported (``SkippedLinesWarning``, with its line number and the reason);
-a last line without its newline that does not parse is a torn write (``TornLineWarning``).
+A results file is recognised from its first line (after blank lines), which must start as headlab
+writes rows (``RowKind.start``, ``{"run_id":``); only those first bytes are read before a file that
+is not one is refused, and the rest is read line by line. Reading never loses a complete valid row.
+A line that is not valid UTF-8, not JSON, or not a row of this schema is skipped and reported
+(``SkippedLinesWarning``, with its line number and the reason). A last line without its newline
+that starts as headlab writes rows but does not parse is a torn write (``TornLineWarning``); any
+other last line is someone's text, skipped but never removed.
 Writing holds an OS lock on the file for the whole sweep (a second sweep into the same file is
 refused with a clear message), appends whole lines in one write, flushes and fsyncs. Before the
-first append a torn last line is cut, and a complete last line that lacks its newline gets one.
+first append a torn last line is cut; before every append a last line that lacks its newline (a
+complete row, or text someone added) gets one, so the file only ever grows but for a torn row.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -60,7 +66,7 @@ class ResultsFile:
 
     rows: list[dict] = field(default_factory=list)
     skipped: list[SkippedLine] = field(default_factory=list)
-    torn_tail: bool = False  # the last line has no newline and does not parse
+    torn_tail: int = 0  # bytes of a last line that is headlab's interrupted write (0: none)
 
 
 def _is_int(value: object) -> bool:
@@ -190,15 +196,18 @@ class SweepRow:
         )
 
 
-def parse_results(data: bytes, kind: RowKind = SWEEP) -> ResultsFile:
-    """Parse the bytes of a results file of ``kind`` rows (never raises; see the module
-    docstring)."""
+# How much of a file is read to recognise it; a first line starts within it unless blank lines
+# fill it.
+PEEK_BYTES = 64 * 1024
+
+
+def parse_lines(lines: Iterable[bytes], kind: RowKind = SWEEP) -> ResultsFile:
+    """Parse the lines (each with its newline, but perhaps the last) of a results file of
+    ``kind`` rows (never raises; see the module docstring)."""
     result = ResultsFile()
-    lines = data.split(b"\n")
     for number, raw in enumerate(lines, start=1):
         if not raw.strip():
             continue
-        last_without_newline = number == len(lines)
         try:
             row = json.loads(raw.decode("utf-8"))
         except UnicodeDecodeError:
@@ -209,21 +218,64 @@ def parse_results(data: bytes, kind: RowKind = SWEEP) -> ResultsFile:
             problem = kind.problem(row)
         if problem is None:
             result.rows.append(row)
-        elif last_without_newline and row is None:
-            result.torn_tail = True
+        elif not raw.endswith(b"\n") and row is None and raw.startswith(kind.start):
+            result.torn_tail = len(raw)
         else:
             result.skipped.append(SkippedLine(number, problem))
     return result
 
 
+def parse_results(data: bytes, kind: RowKind = SWEEP) -> ResultsFile:
+    """Parse the bytes of a results file of ``kind`` rows (``parse_lines`` of its lines)."""
+    return parse_lines(io.BytesIO(data), kind)
+
+
+def first_line_problem(head: bytes, kind: RowKind = SWEEP) -> str | None:
+    """Why a file whose first bytes are ``head`` (``PEEK_BYTES`` of them, or all it holds) is not
+    a results file of ``kind`` rows, or None when it is one (or empty)."""
+    text = head.lstrip()
+    if not text and len(head) < PEEK_BYTES:
+        return None
+    if text.startswith(kind.start):
+        return None
+    if not text:
+        return f"its first {PEEK_BYTES} bytes are blank"
+    start = kind.start.decode()
+    return f"its first line does not start with {start} as headlab {kind.writer} rows do"
+
+
+def read_handle(handle: io.BufferedIOBase, kind: RowKind = SWEEP) -> tuple[ResultsFile, str | None]:
+    """What the binary file ``handle`` holds from where it stands, or why it is not a results
+    file: then only its first ``PEEK_BYTES`` were read. The rest is read a line at a time."""
+    head = handle.read(PEEK_BYTES)
+    problem = first_line_problem(head, kind)
+    if problem is not None:
+        return ResultsFile(), problem
+    *whole, cut = head.split(b"\n")
+
+    def lines() -> Iterable[bytes]:
+        yield from (line + b"\n" for line in whole)
+        last = cut + handle.readline()  # the line the peek cut, completed
+        if last:
+            yield last
+        yield from handle
+
+    return parse_lines(lines(), kind), None
+
+
 def read_results(path: str | Path, kind: RowKind = SWEEP) -> ResultsFile:
-    """Read a results file of ``kind`` rows (an empty ResultsFile when it does not exist)."""
+    """Read a results file of ``kind`` rows (an empty ResultsFile when it does not exist);
+    ValueError when it is not one (not a regular file, or a first line headlab did not write)."""
     path = Path(path)
     if not path.exists():
         return ResultsFile()
     if not path.is_file():
         raise ValueError(f"{path} is not a results file (expected a regular file)")
-    return parse_results(path.read_bytes(), kind)
+    with path.open("rb") as handle:
+        content, problem = read_handle(handle, kind)
+    if problem is not None:
+        raise ValueError(f"{path} is not a results file: {problem}")
+    return content
 
 
 def warn_about(path: Path, result: ResultsFile) -> None:
@@ -305,13 +357,25 @@ def check_appendable(path: str | Path, kind: RowKind = SWEEP) -> ResultsFile:
     holds its lock; warns about the lines it skips."""
     path = check_results_output(path)
     check_not_locked(path, kind)
-    content = read_results(path, kind)
-    if content.skipped and not content.rows:
-        raise OutputRefused(
-            f"out={path} holds no results rows; not appending to a file headlab did not write "
-            "(choose another file)"
-        )
+    if not path.exists():
+        return ResultsFile()
+    with path.open("rb") as handle:
+        content = _appendable(path, handle, kind)
     warn_about(path, content)
+    return content
+
+
+def _appendable(path: Path, handle: io.BufferedIOBase, kind: RowKind) -> ResultsFile:
+    """What ``handle`` holds; OutputRefused unless it is a results file of ``kind`` rows (one
+    that holds only a torn row, or nothing, is one)."""
+    content, problem = read_handle(handle, kind)
+    if problem is None and content.skipped and not content.rows:
+        problem = "none of its lines is one"
+    if problem is not None:
+        raise OutputRefused(
+            f"out={path} holds no results rows ({problem}); not appending to a file headlab did "
+            "not write (choose another file)"
+        )
     return content
 
 
@@ -349,30 +413,24 @@ class ResultsWriter:
     def read(self) -> ResultsFile:
         """The file's content as of now (under the lock: nobody else appends meanwhile)."""
         self._handle.seek(0)
-        return parse_results(self._handle.read(), self.kind)
+        return read_handle(self._handle, self.kind)[0]
 
     def _repair_end(self) -> None:
         self._handle.seek(0)
-        data = self._handle.read()
-        content = parse_results(data, self.kind)
-        only_torn = content.torn_tail and data.startswith(self.kind.start)
-        if data.strip() and not content.rows and not only_torn:
-            raise OutputRefused(
-                f"out={self.path} holds no results rows; not appending to a file "
-                "headlab did not write (choose another file)"
-            )
-        if not data or data.endswith(b"\n"):
-            return
-        start = data.rfind(b"\n") + 1
-        tail = parse_results(data[start:], self.kind)
-        if tail.rows or tail.skipped:  # a complete line that only lacks its newline: keep it
-            self._write(b"\n")
-        else:  # a torn write: cut the fragment so the next line starts clean
-            self._handle.truncate(start)
+        content = _appendable(self.path, self._handle, self.kind)
+        if content.torn_tail:  # headlab's interrupted row: cut it so the next line starts clean
+            self._handle.truncate(self._handle.seek(0, os.SEEK_END) - content.torn_tail)
             self._handle.flush()
             os.fsync(self._handle.fileno())
 
     def _write(self, data: bytes) -> None:
+        """Append ``data`` as the start of a line: after a newline when the last line (a row that
+        lacks it, or text someone added, even while the lock is held) does not end with one."""
+        end = self._handle.seek(0, os.SEEK_END)
+        if end:
+            self._handle.seek(end - 1)
+            if self._handle.read(1) != b"\n":
+                data = b"\n" + data
         self._handle.seek(0, os.SEEK_END)
         self._handle.write(data)
         self._handle.flush()

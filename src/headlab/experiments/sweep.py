@@ -17,11 +17,13 @@ from headlab.experiments.executors import OnEval, execute
 from headlab.experiments.results import ResultsWriter, check_appendable, finished_run_ids
 from headlab.experiments.tasks import get_task
 from headlab.experiments.train import RunResult
-from headlab.limits import check_int
+from headlab.limits import check_fits, check_int
 from headlab.locations import SWEEP_RESULTS
 
 DEFAULT_OUT = SWEEP_RESULTS
 MAX_RUNS = 10_000  # a grid larger than this is a typo (each run trains for seconds to minutes)
+# A spawned worker holds Python, torch and headlab before its first run (measured: 268 MiB).
+WORKER_START = 300 * 2**20
 
 
 @dataclass(frozen=True)
@@ -117,6 +119,25 @@ def plan_sweep(spec: SweepSpec, out: str | Path = DEFAULT_OUT) -> SweepPlan:
     return SweepPlan(configs=configs, todo=_unfinished(configs, content.rows), out=out)
 
 
+def check_runs_fit(configs: list[RunConfig], *, executor: str = "local", workers: int = 1) -> None:
+    """ValueError with the estimate (``limits.check_fits``) when the runs that ``workers`` local
+    processes hold at once would not fit in memory: the largest run's ``memory_estimate``
+    times the runs at once, plus each spawned worker's own start-up. Ray runs elsewhere: its
+    machines are not this one's to judge."""
+    if not configs or executor != "local":
+        return
+    largest = max(configs, key=RunConfig.memory_estimate)
+    at_once = min(workers, len(configs))
+    start = WORKER_START * at_once if at_once > 1 else 0
+    heads = f"{largest.num_heads} head{'s' if largest.num_heads > 1 else ''}"
+    check_fits(
+        f"{at_once} run(s) at once of d_model={largest.d_model}, layers={largest.layers}, {heads} "
+        f"(the largest of this sweep)",
+        at_once * largest.memory_estimate() + start,
+        f"lower d_model={largest.d_model}, layers={largest.layers} or workers={workers}",
+    )
+
+
 def run_sweep(
     plan: SweepPlan,
     *,
@@ -129,8 +150,10 @@ def run_sweep(
     """Run the plan's remaining configs; each result's rows are appended as soon as it arrives.
 
     A generator: iterate it to drive the sweep. Interrupting it (Ctrl-C) loses only the runs in
-    flight; the file holds whole lines of every finished run.
+    flight; the file holds whole lines of every finished run. ValueError before any run when
+    the runs held at once would not fit in memory (``check_runs_fit``).
     """
+    check_runs_fit(plan.todo, executor=executor, workers=workers)
     with ResultsWriter(plan.out) as writer:  # locked: another sweep into it is refused
         # Read again under the lock: runs that finished since planning are not run twice.
         todo = _unfinished(plan.todo, writer.read().rows)

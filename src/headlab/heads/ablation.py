@@ -29,6 +29,7 @@ from headlab.models.objectives import describe
 from headlab.schema import Fields, is_int, problem
 
 Head = tuple[int, int]  # (layer, head)
+Group = tuple[int, int]  # (layer, K/V group)
 
 
 @dataclass(frozen=True)
@@ -77,12 +78,52 @@ class AblationResult:
 
 def parse_heads(spec: str) -> list[Head]:
     """ "3.5,4.1" -> [(3, 5), (4, 1)]: LAYER.HEAD pairs, comma-separated. Raises ValueError."""
-    heads = []
+    heads, groups = parse_ablation(spec)
+    if groups:
+        layer, group = groups[0]
+        raise ValueError(f"heads must be LAYER.HEAD pairs like 3.5,4.1, got '{layer}.kv{group}'")
+    return heads
+
+
+def parse_ablation(spec: str) -> tuple[list[Head], list[Group]]:
+    """ "3.5,4.kv1" -> ([(3, 5)], [(4, 1)]): query heads LAYER.HEAD and whole K/V groups
+    LAYER.kvGROUP (every query head that reads K/V head GROUP), comma-separated. Raises
+    ValueError naming the item that is neither."""
+    heads, groups = [], []
     for item in spec.split(","):
         layer, dot, head = item.strip().partition(".")
-        if not (dot and layer.isdigit() and head.isdigit()):
-            raise ValueError(f"heads must be LAYER.HEAD pairs like 3.5,4.1, got {item.strip()!r}")
-        heads.append((int(layer), int(head)))
+        group = head.removeprefix("kv")
+        if dot and layer.isdigit() and head.isdigit():
+            heads.append((int(layer), int(head)))
+        elif dot and layer.isdigit() and head.startswith("kv") and group.isdigit():
+            groups.append((int(layer), int(group)))
+        else:
+            raise ValueError(
+                f"heads must be LAYER.HEAD pairs like 3.5,4.1 or K/V groups LAYER.kvGROUP like "
+                f"4.kv1, got {item.strip()!r}"
+            )
+    return heads, groups
+
+
+def group_heads(model: HeadModel, groups: Sequence[Group]) -> list[Head]:
+    """The query heads (layer, head) of each K/V group (layer, group) of ``model``: group g of
+    a layer with n query heads on k K/V heads is heads g*n/k .. (g+1)*n/k - 1. Raises
+    ValueError for a layer or group the model does not have."""
+    from headlab.attention.interventions import query_heads
+
+    layers = model.attention_layers()
+    heads = []
+    for layer, group in groups:
+        if not 0 <= layer < len(layers):
+            raise ValueError(
+                f"heads {layer}.kv{group}: layer {layer} out of range, expected 0 to "
+                f"{len(layers) - 1} ({model.name} has {len(layers)} layers)"
+            )
+        try:
+            chosen = query_heads(layers[layer], kv_groups=[group])
+        except ValueError as error:
+            raise ValueError(f"heads {layer}.kv{group}: {error}") from None
+        heads.extend((layer, h) for h in chosen)
     return heads
 
 
@@ -185,8 +226,11 @@ def ablation_effect(
     batch_size: int = 32,
     max_length: int = 128,
     on_step: Callable[[int, int], None] | None = None,
+    kv_groups: Sequence[Group] = (),
 ) -> AblationResult:
     """The objective over ``texts`` with and without ``heads`` ablated, on the same batches.
+    ``kv_groups`` (layer, group) ablate every query head of those K/V groups too (the result
+    lists them as heads).
 
     Texts with fewer than 2 words are skipped (the encoders' objective splits each text); at
     least 2 usable texts are needed. ``reference_texts`` (mode "mean") default to ``texts``.
@@ -201,6 +245,8 @@ def ablation_effect(
             f"need at least 2 texts of 2+ words and batch_size >= 2, got {len(usable)} texts "
             f"and batch_size={batch_size}"
         )
+    if kv_groups:
+        heads = sorted({*map(tuple, heads), *group_heads(model, kv_groups)})
     check_heads(model, heads)
     baseline = mean_objective(model, usable, batch_size=batch_size, max_length=max_length)
     if on_step is not None:

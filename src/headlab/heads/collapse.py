@@ -35,8 +35,8 @@ class CollapseRow:
 
     @classmethod
     def from_dict(cls, f: Fields) -> CollapseRow:
-        layer = f.int("layer") if "layer" in f.data else None
-        return cls(f.int("num_heads", 1), f.measures(("layer", "num_heads"), MEASURES), layer)
+        layer = f.size("layer", 0) if "layer" in f.data else None
+        return cls(f.size("num_heads"), f.measures(("layer", "num_heads"), MEASURES), layer)
 
 
 ROW_LISTS = ("all_layers", "per_layer")
@@ -63,7 +63,9 @@ class CollapseResult:
     def from_dict(cls, data: dict, where: str = "model-collapse") -> CollapseResult:
         """The inverse of ``to_dict``; ValueError naming the field that does not fit."""
         f = Fields(data, where)
-        every, single = ([CollapseRow.from_dict(r) for r in f.objects(k)] for k in ROW_LISTS)
+        every, single = (
+            [CollapseRow.from_dict(r) for r in f.objects(k, nonempty=True)] for k in ROW_LISTS
+        )
         return cls(f.str("model"), f.int("n_texts"), every, single)
 
 

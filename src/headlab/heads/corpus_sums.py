@@ -35,7 +35,15 @@ from headlab.attention.statistics import CHUNK_ELEMENTS, HeadSums
 from headlab.heads.long_context import text_pass
 from headlab.heads.repeats import MIN_MATCH
 from headlab.heads.roles import SINKS, WINDOW, HeadRoles, head_roles
-from headlab.heads.statistics import HeadStatistics, metric_names, per_head_means, special_names
+from headlab.heads.statistics import (
+    UNMEASURED,
+    HeadStatistics,
+    measured,
+    metric_names,
+    per_head_means,
+    special_names,
+    unmeasured_note,
+)
 from headlab.limits import check_int
 from headlab.models.interface import HeadModel
 from headlab.schema import Fields, is_int, problem
@@ -174,7 +182,8 @@ def document_sums(
     predicts = run.correct is not None
     correct = run.correct if predicts else torch.zeros(per_layer[0].n_copy, dtype=torch.bool)
     special = special_names(model, model.special_positions(batch))
-    names = (*metric_names(special), *(n for n in ROLE_SUMS if n in per_layer[0].sums))
+    statistics, _ = measured(metric_names(special), [s.sums for s in per_layer])
+    names = (*statistics, *(n for n in ROLE_SUMS if n in per_layer[0].sums))
     first = per_layer[0]
     return DocumentSums(
         model=model.name,
@@ -309,6 +318,7 @@ def corpus_result(total: DocumentSums, options: RoleOptions) -> CorpusRolesResul
         len(layers),
         max(len(row) for row in total.retrieval_hits),
         per_head_means(layers, names),
+        notes=[unmeasured_note(name) for name in UNMEASURED if name not in names],
     )
     counts = CorpusCounts(total.documents, total.truncated, total.n_queries, total.n_window,
                           total.n_copy, total.n_correct)  # fmt: skip

@@ -17,9 +17,11 @@ import torch
 from torch import Tensor
 
 from headlab.heads.tracing import attention_weights
+from headlab.limits import check_int
 from headlab.models.interface import HeadModel, TokenBatch
 
 DETECTORS = ("previous_token", "duplicate_token", "induction")
+LENGTH = 50  # tokens of each random sequence (seen twice: 100 positions) unless asked otherwise
 
 
 def repeated_random_tokens(vocabulary: Tensor, length: int, count: int, seed: int = 0) -> Tensor:
@@ -46,14 +48,30 @@ def detector_scores(weights: Tensor, length: int) -> dict[str, Tensor]:
     }
 
 
+def default_length(model: HeadModel) -> int:
+    """The length of the random sequences when none is asked: ``LENGTH`` tokens, or half the
+    model's positions when it has fewer than 2 * ``LENGTH`` (each sequence is seen twice in one
+    input); 0 (no detectors) for a model of fewer than 4 positions."""
+    length = min(LENGTH, model.max_positions // 2)
+    return length if length >= 2 else 0
+
+
+def check_length(model: HeadModel, length: int) -> int:
+    """``length`` if two copies fit in the model's positions; ValueError naming
+    ``detector_length`` otherwise."""
+    if model.max_positions < 4:
+        raise ValueError(
+            f"detector_length: the detectors need 4 positions (a sequence of 2, twice), the "
+            f"model has {model.max_positions}"
+        )
+    return check_int("detector_length", length, low=2, high=model.max_positions // 2)
+
+
 def detect_heads(
     model: HeadModel, vocabulary: Tensor, length: int, count: int = 8, seed: int = 0
 ) -> dict[str, list[list[float]]]:
     """The three scores of every head of ``model`` (layer, head) on ``count`` sequences."""
-    if length < 2 or 2 * length > model.max_positions:
-        raise ValueError(
-            f"detector length must be in [2, {model.max_positions // 2}], got {length}"
-        )
+    check_length(model, length)
     ids = repeated_random_tokens(vocabulary, length, count, seed)
     batch = TokenBatch(
         input_ids=ids, attention_mask=torch.ones_like(ids, dtype=torch.bool), tokens=[]

@@ -4,8 +4,8 @@
 runs the model once with every layer's statistics reduced chunk by chunk
 (``headlab.heads.streaming``) and returns the statistics of ``heads.statistics`` plus each head's
 heavy-hitter profile: the attention each key position receives, summed over the queries.
-For SmolLM2 at 8192 tokens the weights would be 30 x 9 x 8192^2 x 4 bytes = 72 GB; here one
-chunk of one layer is alive at a time.
+For a model of 30 layers x 9 heads at 8192 tokens the weights would be 30 x 9 x 8192^2 x 4
+bytes = 72 GB; here one chunk of one layer is alive at a time.
 
 In the same pass: each head's role (``heads.roles``: retrieval, copy, sink, local, mixed) from
 its window error, its weight on the text's own repeats (``heads.repeats``) and the model's own
@@ -32,7 +32,13 @@ from headlab.attention.streaming import CHUNK_ELEMENTS
 from headlab.heads.attention_maps import AttentionMaps, block_size
 from headlab.heads.repeats import MIN_MATCH, copy_sources
 from headlab.heads.roles import SINKS, WINDOW, HeadRoles, head_roles
-from headlab.heads.statistics import HeadStatistics, metric_names, per_head_means, special_names
+from headlab.heads.statistics import (
+    HeadStatistics,
+    measured,
+    metric_names,
+    per_head_means,
+    special_names,
+)
 from headlab.heads.streaming import model_head_sums
 from headlab.limits import check_fits, check_int
 from headlab.models.interface import HeadModel, TokenBatch
@@ -356,12 +362,14 @@ def long_text_statistics(
     per_layer = run.per_layer
     special = model.special_positions(run.batch)  # name -> (1,) key index
     names = metric_names(special_names(model, special))
+    names, notes = measured(names, [sums.sums for sums in per_layer])
     statistics = HeadStatistics(
         model.name,
         1,
         model.num_layers,
         max(model.heads_per_layer),
         per_head_means([[sums] for sums in per_layer], names),
+        notes=notes,
     )
     received = torch.stack([sums.received for sums in per_layer])  # (layer, head, k_pos)
     positions = sorted({int(index[0]) for index in special.values()})

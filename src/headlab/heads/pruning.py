@@ -5,6 +5,11 @@ headlab's own models ``headlab.attention.pruned``: rows of W_Q and columns of W_
 with the last query head that reads it, copies made for uneven groups are not counted as
 parameters). The pruned model computes exactly what the original computes with those heads'
 mask set to 0 (tested).
+
+``by="mask"`` prunes by masking instead, for any model, also one whose layout cannot lose heads
+(a fused q/k/v projection): the heads' mask is 0 in every run (``MaskedHeads``); the parameters
+and the work stay, so the curve's parameter counts do not fall and its latencies are not those
+of a smaller model.
 """
 
 from __future__ import annotations
@@ -30,12 +35,56 @@ def unique_parameters(model: HeadModel) -> int:
     return model.parameter_count()
 
 
-def prune_heads(model: HeadModel, heads: Mapping[int, Iterable[int]]) -> HeadModel:
-    """``model`` without the given heads: {layer: [head, ...]} (current indices).
+BY = ("removal", "mask")
 
-    Layers not named are shared with ``model``; pruned layers get new attention blocks.
-    """
+
+def check_by(by: str) -> None:
+    """ValueError unless ``by`` is one of BY."""
+    if by not in BY:
+        raise ValueError(f"by must be removal or mask, got {by!r}")
+
+
+def prune_heads(
+    model: HeadModel, heads: Mapping[int, Iterable[int]], by: str = "removal"
+) -> HeadModel:
+    """``model`` without the given heads: {layer: [head, ...]} (current indices), removed from
+    its weights (``by="removal"``: layers not named are shared with ``model``, pruned layers get
+    new attention blocks) or masked in every run (``by="mask"``, any model)."""
+    check_by(by)
+    if by == "mask":
+        return MaskedHeads(model, heads)
     return model.without_heads(heads)
+
+
+class MaskedHeads:
+    """``model`` with the mask of ``heads`` ({layer: [head]}) at 0 in every ``run`` and
+    ``objective`` (multiplied into any head mask passed); everything else is ``model``'s."""
+
+    def __init__(self, model: HeadModel, heads: Mapping[int, Iterable[int]]) -> None:
+        self.model = model
+        self.mask = as_mask(model, heads)
+
+    def __getattr__(self, name: str):
+        return getattr(self.model, name)
+
+    def _with(self, head_mask):
+        if head_mask is None:
+            return self.mask
+        return [m if h is None else h * m for m, h in zip(self.mask, head_mask, strict=True)]
+
+    def run(self, batch, head_mask=None):
+        return self.model.run(batch, self._with(head_mask))
+
+    def objective(self, texts, head_mask=None, max_length=None):
+        return self.model.objective(texts, self._with(head_mask), max_length)
+
+
+def check_prunable(model: HeadModel, by: str = "removal") -> None:
+    """ValueError, before any long work, when ``model`` cannot lose heads ``by`` removal (the
+    model says why: a fused projection, a norm over all heads, ...)."""
+    check_by(by)
+    if by == "removal":
+        model.without_heads({0: [0]})
 
 
 def as_mask(model: HeadModel, heads: Mapping[int, Iterable[int]]) -> list[torch.Tensor]:
@@ -81,25 +130,33 @@ class PruneStep:
 
 @dataclass(frozen=True)
 class PruneResult:
+    """The pruning curve; ``by``: how heads were pruned ("removal", or "mask": a results file
+    says so only then, and a file without it is by removal)."""
+
     KIND: ClassVar[str] = "model-prune"
 
     model: str
     n_texts: int
     steps: list[PruneStep]
+    by: str = "removal"
 
     def to_dict(self) -> dict:
-        return {
+        out = {
             "model": self.model,
             "n_texts": self.n_texts,
             "steps": [s.to_dict() for s in self.steps],
         }
+        if self.by != "removal":
+            out["by"] = self.by
+        return out
 
     @classmethod
     def from_dict(cls, data: dict, where: str = "model-prune") -> PruneResult:
         """The inverse of ``to_dict``; ValueError naming the field that does not fit."""
         f = Fields(data, where)
-        steps = [PruneStep.from_dict(s) for s in f.objects("steps")]
-        return cls(f.str("model"), f.int("n_texts"), steps)
+        steps = [PruneStep.from_dict(s) for s in f.objects("steps", nonempty=True)]
+        by = f.get("by", "removal or mask", lambda v: v in BY) if "by" in data else "removal"
+        return cls(f.str("model"), f.int("n_texts"), steps, by)
 
 
 def _latency_ms(model: HeadModel, texts: list[str], max_length: int, repeats: int) -> float:
@@ -124,6 +181,7 @@ def prune_curve(
     max_length: int = 128,
     latency_repeats: int = 3,
     on_step: Callable[[int], None] | None = None,
+    by: str = "removal",
 ) -> PruneResult:
     """Prune growing shares of all heads in two orders and measure each pruned model.
 
@@ -149,7 +207,7 @@ def prune_curve(
             removed: dict[int, list[int]] = {}
             for layer, head in sequence[:n]:
                 removed.setdefault(layer, []).append(head)
-            pruned = prune_heads(model, removed)
+            pruned = prune_heads(model, removed, by)
             steps.append(
                 PruneStep(
                     order=order,
@@ -162,7 +220,7 @@ def prune_curve(
             )
             if on_step is not None:
                 on_step(len(steps))
-    return PruneResult(model.name, len(texts), steps)
+    return PruneResult(model.name, len(texts), steps, by)
 
 
 def prune_by_importance(
@@ -173,6 +231,7 @@ def prune_by_importance(
     fractions: tuple[float, ...] = FRACTIONS,
     max_length: int = 128,
     on_step: Callable[[int, int], None] | None = None,
+    by: str = "removal",
 ) -> PruneResult:
     """The whole ``headlab model prune`` pipeline: Michel et al. importance on ``texts``, then
     ``prune_curve`` in that order and in a seeded random one. ``on_step(done, total)`` after the
@@ -180,6 +239,7 @@ def prune_by_importance(
     from headlab.heads.importance import head_importance
 
     total = 1 + 2 * len(fractions)
+    check_prunable(model, by)  # a layout that cannot lose heads, before the importance pass
     ranking = head_importance(model, texts, max_length=max_length).ranking()
     if on_step is not None:
         on_step(1, total)
@@ -191,4 +251,5 @@ def prune_by_importance(
         seed=seed,
         max_length=max_length,
         on_step=None if on_step is None else lambda done: on_step(1 + done, total),
+        by=by,
     )

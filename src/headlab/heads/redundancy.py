@@ -22,7 +22,6 @@ perplexity of a decoder.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import ClassVar
@@ -32,7 +31,6 @@ import torch
 from torch import Tensor
 
 from headlab.attention.functional import entropy
-from headlab.attention.module import MultiHeadAttention
 from headlab.heads.quality import MEASURES, measures, reference
 from headlab.limits import check_int
 from headlab.models.interface import AttentionLayer, HeadModel
@@ -95,21 +93,6 @@ def shared_projections(
             proj = torch.as_tensor(basis @ basis.T, dtype=torch.float64)
             cut.append((w.detach().double() @ proj).to(w.dtype))
     return cut[0], cut[1]
-
-
-def shared_key_query(
-    module: MultiHeadAttention,
-    rank: int,
-    subspaces: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
-) -> MultiHeadAttention:
-    """A copy of ``module`` with the W_Q and W_K of ``shared_projections``."""
-    w_q, w_k = shared_projections(module, rank, subspaces)
-    new = copy.deepcopy(module)
-    old_q, old_k = new.query_key_weights()
-    with torch.no_grad():
-        old_q.copy_(w_q)
-        old_k.copy_(w_k)
-    return new
 
 
 @dataclass(frozen=True)
@@ -206,7 +189,7 @@ def measure_redundancy(
     ValueError naming ``ranks`` for a rank outside [1, embed_dim], before any work."""
     ranks = ranks or default_ranks(model)
     modules = model.attention_layers()
-    for k in ranks:  # shared_key_query checks too, but only after the spectra and the reference
+    for k in ranks:  # shared_projections checks too, but only after the spectra and reference
         check_int("ranks", k, high=min(m.embed_dim for m in modules))
     total, done = len(modules) + len(ranks) + 1, 0
 

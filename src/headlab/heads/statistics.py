@@ -8,7 +8,9 @@ Per layer x head, with w = the head's attention weights of one query q (a row ov
                        model's ``first_token`` name, and any other the model names
     self, prev         weight on the query's own position and on the one before it (queries > 0)
     distance           mean attention distance sum_k w_k |q - k| (tokens)
-    contribution_norm  ||head output @ W_O block^T||_2, the head's share of the layer's output
+    contribution_norm  ||head output @ W_O block^T||_2, the head's share of the layer's output;
+                       left out, with a note saying why, for a model whose attention output is
+                       changed before its output projection (a gate: no W_O maps one head alone)
 Means are over query tokens of all texts (longer texts weigh more). Any model behind
 ``headlab.models.interface.HeadModel`` works; ``detectors`` adds the causal models' head kinds.
 The weights are reduced chunk by chunk as they are computed (``headlab.attention.streaming``),
@@ -37,15 +39,51 @@ def metric_names(special: list[str]) -> tuple[str, ...]:
     return (*PLAIN_METRICS[:2], *special, *PLAIN_METRICS[2:])
 
 
+#: Why the kernel's sums can lack a statistic (``attention.statistics``).
+UNMEASURED = {
+    "contribution_norm": "the family changes the attention's output (a gate) before its "
+    "output projection, so no W_O maps one head's output alone",
+}
+
+
+def unmeasured_note(name: str, layers: list[int] | None = None) -> str:
+    """The one-line note for a statistic left out; ``layers``: those whose sums lack it (None:
+    not known, e.g. from merged sums)."""
+    where = "" if layers is None else f" (attention layers {', '.join(map(str, layers))})"
+    return f"{name} left out{where}: {UNMEASURED.get(name, 'not measured')}"
+
+
+def measured(names: tuple[str, ...], held: list) -> tuple[tuple[str, ...], list[str]]:
+    """(the ``names`` that every layer's sums hold, one note per name left out). ``held``: each
+    layer's sums (a mapping, or the names it holds)."""
+    kept, notes = [], []
+    for name in names:
+        missing = [i for i, layer in enumerate(held) if name not in layer]
+        if missing:
+            notes.append(unmeasured_note(name, missing))
+        else:
+            kept.append(name)
+    return tuple(kept), notes
+
+
 def special_names(model: HeadModel, special: dict) -> list[str]:
     """The names of ``model``'s special positions ``special``, its first token first."""
     return sorted(special, key=lambda name: name != model.first_token)
 
 
+def model_metrics(model: HeadModel) -> tuple[tuple[str, ...], list[str]]:
+    """(the metrics of ``model``, notes on those left out), from one forward of two tokens: its
+    special positions are named the same for every batch, and a statistic its kernel cannot
+    measure (``UNMEASURED``) is missing from every batch's sums."""
+    batch = model.tokenize(["a"], 2)
+    names = metric_names(special_names(model, model.special_positions(batch)))
+    _, per_layer = model_head_sums(model, batch)
+    return measured(names, [sums.sums for sums in per_layer])
+
+
 def model_metric_names(model: HeadModel) -> tuple[str, ...]:
-    """``metric_names`` of ``model`` without running it: its special positions are named the
-    same for every batch, so a one-text batch names them."""
-    return metric_names(special_names(model, model.special_positions(model.tokenize(["a"], 2))))
+    """The metrics ``head_statistics`` reports for ``model`` (``model_metrics``), before it runs."""
+    return model_metrics(model)[0]
 
 
 @dataclass(frozen=True)
@@ -56,6 +94,7 @@ class HeadStatistics:
     first_token: the metric that is the weight on the first token (``HeadModel.first_token``):
         the first special position in ``metrics`` (``metric_names`` puts it first), so that a
         results file needs no field for it.
+    notes: one line per statistic left out and why (``UNMEASURED``); empty for most models.
     """
 
     KIND: ClassVar[str] = "model-heads"
@@ -66,6 +105,7 @@ class HeadStatistics:
     num_heads: int
     metrics: dict[str, list[list[float]]]
     detectors: dict[str, list[list[float]]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def first_token(self) -> str | None:
@@ -82,27 +122,36 @@ class HeadStatistics:
         }
         if self.detectors:
             out["detectors"] = self.detectors
+        if self.notes:
+            out["notes"] = self.notes
         return out
 
     @classmethod
     def from_dict(cls, data: dict, where: str = "model-heads") -> HeadStatistics:
         """The inverse of ``to_dict``; ValueError naming the field that does not fit."""
         f = Fields(data, where)
-        layers, heads = f.int("num_layers", 1), f.int("num_heads", 1)
+        layers, heads = f.size("num_layers"), f.size("num_heads")
         grids = {}
         for part in ("metrics", "detectors"):
             if part == "detectors" and part not in data:
                 break
-            group = f.object(part)
+            group = f.object(part, nonempty=part == "metrics")
             grids[part] = {str(k): group.grid(k, layers, heads) for k in group.data}
+        notes = []
+        if "notes" in data:
+            notes = f.get("notes", "a list of strings", _strings)
         return cls(f.str("model"), f.int("n_texts"), layers, heads, grids["metrics"],
-                   grids.get("detectors", {}))  # fmt: skip
+                   grids.get("detectors", {}), notes)  # fmt: skip
 
     def top(self, name: str, count: int = 5) -> list[tuple[int, int, float]]:
         """The ``count`` heads with the highest ``name`` (a metric or a detector), best first."""
         grid = self.detectors.get(name) or self.metrics[name]
         cells = [(l, h, v) for l, row in enumerate(grid) for h, v in enumerate(row)]
         return sorted(cells, key=lambda c: -c[2])[:count]
+
+
+def _strings(value: object) -> bool:
+    return isinstance(value, list) and all(isinstance(item, str) for item in value)
 
 
 def per_head_means(layers: list[list[HeadSums]], names: tuple[str, ...]) -> dict:
@@ -133,11 +182,17 @@ def head_statistics(
     One forward per batch; every layer's weights are reduced chunk by chunk as they are computed
     (``headlab.heads.streaming``), never stored. detector_length: for a causal model, also score
     the previous-token, duplicate-token and induction heads on random token sequences of this
-    length repeated twice (0: skip). on_batch: called with the number of texts done after each
-    batch (progress). Needs at least one text.
+    length repeated twice (0: skip; the command line's default is
+    ``detectors.default_length(model)``); ValueError before any batch runs unless twice the
+    length fits the model. on_batch: called with the number of texts done after each batch
+    (progress). Needs at least one text.
     """
     if not texts:
         raise ValueError("expected at least one text, got none")
+    if detector_length and model.causal:
+        from headlab.heads.detectors import check_length
+
+        check_length(model, detector_length)  # before the corpus runs
     layers: list[list[HeadSums]] = [[] for _ in range(model.num_layers)]
     seen_ids: list[Tensor] = []
     for start in range(0, len(texts), batch_size):
@@ -149,6 +204,7 @@ def head_statistics(
         if on_batch is not None:
             on_batch(min(start + batch_size, len(texts)))
     names = metric_names(special_names(model, model.special_positions(batch)))
+    names, notes = measured(names, [calls[0].sums for calls in layers])
     detected = {}
     if detector_length and model.causal:
         from headlab.heads.detectors import detect_heads
@@ -162,4 +218,5 @@ def head_statistics(
         max(model.heads_per_layer),
         metrics,
         detected,
+        notes,
     )

@@ -61,4 +61,15 @@ def model_text_attention(
         AttentionView(f"{heads} heads", _weights(model, batch)),
         AttentionView("1 head, same weights", _weights(model.with_head_view(1), batch)),
     ]
-    return TextAttention(tokens, views, max(len(tokens), model.count_tokens(text)))
+    total = max(len(tokens), model.count_tokens(text))
+    return TextAttention(tokens, views, total, _cut_reason(model, max_tokens, total))
+
+
+def _cut_reason(model: HeadModel, max_tokens: int, total: int) -> str:
+    """Which limit cut a text of ``total`` tokens to ``max_tokens``: the page's, or the model's."""
+    if total <= max_tokens:
+        return ""
+    if max_tokens < model.max_positions:
+        reads = f"{model.max_positions} tokens {model.name} reads"
+        return f"the page shows at most {max_tokens} of the {reads}"
+    return f"{model.name} reads at most {max_tokens} tokens"

@@ -12,6 +12,8 @@ from pathlib import Path
 
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
+from headlab.models.fields import Unsupported
+
 CONTROL = 3
 
 
@@ -36,7 +38,7 @@ def tokenizer_from_gguf(metadata: dict, where: str | Path) -> Tokenizer:
     """A ``tokenizers.Tokenizer`` from ``tokenizer.ggml.*`` metadata (model gpt2: byte-level)."""
     kind = metadata.get("tokenizer.ggml.model")
     if kind != "gpt2":
-        raise ValueError(f"{where}: expected a byte-level BPE tokenizer (gpt2), got {kind!r}")
+        raise Unsupported(f"{where}: expected a byte-level BPE tokenizer (gpt2), got {kind!r}")
     tokens = list(metadata.get("tokenizer.ggml.tokens") or [])
     merges = list(metadata.get("tokenizer.ggml.merges") or [])
     if not tokens or not merges:
@@ -67,3 +69,15 @@ def tokenizer_from_file(path: Path) -> Tokenizer:
         return Tokenizer.from_file(str(path))
     except Exception as error:  # tokenizers raises its own Exception subclass
         raise ValueError(f"{path}: not a readable tokenizer.json ({error})") from None
+
+
+def check_token_ids(tokenizer: Tokenizer, vocab_size: int, where: str | Path, field: str) -> None:
+    """ValueError naming the tokenizer (``where``) and the model's vocabulary (``field``) when
+    the tokenizer can produce an id the model's embedding table does not have."""
+    ids = tokenizer.get_vocab(with_added_tokens=True).values()
+    largest = max(ids, default=-1)
+    if largest >= vocab_size:
+        raise ValueError(
+            f"{where}: token ids go up to {largest}, beyond the model's vocabulary "
+            f"({field}={vocab_size}: ids 0 to {vocab_size - 1})"
+        )

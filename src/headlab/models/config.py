@@ -8,11 +8,10 @@ sentence embedding. Every problem raises one error naming the file and what is w
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from headlab.limits import check_finite, check_fits, check_int
+from headlab.models.fields import FileFields, Unsupported, read_json
 
 REQUIRED_FILES = ("config.json", "model.safetensors", "tokenizer.json")
 ACTIVATIONS = ("gelu", "gelu_new", "relu")
@@ -52,20 +51,6 @@ class PoolingConfig:
     max_seq_length: int = 512
 
 
-def _read_json(path: Path, expected: type = dict) -> dict | list:
-    """The JSON document at ``path``, which must be a ``expected`` (dict or list)."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError:
-        raise ValueError(f"{path}: expected UTF-8 JSON, got undecodable bytes") from None
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{path}: not valid JSON ({error})") from None
-    if not isinstance(data, expected):
-        name = "a JSON object" if expected is dict else "a JSON list"
-        raise ValueError(f"{path}: expected {name}, got {type(data).__name__}")
-    return data
-
-
 def check_model_dir(model_dir: Path) -> None:
     """Raise FileNotFoundError naming the directory and the first missing required file."""
     if not model_dir.is_dir():
@@ -75,28 +60,6 @@ def check_model_dir(model_dir: Path) -> None:
             raise FileNotFoundError(f"model directory {model_dir}: {name} is missing")
 
 
-def _field(data: dict, path: Path, name: str, kind: type, default: object = None) -> object:
-    value = data.get(name, default)
-    if value is None:
-        raise ValueError(f"{path}: missing {name!r}, expected {kind.__name__}")
-    ok = isinstance(value, kind) and not isinstance(value, bool)
-    if kind is float:
-        ok = isinstance(value, int | float) and not isinstance(value, bool)
-    if not ok:
-        raise ValueError(f"{path}: {name!r} must be {kind.__name__}, got {value!r}")
-    if kind is int:
-        try:
-            check_int(name, value, low=0 if name == "pad_token_id" else 1)
-        except ValueError as error:
-            raise ValueError(f"{path}: {error}") from None
-    if kind is float:
-        try:
-            check_finite(name, value, positive=True)
-        except ValueError as error:
-            raise ValueError(f"{path}: {error}") from None
-    return value
-
-
 def read_bert_config(path: Path) -> BertConfig:
     """Parse and check a transformers ``config.json`` of a BERT model.
 
@@ -104,7 +67,7 @@ def read_bert_config(path: Path) -> BertConfig:
     ill-typed sizes, hidden_size not divisible by num_attention_heads, an unsupported activation
     or position embedding type.
     """
-    data = _read_json(path)
+    data = read_json(path)
     model_type = data.get("model_type")
     if model_type != "bert":
         raise ValueError(
@@ -112,20 +75,22 @@ def read_bert_config(path: Path) -> BertConfig:
         )
     position = data.get("position_embedding_type", "absolute")
     if position != "absolute":
-        raise ValueError(f"{path}: position_embedding_type must be 'absolute', got {position!r}")
+        raise Unsupported(f"{path}: position_embedding_type must be 'absolute', got {position!r}")
     if data.get("is_decoder", False) or data.get("add_cross_attention", False):
         raise ValueError(f"{path}: expected an encoder, got is_decoder/add_cross_attention true")
+    fields = FileFields(data, path)
     config = BertConfig(
-        vocab_size=_field(data, path, "vocab_size", int),
-        hidden_size=_field(data, path, "hidden_size", int),
-        num_hidden_layers=_field(data, path, "num_hidden_layers", int),
-        num_attention_heads=_field(data, path, "num_attention_heads", int),
-        intermediate_size=_field(data, path, "intermediate_size", int),
-        max_position_embeddings=_field(data, path, "max_position_embeddings", int),
-        type_vocab_size=_field(data, path, "type_vocab_size", int, 2),
-        layer_norm_eps=float(_field(data, path, "layer_norm_eps", float, 1e-12)),
-        hidden_act=_field(data, path, "hidden_act", str, "gelu"),
-        pad_token_id=_field(data, path, "pad_token_id", int, 0),
+        vocab_size=fields.int("vocab_size"),
+        hidden_size=fields.int("hidden_size"),
+        num_hidden_layers=fields.int("num_hidden_layers"),
+        num_attention_heads=fields.int("num_attention_heads"),
+        intermediate_size=fields.int("intermediate_size"),
+        # [CLS] and [SEP] take two positions: fewer leaves no room for a text
+        max_position_embeddings=fields.int("max_position_embeddings", low=2),
+        type_vocab_size=fields.int("type_vocab_size", 2),
+        layer_norm_eps=fields.number("layer_norm_eps", 1e-12),
+        hidden_act=fields.str("hidden_act", "gelu"),
+        pad_token_id=fields.int("pad_token_id", 0, low=0),
     )
     if config.hidden_size % config.num_attention_heads:
         raise ValueError(
@@ -137,9 +102,8 @@ def read_bert_config(path: Path) -> BertConfig:
             f"{path}: pad_token_id must be below vocab_size={config.vocab_size}, "
             f"got {config.pad_token_id}"
         )
-    check_fits(f"{path}: a BERT of these sizes", 4 * bert_parameters(config))
     if config.hidden_act not in ACTIVATIONS:
-        raise ValueError(
+        raise Unsupported(
             f"{path}: hidden_act must be one of {ACTIVATIONS}, got {config.hidden_act!r}"
         )
     return config
@@ -159,12 +123,12 @@ def read_pooling_config(model_dir: Path, max_positions: int) -> PoolingConfig:
     mode, normalize, max_len = "mean", False, max_positions
     modules_path = model_dir / "modules.json"
     if modules_path.is_file():
-        modules = _read_json(modules_path, list)
+        modules = read_json(modules_path, list)
         types = [str(m.get("type", "")) for m in modules if isinstance(m, dict)]
         normalize = any(t.endswith("models.Normalize") for t in types)
     pooling_path = model_dir / "1_Pooling" / "config.json"
     if pooling_path.is_file():
-        pooling = _read_json(pooling_path)
+        pooling = read_json(pooling_path)
         flags = {
             "mean": pooling.get("pooling_mode_mean_tokens", False),
             "cls": pooling.get("pooling_mode_cls_token", False),
@@ -180,7 +144,7 @@ def read_pooling_config(model_dir: Path, max_positions: int) -> PoolingConfig:
         mode = chosen[0]
     st_path = model_dir / "sentence_bert_config.json"
     if st_path.is_file():
-        st = _read_json(st_path)
+        st = read_json(st_path)
         max_len = st.get("max_seq_length", max_len)
         if (
             not isinstance(max_len, int)

@@ -90,26 +90,38 @@ MAX_TEXT_BYTES = 64 * 2**20  # a text file larger than this is refused before it
 
 
 def read_text_file(path: str | Path, what: str = "text file") -> str:
-    """The whole of a UTF-8 text file (at most 64 MiB).
+    """The whole of a UTF-8 text file (at most 64 MiB) that holds some text; every message names
+    it as ``what`` (the CLI passes its flag, ``--text-file``).
 
-    Raises FileNotFoundError for a missing file, ValueError for a larger file or bytes that are
-    not UTF-8 (naming the line).
+    Raises FileNotFoundError for a missing file, ValueError for something that is not a regular
+    file (a folder, a FIFO: named, and never opened), a larger file, bytes that are not UTF-8
+    (naming the line), or a file without text (empty or only whitespace).
     """
+    from headlab.output_policy import file_type
+
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise FileNotFoundError(f"{what} {path} does not exist")
+    if not path.is_file():
+        kind = file_type(path.stat().st_mode)
+        raise ValueError(f"{what} {path} is {kind}, expected a UTF-8 text file")
     size = path.stat().st_size
     if size > MAX_TEXT_BYTES:
         raise ValueError(
-            f"{path}: expected a text file of at most {MAX_TEXT_BYTES // 2**20} MiB, "
+            f"{what} {path}: expected a text file of at most {MAX_TEXT_BYTES // 2**20} MiB, "
             f"got {size / 2**20:.0f} MiB"
         )
     data = path.read_bytes()
     try:
-        return data.decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as error:
         line = data[: error.start].count(b"\n") + 1
-        raise ValueError(f"{path}:{line}: expected UTF-8 text, got undecodable bytes") from None
+        raise ValueError(
+            f"{what} {path}:{line}: expected UTF-8 text, got undecodable bytes"
+        ) from None
+    if not text.strip():
+        raise ValueError(f"{what} {path}: expected text, got an empty file")
+    return text
 
 
 def read_corpus(path: str | Path, n_texts: int | None = None) -> list[str]:

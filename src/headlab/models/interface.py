@@ -36,7 +36,7 @@ from typing import Literal, Protocol, runtime_checkable
 from torch import Tensor
 from torch.nn import Parameter
 
-from headlab.attention.sites import Sites
+from headlab.attention.interventions import SitedLayer
 
 HeadMask = Sequence[Tensor | None] | Tensor | None
 ObjectiveKind = Literal["next-token", "contrastive", "none"]
@@ -59,13 +59,11 @@ class TokenBatch:
 
 
 @runtime_checkable
-class AttentionLayer(Protocol):
-    """One layer's attention as an analysis sees it."""
+class AttentionLayer(SitedLayer, Protocol):
+    """One layer's attention as an analysis sees it: ``sites`` (interventions and statistics
+    requests, applied in every call of this layer), ``num_heads`` and ``num_kv_heads`` (from
+    ``SitedLayer``), and:"""
 
-    #: interventions and statistics requests, applied in every call of this layer
-    sites: Sites
-    num_heads: int
-    num_kv_heads: int
     head_dim: int
     embed_dim: int
 

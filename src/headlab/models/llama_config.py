@@ -5,11 +5,11 @@ Every problem raises one ValueError naming the file and what is wrong.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from headlab.limits import check_finite, check_fits, check_int
+from headlab.limits import check_finite, check_int
+from headlab.models.fields import FileFields, Unsupported, read_json
 
 FAMILIES = ("llama", "mistral", "qwen2")
 
@@ -44,10 +44,33 @@ class LlamaConfig:
         return embeddings + self.num_hidden_layers * layer + h
 
 
-def checked(config: LlamaConfig, where: str | Path) -> LlamaConfig:
-    """``config`` if its numbers are in range and it fits in memory; ValueError naming ``where``."""
+#: LlamaConfig's fields as a GGUF names them (its ``llama.*`` metadata keys).
+GGUF_FIELDS = {
+    "vocab_size": "llama.vocab_size",
+    "hidden_size": "llama.embedding_length",
+    "num_hidden_layers": "llama.block_count",
+    "num_attention_heads": "llama.attention.head_count",
+    "num_key_value_heads": "llama.attention.head_count_kv",
+    "head_dim": "llama.rope.dimension_count",
+    "intermediate_size": "llama.feed_forward_length",
+    "max_position_embeddings": "llama.context_length",
+    "rope_theta": "llama.rope.freq_base",
+    "rms_norm_eps": "llama.attention.layer_norm_rms_epsilon",
+}
+
+
+def checked(
+    config: LlamaConfig, where: str | Path, names: dict[str, str] | None = None
+) -> LlamaConfig:
+    """``config`` if its numbers are in range and its head sizes agree; ValueError naming
+    ``where`` and the fields (as ``names`` spells them: GGUF_FIELDS for a GGUF)."""
+    names = names or {}
+
+    def name(field: str) -> str:
+        return names.get(field, field)
+
     try:
-        for name in (
+        for field in (
             "vocab_size",
             "hidden_size",
             "num_hidden_layers",
@@ -55,103 +78,117 @@ def checked(config: LlamaConfig, where: str | Path) -> LlamaConfig:
             "num_key_value_heads",
             "head_dim",
             "intermediate_size",
-            "max_position_embeddings",
         ):
-            check_int(name, getattr(config, name))
-        check_finite("rope_theta", config.rope_theta, positive=True)
-        check_finite("rms_norm_eps", config.rms_norm_eps, positive=True)
+            check_int(name(field), getattr(config, field))
+        check_int(name("max_position_embeddings"), config.max_position_embeddings, low=2)
+        check_finite(name("rope_theta"), config.rope_theta, positive=True)
+        check_finite(name("rms_norm_eps"), config.rms_norm_eps, positive=True)
         if config.num_attention_heads % config.num_key_value_heads:
             raise ValueError(
-                f"num_attention_heads={config.num_attention_heads} is not divisible by "
-                f"num_key_value_heads={config.num_key_value_heads}"
+                f"{name('num_attention_heads')}={config.num_attention_heads} is not divisible by "
+                f"{name('num_key_value_heads')}={config.num_key_value_heads}"
             )
         if config.head_dim % 2:
-            raise ValueError(f"head_dim must be even for rotary positions, got {config.head_dim}")
-        check_fits("a decoder of these sizes", 4 * config.parameters())
+            raise ValueError(
+                f"{name('head_dim')} must be even for rotary positions, got {config.head_dim}"
+            )
     except ValueError as error:
         raise ValueError(f"{where}: {error}") from None
     return config
 
 
+def _head_dim(fields: FileFields, heads: int, hidden: int) -> int:
+    """The ``head_dim`` field, or hidden / heads when there is none (then it must divide)."""
+    if fields.has("head_dim"):
+        return fields.int("head_dim")
+    if hidden % heads:
+        raise ValueError(
+            f"{fields.where}: {fields.name('hidden_size')}={hidden} is not divisible by "
+            f"{fields.name('num_attention_heads')}={heads}"
+        )
+    return hidden // heads
+
+
 def from_gguf_metadata(metadata: dict, where: str | Path) -> LlamaConfig:
-    """A LlamaConfig from the ``llama.*`` keys of a GGUF (vocab size from the token list)."""
-
-    def get(key: str, default: object = None) -> object:
-        value = metadata.get(f"llama.{key}", default)
-        if value is None:
-            raise ValueError(f"{where}: metadata llama.{key} is missing")
-        return value
-
-    heads = int(get("attention.head_count"))
-    hidden = int(get("embedding_length"))
+    """A LlamaConfig from the ``llama.*`` keys of a GGUF (vocab size from the token list when
+    ``llama.vocab_size`` is absent). ValueError naming the file and the key when one is missing,
+    ill-typed or out of range."""
+    fields = FileFields(metadata, where, names=GGUF_FIELDS)
     tokens = metadata.get("tokenizer.ggml.tokens")
-    vocab = int(get("vocab_size", len(tokens) if tokens is not None else None))
+    heads = fields.int("num_attention_heads")
+    hidden = fields.int("hidden_size")
+    vocab = (
+        len(tokens)
+        if isinstance(tokens, list) and not fields.has("vocab_size")
+        else fields.int("vocab_size")
+    )
     config = LlamaConfig(
         vocab_size=vocab,
         hidden_size=hidden,
-        num_hidden_layers=int(get("block_count")),
+        num_hidden_layers=fields.int("num_hidden_layers"),
         num_attention_heads=heads,
-        num_key_value_heads=int(get("attention.head_count_kv", heads)),
-        head_dim=int(get("rope.dimension_count", hidden // max(heads, 1))),
-        intermediate_size=int(get("feed_forward_length")),
-        max_position_embeddings=int(get("context_length")),
-        rope_theta=float(get("rope.freq_base", 10000.0)),
-        rms_norm_eps=float(get("attention.layer_norm_rms_epsilon")),
+        num_key_value_heads=fields.int("num_key_value_heads", heads),
+        head_dim=_head_dim(fields, heads, hidden),
+        intermediate_size=fields.int("intermediate_size"),
+        max_position_embeddings=fields.int("max_position_embeddings", low=2),
+        rope_theta=fields.number("rope_theta", 10000.0),
+        rms_norm_eps=fields.number("rms_norm_eps"),
         tie_word_embeddings=True,  # decided by the reader: no output.weight tensor means tied
-        bos_token_id=metadata.get("tokenizer.ggml.bos_token_id"),
-        eos_token_id=metadata.get("tokenizer.ggml.eos_token_id"),
+        bos_token_id=fields.optional_int("tokenizer.ggml.bos_token_id"),
+        eos_token_id=fields.optional_int("tokenizer.ggml.eos_token_id"),
     )
-    return config
+    return checked(config, where, GGUF_FIELDS)
+
+
+def _eos(fields: FileFields) -> int | None:
+    """``eos_token_id``: an id, or a list of ids (the first is the one generation stops at)."""
+    value = fields.data.get("eos_token_id")
+    if isinstance(value, list) and value:
+        return FileFields({"eos_token_id": value[0]}, fields.where).optional_int("eos_token_id")
+    return fields.optional_int("eos_token_id")
 
 
 def read_hf_config(path: Path) -> LlamaConfig:
-    """Parse and check a transformers ``config.json`` of model_type llama, mistral or qwen2."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(f"{path}: not valid JSON ({error})") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    """Parse and check a transformers ``config.json`` of model_type llama, mistral or qwen2.
+
+    ValueError naming the file and the field for a missing, ill-typed or out-of-range field;
+    ``Unsupported`` for what headlab's decoder does not run (another family, scaled rotary
+    positions, a sliding window shorter than the context).
+    """
+    data = read_json(path)
+    fields = FileFields(data, path)
     family = data.get("model_type")
     if family not in FAMILIES:
-        raise ValueError(f"{path}: model_type must be one of {', '.join(FAMILIES)}, got {family!r}")
-    rope_scaling = data.get("rope_scaling") or (data.get("rope_parameters") or {})
-    kind = rope_scaling.get("rope_type", rope_scaling.get("type", "default"))
-    if kind not in ("default", None):
-        raise ValueError(f"{path}: only plain rotary positions are supported, got rope {kind!r}")
-    if family == "mistral" and data.get("sliding_window") not in (None, 0):
-        window = int(data["sliding_window"])
-        if window < int(data.get("max_position_embeddings", 0)):
-            raise ValueError(f"{path}: a sliding window ({window}) is not supported")
-
-    def need(name: str) -> object:
-        if name not in data or data[name] is None:
-            raise ValueError(f"{path}: missing {name!r}")
-        return data[name]
-
-    heads = int(need("num_attention_heads"))
-    hidden = int(need("hidden_size"))
-    if hidden % heads and "head_dim" not in data:
-        raise ValueError(
-            f"{path}: hidden_size={hidden} is not divisible by num_attention_heads={heads}"
+        raise Unsupported(
+            f"{path}: model_type must be one of {', '.join(FAMILIES)}, got {family!r}"
         )
-    theta = data.get("rope_theta", rope_scaling.get("rope_theta", 10000.0))
-    eos = data.get("eos_token_id")
+    rope_key = "rope_scaling" if fields.has("rope_scaling") else "rope_parameters"
+    rope = FileFields(fields.object(rope_key), path, prefix=f"{rope_key}.")
+    kind = rope.str("rope_type", rope.data.get("type", "default"))
+    if kind != "default":
+        raise Unsupported(f"{path}: only plain rotary positions are supported, got rope {kind!r}")
+    positions = fields.int("max_position_embeddings", 2048, low=2)
+    if family == "mistral" and fields.data.get("sliding_window") not in (None, 0):
+        window = fields.int("sliding_window")
+        if window < positions:
+            raise Unsupported(f"{path}: a sliding window ({window}) is not supported")
+    heads = fields.int("num_attention_heads")
+    hidden = fields.int("hidden_size")
     config = LlamaConfig(
-        vocab_size=int(need("vocab_size")),
+        vocab_size=fields.int("vocab_size"),
         hidden_size=hidden,
-        num_hidden_layers=int(need("num_hidden_layers")),
+        num_hidden_layers=fields.int("num_hidden_layers"),
         num_attention_heads=heads,
-        num_key_value_heads=int(data.get("num_key_value_heads") or heads),
-        head_dim=int(data.get("head_dim") or hidden // heads),
-        intermediate_size=int(need("intermediate_size")),
-        max_position_embeddings=int(data.get("max_position_embeddings", 2048)),
-        rope_theta=float(theta),
-        rms_norm_eps=float(data.get("rms_norm_eps", 1e-6)),
-        tie_word_embeddings=bool(data.get("tie_word_embeddings", False)),
-        attention_bias=bool(data.get("attention_bias", family == "qwen2")),
-        bos_token_id=data.get("bos_token_id"),
-        eos_token_id=eos[0] if isinstance(eos, list) and eos else eos,
+        num_key_value_heads=fields.int("num_key_value_heads", heads),
+        head_dim=_head_dim(fields, heads, hidden),
+        intermediate_size=fields.int("intermediate_size"),
+        max_position_embeddings=positions,
+        rope_theta=fields.number("rope_theta", rope.number("rope_theta", 10000.0)),
+        rms_norm_eps=fields.number("rms_norm_eps", 1e-6),
+        tie_word_embeddings=fields.bool("tie_word_embeddings", False),
+        attention_bias=fields.bool("attention_bias", family == "qwen2"),
+        bos_token_id=fields.optional_int("bos_token_id"),
+        eos_token_id=_eos(fields),
         model_type=family,
     )
     return checked(config, path)

@@ -2,11 +2,14 @@
 
 headlab packs W_Q, W_K, W_V of a layer into ``in_proj_weight`` (rows: H*D of Q, then G*D of K,
 then G*D of V), as torch.nn.MultiheadAttention does. Every expected tensor must be present with
-the shape the config implies; ValueError names the file and the tensor otherwise.
+the shape the config implies (``expected_tensors``, checked before anything is read or built);
+ValueError names the file, the tensor and the config fields otherwise.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -32,73 +35,103 @@ HF_LAYER = {
 }
 
 
-def _take(tensors: dict[str, Tensor], name: str, where: Path) -> Tensor:
-    if name not in tensors:
-        raise ValueError(f"{where}: tensor {name!r} is missing")
-    tensor = tensors[name].to(torch.float32)
-    if not torch.isfinite(tensor).all():
-        raise ValueError(f"{where}: tensor {name!r} holds NaN or infinite values")
-    return tensor
+@dataclass(frozen=True)
+class Layout:
+    """How a format names a decoder's tensors: the global ones, a layer's prefix (``{}`` is the
+    layer index) and its tensors (theirs -> LlamaDecoder's), W_Q/W_K/W_V and their biases."""
+
+    embed: str
+    norm: str
+    lm_head: str
+    layer: str
+    names: dict[str, str]
+    qkv: tuple[str, str, str]
+    qkv_bias: tuple[str, str, str]
 
 
-def _layer_state(
-    tensors: dict[str, Tensor],
-    config: LlamaConfig,
-    where: Path,
-    prefix: str,
-    names: dict[str, str],
-    qkv: tuple[str, str, str],
-    qkv_bias: tuple[str, str, str] | None,
+GGUF = Layout(
+    "token_embd.weight",
+    "output_norm.weight",
+    "output.weight",
+    "blk.{}.",
+    GGUF_LAYER,
+    ("attn_q.weight", "attn_k.weight", "attn_v.weight"),
+    ("attn_q.bias", "attn_k.bias", "attn_v.bias"),
+)
+HF = Layout(
+    "model.embed_tokens.weight",
+    "model.norm.weight",
+    "lm_head.weight",
+    "model.layers.{}.",
+    HF_LAYER,
+    tuple(f"self_attn.{p}_proj.weight" for p in "qkv"),  # type: ignore[arg-type]
+    tuple(f"self_attn.{p}_proj.bias" for p in "qkv"),  # type: ignore[arg-type]
+)
+
+
+def expected_tensors(
+    config: LlamaConfig, layout: Layout, names: Mapping[str, str] | None = None
+) -> Iterator[tuple[str, tuple[int, ...], str]]:
+    """(tensor name in the file, shape, the config fields that set it as ``names`` spells
+    them), layer by layer. The output projection is expected only when the embeddings are not
+    tied."""
+    names = names or {}
+
+    def sizes(*fields: str) -> str:
+        return ", ".join(f"{names.get(f, f)}={getattr(config, f)}" for f in fields)
+
+    h, i = config.hidden_size, config.intermediate_size
+    q = config.num_attention_heads * config.head_dim
+    kv = config.num_key_value_heads * config.head_dim
+    width = ((h,), sizes("hidden_size"))
+    embed = ((config.vocab_size, h), sizes("vocab_size", "hidden_size"))
+    yield layout.embed, *embed
+    yield layout.norm, *width
+    if not config.tie_word_embeddings:
+        yield layout.lm_head, *embed
+    query = sizes("num_attention_heads", "head_dim", "hidden_size")
+    key_value = sizes("num_key_value_heads", "head_dim", "hidden_size")
+    ffn = sizes("intermediate_size", "hidden_size")
+    shapes = {
+        "input_layernorm.weight": width,
+        "post_attention_layernorm.weight": width,
+        "mlp.gate_proj.weight": ((i, h), ffn),
+        "mlp.up_proj.weight": ((i, h), ffn),
+        "mlp.down_proj.weight": ((h, i), ffn),
+        "attention.out_proj.weight": ((h, q), query),
+    }
+    theirs = {ours: name for name, ours in layout.names.items()}
+    qkv = [((q, h), query), ((kv, h), key_value), ((kv, h), key_value)]
+    bias = [((q,), query), ((kv,), key_value), ((kv,), key_value)]
+    for layer in range(config.num_hidden_layers):
+        prefix = layout.layer.format(layer)
+        for name, shape in zip(layout.qkv, qkv, strict=True):
+            yield prefix + name, *shape
+        if config.attention_bias:
+            for name, shape in zip(layout.qkv_bias, bias, strict=True):
+                yield prefix + name, *shape
+        for ours, shape in shapes.items():
+            yield prefix + theirs[ours], *shape
+
+
+def decoder_state(
+    read: Callable[[list[str]], dict[str, Tensor]], config: LlamaConfig, layout: Layout
 ) -> dict[str, Tensor]:
-    state: dict[str, Tensor] = {}
-    for theirs, ours in names.items():
-        state[ours] = _take(tensors, prefix + theirs, where)
-    q, k, v = (_take(tensors, prefix + name, where) for name in qkv)
-    state["attention.in_proj_weight"] = torch.cat([q, k, v])
-    if config.attention_bias:
-        if qkv_bias is None:
-            raise ValueError(f"{where}: this format has no attention biases")
-        biases = [_take(tensors, prefix + name, where) for name in qkv_bias]
-        state["attention.in_proj_bias"] = torch.cat(biases)
-        state["attention.out_proj.bias"] = torch.zeros(config.hidden_size)
-    return state
-
-
-def gguf_state(tensors: dict[str, Tensor], config: LlamaConfig, where: Path) -> dict[str, Tensor]:
-    """The LlamaDecoder state dict from GGUF tensor names (``blk.N.attn_q.weight``, ...)."""
-    state = {
-        "embed_tokens.weight": _take(tensors, "token_embd.weight", where),
-        "norm.weight": _take(tensors, "output_norm.weight", where),
-    }
-    state["lm_head.weight"] = (
-        _take(tensors, "output.weight", where)
-        if "output.weight" in tensors
-        else state["embed_tokens.weight"]
-    )
-    qkv = ("attn_q.weight", "attn_k.weight", "attn_v.weight")
-    bias = ("attn_q.bias", "attn_k.bias", "attn_v.bias")
-    for i in range(config.num_hidden_layers):
-        layer = _layer_state(tensors, config, where, f"blk.{i}.", GGUF_LAYER, qkv, bias)
-        state.update({f"layers.{i}.{k}": v for k, v in layer.items()})
-    return state
-
-
-def hf_state(tensors: dict[str, Tensor], config: LlamaConfig, where: Path) -> dict[str, Tensor]:
-    """The LlamaDecoder state dict from Hugging Face names (``model.layers.N.self_attn...``)."""
-    state = {
-        "embed_tokens.weight": _take(tensors, "model.embed_tokens.weight", where),
-        "norm.weight": _take(tensors, "model.norm.weight", where),
-    }
-    state["lm_head.weight"] = (
-        state["embed_tokens.weight"]
-        if config.tie_word_embeddings or "lm_head.weight" not in tensors
-        else _take(tensors, "lm_head.weight", where)
-    )
-    qkv = tuple(f"self_attn.{p}_proj.weight" for p in "qkv")
-    bias = tuple(f"self_attn.{p}_proj.bias" for p in "qkv")
-    for i in range(config.num_hidden_layers):
-        layer = _layer_state(tensors, config, where, f"model.layers.{i}.", HF_LAYER, qkv, bias)
-        state.update({f"layers.{i}.{k}": v for k, v in layer.items()})
+    """The LlamaDecoder state dict, from ``read(names)`` (the file's tensors by name, float32;
+    check ``expected_tensors`` first: this assumes every one is there)."""
+    tensors = read([name for name, _, _ in expected_tensors(config, layout)])
+    state = {"embed_tokens.weight": tensors[layout.embed], "norm.weight": tensors[layout.norm]}
+    state["lm_head.weight"] = tensors.get(layout.lm_head, state["embed_tokens.weight"])
+    for layer in range(config.num_hidden_layers):
+        prefix, ours = layout.layer.format(layer), f"layers.{layer}."
+        for theirs, name in layout.names.items():
+            state[ours + name] = tensors.pop(prefix + theirs)
+        q, k, v = (tensors.pop(prefix + name) for name in layout.qkv)
+        state[ours + "attention.in_proj_weight"] = torch.cat([q, k, v])
+        if config.attention_bias:
+            biases = [tensors.pop(prefix + name) for name in layout.qkv_bias]
+            state[ours + "attention.in_proj_bias"] = torch.cat(biases)
+            state[ours + "attention.out_proj.bias"] = torch.zeros(config.hidden_size)
     return state
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from headlab.models.config import check_model_dir, read_bert_config, read_pooling_config
 from headlab.models.encoder import BertEncoder
+from headlab.models.fields import Unsupported
 from headlab.models.llama_config import FAMILIES
 from headlab.models.pipeline import Encoder
 from headlab.models.tokenizer import TextTokenizer
@@ -39,8 +40,8 @@ def load_encoder(model_dir: str | Path | None = None) -> Encoder:
     check_model_dir(path)
     config = read_bert_config(path / "config.json")
     pooling = read_pooling_config(path, config.max_position_embeddings)
+    tokenizer = TextTokenizer(path / "tokenizer.json", config.pad_token_id, config.vocab_size)
     tensors = read_bert_tensors(path / "model.safetensors", config)
-    tokenizer = TextTokenizer(path / "tokenizer.json", config.pad_token_id)
     model = BertEncoder(config)
     model.load_state_dict(to_headlab_state(tensors, config), strict=True)
     name = path.name if model_dir is not None else "all-MiniLM-L6-v2"
@@ -72,23 +73,38 @@ def load(
     Default: "headlab" where it can run the model, "transformers" otherwise (other families,
     hub ids). trust_remote_code: run the checkpoint's own Python code (never by default).
 
-    Raises FileNotFoundError for a missing path, ValueError naming the file for anything else.
+    Raises FileNotFoundError for a missing path, ValueError naming the file for anything else
+    (and what to install when the transformers route is asked for without transformers).
     """
-    if backend not in (None, *BACKENDS):
-        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
-    if backend == "transformers" or _transformers_only(name_or_path):
-        if backend == "headlab":
-            raise ValueError(
-                f"{name_or_path}: backend 'headlab' runs {', '.join(MODEL_NAMES)}, llama GGUFs "
-                f"and {', '.join(HEADLAB_FAMILIES)} folders; use backend='transformers'"
-            )
+    if uses_transformers(name_or_path, backend):
         return _load_transformers(name_or_path, download, trust_remote_code)
     try:
         return _load_headlab(name_or_path)
-    except ValueError as error:
+    except Unsupported as error:  # a valid file headlab does not run (not a malformed one)
         if backend is None and name_or_path not in (None, *MODEL_NAMES):
-            raise ValueError(f"{error}{TRANSFORMERS_HINT}") from None
+            raise Unsupported(f"{error}{TRANSFORMERS_HINT}") from None
         raise
+
+
+def uses_transformers(name_or_path: str | Path | None, backend: str | None) -> bool:
+    """Whether ``load`` takes the transformers route for this model and backend; ValueError for
+    an unknown backend, for backend "headlab" on what only transformers runs, and (naming what to
+    install) for the transformers route without transformers. Reads no weight."""
+    if backend not in (None, *BACKENDS):
+        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    only = _transformers_only(name_or_path)
+    if backend != "transformers" and only is None:
+        return False
+    if backend == "headlab":
+        raise ValueError(
+            f"{name_or_path}: backend 'headlab' runs {', '.join(MODEL_NAMES)}, llama GGUFs "
+            f"and {', '.join(HEADLAB_FAMILIES)} folders; use backend='transformers'"
+        )
+    from headlab.models.hf.requirements import require_transformers
+
+    what = "backend 'transformers'" if only is None else f"{name_or_path} ({only})"
+    require_transformers(what)
+    return True
 
 
 def _model_type(folder: Path) -> object:
@@ -101,18 +117,22 @@ def _model_type(folder: Path) -> object:
         raise ValueError(f"{config}: not a JSON object ({error})") from None
 
 
-def _transformers_only(name_or_path: str | Path | None) -> bool:
-    """True for what only the transformers route loads: a hub id, a folder of another family."""
+def _transformers_only(name_or_path: str | Path | None) -> str | None:
+    """Why only the transformers route loads ``name_or_path`` (a hub id, a folder of another
+    family), or None where headlab's own models may."""
     if name_or_path is None or name_or_path in MODEL_NAMES:
-        return False
+        return None
     path = Path(name_or_path)
     if not path.exists():
         from headlab.models.hf.checkpoint import HUB_ID
 
-        return isinstance(name_or_path, str) and bool(HUB_ID.match(name_or_path))
+        hub = isinstance(name_or_path, str) and bool(HUB_ID.match(name_or_path))
+        return "a hub id, loaded through transformers" if hub else None
     if path.is_dir() and (path / "config.json").is_file():
-        return _model_type(path) not in HEADLAB_FAMILIES
-    return False
+        family = _model_type(path)
+        if family not in HEADLAB_FAMILIES:
+            return f"model_type {family!r}, which only the transformers route runs"
+    return None
 
 
 def _load_transformers(name_or_path, download: bool, trust_remote_code: bool):

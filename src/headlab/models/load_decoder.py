@@ -2,42 +2,73 @@
 
 A folder needs ``config.json`` (model_type llama, mistral or qwen2), ``*.safetensors`` and
 ``tokenizer.json``. A folder with only ``*.bin`` (pickle) weights is refused: headlab never
-unpickles. Every error names the file and what is wrong.
+unpickles. Every error names the file and what is wrong, and comes before any weight is read:
+the config's sizes against what the file holds (``weight_files.check_holds``), every tensor's
+shape, the tokenizer's ids against the vocabulary.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError, safe_open
 
-from headlab.models.bpe import tokenizer_from_file, tokenizer_from_gguf
+from headlab.models.bpe import check_token_ids, tokenizer_from_file, tokenizer_from_gguf
 from headlab.models.decoder import Decoder
-from headlab.models.gguf import read_gguf
+from headlab.models.gguf import read_gguf, unpermute_rope
 from headlab.models.llama import LlamaDecoder
-from headlab.models.llama_config import checked, from_gguf_metadata, read_hf_config
-from headlab.models.llama_weights import gguf_state, hf_state, load_state
+from headlab.models.llama_config import GGUF_FIELDS, LlamaConfig, from_gguf_metadata, read_hf_config
+from headlab.models.llama_weights import GGUF, HF, decoder_state, expected_tensors, load_state
+from headlab.models.weight_files import SafetensorsFiles, check_tensors, finite
+
+
+def _sizes(config: LlamaConfig, names: Mapping[str, str]) -> str:
+    fields = ("num_hidden_layers", "hidden_size", "intermediate_size", "vocab_size")
+    return ", ".join(f"{names.get(f, f)}={getattr(config, f)}" for f in fields)
 
 
 def load_gguf(path: str | Path, name: str | None = None) -> Decoder:
-    """A Decoder from a llama-architecture GGUF (weights dequantised to float32)."""
+    """A Decoder from a llama-architecture GGUF (weights dequantised to float32).
+
+    The metadata, the tokenizer and every tensor's shape are checked against each other before
+    any tensor is dequantised or the model built; each error names the file and the field.
+    """
     path = Path(path)
     file = read_gguf(path)
     config = from_gguf_metadata(file.metadata, path)
-    if "output.weight" in file.tensors:
-        config = type(config)(**{**config.__dict__, "tie_word_embeddings": False})
-    config = checked(config, path)
-    model = LlamaDecoder(config)
-    load_state(model, gguf_state(file.tensors, config, path), path)
+    if "output.weight" in file.shapes:
+        config = replace(config, tie_word_embeddings=False)
+    names = dict(GGUF_FIELDS)
+    if GGUF_FIELDS["head_dim"] not in file.metadata:
+        names["head_dim"] = "head size llama.embedding_length / llama.attention.head_count"
+    check_tensors(
+        file.shapes, expected_tensors(config, GGUF, names), declared=config.parameters(),
+        where=path, config="its metadata", sizes=_sizes(config, names),
+    )  # fmt: skip
     tokenizer = tokenizer_from_gguf(file.metadata, path)
+    check_token_ids(tokenizer, config.vocab_size, path, GGUF_FIELDS["vocab_size"])
+    heads = {"attn_q.weight": config.num_attention_heads}
+    heads["attn_k.weight"] = config.num_key_value_heads
+
+    def read(names: list[str]) -> dict[str, torch.Tensor]:
+        out = {}
+        for tensor in names:
+            weight = finite(file.read(tensor), tensor, path)
+            kind = tensor.rsplit(".", 2)[-2] + ".weight"
+            out[tensor] = unpermute_rope(weight, heads[kind]) if kind in heads else weight
+        return out
+
+    model = LlamaDecoder(config)
+    load_state(model, decoder_state(read, config, GGUF), path)
     name = name or str(file.metadata.get("general.name") or path.stem)
     template = file.metadata.get("tokenizer.chat_template")
     return Decoder(name, model, tokenizer, template if isinstance(template, str) else None)
 
 
-def _read_safetensors(folder: Path) -> dict[str, torch.Tensor]:
+def _safetensors(folder: Path) -> SafetensorsFiles:
     files = sorted(folder.glob("*.safetensors"))
     if not files:
         pickles = sorted(p.name for p in folder.glob("*.bin"))
@@ -45,27 +76,31 @@ def _read_safetensors(folder: Path) -> dict[str, torch.Tensor]:
             f" (found {', '.join(pickles)}: pickle, which headlab does not load)" if pickles else ""
         )
         raise ValueError(f"{folder}: no *.safetensors weights{found}")
-    tensors: dict[str, torch.Tensor] = {}
-    for file in files:
-        try:
-            with safe_open(str(file), framework="pt") as handle:
-                for key in handle.keys():  # noqa: SIM118 (safe_open is not a mapping)
-                    tensors[key] = handle.get_tensor(key)
-        except (SafetensorError, OSError) as error:
-            raise ValueError(f"{file}: not a readable safetensors file ({error})") from None
-    return tensors
+    return SafetensorsFiles(files)
 
 
 def load_hf_folder(folder: str | Path) -> Decoder:
-    """A Decoder from a Hugging Face folder of the Llama family."""
+    """A Decoder from a Hugging Face folder of the Llama family.
+
+    config.json, the tokenizer and the safetensors headers are checked against each other
+    before any weight is read or the model built; each error names the file and the field.
+    """
     folder = Path(folder)
     for name in ("config.json", "tokenizer.json"):
         if not (folder / name).is_file():
             raise FileNotFoundError(f"model folder {folder}: {name} is missing")
     config = read_hf_config(folder / "config.json")
-    model = LlamaDecoder(config)
-    load_state(model, hf_state(_read_safetensors(folder), config, folder), folder)
+    weights = _safetensors(folder)
+    if HF.lm_head not in weights.shapes:
+        config = replace(config, tie_word_embeddings=True)
+    check_tensors(
+        weights.shapes, expected_tensors(config, HF), declared=config.parameters(),
+        where=folder / "*.safetensors", config="config.json", sizes=_sizes(config, {}),
+    )  # fmt: skip
     tokenizer = tokenizer_from_file(folder / "tokenizer.json")
+    check_token_ids(tokenizer, config.vocab_size, folder / "tokenizer.json", "vocab_size")
+    model = LlamaDecoder(config)
+    load_state(model, decoder_state(weights.read, config, HF), folder)
     return Decoder(folder.name, model, tokenizer, _chat_template(folder))
 
 

@@ -21,6 +21,7 @@ from headlab.models.encoder import BertEncoder
 from headlab.models.interface import HeadMask
 from headlab.models.native import NativeModel
 from headlab.models.objectives import contrastive_objective
+from headlab.models.special import positions
 from headlab.models.tokenizer import Batch, TextTokenizer
 
 
@@ -58,7 +59,6 @@ class Encoder(NativeModel):
 
     causal = False
     objective_kind = "contrastive"
-    first_token = "cls"
 
     def __init__(
         self, model: BertEncoder, tokenizer: TextTokenizer, pooling: PoolingConfig, name: str
@@ -67,6 +67,8 @@ class Encoder(NativeModel):
         self.tokenizer = tokenizer
         self.pooling = pooling
         self.name = name
+        # named from what the tokenizer adds ([CLS] -> "cls", [SEP] -> "sep"): models/special.py
+        self.first_token, self.last_token = tokenizer.position_names()
 
     @property
     def num_layers(self) -> int:
@@ -128,11 +130,9 @@ class Encoder(NativeModel):
         return contrastive_objective(self, texts, head_mask, max_length=max_length or 128)
 
     def special_positions(self, batch: Batch) -> dict[str, Tensor]:
-        """[CLS] (position 0) and [SEP] (each text's last real token)."""
-        return {
-            "cls": torch.zeros(batch.input_ids.shape[0], dtype=torch.long),
-            "sep": batch.attention_mask.sum(dim=1) - 1,
-        }
+        """[CLS] (position 0) and [SEP] (each text's last real token), named by
+        ``models.special`` from the tokenizer."""
+        return positions(batch, self.first_token, self.last_token)
 
     def with_model(self, model: BertEncoder) -> Encoder:
         """This encoder (tokenizer, pooling, name) around another BertEncoder."""

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from tokenizers import Tokenizer
 
+from headlab.models.bpe import check_token_ids, tokenizer_from_file
 from headlab.models.interface import TokenBatch
 
 Batch = TokenBatch  # the padded batch of every model (headlab.models.interface)
@@ -19,11 +19,11 @@ class TextTokenizer:
     the ``max_length`` asked for and padded to the longest text of each batch.
     """
 
-    def __init__(self, path: Path, pad_token_id: int) -> None:
-        try:
-            self._tokenizer = Tokenizer.from_file(str(path))
-        except Exception as error:  # tokenizers raises a bare Exception for bad files
-            raise ValueError(f"{path}: not a readable tokenizer.json ({error})") from None
+    def __init__(self, path: Path, pad_token_id: int, vocab_size: int | None = None) -> None:
+        """vocab_size: the model's; ValueError naming ``path`` when an id reaches beyond it."""
+        self._tokenizer = tokenizer_from_file(path)
+        if vocab_size is not None:
+            check_token_ids(self._tokenizer, vocab_size, path, "config.json vocab_size")
         self._tokenizer.no_truncation()
         self._tokenizer.no_padding()
         self.pad_token_id = pad_token_id
@@ -37,6 +37,13 @@ class TextTokenizer:
             pad = self._tokenizer.id_to_token(self.pad_token_id) or "[PAD]"
             self._tokenizer.enable_padding(pad_id=self.pad_token_id, pad_token=pad)
             self._max_length = max_length
+
+    def position_names(self) -> tuple[str, str | None]:
+        """The names of the special positions (``headlab.models.special``): what the
+        tokenizer adds around a text ([CLS] ... [SEP] -> "cls", "sep")."""
+        from headlab.models.special import tokenizers_names
+
+        return tokenizers_names(self._tokenizer)
 
     def count(self, text: str) -> int:
         """The tokens of ``text`` with [CLS] and [SEP], without any cut."""

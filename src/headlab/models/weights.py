@@ -8,79 +8,81 @@ so a wrong file fails with one error naming it, the tensor and the two shapes.
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError, safe_open
 from torch import Tensor
 
-from headlab.models.config import BertConfig
+from headlab.models.config import BertConfig, bert_parameters
+from headlab.models.weight_files import SafetensorsFiles, check_tensors
 
 
 def expected_shapes(config: BertConfig) -> dict[str, tuple[int, ...]]:
     """BERT tensor name (without a ``bert.`` prefix) -> shape required by ``config``."""
+    return {name: shape for name, shape, _ in expected_tensors(config)}
+
+
+def expected_tensors(config: BertConfig) -> Iterator[tuple[str, tuple[int, ...], str]]:
+    """(BERT tensor name, shape, the config fields that set it), layer by layer."""
     e, f = config.hidden_size, config.intermediate_size
-    shapes: dict[str, tuple[int, ...]] = {
-        "embeddings.word_embeddings.weight": (config.vocab_size, e),
-        "embeddings.position_embeddings.weight": (config.max_position_embeddings, e),
-        "embeddings.token_type_embeddings.weight": (config.type_vocab_size, e),
-        "embeddings.LayerNorm.weight": (e,),
-        "embeddings.LayerNorm.bias": (e,),
-    }
+    width, hidden = (e,), "hidden_size"
+    yield "embeddings.word_embeddings.weight", (config.vocab_size, e), "vocab_size, hidden_size"
+    yield (
+        "embeddings.position_embeddings.weight",
+        (config.max_position_embeddings, e),
+        "max_position_embeddings, hidden_size",
+    )
+    yield (
+        "embeddings.token_type_embeddings.weight",
+        (config.type_vocab_size, e),
+        "type_vocab_size, hidden_size",
+    )
+    yield "embeddings.LayerNorm.weight", width, hidden
+    yield "embeddings.LayerNorm.bias", width, hidden
     for i in range(config.num_hidden_layers):
         p = f"encoder.layer.{i}."
         for name in ("query", "key", "value"):
-            shapes[f"{p}attention.self.{name}.weight"] = (e, e)
-            shapes[f"{p}attention.self.{name}.bias"] = (e,)
-        shapes[f"{p}attention.output.dense.weight"] = (e, e)
-        shapes[f"{p}attention.output.dense.bias"] = (e,)
-        shapes[f"{p}attention.output.LayerNorm.weight"] = (e,)
-        shapes[f"{p}attention.output.LayerNorm.bias"] = (e,)
-        shapes[f"{p}intermediate.dense.weight"] = (f, e)
-        shapes[f"{p}intermediate.dense.bias"] = (f,)
-        shapes[f"{p}output.dense.weight"] = (e, f)
-        shapes[f"{p}output.dense.bias"] = (e,)
-        shapes[f"{p}output.LayerNorm.weight"] = (e,)
-        shapes[f"{p}output.LayerNorm.bias"] = (e,)
-    return shapes
+            yield f"{p}attention.self.{name}.weight", (e, e), hidden
+            yield f"{p}attention.self.{name}.bias", width, hidden
+        yield f"{p}attention.output.dense.weight", (e, e), hidden
+        for name in ("dense.bias", "LayerNorm.weight", "LayerNorm.bias"):
+            yield f"{p}attention.output.{name}", width, hidden
+        yield f"{p}intermediate.dense.weight", (f, e), "intermediate_size, hidden_size"
+        yield f"{p}intermediate.dense.bias", (f,), "intermediate_size"
+        yield f"{p}output.dense.weight", (e, f), "hidden_size, intermediate_size"
+        for name in ("dense.bias", "LayerNorm.weight", "LayerNorm.bias"):
+            yield f"{p}output.{name}", width, hidden
 
 
 def read_bert_tensors(path: Path, config: BertConfig) -> dict[str, Tensor]:
     """The tensors of ``path`` that ``config`` needs, as float32, keyed without ``bert.``.
 
-    Raises ValueError naming ``path`` when the file is unreadable, a tensor is missing, a
-    shape disagrees with config.json or a tensor holds NaN or infinity.
+    Raises ValueError naming ``path`` when the file is unreadable, a tensor is missing (saying
+    when config.json declares more parameters than the file holds), a shape disagrees with
+    config.json, the model would not fit in memory (all before any tensor is read) or a tensor
+    holds NaN or infinity.
     """
-    shapes = expected_shapes(config)
-    try:
-        with safe_open(str(path), framework="pt") as file:
-            keys = set(file.keys())
-            prefix = (
-                "bert."
-                if not keys & shapes.keys() and any(k.startswith("bert.") for k in keys)
-                else ""
-            )
-            tensors = {}
-            for name, shape in shapes.items():
-                key = prefix + name
-                if key not in keys:
-                    raise ValueError(f"{path}: tensor {key!r} is missing")
-                got = tuple(file.get_slice(key).get_shape())
-                if got != shape:
-                    raise ValueError(
-                        f"{path}: tensor {key!r} has shape {got}, config.json says {shape}"
-                    )
-                tensor = file.get_tensor(key).to(torch.float32)
-                if not torch.isfinite(tensor).all():
-                    bad = int((~torch.isfinite(tensor)).sum())
-                    raise ValueError(
-                        f"{path}: tensor {key!r} holds {bad} NaN or infinite values; "
-                        "expected finite weights"
-                    )
-                tensors[name] = tensor
-    except (SafetensorError, OSError) as error:
-        raise ValueError(f"{path}: not a readable safetensors file ({error})") from None
-    return tensors
+    file = SafetensorsFiles([path])
+    keys = file.shapes.keys()
+    names = [name for name, _, _ in itertools.islice(expected_tensors(config), 5)]
+    bert = not keys & set(names) and any(k.startswith("bert.") for k in keys)
+    prefix = "bert." if bert else ""
+    sizes = (
+        f"num_hidden_layers={config.num_hidden_layers}, hidden_size={config.hidden_size}, "
+        f"intermediate_size={config.intermediate_size}"
+    )
+    check_tensors(
+        file.shapes,
+        ((prefix + name, shape, fields) for name, shape, fields in expected_tensors(config)),
+        declared=bert_parameters(config),
+        where=path,
+        config="config.json",
+        sizes=sizes,
+    )
+    tensors = file.read(prefix + name for name, _, _ in expected_tensors(config))
+    return {name[len(prefix) :]: tensor for name, tensor in tensors.items()}
 
 
 def to_headlab_state(tensors: dict[str, Tensor], config: BertConfig) -> dict[str, Tensor]:

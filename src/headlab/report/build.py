@@ -111,7 +111,7 @@ def build_report(
     that breaks its schema.
     """
     options = options or ReportOptions()
-    inputs = (Path(options.results),)
+    inputs = options.inputs()
     # Refusals before the work; the warning about deleted files comes once, from the swap.
     target = check_folder(out, REPORT, inputs=inputs, force=force, warn=False)
     figures = (

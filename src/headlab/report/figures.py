@@ -26,7 +26,8 @@ def png_bytes(fig: Figure, dpi: int = 110) -> bytes:
     return figure_png(fig, "report-figure", dpi=dpi, bbox_inches="tight", facecolor="white")
 
 
-def _style(ax) -> None:
+def style_axes(ax) -> None:
+    """The report's look for one matplotlib axes: a light grid behind, no top or right spine."""
     ax.grid(True, color=GRID, linewidth=0.8)
     ax.set_axisbelow(True)
     for side in ("top", "right"):
@@ -105,7 +106,7 @@ def collapse_curve(collapse: dict) -> Figure:
     ax2.set_xlabel("layer viewed as one head (others intact)")
     ax2.set_title("one layer at a time", fontsize=9)
     for ax in (ax1, ax2):
-        _style(ax)
+        style_axes(ax)
         ax.set_ylim(min(0.0, ax.get_ylim()[0]), 1.05)
         legend_outside(ax)
     return fig
@@ -125,7 +126,7 @@ def prune_curve(prune: dict) -> Figure:
         for ax, key in zip(axes, keys, strict=True):
             ax.plot(x, [s[key] for s in steps], "o-", color=colour, label=f"{order} order")
     for ax, key in zip(axes, keys, strict=True):
-        _style(ax)
+        style_axes(ax)
         ax.set_xlabel("fraction of heads pruned")
         ax.set_title(key.replace("_", " "), fontsize=9)
         legend_outside(ax)
@@ -156,7 +157,7 @@ def sweep_figure(summary: list[SummaryRow]) -> Figure:
         for row, name in enumerate(("accuracy", "loss")):
             ax = axes[row][col]
             _head_axis(ax, ticks)
-            _style(ax)
+            style_axes(ax)
             ax.set_xlabel("heads (d_model fixed)", fontsize=8)
             ax.set_ylabel(f"final {name}\n(mean ± std over seeds)", fontsize=8)
         axes[0][col].set_title(task, fontsize=9)

@@ -28,6 +28,7 @@ from headlab.report.long_context_figures import (
     maps_figure,
     roles_figure,
 )
+from headlab.report.results import Skipped, skipping
 
 LONG_FILE, BUDGET_FILE = "model_long-context.json", "model_kv-budget.json"
 COMMANDS = {
@@ -140,12 +141,15 @@ def _first_budget(result: KVBudgetResult) -> float | None:
 def long_context_sections(
     directory: Path, pngs: dict[str, bytes], explorers: dict
 ) -> dict[str, dict]:
-    """{"roles": ..., "kv_budget": ...}: each {title, image(s), answer} or {missing, file};
-    adds the blocked-map explorer "long" to ``explorers``. ValueError for a broken file."""
+    """{"roles": ..., "kv_budget": ...}: each {title, image(s), answer} or {missing, file} (and
+    skipped: why, with a SkippedResultsWarning, for a file that breaks its schema); adds the
+    blocked-map explorer "long" to ``explorers``."""
     out: dict[str, dict] = {}
     path = Path(directory) / LONG_FILE
-    result = read_result(path, LongContextResult)
-    if result is None or result.roles is None or result.maps is None:
+    result = skipping(path, lambda: read_result(path, LongContextResult))
+    if isinstance(result, Skipped):
+        out["roles"] = result.part(COMMANDS["roles"])
+    elif result is None or result.roles is None or result.maps is None:
         out["roles"] = {"missing": COMMANDS["roles"], "file": str(path)}
     else:
         roles_png = figures.png_bytes(roles_figure(result))
@@ -160,8 +164,10 @@ def long_context_sections(
         }
         explorers["long"] = _blocked_explorer(result)
     path = Path(directory) / BUDGET_FILE
-    budget = read_result(path, KVBudgetResult)
-    if budget is None:
+    budget = skipping(path, lambda: read_result(path, KVBudgetResult))
+    if isinstance(budget, Skipped):
+        out["kv_budget"] = budget.part(COMMANDS["kv_budget"])
+    elif budget is None:
         out["kv_budget"] = {"missing": COMMANDS["kv_budget"], "file": str(path)}
     else:
         png = figures.png_bytes(kv_budget_figure(budget))

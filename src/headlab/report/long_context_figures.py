@@ -19,7 +19,7 @@ from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
-from headlab.report.figures import COLOURS, INK, _style, legend_outside
+from headlab.report.figures import COLOURS, INK, legend_outside, style_axes
 
 if TYPE_CHECKING:
     from headlab.heads.kv_budget import KVBudgetResult
@@ -130,7 +130,7 @@ def maps_figure(result: LongContextResult, heads: list[tuple[int, int, str]]) ->
         ax2.yaxis.set_minor_formatter(FuncFormatter(lambda value, _: ""))
         ax2.set_xlabel(f"key position ({maps.bin} per point)", fontsize=7)
         ax2.set_ylabel("attention received (log)", fontsize=7)
-        _style(ax2)
+        style_axes(ax2)
     return fig
 
 
@@ -160,7 +160,7 @@ def kv_budget_figure(result: KVBudgetResult) -> Figure:
         ax.set_xticks(budgets, [f"{b:.2f}\n{saved[b]:.2f}x" for b in budgets])
         ax.set_xlabel("share of K/V groups keeping only sinks + window\n(KV memory saved)")
         ax.set_ylabel(label)
-        _style(ax)
+        style_axes(ax)
     axes[0].set_title(
         f"{result.model}, {result.n_tokens} tokens, {result.sinks} sinks + {result.window}",
         fontsize=9,

@@ -2,20 +2,55 @@
 
 ``read_section`` returns a file's data as the figures take it (``to_dict`` of the type that
 validated it), or None when the file is missing. A file that exists but does not follow its schema
-raises ValueError naming the file and the field: a broken file is not the same as a missing one,
-and the report must not hide it.
+raises ValueError naming the file and the field. The report does not stop there: ``skipping``
+turns that error into a ``Skipped`` section and one warning naming the file and the reason, so that
+a broken file is said (on the page and on stderr), not taken for a missing one, and the rest of the
+report is still built.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from headlab.experiments.results import read_finals
 from headlab.heads.collapse import CollapseResult
 from headlab.heads.pruning import PruneResult
 from headlab.heads.results import read_result
 from headlab.heads.statistics import HeadStatistics
+from headlab.notices import HeadlabWarning
+
+T = TypeVar("T")
+
+
+class SkippedResultsWarning(HeadlabWarning):
+    """A results file that does not follow its schema was left out of the report (named)."""
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A results file left out of the report, and why (the field, expected and received)."""
+
+    path: Path
+    reason: str
+
+    def part(self, command: str) -> dict:
+        """The page's part for it: the file, why it was skipped, the command that remakes it."""
+        return {"missing": command, "file": str(self.path), "skipped": self.reason}
+
+
+def skipping(path: Path, build: Callable[[], T]) -> T | Skipped:
+    """``build()`` (which reads ``path``), or Skipped with a SkippedResultsWarning naming the
+    file when it raises ValueError (the file does not follow its schema)."""
+    try:
+        return build()
+    except ValueError as error:
+        reason = str(error).removeprefix(f"{path}: ")
+        warnings.warn(f"skipped {path}: {reason}", SkippedResultsWarning, stacklevel=2)
+        return Skipped(path, reason)
 
 
 def _through(kind: type) -> Callable[[Path], dict | None]:

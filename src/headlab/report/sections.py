@@ -9,6 +9,8 @@ page shows as one line saying which command fills it.
 from __future__ import annotations
 
 import base64
+import re
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,15 +27,30 @@ from headlab.analysis.text_attention import (
 from headlab.defaults import DEFAULT_TEXT
 from headlab.experiments.summary import summarize
 from headlab.locations import RESULTS_DIR
-from headlab.report import figures
+from headlab.notices import HeadlabWarning
+from headlab.report import figures, heatmap
 from headlab.report.heatmap import heatmap_data
 from headlab.report.long_context import long_context_sections
 from headlab.report.overview import overview
-from headlab.report.results import PRODUCERS, read_section
+from headlab.report.results import PRODUCERS, Skipped, read_section, skipping
 from headlab.report.scenarios import seed_scenarios
 from headlab.report.why import why_sections
 
 DEFAULT_MODEL = "minilm"
+#: The most words of the text the report takes: the seeded layer's work grows with the square of
+#: the words (4096: about 6 s on two busy cores; 100,000 words ran for minutes), and the page shows
+#: every word it takes.
+REPORT_MAX_WORDS = 4096
+
+
+class TextCutWarning(HeadlabWarning):
+    """The report cut the text, or drew a view coarser, to bound its work and its page."""
+
+
+def first_words(text: str, count: int) -> str:
+    """``text`` up to the end of its ``count``-th whitespace word, as written."""
+    ends = [match.end() for match, _ in zip(re.finditer(r"\S+", text), range(count), strict=False)]
+    return text[: ends[-1]] if ends else ""
 
 
 @dataclass(frozen=True)
@@ -46,8 +63,19 @@ class ReportOptions:
     max_bins: int = MAX_BINS
     use_model: bool = True
     #: The trained model whose heads are shown on the text: a name of ``headlab.models.load``
-    #: ("minilm", "smollm2") or a path.
+    #: ("minilm", "smollm2"), a path or a hub id, and how it is loaded (``load``'s options).
     model: str = DEFAULT_MODEL
+    backend: str | None = None
+    download: bool = False
+    trust_remote_code: bool = False
+    #: The file ``text`` was read from, if any: an input, like ``results`` and a model path.
+    text_file: Path | None = None
+
+    def inputs(self) -> tuple[Path, ...]:
+        """Every path the report reads: a folder holding one is never replaced by the report."""
+        model = Path(self.model)
+        paths = (self.results, self.text_file, model if model.exists() else None)
+        return tuple(Path(p) for p in paths if p is not None)
 
 
 @dataclass
@@ -63,20 +91,56 @@ def _data_uri(png: bytes) -> str:
     return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
 
 
-def _model_attention(text: str, model_name: str) -> tuple[str, TextAttention] | str:
+def _model_attention(text: str, options: ReportOptions) -> tuple[str, TextAttention] | str:
     """(the model's name, its attention on ``text``), or why the default model could not be
     loaded (its packaged weights missing): the page then says so in one line instead of failing
     the whole report. A model the user named that cannot be loaded is an error."""
     from headlab.heads.text_attention import model_text_attention
     from headlab.models import load
 
+    model_name = options.model
     try:
-        model = load(model_name)
+        model = load(model_name, backend=options.backend, download=options.download,
+                     trust_remote_code=options.trust_remote_code)  # fmt: skip
     except (OSError, ValueError) as error:
-        if model_name != DEFAULT_MODEL:
+        if model_name != DEFAULT_MODEL or options.backend is not None:
             raise
         return f"the model {model_name} could not be loaded: {error}"
     return model.name, model_text_attention(model, text)
+
+
+def _say(message: str) -> None:
+    warnings.warn(message, TextCutWarning, stacklevel=3)
+
+
+def _model_explorer(name: str, attention: TextAttention, max_bins: int) -> dict:
+    """The model's explorer: every layer and head, binned coarser when their cells would not fit
+    the page's budget (``heatmap.PAGE_BYTES``), which the page and a TextCutWarning say. A text
+    cut to the page's or the model's limit is said on the page ("Cut to 256 of 9484 tokens: the
+    page shows at most 256 of the 8192 tokens SmolLM2-135M-Instruct reads")."""
+    one_head = (
+        ", and the same trained weights viewed as one head per layer (every layer collapsed)"
+        if len(attention.views) > 1
+        else ""
+    )
+    note = f"Attention of {name}, every layer and head{one_head}."
+    heads = sum(view.weights.shape[0] * view.weights.shape[1] for view in attention.views)
+    bins = heatmap.bins_within(heads, max_bins)
+    if bins < min(len(attention.tokens), max_bins):
+        per_cell = len(attention.tokens) / bins
+        note += (f" Binned to {bins} x {bins} cells (about {per_cell:.1f} tokens a cell) so that "
+                 f"its {heads} heads fit the page.")  # fmt: skip
+        _say(f"{name}'s {heads} heads are binned to {bins} x {bins} cells on the page (at most "
+             f"{heatmap.PAGE_BYTES / 2**20:g} MiB of weights an explorer)")  # fmt: skip
+    return heatmap_data(
+        f"{name}'s heads on your text",
+        attention.tokens,
+        attention.views,
+        note=note,
+        max_bins=bins,
+        total_tokens=attention.total_tokens,
+        cut_reason=attention.cut_reason,
+    )
 
 
 def _parameter_rows(d_model: int = 512) -> list[dict]:
@@ -98,7 +162,10 @@ def _results_sections(directory: Path, pngs: dict[str, bytes]) -> dict:
         ("sweep", "sweep.jsonl", _sweep_figure),
     )
     for key, filename, draw in readers:
-        data = read_section(directory, filename)
+        data = skipping(directory / filename, lambda f=filename: read_section(directory, f))
+        if isinstance(data, Skipped):
+            out[key] = data.part(PRODUCERS[filename])
+            continue
         if not data:
             out[key] = {"missing": PRODUCERS[filename], "file": str(directory / filename)}
             continue
@@ -140,7 +207,7 @@ def _empty_sections(sections: dict) -> dict[str, list[str]]:
     out = {}
     for name, (where, keys) in GROUPS.items():
         parts = [sections[where][key] for key in keys]
-        if all("missing" in part for part in parts):
+        if all("missing" in part and "skipped" not in part for part in parts):
             out[name] = [part["missing"] for part in parts]
     return out
 
@@ -149,8 +216,16 @@ def collect(options: ReportOptions, *, want_png: bool = False) -> Collected:
     """Call the analyses and read everything the page shows. ValueError for an empty text or
     bad files."""
     tokens = words(options.text)
+    total_words, shown_text = len(tokens), options.text
+    text_cut = total_words > REPORT_MAX_WORDS
+    if text_cut:
+        tokens, shown_text = tokens[:REPORT_MAX_WORDS], first_words(options.text, REPORT_MAX_WORDS)
+        _say(
+            f"the text has {total_words} words; the report takes the first {REPORT_MAX_WORDS} "
+            "(the seeded layer's work grows with the square of the words)"
+        )
     # First: a model the user named that cannot be loaded fails before the other work.
-    model = _model_attention(options.text, options.model) if options.use_model else None
+    model = _model_attention(shown_text, options) if options.use_model else None
     pngs: dict[str, bytes] = {}
     explorers: dict[str, dict] = {}
 
@@ -164,26 +239,15 @@ def collect(options: ReportOptions, *, want_png: bool = False) -> Collected:
             "(d_model=64) and the same parameters viewed as one head."
         ),
         max_bins=options.max_bins,
+        total_tokens=total_words,
+        cut_reason=f"the report takes at most {REPORT_MAX_WORDS} words" if text_cut else "",
     )
     if want_png:
         pngs["attention.png"] = figures.png_bytes(
             figures.attention_figure("Attention per head on the text", tokens, text.views)
         )
     if isinstance(model, tuple):
-        name, attention = model
-        one_head = (
-            ", and the same trained weights viewed as one head per layer (every layer collapsed)"
-            if len(attention.views) > 1
-            else ""
-        )
-        explorers["model"] = heatmap_data(
-            f"{name}'s heads on your text",
-            attention.tokens,
-            attention.views,
-            note=f"Attention of {name}, every layer and head{one_head}.",
-            max_bins=options.max_bins,
-            total_tokens=attention.total_tokens,
-        )
+        explorers["model"] = _model_explorer(*model, options.max_bins)
 
     scenarios = seed_scenarios(seed=options.seed)
     for i, scenario in enumerate(scenarios):
@@ -195,7 +259,7 @@ def collect(options: ReportOptions, *, want_png: bool = False) -> Collected:
         pngs["coupling.png"] = figures.png_bytes(figures.coupling_figure(coupling))
 
     sections = {
-        "text": options.text,
+        "text": shown_text + (" …" if text_cut else ""),
         "num_tokens": len(tokens),
         "binned": explorers["text"]["bins"] < len(tokens),
         "bins": explorers["text"]["bins"],

@@ -12,6 +12,7 @@ from headlab.heads.redundancy import RedundancyResult
 from headlab.heads.results import read_result
 from headlab.locations import RESULTS_DIR
 from headlab.report import figures, why_figures
+from headlab.report.results import Skipped, skipping
 
 # key -> (file, the command that makes it, results type, figure)
 WHY = {
@@ -33,10 +34,11 @@ WHY = {
         RedundancyResult,
         why_figures.redundancy_figure,
     ),
-    # the same measurement on a decoder (any: the packaged one in the suggested command)
+    # the same measurement on a decoder (any: the packaged one in the suggested command; the
+    # ranks default to the model's own key/query width / 1, 2, 4, 8, 16)
     "redundancy_decoder": (
         "redundancy_decoder.json",
-        "headlab redundancy --model smollm2 --n-texts 16 --ranks 576,288,144 "
+        "headlab redundancy --model smollm2 --n-texts 16 "
         f"--out {RESULTS_DIR / 'redundancy_decoder.json'}",
         RedundancyResult,
         why_figures.redundancy_figure,
@@ -99,26 +101,36 @@ ANSWERS = {
 
 
 def why_sections(directory: Path, pngs: dict[str, bytes]) -> dict:
-    """key -> {title, image, answer, command} or {title, missing: command, file}; ValueError
-    for a broken file."""
+    """key -> {title, image, answer, command}, or {title, missing: command, file} (and
+    skipped: why, with a SkippedResultsWarning, for a file that breaks its schema)."""
     out = {}
-    for key, (filename, command, kind, draw) in WHY.items():
+    for key, (filename, command, _, _) in WHY.items():
         path = directory / filename
-        result = read_result(path, kind)  # ValueError naming the file and the field
-        if result is None:
+        part = skipping(path, lambda key=key, path=path: _why_part(key, path, pngs))
+        if part is None or isinstance(part, Skipped):
             title = TITLES[key].format(model=MISSING_MODEL.get(key, ""))
-            out[key] = {"title": title, "missing": command, "file": str(path)}
-            continue
-        try:
-            answer = ANSWERS[key](result)
-            png = figures.png_bytes(draw(result))
-        except (KeyError, IndexError, TypeError, ValueError) as error:
-            raise ValueError(f"{path}: not a {key} results file ({error})") from None
-        pngs[f"{key}.png"] = png
-        out[key] = {
-            "title": TITLES[key].format(model=result.model if key in MISSING_MODEL else ""),
-            "image": "data:image/png;base64," + base64.b64encode(png).decode("ascii"),
-            "answer": answer,
-            "command": command,
-        }
+            missing = part.part(command) if part else {"missing": command, "file": str(path)}
+            part = {"title": title, **missing}
+        out[key] = part
     return out
+
+
+def _why_part(key: str, path: Path, pngs: dict[str, bytes]) -> dict | None:
+    """The page's part for one answer (its figure added to ``pngs``), None when its file is
+    missing; ValueError naming the file for one that does not follow its schema."""
+    _, command, kind, draw = WHY[key]
+    result = read_result(path, kind)  # ValueError naming the file and the field
+    if result is None:
+        return None
+    try:
+        answer = ANSWERS[key](result)
+        png = figures.png_bytes(draw(result))
+    except (KeyError, IndexError, TypeError, ValueError) as error:
+        raise ValueError(f"{path}: not a {key} results file ({error})") from None
+    pngs[f"{key}.png"] = png
+    return {
+        "title": TITLES[key].format(model=result.model if key in MISSING_MODEL else ""),
+        "image": "data:image/png;base64," + base64.b64encode(png).decode("ascii"),
+        "answer": answer,
+        "command": command,
+    }

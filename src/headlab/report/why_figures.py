@@ -14,7 +14,7 @@ import numpy as np
 from matplotlib import colormaps
 from matplotlib.figure import Figure
 
-from headlab.report.figures import COLOURS, INK, _style, legend_outside
+from headlab.report.figures import COLOURS, INK, legend_outside, style_axes
 
 if TYPE_CHECKING:
     from headlab.analysis.expressivity import ExpressivityResult
@@ -51,7 +51,7 @@ def expressivity_figure(result: ExpressivityResult) -> Figure:
     ax1.set_ylabel("best mean row KL (nats)")
     ax1.set_title("one head cannot fit every n x n pattern while d_head < n", fontsize=9)
     legend_outside(ax1, fontsize=7)
-    _style(ax1)
+    style_axes(ax1)
     pats = result.patterns
     labels = [f"{p.num_heads} x {p.head_dim}" for p in pats]
     ax2.bar(labels, [p.relative_error for p in pats], color=COLOURS[: len(pats)])
@@ -69,7 +69,7 @@ def expressivity_figure(result: ExpressivityResult) -> Figure:
     ax2.set_xlabel("heads x head size (equal parameters)")
     ax2.set_ylabel("relative error (MSE / target power)")
     ax2.set_title(f"copy {blocks} offsets at once: one pattern per head", fontsize=9)
-    _style(ax2)
+    style_axes(ax2)
     return fig
 
 
@@ -136,7 +136,7 @@ def specialisation_figure(result: SpecialisationResult) -> Figure:
     ax.set_yticks(range(0, 5))
     ax.set_title("when the heads divide the 4 lookups", fontsize=9)
     legend_outside(ax, fontsize=6)
-    _style(ax)
+    style_axes(ax)
     ax = fig.add_subplot(grid[1, half:])
     counts = sorted({r.num_heads for r in runs})
     width = 0.38
@@ -150,7 +150,7 @@ def specialisation_figure(result: SpecialisationResult) -> Figure:
     ax.set_ylim(0, 1.05)
     ax.set_title("plain against talking heads", fontsize=9)
     legend_outside(ax, fontsize=7)
-    _style(ax)
+    style_axes(ax)
     return fig
 
 
@@ -174,7 +174,7 @@ def redundancy_figure(result: RedundancyResult) -> Figure:
     ax1.set_ylabel("share of singular-value mass")
     ax1.set_title(f"{result.model}: spectrum of the heads' W_Q_i^T W_K_i", fontsize=9)
     legend_outside(ax1, fontsize=7, title="colour: layer,\nfirst to last", title_fontsize=7)
-    _style(ax1)
+    style_axes(ax1)
     rows = sorted((r for r in result.curve if not r.original), key=lambda r: r.rank)
     key = "perplexity" if "perplexity" in rows[0].measures else "mean_cosine"
     ranks = [r.rank for r in rows]
@@ -203,5 +203,5 @@ def redundancy_figure(result: RedundancyResult) -> Figure:
     ax2.set_ylabel(key.replace("_", " ") + (" (original = 1)" if key == "mean_cosine" else ""))
     ax2.set_title("the model with its key/query width cut", fontsize=9)
     legend_outside(ax2, fontsize=7)
-    _style(ax2)
+    style_axes(ax2)
     return fig

@@ -13,6 +13,7 @@ import torch
 from headlab.models.hf.adapter import TransformersModel
 from headlab.models.hf.families import supported_families
 from headlab.models.hf.registry import NAME, register
+from headlab.models.hf.requirements import require_transformers
 
 __all__ = [
     "NAME",
@@ -31,8 +32,12 @@ def _causal(model: torch.nn.Module) -> bool:
 def attach(model, tokenizer=None, name: str | None = None) -> TransformersModel:
     """Wrap a transformers ``PreTrainedModel`` in memory: its attention switches to headlab's
     (``model.set_attn_implementation("headlab")``, on this model object only; weights are not
-    copied). Raises ValueError for a family whose attention does not go through the interface
-    or an encoder-decoder."""
+    copied) and each attention module gets its ``HFAttentionLayer`` (one short observed
+    forward). Attaching the same model again gives a second handle on the same layers: an
+    intervention set through one acts in the other. Raises ValueError for a family whose
+    attention does not go through the interface or an encoder-decoder, and (one line naming what
+    to install) without transformers."""
+    require_transformers("headlab.attach")
     from transformers import PreTrainedModel
 
     from headlab.models.hf.loader import refuse_unsupported
@@ -61,7 +66,8 @@ def load_transformers(
 ) -> TransformersModel:
     """A checkpoint (folder, .gguf file, or hub id in the local cache; fetched only with
     ``download=True``) loaded by transformers on headlab's attention. See loader.py for what is
-    refused, before any weight is read."""
+    refused, before any weight is read; without transformers, one line naming what to install."""
+    require_transformers()
     from headlab.models.config import read_pooling_config
     from headlab.models.hf.loader import load_pretrained
 

@@ -1,40 +1,62 @@
 """``TransformersModel``: any transformers model on headlab's attention, behind the model interface.
 
-One adapter for every family: it reads sizes from the config and calls the model as transformers
-does; the family's own code (embeddings, rotary, norms, experts, caches) runs untouched, and
-every attention call goes to headlab's function (attention.py).
+One adapter for every family: it reads sizes from what transformers passes to the attention
+function (probe.py), and calls the model as transformers does; the family's own code
+(embeddings, rotary, norms, experts, caches) runs untouched, and every attention call goes to
+headlab's function (attention.py), which applies what each module's ``HFAttentionLayer`` holds
+(sites, this forward's head mask, a head view).
 
 tokenize(texts) -> TokenBatch (padded on the right, the tokenizer's own special tokens)
-run(batch) -> (batch, pos, vocab) logits for a causal model, (batch, hidden) pooled embeddings
-              (mean over real tokens, or the folder's sentence-transformers pooling) otherwise
-generate(text, n) -> greedy new ids, with the model's own KV cache (``model.generate``)
+run(batch, head_mask) -> (batch, pos, vocab) logits for a causal model, (batch, hidden) pooled
+              embeddings (mean over real tokens, or the folder's sentence-transformers pooling)
+              otherwise; with autograd to head_mask
+generate(text, n) -> greedy new ids, with the model's own KV cache (``model.generate``); the
+              layers' interventions act in every decoding step
+attention_layers() -> one HFAttentionLayer per attention module, kept on the module
+trace_batch(batch) -> (output, one AttentionTrace per layer), every site recorded
+with_head_view / without_heads / with_query_key_weights -> variants sharing every module they do
+              not change (tree.py, edits.py)
 
-Not yet on this route (the next step of issue 22, with the kernel's sites and statistics):
-head masks, traces, per-layer attention modules; those members raise NotImplementedError.
+Attaching twice to the same ``PreTrainedModel`` gives two handles on the same layers: the layers
+live on the model's modules, so an intervention set through one handle acts in the other. A
+variant (``with_head_view`` ...) has its own modules and sites where it differs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
+from headlab.attention.functional import merge_heads
+from headlab.attention.interventions import SITES, record
+from headlab.attention.trace import AttentionTrace
 from headlab.limits import check_int
 from headlab.models.config import PoolingConfig
-from headlab.models.interface import HeadMask, TokenBatch
-
-NOT_YET = (
-    "the transformers route does not yet do {what}: it comes with the kernel's sites and "
-    "statistics (issue 22, next step); use backend='headlab' where the family has one"
+from headlab.models.hf import edits
+from headlab.models.hf.layer import (
+    HFAttentionLayer,
+    keep_all,
+    model_layers,
+    rebuilt,
 )
+from headlab.models.hf.probe import probe
+from headlab.models.hf.tree import replaced, view_of
+from headlab.models.interface import HeadMask, TokenBatch, layer_masks
+from headlab.models.native import check_layers
+from headlab.models.objectives import contrastive_objective, next_token_loss
+from headlab.models.pipeline import pool
+from headlab.models.special import added_around, position_names, positions
 
 
 class TransformersModel:
-    """A transformers ``PreTrainedModel`` (attention on headlab) and its tokenizer."""
+    """A transformers ``PreTrainedModel`` (attention on headlab) and its tokenizer.
 
-    first_token = "first"
+    ``layers``: the model's HFAttentionLayers (a variant passes its own); by default those kept
+    on the model, found by one short observed forward the first time.
+    """
 
     def __init__(
         self,
@@ -43,6 +65,7 @@ class TransformersModel:
         tokenizer=None,
         causal: bool = True,
         pooling: PoolingConfig | None = None,
+        layers: list[HFAttentionLayer] | None = None,
     ) -> None:
         self.name = name
         self.model = model.eval()
@@ -50,21 +73,25 @@ class TransformersModel:
         self.causal = causal
         self.objective_kind = "next-token" if causal else "contrastive"
         self.config = model.config.get_text_config()
+        self.family = str(getattr(self.config, "model_type", None) or type(model).__name__)
         self.pooling = pooling or PoolingConfig(max_seq_length=self.max_positions)
+        if layers is None:
+            layers = model_layers(model) or keep_all(model, probe(model, self.family))
+        self.layers = layers
+        self.first_token, self.last_token = self._position_names()
 
     # ------------------------------------------------------------------ sizes
     @property
     def num_layers(self) -> int:
-        return int(self.config.num_hidden_layers)
+        return len(self.layers)
 
     @property
     def heads_per_layer(self) -> list[int]:
-        return [int(self.config.num_attention_heads)] * self.num_layers
+        return [layer.num_heads for layer in self.layers]
 
     @property
     def kv_heads_per_layer(self) -> list[int]:
-        kv = getattr(self.config, "num_key_value_heads", None) or self.config.num_attention_heads
-        return [int(kv)] * self.num_layers
+        return [layer.num_kv_heads for layer in self.layers]
 
     @property
     def max_positions(self) -> int:
@@ -78,7 +105,12 @@ class TransformersModel:
         return self.model.parameters()
 
     def parameter_count(self) -> int:
-        return sum(p.numel() for p in {id(p): p for p in self.parameters()}.values())
+        """Distinct parameters (tied weights once), K/V rows copied by pruning once."""
+        total = sum(p.numel() for p in {id(p): p for p in self.parameters()}.values())
+        return total - sum(layer.copied_parameters for layer in self.layers)
+
+    def attention_layers(self) -> list[HFAttentionLayer]:
+        return self.layers
 
     # ------------------------------------------------------------------ tokens
     def _need_tokenizer(self):
@@ -88,7 +120,9 @@ class TransformersModel:
 
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text`` with the tokenizer's own special tokens."""
-        return list(self._need_tokenizer()(text)["input_ids"])
+        # verbose=False: no warning that the text is longer than the model's positions (counting
+        # a long text's tokens is what the caller wants)
+        return list(self._need_tokenizer()(text, verbose=False)["input_ids"])
 
     def count_tokens(self, text: str) -> int:
         return len(self.encode(text))
@@ -103,40 +137,76 @@ class TransformersModel:
                 return int(candidate)
         return 0
 
+    def _position_names(self) -> tuple[str, str | None]:
+        """``models.special``'s names, from what the tokenizer adds around a text."""
+        if self.tokenizer is None:
+            return "first", None
+        with_special = self.tokenizer("a")["input_ids"]
+        plain = self.tokenizer("a", add_special_tokens=False)["input_ids"]
+        prefix, suffix = added_around(with_special, plain)
+        convert = self.tokenizer.convert_ids_to_tokens
+        return position_names(convert(prefix), convert(suffix))
+
     def tokenize(self, texts: list[str], max_length: int | None = None) -> TokenBatch:
+        """Texts cut to ``max_length`` tokens by the tokenizer itself (its special tokens kept,
+        [SEP] last), padded on the right. Default: the model's positions; an encoder's
+        ``max_seq_length`` (sentence-transformers' cut, as headlab's own encoder)."""
         tokenizer = self._need_tokenizer()
         if not texts:
             raise ValueError("texts must hold at least one text, got none")
-        limit = self.max_positions if max_length is None else max_length
-        check_int("max_length", limit, low=1, high=self.max_positions)
+        default = self.max_positions if self.causal else self.pooling.max_seq_length
+        limit = default if max_length is None else max_length
+        added = 1 + (self.first_token != "first") + (self.last_token is not None)
+        check_int("max_length", limit, low=added, high=self.max_positions)
         fast = getattr(tokenizer, "is_fast", False)
-        encodings = [tokenizer(t, return_offsets_mapping=fast) for t in texts]
-        lengths = [min(len(e["input_ids"]), limit) for e in encodings]
+        encodings = [
+            tokenizer(t, truncation=True, max_length=limit, return_offsets_mapping=fast)
+            for t in texts
+        ]
+        lengths = [len(e["input_ids"]) for e in encodings]
         if min(lengths) == 0:
             raise ValueError("every text must have at least one token, got an empty text")
         ids = torch.full((len(texts), max(lengths)), self._pad_id(), dtype=torch.long)
         mask = torch.zeros(ids.shape, dtype=torch.bool)
         tokens = []
         for row, (text, e, n) in enumerate(zip(texts, encodings, lengths, strict=True)):
-            ids[row, :n] = torch.tensor(e["input_ids"][:n])
+            ids[row, :n] = torch.tensor(e["input_ids"])
             mask[row, :n] = True
-            if fast:
-                tokens.append([text[a:b] for a, b in e["offset_mapping"][:n]])
+            if fast:  # the text under each token; a special token (no text) by its name
+                names = tokenizer.convert_ids_to_tokens(e["input_ids"])
+                pieces = zip(e["offset_mapping"], names, strict=True)
+                tokens.append([text[a:b] if b > a else name for (a, b), name in pieces])
             else:
-                tokens.append(tokenizer.convert_ids_to_tokens(e["input_ids"][:n]))
+                tokens.append(tokenizer.convert_ids_to_tokens(e["input_ids"]))
         return TokenBatch(input_ids=ids, attention_mask=mask, tokens=tokens)
 
     # ------------------------------------------------------------------ running
-    def _forward(self, batch: TokenBatch) -> Tensor:
-        out = self.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask.long())
-        if self.causal:
-            return out.logits  # (batch, pos, vocab)
-        return pool(out.last_hidden_state, batch.attention_mask, self.pooling)  # (batch, hidden)
+    def _outputs(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
+        """The model's own output: (batch, pos, vocab) logits, or (batch, pos, hidden) states."""
+        if self.causal:  # no cache: an analysis reads each text once
+            out = self.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+            return out.logits
+        return self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+
+    @contextmanager
+    def _head_masks(self, head_mask: HeadMask):
+        """Within the block, each layer's attention scales its heads by its entry of
+        ``head_mask`` (``layer_masks``): the registered function reads it from the layer."""
+        masks = layer_masks(head_mask, self.num_layers)
+        try:
+            for layer, mask in zip(self.layers, masks, strict=True):
+                layer.head_mask = mask
+            yield
+        finally:
+            for layer in self.layers:
+                layer.head_mask = None
 
     def run(self, batch: TokenBatch, head_mask: HeadMask = None) -> Tensor:
-        if head_mask is not None:
-            raise NotImplementedError(NOT_YET.format(what="head masks"))
-        return self._forward(batch)
+        with self._head_masks(head_mask):
+            out = self._outputs(batch.input_ids, batch.attention_mask.long())
+        if self.causal:
+            return out  # (batch, pos, vocab)
+        return pool(out, batch.attention_mask, self.pooling)  # (batch, hidden)
 
     def logits(self, input_ids: Tensor, attention_mask: Tensor | None = None) -> Tensor:
         """(batch, pos) ids -> (batch, pos, vocab) next-token logits (no autograd)."""
@@ -148,34 +218,147 @@ class TransformersModel:
     def objective(
         self, texts: list[str], head_mask: HeadMask = None, max_length: int | None = None
     ) -> Tensor:
-        """Mean next-token cross-entropy over real tokens (a causal model only, for now)."""
+        """A language model's mean next-token cross-entropy over real tokens; an encoder's
+        in-batch InfoNCE between the halves of each text (``models.objectives``)."""
         if not self.causal:
-            raise NotImplementedError(NOT_YET.format(what="an encoder's objective"))
+            return contrastive_objective(self, texts, head_mask, max_length=max_length or 128)
         batch = self.tokenize(texts, max_length)
-        logits = self.run(batch, head_mask)
-        targets = batch.input_ids[:, 1:].masked_fill(~batch.attention_mask[:, 1:], -100)
-        return F.cross_entropy(logits[:, :-1].flatten(0, 1), targets.flatten(), ignore_index=-100)
+        return next_token_loss(self.run(batch, head_mask), batch)
 
     def special_positions(self, batch: TokenBatch) -> dict[str, Tensor]:
-        first = torch.zeros(batch.input_ids.shape[0], dtype=torch.long)
-        if self.causal:
-            return {"first": first}
-        return {"first": first, "last": batch.attention_mask.sum(1) - 1}
+        """The first token and, where the tokenizer appends one, the last special token, named
+        by ``models.special`` (BERT: "cls", "sep"; SmolLM2: "first")."""
+        return positions(batch, self.first_token, self.last_token)
 
-    def trace_batch(self, batch: TokenBatch, head_mask: HeadMask = None):
-        raise NotImplementedError(NOT_YET.format(what="traces"))
+    def trace_batch(
+        self, batch: TokenBatch, head_mask: HeadMask = None
+    ) -> tuple[Tensor, list[AttentionTrace]]:
+        """(``run``'s output, one AttentionTrace per layer): every site recorded in one forward
+        (the kernel's explicit path); contributions and output through the layer's W_O (the
+        output projection's own forward, bias included). No autograd."""
+        with ExitStack() as stack, torch.no_grad():
+            recordings = [stack.enter_context(record(layer, SITES)) for layer in self.layers]
+            output = self.run(batch, head_mask)
+        traces = []
+        for layer, recording in zip(self.layers, recordings, strict=True):
+            if layer.output is None:
+                raise ValueError(f"layer {layer.path} has no output projection to trace through")
+            head_out = recording["head_outputs"]  # (batch, head, q_pos, d_head)
+            _, heads, _, d = head_out.shape
+            w_o = layer.output_weight().view(-1, heads, d)  # (embed, head, d_head)
+            with torch.no_grad():
+                projected = layer.output.module(merge_heads(head_out))  # (batch, q_pos, embed)
+            traces.append(
+                AttentionTrace(
+                    q=recording["q"],
+                    k=recording["k"],
+                    v=recording["v"],
+                    scores=recording["scores"],
+                    weights=recording["weights"],
+                    head_outputs=head_out,
+                    contributions=torch.einsum("bhqd,ehd->bhqe", head_out, w_o),
+                    output=projected,
+                )
+            )
+        return output, traces
 
-    def attention_layers(self):
-        raise NotImplementedError(NOT_YET.format(what="per-layer attention modules"))
+    # ------------------------------------------------------------------ variants
+    def _variant(
+        self, modules: Mapping[str, torch.nn.Module], changes: Mapping[int, dict]
+    ) -> TransformersModel:
+        """This model with ``modules`` in place (path -> module, every other module shared);
+        layer i's HFAttentionLayer rebuilt with ``changes[i]`` where its module changed."""
+        root = replaced(self.model, modules)
+        layers = []
+        for i, layer in enumerate(self.layers):
+            module = root.get_submodule(layer.path)
+            if module is layer.module:
+                layers.append(layer)
+            else:
+                layers.append(rebuilt(layer, root, module, **changes.get(i, {})))
+        keep_all(root, layers)
+        return TransformersModel(
+            self.name, root, self.tokenizer, self.causal, self.pooling, layers=layers
+        )
 
-    def with_head_view(self, num_heads, layers=None):
-        raise NotImplementedError(NOT_YET.format(what="head views"))
+    def with_head_view(self, num_heads: int, layers: Sequence[int] | None = None):
+        """The same weights with the attention of ``layers`` (default: all) viewed as
+        ``num_heads`` heads, inside the attention function (``kernel.attend``'s head view)."""
+        chosen = check_layers(range(self.num_layers) if layers is None else layers,
+                              self.num_layers)  # fmt: skip
+        modules, changes = {}, {}
+        for i in chosen:
+            layer = self.layers[i]
+            if layer.view is not None:
+                raise ValueError(f"layer {i} is a view already; view the original model")
+            if num_heads <= 0 or layer.num_heads % num_heads:
+                raise ValueError(
+                    f"num_heads must divide the {layer.num_heads} query heads of layer {i}, "
+                    f"got {num_heads}"
+                )
+            if num_heads == layer.num_heads:
+                continue
+            modules[layer.path] = view_of(layer.module)
+            changes[i] = {
+                "view": num_heads,
+                "num_heads": num_heads,
+                "num_kv_heads": min(num_heads, layer.num_kv_heads),
+                "head_dim": layer.head_dim * layer.num_heads // num_heads,
+            }
+        return self._variant(modules, changes)
 
-    def without_heads(self, heads):
-        raise NotImplementedError(NOT_YET.format(what="removing heads"))
+    def without_heads(self, heads: Mapping[int, Iterable[int]]):
+        """The model without the given heads, removed from its weights (edits.py: the common
+        layout of one projection per role; ValueError naming the family otherwise). Checked
+        against masking the same heads on a short input before it is returned."""
+        check_layers(heads, self.num_layers)
+        modules, changes = {}, {}
+        for i, removed in heads.items():
+            if not set(removed):
+                continue
+            layer = self.layers[i]
+            removal = edits.without_heads(layer, removed)
+            modules.update(removal.modules)
+            changes[i] = _removed_sizes(removal, layer.head_dim)
+        variant = self._variant(modules, changes)
+        self._check_removal(variant, heads)
+        return variant
 
-    def with_query_key_weights(self, weights):
-        raise NotImplementedError(NOT_YET.format(what="new W_Q and W_K"))
+    def _check_removal(self, variant: TransformersModel, heads: Mapping[int, Iterable[int]]):
+        """ValueError unless ``variant`` computes what this model computes with ``heads``'
+        mask at 0, on one short input."""
+        from headlab.heads.pruning import as_mask
+
+        ids = (torch.arange(1, 6) % int(self.config.vocab_size))[None]
+        mask = torch.ones_like(ids)
+        try:
+            with torch.no_grad():
+                with self._head_masks(as_mask(self, heads)):
+                    expected = self._outputs(ids, mask)
+                got = variant._outputs(ids, mask)
+            tolerance = 1e-4 if expected.dtype == torch.float32 else 5e-2
+            scale = float(expected.abs().max()) + 1e-6
+            same = got.shape == expected.shape and float((got - expected).abs().max()) <= (
+                tolerance * scale
+            )
+        except RuntimeError as error:
+            same, why = False, f"its forward fails ({str(error).splitlines()[0]})"
+        else:
+            why = "its output differs from masking the same heads"
+        if not same:
+            raise ValueError(
+                f"family {self.family!r}: heads cannot be removed from its weights: {why}; "
+                "prune by masking instead (by=mask)"
+            )
+
+    def with_query_key_weights(self, weights: Mapping[int, tuple[Tensor, Tensor]]):
+        """The model with layer i's W_Q and W_K (``HFAttentionLayer.query_key_weights``) replaced
+        by ``weights[i]``, wherever the projections hold them (fused ones too)."""
+        check_layers(weights, self.num_layers)
+        modules = {}
+        for i, (w_q, w_k) in weights.items():
+            modules.update(edits.with_query_key(self.layers[i], w_q, w_k))
+        return self._variant(modules, {})
 
     # ------------------------------------------------------------------ generation
     def chat_prompt(self, text: str) -> str:
@@ -231,13 +414,16 @@ class _Counter:
         pass
 
 
-def pool(states: Tensor, mask: Tensor, pooling: PoolingConfig) -> Tensor:
-    """(batch, pos, hidden) token states -> (batch, hidden) by ``pooling`` over real tokens."""
-    if pooling.mode == "cls":
-        pooled = states[:, 0]
-    elif pooling.mode == "max":
-        pooled = states.masked_fill(~mask[..., None], float("-inf")).amax(1)
-    else:
-        weights = mask[..., None].to(states.dtype)
-        pooled = (states * weights).sum(1) / weights.sum(1).clamp_min(1)
-    return F.normalize(pooled, dim=-1) if pooling.normalize else pooled
+def _removed_sizes(removal: edits.Removal, d: int) -> dict:
+    """The changes of ``rebuilt`` for a layer that lost heads (d: its head_dim): its sizes and
+    its projections' rows."""
+    if removal.heads == 0:
+        gone = "every head was removed"
+        return {"num_heads": 0, "num_kv_heads": 0, "output": None, "query": gone, "key": gone}
+    q_rows, kv_rows = tuple(range(removal.heads * d)), tuple(range(removal.kv_heads * d))
+    return {
+        "num_heads": removal.heads,
+        "num_kv_heads": removal.kv_heads,
+        "copied_parameters": removal.copied,
+        "rows": {"output": q_rows, "query": q_rows, "key": kv_rows},
+    }

@@ -15,6 +15,10 @@ transformers calls, from each attention module of a model loaded with
 
 A keyword that changes the math and that this function does not know is refused rather than
 ignored, so that a family is exact or fails loudly.
+
+What headlab adds comes from the module itself: its ``HFAttentionLayer`` (layer.py, kept on the
+module) gives the kernel its sites (interventions, statistics requests with the layer's W_O, a
+key budget), this forward's head mask and its head view; a module without one runs plain.
 """
 
 from __future__ import annotations
@@ -24,7 +28,9 @@ from torch import Tensor
 
 from headlab.attention.kernel import attend
 from headlab.attention.mask_spec import MaskSpec
+from headlab.models.hf.layer import layer_of
 from headlab.models.hf.lazy_mask import as_mask_spec
+from headlab.models.hf.probe import RECORDER
 
 #: Keywords transformers passes that do not change the attention's math.
 PASSIVE = frozenset(
@@ -74,6 +80,15 @@ def headlab_attention(
     )
     if position_bias is not None:
         spec = _with_bias(spec, position_bias)
+    layer = layer_of(module)
+    state = {}
+    if layer is not None:
+        state = {
+            "sites": layer.sites,
+            "head_scale": layer.head_scale(query.shape[0], query.shape[1], query.dtype),
+            "head_view": layer.view,
+            "statistics": layer.statistics_request(),
+        }
     result = attend(
         query,
         key,
@@ -84,9 +99,14 @@ def headlab_attention(
         sinks=s_aux,
         dropout_p=dropout if module.training else 0.0,
         need_weights="heads" if kwargs.get("output_attentions") else None,
+        **state,
     )
     # (batch, head, q_pos, d_value) -> (batch, q_pos, head, d_value), as every family reshapes it
-    return result.head_out.transpose(1, 2).contiguous(), result.weights
+    out = result.head_out.transpose(1, 2).contiguous()
+    recorder = RECORDER.get()
+    if recorder is not None:  # the probe (probe.py) finds the module's sizes and projections
+        recorder.attention(module, query, key, out)
+    return out, result.weights
 
 
 def _with_bias(spec: MaskSpec | None, bias: Tensor) -> MaskSpec:

@@ -151,6 +151,7 @@ def check_weights(checkpoint: Checkpoint) -> None:
 
 def read_config(checkpoint: Checkpoint, trust_remote_code: bool = False):
     """transformers' config object of ``checkpoint`` (local files only)."""
+    from huggingface_hub.errors import StrictDataclassError
     from transformers import AutoConfig
 
     check_code(checkpoint, trust_remote_code)
@@ -161,7 +162,14 @@ def read_config(checkpoint: Checkpoint, trust_remote_code: bool = False):
             trust_remote_code=trust_remote_code,
             local_files_only=True,
         )
-    except (ValueError, OSError, KeyError) as error:
+    except (ValueError, OSError, KeyError, StrictDataclassError) as error:
+        # StrictDataclassError: transformers' own validation of the config's fields, whose
+        # first line names only the validator
+        detail = (
+            " ".join(str(error).split())
+            if isinstance(error, StrictDataclassError)
+            else first_line(error)
+        )
         raise ValueError(
-            f"{checkpoint.name}: transformers cannot read its config ({first_line(error)})"
+            f"{checkpoint.name}: transformers cannot read its config ({detail})"
         ) from None

@@ -42,6 +42,9 @@ def supports(family: str) -> bool:
 
 def supported_families() -> list[str]:
     """The model_types of this transformers whose text models headlab's attention can run,
-    sorted."""
+    sorted. ValueError naming what to install without transformers."""
+    from headlab.models.hf.requirements import require_transformers
+
+    require_transformers()
     causal, masked = _text_mappings()
     return sorted(family for family in {*causal, *masked} if supports(family))

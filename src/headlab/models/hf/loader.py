@@ -10,13 +10,18 @@
 The model class is transformers' own (``AutoModelForCausalLM`` for a causal model, ``AutoModel``
 for an encoder); headlab only registers its attention (registry.py). Refused before any weight is
 read, each in one line: a family whose attention does not go through ``AttentionInterface``
-(the model class's ``_supports_attention_backend``), an encoder-decoder, a checkpoint whose
-parameters would not fit in memory (the estimate from the meta build), pickled weights, and
-remote code without ``trust_remote_code``.
+(the model class's ``_supports_attention_backend``), an encoder-decoder, a config declaring more
+layers than its weights hold tensors (before the meta build) or more parameters than they hold
+values, a checkpoint whose parameters would not fit in memory (the estimate from the meta
+build), pickled weights, remote code without ``trust_remote_code``, and a GGUF file without
+accelerate (requirements.py).
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -32,6 +37,8 @@ from headlab.models.hf.checkpoint import (
     read_config,
 )
 from headlab.models.hf.registry import register
+from headlab.models.hf.requirements import require_accelerate
+from headlab.models.weight_files import checkpoint_shapes, held_values
 
 
 @dataclass(frozen=True)
@@ -105,6 +112,29 @@ def check_memory(plan: Plan, dtype: torch.dtype, where: str) -> None:
     )
 
 
+def check_layers_held(config, held: dict | None, where: str) -> None:
+    """ValueError before the meta build (which for a million declared layers alone takes
+    minutes and gigabytes): every layer holds at least one tensor, so a config declaring more
+    layers than its weights hold tensors cannot be loaded."""
+    layers = getattr(config, "num_hidden_layers", None)
+    if held is not None and isinstance(layers, int) and layers > len(held):
+        raise ValueError(
+            f"{where}: its config declares num_hidden_layers={layers}, but its weights hold "
+            f"{len(held)} tensors; refused before building the model"
+        )
+
+
+def check_parameters_held(plan: Plan, held: dict | None, where: str) -> None:
+    """ValueError when the model the config builds has more parameters than the weights hold
+    values (transformers would fill the rest with random numbers)."""
+    if held is not None and plan.parameters > held_values(held.values()):
+        raise ValueError(
+            f"{where}: its config makes {plan.parameters:,} parameters, but its weights hold "
+            f"{held_values(held.values()):,} values in {len(held)} tensors; refused before "
+            "reading any weight"
+        )
+
+
 def load_tokenizer(checkpoint: Checkpoint, trust_remote_code: bool = False):
     """The checkpoint's tokenizer (transformers' class), or None when it has none."""
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
@@ -127,6 +157,28 @@ def load_tokenizer(checkpoint: Checkpoint, trust_remote_code: bool = False):
         ) from None
 
 
+@contextmanager
+def _quiet_loading() -> Iterator[None]:
+    """transformers' own progress bars off while it loads ("Loading weights", and the GGUF
+    reader's tqdm bar, which only the TQDM_DISABLE variable reaches): they wrote lines of stderr
+    on every load, also around a command's one-line refusal. The command line shows its own."""
+    from transformers.utils import logging
+
+    shown = logging.is_progress_bar_enabled()
+    before = os.environ.get("TQDM_DISABLE")
+    logging.disable_progress_bar()
+    os.environ["TQDM_DISABLE"] = "1"
+    try:
+        yield
+    finally:
+        if shown:
+            logging.enable_progress_bar()
+        if before is None:
+            del os.environ["TQDM_DISABLE"]
+        else:
+            os.environ["TQDM_DISABLE"] = before
+
+
 def load_pretrained(
     source,
     *,
@@ -137,23 +189,29 @@ def load_pretrained(
     """(model, tokenizer or None, checkpoint): the checkpoint ``source`` names, loaded by
     transformers with ``attn_implementation="headlab"``, in eval mode."""
     checkpoint = locate(source, download=download)
+    if checkpoint.gguf is not None:
+        require_accelerate(checkpoint.name)
     config = read_config(checkpoint, trust_remote_code)
+    held = checkpoint_shapes(checkpoint.folder, checkpoint.gguf)  # None: fetched later
+    check_layers_held(config, held, checkpoint.name)
     plan = plan_model(config, checkpoint.name, trust_remote_code)
+    check_parameters_held(plan, held, checkpoint.name)
     check_memory(plan, dtype, checkpoint.name)
     checkpoint = fetch_rest(checkpoint, trust_remote_code)
     check_weights(checkpoint)
     extra = {} if checkpoint.gguf is not None else {"use_safetensors": True}
     try:
-        model = plan.model_class.from_pretrained(
-            str(checkpoint.folder),
-            gguf_file=checkpoint.gguf,
-            config=config,
-            attn_implementation=register(),
-            dtype=dtype,
-            local_files_only=True,
-            trust_remote_code=trust_remote_code,
-            **extra,
-        )
+        with _quiet_loading():
+            model = plan.model_class.from_pretrained(
+                str(checkpoint.folder),
+                gguf_file=checkpoint.gguf,
+                config=config,
+                attn_implementation=register(),
+                dtype=dtype,
+                local_files_only=True,
+                trust_remote_code=trust_remote_code,
+                **extra,
+            )
     except (ValueError, OSError, KeyError) as error:
         raise ValueError(
             f"{checkpoint.name}: transformers cannot load it ({first_line(error)})"

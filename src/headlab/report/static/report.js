@@ -70,8 +70,9 @@
 
     if (ex.note) root.appendChild(el("p", "note", ex.note));
     if (ex.total_tokens > ex.tokens.length) {
+      const why = ex.cut_reason ? ": " + ex.cut_reason : "";
       const cut = el("p", "cut", "Cut to " + ex.tokens.length + " of " + ex.total_tokens +
-        " tokens: the model reads at most " + ex.tokens.length + "; the rest of the text is not shown.");
+        " tokens" + why + "; the rest of the text is not shown.");
       cut.dataset.testid = "cut-" + root.dataset.explorer;
       root.appendChild(cut);
     }

@@ -1,0 +1,212 @@
+"""One short forward, observed, finds every attention module of a model and where its heads are.
+
+No family is named: ``probe(model)`` runs a forward of three tokens with a recorder active, and
+
+- the registered function (attention.py) reports each call: the module, in call order (the
+  layers' order), and the shapes transformers passed (heads, K/V heads, head_dim), the queries
+  and keys of position 0, and the tensor it returned;
+- a forward hook on every module with a 2-D weight (``nn.Linear``, GPT-2's ``Conv1D``, ...)
+  reports its input and output. The module whose input *is* the tensor a call returned (the same
+  memory: the family only reshapes it) is that layer's output projection W_O, wherever it sits
+  (``o_proj``, ``c_proj``, BERT's ``BertSelfOutput.dense`` in the parent module). Whether its
+  weight is stored (out, in) or (in, out) is read from its output: y = x W^T + b or x W + b.
+- At position 0 rotary positions are the identity, so where the queries are a linear map of the
+  layer's input, each head's query of position 0 is a slice of the output of one projection
+  inside the module: those rows of its weight are that head's W_Q (separate ``q_proj``, fused
+  ``qkv_proj`` or ``c_attn``, GPT-NeoX's per-head interleaving alike). A norm between the
+  projection and the attention (QK-norm) leaves no such slice: then there is no W_Q, and
+  ``HFAttentionLayer.query_key_weights`` says why.
+"""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor, nn
+
+from headlab.models.hf.layer import HFAttentionLayer, Projection
+
+#: The recorder of the probe running in this thread, if any (read by the registered function).
+RECORDER: ContextVar[Recorder | None] = ContextVar("headlab_probe", default=None)
+
+NO_SLICE = "no projection inside the module outputs them: a norm or another step comes between"
+
+
+@dataclass
+class Call:
+    """One call of the registered function: the module, q0 (head, d_head) and k0 (kv_head,
+    d_head) at position 0 of the first text, the returned tensor (kept alive so that its memory
+    is not reused), and the output projection once a module consumes it."""
+
+    module: nn.Module
+    q0: Tensor
+    k0: Tensor
+    head_dim: int
+    returned: Tensor
+    output: tuple[nn.Module, bool] | None = None
+
+
+@dataclass
+class Seen:
+    """A weight module's first call: its input and output rows of position 0, its layout."""
+
+    x0: Tensor
+    y0: Tensor
+    transposed: bool
+
+
+@dataclass
+class Recorder:
+    calls: list[Call] = field(default_factory=list)
+    seen: dict[int, Seen] = field(default_factory=dict)
+
+    def attention(self, module: nn.Module, query: Tensor, key: Tensor, returned: Tensor) -> None:
+        """From the registered function: query (batch, head, q_pos, d), key (batch, kv_head,
+        k_pos, d), returned (batch, q_pos, head, d_value)."""
+        q0, k0 = query[0, :, 0].detach().clone(), key[0, :, 0].detach().clone()
+        self.calls.append(Call(module, q0, k0, query.shape[-1], returned))
+
+    def weight_call(self, module: nn.Module, x: Tensor, y: Tensor) -> None:
+        """From a forward hook: module's input x (..., in) and output y (..., out)."""
+        transposed = _layout(module, x, y)
+        if transposed is None:
+            return
+        for call in self.calls:
+            if call.output is None and _same_memory(x, call.returned):
+                call.output = (module, transposed)
+        if id(module) not in self.seen and x.numel():
+            rows_x, rows_y = x.reshape(-1, x.shape[-1]), y.reshape(-1, y.shape[-1])
+            self.seen[id(module)] = Seen(rows_x[0].detach().clone(), rows_y[0].detach().clone(),
+                                         transposed)  # fmt: skip
+
+
+def _same_memory(x: Tensor, returned: Tensor) -> bool:
+    return x.data_ptr() == returned.data_ptr() and x.numel() == returned.numel()
+
+
+def _close(a: Tensor, b: Tensor) -> bool:
+    tolerance = 1e-4 if a.dtype == torch.float32 or a.dtype == torch.float64 else 2e-2
+    scale = float(b.abs().max()) if b.numel() else 0.0
+    return a.shape == b.shape and float(
+        (a - b).abs().max(),
+    ) <= tolerance * max(scale, 1e-6)
+
+
+def _layout(module: nn.Module, x: Tensor, y: Tensor) -> bool | None:
+    """Whether ``module`` computes y = x W + b (True: W stored (in, out)) or x W^T + b (False),
+    from its first rows; None for anything else (not a plain affine map of its input)."""
+    weight, bias = module.weight, getattr(module, "bias", None)
+    if not isinstance(x, Tensor) or not isinstance(y, Tensor) or not x.is_floating_point():
+        return None
+    if x.dim() == 0 or y.dim() == 0 or not x.numel():
+        return None
+    x1, y1 = x.reshape(-1, x.shape[-1])[:1], y.reshape(-1, y.shape[-1])[:1]
+    with torch.no_grad():
+        for transposed, w in ((False, weight), (True, weight.t())):
+            if w.shape != (y1.shape[-1], x1.shape[-1]):
+                continue
+            want = x1.to(w.dtype) @ w.t()
+            if isinstance(bias, Tensor) and bias.shape == (w.shape[0],):
+                want = want + bias
+            if _close(want.to(y1.dtype), y1):
+                return transposed
+    return None
+
+
+def _slice(rows: Seen, vectors: Tensor) -> list[int] | None:
+    """Offsets o with rows.y0[o : o + d] == vectors[h] for each h of (n, d), or None."""
+    d = vectors.shape[-1]
+    y = rows.y0.to(vectors.dtype)
+    if y.shape[0] < d:
+        return None
+    windows = y.unfold(0, d, 1)  # (out - d + 1, d)
+    offsets = []
+    for vector in vectors:
+        gap = (windows - vector).abs().amax(-1)
+        tolerance = 1e-4 if vector.dtype in (torch.float32, torch.float64) else 2e-2
+        found = (gap <= tolerance * max(float(vector.abs().max()), 1e-6)).nonzero()
+        if not len(found):
+            return None
+        offsets.append(int(found[0, 0]))
+    return offsets
+
+
+def _projection(
+    call_module: nn.Module, vectors: Tensor, recorder: Recorder, paths: dict[int, str],
+    exclude: nn.Module | None,
+) -> Projection | str:  # fmt: skip
+    """The projection inside ``call_module`` whose output at position 0 holds every row of
+    ``vectors`` (head, d) as a slice, or the reason there is none."""
+    for module in call_module.modules():
+        seen = recorder.seen.get(id(module))
+        if seen is None or module is exclude:
+            continue
+        offsets = _slice(seen, vectors)
+        if offsets is not None:
+            d = vectors.shape[-1]
+            rows = tuple(r for o in offsets for r in range(o, o + d))
+            return Projection(paths[id(module)], module, seen.transposed, rows)
+    return NO_SLICE
+
+
+def probe(model: nn.Module, family: str, tokens: int = 3) -> list[HFAttentionLayer]:
+    """Each attention module of ``model`` (loaded on headlab's attention) as an
+    HFAttentionLayer, in the order a forward calls them. Raises ValueError when no module calls
+    the attention function."""
+    paths = {id(m): name for name, m in model.named_modules()}
+    recorder = Recorder()
+    hooks = []
+
+    def hook(module: nn.Module, args: tuple, output: object) -> None:
+        if args and isinstance(args[0], Tensor) and isinstance(output, Tensor):
+            recorder.weight_call(module, args[0], output)
+
+    for module in model.modules():
+        weight = getattr(module, "weight", None)
+        if isinstance(weight, Tensor) and weight.dim() == 2:
+            hooks.append(module.register_forward_hook(hook))
+    config = model.config.get_text_config()
+    device = next(model.parameters()).device
+    ids = (torch.arange(1, tokens + 1, device=device) % int(config.vocab_size))[None]
+    token = RECORDER.set(recorder)
+    try:
+        with torch.no_grad():
+            model(input_ids=ids, attention_mask=torch.ones_like(ids))
+    finally:
+        RECORDER.reset(token)
+        for handle in hooks:
+            handle.remove()
+    if not recorder.calls:
+        raise ValueError(f"family {family!r}: no module called headlab's attention function")
+    layers, seen_modules = [], set()
+    for call in recorder.calls:
+        if id(call.module) in seen_modules:
+            continue
+        seen_modules.add(id(call.module))
+        layers.append(_layer(call, recorder, paths, family, config))
+    return layers
+
+
+def _layer(call: Call, recorder: Recorder, paths: dict[int, str], family: str, config):
+    heads, kv_heads = call.q0.shape[0], call.k0.shape[0]
+    output = None
+    if call.output is not None:
+        module, transposed = call.output
+        width = call.returned.shape[-2] * call.returned.shape[-1]
+        output = Projection(paths[id(module)], module, transposed, tuple(range(width)))
+    embed = output.weight().shape[0] if output is not None else int(config.hidden_size)
+    exclude = None if output is None else output.module
+    return HFAttentionLayer(
+        module=call.module,
+        path=paths[id(call.module)],
+        family=family,
+        num_heads=heads,
+        num_kv_heads=kv_heads,
+        head_dim=call.head_dim,
+        embed_dim=embed,
+        output=output,
+        query=_projection(call.module, call.q0, recorder, paths, exclude),
+        key=_projection(call.module, call.k0, recorder, paths, exclude),
+    )

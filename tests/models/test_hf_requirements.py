@@ -1,0 +1,114 @@
+"""Without the optional extra ``transformers``, everything that needs the transformers route says
+in one line what to install (exit code 2 in the CLI), before anything loads; headlab's own models
+still load. transformers (and accelerate) are hidden in this process by ``sys.modules[name] =
+None``, which makes every ``import`` of them fail, and restored after each test."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from cli_run import run
+
+INSTALL = "pip install 'headlab[transformers]'"
+
+
+@pytest.fixture
+def without_transformers(monkeypatch):
+    monkeypatch.setitem(sys.modules, "transformers", None)
+    monkeypatch.setitem(sys.modules, "accelerate", None)
+
+
+@pytest.fixture(scope="module")
+def documents(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("documents")
+    (folder / "a.txt").write_text("w1 w2 w3 w4 w5 w6 w7 w8 w9 w10", encoding="utf-8")
+    return folder
+
+
+def test_every_way_to_the_route_names_the_extra(hf_dirs, documents, tmp_path, capsys,
+                                                without_transformers):  # fmt: skip
+    roles = ["model", "roles", "--model", str(hf_dirs["gpt_oss"]), "--documents", str(documents),
+             "--out", str(tmp_path / "r.jsonl"), "--summary", str(tmp_path / "r.json")]  # fmt: skip
+    cases = {
+        "a family only transformers runs": (
+            ["model", "generate", "w1", "--model", str(hf_dirs["gpt_oss"])],
+            f"{hf_dirs['gpt_oss']} (model_type 'gpt_oss', which only the transformers route "
+            "runs) needs transformers >= 5.4, which is not installed",
+        ),
+        "--backend transformers": (
+            ["model", "heads", "--model", str(hf_dirs["llama"]), "--backend", "transformers"],
+            "--backend 'transformers' needs transformers >= 5.4, which is not installed",
+        ),
+        "a hub id": (
+            ["model", "generate", "w1", "--model", "nobody/absent"],
+            "nobody/absent (a hub id, loaded through transformers) needs transformers >= 5.4",
+        ),
+        "the families": (["model", "families"], "needs transformers >= 5.4"),
+        "corpus roles, before the plan is printed": (
+            roles,
+            "(model_type 'gpt_oss', which only the transformers route runs) needs",
+        ),
+        "a KV budget": (
+            ["model", "kv-budget", "--backend", "transformers", "--out", str(tmp_path / "k.json")],
+            "--backend 'transformers' needs transformers >= 5.4",
+        ),
+    }
+    for case, (argv, message) in cases.items():
+        code, out, err = run(argv, capsys)
+        assert code == 2 and out == "", case
+        assert err.count("\n") == 1 and message in err and INSTALL in err, (case, err)
+    assert not (tmp_path / "r.jsonl").exists() and not (tmp_path / "k.json").exists()
+
+
+def test_the_library_entries_name_the_extra(tmp_path, without_transformers):
+    import headlab
+    from headlab.models import load
+    from headlab.models.hf import load_transformers, supported_families
+
+    for call in (
+        lambda: headlab.attach(object()),
+        lambda: load_transformers(tmp_path),
+        lambda: load("smollm2", backend="transformers"),
+        supported_families,
+    ):
+        with pytest.raises(ValueError, match=r"needs transformers >= 5\.4, which is not "
+                           r"installed: pip install 'headlab\[transformers\]'"):  # fmt: skip
+            call()
+
+
+def test_headlabs_own_models_need_no_transformers(hf_dirs, without_transformers):
+    """A Llama folder loads on headlab's own decoder without transformers."""
+    from headlab.models import load
+
+    model = load(hf_dirs["llama"])
+    assert type(model).__module__.startswith("headlab.models.")
+    assert "transformers" not in type(model).__module__.split(".")
+    assert model.count_tokens("w1 w2 w3") == 3
+
+
+def test_a_gguf_file_needs_accelerate(tmp_path, monkeypatch):
+    from gguf_files import write_llama_gguf
+
+    from headlab.models.hf import load_transformers
+
+    path = tmp_path / "tiny.gguf"
+    write_llama_gguf(path)
+    monkeypatch.setitem(sys.modules, "accelerate", None)
+    with pytest.raises(ValueError, match=r"^tiny: transformers reads a GGUF file only with "
+                       r"accelerate, which is not installed: pip install"):  # fmt: skip
+        load_transformers(path)
+
+
+def test_a_transformers_too_old_is_named(monkeypatch):
+    import transformers
+
+    from headlab.models.hf.requirements import require_transformers
+
+    monkeypatch.setattr(transformers, "__version__", "5.3.1")
+    with pytest.raises(ValueError, match=r"needs transformers >= 5\.4, found 5\.3\.1: pip install "
+                       r"'transformers>=5\.4'"):  # fmt: skip
+        require_transformers()
+    monkeypatch.setattr(transformers, "__version__", "5.10.0.dev0")  # 10 > 4, not "1" < "4"
+    require_transformers()
