@@ -4,7 +4,8 @@ The fast paths are what the benchmarks rely on: a plain ``forward(need_weights=F
 site must reach SDPA, the default forward in inference the blocked loop, in training the
 averaged function. Each row of the table is one kind of call, through the module or the kernel;
 the chosen path is recorded by wrapping ``choose_path``, and SDPA by a spy on
-``F.scaled_dot_product_attention`` (called exactly when the path is "fused").
+``F.scaled_dot_product_attention`` (called exactly once when the path is "fused", once for
+every head and once a block of queries for the budgeted heads when it is "banded").
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from headlab import MultiHeadAttention
 from headlab.attention.head_groups import HeadGroupView
 from headlab.attention.interventions import ablate, intervene
 from headlab.attention.mask_spec import MaskSpec
+from headlab.attention.sites import KeyBudget
 from headlab.attention.statistics import StatisticsRequest, observing
 
 E, H, G, T, B = 24, 4, 2, 9, 3  # distinct sizes
@@ -97,6 +99,10 @@ def _call(kind: str) -> None:
             kernel.attend(q, kv, kv, MaskSpec(causal=True, window=3))
     elif kind == "window grad":
         kernel.attend(q.requires_grad_(), kv, kv, MaskSpec(causal=True, window=3))
+    elif kind == "budget no grad":  # a KV plan's layer
+        budget = KeyBudget(1, 3, torch.tensor([True, False, False, True]))
+        with torch.no_grad():
+            kernel.attend(q, kv, kv, MaskSpec(causal=True, budget=budget))
     else:
         raise AssertionError(kind)
 
@@ -127,6 +133,8 @@ TABLE = [
     ("softcap grad", "explicit"),
     ("window no grad", "chunked"),
     ("window grad", "fused"),
+    # a KV plan without grad: SDPA for every head, then SDPA over each budgeted head's band
+    ("budget no grad", "banded"),
     # statistics: streamed in chunks, or from the whole matrix where it is needed anyway
     ("observed", "streamed"),
     ("observed default", "streamed-whole"),
@@ -146,7 +154,7 @@ def test_each_kind_of_call_takes_its_path(kind, path, monkeypatch):
         monkeypatch.setattr(kernel, "MIN_BLOCKED", 1)
     _call(kind)
     assert chosen == [path]
-    assert len(sdpa) == (path == "fused")
+    assert len(sdpa) == (path == "fused") or (path == "banded" and len(sdpa) > 1)
 
 
 def test_every_path_is_in_the_table():

@@ -35,13 +35,13 @@ def texts(tmp_path):
 def test_kv_budget_writes_runs_a_table_and_a_figure(llama_dir, texts, tmp_path, capsys):
     out, figure = tmp_path / "kv.json", tmp_path / "kv.png"
     args = ["model", "kv-budget", "--model", str(llama_dir), *texts, "--max-tokens", "60"]
-    args += ["--window", "8", "--sinks", "2", "--budgets", "0.5,1", "--seeds", "2"]
+    args += ["--window", "8", "--sinks", "2", "--budgets", "0.5,1", "--seeds", "3"]
     code, printed, err = run([*args, "--out", str(out), "--figure", str(figure)], capsys)
     assert code == 0, err
     result = KVBudgetResult.from_dict(json.loads(out.read_text()))
     kinds = [(r.kind, r.budget) for r in result.runs]
     assert kinds[0] == ("full", 0.0) and ("chosen", 1.0) in kinds and ("opposite", 0.5) in kinds
-    assert sum(k == "random" for k, _ in kinds) == 4
+    assert sum(k == "random" for k, _ in kinds) == 6
     every = [r for r in result.runs if r.budget == 1.0]
     assert len({round(r.perplexity, 9) for r in every}) == 1  # all groups windowed: one plan
     # every K/V group keeps sinks + window = 10 of the text's 1 + 12 + 30 + 12 tokens
@@ -60,6 +60,13 @@ def test_kv_budget_writes_runs_a_table_and_a_figure(llama_dir, texts, tmp_path, 
         (["--sinks", "-1"], "--sinks must be between 0"),
         (["--max-tokens", "9", "--window", "8"], "--max-tokens 9 is not longer than --sinks 4"),
         (["--max-tokens", "600"], "--max-tokens must be between 2 and 64"),
+        (["--seeds", "2"], "--seeds must be between 3 and 100, got 2"),
+        (["--seed", "-1"], "--seed must be between 0"),
+        (["--kv-saved", "1"], "--kv-saved must be numbers > 1 (full / planned KV memory), got 1.0"),
+        (
+            ["--kv-saved", "9", "--max-tokens", "40", "--window", "8"],
+            "--kv-saved 9 is out of reach: windowing every K/V group to 12 of 40 tokens saves",
+        ),
     ],
 )
 def test_bad_input_is_one_line_exit_2(extra, message, llama_dir, texts, tmp_path, capsys):
@@ -90,9 +97,31 @@ def test_heads_on_one_long_text_prints_the_roles(llama_dir, tmp_path, capsys):
     assert code == 0, err
     shown = " ".join(printed.split())
     assert "head roles: window 4 sinks + 8 recent keys; 6 copy positions" in shown
-    assert "role of each head" in shown and "top retrieval heads" in shown
+    assert "role of each head" in shown and "the numbers behind each role" in shown
     roles = json.loads(out.read_text())["roles"]
     assert roles["copy_positions"] == 6 and len(roles["roles"]) == 3
     assert figure.read_bytes().startswith(b"\x89PNG")
     code, _, err = run([*args, "--window", "500", "--out", str(out)], capsys)
     assert code == 2 and "not more than sinks 4 + window 500" in err
+
+
+def test_kv_saved_plans_for_a_memory_saving(llama_dir, texts, tmp_path, capsys):
+    out = tmp_path / "kv.json"
+    args = ["model", "kv-budget", "--model", str(llama_dir), *texts, "--max-tokens", "60"]
+    args += ["--window", "8", "--sinks", "2", "--kv-saved", "1.5,2", "--out", str(out)]
+    code, printed, err = run(args, capsys)
+    assert code == 0, err
+    result = KVBudgetResult.from_dict(json.loads(out.read_text()))
+    chosen = [r for r in result.runs if r.kind == "chosen"]  # no --budgets: the savings only
+    # 6 groups, 55 tokens, 10 kept: ceil(6 (1 - 1/r) / (1 - 10/55)) = 3 and 4 groups
+    assert [(len(r.groups), r.target_kv_saved) for r in chosen] == [(3, 1.5), (4, 2.0)]
+    assert all(r.kv_saved >= r.target_kv_saved for r in chosen)
+    assert "KV budget" in printed
+
+
+def test_the_built_in_texts_on_a_short_context_name_no_flag(llama_dir, texts, tmp_path, capsys):
+    args = ["model", "kv-budget", "--model", str(llama_dir), "--window", "8", *texts[:2]]
+    code, printed, err = run([*args, "--out", str(tmp_path / "o.json")], capsys)
+    assert code == 2 and printed == "" and len(err.strip().splitlines()) == 1
+    assert "context of 64 tokens cannot hold the built-in copy task" in err
+    assert "--max-tokens" not in err and "--calibration-file" in err

@@ -163,7 +163,7 @@ def test_kv_budget_through_transformers(hf_dirs, hf_eager, capsys, tmp_path):
     out = tmp_path / "kv.json"
     args = ["model", "kv-budget", "--model", str(hf_dirs["llama"]), "--backend", "transformers",
             "--text-file", str(held_out), "--calibration-file", str(calibration), "--sinks", "2",
-            "--window", "8", "--budgets", "0.5,1", "--seeds", "1", "--out", str(out)]  # fmt: skip
+            "--window", "8", "--budgets", "0.5,1", "--seeds", "3", "--out", str(out)]  # fmt: skip
     code, printed, err = run(args, capsys)
     assert code == 0, err
     assert "KV budget, llama, 55 tokens, window 2 sinks + 8; 6 copy positions" in printed
@@ -179,7 +179,7 @@ def test_kv_budget_through_transformers(hf_dirs, hf_eager, capsys, tmp_path):
     hits = logits[copies].argmax(-1) == ids[0, 1:][copies]
     assert full.copy_accuracy == pytest.approx(float(hits.double().mean()))
     every = [r for r in result.runs if r.budget == 1.0]
-    assert len(every) == 3 and len({round(r.perplexity, 9) for r in every}) == 1
+    assert len(every) == 5 and len({round(r.perplexity, 9) for r in every}) == 1  # 3 seeds
     assert every[0].kv_saved == pytest.approx(55 / 10)
 
 

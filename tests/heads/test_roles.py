@@ -13,7 +13,7 @@ import torch
 
 from headlab.heads.long_context import LongContextResult, long_text_statistics
 from headlab.heads.repeats import copy_sources, copy_task
-from headlab.heads.roles import ROLES, role
+from headlab.heads.roles import ROLES, head_roles, role
 
 
 def test_copy_sources_by_hand():
@@ -118,3 +118,23 @@ def test_copy_task_fits_and_repeats(tiny):
         copy_task(tiny, 10, passage_words=40)
     with pytest.raises(ValueError, match="n_tokens must be between 2 and 37"):
         copy_task(tiny, 38)
+
+
+def test_examples_are_each_roles_clearest_heads_by_its_rule():
+    roles = head_roles(
+        sinks=1,
+        window=2,
+        first=[[0.5, 0.1, 0.9], [0.0, 0.4, 0.2]],
+        window_error=[[0.01, 0.02, 0.04], [0.3, 0.001, 0.2]],
+        copy_weight=[[0.0, 0.0, 0.0], [0.35, 0.0, 0.5]],
+        retrieval_hits=[[0, 0, 0], [4, 0, 0]],
+        copies=10,
+        kv_heads_per_layer=[3, 3],
+        no_window="",
+    )
+    first = [[0.5, 0.1, 0.9], [0.0, 0.4, 0.2]]
+    assert roles.roles == [["sink", "local", "sink"], ["retrieval", "sink", "copy"]]
+    assert roles.examples("sink", first) == [(0, 2), (0, 0), (1, 1)]  # by first-token weight
+    assert roles.examples("sink", first, count=1) == [(0, 2)]
+    assert roles.examples("local", first) == [(0, 1)]
+    assert roles.examples("retrieval", first) == [(1, 0)] and roles.examples("mixed", first) == []

@@ -24,6 +24,9 @@ sinks merge the same way.
                   never held whole
   chunked         no weights, no autograd, rows in chunks: what SDPA cannot serve (soft-cap,
                   sinks, views, windows and lazy masks)
+  banded          a KV plan's layer (causality and a ``KeyBudget``, nothing else, no weights,
+                  no autograd): fused for every head, then the budgeted heads again, a block of
+                  queries at a time over only the keys they keep (the sinks and the window band)
   streamed        per-head statistics streamed from each chunk (``statistics.StreamingSums``)
   streamed-whole  the statistics from the whole matrix, where it is needed anyway (weights
                   asked, a site on the scores or weights, autograd)
@@ -41,7 +44,7 @@ from torch import Tensor
 from headlab.attention.averaged import AveragedAttention
 from headlab.attention.block import block_weights, values
 from headlab.attention.layout import shape_check, static_graph
-from headlab.attention.mask_spec import MaskSpec, MergedMask
+from headlab.attention.mask_spec import MaskSpec, MergedMask, _outside_window
 from headlab.attention.sites import Sites
 from headlab.attention.statistics import (
     CHUNK_ELEMENTS,
@@ -220,6 +223,37 @@ def _chunked(
     return out.transpose(1, 2), averaged
 
 
+def _banded(q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec, *, scale: float) -> Tensor:
+    """head_out (batch, head, q_pos, d_value) of a causal layer with a ``KeyBudget``: every head
+    fused with plain causality, then each budgeted head again over the keys it keeps, a block
+    of max(64, window) queries at a time: its sinks and the keys from the block's first query's
+    window on. The budgeted heads cost O(q_pos x (sinks + 2 window)), not O(q_pos^2); a block's
+    mask is ``MaskSpec``'s window on those key positions (one definition of the kept keys)."""
+    budget = mask.budget
+    out = _fused(q, k, v, replace(mask, budget=None), scale=scale, dropout_p=0.0)
+    heads = budget.heads.to(q.device).nonzero()[:, 0]  # (budgeted,)
+    if not len(heads):
+        return out
+    kv = heads // (q.shape[1] // k.shape[1])  # each budgeted head's K/V head
+    q_b, k_b, v_b = q[:, heads], k[:, kv], v[:, kv]  # (batch, budgeted, pos, d)
+    sinks, size = budget.sinks, budget.window
+    step = max(64, size)
+    for start in range(0, q.shape[2], step):
+        stop = min(start + step, q.shape[2])
+        low = max(sinks, start - size + 1)  # the first key of the band any row here sees
+        keys = torch.cat([torch.arange(min(sinks, low, stop), device=q.device),
+                          torch.arange(min(low, stop), stop, device=q.device)])  # fmt: skip
+        positions = torch.arange(start, stop, device=q.device)
+        after = keys[None, None, None, :] > positions[None, None, :, None]  # causality
+        hidden = after | _outside_window(positions, keys, size, sinks, None, causal=True)
+        block = MaskSpec(attn_mask=hidden)  # (1, 1, rows, keys), True hidden
+        out[:, heads, start:stop] = _fused(
+            q_b[:, :, start:stop], k_b[:, :, keys], v_b[:, :, keys], block, scale=scale,
+            dropout_p=0.0,
+        )  # fmt: skip
+    return out
+
+
 def _whole(mask: MaskSpec | None, q: Tensor, k: Tensor) -> MergedMask | None:
     """Every row of ``mask`` over every key of ``k``, for the paths that hold whole scores."""
     if mask is None:
@@ -240,7 +274,15 @@ def _batch_part(merged: MergedMask | None, part: slice) -> MergedMask | None:
 
 # ----------------------------------------------------------------------------- the path
 Path = Literal[
-    "fused", "explicit", "averaged", "whole", "blocked", "chunked", "streamed", "streamed-whole"
+    "fused",
+    "explicit",
+    "averaged",
+    "whole",
+    "blocked",
+    "chunked",
+    "banded",
+    "streamed",
+    "streamed-whole",
 ]
 
 
@@ -283,6 +325,17 @@ def choose_path(
             return "averaged"
         per_head = q.shape[0] * q.shape[1] * q.shape[2] * k.shape[2]
         return "blocked" if per_head >= MIN_BLOCKED else "whole"
+    if (
+        not special
+        and mask is not None
+        and mask.budget is not None
+        and replace(mask, budget=None).plain_causal
+        and q.shape[2] == k.shape[2]
+        and not needs_grad
+        and not recorded
+        and dropout_p == 0.0
+    ):
+        return "banded"  # a KV plan's layer: SDPA, then the budgeted heads over their band
     if special or (mask is not None and mask.large and not needs_grad and not recorded):
         return "chunked"  # SDPA cannot do these, or would need a whole mask per head
     return "fused"
@@ -339,7 +392,7 @@ def attend(
         q, k, v, mask, special=any(options[o] is not None for o in ("softcap", "sinks", "view")),
         dropout_p=dropout_p, need_weights=need_weights, sites=sites, statistics=statistics,
     )  # fmt: skip
-    sums = None if statistics is None else _streaming_sums(q, k, mask, statistics)
+    sums = None if statistics is None else _streaming_sums(q, k, mask, statistics, sinks)
     weights = scores = None
     if path in ("explicit", "streamed-whole"):
         dropout = dropout_p if path == "explicit" else 0.0  # statistics are of the eval model
@@ -355,6 +408,9 @@ def attend(
         with torch.no_grad():
             _, p = block_weights(q, k, _whole(mask, q, k), inplace=True, **options)
             head_out, weights = values(p, v, heads), p.mean(dim=1)
+    elif path == "banded":
+        with torch.no_grad():
+            head_out = _banded(q, k, v, mask, scale=scale)
     elif path in ("blocked", "chunked", "streamed"):
         chunk = CHUNK_ELEMENTS if statistics is None else statistics.chunk_elements
         with torch.no_grad():
@@ -375,7 +431,7 @@ def attend(
 
 
 def _streaming_sums(
-    q: Tensor, k: Tensor, mask: MaskSpec | None, request: StatisticsRequest
+    q: Tensor, k: Tensor, mask: MaskSpec | None, request: StatisticsRequest, sinks: Tensor | None
 ) -> StreamingSums:
     batch, heads, q_len, _ = q.shape
     return StreamingSums(
@@ -387,6 +443,7 @@ def _streaming_sums(
         q_offset=0 if mask is None else mask.q_offset,
         device=q.device,
         dtype=q.dtype,
+        sink_logits=sinks is not None,
     )
 
 

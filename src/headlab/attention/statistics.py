@@ -19,7 +19,10 @@ and, when the request asks for them:
     window_error       ||o_q - o_q^window|| / ||o_q||: how much of the head's output o_q = sum_k
                        w_k v_k is lost if it could only see the first ``sinks`` keys and the
                        last ``window`` ones (o^window: the same weights renormalised over those
-                       keys), exactly, from the same weights (DuoAttention's streaming heads)
+                       keys, and, for a head with a sink logit (gpt-oss), over the sink's own
+                       weight too, as the masked run's softmax keeps it), exactly, from the same
+                       weights (DuoAttention's streaming heads); the mean over every counted
+                       query, the first sinks + window ones included (they lose nothing: 0)
     copy_weight        at copy positions (``copy_sources`` >= 0: the key position of the earlier
                        occurrence of the next token), w at that key (induction on the text's own
                        repeats); ``copy_hits`` records per copy position whether the head's
@@ -144,8 +147,10 @@ class StreamingSums:
         q_offset: int,
         device: torch.device,
         dtype: torch.dtype,
+        sink_logits: bool = False,
     ) -> None:
         self.request = request
+        self.sink_logits = sink_logits  # a sink column takes weight: rows sum to less than 1
         mask = request.query_mask
         self.counted = (
             torch.ones(batch, q_len, dtype=dtype, device=device)
@@ -231,7 +236,7 @@ class StreamingSums:
         part = ChunkSums(rows, sums, seen.sum(dim=(0, 2)).to(torch.float64))
         if self.request.window is not None:
             error = window_error(weights, values, outputs, positions, self.request.window,
-                                 causal=causal_keys)  # fmt: skip
+                                 causal=causal_keys, sink_logits=self.sink_logits)  # fmt: skip
             sums["window_error"] = (error * weight).sum(dim=(0, 2)).to(torch.float64)
         if self.sources is not None:
             self._chunk_copies(weights, rows, part)
@@ -313,12 +318,17 @@ def window_error(
     window: tuple[int, int],
     *,
     causal: bool,
+    sink_logits: bool = False,
 ) -> Tensor:
     """||o - o^window|| / ||o|| per query (batch, head, c): o = outputs (batch, head, c, d), the
     head's output from weights (batch, head, c, keys) and values (batch, kv_head, keys, d);
     o^window the same weights renormalised over the first ``sinks`` keys and the keys within
     ``size`` of the query (before it when ``causal``), computed from that band of keys only.
-    A query that puts no weight there loses its whole output (error 1); a zero output, none."""
+    ``sink_logits``: the weights come from a softmax with a sink column (each row sums to
+    1 - the sink's weight); the run with the far keys masked keeps that column, so the sink's
+    weight 1 - sum_k w_k joins the denominator: o^window = sum_kept w_k v_k / (sum_kept w_k +
+    w_sink), exactly the masked run's output. A query that puts no weight there loses its
+    whole output (error 1); a zero output, none."""
     sinks, size = window
     keys = weights.shape[-1]
     first, last = int(positions[0]), int(positions[-1])
@@ -333,6 +343,8 @@ def window_error(
         band = weights[..., lo:hi] * inside  # (batch, head, c, hi - lo)
         num = num + grouped_matmul(band, values[:, :, lo:hi])
         den = den + band.sum(-1)
+    if sink_logits:  # the sink column's weight, which the masked softmax keeps
+        den = den + (1 - weights.sum(-1)).clamp_min(0)
     o_window = num / den.clamp_min(torch.finfo(den.dtype).tiny)[..., None]
     lost = (outputs - o_window).norm(dim=-1)
     full = outputs.norm(dim=-1)

@@ -130,7 +130,11 @@ def _tables(result) -> list:
         f"({c.window_tokens} in documents longer than the window), {c.copy_positions} copy "
         f"positions ({c.correct_predictions} predicted right)"
     )
-    return [Text(line), *note_lines(result.statistics.notes), *role_tables(result.roles)]
+    return [
+        Text(line),
+        *note_lines(result.statistics.notes),
+        *role_tables(result.roles, result.statistics),
+    ]
 
 
 def register(app: typer.Typer) -> None:

@@ -362,7 +362,7 @@ def _long_context(
     tables.extend(note_lines(result.statistics.notes))
     tables.append(_sink_table(findings))
     tables.append(_concentration_table(findings, document.heavy_hitters, result.tokens))
-    tables.extend(role_tables(document.roles))
+    tables.extend(role_tables(document.roles, document.statistics))
     emit_result(document, out, force, as_json, tables)
 
 

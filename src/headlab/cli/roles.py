@@ -43,12 +43,14 @@ OUT = typer.Option(model_results("kv-budget"), "--out", help="Results file (JSON
 FIGURE = typer.Option(
     None, "--figure", help="Write budget against perplexity and copy accuracy (PNG)."
 )
+DEFAULT_BUDGETS = "0.25,0.4,0.5,0.6"
 ROLE_LETTERS = {"retrieval": "R", "copy": "C", "sink": "S", "local": "L", "mixed": "."}
 
 
-def role_tables(roles, top: int = 5) -> list[Table | Text]:
+def role_tables(roles, statistics=None, top: int = 5) -> list[Table | Text]:
     """The roles of every head of one long text: counts, a layers x heads grid of letters, the
-    strongest retrieval heads, and the K/V groups a window would serve best."""
+    numbers behind each role (its clearest heads, with ``statistics``' first-token weight,
+    previous-token weight and distance), and the K/V groups a window would serve best."""
     out: list[Table | Text] = []
     head = (
         f"head roles: window {roles.sinks} sinks + {roles.window} recent keys; "
@@ -70,13 +72,8 @@ def role_tables(roles, top: int = 5) -> list[Table | Text]:
         ]
         columns = ["layer", *(f"h{h}" for h in range(heads))]
         out.extend(fitted_tables("role of each head", columns, rows))
-    if roles.retrieval is not None:
-        cells = sorted(((v, layer, h) for layer, row in enumerate(roles.retrieval)
-                        for h, v in enumerate(row)), reverse=True)[:top]  # fmt: skip
-        rows = [[str(layer), str(h), f"{v:.2f}", f"{roles.copy_weight[layer][h]:.2f}"]
-                for v, layer, h in cells]  # fmt: skip
-        columns = ["layer", "head", "retrieval", "copy weight"]
-        out.extend(fitted_tables("top retrieval heads (Wu et al.)", columns, rows))
+        if statistics is not None:
+            out.extend(_numbers_behind(roles, statistics))
     if roles.group_window_error is not None:
         groups = sorted((v, layer, g) for layer, row in enumerate(roles.group_window_error)
                         for g, v in enumerate(row))  # fmt: skip
@@ -84,6 +81,41 @@ def role_tables(roles, top: int = 5) -> list[Table | Text]:
         title = "K/V groups that sinks + a window serve best"
         out.extend(fitted_tables(title, ["layer", "group", "window error"], rows))
         out.append(Text("(window error: the share of the output lost, worst head of the group)"))
+    return out
+
+
+def _numbers_behind(roles, statistics, count: int = 3) -> list[Table | Text]:
+    """Up to ``count`` heads of each role with every number a rule reads, and the two shown
+    beside them (previous-token weight, mean distance in tokens)."""
+    from headlab.heads.roles import COPY, LOCAL, RETRIEVAL, ROLES, SINK
+
+    first = statistics.metrics[statistics.first_token]
+    metrics = statistics.metrics
+
+    def score(grid, layer: int, h: int, fmt: str = "{:.2f}") -> str:
+        return "-" if grid is None else fmt.format(grid[layer][h])
+
+    rows = []
+    for name in ROLES:
+        for layer, h in roles.examples(name, first, count):
+            rows.append([name, f"{layer}.{h}", score(roles.retrieval, layer, h),
+                         score(roles.copy_weight, layer, h), score(first, layer, h),
+                         score(roles.window_error, layer, h, "{:.3f}"),
+                         score(metrics["prev"], layer, h),
+                         score(metrics["distance"], layer, h, "{:.0f}")])  # fmt: skip
+    columns = ["role", "head", "retrieval", "copy", "first", "window", "prev", "distance"]
+    title = f"the numbers behind each role (its {count} clearest heads, layer.head)"
+    out: list[Table | Text] = [*fitted_tables(title, columns, rows, keys=2, left=["role"])]
+    out.append(
+        Text(
+            f"rules, the first that holds: retrieval >= {RETRIEVAL}; copy >= {COPY}; window "
+            f"<= {LOCAL}: sink if first >= {SINK}, else local; otherwise mixed"
+        )
+    )
+    if roles.retrieval is not None and not roles.counts()["retrieval"]:
+        best, layer, h = max((v, layer, h) for layer, row in enumerate(roles.retrieval)
+                             for h, v in enumerate(row))  # fmt: skip
+        out.append(Text(f"no retrieval head: the best retrieval score is {best:.2f} ({layer}.{h})"))
     return out
 
 
@@ -110,6 +142,7 @@ def budget_tables(result) -> list[Table | Text]:
                 f"copy accuracy with the top {check.k} retrieval heads masked: "
                 f"{check.copy_accuracy:.3f}; with {check.k} random heads masked: {randoms} "
                 f"(none masked: {base.copy_accuracy:.3f})"
+                + (f"; {check.note}" if check.note else "")
             )
         )
     return out
@@ -123,15 +156,25 @@ def kv_budget_command(
     backend: str | None = BACKEND,
     download: bool = DOWNLOAD,
     trust_remote_code: bool = TRUST_REMOTE_CODE,
-    budgets: str = typer.Option(
-        "0.25,0.4,0.5,0.6", "--budgets", help="Shares of K/V groups that keep sinks + window."
+    budgets: str | None = typer.Option(
+        None,
+        "--budgets",
+        help="Shares of K/V groups that keep sinks + window [default: 0.25,0.4,0.5,0.6 "
+        "without --kv-saved].",
+    ),
+    kv_saved: str | None = typer.Option(
+        None,
+        "--kv-saved",
+        help="KV memory savings to plan for, full / planned (1.67: the plan keeps 60%); each "
+        "becomes the fewest groups that reach it.",
     ),
     max_tokens: int | None = typer.Option(
         None, "--max-tokens", help="Length of the texts [default: the model's context]."
     ),
     sinks: int = typer.Option(4, "--sinks", help="First tokens every windowed group keeps."),
     window: int = typer.Option(256, "--window", help="Recent tokens every windowed group keeps."),
-    seeds: int = typer.Option(3, "--seeds", help="Random plans of each size."),
+    seeds: int = typer.Option(3, "--seeds", help="Random plans of each size (at least 3)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the built-in copy task."),
     text_file: Path | None = TEXT_FILE,
     calibration_file: Path | None = CALIBRATION_FILE,
     retrieval_k: int | None = typer.Option(
@@ -152,16 +195,20 @@ def kv_budget_command(
     accuracy with the full model, with random plans of the same size and with the opposite
     ranking. Then masks the top retrieval heads against as many random heads.
     """
-    from headlab.heads.kv_budget import check_budgets, kv_budget
-    from headlab.limits import check_int
+    from headlab.heads.kv_budget import MIN_SEEDS, check_budgets, groups_for_saving, kv_budget
+    from headlab.limits import check_int, check_seed
     from headlab.models.corpus import read_text_file
 
-    shares = float_list("--budgets", budgets)
+    if budgets is None and kv_saved is None:
+        budgets = DEFAULT_BUDGETS
+    shares = [] if budgets is None else float_list("--budgets", budgets)
+    savings = [] if kv_saved is None else float_list("--kv-saved", kv_saved)
     with _flags():
-        check_budgets(shares)
+        check_budgets(shares, savings)
     check_int("--sinks", sinks, low=0)
     check_int("--window", window)
-    check_int("--seeds", seeds, high=100)
+    check_int("--seeds", seeds, low=MIN_SEEDS, high=100)
+    check_seed("--seed", seed)
     if max_tokens is not None:
         check_int("--max-tokens", max_tokens, low=2)
         if max_tokens <= sinks + window:
@@ -169,6 +216,9 @@ def kv_budget_command(
                 f"--max-tokens {max_tokens} is not longer than --sinks {sinks} + --window "
                 f"{window}: every key would be in the window"
             )
+        with _flags():  # a saving out of reach at this length, before the model loads
+            for target in savings:
+                groups_for_saving(target, 1, max_tokens, sinks + window)
     if retrieval_k is not None:
         check_int("--retrieval-k", retrieval_k)
     claim_analysis("kv-budget", out, force, figure)
@@ -179,15 +229,16 @@ def kv_budget_command(
     loaded = open_model(model, Route(backend, download, trust_remote_code, as_json))
     if max_tokens is not None:
         check_int("--max-tokens", max_tokens, low=2, high=loaded.max_positions)
-    total = 2 + len(shares) * (seeds + 2) + 1 + seeds
-    with progress("KV budget: model runs", total, quiet=as_json) as update, _flags():
+    with progress("KV budget: model runs", None, quiet=as_json) as update, _flags():
         result = kv_budget(
             loaded,
             budgets=shares,
+            kv_saved=savings,
             n_tokens=max_tokens,
             sinks=sinks,
             window=window,
             seeds=seeds,
+            seed=seed,
             calibration_text=calibration,
             evaluation_text=evaluation,
             retrieval_k=retrieval_k,
@@ -209,7 +260,11 @@ def _flags():
         sinks="--sinks",
         window="--window",
         seeds="--seeds",
+        seed="--seed",
+        kv_saved="--kv-saved",
         n_tokens="--max-tokens",
+        calibration_text="--calibration-file",
+        evaluation_text="--text-file",
         retrieval_k="--retrieval-k",
     )
 

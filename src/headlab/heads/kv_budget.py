@@ -10,10 +10,15 @@ forward per plan. Measured on a held-out long text with a repeated passage
 (the share of copy positions where the model's top-1 prediction is the true next token).
 
 ``kv_budget`` ranks the groups by their window error on a calibration text (``heads.roles``),
-windows the lowest share ``budget`` of them, and compares that plan with the full model, with
-the same number of groups chosen at random (several seeds) and with the opposite ranking (the
-highest errors first). A second check after Wu et al. (2024): masking (zeroing before W_O) the
-top-k retrieval heads against k random heads, on copy accuracy.
+windows the lowest ones, and compares that plan with the full model, with the same number of
+groups chosen at random (at least 3 seeds) and with the opposite ranking (the highest errors
+first). A plan's size is asked as a share of the K/V groups (``budgets``) or as the KV memory
+it must save (``kv_saved`` = full / planned memory; every group holds the same K and V rows per
+token, so memory is counted in group-tokens, see ``groups_for_saving``). The default texts are
+two built-in copy tasks whose fillers come from disjoint halves of the document: the plan is
+judged on text it was not ranked on. A second check after Wu et al. (2024): masking (zeroing
+before W_O) the top-k retrieval heads against k random heads drawn from the other heads, on
+copy accuracy.
 """
 
 from __future__ import annotations
@@ -87,14 +92,26 @@ class Evaluation:
     copy_accuracy: float
 
 
+#: Rows of logits whose float64 log-softmax is alive at a time (512 x 49152 x 8 B = 192 MiB).
+LOSS_ROWS = 512
+
+
 @torch.no_grad()
 def evaluate(model: HeadModel, batch: TokenBatch, sources: torch.Tensor) -> Evaluation:
-    """One forward of ``model`` on a one-text ``batch`` with copy positions ``sources`` (pos,)."""
+    """One forward of ``model`` on a one-text ``batch`` with copy positions ``sources`` (pos,).
+    The losses are taken in float64 a block of ``LOSS_ROWS`` rows at a time: beside the
+    forward's own (pos, vocab) logits, no second copy of them is ever whole."""
     logits = model.run(batch)[0, :-1]  # (pos - 1, vocab): predictions of tokens 1..
     targets = batch.input_ids[0, 1:]
     copies = sources[:-1] >= 0
-    losses = F.cross_entropy(logits.double(), targets, reduction="none")
-    perplexity = math.exp(float(losses[~copies].mean()))
+    total, count = 0.0, 0
+    for start in range(0, len(targets), LOSS_ROWS):
+        rows = slice(start, start + LOSS_ROWS)
+        losses = F.cross_entropy(logits[rows].double(), targets[rows], reduction="none")
+        plain = ~copies[rows]
+        total += float(losses[plain].sum())
+        count += int(plain.sum())
+    perplexity = math.exp(total / max(count, 1))
     hits = logits[copies].argmax(-1) == targets[copies]
     return Evaluation(perplexity, float(hits.double().mean()) if len(hits) else 0.0)
 
@@ -103,7 +120,8 @@ def evaluate(model: HeadModel, batch: TokenBatch, sources: torch.Tensor) -> Eval
 class PlanRun:
     """One plan run: ``kind`` full | chosen | random | opposite (``seed`` for random) at
     ``budget`` (share of K/V groups windowed), its groups, the KV memory saved (full / planned)
-    and the evaluation."""
+    and the evaluation; ``target_kv_saved``: the KV memory saving the size was derived from
+    (None: a share of groups was asked)."""
 
     kind: str
     budget: float
@@ -112,6 +130,7 @@ class PlanRun:
     kv_saved: float
     perplexity: float
     copy_accuracy: float
+    target_kv_saved: float | None = None
 
     @classmethod
     def from_dict(cls, f: Fields) -> PlanRun:
@@ -119,12 +138,14 @@ class PlanRun:
         if kind not in KINDS:
             raise problem(f.at("kind"), " | ".join(KINDS), kind)
         seed = None if f.data.get("seed") is None else f.int("seed")
+        target = None if f.data.get("target_kv_saved") is None else f.number("target_kv_saved", 1.0)
         groups = f.list("groups")
         for i, g in enumerate(groups):
             if not (isinstance(g, list) and len(g) == 2 and all(isinstance(x, int) for x in g)):
                 raise problem(f"{f.at('groups')}[{i}]", "[layer, group]", g)
         return cls(kind, f.number("budget", 0.0, 1.0), seed, groups, f.number("kv_saved", 1.0),
-                   f.number("perplexity", 0.0), f.number("copy_accuracy", 0.0, 1.0))  # fmt: skip
+                   f.number("perplexity", 0.0), f.number("copy_accuracy", 0.0, 1.0),
+                   target)  # fmt: skip
 
 
 KINDS = ("full", "chosen", "random", "opposite")
@@ -132,23 +153,30 @@ KINDS = ("full", "chosen", "random", "opposite")
 
 @dataclass(frozen=True)
 class RetrievalCheck:
-    """Copy accuracy with the top-``k`` retrieval heads masked, against ``k`` random heads."""
+    """Copy accuracy with the top-``k`` retrieval heads masked, against ``k`` random heads drawn
+    from the others (one per seed); ``note`` says when no head reached the threshold."""
 
     k: int
     heads: list[list[int]]
     copy_accuracy: float
     random_copy_accuracy: list[float]
+    random_heads: list[list[list[int]]] = field(default_factory=list)
+    note: str = ""
 
     @classmethod
     def from_dict(cls, f: Fields) -> RetrievalCheck:
+        note = f.str("note") if "note" in f.data else ""
+        drawn = f.list("random_heads") if "random_heads" in f.data else []
         return cls(f.int("k", 1), f.list("heads"), f.number("copy_accuracy", 0.0, 1.0),
-                   [float(v) for v in f.numbers("random_copy_accuracy")])  # fmt: skip
+                   [float(v) for v in f.numbers("random_copy_accuracy")], drawn,
+                   note)  # fmt: skip
 
 
 @dataclass(frozen=True)
 class KVBudgetResult:
-    """``runs``: the full model, then per budget the chosen plan, the random ones and the
-    opposite one; ``retrieval``: the masking check (None without retrieval heads)."""
+    """``runs``: the full model, then per plan size the chosen plan, the random ones and the
+    opposite one; ``retrieval``: the masking check (None without retrieval heads);
+    ``texts``: where the calibration and the held-out texts came from."""
 
     KIND: ClassVar[str] = "model-kv-budget"
 
@@ -160,6 +188,7 @@ class KVBudgetResult:
     group_ranking: list[list[float]]  # [layer, group, window error], lowest error first
     runs: list[PlanRun] = field(default_factory=list)
     retrieval: RetrievalCheck | None = None
+    texts: str = ""
 
     def to_dict(self) -> dict:
         out = asdict(self)
@@ -179,20 +208,46 @@ class KVBudgetResult:
         check = None
         if "retrieval" in data:
             check = RetrievalCheck.from_dict(f.object("retrieval"))
+        texts = f.str("texts") if "texts" in data else ""
         return cls(f.str("model"), f.int("n_tokens", 2), f.int("sinks"), f.int("window", 1),
-                   f.int("copy_positions"), ranking, runs, check)  # fmt: skip
+                   f.int("copy_positions"), ranking, runs, check, texts)  # fmt: skip
 
     def baseline(self) -> PlanRun:
         return next(r for r in self.runs if r.kind == "full")
 
 
-def check_budgets(budgets: Sequence[float]) -> None:
-    """ValueError naming ``budgets`` unless each is in (0, 1]."""
-    if not budgets:
+MIN_SEEDS = 3  # random plans of each size: fewer cannot show a spread
+
+
+def check_budgets(budgets: Sequence[float], kv_saved: Sequence[float] = ()) -> None:
+    """ValueError naming ``budgets`` unless each is in (0, 1], or ``kv_saved`` unless each is a
+    finite number > 1; at least one of the two must list something."""
+    if not budgets and not kv_saved:
         raise ValueError("budgets must list at least one share of K/V groups, got none")
     for b in budgets:
         if isinstance(b, bool) or not isinstance(b, int | float) or not 0 < b <= 1:
             raise ValueError(f"budgets must be shares in (0, 1], got {b!r}")
+    for r in kv_saved:
+        if isinstance(r, bool) or not isinstance(r, int | float) or not 1 < r < math.inf:
+            raise ValueError(f"kv_saved must be numbers > 1 (full / planned KV memory), got {r!r}")
+
+
+def groups_for_saving(target: float, groups_total: int, n_tokens: int, kept: int) -> int:
+    """The fewest windowed K/V groups (of ``groups_total``, each keeping ``kept`` of
+    ``n_tokens`` keys) whose plan saves at least ``target`` = full / planned KV memory:
+
+        full = G n,  planned = G n - c (n - kept)  =>  c = ceil(G (1 - 1/target) / (1 - kept/n))
+
+    ValueError when even every group windowed saves less (at most n / kept)."""
+    kept = min(kept, n_tokens)
+    most = n_tokens / kept
+    if target > most:
+        raise ValueError(
+            f"kv_saved={target:g} is out of reach: windowing every K/V group to {kept} of "
+            f"{n_tokens} tokens saves {most:.2f}x at most"
+        )
+    exact = groups_total * (1 - 1 / target) / (1 - kept / n_tokens)
+    return min(groups_total, math.ceil(exact - 1e-9))
 
 
 def ranked_groups(roles: HeadRoles) -> list[list[float]]:
@@ -202,51 +257,99 @@ def ranked_groups(roles: HeadRoles) -> list[list[float]]:
     return sorted(cells, key=lambda c: (c[2], c[0], c[1]))
 
 
+def model_runs(sizes: int, seeds: int) -> int:
+    """How many model runs ``kv_budget`` makes for ``sizes`` plan sizes: the roles pass, the
+    full model, per size the chosen, random and opposite plans, and the retrieval check."""
+    return 2 + sizes * (seeds + 2) + 1 + seeds
+
+
+def default_texts(model: HeadModel, n_tokens: int, seed: int, asked: bool) -> tuple[str, str]:
+    """(calibration, held-out) built-in copy tasks of ``n_tokens`` tokens: the filler of one
+    from the first half of the document, of the other from the second half (no shared filler
+    word, ``repeats.copy_task``), both seeded by ``seed``. ``asked``: the user chose
+    ``n_tokens``; otherwise the message of a context too short names the model's context."""
+    try:
+        return tuple(copy_task(model, n_tokens, seed=seed, part=part, parts=2).text
+                     for part in (0, 1))  # fmt: skip
+    except ValueError:
+        if asked:
+            raise
+        raise ValueError(
+            f"{model.name}'s context of {n_tokens} tokens cannot hold the built-in copy task "
+            "(a passage twice); give calibration_text= and evaluation_text="
+        ) from None
+
+
 def kv_budget(
     model: HeadModel,
     *,
     budgets: Sequence[float] = (0.25, 0.5, 0.75),
+    kv_saved: Sequence[float] = (),
     n_tokens: int | None = None,
     sinks: int = SINKS,
     window: int = WINDOW,
-    seeds: int = 3,
+    seeds: int = MIN_SEEDS,
+    seed: int = 0,
     calibration_text: str | None = None,
     evaluation_text: str | None = None,
     retrieval_k: int | None = None,
     on_step: Callable[[int, int], None] | None = None,
 ) -> KVBudgetResult:
-    """Rank, plan and verify (see the module docstring). Texts default to the built-in copy
-    task at ``n_tokens`` tokens (calibration seed 0, evaluation seed 1). ``retrieval_k``: how
-    many retrieval heads to mask (default: those scoring >= 0.1, at least 1). ``on_step(done,
-    total)`` after each model run. Raises ValueError, before the model runs, for budgets outside
-    (0, 1], a window or sink count out of range, a text not longer than the window, or an
-    evaluation text without copy positions."""
-    check_budgets(budgets)
-    check_int("seeds", seeds)
+    """Rank, plan and verify (see the module docstring).
+
+    Plan sizes: each of ``budgets`` (a share of the K/V groups, rounded to a count) and each of
+    ``kv_saved`` (a KV memory saving full / planned, turned into the fewest groups that reach
+    it at the held-out text's length, ``groups_for_saving``); sizes that come out equal run
+    once. ``seeds`` random plans per size (at least 3). Texts default to the built-in copy task
+    at ``n_tokens`` tokens (``default_texts``, seeded by ``seed``): calibration and held-out
+    share no filler. ``retrieval_k``: how many retrieval heads to mask (default: those scoring
+    >= 0.1; when none does, the top one, and the check's note says so). ``on_step(done,
+    total)`` after each model run. Raises ValueError, before the model runs, for budgets
+    outside (0, 1], a saving out of reach, fewer than 3 seeds, a window or sink count out of
+    range, a text not longer than the window, or an evaluation text without copy positions."""
+    check_budgets(budgets, kv_saved)
+    check_int("seeds", seeds, low=MIN_SEEDS)
+    check_int("seed", seed, low=0)
     check_int("sinks", sinks, low=0)
     check_int("window", window)
     if model.objective_kind != "next-token":
         raise ValueError(f"{model.name} predicts no tokens: a KV budget needs a language model")
+    asked = n_tokens is not None
     n_tokens = model.max_positions if n_tokens is None else n_tokens
     check_int("n_tokens", n_tokens, low=2, high=model.max_positions)
     if n_tokens <= sinks + window:
+        length = f"n_tokens={n_tokens}" if asked else f"{model.name}'s context of {n_tokens} tokens"
         raise ValueError(
-            f"n_tokens={n_tokens} is not longer than sinks {sinks} + window {window}: every key "
-            "is in the window"
+            f"{length} is not longer than sinks {sinks} + window {window}: every key is in the "
+            "window"
         )
-    calibration = calibration_text or copy_task(model, n_tokens, seed=0).text
-    held_out = evaluation_text or copy_task(model, n_tokens, seed=1).text
-    batch = model.tokenize([held_out], n_tokens)
-    if batch.input_ids.shape[1] <= sinks + window:
+    texts = "calibration and held-out texts given"
+    if calibration_text is None or evaluation_text is None:
+        built = default_texts(model, n_tokens, seed, asked)
+        texts = (
+            f"built-in copy task, seed {seed}: calibration "
+            f"{'given' if calibration_text else 'on the first half of the filler'}, held-out "
+            f"{'given' if evaluation_text else 'on the second half'}"
+        )
+        calibration_text = calibration_text or built[0]
+        evaluation_text = evaluation_text or built[1]
+    batch = model.tokenize([evaluation_text], n_tokens)
+    length = batch.input_ids.shape[1]
+    if length <= sinks + window:
         raise ValueError(
-            f"the evaluation text has {batch.input_ids.shape[1]} tokens, not more than sinks "
-            f"{sinks} + window {window}"
+            f"the evaluation text has {length} tokens, not more than sinks {sinks} + window "
+            f"{window}"
         )
     sources = copy_sources(batch.input_ids[0], MIN_MATCH)
     if not bool((sources >= 0).any()):
         raise ValueError("the evaluation text repeats no earlier passage: no copy positions")
     groups_total = sum(model.kv_heads_per_layer)
-    total = 2 + len(budgets) * (seeds + 2) + 1 + seeds
+    sizes: dict[int, float | None] = {}  # windowed groups -> the saving asked, if any
+    for target in kv_saved:
+        sizes[groups_for_saving(target, groups_total, length, sinks + window)] = target
+    for budget in budgets:
+        sizes.setdefault(max(1, round(budget * groups_total)), None)
+    total = model_runs(len(sizes), seeds)
     done = 0
 
     def step() -> None:
@@ -256,52 +359,59 @@ def kv_budget(
             on_step(done, total)
 
     stats = long_text_statistics(
-        model, calibration, max_tokens=n_tokens, window=(sinks, window), strict_window=True
+        model, calibration_text, max_tokens=n_tokens, window=(sinks, window), strict_window=True
     )
     step()
     ranking = ranked_groups(stats.roles)
-    length = batch.input_ids.shape[1]
     full = evaluate(model, batch, sources)
     step()
     runs = [PlanRun("full", 0.0, None, [], 1.0, full.perplexity, full.copy_accuracy)]
 
-    def run(kind: str, budget: float, seed: int | None, groups: list[Group]) -> None:
+    def run(kind: str, seed: int | None, groups: list[Group], target: float | None) -> None:
         plan = KVPlan(tuple(groups), sinks, window)
         with planned(model, plan):
             result = evaluate(model, batch, sources)
         saved = plan.kv_saved(model.kv_heads_per_layer, length)
-        runs.append(PlanRun(kind, budget, seed, [list(g) for g in groups], saved,
-                            result.perplexity, result.copy_accuracy))  # fmt: skip
+        runs.append(PlanRun(kind, len(groups) / groups_total, seed, [list(g) for g in groups],
+                            saved, result.perplexity, result.copy_accuracy, target))  # fmt: skip
         step()
 
     every = [(int(layer), int(g)) for layer, g, _ in ranking]
-    for budget in budgets:
-        count = max(1, round(budget * groups_total))
-        run("chosen", budget, None, every[:count])
-        for seed in range(seeds):
-            run("random", budget, seed, random.Random(seed).sample(every, count))
-        run("opposite", budget, None, every[::-1][:count])
+    for count, target in sorted(sizes.items()):
+        run("chosen", None, every[:count], target)
+        for s in range(seeds):
+            run("random", s, random.Random(s).sample(every, count), target)
+        run("opposite", None, every[::-1][:count], target)
     check = _retrieval_check(model, stats.roles, batch, sources, retrieval_k, seeds, step)
     return KVBudgetResult(model.name, length, sinks, window, int((sources >= 0).sum()),
-                          ranking, runs, check)  # fmt: skip
+                          ranking, runs, check, texts)  # fmt: skip
 
 
 def _retrieval_check(model, roles, batch, sources, k, seeds, step) -> RetrievalCheck | None:
-    """Copy accuracy with the top-k retrieval heads zeroed, and with k random heads (seeds)."""
+    """Copy accuracy with the top-k retrieval heads zeroed, and with k random heads drawn from
+    the other heads (one draw per seed)."""
     if roles.retrieval is None:
         return None
     cells = sorted(((v, layer, h) for layer, row in enumerate(roles.retrieval)
                     for h, v in enumerate(row)), reverse=True)  # fmt: skip
+    note = ""
     if k is None:
-        k = max(1, sum(v >= RETRIEVAL for v, _, _ in cells))
+        k = sum(v >= RETRIEVAL for v, _, _ in cells)
+        if k == 0:
+            k = 1
+            note = (f"no head scores >= {RETRIEVAL} (the best: {cells[0][0]:.3f}); masked the "
+                    "top one")  # fmt: skip
+    k = max(1, min(k, len(cells) - 1))
     top = [(layer, h) for _, layer, h in cells[:k]]
     with ablated(model, top):
         masked = evaluate(model, batch, sources).copy_accuracy
     step()
-    heads = [(layer, h) for _, layer, h in cells]
-    others = []
-    for seed in range(seeds):
-        with ablated(model, random.Random(seed).sample(heads, k)):
-            others.append(evaluate(model, batch, sources).copy_accuracy)
+    others = [(layer, h) for _, layer, h in cells[k:]]
+    drawn = [random.Random(seed).sample(others, min(k, len(others))) for seed in range(seeds)]
+    accuracy = []
+    for heads in drawn:
+        with ablated(model, heads):
+            accuracy.append(evaluate(model, batch, sources).copy_accuracy)
         step()
-    return RetrievalCheck(k, [list(h) for h in top], masked, others)
+    return RetrievalCheck(k, [list(h) for h in top], masked, accuracy,
+                          [[list(h) for h in heads] for heads in drawn], note)  # fmt: skip

@@ -9,7 +9,9 @@ weight falls on the source of the token the model is about to emit.
 ``copy_task`` builds such a text for a model that has none of its own: a passage of seeded
 random words placed early in a long filler (the standard library's docstrings,
 ``headlab.models.long_document``) and repeated at the end, cut so that the whole text fits in
-``n_tokens`` of the model's tokens.
+``n_tokens`` of the model's tokens. ``part`` of ``parts`` takes the filler from one of ``parts``
+disjoint slices of that document: texts built from different parts share no filler word (a
+calibration text and a held-out one, ``heads.kv_budget``).
 """
 
 from __future__ import annotations
@@ -47,11 +49,23 @@ def copy_sources(ids: Tensor, min_match: int = MIN_MATCH) -> Tensor:
 @dataclass(frozen=True)
 class CopyTask:
     """A long text with one passage repeated: ``text``; the passage's word count; where it was
-    put (the filler words before its first occurrence)."""
+    put (the filler words before its first occurrence); the filler: ``filler_words`` words of
+    ``long_document().split()`` read from index ``filler_start`` on, wrapping around within
+    the slice [``slice_start``, ``slice_stop``) of the document's words."""
 
     text: str
     passage_words: int
     offset_words: int
+    filler_start: int = 0
+    filler_words: int = 0
+    slice_start: int = 0
+    slice_stop: int = 0
+
+    def filler_positions(self) -> set[int]:
+        """The indices into ``long_document().split()`` of every filler word of the text."""
+        size = self.slice_stop - self.slice_start
+        first = self.filler_start - self.slice_start
+        return {self.slice_start + (first + i) % size for i in range(self.filler_words)}
 
 
 def copy_task(
@@ -61,24 +75,34 @@ def copy_task(
     passage_words: int = 48,
     at: float = 0.1,
     seed: int = 0,
+    part: int = 0,
+    parts: int = 1,
 ) -> CopyTask:
     """A text of at most ``n_tokens`` tokens of ``model``: filler, a passage of
     ``passage_words`` seeded random words at the share ``at`` of the text, more filler, the
-    passage again at the end. ValueError when ``n_tokens`` cannot hold the passage twice."""
+    passage again at the end. The filler comes from slice ``part`` of ``parts`` equal slices of
+    the document (the text is shorter than ``n_tokens`` when the slice runs out); the seed picks
+    the passage and where in the slice the filler begins (another part draws another passage).
+    ValueError when ``n_tokens`` cannot hold the passage twice or ``part`` is not below
+    ``parts``."""
     check_int("n_tokens", n_tokens, low=2, high=model.max_positions)
     check_int("passage_words", passage_words)
-    filler = long_document().split()
-    rng = random.Random(seed)
-    vocabulary = sorted({w.strip(".,;:()'\"`") for w in filler} - {""})
+    check_int("parts", parts)
+    check_int("part", part, low=0, high=parts - 1)
+    document = long_document().split()
+    rng = random.Random(seed if parts == 1 else f"copy task {seed}, part {part} of {parts}")
+    vocabulary = sorted({w.strip(".,;:()'\"`") for w in document} - {""})
     passage = " ".join(rng.choice(vocabulary) for _ in range(passage_words))
-    start = rng.randrange(len(filler) // 2)  # where in the filler this seed begins
+    lo, hi = part * len(document) // parts, (part + 1) * len(document) // parts
+    filler = document[lo:hi]
+    start = rng.randrange(len(filler) // 2)  # where in the slice this seed begins
     words = filler[start:] + filler[:start]
 
     def build(count: int) -> CopyTask:
         before = max(1, int(count * at))
         body = words[:count]
         text = " ".join([*body[:before], passage, *body[before:], passage])
-        return CopyTask(text, passage_words, before)
+        return CopyTask(text, passage_words, before, lo + start, count, lo, hi)
 
     if model.count_tokens(build(1).text) > n_tokens:
         raise ValueError(

@@ -21,6 +21,12 @@ and a role, the first rule that holds:
     sink        first >= 0.3 and window_error <= 0.05: parks on the first token, else local
     local       window_error <= 0.05: sinks plus a recent window reproduce its output
     mixed       none of these
+
+The previous-token weight and the mean attention distance (``heads.statistics``) are shown
+beside the roles but decide none: a previous-token head is a local head (its window error is
+about 0), and the window error measures exactly what a short distance only suggests (a head
+with a mean distance of 2000 tokens can still lose nothing to a window when its far weight
+sits on the sinks). ``HeadRoles.examples`` lists each role's clearest heads.
 """
 
 from __future__ import annotations
@@ -75,6 +81,22 @@ class HeadRoles:
             return {}
         flat = [r for row in self.roles for r in row]
         return {name: flat.count(name) for name in ROLES}
+
+    def examples(
+        self, name: str, first: list[list[float]], count: int = 3
+    ) -> list[tuple[int, int]]:
+        """The ``count`` heads (layer, head) of role ``name`` that show it most clearly, by the
+        score of its rule: retrieval and copy weight highest first, sinks by the first-token
+        weight ``first`` (layer, head), local heads by the lowest window error, mixed heads by
+        the highest (the least local). Empty without roles."""
+        if self.roles is None:
+            return []
+        scores = {"retrieval": self.retrieval, "copy": self.copy_weight, "sink": first,
+                  "local": self.window_error, "mixed": self.window_error}  # fmt: skip
+        grid, sign = scores[name], -1.0 if name == "local" else 1.0
+        cells = [(layer, h) for layer, row in enumerate(self.roles)
+                 for h, r in enumerate(row) if r == name]  # fmt: skip
+        return sorted(cells, key=lambda c: (-sign * grid[c[0]][c[1]], c))[:count]
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -80,7 +80,7 @@ class Decoder(NativeModel):
         self,
         name: str,
         model: CausalNetwork,
-        tokenizer: Tokenizer,
+        tokenizer: Tokenizer | None,
         chat_template: str | None = None,
     ) -> None:
         self.name = name
@@ -88,8 +88,10 @@ class Decoder(NativeModel):
         self.tokenizer = tokenizer
         self.config = model.config
         self.chat_template = chat_template
-        # named from what the tokenizer adds (none for SmolLM2: "first"): models/special.py
-        self.first_token, self.last_token = tokenizers_names(tokenizer)
+        # named from what the tokenizer adds (none for SmolLM2: "first"): models/special.py;
+        # without a tokenizer (a model run on token ids alone, as the benchmarks do) "first"
+        names = tokenizers_names(tokenizer) if tokenizer is not None else ("first", None)
+        self.first_token, self.last_token = names
 
     # ------------------------------------------------------------------ the interface
     @property

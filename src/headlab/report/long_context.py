@@ -18,9 +18,10 @@ from headlab.analysis.text_attention import AttentionView
 from headlab.heads.kv_budget import KVBudgetResult
 from headlab.heads.long_context import LongContextResult
 from headlab.heads.results import read_result
+from headlab.heads.roles import RETRIEVAL
 from headlab.locations import model_results
 from headlab.report import figures
-from headlab.report.heatmap import heatmap_data
+from headlab.report.heatmap import heatmap_data, profile_data
 from headlab.report.long_context_figures import (
     chosen_heads,
     kv_budget_figure,
@@ -62,38 +63,79 @@ def roles_answer(result: LongContextResult) -> str:
         v, layer, head = max(
             (v, layer, h) for layer, row in enumerate(roles.retrieval) for h, v in enumerate(row)
         )
-        parts.append(f" The strongest retrieval head is layer {layer} head {head} ({v:.2f}).")
+        if v >= RETRIEVAL:
+            parts.append(f" The strongest retrieval head is layer {layer} head {head} ({v:.2f}).")
+        elif v > 0:
+            parts.append(
+                f" No head reaches Wu et al.'s threshold of {RETRIEVAL}: the best retrieval "
+                f"score is {v:.2f} (layer {layer} head {head})."
+            )
+        else:
+            parts.append(
+                " No head ever put its largest weight on the copied token's source at a copy "
+                "position the model predicted right: every retrieval score is 0."
+            )
     return "".join(parts)
 
 
-def budget_answer(result: KVBudgetResult) -> str:
-    """One paragraph from the measured plans."""
+def budget_rows(result: KVBudgetResult) -> list[dict]:
+    """One row per plan size: the groups windowed, the KV memory saved (and the saving asked),
+    perplexity against the full model and copy accuracy of the chosen plan, the random plans
+    (lowest to highest) and the opposite ranking."""
     base = result.baseline()
-    chosen = sorted((r for r in result.runs if r.kind == "chosen"), key=lambda r: r.budget)
-    sentences = []
-    for run in chosen:
-        randoms = [r for r in result.runs if r.kind == "random" and r.budget == run.budget]
-        worst = max(r.perplexity for r in randoms) / base.perplexity - 1
-        best = min(r.perplexity for r in randoms) / base.perplexity - 1
-        copy = sum(r.copy_accuracy for r in randoms) / len(randoms)
-        sentences.append(
-            f"windowing {run.budget:.0%} of the K/V groups saves {run.kv_saved:.2f}x of the KV "
-            f"memory: perplexity {run.perplexity / base.perplexity - 1:+.1%} "
-            f"(random plans {best:+.1%} to {worst:+.1%}), copy accuracy "
-            f"{run.copy_accuracy:.2f} (random {copy:.2f})"
-        )
+    rows = []
+    for run in sorted((r for r in result.runs if r.kind == "chosen"), key=lambda r: r.budget):
+        same = [r for r in result.runs if r.budget == run.budget and r.kind != "full"]
+        randoms = [r for r in same if r.kind == "random"]
+        opposite = next((r for r in same if r.kind == "opposite"), None)
+
+        def change(r) -> str:
+            return f"{r.perplexity / base.perplexity - 1:+.1%}"
+
+        rows.append({
+            "groups": f"{len(run.groups)} ({run.budget:.0%})",
+            "saved": f"{run.kv_saved:.2f}x"
+            + ("" if run.target_kv_saved is None else f" (asked {run.target_kv_saved:g}x)"),
+            "perplexity": change(run),
+            "random_perplexity": "\u2026".join(
+                change(r) for r in (min(randoms, key=lambda r: r.perplexity),
+                                    max(randoms, key=lambda r: r.perplexity))
+            ) if randoms else "",
+            "opposite_perplexity": change(opposite) if opposite else "",
+            "copy_accuracy": f"{run.copy_accuracy:.3f}",
+            "random_copy": "\u2026".join(f"{v:.3f}" for v in (
+                min(r.copy_accuracy for r in randoms), max(r.copy_accuracy for r in randoms)
+            )) if randoms else "",
+            "opposite_copy": f"{opposite.copy_accuracy:.3f}" if opposite else "",
+        })  # fmt: skip
+    return rows
+
+
+def budget_answer(result: KVBudgetResult) -> str:
+    """One paragraph from the measured plans (the table has every plan size)."""
+    base = result.baseline()
     text = (
-        f"{result.model} at {result.n_tokens} tokens (full model: perplexity "
-        f"{base.perplexity:.2f}, copy accuracy {base.copy_accuracy:.2f}): " + "; ".join(sentences)
+        f"{result.model} at {result.n_tokens} tokens ({result.copy_positions} copy positions; "
+        f"windowed groups keep {result.sinks} sinks + {result.window} recent tokens). The full "
+        f"model: perplexity {base.perplexity:.2f}, copy accuracy {base.copy_accuracy:.3f}. "
+        "The table compares the plan that windows the groups of lowest window error with "
+        f"{sum(r.kind == 'random' and r.budget == _first_budget(result) for r in result.runs)} "
+        "random plans of the same size and with the opposite ranking"
     )
     check = result.retrieval
     if check is not None:
-        randoms = ", ".join(f"{a:.2f}" for a in check.random_copy_accuracy)
+        randoms = ", ".join(f"{a:.3f}" for a in check.random_copy_accuracy)
         text += (
             f". Masking the top {check.k} retrieval heads leaves copy accuracy "
-            f"{check.copy_accuracy:.2f}; masking {check.k} random heads: {randoms}"
+            f"{check.copy_accuracy:.3f}; masking {check.k} random other heads: {randoms}"
         )
+        if check.note:
+            text += f" ({check.note})"
     return text + "."
+
+
+def _first_budget(result: KVBudgetResult) -> float | None:
+    return next((r.budget for r in result.runs if r.kind == "chosen"), None)
 
 
 def long_context_sections(
@@ -130,20 +172,21 @@ def long_context_sections(
     else:
         png = figures.png_bytes(kv_budget_figure(budget))
         pngs["kv_budget.png"] = png
-        out["kv_budget"] = {"image": _uri(png), "answer": budget_answer(budget)}
+        out["kv_budget"] = {"image": _uri(png), "answer": budget_answer(budget),
+                            "table": budget_rows(budget)}  # fmt: skip
     return out
 
 
 def _blocked_explorer(result: LongContextResult) -> dict:
-    """Every head's blocked map as a heatmap explorer: blocks of ``block`` tokens as labels."""
+    """Every head's blocked map as a heatmap explorer (blocks of ``block`` tokens as labels),
+    with the attention each key receives along the text under it, for the head shown."""
     maps = result.maps
     blocked = np.asarray(maps.blocked, dtype=np.float64)  # (layer, head, q_block, k_block)
     n = result.context.n_tokens
-    labels = [
-        f"{start}-{min(start + maps.block, n) - 1}" for start in range(0, n, maps.block)
-    ][: blocked.shape[-1]]
+    starts = range(0, n, maps.block)
+    labels = [f"{start}-{min(start + maps.block, n) - 1}" for start in starts][: blocked.shape[-1]]
     view = AttentionView(f"mean weight per block of {maps.block} tokens", blocked)
-    return heatmap_data(
+    explorer = heatmap_data(
         f"{result.statistics.model}'s heads along one text of {n} tokens",
         labels,
         [view],
@@ -153,3 +196,10 @@ def _blocked_explorer(result: LongContextResult) -> dict:
             "were ever held."
         ),
     )
+    explorer["profile"] = {
+        "title": "attention each key receives (summed over the queries)",
+        "bin": maps.bin,
+        "n_tokens": n,
+        "layers": profile_data(maps.received),
+    }
+    return explorer

@@ -29,15 +29,21 @@ ROLE_COLOURS = {"retrieval": COLOURS[1], "copy": COLOURS[4], "sink": COLOURS[3],
                 "local": COLOURS[2], "mixed": "#d9dee5"}  # fmt: skip
 
 
-def _grid(ax, values: list[list[float]], title: str, fig: Figure, cmap: str = "viridis") -> None:
+def _grid(
+    ax, values: list[list[float]], title: str, fig: Figure, cmap: str = "viridis",
+    top: float | None = None,
+) -> None:
+    """A layers x heads grid; ``top`` caps the colour scale (larger values drawn at the cap)."""
     heads = max(len(row) for row in values)
     grid = np.full((len(values), heads), np.nan)
     for layer, row in enumerate(values):
         grid[layer, : len(row)] = row
-    image = ax.imshow(grid, aspect="auto", cmap=cmap, interpolation="nearest")
+    capped = top is not None and np.nanmax(grid) > top
+    image = ax.imshow(grid, aspect="auto", cmap=cmap, interpolation="nearest",
+                      vmax=top if capped else None)  # fmt: skip
     ax.set_title(title, fontsize=9)
     _layer_head_axes(ax)
-    fig.colorbar(image, ax=ax, fraction=0.05)
+    fig.colorbar(image, ax=ax, fraction=0.05, extend="max" if capped else "neither")
 
 
 def _layer_head_axes(ax) -> None:
@@ -52,17 +58,17 @@ def roles_figure(result: LongContextResult) -> Figure:
     """Grids of the role scores and the roles (needs ``result.roles``)."""
     roles = result.roles
     first = result.statistics.metrics[result.statistics.first_token]
-    panels = [("weight on the first token", first, "viridis")]
+    panels = [("weight on the first token", first, "viridis", None)]
     if roles.retrieval is not None:
-        panels.insert(0, ("retrieval score (Wu et al.)", roles.retrieval, "magma"))
-    if roles.window_error is not None:
+        panels.insert(0, ("retrieval score (Wu et al.)", roles.retrieval, "magma", None))
+    if roles.window_error is not None:  # above 1: farther from the output than no output is
         title = f"window error ({roles.sinks} sinks + {roles.window})"
-        panels.append((title, roles.window_error, "cividis_r"))
+        panels.append((title, roles.window_error, "cividis_r", 1.0))
     width = len(panels) + (roles.roles is not None)
     fig = Figure(figsize=(3.2 * width, 4.2), layout="constrained")
     axes = [fig.add_subplot(1, width, i + 1) for i in range(width)]
-    for ax, (title, values, cmap) in zip(axes, panels, strict=False):
-        _grid(ax, values, title, fig, cmap)
+    for ax, (title, values, cmap, top) in zip(axes, panels, strict=False):
+        _grid(ax, values, title, fig, cmap, top)
     if roles.roles is not None:
         names = list(ROLE_COLOURS)
         index = [[names.index(r) for r in row] for row in roles.roles]

@@ -1,0 +1,106 @@
+"""The report's long-context section, built from results at SmolLM2's size (30 x 9 heads, 8192
+tokens): its parts, its figures, the explorer's data, escaping, and sentences that say only what
+the numbers hold."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from long_results import (
+    HEADS,
+    LAYERS,
+    N_TOKENS,
+    kv_budget_result,
+    long_context_result,
+    write_long_results,
+)
+
+from headlab.report import ReportOptions, build_report
+from headlab.report.long_context import budget_rows, roles_answer
+
+XSS = "<img src=x onerror=alert(1)>"
+
+
+def _page_data(html: str) -> dict:
+    match = re.search(r'<script type="application/json" id="report-data">(.*?)</script>', html,
+                      re.S)  # fmt: skip
+    return json.loads(match.group(1))
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, Path]:
+    root = tmp_path_factory.mktemp("long")
+    results = write_long_results(root / "results", model=XSS)
+    index = build_report(root / "report", ReportOptions(results=results, use_model=False),
+                         png=root / "png")  # fmt: skip
+    return index, index.read_text(encoding="utf-8"), root / "png"
+
+
+def test_the_section_has_every_part_and_figure(built) -> None:
+    _, html, png = built
+    section = html.split('<section id="long-context">')[1].split("</section>")[0]
+    for part in ("answer-roles", "figure-roles", "figure-attention-maps", "explorer-long",
+                 "answer-kv-budget", "kv-budget-table", "figure-kv-budget"):  # fmt: skip
+        assert f'data-testid="{part}"' in section, part
+    assert "missing-" not in section
+    assert len(re.findall(r'<img[^>]+src="data:image/png;base64,', section)) == 3
+    for name in ("roles.png", "attention_maps.png", "kv_budget.png"):
+        assert (png / name).read_bytes().startswith(b"\x89PNG"), name
+    assert section.count("<tr><td>") == 4  # one row per plan size
+
+
+def test_the_model_name_is_text_everywhere(built) -> None:
+    _, html, _ = built
+    assert XSS not in html and "<img src=x" not in html
+    assert "&lt;img src=x onerror=alert(1)&gt; at 8192 tokens" in html
+    explorer = _page_data(html)["explorers"]["long"]
+    assert explorer["title"].startswith(XSS)  # inside the JSON, written with textContent
+
+
+def test_the_explorer_holds_every_heads_map_and_profile(built) -> None:
+    _, html, _ = built
+    explorer = _page_data(html)["explorers"]["long"]
+    result = long_context_result(model=XSS)
+    maps = result.maps
+    assert maps.block == 128 and explorer["bins"] == 64  # 8192 tokens in 64 blocks of 128
+    assert explorer["tokens"][:2] == ["0-127", "128-255"] and explorer["tokens"][-1] == "8064-8191"
+    layers = explorer["views"][0]["layers"]
+    assert len(layers) == LAYERS and all(len(row) == HEADS for row in layers)
+    profile = explorer["profile"]
+    assert profile["bin"] == maps.bin == 16 and profile["n_tokens"] == N_TOKENS
+    head = profile["layers"][21][4]  # decoded as the page does: uint16 of the head's largest
+    q = np.frombuffer(base64.b64decode(head["data"]), dtype="<u2")
+    want = np.asarray(maps.received[21][4])
+    assert head["scale"] == pytest.approx(want.max())
+    np.testing.assert_allclose(q * head["scale"] / 65535, want, atol=want.max() / 65535)
+    cell = layers[21][4]
+    q = np.frombuffer(base64.b64decode(cell["data"]), dtype="<u2").reshape(64, 64)
+    blocked = np.asarray(maps.blocked[21][4])
+    np.testing.assert_allclose(q * cell["scale"] / 65535, blocked, atol=blocked.max() / 65535)
+
+
+def test_sentences_name_a_retrieval_head_only_when_there_is_one() -> None:
+    with_heads = roles_answer(long_context_result())
+    assert "4 of 270 heads (1%) are retrieval heads" in with_heads
+    assert "The strongest retrieval head is layer" in with_heads
+    none = roles_answer(long_context_result(retrieval=False))
+    assert "0 of 270 heads (0%) are retrieval heads" in none
+    assert "strongest" not in none and "every retrieval score is 0" in none
+
+
+def test_budget_rows_are_the_runs_of_each_size() -> None:
+    result = kv_budget_result()
+    rows = budget_rows(result)
+    assert [row["groups"] for row in rows] == ["27 (30%)", "38 (42%)", "45 (50%)", "54 (60%)"]
+    assert rows[1]["saved"] == "1.69x (asked 1.67x)" and rows[0]["saved"] == "1.41x"
+    base = result.baseline().perplexity
+    chosen = [r for r in result.runs if r.kind == "chosen"][2]
+    assert rows[2]["perplexity"] == f"{chosen.perplexity / base - 1:+.1%}"
+    assert rows[2]["copy_accuracy"] == f"{chosen.copy_accuracy:.3f}"
+    randoms = [r.copy_accuracy for r in result.runs if r.kind == "random" and r.budget == 0.5]
+    assert rows[2]["random_copy"] == f"{min(randoms):.3f}\u2026{max(randoms):.3f}"
