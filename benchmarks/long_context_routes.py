@@ -161,13 +161,7 @@ def _native(spec: Spec):
         for p in decoder.parameters():
             if p.dim() > 1:
                 p.normal_(0.0, 0.02)
-    # Random ids need no tokenizer; the Decoder names its special positions from one, and a
-    # one-word tokenizer adds none (position 0 is "first", as for SmolLM2).
-    from tokenizers import Tokenizer
-    from tokenizers.models import WordLevel
-
-    tokenizer = Tokenizer(WordLevel({"a": 0}, unk_token="a"))
-    model = Decoder(f"{spec.model} shape, random", decoder, tokenizer)
+    model = Decoder(f"{spec.model} shape, random", decoder, None)
     return model, lambda n: random_batch(config["vocab_size"], n, spec.device)
 
 
