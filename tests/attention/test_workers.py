@@ -3,13 +3,17 @@ caller's thread count and every other thread's default left as they were; stream
 merged in order in the caller.
 
 The tests run with one torch thread (conftest: OMP_NUM_THREADS=1), where the blocks run in
-order; here two threads are set for the duration of each test, so that the workers serve.
+order; here two threads are set for the duration of each test, and another process is taken to
+compete for the cores, so that the workers serve.
 """
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -22,11 +26,41 @@ from headlab.attention.workers import run_blocks
 
 
 @pytest.fixture
-def two_threads():
+def two_threads(monkeypatch):
+    monkeypatch.setattr(workers, "competing", lambda: True)
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     yield
     torch.set_num_threads(before)
+
+
+def test_on_an_idle_machine_the_blocks_run_in_order_in_the_caller(two_threads, monkeypatch):
+    monkeypatch.setattr(workers, "competing", lambda: False)
+    seen = []
+    run_blocks(range(8), lambda job: seen.append((job, threading.current_thread())))
+    assert seen == [(job, threading.current_thread()) for job in range(8)]
+    assert workers.usable() == 1
+
+
+def test_another_runnable_process_is_seen_as_competing():
+    if not Path("/proc/loadavg").exists():
+        pytest.skip("reads /proc (Linux)")
+    spin = "import time\nend = time.monotonic() + 20\nwhile time.monotonic() < end: pass"
+    competitor = subprocess.Popen([sys.executable, "-c", spin])
+    try:
+        time.sleep(0.3)
+        # a CPU-bound process is runnable at nearly every instant: one of ten readings suffices
+        assert any(workers._running_elsewhere() for _ in range(10))
+    finally:
+        competitor.kill()
+        competitor.wait()
+
+
+def test_the_caller_merges_on_one_thread_and_gets_its_count_back(two_threads):
+    counts = []
+    run_blocks(range(8), lambda job: job, lambda _: counts.append(torch.get_num_threads()))
+    assert counts == [1] * 8  # no parallel region waits for the cores the workers hold
+    assert torch.get_num_threads() == 2
 
 
 def test_blocks_run_on_single_threaded_workers(two_threads):

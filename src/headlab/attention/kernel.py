@@ -168,11 +168,11 @@ def _chunked(
     # (batch, head, q_pos, d) view: merging the heads for W_O is then free.
     out = q.new_empty(batch, q_len, heads, v.shape[-1])
     averaged = q.new_empty(batch, q_len, k_len) if mean else None
+    on_workers = usable() if q.device.type == "cpu" else 1
     if mean:
         batch_step, budget = 1, BLOCK_ELEMENTS
         rows_step = min(q_len, max(MIN_ROWS, budget // max(1, out_heads * k_len)))
     else:  # the whole batch (also an empty one); a worker's chunks share chunk_elements
-        on_workers = usable() if q.device.type == "cpu" else 1
         batch_step = max(1, batch)
         rows_step = max(1, chunk_elements // max(1, on_workers * batch * out_heads * k_len))
     k, v = k.contiguous(), v.contiguous()  # one copy here, not one per block
@@ -214,7 +214,7 @@ def _chunked(
     ]
     merge = None if sums is None else sums.merge  # the sums add up chunk by chunk, in order
     if q.device.type == "cpu":  # independent blocks: on the workers
-        run_blocks(jobs, block, merge)
+        run_blocks(jobs, block, merge, on_workers)
     else:
         for job in jobs:
             part = block(job)
