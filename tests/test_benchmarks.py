@@ -33,3 +33,16 @@ def test_kernel_floor_guard_refuses_a_different_computation():
 
     with pytest.raises(RuntimeError, match="kernel floor disagrees"):
         bench_attention.check_floor(module, x, g, wrong_step)
+
+
+def test_the_statistics_floor_times_exact_causal_attention():
+    # the floor's chunked product is the attention SDPA computes (3 K/V heads serve 6 query
+    # heads; 13 positions in chunks of 2 rows, so that the chunks' causal masks differ)
+    floor = pytest.importorskip("statistics_floor")
+    torch.manual_seed(5)
+    q = torch.randn(1, 6, 13, 4, dtype=torch.float64)
+    k, v = (torch.randn(1, 3, 13, 4, dtype=torch.float64) for _ in range(2))
+    expected = torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, is_causal=True, enable_gqa=True
+    )
+    torch.testing.assert_close(floor.weights_only(q, k, v, chunk_elements=6 * 13 * 2), expected)

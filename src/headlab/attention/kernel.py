@@ -56,10 +56,12 @@ from headlab.attention.statistics import (
 from headlab.attention.workers import run_blocks, usable
 
 # Blocks of the chunked path. For weights averaged over heads: one batch element's heads over
-# ``rows`` query rows, about BLOCK_ELEMENTS weights (1 MiB in float32) so that a block stays in
-# cache, never fewer than MIN_ROWS rows (BLAS is slow on thinner matrices: 16 rows cost 10x more
-# than 64 at seq 2048). Below MIN_BLOCKED per-head weights the whole tensor is about as fast.
-BLOCK_ELEMENTS = 2**18
+# ``rows`` query rows, about BLOCK_ELEMENTS weights (4 MiB in float32: on 2 idle cores, 2^19 to
+# 2^21 were 3 to 15% faster than 1 MiB at batch 8 x 256 and 1 x 2048 in three interleaved runs;
+# beside a competing process the size made no difference), never fewer than MIN_ROWS rows (BLAS
+# is slow on thinner matrices: 16 rows cost 10x more than 64 at seq 2048). Below MIN_BLOCKED
+# per-head weights the whole tensor is about as fast.
+BLOCK_ELEMENTS = 2**20
 MIN_ROWS = 64
 MIN_BLOCKED = 2**20
 
