@@ -64,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=11, help="bench_attention's --repeats")
     parser.add_argument("--lengths", type=int, nargs="+", default=[2048, 8192])
+    parser.add_argument("--only", help="bench_attention's --only: one size")
     parser.add_argument("--skip", choices=("attention", "long-context"), action="append",
                         default=[])  # fmt: skip
     args = parser.parse_args(argv)
@@ -99,6 +100,7 @@ def _measure(sides: dict[str, Path], args, tmp: Path) -> dict[str, dict[str, flo
             if "attention" not in args.skip:
                 command = [sys.executable, str(HERE / "bench_attention.py"), "--repeats",
                            str(args.repeats), "--threads", str(args.threads)]  # fmt: skip
+                command += ["--only", args.only] if args.only else []
                 rows |= attention_rows(_run(command, tree / "src", tmp / "a.json"))
             if "long-context" not in args.skip:
                 command = [sys.executable, str(tree / "benchmarks" / "bench_long_context.py"),
