@@ -60,3 +60,15 @@ def check_fits(what: str, nbytes: float, hint: str = "") -> None:
             f"{what} needs about {gib(nbytes)}, more than half of this machine's "
             f"{gib(total)} of memory; refused before starting{advice}"
         )
+
+
+def check_prompt(prompt_tokens: int, max_new_tokens: int, max_positions: int) -> None:
+    """A generation request that fits (``max_new_tokens`` already checked): at least one prompt
+    token, and prompt + new tokens within the model's positions. Raises ValueError."""
+    if not prompt_tokens:
+        raise ValueError("the prompt must have at least one token, got an empty text")
+    if prompt_tokens + max_new_tokens > max_positions:
+        raise ValueError(
+            f"prompt ({prompt_tokens} tokens) + max_new_tokens ({max_new_tokens}) exceeds the "
+            f"model's {max_positions} positions"
+        )

@@ -1,21 +1,19 @@
 """Corpus roles on a local Ray instance started (and shut down) by the test: the same bits as one
 process, the model loaded once per Ray worker process, and a failing document's own error."""
 
-import os
-
 import pytest
 
-ray = pytest.importorskip("ray")
+pytest.importorskip("ray")
 
-from corpus_documents import OPTIONS, documents  # noqa: E402
-from headlab.experiments.corpus_roles import (  # noqa: E402
+from corpus_documents import OPTIONS, documents
+from headlab.experiments.corpus_roles import (
     Document,
     ModelSource,
     corpus_summary,
     plan_corpus,
     run_corpus,
 )
-from headlab.heads.corpus_sums import RoleOptions  # noqa: E402
+from headlab.heads.corpus_sums import RoleOptions
 
 pytestmark = [
     pytest.mark.slow,
@@ -24,20 +22,6 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore::FutureWarning:ray.*"),
     pytest.mark.filterwarnings("ignore::ResourceWarning"),
 ]
-
-
-@pytest.fixture(scope="module")
-def local_ray():
-    src = os.path.join(os.path.dirname(__file__), "..", "..", "src")
-    ray.init(
-        num_cpus=2,
-        include_dashboard=False,
-        log_to_driver=False,
-        configure_logging=False,
-        runtime_env={"env_vars": {"PYTHONPATH": os.path.abspath(src), "HF_HUB_OFFLINE": "1"}},
-    )
-    yield
-    ray.shutdown()
 
 
 def test_ray_gives_the_bits_of_one_process(tiny_llama, tiny_llama_dir, tmp_path, local_ray):

@@ -1,13 +1,11 @@
 """The Ray executor on a local Ray instance started (and shut down) by the test."""
 
-import os
-
 import pytest
 
-ray = pytest.importorskip("ray")
+pytest.importorskip("ray")
 
-from headlab.experiments.results import read_rows  # noqa: E402
-from headlab.experiments.sweep import SweepSpec, plan_sweep, run_sweep  # noqa: E402
+from headlab.experiments.results import read_rows
+from headlab.experiments.sweep import SweepSpec, plan_sweep, run_sweep
 
 pytestmark = [
     pytest.mark.slow,
@@ -16,20 +14,6 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore::FutureWarning:ray.*"),
     pytest.mark.filterwarnings("ignore::ResourceWarning"),
 ]
-
-
-@pytest.fixture(scope="module")
-def local_ray():
-    src = os.path.join(os.path.dirname(__file__), "..", "..", "src")
-    ray.init(
-        num_cpus=2,
-        include_dashboard=False,
-        log_to_driver=False,
-        configure_logging=False,
-        runtime_env={"env_vars": {"PYTHONPATH": os.path.abspath(src)}},
-    )
-    yield
-    ray.shutdown()
 
 
 def test_tiny_sweep_on_ray_matches_the_local_pool(tmp_path, local_ray):

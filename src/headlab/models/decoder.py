@@ -19,7 +19,7 @@ from tokenizers import Tokenizer
 from torch import Tensor, nn
 
 from headlab.attention import AttentionTrace, MultiHeadAttention
-from headlab.limits import check_int
+from headlab.limits import check_int, check_prompt
 from headlab.models.interface import HeadMask, TokenBatch
 from headlab.models.native import NativeModel
 from headlab.models.objectives import next_token_loss
@@ -197,13 +197,7 @@ class Decoder(NativeModel):
         ``on_token(n)`` after the n-th new token."""
         check_int("max_new_tokens", max_new_tokens, low=1, high=self.max_positions)
         ids = self.encode(text)
-        if not ids:
-            raise ValueError("the prompt must have at least one token, got an empty text")
-        if len(ids) + max_new_tokens > self.max_positions:
-            raise ValueError(
-                f"prompt ({len(ids)} tokens) + max_new_tokens ({max_new_tokens}) exceeds the "
-                f"model's {self.max_positions} positions"
-            )
+        check_prompt(len(ids), max_new_tokens, self.max_positions)
         new: list[int] = []
         for _ in range(max_new_tokens):
             logits = self.logits(torch.tensor([ids + new]))

@@ -33,7 +33,7 @@ from torch import Tensor
 from headlab.attention.functional import merge_heads
 from headlab.attention.interventions import SITES, record
 from headlab.attention.trace import AttentionTrace
-from headlab.limits import check_int
+from headlab.limits import check_int, check_prompt
 from headlab.models.config import PoolingConfig
 from headlab.models.hf import edits
 from headlab.models.hf.layer import (
@@ -378,13 +378,7 @@ class TransformersModel:
             raise ValueError(f"{self.name} is not a language model (its attention is not causal)")
         check_int("max_new_tokens", max_new_tokens, low=1, high=self.max_positions)
         ids = self.encode(text)
-        if not ids:
-            raise ValueError("the prompt must have at least one token, got an empty text")
-        if len(ids) + max_new_tokens > self.max_positions:
-            raise ValueError(
-                f"prompt ({len(ids)} tokens) + max_new_tokens ({max_new_tokens}) exceeds the "
-                f"model's {self.max_positions} positions"
-            )
+        check_prompt(len(ids), max_new_tokens, self.max_positions)
         with torch.no_grad():
             out = self.model.generate(
                 torch.tensor([ids]),
