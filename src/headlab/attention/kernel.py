@@ -453,7 +453,8 @@ def _add_whole(sums: StreamingSums, weights: Tensor, v: Tensor, mask: MaskSpec |
     """The sums of whole per-head weights (batch, head, q_pos, k_pos), one chunk of every row."""
     causal = mask is not None and mask.causal and not mask.extra_keys
     outputs = values(weights, v, weights.shape[1])
-    sums.add(weights, slice(0, weights.shape[2]), causal_keys=causal, outputs=outputs, values=v)
+    rows = slice(0, weights.shape[2])
+    sums.merge(sums.chunk(weights, rows, causal_keys=causal, outputs=outputs, values=v))
 
 
 def _rows_per_chunk(request: StatisticsRequest, head_out: Tensor) -> int:

@@ -1,7 +1,7 @@
 """Per-head statistics summed chunk by chunk as the kernel computes the weights, never held whole.
 
 The kernel (``headlab.attention.kernel``) hands each chunk of weights (batch, head, rows, keys)
-to ``StreamingSums.add``, which reduces it to per-query statistics and to the attention each key
+to ``StreamingSums.chunk``, which reduces it to per-query statistics and to the attention each key
 receives, then drops it. Per query q, with w the weights of one head over the keys k (a row that
 sums to 1, or 0 when every key is masked):
 
@@ -133,7 +133,7 @@ def _at(weights: Tensor, keys: Tensor) -> Tensor:
 
 
 class StreamingSums:
-    """The running sums of one call: ``add`` each chunk of weights, ``add_outputs`` the head
+    """The running sums of one call: ``merge`` each ``chunk`` of weights, ``add_outputs`` the head
     outputs once they are final, then ``result``."""
 
     def __init__(
@@ -180,23 +180,6 @@ class StreamingSums:
             k_blocks = -(-k_len // request.block)
             self.blocks = torch.zeros(heads, q_blocks, k_blocks, **totals)
 
-    def add(
-        self,
-        weights: Tensor,
-        rows: slice,
-        *,
-        causal_keys: bool,
-        outputs: Tensor | None = None,
-        values: Tensor | None = None,
-    ) -> None:
-        """One chunk: weights (batch, head, c, keys) of query rows ``rows`` over keys 0 ..
-        keys - 1 (every later key has zero weight). ``causal_keys``: no weight falls on a key
-        after its query (then distance needs no absolute value, and the window is one-sided).
-        outputs (batch, head, c, d) = weights @ values and values (batch, kv_head, keys, d)
-        serve the window error. The same as ``merge(chunk(...))``."""
-        self.merge(self.chunk(weights, rows, causal_keys=causal_keys, outputs=outputs,
-                              values=values))  # fmt: skip
-
     def chunk(
         self,
         weights: Tensor,
@@ -206,8 +189,13 @@ class StreamingSums:
         outputs: Tensor | None = None,
         values: Tensor | None = None,
     ) -> ChunkSums:
-        """What one chunk adds (``add``'s arguments), without adding it: this reads the running
-        sums' settings only, so chunks can be reduced on several threads and merged in order."""
+        """What one chunk adds, without adding it (``merge`` adds it): weights (batch, head, c,
+        keys) of query rows ``rows`` over keys 0 .. keys - 1 (every later key has zero weight).
+        ``causal_keys``: no weight falls on a key after its query (then distance needs no
+        absolute value, and the window is one-sided). outputs (batch, head, c, d) = weights @
+        values and values (batch, kv_head, keys, d) serve the window error. This reads the
+        running sums' settings only, so chunks can be reduced on several threads and merged in
+        order."""
         keys = weights.shape[-1]
         dtype = weights.dtype
         positions = torch.arange(rows.start, rows.stop, device=weights.device) + self.q_offset
