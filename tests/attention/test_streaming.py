@@ -162,6 +162,19 @@ def test_entropy_by_hand():
     torch.testing.assert_close(entropy(rows.T, dim=0), expected)  # along another dim
 
 
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
+def test_entropy_equals_xlogy_with_zeros_and_its_gradient(dtype):
+    # torch's own 0 ln 0 = 0 (xlogy) as the reference, rows with exact zeros and tiny weights
+    torch.manual_seed(11)
+    p = torch.softmax(torch.randn(3, 5, 7, dtype=torch.float64) * 6, dim=-1).to(dtype)
+    p[0, 0, :3] = 0.0
+    expected = -torch.special.xlogy(p, p).sum(-1)
+    torch.testing.assert_close(entropy(p), expected, rtol=1e-6, atol=1e-6)
+    if dtype == torch.float64:
+        logits = torch.randn(2, 3, 5, dtype=dtype, requires_grad=True)
+        torch.autograd.gradcheck(lambda x: entropy(torch.softmax(x, -1)), (logits,))
+
 @pytest.mark.parametrize("grad", [False, True])
 def test_observing_keeps_weights_scores_and_unbatched_calls(grad):
     """A statistics request only watches: forward's weights (averaged and per head), trace's
