@@ -130,11 +130,14 @@ def test_inference_takes_the_blocked_loop_and_training_the_function(monkeypatch)
 
 
 @pytest.mark.parametrize("mode", ["train", "inference"])
-def test_default_forward_matches_torch_with_masks(mode, monkeypatch):
-    """Through the module, with blocking forced on: torch's module with repeated K/V weights."""
+@pytest.mark.parametrize("block", [16, 10**6], ids=["blocks of rows", "one block per batch"])
+def test_default_forward_matches_torch_with_masks(mode, block, monkeypatch):
+    """Through the module, with blocking forced on: torch's module with repeated K/V weights.
+    One block per batch element reads the split heads' K and V in place (strided views);
+    several blocks read a contiguous copy."""
     monkeypatch.setattr(kernel, "MIN_BLOCKED", 1)
     monkeypatch.setattr(kernel, "MIN_ROWS", 2)
-    monkeypatch.setattr(kernel, "BLOCK_ELEMENTS", 16)
+    monkeypatch.setattr(kernel, "BLOCK_ELEMENTS", block)
     torch.manual_seed(0)
     ours = MultiHeadAttention(12, 4, batch_first=True, dtype=F64)
     theirs = torch.nn.MultiheadAttention(12, 4, batch_first=True, dtype=F64)
