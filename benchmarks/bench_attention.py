@@ -22,6 +22,10 @@ Then the cost of inspection: ``trace()`` (every intermediate per head) against t
 need_weights=True forward on the same module and input, eval mode, no grad, at batch 4 x 512
 tokens x 512 wide, 8 heads (--quick: the quick size); ratio = trace / forward (target <= 2).
 
+"faults" = minor page faults per call: pages that the C allocator had handed back to the system
+(after another implementation's frees, say) and the call touched again; ``--allocator steady``
+keeps freed memory in the process (``allocator.py``).
+
 ``--load busy`` measures while one other CPU-bound process runs (benchmarks/machine_load.py: a
 single-threaded Python loop started here, bounded in time, stopped at the end): users' machines
 are rarely idle, and fine-grained parallel work can fall behind there. ``--load both`` measures
@@ -44,6 +48,8 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
+import allocator
+from allocator import add_allocator_argument
 from annotated_mha import AnnotatedMultiHeadAttention
 from headlab import MultiHeadAttention
 from machine_load import add_load_argument, competing, load_average, loads
@@ -90,6 +96,7 @@ class Result:
     impl: str
     median_ms: float
     times_ms: list[float]
+    faults: float = 0.0  # minor page faults per call, mean over the repeats (allocator.py)
 
 
 def build_modules(size: Size) -> dict[str, torch.nn.Module]:
@@ -220,8 +227,10 @@ def measure(size: Size, repeats: int, warmup: int) -> tuple[list[Result], dict[s
             steps[name] = train_step if mode == "train" else infer_step
         if mode == "train":
             steps[FLOOR] = kernel_floor_step(modules["headlab"], x, g)
-        for name, times in interleaved(steps, repeats, warmup).items():
-            results.append(Result(size.name, mode, name, statistics.median(times), times))
+        faults: dict[str, list[int]] = {}
+        for name, times in interleaved(steps, repeats, warmup, faults).items():
+            per_call = statistics.mean(faults[name])
+            results.append(Result(size.name, mode, name, statistics.median(times), times, per_call))
     return results, native
 
 
@@ -253,10 +262,13 @@ def ratios(results: list[Result]) -> list[dict]:
 
 def print_table(results: list[Result], speedups: list[dict], console: Console) -> None:
     table = Table(title="median ms per call (lower is better)")
-    for col in ("size", "mode", "implementation", "median ms", "min ms"):
-        table.add_column(col, justify="right" if "ms" in col else "left")
+    for col in ("size", "mode", "implementation"):
+        table.add_column(col)
+    for col in ("median ms", "min ms", "faults"):
+        table.add_column(col, justify="right")
     for r in results:
-        table.add_row(r.size, r.mode, r.impl, f"{r.median_ms:.2f}", f"{min(r.times_ms):.2f}")
+        table.add_row(r.size, r.mode, r.impl, f"{r.median_ms:.2f}", f"{min(r.times_ms):.2f}",
+                      f"{r.faults:.0f}")  # fmt: skip
     console.print(table)
     table = Table(title="speedup = torch / headlab (>= 1.0: headlab at least as fast)")
     for col in ("size", "mode", "comparison", "speedup"):
@@ -284,9 +296,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's)")
     parser.add_argument("--json-out", type=Path, help="also write the results as JSON")
     add_load_argument(parser)
+    add_allocator_argument(parser)
     args = parser.parse_args(argv)
     if args.repeats < 1 or args.warmup < 0:
         parser.error(f"--repeats must be >= 1 and --warmup >= 0, got {args.repeats}, {args.warmup}")
+    allocator.use(args.allocator)
     if args.threads:
         torch.set_num_threads(args.threads)
     sizes = QUICK if args.quick else tuple(s for s in FULL if args.only in (None, s.name))
@@ -334,6 +348,7 @@ def main(argv: list[str] | None = None) -> int:
             "speedups": speedups,
             "trace_over_forward": trace_cost if inspection else None,
             "load": args.load,
+            "allocator": args.allocator,
         }
         write_json_atomic(args.json_out, payload)
     return 0

@@ -11,6 +11,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from allocator import page_faults
+
 
 def time_calls(fn: Callable[[], object], repeats: int, warmup: int) -> list[float]:
     """Milliseconds of ``repeats`` calls of ``fn`` after ``warmup`` untimed ones."""
@@ -25,16 +27,23 @@ def time_calls(fn: Callable[[], object], repeats: int, warmup: int) -> list[floa
 
 
 def interleaved(
-    steps: dict[str, Callable[[], object]], repeats: int, warmup: int
+    steps: dict[str, Callable[[], object]],
+    repeats: int,
+    warmup: int,
+    faults: dict[str, list[int]] | None = None,
 ) -> dict[str, list[float]]:
-    """name -> times (ms) of ``repeats`` rounds, after ``warmup`` calls of each step."""
+    """name -> times (ms) of ``repeats`` rounds, after ``warmup`` calls of each step;
+    ``faults``, if given, gets name -> the page faults of each timed call."""
     for step in steps.values():
         time_calls(step, 0, warmup)
     times: dict[str, list[float]] = {name: [] for name in steps}
     for round_ in range(repeats):
         order = list(steps.items())
         for name, step in order if round_ % 2 == 0 else reversed(order):
+            before = page_faults()
             times[name] += time_calls(step, 1, 0)
+            if faults is not None:
+                faults.setdefault(name, []).append(page_faults() - before)
     return times
 
 

@@ -1,5 +1,7 @@
 """The attention benchmark's guards: what it times is the computation it names."""
 
+import mmap
+import subprocess
 import sys
 from pathlib import Path
 
@@ -46,3 +48,78 @@ def test_the_statistics_floor_times_exact_causal_attention():
         q, k, v, is_causal=True, enable_gqa=True
     )
     torch.testing.assert_close(floor.weights_only(q, k, v, chunk_elements=6 * 13 * 2), expected)
+
+
+@pytest.mark.parametrize("block_elements", [5 * 7 * 2, 10**6], ids=["rows in blocks", "one block"])
+def test_the_default_path_floors_compute_torchs_default_forward(block_elements, monkeypatch):
+    # batch 3, 7 positions, 5 heads of 4, float64: torch's need_weights=True forward (output,
+    # weights averaged over heads); blocks of 2 rows, so that the last block is shorter
+    floor = pytest.importorskip("default_path_floor")
+    monkeypatch.setattr(floor, "MIN_ROWS", 2)
+    torch.manual_seed(11)
+    module = torch.nn.MultiheadAttention(20, 5, batch_first=True, dtype=torch.float64).eval()
+    torch.nn.init.normal_(module.in_proj_bias)
+    torch.nn.init.normal_(module.out_proj.bias)
+    x = torch.randn(3, 7, 20, dtype=torch.float64)
+    with torch.inference_mode():
+        expected = module(x, x, x)
+        blocks = floor.floor_blocks(x, module, block_elements)
+        whole = floor.floor_whole(x, module)
+    for got in (blocks, whole):
+        torch.testing.assert_close(got[0], expected[0])
+        torch.testing.assert_close(got[1], expected[1])
+
+
+def test_the_default_path_floor_runs_and_prints_its_table(capsys):
+    floor = pytest.importorskip("default_path_floor")
+    argv = ["--batch", "2", "--seq", "5", "--embed", "12", "--heads", "3", "--repeats", "1",
+            "--warmup", "0"]  # fmt: skip
+    assert floor.main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    names = [line.split(" | ")[0].lstrip("| ") for line in lines if line.startswith("| ")][2:]
+    assert names == ["torch default", "headlab default", "floor, blocks", "floor, whole",
+                     "projections"]  # fmt: skip
+    assert lines[-1].startswith("torch / headlab ")
+
+
+def test_interleaved_counts_the_page_faults_of_each_call():
+    side_by_side = pytest.importorskip("side_by_side")
+    pages = 97
+
+    def touch_fresh_pages():
+        with mmap.mmap(-1, pages * mmap.PAGESIZE) as fresh:
+            for page in range(pages):
+                fresh[page * mmap.PAGESIZE] = 1
+
+    faults: dict[str, list[int]] = {}
+    steps = {"fresh pages": touch_fresh_pages, "nothing": lambda: None}
+    times = side_by_side.interleaved(steps, repeats=3, warmup=1, faults=faults)
+    assert {name: len(t) for name, t in times.items()} == {"fresh pages": 3, "nothing": 3}
+    assert min(faults["fresh pages"]) >= pages
+    assert max(faults["nothing"]) < pages
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
+def test_the_steady_allocator_hands_freed_memory_back_to_the_next_call():
+    # in a fresh process: 8 MiB malloc'ed, touched and freed twice; held steady, the second
+    # time touches the pages the first one left, so it faults almost none of its 2048 pages
+    code = "\n".join([
+        "import ctypes, ctypes.util, sys",
+        f"sys.path.insert(0, {str(Path(__file__).parents[1] / 'benchmarks')!r})",
+        "import allocator",
+        "allocator.hold_steady()",
+        "libc = ctypes.CDLL(ctypes.util.find_library('c'))",
+        "libc.malloc.restype = ctypes.c_void_p",
+        "size = 8 * 2**20",
+        "for _ in range(2):",
+        "    before = allocator.page_faults()",
+        "    block = libc.malloc(size)",
+        "    ctypes.memset(block, 1, size)",
+        "    libc.free(ctypes.c_void_p(block))",
+        "    print(allocator.page_faults() - before)",
+    ])  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    if "needs glibc" in done.stderr:
+        pytest.skip("not glibc")
+    first, second = map(int, done.stdout.split())
+    assert first >= 2048 // 2 and second < 2048 // 8, (first, second)
