@@ -31,15 +31,15 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 import torch
 import torch.nn.functional as F
 
 import allocator
-from allocator import add_allocator_argument, page_faults
+from allocator import add_allocator_argument
 from headlab import MultiHeadAttention
 from headlab.attention.kernel import BLOCK_ELEMENTS, MIN_ROWS
+from side_by_side import interleaved
 
 
 def _split(x: torch.Tensor, module: torch.nn.MultiheadAttention) -> list[torch.Tensor]:
@@ -134,23 +134,13 @@ def main(argv: list[str] | None = None) -> int:
         "floor, whole": lambda: floor_whole(x, theirs),
         "projections": projections,
     }
-    times: dict[str, list[float]] = {name: [] for name in steps}
-    faults: dict[str, int] = dict.fromkeys(steps, 0)
+    faults: dict[str, list[int]] = {}
     with torch.inference_mode():
         expected = theirs(x, x, x)
         for name in ("headlab default", "floor, blocks", "floor, whole"):
             for got, want in zip(steps[name](), expected, strict=True):
                 torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
-        for step in steps.values():
-            for _ in range(args.warmup):
-                step()
-        for round_ in range(args.repeats):
-            order = list(steps.items())
-            for name, step in order if round_ % 2 == 0 else reversed(order):
-                before, start = page_faults(), time.perf_counter()
-                step()
-                times[name].append((time.perf_counter() - start) * 1e3)
-                faults[name] += page_faults() - before
+        times = interleaved(steps, args.repeats, args.warmup, faults)
     medians = {name: statistics.median(values) for name, values in times.items()}
     floor = min(medians["floor, blocks"], medians["floor, whole"])
     print(f"batch {args.batch} x {args.seq} tokens x {args.embed} wide, {args.heads} heads, "
@@ -159,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     print("| call | median ms | / floor | faults |")
     print("| --- | --- | --- | --- |")
     for name, median in medians.items():
-        per_call = faults[name] / args.repeats
+        per_call = statistics.mean(faults[name])
         print(f"| {name} | {median:.1f} | {median / floor:.3f} | {per_call:.0f} |")
     ours_ms, torch_ms = medians["headlab default"], medians["torch default"]
     print(f"torch / headlab {torch_ms / ours_ms:.3f}; ceiling torch / floor {torch_ms / floor:.3f}")

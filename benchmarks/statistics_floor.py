@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 import torch
 import torch.nn.functional as F
@@ -27,6 +26,7 @@ import torch.nn.functional as F
 from headlab.attention.kernel import attend
 from headlab.attention.mask_spec import MaskSpec
 from headlab.attention.statistics import CHUNK_ELEMENTS, StatisticsRequest
+from side_by_side import interleaved
 
 HEADS, KV_HEADS, D_HEAD = 9, 3, 64
 
@@ -69,16 +69,8 @@ def main(argv: list[str] | None = None) -> int:
         "weights": lambda: weights_only(q, k, v),
         "statistics": lambda: attend(q, k, v, MaskSpec(causal=True), statistics=request),
     }
-    times: dict[str, list[float]] = {name: [] for name in steps}
     with torch.inference_mode():
-        for step in steps.values():
-            step()
-        for round_ in range(args.repeats):
-            order = list(steps.items())
-            for name, step in order if round_ % 2 == 0 else reversed(order):
-                start = time.perf_counter()
-                step()
-                times[name].append(time.perf_counter() - start)
+        times = interleaved(steps, args.repeats, warmup=1)  # ms
     base = statistics.median(times["sdpa"])
     print(f"one causal layer, {HEADS} heads on {KV_HEADS} K/V heads, {args.length} tokens, "
           f"{torch.get_num_threads()} threads, median of {args.repeats}")  # fmt: skip
@@ -86,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     print("| --- | --- | --- |")
     for name, values in times.items():
         median = statistics.median(values)
-        print(f"| {name} | {median:.3f} | {median / base:.2f} |")
+        print(f"| {name} | {median / 1e3:.3f} | {median / base:.2f} |")
     return 0
 
 

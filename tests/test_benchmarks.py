@@ -123,3 +123,12 @@ def test_the_steady_allocator_hands_freed_memory_back_to_the_next_call():
         pytest.skip("not glibc")
     first, second = map(int, done.stdout.split())
     assert first >= 2048 // 2 and second < 2048 // 8, (first, second)
+
+
+def test_the_statistics_floor_runs_and_prints_its_table(capsys):
+    floor = pytest.importorskip("statistics_floor")
+    assert floor.main(["--length", "17", "--repeats", "1"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    assert [row.split(" | ")[0].lstrip("| ") for row in rows[2:]] == [
+        "sdpa", "weights", "statistics"
+    ]  # fmt: skip
