@@ -25,7 +25,7 @@ CHOICES = ("default", "steady")
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's malloc.h
 
 
-def add_allocator_argument(parser: argparse.ArgumentParser) -> None:
+def add_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--allocator", choices=CHOICES, default="default",
                         help="steady: glibc keeps freed memory (no page faults from another "
                              "implementation's frees)")  # fmt: skip

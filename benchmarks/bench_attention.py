@@ -49,7 +49,6 @@ from rich.console import Console
 from rich.table import Table
 
 import allocator
-from allocator import add_allocator_argument
 from annotated_mha import AnnotatedMultiHeadAttention
 from headlab import MultiHeadAttention
 from machine_load import add_load_argument, competing, load_average, loads
@@ -296,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's)")
     parser.add_argument("--json-out", type=Path, help="also write the results as JSON")
     add_load_argument(parser)
-    add_allocator_argument(parser)
+    allocator.add_argument(parser)
     args = parser.parse_args(argv)
     if args.repeats < 1 or args.warmup < 0:
         parser.error(f"--repeats must be >= 1 and --warmup >= 0, got {args.repeats}, {args.warmup}")

@@ -36,7 +36,6 @@ import torch
 import torch.nn.functional as F
 
 import allocator
-from allocator import add_allocator_argument
 from headlab import MultiHeadAttention
 from headlab.attention.kernel import BLOCK_ELEMENTS, MIN_ROWS
 from side_by_side import interleaved
@@ -106,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=31)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's)")
-    add_allocator_argument(parser)
+    allocator.add_argument(parser)
     args = parser.parse_args(argv)
     sizes = (args.batch, args.seq, args.embed, args.heads, args.repeats)
     if min(sizes) < 1 or args.warmup < 0 or args.embed % args.heads:

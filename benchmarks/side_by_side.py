@@ -40,10 +40,12 @@ def interleaved(
     for round_ in range(repeats):
         order = list(steps.items())
         for name, step in order if round_ % 2 == 0 else reversed(order):
+            if faults is None:
+                times[name] += time_calls(step, 1, 0)
+                continue
             before = page_faults()
             times[name] += time_calls(step, 1, 0)
-            if faults is not None:
-                faults.setdefault(name, []).append(page_faults() - before)
+            faults.setdefault(name, []).append(page_faults() - before)
     return times
 
 

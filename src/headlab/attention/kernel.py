@@ -44,7 +44,7 @@ from torch import Tensor
 from headlab.attention.averaged import AveragedAttention
 from headlab.attention.block import block_weights, values
 from headlab.attention.layout import shape_check, static_graph
-from headlab.attention.mask_spec import MaskSpec, MergedMask, _outside_window
+from headlab.attention.mask_spec import MaskSpec, MergedMask, outside_window
 from headlab.attention.sites import Sites
 from headlab.attention.statistics import (
     CHUNK_ELEMENTS,
@@ -220,13 +220,7 @@ def _chunked(
         for start in range(0, q_len, rows_step)
     ]
     merge = None if sums is None else sums.merge  # the sums add up chunk by chunk, in order
-    if q.device.type == "cpu":  # independent blocks: on the workers
-        run_blocks(jobs, block, merge, on_workers)
-    else:
-        for job in jobs:
-            part = block(job)
-            if merge is not None:
-                merge(part)
+    run_blocks(jobs, block, merge, on_workers)  # on the workers on CPU, else in order here
     return out.transpose(1, 2), averaged
 
 
@@ -252,7 +246,7 @@ def _banded(q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec, *, scale: float) ->
                           torch.arange(min(low, stop), stop, device=q.device)])  # fmt: skip
         positions = torch.arange(start, stop, device=q.device)
         after = keys[None, None, None, :] > positions[None, None, :, None]  # causality
-        hidden = after | _outside_window(positions, keys, size, sinks, None, causal=True)
+        hidden = after | outside_window(positions, keys, size, sinks, None, causal=True)
         block = MaskSpec(attn_mask=hidden)  # (1, 1, rows, keys), True hidden
         out[:, heads, start:stop] = _fused(
             q_b[:, :, start:stop], k_b[:, :, keys], v_b[:, :, keys], block, scale=scale,

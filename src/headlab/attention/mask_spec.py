@@ -153,11 +153,11 @@ class MaskSpec:
         if self.causal:
             hide((keys[None, :] > positions[:, None])[None, None])  # (1, 1, rows, keys)
         if self.window is not None:
-            hide(_outside_window(positions, keys, self.window, self.window_sinks,
+            hide(outside_window(positions, keys, self.window, self.window_sinks,
                                  self.window_heads, causal=self.causal))  # fmt: skip
         if self.budget is not None:
             b = self.budget
-            hide(_outside_window(positions, keys, b.window, b.sinks, b.heads, causal=self.causal))
+            hide(outside_window(positions, keys, b.window, b.sinks, b.heads, causal=self.causal))
         if self.key_padding is not None:
             hide(self.key_padding[:, None, None, columns])
         if self.rows is not None:
@@ -205,7 +205,7 @@ class MaskSpec:
         return MergedMask(additive=additive.masked_fill(dead, 0.0), keep=(~dead).to(dtype))
 
 
-def _outside_window(
+def outside_window(
     positions: Tensor,
     keys: Tensor,
     window: int,

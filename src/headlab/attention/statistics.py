@@ -111,8 +111,8 @@ class ChunkSums:
 
     rows: the chunk's query rows. sums: name -> (head,), the chunk's share of each sum.
     received: (head, keys) the weight each of the chunk's keys receives. hits: (head, batch, c)
-    the copy hits of these rows, or None. block_mass: (head, c, k_blocks') the mass to each block
-    of keys, to add at the query blocks q_blocks (c,), or None.
+    the copy hits of these rows, or None. block_mass: (head, c, k_blocks') the mass from each of
+    the rows to each block of keys, or None.
     """
 
     rows: slice
@@ -120,7 +120,6 @@ class ChunkSums:
     received: Tensor
     hits: Tensor | None = None
     block_mass: Tensor | None = None
-    q_blocks: Tensor | None = None
 
 
 def _at(weights: Tensor, keys: Tensor) -> Tensor:
@@ -230,7 +229,6 @@ class StreamingSums:
             self._chunk_copies(weights, rows, part)
         if self.blocks is not None:
             part.block_mass = self._block_mass(weights, weight)
-            part.q_blocks = (positions // self.request.block).to(self.blocks.device)  # (c,)
         return part
 
     def merge(self, part: ChunkSums) -> None:
@@ -240,9 +238,11 @@ class StreamingSums:
         self.received[:, : part.received.shape[-1]] += part.received
         if part.hits is not None:
             self.hits[:, :, part.rows] = part.hits
-        if part.block_mass is not None:
+        if part.block_mass is not None:  # into the query blocks of the chunk's rows
+            rows = torch.arange(part.rows.start, part.rows.stop, device=self.blocks.device)
+            q_blocks = (rows + self.q_offset) // self.request.block  # (c,)
             target = self.blocks[:, :, : part.block_mass.shape[-1]]
-            target.index_add_(1, part.q_blocks, part.block_mass)
+            target.index_add_(1, q_blocks, part.block_mass)
 
     def _chunk_copies(self, weights: Tensor, rows: slice, part: ChunkSums) -> None:
         """Weight on, and argmax at, each copy position's source (batch-major order)."""

@@ -22,16 +22,23 @@
     return node;
   }
 
-  // One head: decode lazily (uint16 little endian, base64) and keep the pixels.
+  // The quanta of report/heatmap.py (uint16 little endian, base64): value = q / 65535 * scale.
+  function quantised(head) {
+    const raw = atob(head.data), q = new Uint16Array(raw.length / 2);
+    for (let i = 0; i < q.length; i++) q[i] = raw.charCodeAt(2 * i) | (raw.charCodeAt(2 * i + 1) << 8);
+    return q;
+  }
+
+  // One head: decode lazily and keep the pixels.
   function decodeHead(head, bins) {
     if (head.values) return head;
-    const raw = atob(head.data);
+    const quanta = quantised(head);
     const values = new Float32Array(bins * bins);
     const image = new ImageData(bins, bins);
     const px = image.data;
     const unit = head.scale / 65535;
     for (let i = 0; i < bins * bins; i++) {
-      const q = raw.charCodeAt(2 * i) | (raw.charCodeAt(2 * i + 1) << 8);
+      const q = quanta[i];
       values[i] = q * unit;
       // colour: sqrt of the share of the head's largest cell, so weak structure stays visible
       const idx = Math.round(Math.sqrt(q / 65535) * 255) * 3;
@@ -256,10 +263,7 @@
     root.appendChild(box);
 
     function decode(head) {
-      if (head.values) return head.values;
-      const raw = atob(head.data), n = raw.length / 2, unit = head.scale / 65535;
-      head.values = new Float32Array(n);
-      for (let i = 0; i < n; i++) head.values[i] = (raw.charCodeAt(2 * i) | (raw.charCodeAt(2 * i + 1) << 8)) * unit;
+      if (!head.values) head.values = Float32Array.from(quantised(head), (q) => q * (head.scale / 65535));
       return head.values;
     }
 
