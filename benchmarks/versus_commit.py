@@ -1,6 +1,8 @@
 """This tree against an earlier commit, side by side in one run: is a change free of slowdowns?
 
-    PYTHONPATH=src python benchmarks/versus_commit.py 52b881b --rounds 3 --threads 2
+    PYTHONPATH=src python benchmarks/versus_commit.py 52b881b --rounds 3 --threads 2 [--load both]
+
+``--load`` and ``--allocator`` are passed on (``--allocator`` to the attention benchmark only).
 
 Each round runs, for both sides in turn (every other round in reverse order, so that neither
 always runs first), the attention benchmark (``bench_attention.py`` of this tree with the side's
@@ -22,6 +24,9 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+import allocator
+from machine_load import add_load_argument
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -67,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", help="bench_attention's --only: one size")
     parser.add_argument("--skip", choices=("attention", "long-context"), action="append",
                         default=[])  # fmt: skip
+    add_load_argument(parser)  # passed on to both benchmarks
+    allocator.add_argument(parser)  # passed on to bench_attention
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="headlab-versus-") as tmp:
         old = Path(tmp) / "old"
@@ -101,12 +108,13 @@ def _measure(sides: dict[str, Path], args, tmp: Path) -> dict[str, dict[str, flo
                 command = [sys.executable, str(HERE / "bench_attention.py"), "--repeats",
                            str(args.repeats), "--threads", str(args.threads)]  # fmt: skip
                 command += ["--only", args.only] if args.only else []
+                command += ["--load", args.load, "--allocator", args.allocator]
                 rows |= attention_rows(_run(command, tree / "src", tmp / "a.json"))
             if "long-context" not in args.skip:
                 command = [sys.executable, str(tree / "benchmarks" / "bench_long_context.py"),
                            "--random-weights", "--threads", str(args.threads), "--routes",
                            "forward", "streaming", "--lengths",
-                           *map(str, args.lengths)]  # fmt: skip
+                           *map(str, args.lengths), "--load", args.load]  # fmt: skip
                 rows |= long_context_rows(_run(command, tree / "src", tmp / "l.json"))
             for key, value in rows.items():
                 samples[name].setdefault(key, []).append(value)
