@@ -125,3 +125,42 @@ def test_the_built_in_texts_on_a_short_context_name_no_flag(llama_dir, texts, tm
     assert code == 2 and printed == "" and len(err.strip().splitlines()) == 1
     assert "context of 64 tokens cannot hold the built-in copy task" in err
     assert "--max-tokens" not in err and "--calibration-file" in err
+
+
+def test_the_retrieval_line_says_what_was_masked(llama_dir, texts, tmp_path, capsys):
+    out = tmp_path / "kv.json"
+    args = ["model", "kv-budget", "--model", str(llama_dir), *texts, "--window", "8"]
+    args += ["--budgets", "0.5", "--out", str(out)]
+    code, printed, err = run([*args, "--retrieval-k", "9"], capsys)
+    assert code == 0, err
+    check = json.loads(out.read_text())["retrieval"]
+    assert [len(drawn) for drawn in check["random_heads"]] == [9, 9, 9] and len(check["heads"]) == 9
+    shown = " ".join(printed.split())
+    assert "top 9 retrieval heads masked" in shown and "with 9 random heads masked" in shown
+    code, printed, err = run([*args, "--retrieval-k", "10", "--force"], capsys)
+    assert code == 2 and printed == "" and len(err.strip().splitlines()) == 1
+    assert "--retrieval-k must be between 1 and 9 for " in err and "18 heads" in err
+
+
+def test_a_held_out_text_cut_says_so(llama_dir, tmp_path, capsys):
+    from tokenizers import Tokenizer
+
+    long = tmp_path / "long.txt"
+    long.write_text(_text(3) + " " + " ".join(f"t{i % 50}" for i in range(20)), encoding="utf-8")
+    calibration = tmp_path / "calibration.txt"
+    calibration.write_text(_text(5), encoding="utf-8")
+    out = tmp_path / "kv.json"
+    args = ["model", "kv-budget", "--model", str(llama_dir), "--text-file", str(long),
+            "--calibration-file", str(calibration), "--window", "8", "--max-tokens", "60",
+            "--budgets", "0.5", "--out", str(out)]  # fmt: skip
+    code, printed, err = run(args, capsys)
+    assert code == 0, err
+    whole = len(Tokenizer.from_file(str(llama_dir / "tokenizer.json")).encode(long.read_text()))
+    assert whole == 75  # 1 + 12 + 30 + 12 + 20 words, one token each
+    result = KVBudgetResult.from_dict(json.loads(out.read_text()))
+    assert (result.held_out.n_tokens, result.held_out.text_tokens) == (60, whole)
+    assert result.held_out.truncated and result.n_tokens == 60
+    assert not result.calibration.truncated and result.calibration.text_tokens == 55
+    shown = " ".join(printed.split())
+    assert "the held-out text: 60 tokens (cut from 75: the rest was not analysed)" in shown
+    assert "calibration text:" not in shown
