@@ -35,7 +35,7 @@ import torch.nn.functional as F
 
 from headlab.attention.sites import KeyBudget
 from headlab.heads.long_context import TextContext, cut_text, long_text_statistics
-from headlab.heads.repeats import MIN_MATCH, copy_sources, copy_task
+from headlab.heads.repeats import MIN_MATCH, context_copy_task, copy_sources
 from headlab.heads.retrieval_check import (
     RetrievalCheck,
     check_retrieval_k,
@@ -262,16 +262,10 @@ def default_texts(model: HeadModel, n_tokens: int, seed: int, asked: bool) -> tu
     from the first half of the document, of the other from the second half (no shared filler
     word, ``repeats.copy_task``), both seeded by ``seed``. ``asked``: the user chose
     ``n_tokens``; otherwise the message of a context too short names the model's context."""
-    try:
-        return tuple(copy_task(model, n_tokens, seed=seed, part=part, parts=2).text
-                     for part in (0, 1))  # fmt: skip
-    except ValueError:
-        if asked:
-            raise
-        raise ValueError(
-            f"{model.name}'s context of {n_tokens} tokens cannot hold the built-in copy task "
-            "(a passage twice); give calibration_text= and evaluation_text="
-        ) from None
+    hint = "give calibration_text= and evaluation_text="
+    length = n_tokens if asked else None
+    return tuple(context_copy_task(model, length, hint, seed=seed, part=part, parts=2).text
+                 for part in (0, 1))  # fmt: skip
 
 
 def kv_budget(
