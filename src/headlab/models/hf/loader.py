@@ -31,6 +31,7 @@ from headlab.models.hf.checkpoint import (
     LIST_HINT,
     Checkpoint,
     check_weights,
+    consent,
     fetch_rest,
     first_line,
     locate,
@@ -67,7 +68,7 @@ def refuse_unsupported(model_class: type, family: str, where: str) -> None:
 
 def _on_meta(auto_class: type, config, trust_remote_code: bool):
     with torch.device("meta"):
-        return auto_class.from_config(config, trust_remote_code=trust_remote_code)
+        return auto_class.from_config(config, trust_remote_code=consent(trust_remote_code))
 
 
 def plan_model(config, where: str, trust_remote_code: bool = False) -> Plan:
@@ -149,7 +150,7 @@ def load_tokenizer(checkpoint: Checkpoint, trust_remote_code: bool = False):
             str(folder),
             gguf_file=checkpoint.gguf,
             local_files_only=True,
-            trust_remote_code=trust_remote_code,
+            trust_remote_code=consent(trust_remote_code),
         )
     except (ValueError, OSError, KeyError) as error:
         raise ValueError(
@@ -187,7 +188,9 @@ def load_pretrained(
     dtype: torch.dtype = torch.float32,
 ):
     """(model, tokenizer or None, checkpoint): the checkpoint ``source`` names, loaded by
-    transformers with ``attn_implementation="headlab"``, in eval mode."""
+    transformers with ``attn_implementation="headlab"``, in eval mode. TypeError when
+    ``trust_remote_code`` is neither True nor False (``consent``)."""
+    trust_remote_code = consent(trust_remote_code)
     checkpoint = locate(source, download=download)
     if checkpoint.gguf is not None:
         require_accelerate(checkpoint.name)
