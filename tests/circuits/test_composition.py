@@ -20,8 +20,8 @@ from headlab.circuits.composition import (
     pair_scores,
     random_baseline,
 )
-from headlab.circuits.composition_scores import CompositionScores
 from headlab.models.hf import attach
+from headlab.results.composition import CompositionScores
 
 # distinct sizes: embed 42 (transformers wants it a multiple of the heads), head_dim 4 (!= 42 / 6,
 # even for rotary),

@@ -42,9 +42,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from headlab.circuits.composition_scores import Baseline, CompositionScores
 from headlab.limits import check_int
 from headlab.models.interface import HeadModel
+from headlab.results.composition import Baseline, CompositionScores
 
 MODES = ("q", "k", "v")
 GROUP_MODES = ("k_group", "v_group")

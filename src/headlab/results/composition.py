@@ -1,4 +1,4 @@
-"""The result of ``circuits.composition``: composition scores of every head pair, with baselines.
+"""The result of ``headlab.circuits.composition``: scores of every head pair, with baselines.
 
 ``CompositionScores`` (KIND "circuit-composition"): per mode a matrix indexed (sender head,
 receiver head) for "q", "k", "v" and (sender head, receiver K/V group) for "k_group", "v_group";
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from headlab.schema import Fields, problem
+from headlab.results.schema import Fields, problem
 
 MATRIX_MODES = ("q", "k", "v")
 GROUP_MATRIX_MODES = ("k_group", "v_group")
