@@ -69,7 +69,7 @@ def claim(
     """Check ``out`` (headlab ``name`` results, JSON; given as ``out_flag``) and --figure (its
     PNG) before any work starts; the writers check them again when they write. OutputRefused
     names the flag."""
-    from headlab.output_policy import Kind, OutputRefused, check_output
+    from headlab.results.output_policy import Kind, OutputRefused, check_output
 
     with writing(out_flag):
         check_output(out, Kind.json(name), force=force)
@@ -95,9 +95,9 @@ def write_outputs(
     """After the work: ``result`` to ``out`` (headlab ``name`` results; given as ``out_flag``),
     ``draw(result)`` to --figure when asked. With --json, print the document and return None
     (the command prints nothing more); else return the document written."""
-    from headlab.files import save_figure
-    from headlab.heads.results import write_result
-    from headlab.output_policy import Kind
+    from headlab.results.files import save_figure
+    from headlab.results.json_store import write_result
+    from headlab.results.output_policy import Kind
 
     with writing(out_flag):
         written = write_result(out, result, force=force)

@@ -45,7 +45,7 @@ from headlab.heads.retrieval_check import (
 from headlab.heads.roles import SINKS, WINDOW, HeadRoles
 from headlab.limits import check_int
 from headlab.models.interface import HeadModel, TokenBatch
-from headlab.schema import Fields, problem
+from headlab.results.schema import Fields, problem
 
 Group = tuple[int, int]  # (layer, K/V group)
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from headlab.heads.ablation import ablated
 from headlab.heads.roles import RETRIEVAL
 from headlab.models.interface import HeadModel
-from headlab.schema import Fields, problem
+from headlab.results.schema import Fields, problem
 
 Head = tuple[int, int]  # (layer, head)
 
