@@ -314,8 +314,8 @@ def _long_context(
     from headlab.heads.long_context import long_text_statistics
     from headlab.heads.repeats import context_copy_task
     from headlab.heads.roles import WINDOW as DEFAULT_WINDOW
+    from headlab.input_files import read_text_file
     from headlab.limits import check_int
-    from headlab.models.corpus import read_text_file
 
     out = model_results("long-context") if out is None else out
     claim_analysis("long-context", out, force, figure)
