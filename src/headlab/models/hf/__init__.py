@@ -41,6 +41,7 @@ def attach(model, tokenizer=None, name: str | None = None) -> TransformersModel:
     from transformers import PreTrainedModel
 
     from headlab.models.hf.loader import refuse_unsupported
+    from headlab.models.hf.observe import build_observed
 
     if not isinstance(model, PreTrainedModel):
         raise ValueError(f"expected a transformers PreTrainedModel, got {type(model).__name__}")
@@ -51,7 +52,7 @@ def attach(model, tokenizer=None, name: str | None = None) -> TransformersModel:
             f"{where}: family {family!r} is an encoder-decoder; headlab runs "
             "decoders and encoders, not cross-attention"
         )
-    refuse_unsupported(type(model), family, where)
+    refuse_unsupported(build_observed(type(model), model.config), family, where)
     model.set_attn_implementation(register())
     label = name or getattr(model.config, "name_or_path", "") or type(model).__name__
     return TransformersModel(label, model, tokenizer, causal=_causal(model))

@@ -10,7 +10,8 @@
 The model class is transformers' own (``AutoModelForCausalLM`` for a causal model, ``AutoModel``
 for an encoder); headlab only registers its attention (registry.py). Refused before any weight is
 read, each in one line: a family whose attention does not go through ``AttentionInterface``
-(the model class's ``_supports_attention_backend``), an encoder-decoder, a config declaring more
+(observed: one forward of the config's model on the meta device calls no attention function,
+observe.py), an encoder-decoder, a config declaring more
 layers than its weights hold tensors (before the meta build) or more parameters than they hold
 values, a checkpoint whose parameters would not fit in memory (the estimate from the meta
 build), pickled weights, remote code without ``trust_remote_code``, and a GGUF file without
@@ -36,6 +37,7 @@ from headlab.models.hf.checkpoint import (
     locate,
     read_config,
 )
+from headlab.models.hf.observe import build_observed, observe
 from headlab.models.hf.registry import register
 from headlab.models.hf.requirements import require_accelerate
 from headlab.models.weight_files import checkpoint_shapes, held_values
@@ -55,19 +57,24 @@ def _family(config) -> str:
     return str(getattr(config, "model_type", None) or type(config).__name__)
 
 
-def refuse_unsupported(model_class: type, family: str, where: str) -> None:
-    """ValueError when ``model_class`` does not call its attention through the interface."""
-    if not getattr(model_class, "_supports_attention_backend", False):
+def refuse_unsupported(model: torch.nn.Module, family: str, where: str) -> None:
+    """ValueError unless ``model`` (built by ``observe.build_observed``) calls the attention
+    function of transformers' registry in one observed forward."""
+    seen = observe(model)
+    if seen.calls:
+        return
+    name = type(model).__name__
+    if seen.error is not None:
         raise ValueError(
-            f"{where}: family {family!r} ({model_class.__name__}) computes its attention itself, "
-            f"not through transformers' AttentionInterface, so headlab cannot run inside it; "
-            f"{LIST_HINT}"
+            f"{where}: family {family!r} ({name}): headlab cannot tell whether it calls "
+            f"transformers' AttentionInterface (one forward on the meta device stopped: "
+            f"{seen.error}); {LIST_HINT}"
         )
-
-
-def _on_meta(auto_class: type, config, trust_remote_code: bool):
-    with torch.device("meta"):
-        return auto_class.from_config(config, trust_remote_code=trust_remote_code)
+    raise ValueError(
+        f"{where}: family {family!r} ({name}) computes its attention itself, not through "
+        f"transformers' AttentionInterface (one observed forward called none), so headlab "
+        f"cannot run inside it; {LIST_HINT}"
+    )
 
 
 def plan_model(config, where: str, trust_remote_code: bool = False) -> Plan:
@@ -82,23 +89,22 @@ def plan_model(config, where: str, trust_remote_code: bool = False) -> Plan:
             f"encoders, not cross-attention; {LIST_HINT}"
         )
     try:
-        base = _on_meta(AutoModel, config, trust_remote_code)
+        base = build_observed(AutoModel, config, trust_remote_code)
     except (ValueError, KeyError) as error:
         raise ValueError(
             f"{where}: transformers has no model class for {family!r} ({first_line(error)})"
         ) from None
-    refuse_unsupported(type(base), family, where)
     causal = any(getattr(m, "is_causal", False) is True for m in base.modules())
     model = base
     if causal:
         try:
-            model = _on_meta(AutoModelForCausalLM, config, trust_remote_code)
+            model = build_observed(AutoModelForCausalLM, config, trust_remote_code)
         except (ValueError, KeyError):
             raise ValueError(
                 f"{where}: family {family!r} is causal but transformers has no language-model "
                 f"class for it; {LIST_HINT}"
             ) from None
-        refuse_unsupported(type(model), family, where)
+    refuse_unsupported(model, family, where)
     return Plan(type(model), causal, sum(p.numel() for p in model.parameters()))
 
 
