@@ -10,8 +10,9 @@
 The model class is transformers' own (``AutoModelForCausalLM`` for a causal model, ``AutoModel``
 for an encoder); headlab only registers its attention (registry.py). Refused before any weight is
 read, each in one line: a family whose attention does not go through ``AttentionInterface``
-(observed: one forward of the config's model on the meta device calls no attention function,
-observe.py), an encoder-decoder, a config declaring more
+(observed: one forward of the meta build calls no attention function, observe.py), an
+encoder-decoder, a model that does not
+read text (runnable.py), a config declaring more
 layers than its weights hold tensors (before the meta build) or more parameters than they hold
 values, a checkpoint whose parameters would not fit in memory (the estimate from the meta
 build), pickled weights, remote code without ``trust_remote_code``, and a GGUF file without
@@ -32,14 +33,16 @@ from headlab.models.hf.checkpoint import (
     LIST_HINT,
     Checkpoint,
     check_weights,
+    consent,
     fetch_rest,
     first_line,
     locate,
     read_config,
 )
-from headlab.models.hf.observe import build_observed, observe
+from headlab.models.hf.observe import build_observed
 from headlab.models.hf.registry import register
 from headlab.models.hf.requirements import require_accelerate
+from headlab.models.hf.runnable import family_of, refuse_encoder_decoder, refuse_unrunnable
 from headlab.models.weight_files import checkpoint_shapes, held_values
 
 
@@ -53,28 +56,10 @@ class Plan:
     parameters: int
 
 
-def _family(config) -> str:
-    return str(getattr(config, "model_type", None) or type(config).__name__)
-
-
-def refuse_unsupported(model: torch.nn.Module, family: str, where: str) -> None:
-    """ValueError unless ``model`` (built by ``observe.build_observed``) calls the attention
-    function of transformers' registry in one observed forward."""
-    seen = observe(model)
-    if seen.calls:
-        return
-    name = type(model).__name__
-    if seen.error is not None:
-        raise ValueError(
-            f"{where}: family {family!r} ({name}): headlab cannot tell whether it calls "
-            f"transformers' AttentionInterface (one forward on the meta device stopped: "
-            f"{seen.error}); {LIST_HINT}"
-        )
-    raise ValueError(
-        f"{where}: family {family!r} ({name}) computes its attention itself, not through "
-        f"transformers' AttentionInterface (one observed forward called none), so headlab "
-        f"cannot run inside it; {LIST_HINT}"
-    )
+def _on_meta(auto_class: type, config, trust_remote_code: bool):
+    """``auto_class`` built from ``config`` on the meta device, its attention set to the
+    observer (observe.py): ``refuse_unrunnable`` watches one forward of it."""
+    return build_observed(auto_class, config, consent(trust_remote_code))
 
 
 def plan_model(config, where: str, trust_remote_code: bool = False) -> Plan:
@@ -82,29 +67,26 @@ def plan_model(config, where: str, trust_remote_code: bool = False) -> Plan:
     device: no memory, no weights). Raises ValueError naming ``where`` and the family."""
     from transformers import AutoModel, AutoModelForCausalLM
 
-    family = _family(config)
-    if getattr(config, "is_encoder_decoder", False):
-        raise ValueError(
-            f"{where}: family {family!r} is an encoder-decoder; headlab runs decoders and "
-            f"encoders, not cross-attention; {LIST_HINT}"
-        )
+    family = family_of(config)
+    refuse_encoder_decoder(config, where)  # before the build: no model class needed
     try:
-        base = build_observed(AutoModel, config, trust_remote_code)
+        base = _on_meta(AutoModel, config, trust_remote_code)
     except (ValueError, KeyError) as error:
         raise ValueError(
             f"{where}: transformers has no model class for {family!r} ({first_line(error)})"
         ) from None
+    refuse_unrunnable(type(base), config, where, built=base)
     causal = any(getattr(m, "is_causal", False) is True for m in base.modules())
     model = base
     if causal:
         try:
-            model = build_observed(AutoModelForCausalLM, config, trust_remote_code)
+            model = _on_meta(AutoModelForCausalLM, config, trust_remote_code)
         except (ValueError, KeyError):
             raise ValueError(
                 f"{where}: family {family!r} is causal but transformers has no language-model "
                 f"class for it; {LIST_HINT}"
             ) from None
-    refuse_unsupported(model, family, where)
+        refuse_unrunnable(type(model), config, where, built=model)
     return Plan(type(model), causal, sum(p.numel() for p in model.parameters()))
 
 
@@ -155,7 +137,7 @@ def load_tokenizer(checkpoint: Checkpoint, trust_remote_code: bool = False):
             str(folder),
             gguf_file=checkpoint.gguf,
             local_files_only=True,
-            trust_remote_code=trust_remote_code,
+            trust_remote_code=consent(trust_remote_code),
         )
     except (ValueError, OSError, KeyError) as error:
         raise ValueError(
@@ -193,7 +175,9 @@ def load_pretrained(
     dtype: torch.dtype = torch.float32,
 ):
     """(model, tokenizer or None, checkpoint): the checkpoint ``source`` names, loaded by
-    transformers with ``attn_implementation="headlab"``, in eval mode."""
+    transformers with ``attn_implementation="headlab"``, in eval mode. TypeError when
+    ``trust_remote_code`` is neither True nor False (``consent``)."""
+    trust_remote_code = consent(trust_remote_code)
     checkpoint = locate(source, download=download)
     if checkpoint.gguf is not None:
         require_accelerate(checkpoint.name)
