@@ -30,7 +30,8 @@ GOOD = {"clean": "When Mary and John went to the store , John gave a drink to",
     [
         ("{not json", r"line 2: expected a JSON object, got invalid JSON \(.* at column 2\)"),
         ("[1, 2]", "line 2: expected a JSON object, got list"),
-        (json.dumps({**GOOD, "clean": ""}), "line 2: expected 'clean' a non-empty string, got \"\""),
+        (json.dumps({**GOOD, "clean": ""}),
+         "line 2: expected 'clean' a non-empty string, got \"\""),
         (json.dumps({k: v for k, v in GOOD.items() if k != "corrupted"}),
          "line 2: expected 'corrupted' a non-empty string, got nothing"),
         (json.dumps({**GOOD, "answer": -3}), "line 2: expected 'answer' a token .* got -3"),
@@ -48,7 +49,7 @@ def test_a_malformed_line_is_refused_in_one_line_naming_it(tmp_path, line, messa
 
 
 def test_empty_files_and_files_too_large_are_refused(tmp_path):
-    with pytest.raises(ValueError, match="expected at least one pair .* got none"):
+    with pytest.raises(ValueError, match=r"expected at least one pair .* got none"):
         read_pairs(_write(tmp_path, "", "  "))
     big = tmp_path / "big.jsonl"
     with big.open("wb") as handle:

@@ -85,7 +85,7 @@ def test_ioi_names_are_the_tokenizers_single_tokens_and_only_names_change(model)
 
 def test_ioi_refuses_a_tokenizer_with_too_few_single_token_names():
     tokenizer = word_tokenizer(("Mary", "John"), filler=False)
-    with pytest.raises(ValueError, match="ioi needs at least 3 names .* it has 2 of the"):
+    with pytest.raises(ValueError, match=r"ioi needs at least 3 names .* it has 2 of the"):
         tasks_builtin.ioi(tokenizer, 2, 0)
 
 
