@@ -15,8 +15,8 @@ import pytest
 
 from cli_run import run
 from headlab.experiments.config import make_config
-from headlab.experiments.results import ResultsWriter
-from headlab.locations import RESULTS_DIR
+from headlab.results.jsonl_store import ResultsWriter
+from headlab.results.locations import RESULTS_DIR
 
 TINY_SWEEP = ["--heads", "1,2", "--d-model", "8", "--seeds", "1", "--steps", "2", "--workers", "1"]
 
@@ -224,7 +224,7 @@ def test_report_png_target_is_checked_before_the_report_is_replaced(tmp_path, ca
 
 
 def test_user_text_with_dollars_is_drawn_verbatim(tmp_path, capsys):
-    from headlab.output_policy import png_text_chunks
+    from headlab.results.output_policy import png_text_chunks
 
     figs = tmp_path / "figs"
     argv = ["report", "--text", "costs $x^$ now", "--results", str(tmp_path / "none")]
@@ -251,8 +251,8 @@ def test_a_refused_output_names_the_flag_not_the_library_argument(tmp_path, caps
 
 def test_a_refusal_at_write_time_names_the_flag_too(tmp_path):
     from headlab.cli.outputs import writing
-    from headlab.files import write_output
-    from headlab.output_policy import Kind, OutputRefused
+    from headlab.results.files import write_output
+    from headlab.results.output_policy import Kind, OutputRefused
 
     notes = tmp_path / "notes.txt"
     notes.write_text("my notes")

@@ -3,7 +3,7 @@
 import pytest
 
 from cli_run import run
-from headlab.experiments.results import read_rows
+from headlab.results.jsonl_store import read_rows
 
 TINY = ["--task", "multi-lookup", "--heads", "1,2", "--d-model", "8", "--seeds", "2"]
 

@@ -24,9 +24,9 @@ from headlab.experiments.corpus_roles import (
     read_documents,
     run_corpus,
 )
-from headlab.experiments.results import SkippedLinesWarning, TornLineWarning
 from headlab.heads.corpus_sums import corpus_result, document_sums, merge_sums
-from headlab.output_policy import OutputRefused
+from headlab.results.jsonl_store import SkippedLinesWarning, TornLineWarning
+from headlab.results.output_policy import OutputRefused
 
 
 @pytest.fixture(scope="module")

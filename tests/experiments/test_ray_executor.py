@@ -4,8 +4,8 @@ import pytest
 
 pytest.importorskip("ray")
 
-from headlab.experiments.results import read_rows
 from headlab.experiments.sweep import SweepSpec, plan_sweep, run_sweep
+from headlab.results.jsonl_store import read_rows
 
 pytestmark = [
     pytest.mark.slow,

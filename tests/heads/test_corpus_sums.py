@@ -22,8 +22,8 @@ from headlab.heads.corpus_sums import (
     merge_sums,
 )
 from headlab.heads.long_context import long_text_statistics
-from headlab.heads.results import read_result, write_result
 from headlab.heads.roles import role
+from headlab.results.json_store import read_result, write_result
 
 
 @pytest.fixture(scope="module")

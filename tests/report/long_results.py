@@ -99,8 +99,8 @@ def kv_budget_result(seed: int = 3, model: str = "SmolLM2-135M") -> KVBudgetResu
 
 def write_long_results(directory: Path, **options) -> Path:
     """model_long-context.json and model_kv-budget.json in ``directory`` (made), as the
-    commands write them (``headlab.heads.results`` format)."""
-    from headlab.heads.results import write_result
+    commands write them (``headlab.results.json_store`` format)."""
+    from headlab.results.json_store import write_result
 
     directory.mkdir(parents=True, exist_ok=True)
     model = options.pop("model", "SmolLM2-135M")

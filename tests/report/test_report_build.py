@@ -188,7 +188,7 @@ def test_trained_encoder_is_shown_with_all_heads_and_as_one_head(built: tuple[Pa
 
 
 def test_a_refusal_names_the_library_arguments_not_cli_flags(tmp_path: Path) -> None:
-    from headlab.output_policy import OutputRefused
+    from headlab.results.output_policy import OutputRefused
 
     foreign = tmp_path / "mine"
     foreign.mkdir()

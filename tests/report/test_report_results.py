@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from headlab.report.results import FILES, read_section
+from headlab.report.reading import FILES, read_section
 
 
 def test_missing_files_read_as_none(tmp_path: Path) -> None:
@@ -51,7 +51,7 @@ def test_broken_files_name_the_file(results_dir: Path) -> None:
 
 def test_a_torn_last_sweep_line_is_skipped_with_the_sweeps_warning(tmp_path: Path) -> None:
     from headlab.experiments.config import make_config
-    from headlab.experiments.results import TornLineWarning
+    from headlab.results.jsonl_store import TornLineWarning
 
     config = make_config("multi-lookup", 4, d_model=8)
     row = {
@@ -118,7 +118,7 @@ def test_the_report_skips_a_broken_file_says_which_and_shows_the_rest(
 ) -> None:
     """A file that does not follow its schema is skipped with one warning naming it; the other
     sections are drawn, and the page says which file was skipped and why."""
-    from headlab.report.results import SkippedResultsWarning
+    from headlab.report.reading import SkippedResultsWarning
     from headlab.report.sections import _results_sections
 
     for name, edit, _ in HAND_EDITS[:1] + HAND_EDITS[2:3]:

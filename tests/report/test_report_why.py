@@ -9,7 +9,7 @@ import pytest
 
 from headlab.analysis.expressivity import ExpressivityConfig, measure_expressivity
 from headlab.experiments.specialisation import SpecialisationConfig, measure_specialisation
-from headlab.report.results import SkippedResultsWarning
+from headlab.report.reading import SkippedResultsWarning
 from headlab.report.why import WHY, why_sections
 
 

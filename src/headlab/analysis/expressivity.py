@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from headlab.attention.module import MultiHeadAttention
-from headlab.schema import Fields
+from headlab.results.schema import Fields
 
 
 def score_rank(module: MultiHeadAttention, x: torch.Tensor, *, tol: float = 1e-9) -> list[int]:

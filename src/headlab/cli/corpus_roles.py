@@ -13,7 +13,7 @@ from headlab.cli.model import BACKEND, DOWNLOAD, TRUST_REMOTE_CODE, claim_analys
 from headlab.cli.outputs import emit_result, note_lines
 from headlab.cli.parsing import flags
 from headlab.cli.progress import progress
-from headlab.locations import RESULTS_DIR, model_results
+from headlab.results.locations import RESULTS_DIR, model_results
 
 DOCUMENTS = typer.Option(
     ..., "--documents", help="A folder of documents: its .txt files (UTF-8), one pass each."

@@ -15,7 +15,7 @@ from headlab.cli.outputs import AS_JSON, FIGURE, FORCE, claim, write_outputs
 from headlab.cli.parsing import flags, sizes
 from headlab.cli.progress import progress
 from headlab.cli.tables import fitted_tables
-from headlab.locations import why_results
+from headlab.results.locations import why_results
 
 if TYPE_CHECKING:  # the analysis loads lazily: the CLI starts without torch
     from headlab.analysis.expressivity import RankRow

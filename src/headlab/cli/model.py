@@ -24,7 +24,7 @@ from headlab.cli.outputs import claim, emit_result, note_lines, print_json, writ
 from headlab.cli.parsing import flags, int_list
 from headlab.cli.progress import progress
 from headlab.cli.tables import fitted_tables
-from headlab.locations import model_results
+from headlab.results.locations import model_results
 
 if TYPE_CHECKING:
     from headlab.heads.long_context import HeavyHitters, LongContextFindings

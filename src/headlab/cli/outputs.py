@@ -66,7 +66,7 @@ def writing(flag: str) -> Iterator[None]:
 def claim(name: str, out: Path, *, force: bool, figure: Path | None = None) -> None:
     """Check --out (headlab ``name`` results, JSON) and --figure (its PNG) before any work
     starts; the writers check them again when they write. OutputRefused names the flag."""
-    from headlab.output_policy import Kind, OutputRefused, check_output
+    from headlab.results.output_policy import Kind, OutputRefused, check_output
 
     with writing("--out"):
         check_output(out, Kind.json(name), force=force)
@@ -91,9 +91,9 @@ def write_outputs(
     """After the work: ``result`` to --out (headlab ``name`` results), ``draw(result)`` to
     --figure when asked. With --json, print the document and return None (the command prints
     nothing more); else return the document written."""
-    from headlab.files import save_figure
-    from headlab.heads.results import write_result
-    from headlab.output_policy import Kind
+    from headlab.results.files import save_figure
+    from headlab.results.json_store import write_result
+    from headlab.results.output_policy import Kind
 
     with writing("--out"):
         written = write_result(out, result, force=force)

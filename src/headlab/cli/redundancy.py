@@ -12,7 +12,7 @@ from rich.table import Table
 from headlab.cli.outputs import AS_JSON, FIGURE, FORCE, claim, write_outputs
 from headlab.cli.parsing import flags, sizes
 from headlab.cli.progress import progress
-from headlab.locations import why_results
+from headlab.results.locations import why_results
 
 OUT = typer.Option(why_results("redundancy"), "--out", help="Results file (JSON).")
 

@@ -11,7 +11,7 @@ from headlab.cli.model import BACKEND, DOWNLOAD, TRUST_REMOTE_CODE, hub_access
 from headlab.cli.parsing import flags
 from headlab.cli.progress import progress
 from headlab.defaults import DEFAULT_TEXT
-from headlab.locations import REPORT_DIR, RESULTS_DIR
+from headlab.results.locations import REPORT_DIR, RESULTS_DIR
 
 
 def report(

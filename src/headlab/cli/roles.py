@@ -25,7 +25,7 @@ from headlab.cli.outputs import emit_result, writing
 from headlab.cli.parsing import float_list
 from headlab.cli.progress import progress
 from headlab.cli.tables import fitted_tables
-from headlab.locations import model_results
+from headlab.results.locations import model_results
 
 FORMATS = ("{:.2f}", "{:.2f}x", "{:.3f}", "{:+.1%}", "{:.3f}")
 TEXT_FILE = typer.Option(

@@ -12,7 +12,7 @@ import typer
 from headlab.cli.parsing import flags, int_list
 from headlab.cli.progress import progress
 from headlab.cli.tables import fitted_tables
-from headlab.locations import SWEEP_FIGURE, SWEEP_RESULTS
+from headlab.results.locations import SWEEP_FIGURE, SWEEP_RESULTS
 
 if TYPE_CHECKING:  # pragma: no cover
     from rich.table import Table
@@ -117,9 +117,9 @@ def sweep(
     from rich.console import Console
 
     from headlab.experiments.executors import capped_workers, check_executor, check_reachable
-    from headlab.experiments.results import read_rows
     from headlab.experiments.summary import summarize
     from headlab.experiments.sweep import SweepSpec, check_runs_fit, plan_sweep
+    from headlab.results.jsonl_store import read_rows
 
     if executor not in ("local", "ray"):
         raise ValueError(f"--executor must be local or ray, got {executor!r}")
@@ -180,8 +180,8 @@ def summary(
     """Print the summary table of a results file."""
     from rich.console import Console
 
-    from headlab.experiments.results import read_rows
     from headlab.experiments.summary import summarize
+    from headlab.results.jsonl_store import read_rows
 
     if not Path(results).is_file():
         raise FileNotFoundError(f"results file not found: {results}")

@@ -1,11 +1,11 @@
 """Training sweeps across head counts at an equal parameter budget: tasks, runs, executors."""
 
 from headlab.experiments.config import RunConfig, make_config
-from headlab.experiments.results import TornLineWarning, read_rows
 from headlab.experiments.summary import SummaryRow, summarize
 from headlab.experiments.sweep import SweepSpec, expand_grid, plan_sweep, run_sweep
 from headlab.experiments.tasks import TASKS, generate, get_task
 from headlab.experiments.train import RunResult, run_one
+from headlab.results.jsonl_store import TornLineWarning, read_rows
 
 __all__ = [
     "TASKS",

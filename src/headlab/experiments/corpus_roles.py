@@ -31,7 +31,6 @@ from pathlib import Path
 import torch
 
 from headlab.experiments.executors import run_jobs
-from headlab.experiments.results import ResultsWriter, RowKind, check_appendable, read_results
 from headlab.heads.corpus_sums import (
     CorpusRolesResult,
     DocumentSums,
@@ -41,7 +40,8 @@ from headlab.heads.corpus_sums import (
     merge_sums,
 )
 from headlab.models.interface import HeadModel
-from headlab.schema import Fields
+from headlab.results.jsonl_store import ResultsWriter, RowKind, check_appendable, read_results
+from headlab.results.schema import Fields
 
 ROW_TAG = "corpus-roles-document"
 DOCUMENT_SUFFIX = ".txt"

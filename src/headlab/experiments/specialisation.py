@@ -25,7 +25,7 @@ from headlab.experiments.config import ATTENTION_KINDS, make_config
 from headlab.experiments.model import TinyTransformer
 from headlab.experiments.tasks import Batch, generate
 from headlab.experiments.train import EVAL_SEED_OFFSET, run_one
-from headlab.schema import Fields, is_int
+from headlab.results.schema import Fields, is_int
 
 SERVED = 0.2  # accuracy a lookup must lose without a head for that head to serve it
 TASK = "multi-lookup"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import asdict, dataclass
 
-from headlab.experiments.results import final_rows
+from headlab.results.jsonl_store import final_rows
 
 
 @dataclass(frozen=True)

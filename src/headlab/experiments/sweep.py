@@ -14,11 +14,11 @@ from pathlib import Path
 from headlab.attention.sizes import FREE_HEAD_DIM, check_divides
 from headlab.experiments.config import RunConfig, make_config
 from headlab.experiments.executors import OnEval, execute
-from headlab.experiments.results import ResultsWriter, check_appendable, finished_run_ids
 from headlab.experiments.tasks import get_task
 from headlab.experiments.train import RunResult
 from headlab.limits import check_fits, check_int
-from headlab.locations import SWEEP_RESULTS
+from headlab.results.jsonl_store import ResultsWriter, check_appendable, finished_run_ids
+from headlab.results.locations import SWEEP_RESULTS
 
 DEFAULT_OUT = SWEEP_RESULTS
 MAX_RUNS = 10_000  # a grid larger than this is a typo (each run trains for seconds to minutes)

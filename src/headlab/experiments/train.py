@@ -18,8 +18,8 @@ import torch.nn.functional as F
 from headlab.analysis.params import parameter_count
 from headlab.experiments.config import RunConfig
 from headlab.experiments.model import TinyTransformer, attention_entropy
-from headlab.experiments.results import SweepRow
 from headlab.experiments.tasks import Batch, generate, get_task
+from headlab.results.jsonl_store import SweepRow
 
 # Evaluation data come from a seed range that training never draws from.
 EVAL_SEED_OFFSET = 1_000_003

@@ -22,8 +22,8 @@ from headlab.heads.pruning import (
     prune_curve,
     prune_heads,
 )
-from headlab.heads.results import write_json
 from headlab.heads.statistics import HeadStatistics, head_statistics
+from headlab.results.json_store import write_json
 
 __all__ = [
     "DETECTORS",

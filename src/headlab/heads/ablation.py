@@ -26,7 +26,7 @@ from headlab.attention.interventions import AblationMode, ablate, mean_head_outp
 from headlab.heads.importance import even_batches
 from headlab.models.interface import HeadModel
 from headlab.models.objectives import describe
-from headlab.schema import Fields, is_int, problem
+from headlab.results.schema import Fields, is_int, problem
 
 Head = tuple[int, int]  # (layer, head)
 Group = tuple[int, int]  # (layer, K/V group)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from headlab.schema import Fields, is_number, problem
+from headlab.results.schema import Fields, is_number, problem
 
 # Blocks a side of a blocked map: 8192 tokens in blocks of 128, 4096 and fewer in blocks of 64.
 # At 8192 tokens and 270 heads (SmolLM2) the results file weighs about 17 MB and the report's

@@ -18,7 +18,7 @@ from typing import ClassVar
 
 from headlab.heads.quality import MEASURES, measures, reference
 from headlab.models.interface import HeadModel
-from headlab.schema import Fields
+from headlab.results.schema import Fields
 
 
 @dataclass(frozen=True)

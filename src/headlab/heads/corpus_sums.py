@@ -46,7 +46,7 @@ from headlab.heads.statistics import (
 )
 from headlab.limits import check_int
 from headlab.models.interface import HeadModel
-from headlab.schema import Fields, is_int, problem
+from headlab.results.schema import Fields, is_int, problem
 
 ROLE_SUMS = ("window_error", "copy_weight")  # summed beside the statistics, not statistics
 

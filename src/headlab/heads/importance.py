@@ -26,7 +26,7 @@ from headlab.models.objectives import (
     info_nce,
     split_halves,
 )
-from headlab.schema import Fields
+from headlab.results.schema import Fields
 
 # the objective's description in results files (older names of these constants)
 OBJECTIVE = CONTRASTIVE

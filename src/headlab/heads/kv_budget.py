@@ -40,7 +40,7 @@ from headlab.heads.repeats import MIN_MATCH, copy_sources, copy_task
 from headlab.heads.roles import RETRIEVAL, SINKS, WINDOW, HeadRoles
 from headlab.limits import check_int
 from headlab.models.interface import HeadModel, TokenBatch
-from headlab.schema import Fields, problem
+from headlab.results.schema import Fields, problem
 
 Group = tuple[int, int]  # (layer, K/V group)
 

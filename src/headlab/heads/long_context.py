@@ -42,7 +42,7 @@ from headlab.heads.statistics import (
 from headlab.heads.streaming import model_head_sums
 from headlab.limits import check_fits, check_int
 from headlab.models.interface import HeadModel, TokenBatch
-from headlab.schema import Fields, is_int, is_number, problem
+from headlab.results.schema import Fields, is_int, is_number, problem
 
 SINK_THRESHOLD = 0.3  # mean weight on the first token above which a head is a sink
 TOP_KEY_SHARE = 0.01  # the heavy hitters: the top 1% of key positions

@@ -25,7 +25,7 @@ import torch
 
 from headlab.heads.quality import MEASURES, measures, reference
 from headlab.models.interface import HeadModel
-from headlab.schema import Fields
+from headlab.results.schema import Fields
 
 FRACTIONS = tuple(i / 10 for i in range(11))
 

@@ -34,7 +34,7 @@ from headlab.attention.functional import entropy
 from headlab.heads.quality import MEASURES, measures, reference
 from headlab.limits import check_int
 from headlab.models.interface import AttentionLayer, HeadModel
-from headlab.schema import Fields
+from headlab.results.schema import Fields
 
 
 def bilinear_forms(module: AttentionLayer) -> np.ndarray:

@@ -37,7 +37,7 @@ from typing import ClassVar
 
 import torch
 
-from headlab.schema import Fields, problem
+from headlab.results.schema import Fields, problem
 
 SINKS, WINDOW = 4, 256  # StreamingLLM's 4 sink tokens, a 256-token window
 RETRIEVAL, COPY, SINK, LOCAL = 0.1, 0.3, 0.3, 0.05  # the thresholds of the rules above

@@ -28,7 +28,7 @@ from torch import Tensor
 from headlab.attention.streaming import CHUNK_ELEMENTS, HeadSums
 from headlab.heads.streaming import model_head_sums
 from headlab.models.interface import HeadModel
-from headlab.schema import Fields
+from headlab.results.schema import Fields
 
 PLAIN_METRICS = ("entropy", "max_weight", "self", "prev", "distance", "contribution_norm")
 

@@ -97,7 +97,7 @@ def read_text_file(path: str | Path, what: str = "text file") -> str:
     file (a folder, a FIFO: named, and never opened), a larger file, bytes that are not UTF-8
     (naming the line), or a file without text (empty or only whitespace).
     """
-    from headlab.output_policy import file_type
+    from headlab.results.output_policy import file_type
 
     path = Path(path)
     if not path.exists():

@@ -15,9 +15,6 @@ from jinja2 import Environment, PackageLoader
 from markupsafe import Markup
 
 from headlab import __version__
-from headlab.files import atomic_write_bytes
-from headlab.locations import REPORT_DIR
-from headlab.output_policy import OutputRefused
 from headlab.report.sections import Collected, ReportOptions, collect
 from headlab.report.target import (
     FolderKind,
@@ -27,6 +24,9 @@ from headlab.report.target import (
     swap_into_place,
     write_marker,
 )
+from headlab.results.files import atomic_write_bytes
+from headlab.results.locations import REPORT_DIR
+from headlab.results.output_policy import OutputRefused
 
 MARKER = ".headlab-report"
 FIGURES_MARKER = ".headlab-figures"

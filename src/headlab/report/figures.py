@@ -13,8 +13,8 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from headlab.experiments.summary import SummaryRow, plot_series
-from headlab.files import figure_png
 from headlab.heads.quality import SHARE_MEASURES
+from headlab.results.files import figure_png
 
 INK = "#1f2933"
 GRID = "#d9dee5"

@@ -17,9 +17,7 @@ import numpy as np
 from headlab.analysis.text_attention import AttentionView
 from headlab.heads.kv_budget import KVBudgetResult
 from headlab.heads.long_context import LongContextResult
-from headlab.heads.results import read_result
 from headlab.heads.roles import RETRIEVAL
-from headlab.locations import model_results
 from headlab.report import figures
 from headlab.report.heatmap import heatmap_data, profile_data
 from headlab.report.long_context_figures import (
@@ -28,7 +26,9 @@ from headlab.report.long_context_figures import (
     maps_figure,
     roles_figure,
 )
-from headlab.report.results import Skipped, skipping
+from headlab.report.reading import Skipped, skipping
+from headlab.results.json_store import read_result
+from headlab.results.locations import model_results
 
 LONG_FILE, BUDGET_FILE = "model_long-context.json", "model_kv-budget.json"
 COMMANDS = {

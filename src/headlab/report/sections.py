@@ -26,15 +26,15 @@ from headlab.analysis.text_attention import (
 )
 from headlab.defaults import DEFAULT_TEXT
 from headlab.experiments.summary import summarize
-from headlab.locations import RESULTS_DIR
 from headlab.notices import HeadlabWarning
 from headlab.report import figures, heatmap
 from headlab.report.heatmap import heatmap_data
 from headlab.report.long_context import long_context_sections
 from headlab.report.overview import overview
-from headlab.report.results import PRODUCERS, Skipped, read_section, skipping
+from headlab.report.reading import PRODUCERS, Skipped, read_section, skipping
 from headlab.report.scenarios import seed_scenarios
 from headlab.report.why import why_sections
+from headlab.results.locations import RESULTS_DIR
 
 DEFAULT_MODEL = "minilm"
 #: The most words of the text the report takes: the seeded layer's work grows with the square of

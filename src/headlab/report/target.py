@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from headlab.notices import HeadlabWarning
-from headlab.output_policy import OutputRefused, check_parent
+from headlab.results.output_policy import OutputRefused, check_parent
 
 
 @dataclass(frozen=True)

@@ -9,10 +9,10 @@ from pathlib import Path
 from headlab.analysis.expressivity import ExpressivityResult
 from headlab.experiments.specialisation import SpecialisationResult
 from headlab.heads.redundancy import RedundancyResult
-from headlab.heads.results import read_result
-from headlab.locations import RESULTS_DIR
 from headlab.report import figures, why_figures
-from headlab.report.results import Skipped, skipping
+from headlab.report.reading import Skipped, skipping
+from headlab.results.json_store import read_result
+from headlab.results.locations import RESULTS_DIR
 
 # key -> (file, the command that makes it, results type, figure)
 WHY = {

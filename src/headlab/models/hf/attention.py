@@ -13,8 +13,14 @@ transformers calls, from each attention module of a model loaded with
     -> (attn_output (batch, q_pos, head, d_value) contiguous, weights (batch, head, q_pos, k_pos)
         when ``output_attentions`` was asked, else None)
 
-A keyword that changes the math and that this function does not know is refused rather than
-ignored, so that a family is exact or fails loudly.
+Keywords, decided against transformers' own functions (``integrations/sdpa_attention.py``, each
+family's ``eager_attention_forward``): everything a model's ``**kwargs`` carry down that cannot
+change the attention is accepted and ignored, as SDPA ignores it (``labels``, ``shift_labels``,
+``num_items_in_batch`` from the ``Trainer``, ``use_cache``, ...). The keywords that change the math
+in some transformers attention function are either implemented here (``IMPLEMENTED``) or refused by
+name (``REFUSED``, with what they would have changed), so that a family is exact or fails loudly;
+``PASSIVE`` lists the keywords that families pass explicitly and that change nothing here, with why.
+A test reads transformers' sources and fails on a keyword in none of the three lists.
 
 What headlab adds comes from the module itself: its ``HFAttentionLayer`` (layer.py, kept on the
 module) gives the kernel its sites (interventions, statistics requests with the layer's W_O, a
@@ -32,20 +38,46 @@ from headlab.models.hf.layer import layer_of
 from headlab.models.hf.lazy_mask import as_mask_spec
 from headlab.models.hf.probe import RECORDER
 
-#: Keywords transformers passes that do not change the attention's math.
-PASSIVE = frozenset(
-    {
-        "sliding_window",  # the mask already holds the window (transformers' eager ignores it too)
-        "use_cache",
-        "output_attentions",
-        "output_hidden_states",
-        "output_router_logits",
-        "position_ids",
-        "cache_position",
-        "encoder_hidden_states",
-        "return_dict",
-    }
+#: Keywords this function implements (its parameters, and ``output_attentions``: weights returned).
+IMPLEMENTED = frozenset(
+    {"scaling", "dropout", "softcap", "s_aux", "is_causal", "position_bias", "output_attentions"}
 )
+
+#: Keywords that change the attention in a transformers attention function and that headlab does
+#: not implement: refused when not None, each with what it would change.
+REFUSED = {
+    "sinks": "per-token attention sinks (Inkling 2); headlab implements per-head sinks (s_aux)",
+    "indices": "sparse attention over each query's selected keys (DeepSeek V3.2's indexer)",
+    "block_indices": "block-sparse attention over each query's selected key blocks",
+    "block_table": "a paged cache (keys and values held in cache blocks, not passed)",
+}
+
+#: Keywords families pass explicitly that change nothing here, and why (any other keyword, such as
+#: ``labels`` or ``num_items_in_batch`` carried down from the model's call, is accepted as well).
+PASSIVE = {
+    "sliding_window": "the mask already holds the window (transformers' eager ignores it too)",
+    "cu_seq_lens_q": "flash attention's packed sequences; the mask holds their boundaries",
+    "cu_seq_lens_k": "flash attention's packed sequences; the mask holds their boundaries",
+    "max_length_q": "flash attention's packed sequences; the mask holds their boundaries",
+    "max_length_k": "flash attention's packed sequences; the mask holds their boundaries",
+    "position_ids": "positions are in the query and key already (rotary applied)",
+    "cache_position": "positions are in the query and key already, offsets in the mask",
+    "deterministic": "flash attention's choice of kernel",
+    "kernel_options": "flex attention's choice of kernel",
+    "cache": "the keys and values passed are already the cache's",
+}
+
+
+def refuse_unknown_math(module: torch.nn.Module, kwargs: dict) -> None:
+    """ValueError naming the keywords in ``kwargs`` that would change the attention and that
+    headlab does not implement (``REFUSED``); every other keyword is accepted."""
+    refused = sorted(k for k, v in kwargs.items() if k in REFUSED and v is not None)
+    if refused:
+        reasons = "; ".join(f"{k}: {REFUSED[k]}" for k in refused)
+        raise ValueError(
+            f"{type(module).__name__} passed {', '.join(refused)} to the attention, which would "
+            f"change it and which headlab's attention does not implement ({reasons})"
+        )
 
 
 def _module_causal(module: torch.nn.Module, is_causal: bool | None) -> bool:
@@ -68,13 +100,7 @@ def headlab_attention(
     **kwargs: object,
 ) -> tuple[Tensor, Tensor | None]:
     """The function registered in ``AttentionInterface`` (see the module docstring)."""
-    unknown = sorted(k for k, v in kwargs.items() if k not in PASSIVE and v is not None)
-    if unknown:
-        raise ValueError(
-            f"headlab's attention does not know the keyword(s) {', '.join(unknown)} that "
-            f"{type(module).__name__} passed; expected only {', '.join(sorted(PASSIVE))} besides "
-            "scaling, dropout, softcap, s_aux, is_causal and position_bias"
-        )
+    refuse_unknown_math(module, kwargs)
     spec = as_mask_spec(
         attention_mask, _module_causal(module, is_causal), query.shape[2], key.shape[2]
     )
@@ -105,7 +131,7 @@ def headlab_attention(
     out = result.head_out.transpose(1, 2).contiguous()
     recorder = RECORDER.get()
     if recorder is not None:  # the probe (probe.py) finds the module's sizes and projections
-        recorder.attention(module, query, key, out)
+        recorder.attention(module, query, key, value, out)
     return out, result.weights
 
 

@@ -3,8 +3,9 @@
 A reader sees the old file or the new one, never a half-written one; an interrupted write leaves
 no temp file behind. New files get the usual permissions (0666 less the umask), not mkstemp's 0600;
 a file replaced keeps its own (a results file the user made private stays private).
-``write_output`` and ``save_figure`` apply headlab's output policy (``headlab.output_policy``) at
-the moment of writing; ``atomic_write_bytes`` is for paths inside a folder headlab owns.
+``write_output`` and ``save_figure`` apply headlab's output policy
+(``headlab.results.output_policy``) at the moment of writing; ``atomic_write_bytes`` is for
+paths inside a folder headlab owns.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from headlab.output_policy import Kind, check_output
+from headlab.results.output_policy import Kind, check_output
 
 
 def _umask() -> int:

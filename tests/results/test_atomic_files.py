@@ -7,7 +7,7 @@ import stat
 
 import pytest
 
-from headlab.files import atomic_write_bytes, atomic_write_text
+from headlab.results.files import atomic_write_bytes, atomic_write_text
 
 
 def test_write_replaces_whole_and_leaves_nothing_else(tmp_path):
@@ -37,10 +37,10 @@ def test_a_failed_write_keeps_the_old_file(tmp_path, monkeypatch):
 
 
 def test_a_refusal_names_the_library_argument_not_a_cli_flag(tmp_path):
-    from headlab.files import write_output
-    from headlab.heads.results import write_json
-    from headlab.output_policy import Kind, OutputRefused, check_output
     from headlab.report.figure_files import plot_sweep
+    from headlab.results.files import write_output
+    from headlab.results.json_store import write_json
+    from headlab.results.output_policy import Kind, OutputRefused, check_output
 
     notes = tmp_path / "notes.txt"
     notes.write_text("my notes")
@@ -67,7 +67,7 @@ def test_a_refusal_names_the_library_argument_not_a_cli_flag(tmp_path):
 @pytest.mark.parametrize("mode", [0o600, 0o640, 0o604])
 def test_a_replaced_file_keeps_its_mode(tmp_path, mode):
     """A results file the user made private stays private when headlab replaces it."""
-    from headlab.heads.results import write_json
+    from headlab.results.json_store import write_json
 
     target = tmp_path / "heads.json"
     write_json(target, {"n": 1}, "model-heads")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from headlab.heads.results import read_result, write_result
+from headlab.results.json_store import read_result, write_result
 
 TEXTS = [
     "The first line of the corpus has a few words.",
@@ -120,8 +120,8 @@ def test_specialisation(tmp_path):
 
 def test_sweep_rows(tmp_path):
     from headlab.experiments.config import make_config
-    from headlab.experiments.results import ResultsWriter, SweepRow, read_finals
     from headlab.experiments.train import run_one
+    from headlab.results.jsonl_store import ResultsWriter, SweepRow, read_finals
 
     run = run_one(make_config("multi-lookup", 2, d_model=8, steps=4, eval_every=2))
     path = tmp_path / "sweep.jsonl"
@@ -166,7 +166,7 @@ def test_a_broken_file_names_the_file_the_field_the_expected_and_the_received(
 
 
 def test_a_bad_sweep_row_names_its_field():
-    from headlab.experiments.results import SweepRow
+    from headlab.results.jsonl_store import SweepRow
 
     row = {"run_id": "a", "step": 1, "loss": 0.1, "accuracy": 2, "final": True, "params": 3}
     with pytest.raises(ValueError, match=r"sweep row: 'accuracy' must be a number in \[0, 1\]"):

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import io
 import json
-import math
 import os
 import warnings
 from collections.abc import Callable, Iterable
@@ -35,7 +34,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from headlab.notices import HeadlabWarning
-from headlab.output_policy import OutputRefused, check_parent
+from headlab.results.output_policy import OutputRefused, check_parent
+from headlab.results.schema import is_int, is_number
 
 if TYPE_CHECKING:
     from headlab.experiments.config import RunConfig
@@ -69,14 +69,6 @@ class ResultsFile:
     torn_tail: int = 0  # bytes of a last line that is headlab's interrupted write (0: none)
 
 
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: object) -> bool:
-    return (_is_int(value) or isinstance(value, float)) and math.isfinite(value)  # type: ignore[arg-type]
-
-
 def _config_problem(config: object) -> str | None:
     from headlab.experiments.config import RunConfig
 
@@ -88,9 +80,9 @@ def _config_problem(config: object) -> str | None:
                 continue
             return f"config lacks {f.name!r}"
         value, expected = config[f.name], f.type
-        if expected in ("int", int) and not _is_int(value):
+        if expected in ("int", int) and not is_int(value):
             return f"config.{f.name} is not an integer"
-        if expected in ("float", float) and not _is_number(value):
+        if expected in ("float", float) and not is_number(value):
             return f"config.{f.name} is not a finite number"
         if expected in ("str", str) and not isinstance(value, str):
             return f"config.{f.name} is not a string"
@@ -103,11 +95,11 @@ def row_problem(row: object) -> str | None:
         return "not a JSON object"
     checks = (
         ("run_id", lambda v: isinstance(v, str) and v != "", "a non-empty string"),
-        ("step", lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
-        ("loss", _is_number, "a finite number"),
-        ("accuracy", lambda v: _is_number(v) and 0 <= v <= 1, "a number in [0, 1]"),
+        ("step", lambda v: is_int(v) and v >= 0, "an integer >= 0"),
+        ("loss", is_number, "a finite number"),
+        ("accuracy", lambda v: is_number(v) and 0 <= v <= 1, "a number in [0, 1]"),
         ("final", lambda v: isinstance(v, bool), "true or false"),
-        ("params", lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
+        ("params", lambda v: is_int(v) and v >= 0, "an integer >= 0"),
     )
     for key, ok, expected in checks:
         if key not in row:
@@ -116,11 +108,11 @@ def row_problem(row: object) -> str | None:
             return f"{key!r} must be {expected}, got {json.dumps(row[key])[:40]}"
     entropy = row.get("head_entropy")
     if entropy is not None and not (
-        isinstance(entropy, list) and all(_is_number(v) for v in entropy)
+        isinstance(entropy, list) and all(is_number(v) for v in entropy)
     ):
         return "'head_entropy' must be a list of finite numbers or null"
     seconds = row.get("seconds")
-    if seconds is not None and not (_is_number(seconds) and seconds >= 0):
+    if seconds is not None and not (is_number(seconds) and seconds >= 0):
         return "'seconds' must be a finite number >= 0 or null"
     return _config_problem(row.get("config"))
 

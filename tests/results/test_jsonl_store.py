@@ -9,7 +9,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from headlab.experiments.config import make_config
-from headlab.experiments.results import (
+from headlab.results.jsonl_store import (
     SWEEP,
     ResultsWriter,
     SkippedLinesWarning,
@@ -22,7 +22,7 @@ from headlab.experiments.results import (
     read_rows,
     row_problem,
 )
-from headlab.output_policy import OutputRefused
+from headlab.results.output_policy import OutputRefused
 
 
 def _row(seed, step, final):

@@ -7,12 +7,13 @@ caller passes ``force`` (the CLI's ``--force``). Every refusal is an ``OutputRef
 ValueError, so the CLI prints one line and exits 2) that names the path and the reason.
 
 The check runs twice: before any long work starts (``check_output``), and again at the moment of
-writing (the writers in ``headlab.files`` call it), so a file that appeared in between is safe.
+writing (the writers in ``headlab.results.files`` call it), so a file that appeared in between
+is safe.
 
 How a file is recognised as headlab's own, by kind:
 - ``Kind.json(name)``: a JSON object whose ``"headlab"`` key equals ``name``;
 - ``Kind.png(name)``: a PNG whose ``headlab`` text chunk equals ``name``;
-- ``Kind.jsonl(name)``: a results file (see ``headlab.experiments.results``), appended to;
+- ``Kind.jsonl(name)``: a results file (see ``headlab.results.jsonl_store``), appended to;
 - folders: a marker file inside (``headlab.report.build``).
 An empty regular file holds nothing to lose and counts as new.
 """

@@ -8,7 +8,7 @@ Their parts are typed too where a part has fields of its own (``LongContextResul
 ``TextContext``, ``HeavyHitters``, ``LongContextFindings``; the rows of collapse, prune,
 expressivity (``RankRow``, ``PatternRow``), specialisation (``SpecialisationRun`` and its
 ``Checkpoint``s) and redundancy (``LayerSpectrum``, ``CurvePoint``)), each with its own
-``to_dict`` and a ``from_dict`` that reads it through ``headlab.schema.Fields``.
+``to_dict`` and a ``from_dict`` that reads it through ``headlab.results.schema.Fields``.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ import math
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from headlab.files import write_output
-from headlab.locations import RESULTS_DIR
-from headlab.output_policy import Kind
-from headlab.schema import check_kind
+from headlab.results.files import write_output
+from headlab.results.locations import RESULTS_DIR
+from headlab.results.output_policy import Kind
+from headlab.results.schema import check_kind
 
 __all__ = ["RESULTS_DIR", "read_result", "write_json", "write_result"]
 

@@ -1,0 +1,8 @@
+"""The results layer: every results file's schema checks and the one store that writes them.
+
+``schema`` (field-by-field checks behind every ``from_dict``), ``json_store`` (one JSON document
+per analysis, written atomically under the output policy), ``jsonl_store`` (append-only, locked
+results rows; torn rows cut, foreign lines skipped), ``files`` (atomic writes), ``output_policy``
+(where headlab may write), ``locations`` (the default folders). Nothing here imports torch or a
+higher layer, so the report, the CLI and every analysis can import it.
+"""
