@@ -194,3 +194,15 @@ def hf_eager(hf_dirs):
         return cache[name]
 
     return get
+
+
+@pytest.fixture(autouse=True)
+def _no_progress_lines(monkeypatch):
+    """Where stderr is no terminal, a command still running after 2 s prints progress lines
+    (``headlab.cli.progress``); on a busy machine a tiny command can pass 2 s, and a test that
+    reads stderr would see them. tests/cli/test_progress.py sets its own delay."""
+    import threading
+
+    import headlab.cli.progress as progress
+
+    monkeypatch.setattr(progress, "FIRST_LINE_S", threading.TIMEOUT_MAX)
