@@ -2,10 +2,16 @@
 
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# The packaged SmolLM2's safetensors conversion (models/gguf_cache.py) goes to a temporary folder
+# shared by test sessions, never the user's cache; tests of the cache itself use tmp_path.
+os.environ.setdefault(
+    "HEADLAB_CACHE", os.path.join(tempfile.gettempdir(), f"headlab-tests-cache-{os.getuid()}")
+)
 
 from hypothesis import HealthCheck, settings
 

@@ -643,11 +643,14 @@ def generate(
 def families(as_json: bool = AS_JSON) -> None:
     """The transformers families that --backend transformers can run.
 
-    Read from the installed transformers: the families whose attention goes through its
-    AttentionInterface (about ten seconds)."""
+    Observed in the installed transformers: the families whose text model calls its
+    AttentionInterface in one forward on the meta device (about a minute for all)."""
     from headlab.models.hf import supported_families
+    from headlab.models.hf.requirements import require_transformers
 
-    names = supported_families()
+    require_transformers()
+    with progress("observing each family's forward", None, quiet=as_json) as update:
+        names = supported_families(on_step=update)
     if as_json:
         print_json({"families": names})
         return
