@@ -124,7 +124,9 @@ def _tables(result) -> list:
     from headlab.cli.roles import role_tables
 
     c = result.corpus
-    cut = f", {c.truncated} cut to --max-tokens" if c.truncated else ""
+    limit = result.options.max_tokens
+    to = "the model's context" if limit is None else f"--max-tokens {limit}"
+    cut = f", {c.truncated} cut to {to}" if c.truncated else ""
     line = (
         f"{result.statistics.model} over {c.documents} documents{cut}: {c.tokens} tokens "
         f"({c.window_tokens} in documents longer than the window), {c.copy_positions} copy "

@@ -135,12 +135,13 @@ def _load(
         check_int("--max-length", max_length, low=2)
     if corpus is not None:
         texts = read_corpus(corpus, n_texts)
+    else:  # its size is known before the model loads
+        with flags("n_texts"):
+            texts = default_corpus(n_texts)
     loaded = open_model(model if model_dir is None else model_dir, route)
     positions = loaded.max_positions
     max_length = min(128, positions) if max_length is None else max_length
     check_int("--max-length", max_length, low=2, high=positions)
-    if corpus is None:
-        texts = default_corpus(n_texts)
     return loaded, texts, max_length
 
 

@@ -113,9 +113,12 @@ class TransformersModel:
         return self.layers
 
     # ------------------------------------------------------------------ tokens
+    #: what to do when there is no tokenizer; a loaded checkpoint names its folder instead
+    no_tokenizer = "pass tokenizer= to headlab.attach"
+
     def _need_tokenizer(self):
         if self.tokenizer is None:
-            raise ValueError(f"{self.name} has no tokenizer: pass tokenizer= to headlab.attach")
+            raise ValueError(f"{self.name} has no tokenizer: {self.no_tokenizer}")
         return self.tokenizer
 
     def encode(self, text: str) -> list[int]:
