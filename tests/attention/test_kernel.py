@@ -18,6 +18,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+import headlab.attention.chunked as chunked_path
 import headlab.attention.kernel as kernel
 from headlab.attention.functional import entropy
 from headlab.attention.kernel import attend
@@ -227,7 +228,7 @@ def test_chunked_path_in_blocks_of_rows(case):
     want_out, want_w = _reference(q, k, v, spec, options)
     o = options
     with torch.no_grad():
-        out, mean = kernel._chunked(
+        out, mean = chunked_path.chunked(
             q, k, v, spec, scale=o["scale"] or q.shape[-1] ** -0.5, softcap=o["softcap"],
             sinks=o["sinks"], view=o["view"], mean=True, sums=None, chunk_elements=1,
         )  # fmt: skip

@@ -10,7 +10,8 @@
 The model class is transformers' own (``AutoModelForCausalLM`` for a causal model, ``AutoModel``
 for an encoder); headlab only registers its attention (registry.py). Refused before any weight is
 read, each in one line: a family whose attention does not go through ``AttentionInterface``
-(the model class's ``_supports_attention_backend``), an encoder-decoder, a model that does not
+(observed: one forward of the meta build calls no attention function, observe.py), an
+encoder-decoder, a model that does not
 read text (runnable.py), a config declaring more
 layers than its weights hold tensors (before the meta build) or more parameters than they hold
 values, a checkpoint whose parameters would not fit in memory (the estimate from the meta
@@ -38,6 +39,7 @@ from headlab.models.hf.checkpoint import (
     locate,
     read_config,
 )
+from headlab.models.hf.observe import build_observed
 from headlab.models.hf.registry import register
 from headlab.models.hf.requirements import require_accelerate
 from headlab.models.hf.runnable import family_of, refuse_encoder_decoder, refuse_unrunnable
@@ -62,16 +64,17 @@ BUILD_ERRORS = (KeyError, TypeError, AttributeError, ArithmeticError, IndexError
 
 
 def _on_meta(auto_class: type, config, trust_remote_code: bool, where: str):
-    """``auto_class``'s model for ``config`` on the meta device, or None when transformers has
-    no such class for it; ValueError naming the family for a config its code fails on."""
+    """``auto_class`` built from ``config`` on the meta device, its attention set to the
+    observer (observe.py): ``refuse_unrunnable`` watches one forward of it. None when
+    transformers has no such class for the config; ValueError naming the family for a config
+    its code fails on (one line, not the traceback of whatever it met first)."""
     remote = consent(trust_remote_code) and auto_class.__name__ in (
         getattr(config, "auto_map", None) or {}
     )
     if type(config) not in auto_class._model_mapping and not remote:
         return None
     try:
-        with torch.device("meta"):
-            return auto_class.from_config(config, trust_remote_code=trust_remote_code)
+        return build_observed(auto_class, config, trust_remote_code)
     except (ValueError, *BUILD_ERRORS) as error:
         raise ValueError(
             f"{where}: transformers cannot build a {family_of(config)!r} model from its config "
@@ -89,7 +92,7 @@ def plan_model(config, where: str, trust_remote_code: bool = False) -> Plan:
     base = _on_meta(AutoModel, config, trust_remote_code, where)
     if base is None:
         raise ValueError(f"{where}: transformers has no model class for {family!r}; {LIST_HINT}")
-    refuse_unrunnable(type(base), config, where)
+    refuse_unrunnable(type(base), config, where, built=base)
     causal = any(getattr(m, "is_causal", False) is True for m in base.modules())
     model = base
     if causal:
@@ -99,7 +102,7 @@ def plan_model(config, where: str, trust_remote_code: bool = False) -> Plan:
                 f"{where}: family {family!r} is causal but transformers has no language-model "
                 f"class for it; {LIST_HINT}"
             )
-        refuse_unrunnable(type(model), config, where)
+        refuse_unrunnable(type(model), config, where, built=model)
     return Plan(
         type(model),
         causal,
