@@ -134,6 +134,10 @@ def budget_tables(result) -> list[Table | Text]:
         f"{result.window}; {result.copy_positions} copy positions"
     )
     out: list[Table | Text] = [*fitted_tables(title, columns, rows, keys=2, left=["plan"])]
+    for name, context in (("held-out", result.held_out), ("calibration", result.calibration)):
+        if context is not None and context.truncated:
+            out.append(Text(f"the {name} text: {context.n_tokens} tokens (cut from "
+                            f"{context.text_tokens}: the rest was not analysed)"))  # fmt: skip
     check = result.retrieval
     if check is not None:
         randoms = ", ".join(f"{a:.3f}" for a in check.random_copy_accuracy)
