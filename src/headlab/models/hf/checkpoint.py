@@ -10,11 +10,12 @@ unless ``trust_remote_code=True`` (exactly ``True``: ``consent``). Every refusal
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+
+from headlab.input_files import check_model_folder, check_regular, read_json
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 PICKLES = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl")
@@ -64,7 +65,7 @@ def _from_hub(repo_id: str, download: bool) -> Checkpoint:
                 f"{repo_id}: no such file or folder, and not in the local Hugging Face cache "
                 f"({constants.HF_HUB_CACHE}); pass download=True to fetch it"
             ) from None
-        return Checkpoint(repo_id, Path(folder))
+        return Checkpoint(repo_id, check_model_folder(folder))
     if constants.HF_HUB_OFFLINE:
         raise ValueError(
             f"{repo_id}: downloading needs the network, but HF_HUB_OFFLINE (or "
@@ -89,7 +90,7 @@ def fetch_rest(checkpoint: Checkpoint, trust_remote_code: bool) -> Checkpoint:
         folder = huggingface_hub.snapshot_download(checkpoint.to_fetch, allow_patterns=patterns)
     except (OSError, huggingface_hub.errors.HfHubHTTPError) as error:
         raise ValueError(f"{checkpoint.name}: download failed ({first_line(error)})") from None
-    return Checkpoint(checkpoint.name, Path(folder))
+    return Checkpoint(checkpoint.name, check_model_folder(folder))
 
 
 #: The longest path and the longest name in it that the file system takes (Linux's limits).
@@ -120,11 +121,14 @@ def locate(source: str | Path, *, download: bool = False) -> Checkpoint:
     ``check_source`` for what cannot name one."""
     check_source(source)
     path = Path(source)
+    if os.path.lexists(path) and not path.is_dir():
+        check_regular(path, "model file")  # a FIFO or a device: named, never opened
     if path.is_file():
         if path.suffix != ".gguf":
             raise ValueError(f"{path}: expected a .gguf file or a model folder")
         return Checkpoint(path.stem, path.parent, gguf=path.name)
     if path.is_dir():
+        check_model_folder(path)  # every file regular, its JSON bounded, before transformers
         if not (path / "config.json").is_file():
             raise FileNotFoundError(f"model folder {path}: config.json is missing")
         return Checkpoint(path.name, path)
@@ -147,14 +151,7 @@ def consent(trust_remote_code: object) -> bool:
 
 def raw_config(checkpoint: Checkpoint) -> dict:
     """config.json as a dict (a GGUF's is read by transformers from its metadata)."""
-    path = checkpoint.folder / "config.json"
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(f"{path}: not valid JSON ({error})") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a JSON object, got {type(data).__name__}")
-    return data
+    return read_json(checkpoint.folder / "config.json", "")
 
 
 def check_code(checkpoint: Checkpoint, trust_remote_code: bool) -> None:
