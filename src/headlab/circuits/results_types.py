@@ -77,4 +77,33 @@ class Agreement:
             float(data["spearman"]), float(data["pearson"]), int(data["k"]),
             int(data["top_k_shared"]),
         )  # fmt: skip
-__all__ = ["Agreement", "EdgeScores"]
+
+
+
+@dataclass(frozen=True)
+class FaithfulnessCurve:
+    """Faithfulness (faithfulness.py) of the circuits of ``sizes`` edges (``fractions`` of the
+    model's ``edges``) chosen from ``method``'s scores by ``selection`` ("top" or "greedy"),
+    and of random circuits of the same sizes (``random[i][seed]``), with MIB's areas: ``cpr``
+    (area under f) and ``cmd`` (area under |1 - f|), for the random circuits per seed."""
+
+    method: str
+    selection: str
+    metric: str
+    edges: int
+    fractions: list[float]
+    sizes: list[int]
+    faithfulness: list[float]
+    random: list[list[float]]
+    cpr: float
+    cmd: float
+    random_cpr: list[float]
+    random_cmd: list[float]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @staticmethod
+    def from_dict(data: dict) -> FaithfulnessCurve:
+        return FaithfulnessCurve(**{k: data[k] for k in FaithfulnessCurve.__dataclass_fields__})
+__all__ = ["Agreement", "EdgeScores", "FaithfulnessCurve"]
