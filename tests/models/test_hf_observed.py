@@ -84,6 +84,8 @@ def test_observing_decides_support_not_the_flag():
     assert observe_family("bamba").module == "BambaAttention"
     assert observe_family("mamba").module is None and observe_family("mamba").error is None
     assert observe_family("t5").error == "an encoder-decoder"
+    # a default config that transformers' own validation refuses is no call, not a crash
+    assert observe_family("gemma4_assistant").error.startswith("no default config")
 
 
 def test_a_family_that_computes_its_attention_itself_is_refused_in_one_line(

@@ -86,13 +86,15 @@ def _num_sq(p: Tensor, s: Tensor, w_o: Tensor, w_v: Tensor) -> Tensor:
     """||P^T S OV||^2 for every receiver (P, S) and sender (W_O, W_V).
 
     p, s: (receiver, d, embed); w_o: (sender, embed, d_s); w_v: (sender, d_s, embed)
-    -> (receiver, sender)."""
+    -> (receiver, sender). One GEMM over the embedding (the only large dimension), then
+    d x d products: tr(M^T G_P M G_V) = sum(M * (G_P M G_V)), M = S W_O."""
+    receivers, d, embed = s.shape
+    senders, _, d_s = w_o.shape
     gram_p, gram_v = _gram(p), _gram(w_v)  # (receiver, d, d), (sender, d_s, d_s)
-    out = torch.empty(p.shape[0], w_o.shape[0], dtype=p.dtype)
-    for r in range(p.shape[0]):
-        m = torch.einsum("de,sef->sdf", s[r], w_o)  # (sender, d, d_s)
-        out[r] = (m * (gram_p[r] @ m @ gram_v)).sum((-1, -2))
-    return out
+    m = s.reshape(receivers * d, embed) @ w_o.permute(1, 0, 2).reshape(embed, senders * d_s)
+    m = m.view(receivers, d, senders, d_s).permute(0, 2, 1, 3)  # (receiver, sender, d, d_s)
+    u = gram_p[:, None] @ m @ gram_v[None]  # (receiver, sender, d, d_s)
+    return (m * u).sum((-1, -2))
 
 
 def _norm_sq(p: Tensor, s: Tensor) -> Tensor:

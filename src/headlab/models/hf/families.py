@@ -15,7 +15,9 @@ its layers set to attention, in the config's own terms (``attn_layer_indices`` o
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from headlab.models.hf.observe import Observation, build_observed, observe
 
@@ -64,7 +66,7 @@ def observe_family(family: str) -> Observation:
 
     try:
         config = AutoConfig.for_model(family)
-    except (ValueError, KeyError, TypeError, ImportError) as error:
+    except Exception as error:  # a default config its own validation refuses (gemma4_assistant)
         return Observation(error=f"no default config ({type(error).__name__})")
     if getattr(config, "is_encoder_decoder", False):
         return Observation(error="an encoder-decoder")
@@ -97,18 +99,36 @@ def text_families() -> list[str]:
     return sorted({*causal, *masked})
 
 
-def supported_families(on_step: Callable[[int, int], None] | None = None) -> list[str]:
+def supported_families(on_step: Callable[[int, int, str], None] | None = None) -> list[str]:
     """The model_types of this transformers whose text models headlab's attention can run,
-    sorted; ``on_step(done, total)`` after each family of ``text_families()`` is observed.
+    sorted; ``on_step(done, total, family)`` after each family of ``text_families()`` is
+    observed.
     ValueError naming what to install without transformers."""
     from headlab.models.hf.requirements import require_transformers
 
     require_transformers()
     families = text_families()
     found = []
-    for done, family in enumerate(families, start=1):
-        if supports(family):
-            found.append(family)
-        if on_step is not None:
-            on_step(done, len(families))
+    with _quiet_transformers():
+        for done, family in enumerate(families, start=1):
+            if supports(family):
+                found.append(family)
+            if on_step is not None:
+                on_step(done, len(families), family)
     return found
+
+
+@contextmanager
+def _quiet_transformers() -> Iterator[None]:
+    """transformers' warnings about the default configs (kernels not installed, tokens outside
+    a vocabulary, ...) off while every family is observed: they concern no model of the user."""
+    from transformers.utils import logging
+
+    level = logging.get_verbosity()
+    logging.set_verbosity_error()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logging.set_verbosity(level)
