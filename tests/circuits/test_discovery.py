@@ -13,8 +13,9 @@ from headlab.circuits.discovery import greedy_edges, top_edges
 from headlab.circuits.faithfulness import faithfulness, faithfulness_curve
 from headlab.circuits.graph import Graph, LayerShape
 from headlab.circuits.patching import Patcher
-from headlab.circuits.results_types import EdgeScores, FaithfulnessCurve
 from headlab.models.hf import attach
+from headlab.results.circuit_edges import EdgeScores, FaithfulnessCurve
+from headlab.results.json_store import read_result, write_result
 
 GRAPH = Graph.of([LayerShape(2, 1), LayerShape(3, 3, parallel=True)])
 
@@ -51,7 +52,7 @@ def test_sizes_refused():
         greedy_edges(scores, GRAPH, -1)
 
 
-def test_faithfulness_ends_and_areas():
+def test_faithfulness_ends_and_areas(tmp_path):
     clean, corrupted, metric = _task()
     patcher = Patcher(attach(sharp("llama")), clean, corrupted, metric)
     circuits = CircuitPatcher(patcher)
@@ -68,7 +69,12 @@ def test_faithfulness_ends_and_areas():
     trapezoid = sum((fractions[i + 1] - fractions[i]) * (curve.faithfulness[i]
                     + curve.faithfulness[i + 1]) / 2 for i in range(3))  # fmt: skip
     assert curve.cpr == pytest.approx(trapezoid)
-    assert FaithfulnessCurve.from_dict(curve.to_dict()) == curve
+    for result, name in ((curve, "faithfulness.json"), (scores, "edges.json")):
+        write_result(tmp_path / name, result)
+        assert read_result(tmp_path / name, type(result)) == result
+    broken = {**curve.to_dict(), "sizes": [1, 2]}
+    with pytest.raises(ValueError, match=r"circuit-faithfulness\.sizes: expected 4 entries"):
+        FaithfulnessCurve.from_dict(broken)
     with pytest.raises(ValueError, match="fractions must increase within"):
         faithfulness_curve(circuits, scores, (0.5, 0.2))
     with pytest.raises(ValueError, match="seeds must be an integer >= 1, got 0"):

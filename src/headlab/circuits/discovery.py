@@ -12,7 +12,7 @@ from __future__ import annotations
 import heapq
 
 from headlab.circuits.graph import LOGITS, Graph
-from headlab.circuits.results_types import EdgeScores
+from headlab.results.circuit_edges import EdgeScores
 
 
 def check_size(n: int, edges: int) -> None:

@@ -20,7 +20,7 @@ import torch
 
 from headlab.circuits.circuit_patching import CircuitPatcher
 from headlab.circuits.discovery import greedy_edges, top_edges
-from headlab.circuits.results_types import EdgeScores, FaithfulnessCurve
+from headlab.results.circuit_edges import EdgeScores, FaithfulnessCurve
 
 MIB_FRACTIONS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
 
