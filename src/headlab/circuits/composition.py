@@ -138,12 +138,17 @@ def pair_scores(sender: LayerWeights, receiver: LayerWeights) -> dict[str, Tenso
     return out
 
 
-def layer_weights(layer, fold: bool = True) -> tuple[LayerWeights, list[str]]:
+def layer_weights(layer, fold: bool = True) -> tuple[LayerWeights, list[str], bool]:
     """A layer's ``LayerWeights`` (``AttentionLayer``: query_key_weights, value_output_weights,
-    input_scale) and the reasons for the weights it lacks."""
+    input_scale), the reasons for what it lacks (a norm whose scale cannot be read is left
+    unfolded and said), and whether a norm scale was folded in."""
     heads, kv = layer.num_heads, layer.num_kv_heads
     missing = []
-    scale = layer.input_scale() if fold else None
+    try:
+        scale = layer.input_scale() if fold else None
+    except ValueError as error:
+        scale = None
+        missing.append(f"norm not folded: {error}")
     fold_in = 1.0 if scale is None else scale.detach().double()  # (embed,)
 
     def split(w: Tensor, n: int) -> Tensor:
@@ -162,7 +167,7 @@ def layer_weights(layer, fold: bool = True) -> tuple[LayerWeights, list[str]]:
     except ValueError as error:
         w_v = w_o = None
         missing.append(f"V/O: {error}")
-    return LayerWeights(w_q, w_k, w_v, w_o, heads, kv), missing
+    return LayerWeights(w_q, w_k, w_v, w_o, heads, kv), missing, scale is not None
 
 
 def composition_scores(
@@ -177,13 +182,14 @@ def composition_scores(
     ``samples`` draws from ``seed``). ``on_layer(i, n)`` after receiver layer i of n."""
     check_int("samples", samples, low=1, high=100_000)
     layers = model.attention_layers()
-    weights, missing = [], {}
+    weights, missing, folded = [], {}, []
     for i, layer in enumerate(layers):
-        found, why = layer_weights(layer, fold)
+        found, why, scaled = layer_weights(layer, fold)
         weights.append(found)
         if why:
             missing[str(i)] = "; ".join(why)
-    folded = [i for i, layer in enumerate(layers) if fold and layer.input_scale() is not None]
+        if scaled:
+            folded.append(i)
     offsets = _offsets([w.heads for w in weights])
     group_offsets = _offsets([w.kv_heads for w in weights])
     total, total_groups = offsets[-1], group_offsets[-1]

@@ -630,13 +630,14 @@ def generate(
         progress("generating: tokens", max_new_tokens, quiet=as_json) as update,
     ):
         new = loaded.generate(text, max_new_tokens, on_token=update)
+    shown = loaded.decode(new, skip_special=True)  # no <|im_end|>: new_ids keep every token
     if as_json:
-        doc = {"model": loaded.name, "prompt": prompt, "new_ids": new, "text": loaded.decode(new)}
+        doc = {"model": loaded.name, "prompt": prompt, "new_ids": new, "text": shown}
         if chosen:
             doc["ablated"] = [list(h) for h in chosen]
         print_json(doc, ensure_ascii=False)
         return
-    print(loaded.decode(new))
+    print(shown)  # and a newline: the shell's prompt starts on a line of its own
 
 
 @model_app.command()

@@ -136,8 +136,8 @@ class TransformersModel:
     def count_tokens(self, text: str) -> int:
         return len(self.encode(text))
 
-    def decode(self, ids: list[int]) -> str:
-        return self._need_tokenizer().decode(ids, skip_special_tokens=False)
+    def decode(self, ids: list[int], skip_special: bool = False) -> str:
+        return self._need_tokenizer().decode(ids, skip_special_tokens=skip_special)
 
     def _pad_id(self) -> int:
         tokenizer = self.tokenizer
