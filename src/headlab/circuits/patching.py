@@ -83,6 +83,7 @@ class Patcher:
         self.clean_value = float(self.metric(self.clean.logits)[0])
         self.corrupted_value = float(self.metric(self.corrupted.logits)[0])
         self._writes: dict[str, Tensor] = {}
+        self.scale = 1.0
 
     @property
     def batch(self) -> int:
@@ -143,16 +144,21 @@ class Patcher:
         return {n: out[c * b : (c + 1) * b] - base for c, n in enumerate(names)}
 
     # ------------------------------------------------------------------ receivers
+    def _shifted(self, base: Tensor, edges: list[Edge]) -> Tensor:
+        """``base`` (batch, pos, embed_dim) once per edge plus the edge's write (times
+        ``self.scale``): (len(edges) * batch, pos, embed_dim)."""
+        writes = self.writes([e.sender for e in edges])
+        return base.repeat(len(edges), 1, 1) + self.scale * torch.cat(
+            [writes[e.sender] for e in edges]
+        )
+
     def _patched_inputs(self, layer: int, edges: list[Edge], kind: str) -> object:
         """Phase A: the receivers' inputs of layer ``layer`` from the clean stream plus each
         edge's write, one copy per edge: {"q","k","v"} -> (copies * batch, head, pos, d_head)
         for attention receivers, the MLP's output (copies * batch, pos, embed_dim) for MLPs."""
         block = self.runner.blocks[layer]
         copies = len(edges)
-        writes = self.writes([e.sender for e in edges])
-        hidden = self.clean.resid[layer].repeat(copies, 1, 1) + torch.cat(
-            [writes[e.sender] for e in edges]
-        )
+        hidden = self._shifted(self.clean.resid[layer], edges)
         seen: dict[str, Tensor] = {}
 
         def keep(site):
@@ -187,10 +193,7 @@ class Patcher:
         b, copies = self.batch, len(edges)
         n = len(self.runner.blocks)
         if kind == "logits":
-            writes = self.writes([e.sender for e in edges])
-            hidden = self.clean.resid[n].repeat(copies, 1, 1) + torch.cat(
-                [writes[e.sender] for e in edges]
-            )
+            hidden = self._shifted(self.clean.resid[n], edges)
             return self.metric(self.runner.forward(n, hidden, copies))
         patched = self._patched_inputs(layer, edges, kind)
         block = self.runner.blocks[layer]
@@ -219,9 +222,16 @@ class Patcher:
         return self.metric(self.runner.forward(layer, hidden, copies, hooks))
 
     def effects(
-        self, edges: Sequence[str], chunk: int | None = None, progress: Progress | None = None
+        self,
+        edges: Sequence[str],
+        chunk: int | None = None,
+        progress: Progress | None = None,
+        scale: float = 1.0,
     ) -> Tensor:
-        """(len(edges),) float64: metric(edge patched) - metric(clean), each edge alone."""
+        """(len(edges),) float64: metric(edge patched) - metric(clean), each edge alone.
+        ``scale`` multiplies each sender's write (1: path patching; a small one gives the
+        derivative that edge attribution estimates, by finite differences)."""
+        self.scale = scale
         parsed = [self.graph.edge(name) for name in edges]
         chunk = chunk or self.default_chunk()
         groups: dict[tuple[int, str], list[int]] = defaultdict(list)

@@ -51,4 +51,30 @@ class EdgeScores:
         )  # fmt: skip
 
 
-__all__ = ["EdgeScores"]
+
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """How ``method``'s edge scores agree with ``reference``'s on ``edges`` shared edges:
+    Spearman and Pearson correlations, and ``top_k_shared`` of the ``k`` largest |scores|."""
+
+    reference: str
+    method: str
+    edges: int
+    spearman: float
+    pearson: float
+    k: int
+    top_k_shared: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @staticmethod
+    def from_dict(data: dict) -> Agreement:
+        return Agreement(
+            str(data["reference"]), str(data["method"]), int(data["edges"]),
+            float(data["spearman"]), float(data["pearson"]), int(data["k"]),
+            int(data["top_k_shared"]),
+        )  # fmt: skip
+__all__ = ["Agreement", "EdgeScores"]

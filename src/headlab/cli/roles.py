@@ -134,6 +134,10 @@ def budget_tables(result) -> list[Table | Text]:
         f"{result.window}; {result.copy_positions} copy positions"
     )
     out: list[Table | Text] = [*fitted_tables(title, columns, rows, keys=2, left=["plan"])]
+    for name, context in (("held-out", result.held_out), ("calibration", result.calibration)):
+        if context is not None and context.truncated:
+            out.append(Text(f"the {name} text: {context.n_tokens} tokens (cut from "
+                            f"{context.text_tokens}: the rest was not analysed)"))  # fmt: skip
     check = result.retrieval
     if check is not None:
         randoms = ", ".join(f"{a:.3f}" for a in check.random_copy_accuracy)
@@ -196,8 +200,8 @@ def kv_budget_command(
     ranking. Then masks the top retrieval heads against as many random heads.
     """
     from headlab.heads.kv_budget import MIN_SEEDS, check_budgets, groups_for_saving, kv_budget
+    from headlab.input_files import read_text_file
     from headlab.limits import check_int, check_seed
-    from headlab.models.corpus import read_text_file
 
     if budgets is None and kv_saved is None:
         budgets = DEFAULT_BUDGETS

@@ -280,6 +280,16 @@ class TextPass:
         return [(s.copy_hits & self.correct[None, :]).sum(-1).tolist() for s in self.per_layer]
 
 
+def cut_text(model: HeadModel, text: str, limit: int) -> tuple[TokenBatch, TextContext]:
+    """``text`` tokenized and cut to ``limit`` tokens: (the one-text batch, its context: the
+    tokens kept and the text's length before the cut). What every long-text command measures
+    its "cut from" with."""
+    text_tokens = model.count_tokens(text)
+    batch = model.tokenize([text], limit)
+    n_tokens = len(batch.tokens[0])
+    return batch, TextContext(n_tokens, text_tokens, text_tokens > n_tokens)
+
+
 def text_pass(
     model: HeadModel,
     text: str,
@@ -302,9 +312,8 @@ def text_pass(
     check_int("max_tokens", limit, low=2, high=model.max_positions)
     if not text.strip():
         raise ValueError("expected a text with at least 2 tokens, got an empty text")
-    text_tokens = model.count_tokens(text)
-    batch = model.tokenize([text], limit)
-    n_tokens = len(batch.tokens[0])
+    batch, context = cut_text(model, text, limit)
+    text_tokens, n_tokens = context.text_tokens, context.n_tokens
     if n_tokens < 2:
         raise ValueError(f"expected a text with at least 2 tokens, got {n_tokens}")
     if strict_window and window is not None and n_tokens <= sum(window):

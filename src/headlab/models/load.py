@@ -141,10 +141,11 @@ def _load_transformers(name_or_path, download: bool, trust_remote_code: bool):
     if name_or_path is None or name_or_path == "minilm":
         return load_transformers(default_model_dir(), download=False)
     if name_or_path == "smollm2":
-        from headlab.models.gguf import packaged_smollm2
+        from headlab.models.gguf_cache import converted
+        from headlab.models.packaged import SMOLLM2_NAME, packaged_smollm2
 
-        model = load_transformers(packaged_smollm2())
-        model.name = "SmolLM2-135M-Instruct"
+        model = load_transformers(converted(packaged_smollm2()))
+        model.name = SMOLLM2_NAME
         return model
     return load_transformers(name_or_path, download=download, trust_remote_code=trust_remote_code)
 

@@ -113,9 +113,12 @@ class TransformersModel:
         return self.layers
 
     # ------------------------------------------------------------------ tokens
+    #: what to do when there is no tokenizer; a loaded checkpoint names its folder instead
+    no_tokenizer = "pass tokenizer= to headlab.attach"
+
     def _need_tokenizer(self):
         if self.tokenizer is None:
-            raise ValueError(f"{self.name} has no tokenizer: pass tokenizer= to headlab.attach")
+            raise ValueError(f"{self.name} has no tokenizer: {self.no_tokenizer}")
         return self.tokenizer
 
     def encode(self, text: str) -> list[int]:
@@ -127,8 +130,8 @@ class TransformersModel:
     def count_tokens(self, text: str) -> int:
         return len(self.encode(text))
 
-    def decode(self, ids: list[int]) -> str:
-        return self._need_tokenizer().decode(ids, skip_special_tokens=False)
+    def decode(self, ids: list[int], skip_special: bool = False) -> str:
+        return self._need_tokenizer().decode(ids, skip_special_tokens=skip_special)
 
     def _pad_id(self) -> int:
         tokenizer = self.tokenizer

@@ -10,7 +10,8 @@
 The model class is transformers' own (``AutoModelForCausalLM`` for a causal model, ``AutoModel``
 for an encoder); headlab only registers its attention (registry.py). Refused before any weight is
 read, each in one line: a family whose attention does not go through ``AttentionInterface``
-(the model class's ``_supports_attention_backend``), an encoder-decoder, a model that does not
+(observed: one forward of the meta build calls no attention function, observe.py), an
+encoder-decoder, a model that does not
 read text (runnable.py), a config declaring more
 layers than its weights hold tensors (before the meta build) or more parameters than they hold
 values, a checkpoint whose parameters would not fit in memory (the estimate from the meta
@@ -38,6 +39,7 @@ from headlab.models.hf.checkpoint import (
     locate,
     read_config,
 )
+from headlab.models.hf.observe import build_observed
 from headlab.models.hf.registry import register
 from headlab.models.hf.requirements import require_accelerate
 from headlab.models.hf.runnable import family_of, refuse_encoder_decoder, refuse_unrunnable
@@ -55,8 +57,9 @@ class Plan:
 
 
 def _on_meta(auto_class: type, config, trust_remote_code: bool):
-    with torch.device("meta"):
-        return auto_class.from_config(config, trust_remote_code=consent(trust_remote_code))
+    """``auto_class`` built from ``config`` on the meta device, its attention set to the
+    observer (observe.py): ``refuse_unrunnable`` watches one forward of it."""
+    return build_observed(auto_class, config, consent(trust_remote_code))
 
 
 def plan_model(config, where: str, trust_remote_code: bool = False) -> Plan:
@@ -72,7 +75,7 @@ def plan_model(config, where: str, trust_remote_code: bool = False) -> Plan:
         raise ValueError(
             f"{where}: transformers has no model class for {family!r} ({first_line(error)})"
         ) from None
-    refuse_unrunnable(type(base), config, where)
+    refuse_unrunnable(type(base), config, where, built=base)
     causal = any(getattr(m, "is_causal", False) is True for m in base.modules())
     model = base
     if causal:
@@ -83,7 +86,7 @@ def plan_model(config, where: str, trust_remote_code: bool = False) -> Plan:
                 f"{where}: family {family!r} is causal but transformers has no language-model "
                 f"class for it; {LIST_HINT}"
             ) from None
-        refuse_unrunnable(type(model), config, where)
+        refuse_unrunnable(type(model), config, where, built=model)
     return Plan(type(model), causal, sum(p.numel() for p in model.parameters()))
 
 
