@@ -158,3 +158,27 @@ def test_a_second_attach_that_fails_keeps_the_first(monkeypatch):
         headlab.attach(model, _BrokenTokenizer())
     assert _state(model) == before
     assert model.headlab_layers is first.layers
+
+
+@pytest.mark.parametrize(
+    ("model", "message"),
+    [
+        ("", "the model is an empty string; expected minilm, smollm2, a model folder"),
+        ("  ", "the model is an empty string"),
+        ("a" * 5000, "is 5,000 bytes long; a path holds at most 4,096 bytes and 255 in one name"),
+        ("a/" * 2100, "is 4,200 bytes long"),
+        ("x" * 256, "is 256 bytes long"),
+    ],
+)
+def test_a_model_that_cannot_name_anything_is_one_line_and_exit_2(model, message, capsys):
+    """Path("") is the current folder and a 5,000-character path an OSError ("File name too
+    long", exit 1): both are bad input, refused before anything is read."""
+    from cli_run import run
+    from headlab.models.hf.checkpoint import locate
+
+    for entry in (load, load_transformers, locate):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            entry(model)
+    code, out, err = run(["model", "generate", "hi", "--model", model], capsys)
+    assert code == 2 and out == "" and err.count("\n") == 1 and message in err, err
+    assert len(err) < 300  # the path is not echoed whole
