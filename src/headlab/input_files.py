@@ -198,6 +198,19 @@ def _cut_at_break(text: str) -> str:
     return ""
 
 
+def prefix_until(text: str, enough: Callable[[str], bool], first_chars: int = 2**14) -> str:
+    """The shortest prefix of ``text`` cut at a whitespace (doubling from ``first_chars``) of
+    which ``enough`` is true, or the whole text: what ``TextFile.read_until`` does to a file, for
+    a text already in memory (so a long text is never tokenised whole to keep its start)."""
+    size = max(1, first_chars)
+    while size < len(text):
+        prefix = _cut_at_break(text[:size])
+        if prefix.strip() and enough(prefix):
+            return prefix
+        size *= 2
+    return text
+
+
 @dataclass(frozen=True)
 class TextRead:
     """What ``TextFile.read_until`` read: ``text``, and whether it is the whole file
@@ -234,6 +247,12 @@ class TextFile:
         if not text.strip():
             raise ValueError(f"{self.what} {self.path}: expected text, got an empty file")
         return text
+
+    def read_tokens(self, count_tokens: Callable[[str], int], limit: int) -> TextRead:
+        """The text as far as ``limit`` tokens need: the shortest whole-word prefix with more
+        than ``limit`` tokens by ``count_tokens`` (so the cut is the tokenizer's, not a word's),
+        or the whole text."""
+        return self.read_until(lambda prefix: count_tokens(prefix) > limit)
 
     def read_until(self, enough: Callable[[str], bool], first_bytes: int = 2**14) -> TextRead:
         """The shortest prefix of the text, cut at a whitespace, of which ``enough(prefix)`` is

@@ -6,17 +6,21 @@ model does not use said in one line instead of transformers' LOAD REPORT table."
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 
 import pytest
 import torch
 from hf_families import write_family
+from hypothesis import given
+from hypothesis import strategies as st
 from safetensors.torch import load_file, save_file
 
 from cli_run import run
 from headlab.models import load
 from headlab.models.hf import load_transformers
+from headlab.models.hf.config_fields import SIZES, check_config_fields
 from headlab.notices import HeadlabWarning
 from model_files import edited_copy
 
@@ -165,3 +169,46 @@ def test_config_json_stays_as_written(qwen3_dir):
     """The baseline: the unedited folder loads without a warning (filterwarnings=error)."""
     config = json.loads((qwen3_dir / "config.json").read_text())
     assert load(qwen3_dir).num_layers == config["num_hidden_layers"] == 2
+
+
+_VALUES = st.one_of(
+    st.integers(-(2**40), 2**40),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.booleans(),
+    st.none(),
+    st.text(max_size=5),
+    st.lists(st.integers(), max_size=2),
+)
+
+
+@given(field=st.sampled_from(SIZES), value=_VALUES, nested=st.booleans())
+def test_a_size_field_is_refused_exactly_when_it_is_not_a_positive_integer(field, value, nested):
+    """Property: check_config_fields refuses a size, naming it (with text_config. when nested),
+    if and only if it is present and not an integer >= 1 (bool is not an integer here)."""
+    config = {"model_type": "llama", field: value}
+    if nested:
+        config = {"model_type": "llava", "text_config": config}
+    valid = value is None or (type(value) is int and value >= 1)
+    if valid:
+        check_config_fields(config, "c/config.json")
+        return
+    name = f"text_config.{field}" if nested else field
+    with pytest.raises(ValueError, match=rf"^c/config\.json: {name} must be an integer >= 1, "):
+        check_config_fields(config, "c/config.json")
+
+
+@given(theta=_VALUES, factor=_VALUES, per_layer=st.booleans())
+def test_rotary_numbers_are_refused_exactly_when_not_finite_positive_numbers(
+    theta, factor, per_layer
+):
+    rope = {"rope_type": "linear", "rope_theta": theta, "factor": factor}
+    config = {"rope_parameters": {"full_attention": rope} if per_layer else rope}
+
+    def good(v):
+        return v is None or (type(v) in (int, float) and math.isfinite(v) and v > 0)
+
+    if good(theta) and good(factor):
+        check_config_fields(config, "config.json")
+        return
+    with pytest.raises(ValueError, match=r"^config\.json: rope_parameters\.(full_attention\.)?"):
+        check_config_fields(config, "config.json")

@@ -47,6 +47,9 @@ def test_only_true_runs_remote_code_anything_else_but_false_is_a_type_error(
     with pytest.raises(ValueError, match=r"own Python code \(auto_map\).*trust_remote_code=True"):
         entry(folder, trust_remote_code=False)
     assert not marker.exists()
+    if entry is load:  # also where no checkpoint code could run: the value itself is wrong
+        with pytest.raises(TypeError, match=expected):
+            load("minilm", trust_remote_code=value)
 
 
 def _vit():
@@ -78,8 +81,9 @@ def _state(model) -> tuple:
     )
 
 
-def test_a_vision_model_is_refused_in_one_line_by_load_and_attach(tmp_path):
+def test_a_vision_model_is_refused_in_one_line_by_load_and_attach(tmp_path, capsys):
     import headlab
+    from cli_run import run
 
     model = _vit()
     model.save_pretrained(tmp_path / "vit")
@@ -87,6 +91,9 @@ def test_a_vision_model_is_refused_in_one_line_by_load_and_attach(tmp_path):
     with pytest.raises(ValueError, match="vit: " + pattern) as refused:
         load(tmp_path / "vit")
     assert "\n" not in str(refused.value)
+    capsys.readouterr()  # save_pretrained's own progress bar
+    code, out, err = run(["model", "generate", "hi", "--model", str(tmp_path / "vit")], capsys)
+    assert code == 2 and out == "" and err.count("\n") == 1 and "reads pixel_values" in err, err
     before = _state(model)
     with pytest.raises(ValueError, match=pattern):
         headlab.attach(model)

@@ -315,7 +315,7 @@ def _long_context(
     from headlab.heads.long_context import long_text_statistics
     from headlab.heads.repeats import context_copy_task
     from headlab.heads.roles import WINDOW as DEFAULT_WINDOW
-    from headlab.input_files import read_text_file
+    from headlab.input_files import open_text
     from headlab.limits import check_int
 
     out = model_results("long-context") if out is None else out
@@ -332,11 +332,15 @@ def _long_context(
             )
     if model is not None and model_dir is not None:
         raise ValueError("pass --model or --model-dir, not both")
-    text = None if text_file is None else read_text_file(text_file, "--text-file")
+    source = None if text_file is None else open_text(text_file, "--text-file")  # checked now
     loaded = open_model(model if model_dir is None else model_dir, route)
     if max_tokens is not None:
         check_int("--max-tokens", max_tokens, low=2, high=loaded.max_positions)
     _check_metric(metric, loaded)
+    read = None  # only the start of the file that the cut needs is read and tokenised
+    if source is not None:
+        read = source.read_tokens(loaded.count_tokens, max_tokens or loaded.max_positions)
+    text = None if read is None else read.text
     if text is None:  # the built-in long-range copy task, at the length asked
         with flags(n_tokens="--max-tokens"):
             text = context_copy_task(loaded, max_tokens, "give --text-file").text
@@ -358,7 +362,9 @@ def _long_context(
             write_roles_figure(document, figure, force=force)
     findings = document.findings
     n, whole = len(result.tokens), result.text_tokens
-    cut = f" (cut from {whole}: the rest was not analysed)" if result.truncated else ""
+    cut = f" (cut from at least {whole}: the rest was not analysed)" if result.truncated else ""
+    if read is not None and not read.complete:
+        cut = f" ({read.cut_note()}: the rest was not read)"
     title = f"{metric} per head, {result.statistics.model}, one text of {n} tokens{cut}"
     tables = _grid(title, result.statistics.metrics[metric])
     tables.extend(note_lines(result.statistics.notes))

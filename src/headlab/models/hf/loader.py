@@ -1,22 +1,26 @@
 """Load a transformers checkpoint onto headlab's attention, refusing what cannot run exactly.
 
     checkpoint = locate(source)                 where it is (checkpoint.py)
-    config = read_config(checkpoint)            config.json or GGUF metadata, no weights
+    config = read_config(checkpoint)            config.json (its fields checked first,
+                                                config_fields.py) or GGUF metadata, no weights
     plan = plan_model(config)                   built on the meta device: the class, causal or
-                                                not, the parameter count; refusals
+                                                not, the parameter count, each tensor's shape
+    check_shapes(plan, held)                    the weights' headers against the plan
+                                                (weights_match.py)
     model = plan.model_class.from_pretrained(..., attn_implementation="headlab",
                                              use_safetensors=True)
+    check_finite(model); say_unused(info)       NaN named; unused tensors in one warning line
 
 The model class is transformers' own (``AutoModelForCausalLM`` for a causal model, ``AutoModel``
 for an encoder); headlab only registers its attention (registry.py). Refused before any weight is
-read, each in one line: a family whose attention does not go through ``AttentionInterface``
-(observed: one forward of the meta build calls no attention function, observe.py), an
-encoder-decoder, a model that does not
-read text (runnable.py), a config declaring more
-layers than its weights hold tensors (before the meta build) or more parameters than they hold
-values, a checkpoint whose parameters would not fit in memory (the estimate from the meta
-build), pickled weights, remote code without ``trust_remote_code``, and a GGUF file without
-accelerate (requirements.py).
+read, each in one line: a malformed config.json field (naming the file and the field), a family
+whose attention does not go through ``AttentionInterface`` (observed: one forward of the meta
+build calls no attention function, observe.py), an encoder-decoder, a model that does not read
+text (runnable.py), a config declaring more layers than its weights hold tensors (before the
+meta build) or more parameters than they hold values, a tensor whose shape differs from the
+config's, tensors beyond the layers the config declares, a checkpoint whose parameters would not
+fit in memory (the estimate from the meta build), pickled weights, remote code without
+``trust_remote_code`` (exactly True), and a GGUF file without accelerate (requirements.py).
 """
 
 from __future__ import annotations
