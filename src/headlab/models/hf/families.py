@@ -86,6 +86,8 @@ def observe_family(family: str) -> Observation:
                 seen = Observation(error=f"its default config does not build ({why})")
             if seen.calls:
                 return seen
+        if seen.error is None:  # no call: the family's attention is the same in its other class
+            return seen
     return seen
 
 

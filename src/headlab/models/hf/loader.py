@@ -46,7 +46,12 @@ from headlab.models.hf.checkpoint import (
 from headlab.models.hf.observe import build_observed
 from headlab.models.hf.registry import register
 from headlab.models.hf.requirements import require_accelerate
-from headlab.models.hf.runnable import family_of, refuse_encoder_decoder, refuse_unrunnable
+from headlab.models.hf.runnable import (
+    family_of,
+    refuse_encoder_decoder,
+    refuse_not_text,
+    refuse_unrunnable,
+)
 from headlab.models.hf.weights_match import check_finite, check_shapes, say_unused
 from headlab.models.weight_files import checkpoint_shapes, held_values
 
@@ -106,7 +111,7 @@ def plan_model(config, where: str, trust_remote_code: bool = False) -> Plan:
                 f"{where}: family {family!r} is causal but transformers has no language-model "
                 f"class for it; {LIST_HINT}"
             )
-        refuse_unrunnable(type(model), config, where, built=model)
+        refuse_not_text(type(model), config, where)  # its attention is base's, observed
     return Plan(
         type(model),
         causal,
