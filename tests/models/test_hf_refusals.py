@@ -47,6 +47,9 @@ def test_only_true_runs_remote_code_anything_else_but_false_is_a_type_error(
     with pytest.raises(ValueError, match=r"own Python code \(auto_map\).*trust_remote_code=True"):
         entry(folder, trust_remote_code=False)
     assert not marker.exists()
+    if entry is load:  # also where no checkpoint code could run: the value itself is wrong
+        with pytest.raises(TypeError, match=expected):
+            load("minilm", trust_remote_code=value)
 
 
 def _vit():

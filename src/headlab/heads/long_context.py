@@ -34,6 +34,7 @@ from headlab.heads.repeats import MIN_MATCH, copy_sources
 from headlab.heads.roles import SINKS, WINDOW, HeadRoles, head_roles
 from headlab.heads.statistics import (
     HeadStatistics,
+    layer_notes,
     measured,
     metric_names,
     per_head_means,
@@ -378,6 +379,7 @@ def long_text_statistics(
     special = model.special_positions(run.batch)  # name -> (1,) key index
     names = metric_names(special_names(model, special))
     names, notes = measured(names, [sums.sums for sums in per_layer])
+    notes += layer_notes(model)
     statistics = HeadStatistics(
         model.name,
         1,

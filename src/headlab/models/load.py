@@ -77,9 +77,10 @@ def load(
     Raises FileNotFoundError for a missing path, ValueError naming the file for anything else
     (and what to install when the transformers route is asked for without transformers).
     """
-    from headlab.models.hf.checkpoint import check_source
+    from headlab.models.hf.checkpoint import check_source, consent
 
     check_source(name_or_path)  # "" and a path too long for the file system: one line
+    consent(trust_remote_code)  # only True runs a checkpoint's code; "no" is a TypeError
     if uses_transformers(name_or_path, backend):
         return _load_transformers(name_or_path, download, trust_remote_code)
     try:
