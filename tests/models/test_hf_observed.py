@@ -5,14 +5,20 @@ StableLM and four hybrids (Jamba and Bamba: Mamba layers between attention layer
 attention and Mamba-2 side by side in each layer; Qwen3-Next: linear attention, then a gated
 attention layer) are loaded from tiny checkpoints that transformers writes, and every statistic
 and detector score of their attention layers equals those computed from transformers' own eager
-weights (1e-5). A family that computes its attention itself is refused in one line.
+weights (1e-5). A hybrid's blocks without attention are named as having no heads (in the
+results' notes, the table and the report). A family that computes its attention itself is
+refused in one line.
 """
 
 from __future__ import annotations
 
+import html
+import json
+import re
+
 import pytest
 import torch
-from hf_families import OBSERVED_FAMILIES, family, model_class, padded, write_family
+from hf_families import OBSERVED_FAMILIES, family, model_class, padded, text, write_family
 from test_hf_heads import assert_detectors_equal_eager, assert_statistics_equal_eager
 
 from cli_run import run
@@ -107,3 +113,76 @@ def test_a_family_that_computes_its_attention_itself_is_refused_in_one_line(
     assert "one observed forward called none" in err and "Traceback" not in err
     with pytest.raises(ValueError, match=r"family 'mpt' \(MptForCausalLM\) computes its"):
         attach(transformers.MptForCausalLM(config))
+    # Falcon picks one of its own attention classes by the implementation's name
+    falcon = tmp_path / "falcon"
+    transformers.FalconConfig(hidden_size=12, num_attention_heads=3, num_hidden_layers=1,
+                              vocab_size=11).save_pretrained(falcon)  # fmt: skip
+    code, out, err = run(["model", "generate", "w1", "--model", str(falcon)], capsys)
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert "family 'falcon' (AutoModel) computes its attention itself" in err
+
+
+#: A hybrid's blocks without heads, named in one line (models/hf/hybrid.py).
+BLOCK_NOTES = {
+    "stablelm": [],
+    "falcon_h1": [],  # attention and Mamba-2 side by side: every block has heads
+    "jamba": ["attention layers 0, 1 are the model's blocks 1, 3 (of 4, model.layers); "
+              "blocks 0, 2 (linear_attention) have no heads"],
+    "bamba": ["attention layer 0 is the model's block 1 (of 3, model.layers); blocks 0, 2 "
+              "(linear_attention) have no heads"],
+    "qwen3_next": ["attention layer 0 is the model's block 1 (of 2, model.layers); block 0 "
+                   "(linear_attention) has no heads"],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", OBSERVED_FAMILIES)
+def test_a_hybrids_blocks_without_heads_are_named(name, observed_models):
+    from headlab.heads.statistics import head_statistics
+
+    model, _ = observed_models(name)
+    assert model.layer_notes() == BLOCK_NOTES[name]
+    result = head_statistics(model, [text(7, 1), text(5, 2)], max_length=20, detector_length=0)
+    assert result.notes[len(result.notes) - len(BLOCK_NOTES[name]) :] == BLOCK_NOTES[name]
+    assert len(result.metrics["entropy"]) == model.num_layers  # attention layers only
+
+
+def test_the_table_the_results_and_the_report_name_the_blocks_without_heads(
+    observed_dirs, tmp_path, capsys
+):
+    from headlab.report.build import ReportOptions, build_report
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(text(8, seed) for seed in range(4)), encoding="utf-8")
+    results = tmp_path / "results"
+    args = ["model", "heads", "--model", str(observed_dirs["jamba"]), "--corpus", str(corpus),
+            "--n-texts", "4"]  # fmt: skip
+    code, out, err = run([*args, "--out", str(results / "model_heads.json"), "--json"], capsys)
+    assert code == 0, err
+    assert json.loads(out)["notes"] == BLOCK_NOTES["jamba"]
+    code, out, err = run([*args, "--out", str(tmp_path / "t.json")], capsys)
+    assert code == 0, err
+    assert f"note: {BLOCK_NOTES['jamba'][0]}" in " ".join(out.split())
+    page = build_report(tmp_path / "report", ReportOptions(text="w1 w2", results=results))
+    shown = re.findall(r'data-testid="heads-note">(.*?)</p>', page.read_text())
+    assert [html.unescape(note) for note in shown] == [f"Note: {BLOCK_NOTES['jamba'][0]}."]
+
+
+def test_the_families_command_lists_what_the_observation_passes(monkeypatch, capsys):
+    """On four families (all of them take minutes): one that calls the interface without the
+    flag, one that computes its attention itself, one whose default config does not build (its
+    checkpoints' configs may), and an encoder-decoder."""
+    from headlab.models.hf import families
+
+    monkeypatch.setattr(families, "text_families", lambda: ["stablelm", "bloom", "dbrx", "t5"])
+    code, out, err = run(["model", "families", "--json"], capsys)
+    assert code == 0, err
+    document = json.loads(out)
+    assert document["families"] == ["stablelm"]
+    assert list(document["not_observed"]) == ["dbrx"]
+    assert document["not_observed"]["dbrx"].startswith("its default config does not build")
+    code, out, err = run(["model", "families"], capsys)
+    assert code == 0 and err == "", err
+    lines = out.splitlines()
+    assert lines[:2] == ["stablelm", "not observed (1; a checkpoint's own config may still run):"]
+    assert lines[2].startswith("  dbrx: its default config does not build") and len(lines) == 3
+    assert max(len(line) for line in lines) <= 80

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from headlab.circuits.results_types import Agreement, EdgeScores
+from headlab.results.circuit_edges import Agreement, EdgeScores
 
 
 def ranks(values: Tensor) -> Tensor:

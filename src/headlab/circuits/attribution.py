@@ -33,9 +33,9 @@ from headlab.attention.interventions import intervene
 from headlab.circuits.graph import LOGITS, Graph
 from headlab.circuits.metrics import Metric
 from headlab.circuits.patching import Patcher, Progress
-from headlab.circuits.results_types import EdgeScores
 from headlab.circuits.resume import Stop, hooked
 from headlab.models.hf.adapter import TransformersModel
+from headlab.results.circuit_edges import EdgeScores
 
 METHODS = ("eap", "eap-ig")
 
@@ -168,7 +168,8 @@ def receiver_grads(patcher: Patcher, alphas: Sequence[float]) -> dict[tuple[str,
         total[key] = total[key] + grad if key in total else grad.detach().clone()
 
     for alpha in alphas:
-        run = _gradient_run(patcher, corrupted0 + alpha * (clean0 - corrupted0))
+        hidden0 = clean0 if alpha == 1 else corrupted0 + alpha * (clean0 - corrupted0)
+        run = _gradient_run(patcher, hidden0)
         for block in patcher.runner.blocks:
             layer = block.index
             for (site, i), grad in _attention_input_grads(patcher, run, layer).items():
@@ -209,14 +210,20 @@ def edge_attribution(
     grads = receiver_grads(patcher, alphas)
     senders = list(dict.fromkeys(e.sender for e in parsed))
     writes = patcher.writes(senders)
-    scores = torch.zeros(len(parsed), dtype=torch.float64)
-    by_receiver: dict[tuple[str, str], list[int]] = {}
+    row = {name: i for i, name in enumerate(senders)}
+    flat = torch.stack([writes[name].reshape(-1) for name in senders])  # (sender, batch*pos*e)
+    by_layer: dict[int, list[int]] = {}
     for i, edge in enumerate(parsed):
-        by_receiver.setdefault((edge.receiver, edge.input), []).append(i)
+        by_layer.setdefault(graph.node(edge.receiver).layer, []).append(i)
+    scores = torch.zeros(len(parsed), dtype=torch.float64)
     done = 0
-    for key, indices in by_receiver.items():
-        stacked = torch.stack([writes[parsed[i].sender] for i in indices])  # (edges, b, pos, e)
-        scores[indices] = torch.einsum("sbte,bte->s", stacked, grads[key]).double()
+    for indices in by_layer.values():  # one product per layer: (sender, n) @ (n, receiver)
+        keys = list(dict.fromkeys((parsed[i].receiver, parsed[i].input) for i in indices))
+        column = {key: j for j, key in enumerate(keys)}
+        block = flat @ torch.stack([grads[key].reshape(-1) for key in keys]).t()
+        for i in indices:
+            edge = parsed[i]
+            scores[i] = float(block[row[edge.sender], column[(edge.receiver, edge.input)]])
         done += len(indices)
         if progress is not None:
             progress(done, len(parsed))

@@ -61,27 +61,14 @@ class CircuitPatcher:
         """(batch, head, pos, d_head) head outputs -> (head, batch, pos, embed_dim) writes."""
         return torch.einsum("bhtd,hed->hbte", head_outputs, self.w_o[layer])
 
-    @torch.no_grad()
     def _check_linear(self) -> None:
         p = self.patcher
-        layer = 0
-        senders = [f"{layer}.{h}" for h in range(self.runner.blocks[0].attention.num_heads)]
-        has_mlp = self.runner.blocks[0].mlp is not None
-        exact = p.writes(senders + ([f"mlp.{layer}"] if has_mlp else []))
-        linear = self.head_writes(layer, p.corrupted.head_outputs[layer]) - self.head_writes(
-            layer, p.clean.head_outputs[layer]
-        )
-        pairs = [(exact[s], linear[h]) for h, s in enumerate(senders)]
-        if has_mlp:
-            pairs.append((exact[f"mlp.{layer}"], p.corrupted.mlp[0] - p.clean.mlp[0]))
-        for want, got in pairs:
-            scale = float(want.abs().max()) + 1e-12
-            if float((want - got).abs().max()) > 1e-3 * scale:
-                raise ValueError(
-                    f"family {p.runner.model.family!r}: a head's write is not its output through "
-                    "W_O (a norm follows W_O or the MLP), so edges into one receiver cannot be "
-                    "patched apart; patch single edges (path_patching) instead"
-                )
+        if not p.writes_are_linear():
+            raise ValueError(
+                f"family {p.runner.model.family!r}: a head's write is not its output through "
+                "W_O (a norm follows W_O or the MLP), so edges into one receiver cannot be "
+                "patched apart; patch single edges (path_patching) instead"
+            )
 
     # ------------------------------------------------------------------ the run
     def metric(self, patched: Sequence[set[str]]) -> Tensor:

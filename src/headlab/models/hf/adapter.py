@@ -36,6 +36,7 @@ from headlab.attention.trace import AttentionTrace
 from headlab.limits import check_int, check_prompt
 from headlab.models.config import PoolingConfig
 from headlab.models.hf import edits
+from headlab.models.hf.hybrid import layer_note
 from headlab.models.hf.layer import (
     HFAttentionLayer,
     keep_all,
@@ -111,6 +112,11 @@ class TransformersModel:
 
     def attention_layers(self) -> list[HFAttentionLayer]:
         return self.layers
+
+    def layer_notes(self) -> list[str]:
+        """A hybrid's blocks without heads, in one line (hybrid.py); none for other models."""
+        note = layer_note(self.model, self.layers)
+        return [] if note is None else [note]
 
     # ------------------------------------------------------------------ tokens
     #: what to do when there is no tokenizer; a loaded checkpoint names its folder instead
