@@ -158,3 +158,24 @@ def test_the_table_the_results_and_the_report_name_the_blocks_without_heads(
     page = build_report(tmp_path / "report", ReportOptions(text="w1 w2", results=results))
     shown = re.findall(r'data-testid="heads-note">(.*?)</p>', page.read_text())
     assert [html.unescape(note) for note in shown] == [f"Note: {BLOCK_NOTES['jamba'][0]}."]
+
+
+def test_the_families_command_lists_what_the_observation_passes(monkeypatch, capsys):
+    """On four families (all of them take minutes): one that calls the interface without the
+    flag, one that computes its attention itself, one whose default config does not build (its
+    checkpoints' configs may), and an encoder-decoder."""
+    from headlab.models.hf import families
+
+    monkeypatch.setattr(families, "text_families", lambda: ["stablelm", "bloom", "dbrx", "t5"])
+    code, out, err = run(["model", "families", "--json"], capsys)
+    assert code == 0, err
+    document = json.loads(out)
+    assert document["families"] == ["stablelm"]
+    assert list(document["not_observed"]) == ["dbrx"]
+    assert document["not_observed"]["dbrx"].startswith("its default config does not build")
+    code, out, err = run(["model", "families"], capsys)
+    assert code == 0 and err == "", err
+    lines = out.splitlines()
+    assert lines[:2] == ["stablelm", "not observed (1; a checkpoint's own config may still run):"]
+    assert lines[2].startswith("  dbrx: its default config does not build") and len(lines) == 3
+    assert max(len(line) for line in lines) <= 80

@@ -21,7 +21,7 @@ from headlab.cli.model import (
     model_app,
     open_model,
 )
-from headlab.cli.outputs import emit_result, writing
+from headlab.cli.outputs import an_input, emit_result, writing
 from headlab.cli.parsing import float_list
 from headlab.cli.progress import progress
 from headlab.cli.tables import fitted_tables
@@ -33,11 +33,13 @@ TEXT_FILE = typer.Option(
     "--text-file",
     help="Held-out text to evaluate on (it must repeat an earlier passage) [default: the "
     "built-in copy task].",
+    callback=an_input,
 )
 CALIBRATION_FILE = typer.Option(
     None,
     "--calibration-file",
     help="Text the groups are ranked on [default: the copy task with another seed].",
+    callback=an_input,
 )
 OUT = typer.Option(model_results("kv-budget"), "--out", help="Results file (JSON).")
 FIGURE = typer.Option(

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 
 from headlab.input_files import MAX_JSON_DEPTH, json_depth, open_regular
 from headlab.notices import HeadlabWarning
-from headlab.results.output_policy import OutputRefused, check_parent
+from headlab.results.output_policy import OutputRefused, check_not_input, check_parent
 from headlab.results.schema import is_int, is_number
 
 if TYPE_CHECKING:
@@ -328,6 +328,7 @@ def check_results_output(path: str | Path) -> Path:
     if path.is_symlink() or (path.exists() and not path.is_file()):
         raise OutputRefused(f"out={path} is not a regular file; expected a results file (JSONL)")
     check_parent(path, "out")
+    check_not_input(path, "out")
     return path
 
 
