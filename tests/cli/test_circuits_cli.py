@@ -122,7 +122,7 @@ def test_bad_options_before_the_model_loads(tmp_path, capsys, monkeypatch, extra
 @pytest.mark.parametrize(("text", "message"), [
     ('{"clean": "a b", "corrupted": "a c"}\n', "line 1"),
     ("not json\n", "line 1"),
-    ("", "empty"),
+    ("", "expected at least one pair"),
 ])  # fmt: skip
 def test_a_bad_pairs_file_before_the_model_loads(tmp_path, capsys, monkeypatch, text, message):
     _no_loading(monkeypatch)
