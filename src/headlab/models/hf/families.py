@@ -19,7 +19,12 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from headlab.models.hf.observe import Observation, build_observed, observe
+from headlab.models.hf.observe import (
+    Observation,
+    build_observed,
+    observe,
+    picks_its_own_attention,
+)
 
 ENCODER_DECODER = "an encoder-decoder"
 
@@ -82,10 +87,14 @@ def observe_family(family: str) -> Observation:
             try:
                 seen = observe(build_observed(auto_class, variant))
             except Exception as error:
+                if picks_its_own_attention(error):
+                    return Observation()  # no call: its own attention classes
                 why = type(error).__name__
                 seen = Observation(error=f"its default config does not build ({why})")
             if seen.calls:
                 return seen
+        if seen.error is None:  # no call: the family's attention is the same in its other class
+            return seen
     return seen
 
 
