@@ -16,10 +16,10 @@ import pytest
 from cli_run import run
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "circuits"))
-from task_tokenizers import tiny_llama, word_tokenizer  # noqa: E402
+from task_tokenizers import tiny_llama, word_tokenizer
 
-from headlab.results.circuit_run import CircuitRun  # noqa: E402
-from headlab.results.output_policy import png_text_chunks  # noqa: E402
+from headlab.results.circuit_run import CircuitRun
+from headlab.results.output_policy import png_text_chunks
 
 SMALL = ["--length", "7", "--n-pairs", "2"]
 
