@@ -9,7 +9,8 @@ without it. A hybrid whose default config holds no attention layer (Bamba, Grani
 every layer a state-space one until a checkpoint says otherwise) is observed once more with
 its layers set to attention, in the config's own terms (``attn_layer_indices`` or
 ``layer_types``). Listing them all imports every family's modeling module and observes each
-(about a minute on 2 cores); loading one checkpoint observes only its own config (loader.py).
+(about 50 s of CPU time on 2 cores); loading one checkpoint observes only its own config
+(loader.py).
 """
 
 from __future__ import annotations
