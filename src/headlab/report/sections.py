@@ -28,6 +28,7 @@ from headlab.defaults import DEFAULT_TEXT
 from headlab.experiments.summary import summarize
 from headlab.notices import HeadlabWarning
 from headlab.report import figures, heatmap
+from headlab.report.circuits import circuits_sections
 from headlab.report.heatmap import heatmap_data
 from headlab.report.long_context import long_context_sections
 from headlab.report.overview import overview
@@ -212,6 +213,7 @@ GROUPS = {
     "sweeps": ("results", ("sweep",)),
     "why": ("why", ("expressivity", "specialisation", "redundancy", "redundancy_decoder")),
     "long": ("long", ("roles", "kv_budget")),
+    "circuits": ("circuits", ("circuits",)),
 }
 
 
@@ -287,6 +289,7 @@ def collect(options: ReportOptions, *, want_png: bool = False) -> Collected:
         "results": _results_sections(Path(options.results), pngs),
         "why": why_sections(Path(options.results), pngs),
         "long": long_context_sections(Path(options.results), pngs, explorers),
+        "circuits": circuits_sections(Path(options.results), pngs),
         "results_dir": str(options.results),
     }
     sections["empty"] = _empty_sections(sections)
