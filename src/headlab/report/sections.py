@@ -28,6 +28,7 @@ from headlab.defaults import DEFAULT_TEXT
 from headlab.experiments.summary import summarize
 from headlab.notices import HeadlabWarning
 from headlab.report import figures, heatmap
+from headlab.report.circuits import circuits_sections
 from headlab.report.heatmap import heatmap_data
 from headlab.report.long_context import long_context_sections
 from headlab.report.overview import overview
@@ -124,14 +125,18 @@ def _model_explorer(name: str, attention: TextAttention, max_bins: int) -> dict:
         else ""
     )
     note = f"Attention of {name}, every layer and head{one_head}."
-    heads = sum(view.weights.shape[0] * view.weights.shape[1] for view in attention.views)
-    bins = heatmap.bins_within(heads, max_bins)
+    grids = [view.weights.shape[0] * view.weights.shape[1] for view in attention.views]
+    bins = heatmap.bins_within(sum(grids), max_bins)
     if bins < min(len(attention.tokens), max_bins):
         per_cell = len(attention.tokens) / bins
+        # the first view is the model's own heads; the others are its layers collapsed
+        shown = f"{grids[0]} heads" + (
+            f" and their {sum(grids[1:])} one-head views" if len(grids) > 1 else ""
+        )
         note += (f" Binned to {bins} x {bins} cells (about {per_cell:.1f} tokens a cell) so that "
-                 f"its {heads} heads fit the page.")  # fmt: skip
-        _say(f"{name}'s {heads} heads are binned to {bins} x {bins} cells on the page (at most "
-             f"{heatmap.PAGE_BYTES / 2**20:g} MiB of weights an explorer)")  # fmt: skip
+                 f"its {shown} fit the page.")  # fmt: skip
+        _say(f"{name}'s {shown} are binned to {bins} x {bins} cells on the page, so that the "
+             f"explorer's weights take at most {heatmap.PAGE_BYTES / 2**20:g} MiB")  # fmt: skip
     return heatmap_data(
         f"{name}'s heads on your text",
         attention.tokens,
@@ -208,6 +213,7 @@ GROUPS = {
     "sweeps": ("results", ("sweep",)),
     "why": ("why", ("expressivity", "specialisation", "redundancy", "redundancy_decoder")),
     "long": ("long", ("roles", "kv_budget")),
+    "circuits": ("circuits", ("circuits",)),
 }
 
 
@@ -283,6 +289,7 @@ def collect(options: ReportOptions, *, want_png: bool = False) -> Collected:
         "results": _results_sections(Path(options.results), pngs),
         "why": why_sections(Path(options.results), pngs),
         "long": long_context_sections(Path(options.results), pngs, explorers),
+        "circuits": circuits_sections(Path(options.results), pngs),
         "results_dir": str(options.results),
     }
     sections["empty"] = _empty_sections(sections)
