@@ -154,8 +154,8 @@ def test_kv_budget_through_transformers(hf_dirs, hf_eager, capsys, tmp_path):
     """``model kv-budget --backend transformers`` on the tiny Llama folder (which headlab's own
     decoder could run too): the full model's perplexity and copy accuracy equal those of
     transformers' eager logits of the held-out text; every group windowed is one plan."""
-    from headlab.heads.kv_budget import KVBudgetResult
     from headlab.heads.repeats import MIN_MATCH, copy_sources
+    from headlab.results.kv_budget_result import KVBudgetResult
 
     held_out, calibration = tmp_path / "eval.txt", tmp_path / "calibration.txt"
     held_out.write_text(_repeat(3), encoding="utf-8")

@@ -8,13 +8,13 @@ import torch
 
 from headlab.attention import MultiHeadAttention
 from headlab.heads.redundancy import (
-    RedundancyResult,
     bilinear_forms,
     effective_rank,
     measure_redundancy,
     shared_projections,
     shared_subspaces,
 )
+from headlab.results.redundancy_result import RedundancyResult
 
 
 def shared_key_query(

@@ -16,9 +16,10 @@ from hf_families import family, model_class, padded, text, write_family
 from test_hf_heads import batch_of, eager_run, reference_means
 
 from cli_run import run
-from headlab.heads.statistics import HeadStatistics, head_statistics
+from headlab.heads.statistics import head_statistics
 from headlab.heads.streaming import model_head_sums
 from headlab.report.build import ReportOptions, build_report
+from headlab.results.head_statistics import HeadStatistics
 
 NOTE = (
     "contribution_norm left out (attention layers 0, 1): the family changes the attention's "

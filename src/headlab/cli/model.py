@@ -27,7 +27,7 @@ from headlab.cli.tables import fitted_tables
 from headlab.results.locations import model_results
 
 if TYPE_CHECKING:
-    from headlab.heads.long_context import HeavyHitters, LongContextFindings
+    from headlab.results.long_context_result import HeavyHitters, LongContextFindings
 
 model_app = typer.Typer(
     help="Analyse the heads of a trained model: minilm (default), smollm2 or a path.",

@@ -34,10 +34,9 @@ import torch
 from headlab.attention.statistics import CHUNK_ELEMENTS, HeadSums
 from headlab.heads.long_context import text_pass
 from headlab.heads.repeats import MIN_MATCH
-from headlab.heads.roles import SINKS, WINDOW, HeadRoles, head_roles
+from headlab.heads.roles import SINKS, WINDOW, head_roles
 from headlab.heads.statistics import (
     UNMEASURED,
-    HeadStatistics,
     measured,
     metric_names,
     per_head_means,
@@ -46,6 +45,8 @@ from headlab.heads.statistics import (
 )
 from headlab.limits import check_int
 from headlab.models.interface import HeadModel
+from headlab.results.head_roles import HeadRoles
+from headlab.results.head_statistics import HeadStatistics
 from headlab.results.schema import Fields, is_int, problem
 
 ROLE_SUMS = ("window_error", "copy_weight")  # summed beside the statistics, not statistics

@@ -25,7 +25,6 @@ from headlab.analysis.text_attention import (
     words,
 )
 from headlab.defaults import DEFAULT_TEXT
-from headlab.experiments.summary import summarize
 from headlab.notices import HeadlabWarning
 from headlab.report import figures, heatmap
 from headlab.report.heatmap import heatmap_data
@@ -35,6 +34,7 @@ from headlab.report.reading import PRODUCERS, Skipped, read_section, skipping
 from headlab.report.scenarios import seed_scenarios
 from headlab.report.why import why_sections
 from headlab.results.locations import RESULTS_DIR
+from headlab.results.sweep_summary import summarize
 
 DEFAULT_MODEL = "minilm"
 #: The most words of the text the report takes: the seeded layer's work grows with the square of

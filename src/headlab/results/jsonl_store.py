@@ -38,7 +38,7 @@ from headlab.results.output_policy import OutputRefused, check_parent
 from headlab.results.schema import is_int, is_number
 
 if TYPE_CHECKING:
-    from headlab.experiments.config import RunConfig
+    from headlab.results.run_config import RunConfig
 
 try:  # POSIX; elsewhere concurrent sweeps into one file are not detected
     import fcntl
@@ -70,7 +70,7 @@ class ResultsFile:
 
 
 def _config_problem(config: object) -> str | None:
-    from headlab.experiments.config import RunConfig
+    from headlab.results.run_config import RunConfig
 
     if not isinstance(config, dict):
         return "config is not an object"
@@ -169,7 +169,7 @@ class SweepRow:
     @classmethod
     def from_dict(cls, data: dict, where: str = "sweep row") -> SweepRow:
         """The inverse of ``to_dict``; ValueError naming the field that does not fit."""
-        from headlab.experiments.config import RunConfig
+        from headlab.results.run_config import RunConfig
 
         problem = row_problem(data)
         if problem is not None:
