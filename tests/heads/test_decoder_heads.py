@@ -19,8 +19,9 @@ from headlab.heads import (
     prune_heads,
 )
 from headlab.heads.detectors import detector_scores
-from headlab.heads.pruning import as_mask, unique_parameters
+from headlab.heads.pruning import unique_parameters
 from headlab.models import HeadModel
+from headlab.models.head_mask import as_mask
 
 TEXTS = [" ".join(f"t{(7 * i + j * j) % 97}" for j in range(5 + i % 7)) for i in range(9)]
 

@@ -7,8 +7,8 @@ import torch
 
 from headlab.analysis.params import parameter_count
 from headlab.heads import prune_curve, prune_heads
-from headlab.heads.pruning import as_mask
 from headlab.models import NoHeads
+from headlab.models.head_mask import as_mask
 
 TEXTS = [
     "Pruned heads must leave nothing behind.",

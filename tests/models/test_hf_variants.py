@@ -17,8 +17,8 @@ import torch
 from hf_families import FAMILIES, model_class, padded, text
 
 from headlab.attention.interventions import ablate
-from headlab.heads.pruning import as_mask
 from headlab.heads.streaming import model_head_sums
+from headlab.models.head_mask import as_mask
 from headlab.models.hf import attach, load_transformers
 from headlab.models.interface import TokenBatch
 

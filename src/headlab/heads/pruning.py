@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Mapping
 import torch
 
 from headlab.heads.quality import measures, reference
+from headlab.models.head_mask import as_mask
 from headlab.models.interface import HeadModel
 from headlab.results.prune_result import BY, PruneResult, PruneStep
 
@@ -85,13 +86,6 @@ def check_prunable(model: HeadModel, by: str = "removal") -> None:
         model.without_heads({0: [0]})
 
 
-def as_mask(model: HeadModel, heads: Mapping[int, Iterable[int]]) -> list[torch.Tensor]:
-    """The head mask (one (head,) tensor per layer) that zeroes the given heads."""
-    mask = [torch.ones(h) for h in model.heads_per_layer]
-    for layer, removed in heads.items():
-        for h in removed:
-            mask[layer][h] = 0.0
-    return mask
 
 
 

@@ -327,7 +327,7 @@ class TransformersModel:
     def _check_removal(self, variant: TransformersModel, heads: Mapping[int, Iterable[int]]):
         """ValueError unless ``variant`` computes what this model computes with ``heads``'
         mask at 0, on one short input."""
-        from headlab.heads.pruning import as_mask
+        from headlab.models.head_mask import as_mask
 
         ids = (torch.arange(1, 6) % int(self.config.vocab_size))[None]
         mask = torch.ones_like(ids)
