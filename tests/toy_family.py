@@ -58,6 +58,14 @@ class ToyAttention(nn.Module):
             raise ValueError("a view has no weights of its own")
         return self.q.weight, self.k.weight
 
+    def value_output_weights(self) -> tuple[Tensor, Tensor]:
+        if self.view is not None:
+            raise ValueError("a view has no weights of its own")
+        return self.v.weight, self.o.weight
+
+    def input_scale(self) -> None:  # no norm in front of the attention
+        return None
+
     def forward(self, x: Tensor, padding: Tensor, scale: Tensor | None) -> Tensor:
         batch, pos, _ = x.shape
         heads = self.q.out_features // D

@@ -73,6 +73,17 @@ class AttentionLayer(SitedLayer, Protocol):
         queries and keys are not linear maps of its input."""
         ...
 
+    def value_output_weights(self) -> tuple[Tensor, Tensor]:
+        """(W_V (num_kv_heads * head_dim, embed_dim), W_O (embed_dim, num_heads * head_dim)).
+        ValueError where the values are not a linear map of the layer's input or the heads'
+        output does not go through one output projection unchanged."""
+        ...
+
+    def input_scale(self) -> Tensor | None:
+        """(embed_dim,) the scale g of the norm n(x) * g + b in front of the layer's
+        projections, or None where they read the residual stream without one."""
+        ...
+
 
 @runtime_checkable
 class HeadModel(Protocol):

@@ -35,26 +35,22 @@ def attach(model, tokenizer=None, name: str | None = None) -> TransformersModel:
     copied) and each attention module gets its ``HFAttentionLayer`` (one short observed
     forward). Attaching the same model again gives a second handle on the same layers: an
     intervention set through one acts in the other. Raises ValueError for a family whose
-    attention does not go through the interface or an encoder-decoder, and (one line naming what
-    to install) without transformers."""
+    attention does not go through the interface, an encoder-decoder or a model that does not
+    read text (runnable.py), and (one line naming what to install) without transformers. When
+    attaching fails at any point, the model is left as it was (restore.py)."""
     require_transformers("headlab.attach")
     from transformers import PreTrainedModel
 
-    from headlab.models.hf.loader import refuse_unsupported
+    from headlab.models.hf.restore import unchanged_on_failure
+    from headlab.models.hf.runnable import refuse_unrunnable
 
     if not isinstance(model, PreTrainedModel):
         raise ValueError(f"expected a transformers PreTrainedModel, got {type(model).__name__}")
-    family = str(getattr(model.config, "model_type", type(model).__name__))
-    where = name or type(model).__name__
-    if getattr(model.config, "is_encoder_decoder", False):
-        raise ValueError(
-            f"{where}: family {family!r} is an encoder-decoder; headlab runs "
-            "decoders and encoders, not cross-attention"
-        )
-    refuse_unsupported(type(model), family, where)
-    model.set_attn_implementation(register())
+    refuse_unrunnable(type(model), model.config, name or type(model).__name__)
     label = name or getattr(model.config, "name_or_path", "") or type(model).__name__
-    return TransformersModel(label, model, tokenizer, causal=_causal(model))
+    with unchanged_on_failure(model):  # a failed attach leaves the user's model as it was
+        model.set_attn_implementation(register())
+        return TransformersModel(label, model, tokenizer, causal=_causal(model))
 
 
 def load_transformers(

@@ -413,11 +413,12 @@ def _removed_sizes(removal: edits.Removal, d: int) -> dict:
     its projections' rows."""
     if removal.heads == 0:
         gone = "every head was removed"
-        return {"num_heads": 0, "num_kv_heads": 0, "output": None, "query": gone, "key": gone}
+        return {"num_heads": 0, "num_kv_heads": 0, "output": None, "query": gone, "key": gone,
+                "value": gone}  # fmt: skip
     q_rows, kv_rows = tuple(range(removal.heads * d)), tuple(range(removal.kv_heads * d))
     return {
         "num_heads": removal.heads,
         "num_kv_heads": removal.kv_heads,
         "copied_parameters": removal.copied,
-        "rows": {"output": q_rows, "query": q_rows, "key": kv_rows},
+        "rows": {"output": q_rows, "query": q_rows, "key": kv_rows, "value": kv_rows},
     }

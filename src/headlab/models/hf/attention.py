@@ -131,7 +131,7 @@ def headlab_attention(
     out = result.head_out.transpose(1, 2).contiguous()
     recorder = RECORDER.get()
     if recorder is not None:  # the probe (probe.py) finds the module's sizes and projections
-        recorder.attention(module, query, key, out)
+        recorder.attention(module, query, key, value, out)
     return out, result.weights
 
 

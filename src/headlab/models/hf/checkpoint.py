@@ -4,8 +4,8 @@
 ``*.safetensors``, tokenizer files), a ``.gguf`` file, or a hub id ``owner/name`` found in the
 local Hugging Face cache (fetched only with ``download=True``: config first, weights after the
 checks). ``read_config`` reads its configuration without running the checkpoint's own code
-unless ``trust_remote_code=True``. Every refusal is one line (ValueError or FileNotFoundError)
-naming the checkpoint and what to do.
+unless ``trust_remote_code=True`` (exactly ``True``: ``consent``). Every refusal is one line
+(ValueError or FileNotFoundError) naming the checkpoint and what to do.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def fetch_rest(checkpoint: Checkpoint, trust_remote_code: bool) -> Checkpoint:
         return checkpoint
     import huggingface_hub
 
-    patterns = [*HUB_FILES, "*.py"] if trust_remote_code else HUB_FILES
+    patterns = [*HUB_FILES, "*.py"] if consent(trust_remote_code) else HUB_FILES
     try:
         folder = huggingface_hub.snapshot_download(checkpoint.to_fetch, allow_patterns=patterns)
     except (OSError, huggingface_hub.errors.HfHubHTTPError) as error:
@@ -105,6 +105,18 @@ def locate(source: str | Path, *, download: bool = False) -> Checkpoint:
     raise FileNotFoundError(f"{source}: no such file or folder (nor a hub id owner/name)")
 
 
+def consent(trust_remote_code: object) -> bool:
+    """``trust_remote_code`` as a bool: only ``True`` lets a checkpoint's own Python code run,
+    ``False`` refuses it, and anything else (``"no"``, ``1``, ``None``) is a TypeError rather than
+    a truthy value taken as consent."""
+    if trust_remote_code is True or trust_remote_code is False:
+        return trust_remote_code
+    raise TypeError(
+        f"trust_remote_code must be True or False, got {trust_remote_code!r} "
+        f"({type(trust_remote_code).__name__}); only True runs the checkpoint's own Python code"
+    )
+
+
 def raw_config(checkpoint: Checkpoint) -> dict:
     """config.json as a dict (a GGUF's is read by transformers from its metadata)."""
     path = checkpoint.folder / "config.json"
@@ -122,7 +134,7 @@ def check_code(checkpoint: Checkpoint, trust_remote_code: bool) -> None:
     (``auto_map``) runs only with ``trust_remote_code``. A GGUF is checked by transformers."""
     from transformers import CONFIG_MAPPING
 
-    if checkpoint.gguf is not None or trust_remote_code:
+    if checkpoint.gguf is not None or consent(trust_remote_code):
         return
     family = raw_config(checkpoint).get("model_type")
     if family in CONFIG_MAPPING:

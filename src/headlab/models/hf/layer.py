@@ -14,7 +14,8 @@ Sizes come from the call itself (probe.py): ``num_heads``, ``num_kv_heads`` and 
 the shapes transformers passes (Qwen3's head_dim 10 != 48 / 6, GPT-NeoX's head_size), and
 ``embed_dim`` the width of the output projection's output. ``output`` is the module that consumes
 the function's output (the output projection W_O, wherever the family keeps it: ``o_proj``,
-GPT-2's ``c_proj``, BERT's ``BertSelfOutput.dense`` in the parent), found by observing one call.
+GPT-2's ``c_proj``, BERT's ``BertSelfOutput.dense`` in the parent), found by observing one call;
+``input_norm`` the pre-norm whose output the projections read (its scale: ``input_scale``).
 """
 
 from __future__ import annotations
@@ -60,6 +61,42 @@ class Projection:
         return self.weight()[list(rows)]
 
 
+@dataclass(frozen=True)
+class Norm:
+    """The norm in front of a layer (a module with a 1-D weight) at ``path`` in the model."""
+
+    path: str
+    module: nn.Module
+
+
+def norm_scale(module: nn.Module, width: int) -> Tensor:
+    """(width,) the scale g of a norm computing n(x) * g + b, with n(x) = x / rms(x) for inputs
+    of mean zero (RMSNorm, LayerNorm, Gemma's 1 + weight alike), read from the module's own
+    output on a mean-zero input v and on -v: g = (f(v) - f(-v)) / (2 n(v)). ValueError where the
+    module is not such a map (checked on a second input)."""
+    signs = torch.tensor([1.0, -1.0]).repeat(width // 2 + 1)[:width]
+    if width % 2:  # odd width: 2, -1, -1 first, then +-1 pairs: still mean zero, no zero entry
+        signs[:3] = torch.tensor([2.0, -1.0, -1.0])
+    weight = module.weight
+    v = (signs * 1e3).to(weight.dtype)  # large: the norm's eps is negligible
+    n = v / v.pow(2).mean().sqrt()
+    with torch.no_grad():
+        plus, minus = module(v[None, None])[0, 0], module(-v[None, None])[0, 0]
+        scale, shift = (plus - minus) / (2 * n), (plus + minus) / 2
+        u = torch.roll(v, 1) * torch.linspace(0.5, 1.5, width, dtype=v.dtype)
+        u = u - u.mean()
+        check = module(u[None, None])[0, 0]
+    want = u / u.pow(2).mean().sqrt() * scale + shift
+    gap = float((check - want).abs().max())
+    tolerance = 1e-3 if weight.dtype in (torch.float32, torch.float64) else 3e-2
+    if gap > tolerance * max(float(check.abs().max()), 1e-6):
+        raise ValueError(
+            f"the norm before the layer ({type(module).__name__}) is not a scaled "
+            f"normalisation n(x) * g + b (off by {gap:.3g}), so its scale cannot be folded"
+        )
+    return scale.detach()
+
+
 @dataclass
 class HFAttentionLayer:
     """The headlab side of one transformers attention module (see the module docstring).
@@ -83,6 +120,8 @@ class HFAttentionLayer:
     output: Projection | None = None
     query: Projection | str = "not observed"
     key: Projection | str = "not observed"
+    value: Projection | str = "not observed"
+    input_norm: Norm | None = None
     view: int | None = None
     copied_parameters: int = 0
     sites: Sites = field(default_factory=Sites)
@@ -102,6 +141,32 @@ class HFAttentionLayer:
                     f"not a linear map of the layer's input ({found}), so there is no W_Q/W_K"
                 )
         return self.query.selected(), self.key.selected()
+
+    def value_output_weights(self) -> tuple[Tensor, Tensor]:
+        """(W_V (num_kv_heads * head_dim, embed_dim), W_O (embed_dim, num_heads * head_dim)):
+        the rows of the projection that make the values and the output projection. ValueError
+        where the values are not a linear map of the layer's input or no module takes the
+        heads' output unchanged."""
+        if self.view is not None:
+            raise ValueError("a view of merged heads has no W_V and W_O of its own")
+        where = f"{self.family} ({type(self.module).__name__} at {self.path})"
+        if isinstance(self.value, str):
+            raise ValueError(
+                f"{where}: the values are not a linear map of the layer's input ({self.value}), "
+                "so there is no W_V"
+            )
+        if self.output is None:
+            raise ValueError(f"{where}: no module takes the heads' output unchanged: no W_O")
+        return self.value.selected(), self.output_weight()
+
+    def input_scale(self) -> Tensor | None:
+        """(embed_dim,) the scale g of the norm in front of the layer (n(x) * g + b, read from
+        the norm's own output: ``norm_scale``), None where the projections read the residual
+        stream without one (or a post-norm's output: BERT). ValueError for a norm of another
+        form."""
+        if self.input_norm is None:
+            return None
+        return norm_scale(self.input_norm.module, self.embed_dim)
 
     # ------------------------------------------------------------------ what the function reads
     def head_scale(self, batch: int, heads: int, dtype: torch.dtype) -> Tensor | None:
@@ -161,8 +226,8 @@ def rebuilt(
     layer: HFAttentionLayer, root: nn.Module, module: nn.Module, rows=None, **changes
 ) -> HFAttentionLayer:
     """``layer`` for ``module`` in the model ``root`` (a variant): its projections looked up
-    again by path (with new ``rows``, name -> rows, for "output", "query", "key"), fresh sites
-    (interventions belong to the module they were set on), the ``changes`` applied."""
+    again by path (with new ``rows``, name -> rows, for "output", "query", "key", "value"), fresh
+    sites (interventions belong to the module they were set on), the ``changes`` applied."""
     rows = rows or {}
 
     def again(found, name):
@@ -172,8 +237,11 @@ def rebuilt(
                           rows.get(name, found.rows))  # fmt: skip
 
     fields = {"module": module, "sites": Sites(), "head_mask": None, **changes}
-    for name in ("output", "query", "key"):
+    for name in ("output", "query", "key", "value"):
         if name not in changes:
             found = getattr(layer, name)
             fields[name] = None if found is None else again(found, name)
+    norm = layer.input_norm
+    if norm is not None and "input_norm" not in changes:
+        fields["input_norm"] = Norm(norm.path, root.get_submodule(norm.path))
     return dataclasses.replace(layer, **fields)

@@ -10,7 +10,8 @@
 The model class is transformers' own (``AutoModelForCausalLM`` for a causal model, ``AutoModel``
 for an encoder); headlab only registers its attention (registry.py). Refused before any weight is
 read, each in one line: a family whose attention does not go through ``AttentionInterface``
-(the model class's ``_supports_attention_backend``), an encoder-decoder, a config declaring more
+(the model class's ``_supports_attention_backend``), an encoder-decoder, a model that does not
+read text (runnable.py), a config declaring more
 layers than its weights hold tensors (before the meta build) or more parameters than they hold
 values, a checkpoint whose parameters would not fit in memory (the estimate from the meta
 build), pickled weights, remote code without ``trust_remote_code``, and a GGUF file without
@@ -31,6 +32,7 @@ from headlab.models.hf.checkpoint import (
     LIST_HINT,
     Checkpoint,
     check_weights,
+    consent,
     fetch_rest,
     first_line,
     locate,
@@ -38,6 +40,7 @@ from headlab.models.hf.checkpoint import (
 )
 from headlab.models.hf.registry import register
 from headlab.models.hf.requirements import require_accelerate
+from headlab.models.hf.runnable import family_of, refuse_encoder_decoder, refuse_unrunnable
 from headlab.models.weight_files import checkpoint_shapes, held_values
 
 
@@ -51,23 +54,9 @@ class Plan:
     parameters: int
 
 
-def _family(config) -> str:
-    return str(getattr(config, "model_type", None) or type(config).__name__)
-
-
-def refuse_unsupported(model_class: type, family: str, where: str) -> None:
-    """ValueError when ``model_class`` does not call its attention through the interface."""
-    if not getattr(model_class, "_supports_attention_backend", False):
-        raise ValueError(
-            f"{where}: family {family!r} ({model_class.__name__}) computes its attention itself, "
-            f"not through transformers' AttentionInterface, so headlab cannot run inside it; "
-            f"{LIST_HINT}"
-        )
-
-
 def _on_meta(auto_class: type, config, trust_remote_code: bool):
     with torch.device("meta"):
-        return auto_class.from_config(config, trust_remote_code=trust_remote_code)
+        return auto_class.from_config(config, trust_remote_code=consent(trust_remote_code))
 
 
 def plan_model(config, where: str, trust_remote_code: bool = False) -> Plan:
@@ -75,19 +64,15 @@ def plan_model(config, where: str, trust_remote_code: bool = False) -> Plan:
     device: no memory, no weights). Raises ValueError naming ``where`` and the family."""
     from transformers import AutoModel, AutoModelForCausalLM
 
-    family = _family(config)
-    if getattr(config, "is_encoder_decoder", False):
-        raise ValueError(
-            f"{where}: family {family!r} is an encoder-decoder; headlab runs decoders and "
-            f"encoders, not cross-attention; {LIST_HINT}"
-        )
+    family = family_of(config)
+    refuse_encoder_decoder(config, where)  # before the build: no model class needed
     try:
         base = _on_meta(AutoModel, config, trust_remote_code)
     except (ValueError, KeyError) as error:
         raise ValueError(
             f"{where}: transformers has no model class for {family!r} ({first_line(error)})"
         ) from None
-    refuse_unsupported(type(base), family, where)
+    refuse_unrunnable(type(base), config, where)
     causal = any(getattr(m, "is_causal", False) is True for m in base.modules())
     model = base
     if causal:
@@ -98,7 +83,7 @@ def plan_model(config, where: str, trust_remote_code: bool = False) -> Plan:
                 f"{where}: family {family!r} is causal but transformers has no language-model "
                 f"class for it; {LIST_HINT}"
             ) from None
-        refuse_unsupported(type(model), family, where)
+        refuse_unrunnable(type(model), config, where)
     return Plan(type(model), causal, sum(p.numel() for p in model.parameters()))
 
 
@@ -149,7 +134,7 @@ def load_tokenizer(checkpoint: Checkpoint, trust_remote_code: bool = False):
             str(folder),
             gguf_file=checkpoint.gguf,
             local_files_only=True,
-            trust_remote_code=trust_remote_code,
+            trust_remote_code=consent(trust_remote_code),
         )
     except (ValueError, OSError, KeyError) as error:
         raise ValueError(
@@ -187,7 +172,9 @@ def load_pretrained(
     dtype: torch.dtype = torch.float32,
 ):
     """(model, tokenizer or None, checkpoint): the checkpoint ``source`` names, loaded by
-    transformers with ``attn_implementation="headlab"``, in eval mode."""
+    transformers with ``attn_implementation="headlab"``, in eval mode. TypeError when
+    ``trust_remote_code`` is neither True nor False (``consent``)."""
+    trust_remote_code = consent(trust_remote_code)
     checkpoint = locate(source, download=download)
     if checkpoint.gguf is not None:
         require_accelerate(checkpoint.name)

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
-from headlab.models.hf.layer import HFAttentionLayer, Projection
+from headlab.models.hf.layer import HFAttentionLayer, Norm, Projection
 
 #: The recorder of the probe running in this thread, if any (read by the registered function).
 RECORDER: ContextVar[Recorder | None] = ContextVar("headlab_probe", default=None)
@@ -36,13 +36,14 @@ NO_SLICE = "no projection inside the module outputs them: a norm or another step
 
 @dataclass
 class Call:
-    """One call of the registered function: the module, q0 (head, d_head) and k0 (kv_head,
+    """One call of the registered function: the module, q0 (head, d_head), k0 and v0 (kv_head,
     d_head) at position 0 of the first text, the returned tensor (kept alive so that its memory
     is not reused), and the output projection once a module consumes it."""
 
     module: nn.Module
     q0: Tensor
     k0: Tensor
+    v0: Tensor
     head_dim: int
     returned: Tensor
     output: tuple[nn.Module, bool] | None = None
@@ -61,12 +62,22 @@ class Seen:
 class Recorder:
     calls: list[Call] = field(default_factory=list)
     seen: dict[int, Seen] = field(default_factory=dict)
+    #: id -> (module, its output's first row) for each module with a 1-D weight (norms)
+    norms: dict[int, tuple[nn.Module, Tensor]] = field(default_factory=dict)
 
-    def attention(self, module: nn.Module, query: Tensor, key: Tensor, returned: Tensor) -> None:
-        """From the registered function: query (batch, head, q_pos, d), key (batch, kv_head,
-        k_pos, d), returned (batch, q_pos, head, d_value)."""
+    def attention(
+        self, module: nn.Module, query: Tensor, key: Tensor, value: Tensor, returned: Tensor
+    ) -> None:
+        """From the registered function: query (batch, head, q_pos, d), key and value (batch,
+        kv_head, k_pos, d), returned (batch, q_pos, head, d_value)."""
         q0, k0 = query[0, :, 0].detach().clone(), key[0, :, 0].detach().clone()
-        self.calls.append(Call(module, q0, k0, query.shape[-1], returned))
+        v0 = value[0, :, 0].detach().clone()
+        self.calls.append(Call(module, q0, k0, v0, query.shape[-1], returned))
+
+    def norm_call(self, module: nn.Module, y: Tensor) -> None:
+        """From a forward hook on a module with a 1-D weight: its output y (..., width)."""
+        if id(module) not in self.norms and y.is_floating_point() and y.dim() and y.numel():
+            self.norms[id(module)] = (module, y.reshape(-1, y.shape[-1])[0].detach().clone())
 
     def weight_call(self, module: nn.Module, x: Tensor, y: Tensor) -> None:
         """From a forward hook: module's input x (..., in) and output y (..., out)."""
@@ -163,10 +174,16 @@ def probe(model: nn.Module, family: str, tokens: int = 3) -> list[HFAttentionLay
         if args and isinstance(args[0], Tensor) and isinstance(output, Tensor):
             recorder.weight_call(module, args[0], output)
 
+    def norm_hook(module: nn.Module, args: tuple, output: object) -> None:
+        if isinstance(output, Tensor):
+            recorder.norm_call(module, output)
+
     for module in model.modules():
         weight = getattr(module, "weight", None)
         if isinstance(weight, Tensor) and weight.dim() == 2:
             hooks.append(module.register_forward_hook(hook))
+        elif isinstance(weight, Tensor) and weight.dim() == 1:
+            hooks.append(module.register_forward_hook(norm_hook))
     config = model.config.get_text_config()
     device = next(model.parameters()).device
     ids = (torch.arange(1, tokens + 1, device=device) % int(config.vocab_size))[None]
@@ -198,6 +215,9 @@ def _layer(call: Call, recorder: Recorder, paths: dict[int, str], family: str, c
         output = Projection(paths[id(module)], module, transposed, tuple(range(width)))
     embed = output.weight().shape[0] if output is not None else int(config.hidden_size)
     exclude = None if output is None else output.module
+    query = _projection(call.module, call.q0, recorder, paths, exclude)
+    key = _projection(call.module, call.k0, recorder, paths, exclude)
+    value = _projection(call.module, call.v0, recorder, paths, exclude)
     return HFAttentionLayer(
         module=call.module,
         path=paths[id(call.module)],
@@ -207,6 +227,28 @@ def _layer(call: Call, recorder: Recorder, paths: dict[int, str], family: str, c
         head_dim=call.head_dim,
         embed_dim=embed,
         output=output,
-        query=_projection(call.module, call.q0, recorder, paths, exclude),
-        key=_projection(call.module, call.k0, recorder, paths, exclude),
+        query=query,
+        key=key,
+        value=value,
+        input_norm=_input_norm(call.module, (query, key, value), recorder, paths),
     )
+
+
+def _input_norm(
+    call_module: nn.Module, found: tuple, recorder: Recorder, paths: dict[int, str]
+) -> Norm | None:
+    """The norm in front of the layer: a module with a 1-D weight, a sibling of the attention
+    module or of one of its parents (a pre-norm in the same block, not a post-norm of the block
+    before), whose output is the input of the layer's projections (the first found of W_Q, W_K,
+    W_V); None without one."""
+    projection = next((p for p in found if isinstance(p, Projection)), None)
+    seen = None if projection is None else recorder.seen.get(id(projection.module))
+    if seen is None:
+        return None
+    where = paths[id(call_module)].split(".")
+    for key, (module, y0) in recorder.norms.items():
+        parent = paths[key].split(".")[:-1]
+        in_block = len(parent) < len(where) and where[: len(parent)] == parent
+        if in_block and y0.shape == seen.x0.shape and _close(y0, seen.x0):
+            return Norm(paths[key], module)
+    return None

@@ -1,0 +1,49 @@
+"""Whether headlab's attention can run inside a transformers model, from its class and config
+alone: one place for the refusals that ``load`` (loader.py, on the meta build) and ``attach``
+(on the user's model) share, each one line naming the family.
+
+headlab runs text models, decoders and encoders, whose attention goes through transformers'
+``AttentionInterface``. Refused: an encoder-decoder (cross-attention), a model whose input is not
+text (transformers' own ``main_input_name`` is not ``input_ids``, or its text config has no
+vocabulary: ViT reads ``pixel_values``, Wav2Vec2 ``input_values``), and a class that computes its
+attention itself (``_supports_attention_backend`` False).
+"""
+
+from __future__ import annotations
+
+from headlab.models.hf.checkpoint import LIST_HINT
+
+
+def family_of(config) -> str:
+    """The config's model_type (its class name when it has none)."""
+    return str(getattr(config, "model_type", None) or type(config).__name__)
+
+
+def refuse_encoder_decoder(config, where: str) -> None:
+    """ValueError naming the family when ``config`` is an encoder-decoder's."""
+    if getattr(config, "is_encoder_decoder", False):
+        raise ValueError(
+            f"{where}: family {family_of(config)!r} is an encoder-decoder; headlab runs "
+            f"decoders and encoders, not cross-attention; {LIST_HINT}"
+        )
+
+
+def refuse_unrunnable(model_class: type, config, where: str) -> None:
+    """ValueError naming the family unless ``model_class`` (with ``config``) is a text model
+    calling its attention through the interface (see the module docstring)."""
+    family = family_of(config)
+    refuse_encoder_decoder(config, where)
+    reads = getattr(model_class, "main_input_name", "input_ids")
+    text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    if reads != "input_ids" or getattr(text_config, "vocab_size", None) is None:
+        what = reads if reads != "input_ids" else "no vocabulary (no vocab_size)"
+        raise ValueError(
+            f"{where}: family {family!r} ({model_class.__name__}) reads {what}, not text; "
+            f"headlab runs language models and text encoders; {LIST_HINT}"
+        )
+    if not getattr(model_class, "_supports_attention_backend", False):
+        raise ValueError(
+            f"{where}: family {family!r} ({model_class.__name__}) computes its attention itself, "
+            f"not through transformers' AttentionInterface, so headlab cannot run inside it; "
+            f"{LIST_HINT}"
+        )
