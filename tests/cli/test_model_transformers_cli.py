@@ -154,7 +154,8 @@ def test_kv_budget_through_transformers(hf_dirs, hf_eager, capsys, tmp_path):
     """``model kv-budget --backend transformers`` on the tiny Llama folder (which headlab's own
     decoder could run too): the full model's perplexity and copy accuracy equal those of
     transformers' eager logits of the held-out text; every group windowed is one plan."""
-    from headlab.heads.repeats import MIN_MATCH, copy_sources
+    from headlab.heads.repeats import copy_sources
+    from headlab.results.head_roles import MIN_MATCH
     from headlab.results.kv_budget_result import KVBudgetResult
 
     held_out, calibration = tmp_path / "eval.txt", tmp_path / "calibration.txt"

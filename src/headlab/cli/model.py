@@ -313,9 +313,9 @@ def _long_context(
     from headlab.cli.roles import role_tables
     from headlab.heads.long_context import long_text_statistics
     from headlab.heads.repeats import copy_task
-    from headlab.heads.roles import WINDOW as DEFAULT_WINDOW
     from headlab.limits import check_int
     from headlab.models.corpus import read_text_file
+    from headlab.results.head_roles import WINDOW as DEFAULT_WINDOW
 
     out = model_results("long-context") if out is None else out
     claim_analysis("long-context", out, force, figure)

@@ -35,11 +35,10 @@ import torch.nn.functional as F
 from headlab.attention.sites import KeyBudget
 from headlab.heads.ablation import ablated
 from headlab.heads.long_context import long_text_statistics
-from headlab.heads.repeats import MIN_MATCH, copy_sources, copy_task
-from headlab.heads.roles import SINKS, WINDOW
+from headlab.heads.repeats import copy_sources, copy_task
 from headlab.limits import check_int
 from headlab.models.interface import HeadModel, TokenBatch
-from headlab.results.head_roles import RETRIEVAL, HeadRoles
+from headlab.results.head_roles import MIN_MATCH, RETRIEVAL, SINKS, WINDOW, HeadRoles
 from headlab.results.kv_budget_result import KVBudgetResult, PlanRun, RetrievalCheck
 
 Group = tuple[int, int]  # (layer, K/V group)

@@ -29,14 +29,14 @@ from torch import Tensor
 from headlab.attention.statistics import HeadSums
 from headlab.attention.streaming import CHUNK_ELEMENTS
 from headlab.heads.attention_maps import attention_maps, block_size
-from headlab.heads.repeats import MIN_MATCH, copy_sources
-from headlab.heads.roles import SINKS, WINDOW, head_roles
+from headlab.heads.repeats import copy_sources
+from headlab.heads.roles import head_roles
 from headlab.heads.statistics import measured, metric_names, per_head_means, special_names
 from headlab.heads.streaming import model_head_sums
 from headlab.limits import check_fits, check_int
 from headlab.models.interface import HeadModel, TokenBatch
 from headlab.results.attention_maps_result import AttentionMaps
-from headlab.results.head_roles import HeadRoles
+from headlab.results.head_roles import MIN_MATCH, SINKS, WINDOW, HeadRoles
 from headlab.results.head_statistics import HeadStatistics
 from headlab.results.long_context_result import (
     HeavyHitters,

@@ -25,9 +25,7 @@ from torch import Tensor
 from headlab.limits import check_int
 from headlab.models.corpus import long_document
 from headlab.models.interface import HeadModel
-
-#: Tokens a match must have run for before its next token counts as copied.
-MIN_MATCH = 6
+from headlab.results.head_roles import MIN_MATCH
 
 
 def copy_sources(ids: Tensor, min_match: int = MIN_MATCH) -> Tensor:

@@ -37,8 +37,6 @@ import torch
 
 from headlab.results.head_roles import COPY, LOCAL, RETRIEVAL, SINK, HeadRoles
 
-SINKS, WINDOW = 4, 256  # StreamingLLM's 4 sink tokens, a 256-token window
-
 
 def role(retrieval: float | None, copy: float | None, first: float, window_error: float) -> str:
     """The role of one head by the rules of the module docstring (None: not measured)."""

@@ -9,6 +9,9 @@ from typing import ClassVar
 
 from headlab.results.schema import Fields, problem
 
+SINKS, WINDOW = 4, 256  # StreamingLLM's 4 sink tokens, a 256-token window
+#: Tokens a match must have run for before its next token counts as copied (``heads.repeats``).
+MIN_MATCH = 6
 RETRIEVAL, COPY, SINK, LOCAL = 0.1, 0.3, 0.3, 0.05  # the thresholds of the rules above
 
 
