@@ -46,7 +46,8 @@ def measurements(n: int = 7) -> ReportMeasurements:
 
 def test_round_trip_through_the_store(tmp_path):
     result = measurements()
-    path = write_result(tmp_path / "measurements.json", result) and tmp_path / "measurements.json"
+    path = tmp_path / "measurements.json"
+    write_result(path, result)
     back = read_result(path, ReportMeasurements)
     assert back == result and back.text_cut and back.model_name is None
     assert json.loads(path.read_text())["headlab"] == "report-measurements"
