@@ -37,7 +37,7 @@ import torch.nn.functional as F
 
 import allocator
 from headlab import MultiHeadAttention
-from headlab.attention.kernel import BLOCK_ELEMENTS, MIN_ROWS
+from headlab.attention.chunked import BLOCK_ELEMENTS, MIN_ROWS
 from side_by_side import interleaved
 
 

@@ -2,10 +2,16 @@
 
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# The packaged SmolLM2's safetensors conversion (models/gguf_cache.py) goes to a temporary folder
+# shared by test sessions, never the user's cache; tests of the cache itself use tmp_path.
+os.environ.setdefault(
+    "HEADLAB_CACHE", os.path.join(tempfile.gettempdir(), f"headlab-tests-cache-{os.getuid()}")
+)
 
 from hypothesis import HealthCheck, settings
 
@@ -188,3 +194,15 @@ def hf_eager(hf_dirs):
         return cache[name]
 
     return get
+
+
+@pytest.fixture(autouse=True)
+def _no_progress_lines(monkeypatch):
+    """Where stderr is no terminal, a command still running after 2 s prints progress lines
+    (``headlab.cli.progress``); on a busy machine a tiny command can pass 2 s, and a test that
+    reads stderr would see them. tests/cli/test_progress.py sets its own delay."""
+    import threading
+
+    import headlab.cli.progress as progress
+
+    monkeypatch.setattr(progress, "FIRST_LINE_S", threading.TIMEOUT_MAX)

@@ -6,8 +6,8 @@ before it, never a later one, and the layers form no cycle.
 
 The results layer holds plain data: every result type and the one store. It sits after the
 analyses in the flow (it holds what they measure) but imports none of them: it imports only
-itself and the root modules that belong to no layer (``limits``, ``notices``, ``defaults``), and
-no torch. So every layer may import it, and the analyses return its types.
+itself and the modules at the package's root that belong to no layer (``limits``, ``notices``,
+``defaults``, ...), and no torch. So every layer may import it, and the analyses return its types.
 
 The report renders results files: nothing it imports, however indirectly, imports torch. The
 graph's answer is checked against Python's own: importing every report module in a fresh
@@ -25,7 +25,6 @@ from pathlib import Path
 import headlab
 
 SRC = Path(headlab.__file__).parent
-ROOT_MODULES = ("headlab.limits", "headlab.notices", "headlab.defaults")
 # The layers in the order data flows; a module may import its own layer and earlier ones.
 ORDER = ("root", "results", "reference", "attention", "models", "analyses", "top")
 LAYER = {
@@ -55,8 +54,9 @@ MODULES = {module_name(p): p for p in SRC.rglob("*.py")}
 def layer(module: str) -> str:
     if module == "headlab":  # the public names (``headlab.compare``...), imported on first use
         return "top"
-    if module in ROOT_MODULES:
-        return "root"
+    at_root = module.count(".") == 1 and MODULES[module].name != "__init__.py"
+    if at_root and module != "headlab.__main__":
+        return "root"  # a module at the package's root (limits, notices, defaults, ...): no layer
     return LAYER[module.split(".")[1]]
 
 

@@ -6,3 +6,7 @@ The CLI shows each as one line, ``headlab: warning: ...``; library users filter 
 
 class HeadlabWarning(UserWarning):
     """Something headlab skipped or replaced on the way (the message names it)."""
+
+
+class CacheNotice(HeadlabWarning):
+    """Something was written to headlab's cache once (the message says what, where, how big)."""

@@ -8,10 +8,11 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+import headlab.attention.chunked as chunked_path
 import headlab.attention.kernel as kernel
 from headlab import MultiHeadAttention
 from headlab.attention.averaged import AveragedAttention
-from headlab.attention.kernel import attend
+from headlab.attention.kernel import AttendOptions, attend
 from headlab.attention.masks import torch_mask_spec
 
 F64 = torch.float64
@@ -53,20 +54,20 @@ def _merged(mask):
 
 def explicit_attention(q, k, v, mask):
     """(head_out, per-head weights, scores) of the kernel's explicit path."""
-    run = attend(q, k, v, mask, need_weights="heads")
+    run = attend(q, k, v, mask, AttendOptions(need_weights="heads"))
     return run.head_out, run.weights, run.scores
 
 
 def blocked_mean_attention(q, k, v, mask):
     """The kernel's chunked loop, averaging the weights over heads."""
-    return kernel._chunked(
+    return chunked_path.chunked(
         q, k, v, mask, scale=D**-0.5, softcap=None, sinks=None, view=None, mean=True,
         sums=None, chunk_elements=2**22,
     )  # fmt: skip
 
 
 def mean_attention(q, k, v):
-    run = attend(q, k, v, None, need_weights="mean")
+    run = attend(q, k, v, None, AttendOptions(need_weights="mean"))
     return run.head_out, run.weights
 
 
@@ -108,8 +109,8 @@ def test_blocked_loop_equals_the_whole_tensor(rows, block, kind):
     mask = _mask(kind)
     q, k, v = _qkv(3, grad=False)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(kernel, "MIN_ROWS", rows)
-        mp.setattr(kernel, "BLOCK_ELEMENTS", block)
+        mp.setattr(chunked_path, "MIN_ROWS", rows)
+        mp.setattr(chunked_path, "BLOCK_ELEMENTS", block)
         out, mean = blocked_mean_attention(q, k, v, mask)
     ref_out, weights, _ = explicit_attention(q, k, v, mask)
     torch.testing.assert_close(out, ref_out)
@@ -118,9 +119,9 @@ def test_blocked_loop_equals_the_whole_tensor(rows, block, kind):
 
 def test_inference_takes_the_blocked_loop_and_training_the_function(monkeypatch):
     calls = []
-    original = kernel._chunked
+    original = kernel.chunked
     monkeypatch.setattr(kernel, "MIN_BLOCKED", 1)
-    monkeypatch.setattr(kernel, "_chunked", lambda *a, **o: calls.append(1) or original(*a, **o))
+    monkeypatch.setattr(kernel, "chunked", lambda *a, **o: calls.append(1) or original(*a, **o))
     q, k, v = _qkv(4)
     with torch.no_grad():
         mean_attention(q, k, v)
@@ -136,8 +137,8 @@ def test_default_forward_matches_torch_with_masks(mode, block, monkeypatch):
     One block per batch element reads the split heads' K and V in place (strided views);
     several blocks read a contiguous copy."""
     monkeypatch.setattr(kernel, "MIN_BLOCKED", 1)
-    monkeypatch.setattr(kernel, "MIN_ROWS", 2)
-    monkeypatch.setattr(kernel, "BLOCK_ELEMENTS", block)
+    monkeypatch.setattr(chunked_path, "MIN_ROWS", 2)
+    monkeypatch.setattr(chunked_path, "BLOCK_ELEMENTS", block)
     torch.manual_seed(0)
     ours = MultiHeadAttention(12, 4, batch_first=True, dtype=F64)
     theirs = torch.nn.MultiheadAttention(12, 4, batch_first=True, dtype=F64)

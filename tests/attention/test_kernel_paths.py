@@ -20,6 +20,7 @@ import headlab.attention.kernel as kernel
 from headlab import MultiHeadAttention
 from headlab.attention.head_groups import HeadGroupView
 from headlab.attention.interventions import ablate, intervene
+from headlab.attention.kernel import AttendOptions
 from headlab.attention.mask_spec import MaskSpec
 from headlab.attention.sites import KeyBudget
 from headlab.attention.statistics import StatisticsRequest, observing
@@ -91,9 +92,21 @@ def _call(kind: str) -> None:
             HeadGroupView(m, 2)(x, x, x)
     elif kind == "softcap no grad":
         with torch.no_grad():
-            kernel.attend(q, kv, kv, softcap=2.0)
-    elif kind == "softcap grad":
-        kernel.attend(q.requires_grad_(), kv, kv, softcap=2.0)
+            kernel.attend(q, kv, kv, None, AttendOptions(softcap=2.0))
+    elif kind in ("softcap grad", "softcap grad large"):
+        kernel.attend(q.requires_grad_(), kv, kv, None, AttendOptions(softcap=2.0))
+    elif kind == "sinks grad large":
+        kernel.attend(
+            q,
+            kv.requires_grad_(),
+            kv,
+            None,
+            AttendOptions(sinks=torch.zeros(H, dtype=torch.float64)),
+        )
+    elif kind == "sinks grad large weights":
+        sinks = torch.zeros(H, dtype=torch.float64)
+        options = AttendOptions(sinks=sinks, need_weights="heads")
+        kernel.attend(q, kv.requires_grad_(), kv, None, options)
     elif kind == "window no grad":
         with torch.no_grad():
             kernel.attend(q, kv, kv, MaskSpec(causal=True, window=3))
@@ -131,6 +144,10 @@ TABLE = [
     ("view default", "explicit"),
     ("softcap no grad", "chunked"),
     ("softcap grad", "explicit"),
+    # with grad and large: chunks again, each chunk's weights recomputed in the backward
+    ("softcap grad large", "recomputed"),
+    ("sinks grad large", "recomputed"),
+    ("sinks grad large weights", "explicit"),
     ("window no grad", "chunked"),
     ("window grad", "fused"),
     # a KV plan without grad: SDPA for every head, then SDPA over each budgeted head's band
@@ -152,6 +169,8 @@ def test_each_kind_of_call_takes_its_path(kind, path, monkeypatch):
                         or fused(*a, **o))  # fmt: skip
     if kind == "default large":
         monkeypatch.setattr(kernel, "MIN_BLOCKED", 1)
+    if kind.endswith(("large", "large weights")):
+        monkeypatch.setattr(kernel, "MIN_RECOMPUTED", 1)
     _call(kind)
     assert chosen == [path]
     assert len(sdpa) == (path == "fused") or (path == "banded" and len(sdpa) > 1)

@@ -19,6 +19,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import headlab.attention.chunked as chunked_path
 import headlab.attention.kernel as kernel
 from headlab import MultiHeadAttention
 from headlab.attention.head_groups import HeadGroupView
@@ -238,8 +239,8 @@ def test_forward_and_trace_equal_the_reference(case, mode):
     with pytest.MonkeyPatch.context() as mp, torch.set_grad_enabled(grad):
         if mode == "blocked":
             mp.setattr(kernel, "MIN_BLOCKED", 1)
-            mp.setattr(kernel, "MIN_ROWS", 2)
-            mp.setattr(kernel, "BLOCK_ELEMENTS", 8)
+            mp.setattr(chunked_path, "MIN_ROWS", 2)
+            mp.setattr(chunked_path, "BLOCK_ELEMENTS", 8)
         _check_forward(m, m, inputs, call, info, want, tol)
         trace = m.trace(*inputs, **call)
     for name in ("q", "k", "v", "scores", "weights", "head_outputs", "contributions", "output"):

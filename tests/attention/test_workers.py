@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import headlab.attention.chunked as chunked_path
 import headlab.attention.kernel as kernel
 import headlab.attention.workers as workers
 from headlab import MultiHeadAttention
@@ -100,8 +101,8 @@ def test_the_default_forward_on_workers_equals_the_blocks_in_order(two_threads, 
     """Many blocks (masks, GQA, batch first); the workers run under the caller's mode (in-place
     writes into inference tensors need inference mode in the worker too)."""
     monkeypatch.setattr(kernel, "MIN_BLOCKED", 1)
-    monkeypatch.setattr(kernel, "MIN_ROWS", 3)
-    monkeypatch.setattr(kernel, "BLOCK_ELEMENTS", 64)
+    monkeypatch.setattr(chunked_path, "MIN_ROWS", 3)
+    monkeypatch.setattr(chunked_path, "BLOCK_ELEMENTS", 64)
     torch.manual_seed(0)
     m = MultiHeadAttention(24, 6, num_kv_heads=2, batch_first=True, causal=True).eval()
     x = torch.randn(3, 17, 24)

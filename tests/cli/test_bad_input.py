@@ -207,8 +207,8 @@ TEXT_FILE_READERS = [
 @pytest.mark.parametrize(
     ("kind", "message"),
     [
-        ("directory", "is a directory, expected a UTF-8 text file"),
-        ("fifo", "is a FIFO, expected a UTF-8 text file"),
+        ("directory", "is a directory, expected a regular file"),
+        ("fifo", "is a FIFO, expected a regular file"),
         ("empty", "expected text, got an empty file"),
         ("blank", "expected text, got an empty file"),
         ("missing", "does not exist"),

@@ -119,9 +119,81 @@ def test_kv_saved_plans_for_a_memory_saving(llama_dir, texts, tmp_path, capsys):
     assert "KV budget" in printed
 
 
-def test_the_built_in_texts_on_a_short_context_name_no_flag(llama_dir, texts, tmp_path, capsys):
-    args = ["model", "kv-budget", "--model", str(llama_dir), "--window", "8", *texts[:2]]
+def test_the_built_in_texts_on_a_short_context_name_no_flag(texts, tmp_path, capsys):
+    from model_files import byte_llama
+
+    # one token a byte: the shortest passage (8 words, ~50 bytes) twice is more than 64 / 2
+    folder = byte_llama(tmp_path / "byte-llama", 64)
+    capsys.readouterr()  # transformers' bar while it saves
+    args = ["model", "kv-budget", "--model", str(folder), "--window", "8", *texts[:2]]
     code, printed, err = run([*args, "--out", str(tmp_path / "o.json")], capsys)
     assert code == 2 and printed == "" and len(err.strip().splitlines()) == 1
     assert "context of 64 tokens cannot hold the built-in copy task" in err
     assert "--max-tokens" not in err and "--calibration-file" in err
+    assert "shorter passage" not in err  # no option gives one
+
+
+def test_the_retrieval_line_says_what_was_masked(llama_dir, texts, tmp_path, capsys):
+    out = tmp_path / "kv.json"
+    args = ["model", "kv-budget", "--model", str(llama_dir), *texts, "--window", "8"]
+    args += ["--budgets", "0.5", "--out", str(out)]
+    code, printed, err = run([*args, "--retrieval-k", "9"], capsys)
+    assert code == 0, err
+    check = json.loads(out.read_text())["retrieval"]
+    assert [len(drawn) for drawn in check["random_heads"]] == [9, 9, 9] and len(check["heads"]) == 9
+    shown = " ".join(printed.split())
+    assert "top 9 retrieval heads masked" in shown and "with 9 random heads masked" in shown
+    code, printed, err = run([*args, "--retrieval-k", "10", "--force"], capsys)
+    assert code == 2 and printed == "" and len(err.strip().splitlines()) == 1
+    assert "--retrieval-k must be between 1 and 9 for " in err and "18 heads" in err
+
+
+def test_a_held_out_text_cut_says_so(llama_dir, tmp_path, capsys):
+    from tokenizers import Tokenizer
+
+    long = tmp_path / "long.txt"
+    long.write_text(_text(3) + " " + " ".join(f"t{i % 50}" for i in range(20)), encoding="utf-8")
+    calibration = tmp_path / "calibration.txt"
+    calibration.write_text(_text(5), encoding="utf-8")
+    out = tmp_path / "kv.json"
+    args = ["model", "kv-budget", "--model", str(llama_dir), "--text-file", str(long),
+            "--calibration-file", str(calibration), "--window", "8", "--max-tokens", "60",
+            "--budgets", "0.5", "--out", str(out)]  # fmt: skip
+    code, printed, err = run(args, capsys)
+    assert code == 0, err
+    whole = len(Tokenizer.from_file(str(llama_dir / "tokenizer.json")).encode(long.read_text()))
+    assert whole == 75  # 1 + 12 + 30 + 12 + 20 words, one token each
+    result = KVBudgetResult.from_dict(json.loads(out.read_text()))
+    assert (result.held_out.n_tokens, result.held_out.text_tokens) == (60, whole)
+    assert result.held_out.truncated and result.n_tokens == 60
+    assert not result.calibration.truncated and result.calibration.text_tokens == 55
+    shown = " ".join(printed.split())
+    assert "the held-out text: 60 tokens (cut from at least 75: the rest was not analysed)" in shown
+    assert "calibration text:" not in shown
+
+
+def test_a_small_model_runs_with_the_defaults(tmp_path_factory, capsys):
+    """A 512-token byte-level model: 48 words twice (about 700 bytes) do not fit, so the
+    built-in passage is shortened to fit half the context; no file is needed."""
+    from tokenizers import Tokenizer
+
+    from model_files import byte_llama
+
+    folder = byte_llama(tmp_path_factory.mktemp("byte-llama"), 512)
+    out = tmp_path_factory.mktemp("kv") / "kv.json"
+    code, printed, err = run(["model", "kv-budget", "--model", str(folder), "--budgets", "0.5",
+                              "--out", str(out)], capsys)  # fmt: skip
+    assert code == 0, err
+    result = KVBudgetResult.from_dict(json.loads(out.read_text()))
+    assert result.texts.startswith("built-in copy task") and result.copy_positions > 0
+    assert 256 + 4 < result.n_tokens <= 512 and not result.held_out.truncated
+    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    from headlab.heads.repeats import copy_task
+    from headlab.models import load
+
+    model = load(folder)
+    held_out = copy_task(model, 512, seed=0, part=1, parts=2)
+    assert 8 <= held_out.passage_words < 48
+    passage = " ".join(held_out.text.split()[-held_out.passage_words :])
+    assert 2 * len(tokenizer.encode(passage)) <= 256  # both copies within half the context
+    assert "KV budget" in printed

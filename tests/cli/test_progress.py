@@ -122,3 +122,52 @@ def test_expressivity_reports_its_fits_total():
     steps: list[tuple[int, int]] = []
     measure_expressivity(config, on_step=lambda d, t: steps.append((d, t)))
     assert steps == [(d, config.fits_total()) for d in range(1, 5)] and config.fits_total() == 4
+
+
+def _long_text_commands(llama_dir, tmp_path):
+    """``model heads --text-file`` and ``model kv-budget`` on the tiny Llama (the two commands
+    the last issue found silent for 43 s and 135 s)."""
+    passage = " ".join(f"t{(11 * i) % 97}" for i in range(12))
+    text = tmp_path / "book.txt"
+    text.write_text(f"t1 {passage} {' '.join(f't{i % 89}' for i in range(30))} {passage}")
+    heads = ["model", "heads", "--model", str(llama_dir), "--text-file", str(text),
+             "--window", "8", "--out", str(tmp_path / "lc.json"), "--force"]  # fmt: skip
+    budget = ["model", "kv-budget", "--model", str(llama_dir), "--text-file", str(text),
+              "--calibration-file", str(text), "--window", "8", "--budgets", "0.5",
+              "--out", str(tmp_path / "kv.json"), "--force"]  # fmt: skip
+    return {"one long text: layers": heads, "KV budget: model runs": budget}
+
+
+@pytest.fixture
+def llama_dir(tiny_llama_dir):
+    return tiny_llama_dir
+
+
+def test_long_commands_print_lines_where_stderr_is_no_terminal(
+    llama_dir, tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setattr(progress_module, "FIRST_LINE_S", 0.0)
+    monkeypatch.setattr(progress_module, "EVERY_S", 0.001)
+    for description, argv in _long_text_commands(llama_dir, tmp_path).items():
+        main(argv)
+        err = capsys.readouterr().err.splitlines()
+        assert any(line.startswith("headlab: loading the model 0/?") for line in err)
+        mine = [line for line in err if line.startswith(f"headlab: {description} ")]
+        assert mine and mine[-1].endswith(", done")
+        done, total = mine[-1].split()[-4].rstrip(",").split("/")
+        assert done == total  # the last line counts every step
+        main([*argv, "--json"])
+        assert capsys.readouterr().err == ""
+
+
+def test_no_line_before_the_delay(llama_dir, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(progress_module, "FIRST_LINE_S", 60.0)
+    for argv in _long_text_commands(llama_dir, tmp_path).values():
+        main(argv)
+        assert capsys.readouterr().err == ""
+
+
+def test_the_long_text_commands_draw_a_bar_on_a_terminal(llama_dir, tmp_path, terminal, capsys):
+    for description, argv in _long_text_commands(llama_dir, tmp_path).items():
+        main(argv)
+        assert description in terminal.getvalue()

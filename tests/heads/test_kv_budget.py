@@ -161,12 +161,15 @@ def test_the_default_texts_share_no_filler():
 
 
 def test_a_short_context_names_the_model_not_a_flag(tiny_llama):
-    with pytest.raises(ValueError, match="context of 64 tokens cannot hold the built-in copy"):
-        kv_budget(tiny_llama, evaluation_text="t1 t2", window=8)
+    short = SimpleNamespace(name="short", max_positions=20, count_tokens=WORDS.count_tokens)
+    # one token a word: the shortest passage (8 words) twice and a filler word take 17 > 20 / 2
+    with pytest.raises(ValueError, match="short's context of 20 tokens cannot hold the built-in"):
+        default_texts(short, 20, 0, False)
     with pytest.raises(ValueError, match="context of 64 tokens is not longer than sinks 4"):
         kv_budget(tiny_llama)
-    with pytest.raises(ValueError, match="n_tokens=40 cannot hold"):
-        kv_budget(tiny_llama, n_tokens=40, window=8)
+    with pytest.raises(ValueError, match="n_tokens=30 cannot hold the built-in copy task: its "
+                       "shortest passage \\(8 words\\) twice takes 17 tokens, more than half"):
+        kv_budget(tiny_llama, n_tokens=30, window=8)
     with pytest.raises(ValueError, match="seeds must be between 3"):
         kv_budget(tiny_llama, seeds=2)
 

@@ -116,8 +116,10 @@ def test_copy_task_fits_and_repeats(tiny):
     assert int((sources >= 0).sum()) >= 2  # the repeat's tokens after its first six
     assert copy_task(tiny, 37, passage_words=8, seed=3) == task  # seeded
     assert copy_task(tiny, 37, passage_words=8, seed=4).text != task.text
-    with pytest.raises(ValueError, match="cannot hold a passage"):
+    with pytest.raises(ValueError, match="cannot hold a passage of 40 words twice"):
         copy_task(tiny, 10, passage_words=40)
+    with pytest.raises(ValueError, match="n_tokens=10 cannot hold the built-in copy task"):
+        copy_task(tiny, 10)
     with pytest.raises(ValueError, match="n_tokens must be between 2 and 37"):
         copy_task(tiny, 38)
 
@@ -140,3 +142,22 @@ def test_examples_are_each_roles_clearest_heads_by_its_rule():
     assert roles.examples("sink", first, count=1) == [(0, 2)]
     assert roles.examples("local", first) == [(0, 1)]
     assert roles.examples("retrieval", first) == [(1, 0)] and roles.examples("mixed", first) == []
+
+
+def test_the_built_in_passage_shrinks_to_fit_half_a_short_context():
+    """One token a word: 48 words twice fill 97 tokens; at 8192 the passage stays 48 words
+    (the texts of earlier versions), at 120 it is the most words whose two copies and one
+    filler word take at most 60 tokens: 29 (2 x 29 + 1 = 59), and the text fills the 120."""
+    from types import SimpleNamespace
+
+    words = SimpleNamespace(max_positions=10_000, count_tokens=lambda text: len(text.split()))
+    assert copy_task(words, 8192, seed=2).passage_words == 48
+    task = copy_task(words, 120, seed=2)
+    assert task.passage_words == 29 and len(task.text.split()) == 120
+    text = task.text.split()
+    passage = text[task.offset_words : task.offset_words + 29]
+    assert text[-29:] == passage
+    # the shorter passage is the start of the long one: the seed draws the same words
+    long = copy_task(words, 8192, seed=2).text.split()
+    first = copy_task(words, 8192, seed=2).offset_words
+    assert long[first : first + 29] == passage

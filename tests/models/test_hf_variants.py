@@ -16,6 +16,7 @@ import pytest
 import torch
 from hf_families import FAMILIES, model_class, padded, text
 
+import headlab.attention.kernel as kernel
 from headlab.attention.interventions import ablate
 from headlab.heads.streaming import model_head_sums
 from headlab.models.head_mask import as_mask
@@ -214,14 +215,29 @@ def test_query_key_weights_are_refused_behind_a_norm(name, hf_loaded):
         hf_loaded(name).attention_layers()[0].query_key_weights()
 
 
-@pytest.mark.parametrize("name", ["llama", "gemma2", "gpt_oss", "gpt2", "bert"])
-def test_the_head_mask_gradient_equals_autograd_through_the_hook(name, hf_dirs):
+@pytest.mark.parametrize(
+    ("name", "recomputed"),
+    [("llama", False), ("gemma2", False), ("gemma2", True), ("gpt_oss", False),
+     ("gpt_oss", True), ("gpt2", False), ("bert", False)],
+)  # fmt: skip
+def test_the_head_mask_gradient_equals_autograd_through_the_hook(
+    name, recomputed, hf_dirs, monkeypatch
+):
     """Michel et al.'s xi: d objective / d head_mask on the transformers route equals autograd
     through a pre-hook that scales the output-projection columns of transformers' own model, in
     float64 (gpt-oss' experts run in float32 only). The reference runs transformers' SDPA where
     the family has it; Gemma 2 (soft-cap) and gpt-oss (sinks) have only eager attention, whose
     softmax is float32 even in a float64 model (seen: 5e-7 relative), hence their tolerance.
-    Texts of one length: eager Gemma 2 in float64 turns a padded batch into NaN."""
+    Texts of one length: eager Gemma 2 in float64 turns a padded batch into NaN. ``recomputed``:
+    headlab's attention takes the chunked path with the backward that recomputes each chunk's
+    weights (the path of long texts), forced here at 12 tokens."""
+    calls = []
+    if recomputed:
+        original = kernel.RecomputedAttention.apply
+        monkeypatch.setattr(kernel, "MIN_RECOMPUTED", 1)
+        monkeypatch.setattr(kernel, "CHUNK_ELEMENTS", 7)  # several chunks
+        monkeypatch.setattr(kernel.RecomputedAttention, "apply",
+                            lambda *a: calls.append(1) or original(*a))  # fmt: skip
     dtype = torch.float32 if name == "gpt_oss" else torch.float64
     eager = name in ("gemma2", "gpt_oss")
     model = load_transformers(hf_dirs[name], dtype=dtype)
@@ -245,6 +261,7 @@ def test_the_head_mask_gradient_equals_autograd_through_the_hook(name, hf_dirs):
     for a, b in zip(ours, theirs, strict=True):
         torch.testing.assert_close(a, b, **tolerance)
         assert b.abs().max() > 0
+    assert bool(calls) == recomputed
 
 
 def test_two_models_in_one_process_keep_their_own_interventions(hf_dirs):

@@ -24,6 +24,8 @@ sinks merge the same way.
                   never held whole
   chunked         no weights, no autograd, rows in chunks: what SDPA cannot serve (soft-cap,
                   sinks, views, windows and lazy masks)
+  recomputed      the same with autograd, large: a backward that recomputes each chunk's
+                  weights instead of keeping them (``chunked.RecomputedAttention``)
   banded          a KV plan's layer (causality and a ``KeyBudget``, nothing else, no weights,
                   no autograd): fused for every head, then the budgeted heads again, a block of
                   queries at a time over only the keys they keep (the sinks and the window band)
@@ -43,27 +45,24 @@ from torch import Tensor
 
 from headlab.attention.averaged import AveragedAttention
 from headlab.attention.block import block_weights, values
+from headlab.attention.chunked import RecomputedAttention, chunked
 from headlab.attention.layout import shape_check, static_graph
 from headlab.attention.mask_spec import MaskSpec, MergedMask, outside_window
 from headlab.attention.sites import Sites
 from headlab.attention.statistics import (
     CHUNK_ELEMENTS,
-    ChunkSums,
     HeadSums,
     StatisticsRequest,
     StreamingSums,
 )
-from headlab.attention.workers import run_blocks, usable
 
-# Blocks of the chunked path. For weights averaged over heads: one batch element's heads over
-# ``rows`` query rows, about BLOCK_ELEMENTS weights (4 MiB in float32: on 2 idle cores, 2^19 to
-# 2^21 were 3 to 15% faster than 1 MiB at batch 8 x 256 and 1 x 2048 in three interleaved runs;
-# beside a competing process the size made no difference), never fewer than MIN_ROWS rows (BLAS
-# is slow on thinner matrices: 16 rows cost 10x more than 64 at seq 2048). Below MIN_BLOCKED
-# per-head weights the whole tensor is about as fast.
-BLOCK_ELEMENTS = 2**20
-MIN_ROWS = 64
+# Below MIN_BLOCKED per-head weights averaged over heads, the whole tensor is about as fast as
+# the blocked loop. From MIN_RECOMPUTED per-head weights on (16 MiB in float32), autograd of
+# what SDPA cannot serve (soft-cap, sinks, views; SDPA's own backward keeps no weights)
+# recomputes each chunk's weights in the backward instead of holding the whole scores and
+# weights (and their soft-cap and softmax intermediates) until it runs.
 MIN_BLOCKED = 2**20
+MIN_RECOMPUTED = CHUNK_ELEMENTS
 
 
 @dataclass(frozen=True)
@@ -142,88 +141,6 @@ def _explicit(
     return values(weights, v, q.shape[1]), weights, scores
 
 
-def _chunked(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    mask: MaskSpec | None,
-    *,
-    scale: float,
-    softcap: float | None,
-    sinks: Tensor | None,
-    view: int | None,
-    mean: bool,
-    sums: StreamingSums | None,
-    chunk_elements: int,
-) -> tuple[Tensor, Tensor | None]:
-    """(head_out, weights averaged over heads or None) without autograd, a block of query rows
-    at a time. Averaging: one batch element per block, sized for the cache; otherwise the whole
-    batch per chunk, ``chunk_elements`` weights in all the chunks in flight at once. Causal rows
-    skip the keys after them. On CPU the blocks go to ``workers.run_blocks``, each one's
-    statistics (``StreamingSums.chunk``) merged in order in this thread."""
-    batch, heads, q_len, _ = q.shape
-    k_len = k.shape[2]
-    extra = 0 if mask is None else mask.extra_keys
-    real = k_len - extra
-    out_heads = heads if view is None else view
-    # head_out is written position-major, (batch, q_pos, head, d), and returned as its
-    # (batch, head, q_pos, d) view: merging the heads for W_O is then free.
-    out = q.new_empty(batch, q_len, heads, v.shape[-1])
-    averaged = q.new_empty(batch, q_len, k_len) if mean else None
-    on_workers = usable() if q.device.type == "cpu" else 1
-    if mean:
-        batch_step, budget = 1, BLOCK_ELEMENTS
-        rows_step = min(q_len, max(MIN_ROWS, budget // max(1, out_heads * k_len)))
-    else:  # the whole batch (also an empty one); a worker's chunks share chunk_elements
-        batch_step = max(1, batch)
-        rows_step = max(1, chunk_elements // max(1, on_workers * batch * out_heads * k_len))
-    if batch_step > 1 or rows_step < q_len:
-        # One copy here where it pays: a strided batch of heads would be copied by every
-        # block's matmul, and keys read by several blocks of rows are read faster contiguous
-        # (split heads are strided views). Read by one block each (batch 8 x 256), the copy
-        # is all cost: 2% of the call, measured side by side (81 rounds, faster in 57 to 65).
-        k, v = k.contiguous(), v.contiguous()
-
-    def block(job: tuple[slice, slice]) -> ChunkSums | None:
-        part, rows = job
-        # causal rows see no key after their own position: skip those (extra keys last)
-        keys = mask.last_key(rows.stop, real) if mask is not None and not extra else k_len
-        merged = None
-        if mask is not None:
-            merged = mask.block(
-                rows.start, rows.stop, keys, dtype=q.dtype, device=q.device, trim=True
-            )
-            merged = _batch_part(merged, part)
-        _, p = block_weights(
-            q[part, :, rows],
-            k[part, :, :keys],
-            merged,
-            scale=scale,
-            softcap=softcap,
-            sinks=sinks,
-            view=view,
-            inplace=True,
-        )  # (batch', head|view, rows, keys)
-        o = values(p, v[part, :, :keys], heads)  # (batch', head, rows, d)
-        out[part, rows] = o.transpose(1, 2)
-        if averaged is not None:
-            averaged[part, rows, keys:] = 0.0
-            torch.mean(p, dim=1, out=averaged[part, rows, :keys])
-        if sums is None:
-            return None
-        causal = mask is not None and mask.causal and not extra
-        return sums.chunk(p, rows, causal_keys=causal, outputs=o, values=v[part, :, :keys])
-
-    jobs = [
-        (slice(b0, min(b0 + batch_step, batch)), slice(start, min(start + rows_step, q_len)))
-        for b0 in range(0, batch, batch_step)
-        for start in range(0, q_len, rows_step)
-    ]
-    merge = None if sums is None else sums.merge  # the sums add up chunk by chunk, in order
-    run_blocks(jobs, block, merge, on_workers)  # on the workers on CPU, else in order here
-    return out.transpose(1, 2), averaged
-
-
 def _banded(q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec, *, scale: float) -> Tensor:
     """head_out (batch, head, q_pos, d_value) of a causal layer with a ``KeyBudget``: every head
     fused with plain causality, then each budgeted head again over the keys it keeps, a block
@@ -262,17 +179,6 @@ def _whole(mask: MaskSpec | None, q: Tensor, k: Tensor) -> MergedMask | None:
     return mask.block(0, q.shape[2], k.shape[2], dtype=q.dtype, device=q.device)
 
 
-def _batch_part(merged: MergedMask | None, part: slice) -> MergedMask | None:
-    """The batch elements ``part`` of a block (a broadcast batch dimension stays)."""
-    if merged is None:
-        return None
-
-    def cut(t: Tensor | None) -> Tensor | None:
-        return t if t is None or t.shape[0] == 1 else t[part]
-
-    return MergedMask(cut(merged.additive), cut(merged.keep), merged.first)
-
-
 # ----------------------------------------------------------------------------- the path
 Path = Literal[
     "fused",
@@ -281,6 +187,7 @@ Path = Literal[
     "whole",
     "blocked",
     "chunked",
+    "recomputed",
     "banded",
     "streamed",
     "streamed-whole",
@@ -314,12 +221,22 @@ def choose_path(
         return "streamed-whole" if whole else "streamed"
     if need_weights == "heads" or matrix_sites:
         return "explicit"
+    grad_mask = mask is not None and any(
+        t is not None and t.requires_grad for t in (mask.attn_mask, mask.bias)
+    )
+    if (
+        needs_grad
+        and special
+        and need_weights is None
+        and dropout_p == 0.0
+        and not grad_mask
+        and not recorded
+        and q.shape[0] * q.shape[1] * q.shape[2] * k.shape[2] >= MIN_RECOMPUTED
+    ):
+        return "recomputed"  # whole weights under autograd would hold several (q_pos, k_pos)
     if special and (needs_grad or dropout_p > 0 or need_weights is not None or recorded):
         return "explicit"
     if need_weights == "mean":
-        grad_mask = mask is not None and any(
-            t is not None and t.requires_grad for t in (mask.attn_mask, mask.bias)
-        )
         if dropout_p > 0 or grad_mask or q.device.type != "cpu" or recorded:
             return "explicit"
         if needs_grad:
@@ -346,51 +263,63 @@ def choose_path(
 # Under torch.jit.trace (the legacy ONNX export) shapes are tensors and every Python use of one
 # warns; head counts and group sizes are the module's constants, and the lengths flow as tensors
 # into the ops (the recorded graph takes other lengths), so the warnings are silenced.
+@dataclass(frozen=True)
+class AttendOptions:
+    """What one call of ``attend`` does besides plain attention (every field optional).
+
+    scale: of the scores, default 1 / sqrt(d_head). softcap: the cap of the logits. sinks:
+    (head,) sink logits. dropout_p: dropout of the weights. need_weights: None, "heads" (per
+    head) or "mean" (averaged over heads). sites: interventions (q, k, v, scores, weights,
+    head_outputs), a statistics request and a key budget attached to the layer. head_scale:
+    (batch|1, head, 1, 1) multiplies each head's output (head_mask). head_view: view the heads
+    as this many (a divisor of head). statistics: stream per-head sums into
+    ``statistics.report`` (without dropout; the weights asked are returned as well).
+    """
+
+    scale: float | None = None
+    softcap: float | None = None
+    sinks: Tensor | None = None
+    dropout_p: float = 0.0
+    need_weights: str | None = None
+    sites: Sites | None = None
+    head_scale: Tensor | None = None
+    head_view: int | None = None
+    statistics: StatisticsRequest | None = None
+
+
+PLAIN = AttendOptions()
+
+
 @shape_check
 def attend(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    mask: MaskSpec | None = None,
-    *,
-    scale: float | None = None,
-    softcap: float | None = None,
-    sinks: Tensor | None = None,
-    dropout_p: float = 0.0,
-    need_weights: str | None = None,
-    sites: Sites | None = None,
-    head_scale: Tensor | None = None,
-    head_view: int | None = None,
-    statistics: StatisticsRequest | None = None,
+    q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec | None = None, options: AttendOptions = PLAIN
 ) -> Attended:
     """Attention of per-head queries over grouped keys and values (see the module docstring).
 
     q: (batch, head, q_pos, d_head); k: (batch, kv_head, k_pos, d_head); v: (batch, kv_head,
     k_pos, d_value), head a multiple of kv_head. mask: which keys each query sees (None: all).
-    scale: default 1 / sqrt(d_head). softcap: the cap of the logits. sinks: (head,) sink logits.
-    need_weights: None, "heads" or "mean". sites: interventions (q, k, v, scores, weights,
-    head_outputs). head_scale: (batch|1, head, 1, 1) multiplies each head's output (head_mask).
-    head_view: view the heads as this many (a divisor of head). statistics: stream per-head
-    sums into ``statistics.report`` (without dropout; the weights asked are returned as well).
-    Raises ValueError for shapes that do not fit.
+    options: ``AttendOptions``. Raises ValueError for shapes that do not fit.
     """
+    o = options
+    sinks, softcap, dropout_p, need_weights = o.sinks, o.softcap, o.dropout_p, o.need_weights
+    statistics = o.statistics
     heads, groups = int(q.shape[1]), int(k.shape[1])
     if groups == 0 or heads % groups:
         raise ValueError(f"query heads ({heads}) must be a multiple of K/V heads ({groups})")
-    if head_view is not None and (head_view <= 0 or heads % head_view):
-        raise ValueError(f"head_view must divide the {heads} query heads, got {head_view}")
-    view = None if head_view in (None, heads) else head_view
+    if o.head_view is not None and (o.head_view <= 0 or heads % o.head_view):
+        raise ValueError(f"head_view must divide the {heads} query heads, got {o.head_view}")
+    view = None if o.head_view in (None, heads) else o.head_view
     if statistics is not None and view is not None:
         raise ValueError("statistics are per head: they cannot be streamed through a view")
-    scale = q.shape[-1] ** -0.5 if scale is None else scale
-    sites = sites if sites else None
+    scale = q.shape[-1] ** -0.5 if o.scale is None else o.scale
+    sites = o.sites if o.sites else None
     if sites is not None:
         q, k, v = sites("q", q), sites("k", k), sites("v", v)
         if sites.budget is not None:  # a KV plan: its heads see sinks and a window only
             mask = replace(mask or MaskSpec(), budget=sites.budget)
-    options = {"scale": scale, "softcap": softcap, "sinks": sinks, "view": view}
+    math = {"scale": scale, "softcap": softcap, "sinks": sinks, "view": view}  # of the scores
     path = choose_path(
-        q, k, v, mask, special=any(options[o] is not None for o in ("softcap", "sinks", "view")),
+        q, k, v, mask, special=any(x is not None for x in (softcap, sinks, view)),
         dropout_p=dropout_p, need_weights=need_weights, sites=sites, statistics=statistics,
     )  # fmt: skip
     sums = None if statistics is None else _streaming_sums(q, k, mask, statistics, sinks)
@@ -398,7 +327,7 @@ def attend(
     if path in ("explicit", "streamed-whole"):
         dropout = dropout_p if path == "explicit" else 0.0  # statistics are of the eval model
         head_out, weights, scores = _explicit(q, k, v, mask, dropout_p=dropout, sites=sites,
-                                              **options)  # fmt: skip
+                                              **math)  # fmt: skip
         if sums is not None:  # the outputs before the head_outputs site, as the chunks see them
             _add_whole(sums, weights.detach(), v.detach(), mask)
         if need_weights == "mean":
@@ -407,20 +336,23 @@ def attend(
         head_out, weights = AveragedAttention.apply(q, k, v, _whole(mask, q, k), scale)
     elif path == "whole":
         with torch.no_grad():
-            _, p = block_weights(q, k, _whole(mask, q, k), inplace=True, **options)
+            _, p = block_weights(q, k, _whole(mask, q, k), inplace=True, **math)
             head_out, weights = values(p, v, heads), p.mean(dim=1)
+    elif path == "recomputed":
+        head_out = RecomputedAttention.apply(q, k, v, sinks, mask, scale, softcap, view,
+                                             CHUNK_ELEMENTS)  # fmt: skip
     elif path == "banded":
         with torch.no_grad():
             head_out = _banded(q, k, v, mask, scale=scale)
     elif path in ("blocked", "chunked", "streamed"):
         chunk = CHUNK_ELEMENTS if statistics is None else statistics.chunk_elements
         with torch.no_grad():
-            head_out, weights = _chunked(q, k, v, mask, mean=path == "blocked", sums=sums,
-                                         chunk_elements=chunk, **options)  # fmt: skip
+            head_out, weights = chunked(q, k, v, mask, mean=path == "blocked", sums=sums,
+                                         chunk_elements=chunk, **math)  # fmt: skip
     else:
         head_out = _fused(q, k, v, mask, scale=scale, dropout_p=dropout_p)
-    if head_scale is not None:
-        head_out = head_out * head_scale
+    if o.head_scale is not None:
+        head_out = head_out * o.head_scale
     if sites is not None:
         head_out = sites("head_outputs", head_out)
     if sums is not None:

@@ -9,8 +9,8 @@ from pathlib import Path
 import typer
 from rich.text import Text
 
-from headlab.cli.model import BACKEND, DOWNLOAD, TRUST_REMOTE_CODE, claim_analysis, model_app
-from headlab.cli.outputs import emit_result, note_lines
+from headlab.cli.model import BACKEND, DOWNLOAD, TRUST_REMOTE_CODE, model_app
+from headlab.cli.outputs import claim, emit_result, note_lines
 from headlab.cli.parsing import flags
 from headlab.cli.progress import progress
 from headlab.results.locations import RESULTS_DIR, model_results
@@ -77,7 +77,7 @@ def roles_command(
         options = RoleOptions(max_tokens, sinks, window).check()
         if Path(out).absolute() == Path(summary).absolute():
             raise ValueError(f"--out and --summary must be different files, got {out} twice")
-        claim_analysis("corpus-roles", summary, force)
+        claim("model-corpus-roles", summary, force=force, out_flag="--summary")
         texts = read_documents(documents)
         source = ModelSource.of(model, backend=backend, download=download,
                                 trust_remote_code=trust_remote_code)  # fmt: skip
@@ -97,7 +97,7 @@ def roles_command(
         from headlab.experiments.corpus_roles import corpus_summary
 
         result = corpus_summary(plan)
-    emit_result(result, summary, force, as_json, _tables(result))
+    emit_result(result, summary, force, as_json, _tables(result), out_flag="--summary")
 
 
 def _run(plan, executor: str, workers: int, address: str | None, quiet: bool) -> None:
@@ -124,7 +124,9 @@ def _tables(result) -> list:
     from headlab.cli.roles import role_tables
 
     c = result.corpus
-    cut = f", {c.truncated} cut to --max-tokens" if c.truncated else ""
+    limit = result.options.max_tokens
+    to = "the model's context" if limit is None else f"--max-tokens {limit}"
+    cut = f", {c.truncated} cut to {to}" if c.truncated else ""
     line = (
         f"{result.statistics.model} over {c.documents} documents{cut}: {c.tokens} tokens "
         f"({c.window_tokens} in documents longer than the window), {c.copy_positions} copy "

@@ -1,16 +1,18 @@
 """Entry point of the ``headlab`` command: errors become one line on stderr, never a traceback.
 
-Bad input (ValueError and the other errors below) exits 2; Ctrl-C or SIGTERM exits 130 (also
-during the imports, which is why they happen inside ``main``); an OSError while reading or writing
+Bad input (ValueError and the other errors below) exits 2; Ctrl-C exits 130 and SIGTERM 143, at
+any point: during the imports (which is why they happen inside ``main``), and inside a call that
+never returns to Python (``headlab.interrupts``); an OSError while reading or writing
 (a full disk, a permission) and a sweep whose worker died exit 1. Library warnings (a skipped
 results line) are one line each: ``headlab: warning: ...``.
 """
 
 from __future__ import annotations
 
-import signal
 import sys
 import warnings
+
+from headlab import interrupts
 
 
 def _say(kind: str, message: str) -> None:
@@ -20,10 +22,6 @@ def _say(kind: str, message: str) -> None:
 def _fail(message: str, code: int = 2) -> None:
     _say("error", message)
     sys.exit(code)
-
-
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt  # SIGTERM is handled like Ctrl-C: workers stopped, results kept
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
@@ -48,7 +46,8 @@ def _check_arguments(argv: list[str]) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI (see the module docstring for exit codes)."""
-    signal.signal(signal.SIGTERM, _interrupt)
+    # The real command gets the watchdog: a stuck call cannot hold a signal back.
+    interrupts.install(watch=argv is None)
     _check_arguments(sys.argv[1:] if argv is None else argv)
     with warnings.catch_warnings():
         from headlab.notices import HeadlabWarning
@@ -57,7 +56,7 @@ def main(argv: list[str] | None = None) -> None:
         warnings.showwarning = _show_warning
         _run(argv)
     if argv is None:  # the real command, done: a Ctrl-C during interpreter exit changes nothing
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        interrupts.ignore()
 
 
 def _run(argv: list[str] | None) -> None:
@@ -68,15 +67,16 @@ def _run(argv: list[str] | None) -> None:
         code = app(args=argv, prog_name="headlab", standalone_mode=False)
     except KeyboardInterrupt:
         print("headlab: aborted", file=sys.stderr)
-        sys.exit(130)
+        sys.exit(interrupts.exit_code())
     except SystemExit:
         raise
     except Exception as error:
         _handle(error)
     else:
         if isinstance(code, int) and not isinstance(code, bool) and code != 0:
-            if code == 130:  # typer caught the Ctrl-C itself
+            if code == 130:  # typer caught the Ctrl-C (or SIGTERM) itself
                 print("headlab: aborted", file=sys.stderr)
+                code = interrupts.exit_code()
             sys.exit(code)
 
 
@@ -87,7 +87,7 @@ def _handle(error: Exception) -> None:
         sys.exit(error.exit_code)
     if isinstance(error, typer.Abort):
         print("headlab: aborted", file=sys.stderr)
-        sys.exit(130)
+        sys.exit(interrupts.exit_code())
     if type(error).__name__ == "NoArgsIsHelpError":  # bare `headlab` or `headlab model`
         help_text = error.format_message()  # typer's rich help has printed itself already
         if help_text.strip():

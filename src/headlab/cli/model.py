@@ -135,12 +135,13 @@ def _load(
         check_int("--max-length", max_length, low=2)
     if corpus is not None:
         texts = read_corpus(corpus, n_texts)
+    else:  # its size is known before the model loads
+        with flags("n_texts"):
+            texts = default_corpus(n_texts)
     loaded = open_model(model if model_dir is None else model_dir, route)
     positions = loaded.max_positions
     max_length = min(128, positions) if max_length is None else max_length
     check_int("--max-length", max_length, low=2, high=positions)
-    if corpus is None:
-        texts = default_corpus(n_texts)
     return loaded, texts, max_length
 
 
@@ -312,9 +313,9 @@ def _long_context(
     head roles in the same pass."""
     from headlab.cli.roles import role_tables
     from headlab.heads.long_context import long_text_statistics
-    from headlab.heads.repeats import copy_task
+    from headlab.heads.repeats import context_copy_task
+    from headlab.input_files import open_text
     from headlab.limits import check_int
-    from headlab.models.corpus import read_text_file
     from headlab.results.head_roles import WINDOW as DEFAULT_WINDOW
 
     out = model_results("long-context") if out is None else out
@@ -331,13 +332,18 @@ def _long_context(
             )
     if model is not None and model_dir is not None:
         raise ValueError("pass --model or --model-dir, not both")
-    text = None if text_file is None else read_text_file(text_file, "--text-file")
+    source = None if text_file is None else open_text(text_file, "--text-file")  # checked now
     loaded = open_model(model if model_dir is None else model_dir, route)
     if max_tokens is not None:
         check_int("--max-tokens", max_tokens, low=2, high=loaded.max_positions)
     _check_metric(metric, loaded)
+    read = None  # only the start of the file that the cut needs is read and tokenised
+    if source is not None:
+        read = source.read_tokens(loaded.count_tokens, max_tokens or loaded.max_positions)
+    text = None if read is None else read.text
     if text is None:  # the built-in long-range copy task, at the length asked
-        text = copy_task(loaded, max_tokens or loaded.max_positions).text
+        with flags(n_tokens="--max-tokens"):
+            text = context_copy_task(loaded, max_tokens, "give --text-file").text
     layers = progress("one long text: layers", loaded.num_layers, quiet=as_json)
     with layers as update, flags(window="--window", sinks="--sinks"):
         result = long_text_statistics(
@@ -356,7 +362,9 @@ def _long_context(
             write_roles_figure(document, figure, force=force)
     findings = document.findings
     n, whole = len(result.tokens), result.text_tokens
-    cut = f" (cut from {whole}: the rest was not analysed)" if result.truncated else ""
+    cut = f" (cut from at least {whole}: the rest was not analysed)" if result.truncated else ""
+    if read is not None and not read.complete:
+        cut = f" ({read.cut_note()}: the rest was not read)"
     title = f"{metric} per head, {result.statistics.model}, one text of {n} tokens{cut}"
     tables = _grid(title, result.statistics.metrics[metric])
     tables.extend(note_lines(result.statistics.notes))
@@ -628,24 +636,28 @@ def generate(
         progress("generating: tokens", max_new_tokens, quiet=as_json) as update,
     ):
         new = loaded.generate(text, max_new_tokens, on_token=update)
+    shown = loaded.decode(new, skip_special=True)  # no <|im_end|>: new_ids keep every token
     if as_json:
-        doc = {"model": loaded.name, "prompt": prompt, "new_ids": new, "text": loaded.decode(new)}
+        doc = {"model": loaded.name, "prompt": prompt, "new_ids": new, "text": shown}
         if chosen:
             doc["ablated"] = [list(h) for h in chosen]
         print_json(doc, ensure_ascii=False)
         return
-    print(loaded.decode(new))
+    print(shown)  # and a newline: the shell's prompt starts on a line of its own
 
 
 @model_app.command()
 def families(as_json: bool = AS_JSON) -> None:
     """The transformers families that --backend transformers can run.
 
-    Read from the installed transformers: the families whose attention goes through its
-    AttentionInterface (about ten seconds)."""
+    Observed in the installed transformers: the families whose text model calls its
+    AttentionInterface in one forward on the meta device (about a minute for all)."""
     from headlab.models.hf import supported_families
+    from headlab.models.hf.requirements import require_transformers
 
-    names = supported_families()
+    require_transformers()
+    with progress("observing each family's forward", None, quiet=as_json) as update:
+        names = supported_families(on_step=update)
     if as_json:
         print_json({"families": names})
         return

@@ -63,17 +63,20 @@ def writing(flag: str) -> Iterator[None]:
         yield
 
 
-def claim(name: str, out: Path, *, force: bool, figure: Path | None = None) -> None:
-    """Check --out (headlab ``name`` results, JSON) and --figure (its PNG) before any work
-    starts; the writers check them again when they write. OutputRefused names the flag."""
+def claim(
+    name: str, out: Path, *, force: bool, figure: Path | None = None, out_flag: str = "--out"
+) -> None:
+    """Check ``out`` (headlab ``name`` results, JSON; given as ``out_flag``) and --figure (its
+    PNG) before any work starts; the writers check them again when they write. OutputRefused
+    names the flag."""
     from headlab.results.output_policy import Kind, OutputRefused, check_output
 
-    with writing("--out"):
+    with writing(out_flag):
         check_output(out, Kind.json(name), force=force)
     if figure is None:
         return
     if Path(os.path.abspath(figure)) == Path(os.path.abspath(out)):
-        raise OutputRefused(f"--figure and --out must be different files, got {out} twice")
+        raise OutputRefused(f"--figure and {out_flag} must be different files, got {out} twice")
     with writing("--figure"):
         check_output(figure, Kind.png(name), force=force)
 
@@ -87,15 +90,16 @@ def write_outputs(
     draw: Callable[[R], object],
     force: bool,
     as_json: bool,
+    out_flag: str = "--out",
 ) -> dict | None:
-    """After the work: ``result`` to --out (headlab ``name`` results), ``draw(result)`` to
-    --figure when asked. With --json, print the document and return None (the command prints
-    nothing more); else return the document written."""
+    """After the work: ``result`` to ``out`` (headlab ``name`` results; given as ``out_flag``),
+    ``draw(result)`` to --figure when asked. With --json, print the document and return None
+    (the command prints nothing more); else return the document written."""
     from headlab.results.files import save_figure
     from headlab.results.json_store import write_result
     from headlab.results.output_policy import Kind
 
-    with writing("--out"):
+    with writing(out_flag):
         written = write_result(out, result, force=force)
     if figure is not None:
         with writing("--figure"):
@@ -106,14 +110,16 @@ def write_outputs(
     return written
 
 
-def emit_result(result, out: Path, force: bool, as_json: bool, tables: list) -> None:
-    """``result`` (a results type: its KIND tags the file) to --out as ``write_outputs`` writes
-    it, then its ``tables`` (rich renderables) and where it went; with --json only the
-    document."""
+def emit_result(
+    result, out: Path, force: bool, as_json: bool, tables: list, out_flag: str = "--out"
+) -> None:
+    """``result`` (a results type: its KIND tags the file) to ``out`` (given as ``out_flag``)
+    as ``write_outputs`` writes it, then its ``tables`` (rich renderables) and where it went;
+    with --json only the document."""
     from rich.console import Console
 
     written = write_outputs(result.KIND, result, out, figure=None, draw=lambda r: None,
-                            force=force, as_json=as_json)  # fmt: skip
+                            force=force, as_json=as_json, out_flag=out_flag)  # fmt: skip
     if written is None:
         return
     console = Console()

@@ -64,7 +64,7 @@ def report(
     from headlab.report import ReportOptions, build_report, check_targets
 
     if text_file is not None:
-        from headlab.models.corpus import read_text_file
+        from headlab.input_files import read_text_file
 
         if text != DEFAULT_TEXT:
             raise ValueError("--text and --text-file: expected one of them, got both")

@@ -102,18 +102,21 @@ def read_documents(folder: str | Path) -> list[Document]:
 
     FileNotFoundError for a missing folder, ValueError for a file instead of a folder, a folder
     without such files, an empty file, or one that is not UTF-8 (naming it)."""
-    from headlab.models.corpus import read_text_file
+    from headlab.input_files import read_text_file
 
     folder = Path(folder)
     if not folder.exists():
         raise FileNotFoundError(f"documents folder {folder} does not exist")
     if not folder.is_dir():
         raise ValueError(f"documents={folder} is not a folder of {DOCUMENT_SUFFIX} files")
+    def hidden(p: Path) -> bool:
+        return any(part.startswith(".") for part in p.relative_to(folder).parts)
+
+    # Not only regular files: a FIFO named *.txt is refused by the reader, never skipped.
     paths = sorted(
-        (p for p in folder.rglob(f"*{DOCUMENT_SUFFIX}")
-         if p.is_file() and not any(part.startswith(".") for part in p.relative_to(folder).parts)),
+        (p for p in folder.rglob(f"*{DOCUMENT_SUFFIX}") if not p.is_dir() and not hidden(p)),
         key=lambda p: p.relative_to(folder).as_posix(),
-    )  # fmt: skip
+    )
     if not paths:
         raise ValueError(f"documents folder {folder} holds no {DOCUMENT_SUFFIX} files")
     documents = []

@@ -33,13 +33,18 @@ import torch
 import torch.nn.functional as F
 
 from headlab.attention.sites import KeyBudget
-from headlab.heads.ablation import ablated
-from headlab.heads.long_context import long_text_statistics
-from headlab.heads.repeats import copy_sources, copy_task
+from headlab.heads.long_context import cut_text, long_text_statistics
+from headlab.heads.repeats import context_copy_task, copy_sources
+from headlab.heads.retrieval_check import (
+    check_retrieval_k,
+    most_heads,
+    retrieval_check,
+)
 from headlab.limits import check_int
 from headlab.models.interface import HeadModel, TokenBatch
-from headlab.results.head_roles import MIN_MATCH, RETRIEVAL, SINKS, WINDOW, HeadRoles
-from headlab.results.kv_budget_result import KVBudgetResult, PlanRun, RetrievalCheck
+from headlab.results.head_roles import MIN_MATCH, SINKS, WINDOW, HeadRoles
+from headlab.results.kv_budget_result import KVBudgetResult, PlanRun
+from headlab.results.long_context_result import TextContext
 
 Group = tuple[int, int]  # (layer, K/V group)
 
@@ -175,16 +180,10 @@ def default_texts(model: HeadModel, n_tokens: int, seed: int, asked: bool) -> tu
     from the first half of the document, of the other from the second half (no shared filler
     word, ``repeats.copy_task``), both seeded by ``seed``. ``asked``: the user chose
     ``n_tokens``; otherwise the message of a context too short names the model's context."""
-    try:
-        return tuple(copy_task(model, n_tokens, seed=seed, part=part, parts=2).text
-                     for part in (0, 1))  # fmt: skip
-    except ValueError:
-        if asked:
-            raise
-        raise ValueError(
-            f"{model.name}'s context of {n_tokens} tokens cannot hold the built-in copy task "
-            "(a passage twice); give calibration_text= and evaluation_text="
-        ) from None
+    hint = "give calibration_text= and evaluation_text="
+    length = n_tokens if asked else None
+    return tuple(context_copy_task(model, length, hint, seed=seed, part=part, parts=2).text
+                 for part in (0, 1))  # fmt: skip
 
 
 def kv_budget(
@@ -209,16 +208,21 @@ def kv_budget(
     it at the held-out text's length, ``groups_for_saving``); sizes that come out equal run
     once. ``seeds`` random plans per size (at least 3). Texts default to the built-in copy task
     at ``n_tokens`` tokens (``default_texts``, seeded by ``seed``): calibration and held-out
-    share no filler. ``retrieval_k``: how many retrieval heads to mask (default: those scoring
-    >= 0.1; when none does, the top one, and the check's note says so). ``on_step(done,
-    total)`` after each model run. Raises ValueError, before the model runs, for budgets
-    outside (0, 1], a saving out of reach, fewer than 3 seeds, a window or sink count out of
-    range, a text not longer than the window, or an evaluation text without copy positions."""
+    share no filler; a given text longer than ``n_tokens`` is cut, and ``held_out`` /
+    ``calibration`` say so. ``retrieval_k``: how many retrieval heads to mask against as many
+    random others, at most half the heads (``heads.retrieval_check``; default: those scoring
+    >= 0.1, at least the top one, at most half the heads, the check's note saying how k was
+    chosen). ``on_step(done, total)`` after each model run. Raises ValueError, before the model
+    runs, for budgets outside (0, 1], a saving out of reach, fewer than 3 seeds, a window or
+    sink count out of range, a retrieval_k out of range, a text not longer than the window, or
+    an evaluation text without copy positions."""
     check_budgets(budgets, kv_saved)
     check_int("seeds", seeds, low=MIN_SEEDS)
     check_int("seed", seed, low=0)
     check_int("sinks", sinks, low=0)
     check_int("window", window)
+    if retrieval_k is not None:
+        check_retrieval_k(model, retrieval_k)
     if model.objective_kind != "next-token":
         raise ValueError(f"{model.name} predicts no tokens: a KV budget needs a language model")
     asked = n_tokens is not None
@@ -240,7 +244,7 @@ def kv_budget(
         )
         calibration_text = calibration_text or built[0]
         evaluation_text = evaluation_text or built[1]
-    batch = model.tokenize([evaluation_text], n_tokens)
+    batch, held_out = cut_text(model, evaluation_text, n_tokens)
     length = batch.input_ids.shape[1]
     if length <= sinks + window:
         raise ValueError(
@@ -289,36 +293,13 @@ def kv_budget(
         for s in range(seeds):
             run("random", s, random.Random(s).sample(every, count), target)
         run("opposite", None, every[::-1][:count], target)
-    check = _retrieval_check(model, stats.roles, batch, sources, retrieval_k, seeds, step)
+    check = None
+    if stats.roles.retrieval is not None and most_heads(model) >= 1:
+        check = retrieval_check(
+            model, stats.roles.retrieval, retrieval_k, seeds,
+            lambda: evaluate(model, batch, sources).copy_accuracy, step,
+        )  # fmt: skip
+    calibration = TextContext(len(stats.tokens), stats.text_tokens, stats.truncated)
     return KVBudgetResult(model.name, length, sinks, window, int((sources >= 0).sum()),
-                          ranking, runs, check, texts)  # fmt: skip
+                          ranking, runs, check, texts, held_out, calibration)  # fmt: skip
 
-
-def _retrieval_check(model, roles, batch, sources, k, seeds, step) -> RetrievalCheck | None:
-    """Copy accuracy with the top-k retrieval heads zeroed, and with k random heads drawn from
-    the other heads (one draw per seed)."""
-    if roles.retrieval is None:
-        return None
-    cells = sorted(((v, layer, h) for layer, row in enumerate(roles.retrieval)
-                    for h, v in enumerate(row)), reverse=True)  # fmt: skip
-    note = ""
-    if k is None:
-        k = sum(v >= RETRIEVAL for v, _, _ in cells)
-        if k == 0:
-            k = 1
-            note = (f"no head scores >= {RETRIEVAL} (the best: {cells[0][0]:.3f}); masked the "
-                    "top one")  # fmt: skip
-    k = max(1, min(k, len(cells) - 1))
-    top = [(layer, h) for _, layer, h in cells[:k]]
-    with ablated(model, top):
-        masked = evaluate(model, batch, sources).copy_accuracy
-    step()
-    others = [(layer, h) for _, layer, h in cells[k:]]
-    drawn = [random.Random(seed).sample(others, min(k, len(others))) for seed in range(seeds)]
-    accuracy = []
-    for heads in drawn:
-        with ablated(model, heads):
-            accuracy.append(evaluate(model, batch, sources).copy_accuracy)
-        step()
-    return RetrievalCheck(k, [list(h) for h in top], masked, accuracy,
-                          [[list(h) for h in heads] for heads in drawn], note)  # fmt: skip

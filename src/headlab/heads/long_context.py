@@ -31,7 +31,13 @@ from headlab.attention.streaming import CHUNK_ELEMENTS
 from headlab.heads.attention_maps import attention_maps, block_size
 from headlab.heads.repeats import copy_sources
 from headlab.heads.roles import head_roles
-from headlab.heads.statistics import measured, metric_names, per_head_means, special_names
+from headlab.heads.statistics import (
+    layer_notes,
+    measured,
+    metric_names,
+    per_head_means,
+    special_names,
+)
 from headlab.heads.streaming import model_head_sums
 from headlab.limits import check_fits, check_int
 from headlab.models.interface import HeadModel, TokenBatch
@@ -139,6 +145,21 @@ class TextPass:
         return [(s.copy_hits & self.correct[None, :]).sum(-1).tolist() for s in self.per_layer]
 
 
+def cut_text(model: HeadModel, text: str, limit: int) -> tuple[TokenBatch, TextContext]:
+    """``text`` tokenized and cut to ``limit`` tokens: (the one-text batch, its context: the
+    tokens kept and the text's length before the cut). What every long-text command measures
+    its "cut from" with. Only the start that the cut needs is tokenised (``prefix_until``): a
+    50 MB text costs what its first ``limit`` tokens cost, and ``text_tokens`` is then the
+    length of that start, more than ``limit`` (a lower bound of the whole text's)."""
+    from headlab.input_files import prefix_until
+
+    text = prefix_until(text, lambda start: model.count_tokens(start) > limit)
+    text_tokens = model.count_tokens(text)
+    batch = model.tokenize([text], limit)
+    n_tokens = len(batch.tokens[0])
+    return batch, TextContext(n_tokens, text_tokens, text_tokens > n_tokens)
+
+
 def text_pass(
     model: HeadModel,
     text: str,
@@ -161,9 +182,8 @@ def text_pass(
     check_int("max_tokens", limit, low=2, high=model.max_positions)
     if not text.strip():
         raise ValueError("expected a text with at least 2 tokens, got an empty text")
-    text_tokens = model.count_tokens(text)
-    batch = model.tokenize([text], limit)
-    n_tokens = len(batch.tokens[0])
+    batch, context = cut_text(model, text, limit)
+    text_tokens, n_tokens = context.text_tokens, context.n_tokens
     if n_tokens < 2:
         raise ValueError(f"expected a text with at least 2 tokens, got {n_tokens}")
     if strict_window and window is not None and n_tokens <= sum(window):
@@ -222,6 +242,7 @@ def long_text_statistics(
     special = model.special_positions(run.batch)  # name -> (1,) key index
     names = metric_names(special_names(model, special))
     names, notes = measured(names, [sums.sums for sums in per_layer])
+    notes += layer_notes(model)
     statistics = HeadStatistics(
         model.name,
         1,

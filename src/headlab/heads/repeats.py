@@ -9,9 +9,12 @@ weight falls on the source of the token the model is about to emit.
 ``copy_task`` builds such a text for a model that has none of its own: a passage of seeded
 random words placed early in a long filler (the standard library's docstrings,
 ``headlab.models.long_document``) and repeated at the end, cut so that the whole text fits in
-``n_tokens`` of the model's tokens. ``part`` of ``parts`` takes the filler from one of ``parts``
-disjoint slices of that document: texts built from different parts share no filler word (a
-calibration text and a held-out one, ``heads.kv_budget``).
+``n_tokens`` of the model's tokens. The passage has ``PASSAGE_WORDS`` words, or fewer (down to
+``MIN_PASSAGE_WORDS``) where its two copies would take more than half of ``n_tokens``: a
+model with a short context gets a shorter passage rather than a refusal. ``part`` of
+``parts`` takes the filler from one of ``parts`` disjoint slices of that document: texts
+built from different parts share no filler word (a calibration text and a held-out one,
+``heads.kv_budget``).
 """
 
 from __future__ import annotations
@@ -26,6 +29,9 @@ from headlab.limits import check_int
 from headlab.models.corpus import long_document
 from headlab.models.interface import HeadModel
 from headlab.results.head_roles import MIN_MATCH
+
+PASSAGE_WORDS = 48  # the built-in passage, where the context holds it twice in half its tokens
+MIN_PASSAGE_WORDS = 8  # the shortest passage a short context gets
 
 
 def copy_sources(ids: Tensor, min_match: int = MIN_MATCH) -> Tensor:
@@ -70,7 +76,7 @@ def copy_task(
     model: HeadModel,
     n_tokens: int,
     *,
-    passage_words: int = 48,
+    passage_words: int | None = None,
     at: float = 0.1,
     seed: int = 0,
     part: int = 0,
@@ -78,40 +84,76 @@ def copy_task(
 ) -> CopyTask:
     """A text of at most ``n_tokens`` tokens of ``model``: filler, a passage of
     ``passage_words`` seeded random words at the share ``at`` of the text, more filler, the
-    passage again at the end. The filler comes from slice ``part`` of ``parts`` equal slices of
-    the document (the text is shorter than ``n_tokens`` when the slice runs out); the seed picks
-    the passage and where in the slice the filler begins (another part draws another passage).
-    ValueError when ``n_tokens`` cannot hold the passage twice or ``part`` is not below
-    ``parts``."""
+    passage again at the end. ``passage_words`` None: ``PASSAGE_WORDS``, or the most words from
+    ``MIN_PASSAGE_WORDS`` up whose two copies (and one filler word) take at most half of
+    ``n_tokens``, so that at least half the text lies between and around them. The filler
+    comes from slice ``part`` of ``parts`` equal slices of the document (the text is shorter
+    than ``n_tokens`` when the slice runs out); the seed picks the passage and where in the
+    slice the filler begins (another part draws another passage). ValueError when
+    ``n_tokens`` cannot hold the passage twice (the shortest one, when none was asked) or
+    ``part`` is not below ``parts``."""
     check_int("n_tokens", n_tokens, low=2, high=model.max_positions)
-    check_int("passage_words", passage_words)
+    if passage_words is not None:
+        check_int("passage_words", passage_words)
     check_int("parts", parts)
     check_int("part", part, low=0, high=parts - 1)
     document = long_document().split()
     rng = random.Random(seed if parts == 1 else f"copy task {seed}, part {part} of {parts}")
     vocabulary = sorted({w.strip(".,;:()'\"`") for w in document} - {""})
-    passage = " ".join(rng.choice(vocabulary) for _ in range(passage_words))
+    drawn = [rng.choice(vocabulary) for _ in range(passage_words or PASSAGE_WORDS)]
     lo, hi = part * len(document) // parts, (part + 1) * len(document) // parts
     filler = document[lo:hi]
     start = rng.randrange(len(filler) // 2)  # where in the slice this seed begins
     words = filler[start:] + filler[:start]
 
-    def build(count: int) -> CopyTask:
+    def build(count: int, size: int) -> CopyTask:
+        passage = " ".join(drawn[:size])
         before = max(1, int(count * at))
         body = words[:count]
         text = " ".join([*body[:before], passage, *body[before:], passage])
-        return CopyTask(text, passage_words, before, lo + start, count, lo, hi)
+        return CopyTask(text, size, before, lo + start, count, lo, hi)
 
-    if model.count_tokens(build(1).text) > n_tokens:
+    def tokens(size: int) -> int:
+        return model.count_tokens(build(1, size).text)
+
+    if passage_words is None:
+        sizes = range(PASSAGE_WORDS, MIN_PASSAGE_WORDS - 1, -1)
+        passage_words = next((n for n in sizes if tokens(n) <= n_tokens // 2), None)
+        if passage_words is None:
+            raise ValueError(
+                f"n_tokens={n_tokens} cannot hold the built-in copy task: its shortest passage "
+                f"({MIN_PASSAGE_WORDS} words) twice takes {tokens(MIN_PASSAGE_WORDS)} tokens, "
+                f"more than half of {n_tokens}"
+            )
+    elif tokens(passage_words) > n_tokens:
         raise ValueError(
-            f"n_tokens={n_tokens} cannot hold a passage of {passage_words} words twice; "
-            "use more tokens or a shorter passage"
+            f"n_tokens={n_tokens} cannot hold a passage of {passage_words} words twice "
+            f"({tokens(passage_words)} tokens); use more tokens or fewer passage_words"
         )
     low, high = 1, len(words)
     while low < high:  # the most filler words that still fit
         mid = (low + high + 1) // 2
-        if model.count_tokens(build(mid).text) <= n_tokens:
+        if model.count_tokens(build(mid, passage_words).text) <= n_tokens:
             low = mid
         else:
             high = mid - 1
-    return build(low)
+    return build(low, passage_words)
+
+
+def context_copy_task(
+    model: HeadModel, n_tokens: int | None, hint: str, **options: object
+) -> CopyTask:
+    """``copy_task`` at ``n_tokens``, or at the model's whole context when None; then a context
+    too short is named as the model's (not as a length the caller did not pass), followed by
+    ``hint`` (what to give instead)."""
+    if n_tokens is not None:
+        return copy_task(model, n_tokens, **options)
+    n_tokens = model.max_positions
+    try:
+        return copy_task(model, n_tokens, **options)
+    except ValueError:
+        shortest = f"its shortest passage ({MIN_PASSAGE_WORDS} words) twice"
+        raise ValueError(
+            f"{model.name}'s context of {n_tokens} tokens cannot hold the built-in copy task "
+            f"({shortest} takes more than half of it); {hint}"
+        ) from None

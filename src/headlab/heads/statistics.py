@@ -61,6 +61,13 @@ def measured(names: tuple[str, ...], held: list) -> tuple[tuple[str, ...], list[
     return tuple(kept), notes
 
 
+def layer_notes(model: HeadModel) -> list[str]:
+    """The model's own notes on its list of layers, from its optional ``layer_notes()`` (a
+    hybrid on the transformers route: which of its blocks have no heads); none otherwise."""
+    notes = getattr(model, "layer_notes", None)
+    return list(notes()) if callable(notes) else []
+
+
 def special_names(model: HeadModel, special: dict) -> list[str]:
     """The names of ``model``'s special positions ``special``, its first token first."""
     return sorted(special, key=lambda name: name != model.first_token)
@@ -73,7 +80,8 @@ def model_metrics(model: HeadModel) -> tuple[tuple[str, ...], list[str]]:
     batch = model.tokenize(["a"], 2)
     names = metric_names(special_names(model, model.special_positions(batch)))
     _, per_layer = model_head_sums(model, batch)
-    return measured(names, [sums.sums for sums in per_layer])
+    names, notes = measured(names, [sums.sums for sums in per_layer])
+    return names, [*notes, *layer_notes(model)]
 
 
 def model_metric_names(model: HeadModel) -> tuple[str, ...]:
@@ -136,6 +144,7 @@ def head_statistics(
             on_batch(min(start + batch_size, len(texts)))
     names = metric_names(special_names(model, model.special_positions(batch)))
     names, notes = measured(names, [calls[0].sums for calls in layers])
+    notes += layer_notes(model)
     detected = {}
     if detector_length and model.causal:
         from headlab.heads.detectors import detect_heads

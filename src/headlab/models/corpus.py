@@ -14,6 +14,8 @@ import functools
 import importlib.util
 from pathlib import Path
 
+from headlab.input_files import read_text_file
+
 # Plain-prose modules of the standard library, pure Python sources.
 STDLIB_MODULES = (
     "argparse", "ast", "asyncio.events", "base64", "bisect", "calendar", "collections",
@@ -84,44 +86,6 @@ def long_document() -> str:
     About 19 000 words in 1 383 paragraphs on Python 3.11; deterministic for a Python version.
     """
     return "\n\n".join(_round_robin())
-
-
-MAX_TEXT_BYTES = 64 * 2**20  # a text file larger than this is refused before it is read
-
-
-def read_text_file(path: str | Path, what: str = "text file") -> str:
-    """The whole of a UTF-8 text file (at most 64 MiB) that holds some text; every message names
-    it as ``what`` (the CLI passes its flag, ``--text-file``).
-
-    Raises FileNotFoundError for a missing file, ValueError for something that is not a regular
-    file (a folder, a FIFO: named, and never opened), a larger file, bytes that are not UTF-8
-    (naming the line), or a file without text (empty or only whitespace).
-    """
-    from headlab.results.output_policy import file_type
-
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"{what} {path} does not exist")
-    if not path.is_file():
-        kind = file_type(path.stat().st_mode)
-        raise ValueError(f"{what} {path} is {kind}, expected a UTF-8 text file")
-    size = path.stat().st_size
-    if size > MAX_TEXT_BYTES:
-        raise ValueError(
-            f"{what} {path}: expected a text file of at most {MAX_TEXT_BYTES // 2**20} MiB, "
-            f"got {size / 2**20:.0f} MiB"
-        )
-    data = path.read_bytes()
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        line = data[: error.start].count(b"\n") + 1
-        raise ValueError(
-            f"{what} {path}:{line}: expected UTF-8 text, got undecodable bytes"
-        ) from None
-    if not text.strip():
-        raise ValueError(f"{what} {path}: expected text, got an empty file")
-    return text
 
 
 def read_corpus(path: str | Path, n_texts: int | None = None) -> list[str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from headlab.input_files import check_model_folder, check_regular
 from headlab.models.config import check_model_dir, read_bert_config, read_pooling_config
 from headlab.models.encoder import BertEncoder
 from headlab.models.fields import Unsupported
@@ -76,6 +77,10 @@ def load(
     Raises FileNotFoundError for a missing path, ValueError naming the file for anything else
     (and what to install when the transformers route is asked for without transformers).
     """
+    from headlab.models.hf.checkpoint import check_source, consent
+
+    check_source(name_or_path)  # "" and a path too long for the file system: one line
+    consent(trust_remote_code)  # only True runs a checkpoint's code; "no" is a TypeError
     if uses_transformers(name_or_path, backend):
         return _load_transformers(name_or_path, download, trust_remote_code)
     try:
@@ -108,13 +113,9 @@ def uses_transformers(name_or_path: str | Path | None, backend: str | None) -> b
 
 
 def _model_type(folder: Path) -> object:
-    import json
+    from headlab.input_files import read_json
 
-    config = folder / "config.json"
-    try:
-        return json.loads(config.read_text(encoding="utf-8")).get("model_type")
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError) as error:
-        raise ValueError(f"{config}: not a JSON object ({error})") from None
+    return read_json(folder / "config.json", "").get("model_type")
 
 
 def _transformers_only(name_or_path: str | Path | None) -> str | None:
@@ -141,10 +142,11 @@ def _load_transformers(name_or_path, download: bool, trust_remote_code: bool):
     if name_or_path is None or name_or_path == "minilm":
         return load_transformers(default_model_dir(), download=False)
     if name_or_path == "smollm2":
-        from headlab.models.gguf import packaged_smollm2
+        from headlab.models.gguf_cache import converted
+        from headlab.models.packaged import SMOLLM2_NAME, packaged_smollm2
 
-        model = load_transformers(packaged_smollm2())
-        model.name = "SmolLM2-135M-Instruct"
+        model = load_transformers(converted(packaged_smollm2()))
+        model.name = SMOLLM2_NAME
         return model
     return load_transformers(name_or_path, download=download, trust_remote_code=trust_remote_code)
 
@@ -163,10 +165,13 @@ def _load_headlab(name_or_path: str | Path | None):
             f"model must be one of {', '.join(MODEL_NAMES)} or a path, got {str(name_or_path)!r}"
             " (no such file or folder, nor a hub id owner/name)"
         )
+    if not path.is_dir():
+        check_regular(path, "model file")  # a FIFO or a device: named, never opened
     if path.is_file():
         if path.suffix != ".gguf":
             raise ValueError(f"{path}: expected a .gguf file or a model folder")
         return load_gguf(path)
+    check_model_folder(path)
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"model folder {path}: config.json is missing")
     if _model_type(path) == "bert":

@@ -21,7 +21,8 @@ class HeadStatistics:
     first_token: the metric that is the weight on the first token (``HeadModel.first_token``):
         the first special position in ``metrics`` (``metric_names`` puts it first), so that a
         results file needs no field for it.
-    notes: one line per statistic left out and why (``UNMEASURED``); empty for most models.
+    notes: one line per statistic left out and why (``UNMEASURED``), and the model's notes on
+        its layers (``layer_notes``: a hybrid's blocks without heads); empty for most models.
     """
 
     KIND: ClassVar[str] = "model-heads"

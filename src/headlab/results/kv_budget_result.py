@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import ClassVar
 
+from headlab.results.long_context_result import TextContext
 from headlab.results.schema import Fields, problem
 
 
@@ -48,7 +49,7 @@ KINDS = ("full", "chosen", "random", "opposite")
 @dataclass(frozen=True)
 class RetrievalCheck:
     """Copy accuracy with the top-``k`` retrieval heads masked, against ``k`` random heads drawn
-    from the others (one per seed); ``note`` says when no head reached the threshold."""
+    from the others (one per seed); ``note`` says how k was chosen when it was not asked."""
 
     k: int
     heads: list[list[int]]
@@ -59,9 +60,18 @@ class RetrievalCheck:
 
     @classmethod
     def from_dict(cls, f: Fields) -> RetrievalCheck:
+        """ValueError naming the field unless ``heads`` and every draw of ``random_heads`` hold
+        ``k`` heads."""
         note = f.str("note") if "note" in f.data else ""
+        k = f.int("k", 1)
+        heads = f.list("heads")
+        if len(heads) != k:
+            raise problem(f.at("heads"), f"k = {k} heads", f"{len(heads)} heads")
         drawn = f.list("random_heads") if "random_heads" in f.data else []
-        return cls(f.int("k", 1), f.list("heads"), f.number("copy_accuracy", 0.0, 1.0),
+        for i, draw in enumerate(drawn):
+            if not isinstance(draw, list) or len(draw) != k:
+                raise problem(f"{f.at('random_heads')}[{i}]", f"k = {k} heads", draw)
+        return cls(k, heads, f.number("copy_accuracy", 0.0, 1.0),
                    [float(v) for v in f.numbers("random_copy_accuracy")], drawn,
                    note)  # fmt: skip
 
@@ -70,7 +80,9 @@ class RetrievalCheck:
 class KVBudgetResult:
     """``runs``: the full model, then per plan size the chosen plan, the random ones and the
     opposite one; ``retrieval``: the masking check (None without retrieval heads);
-    ``texts``: where the calibration and the held-out texts came from."""
+    ``texts``: where the calibration and the held-out texts came from; ``held_out`` and
+    ``calibration``: each text's tokens as used and before the cut (None in files written
+    before they were recorded)."""
 
     KIND: ClassVar[str] = "model-kv-budget"
 
@@ -83,11 +95,14 @@ class KVBudgetResult:
     runs: list[PlanRun] = field(default_factory=list)
     retrieval: RetrievalCheck | None = None
     texts: str = ""
+    held_out: TextContext | None = None
+    calibration: TextContext | None = None
 
     def to_dict(self) -> dict:
         out = asdict(self)
-        if self.retrieval is None:
-            out.pop("retrieval")
+        for name in ("retrieval", "held_out", "calibration"):
+            if out[name] is None:
+                out.pop(name)
         return out
 
     @classmethod
@@ -103,8 +118,13 @@ class KVBudgetResult:
         if "retrieval" in data:
             check = RetrievalCheck.from_dict(f.object("retrieval"))
         texts = f.str("texts") if "texts" in data else ""
+        held_out, calibration = (
+            TextContext.from_dict(f.object(name)) if name in data else None
+            for name in ("held_out", "calibration")
+        )
         return cls(f.str("model"), f.int("n_tokens", 2), f.int("sinks"), f.int("window", 1),
-                   f.int("copy_positions"), ranking, runs, check, texts)  # fmt: skip
+                   f.int("copy_positions"), ranking, runs, check, texts, held_out,
+                   calibration)  # fmt: skip
 
     def baseline(self) -> PlanRun:
         return next(r for r in self.runs if r.kind == "full")

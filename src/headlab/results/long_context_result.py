@@ -15,7 +15,8 @@ from headlab.results.schema import Fields, is_int, is_number, problem
 
 @dataclass(frozen=True)
 class TextContext:
-    """The text as analysed: n_tokens after the cut to ``max_tokens``, text_tokens before it."""
+    """The text as analysed: n_tokens after the cut to ``max_tokens``, text_tokens before it (a
+    lower bound when the text was cut: only the start the cut needs is tokenised)."""
 
     n_tokens: int
     text_tokens: int

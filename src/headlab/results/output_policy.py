@@ -20,12 +20,13 @@ An empty regular file holds nothing to lose and counts as new.
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from headlab.input_files import file_type, read_json
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -58,11 +59,7 @@ class Kind:
 
 
 def _is_our_json(path: Path, name: str) -> bool:
-    with path.open("rb") as handle:
-        data = handle.read(64 * 2**20 + 1)  # a results document is far smaller than 64 MiB
-    if len(data) > 64 * 2**20:
-        return False
-    document = json.loads(data.decode("utf-8"))
+    document = read_json(path, "", expected=object)  # bounded: size, depth (ValueError)
     return isinstance(document, dict) and document.get("headlab") == name
 
 
@@ -87,20 +84,6 @@ def _is_our_png(path: Path, name: str) -> bool:
     with path.open("rb") as handle:
         head = handle.read(2**16)
     return png_text_chunks(head).get("headlab") == name
-
-
-def file_type(mode: int) -> str:
-    """What a path that is not a regular file is, for messages: "a directory", "a FIFO"..."""
-    for test, what in (
-        (stat.S_ISDIR, "a directory"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-        (stat.S_ISFIFO, "a FIFO"),
-        (stat.S_ISSOCK, "a socket"),
-    ):
-        if test(mode):
-            return what
-    return "not a regular file"
 
 
 def _named(argument: str, path: Path) -> str:
