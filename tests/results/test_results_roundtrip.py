@@ -114,7 +114,8 @@ def test_specialisation(tmp_path):
 def test_sweep_rows(tmp_path):
     from headlab.experiments.config import make_config
     from headlab.experiments.train import run_one
-    from headlab.results.jsonl_store import ResultsWriter, SweepRow, read_finals
+    from headlab.results.jsonl_store import SweepRow, read_finals
+    from headlab.results.jsonl_writer import ResultsWriter
 
     run = run_one(make_config("multi-lookup", 2, d_model=8, steps=4, eval_every=2))
     path = tmp_path / "sweep.jsonl"

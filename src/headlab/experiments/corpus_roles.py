@@ -34,7 +34,8 @@ from headlab.experiments.executors import run_jobs
 from headlab.heads.corpus_sums import corpus_result, document_sums, merge_sums
 from headlab.models.interface import HeadModel
 from headlab.results.corpus_roles_result import CorpusRolesResult, DocumentSums, RoleOptions
-from headlab.results.jsonl_store import ResultsWriter, RowKind, check_appendable, read_results
+from headlab.results.jsonl_store import RowKind, read_results
+from headlab.results.jsonl_writer import ResultsWriter, check_appendable
 from headlab.results.schema import Fields
 
 ROW_TAG = "corpus-roles-document"

@@ -17,7 +17,8 @@ from headlab.experiments.executors import OnEval, execute
 from headlab.experiments.tasks import get_task
 from headlab.experiments.train import RunResult
 from headlab.limits import check_fits, check_int
-from headlab.results.jsonl_store import ResultsWriter, check_appendable, finished_run_ids
+from headlab.results.jsonl_store import finished_run_ids
+from headlab.results.jsonl_writer import ResultsWriter, check_appendable
 from headlab.results.locations import SWEEP_RESULTS
 from headlab.results.run_config import RunConfig
 
