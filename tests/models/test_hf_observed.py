@@ -113,6 +113,13 @@ def test_a_family_that_computes_its_attention_itself_is_refused_in_one_line(
     assert "one observed forward called none" in err and "Traceback" not in err
     with pytest.raises(ValueError, match=r"family 'mpt' \(MptForCausalLM\) computes its"):
         attach(transformers.MptForCausalLM(config))
+    # Falcon picks one of its own attention classes by the implementation's name
+    falcon = tmp_path / "falcon"
+    transformers.FalconConfig(hidden_size=12, num_attention_heads=3, num_hidden_layers=1,
+                              vocab_size=11).save_pretrained(falcon)  # fmt: skip
+    code, out, err = run(["model", "generate", "w1", "--model", str(falcon)], capsys)
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert "family 'falcon' (AutoModel) computes its attention itself" in err
 
 
 #: A hybrid's blocks without heads, named in one line (models/hf/hybrid.py).
@@ -158,3 +165,24 @@ def test_the_table_the_results_and_the_report_name_the_blocks_without_heads(
     page = build_report(tmp_path / "report", ReportOptions(text="w1 w2", results=results))
     shown = re.findall(r'data-testid="heads-note">(.*?)</p>', page.read_text())
     assert [html.unescape(note) for note in shown] == [f"Note: {BLOCK_NOTES['jamba'][0]}."]
+
+
+def test_the_families_command_lists_what_the_observation_passes(monkeypatch, capsys):
+    """On four families (all of them take minutes): one that calls the interface without the
+    flag, one that computes its attention itself, one whose default config does not build (its
+    checkpoints' configs may), and an encoder-decoder."""
+    from headlab.models.hf import families
+
+    monkeypatch.setattr(families, "text_families", lambda: ["stablelm", "bloom", "dbrx", "t5"])
+    code, out, err = run(["model", "families", "--json"], capsys)
+    assert code == 0, err
+    document = json.loads(out)
+    assert document["families"] == ["stablelm"]
+    assert list(document["not_observed"]) == ["dbrx"]
+    assert document["not_observed"]["dbrx"].startswith("its default config does not build")
+    code, out, err = run(["model", "families"], capsys)
+    assert code == 0 and err == "", err
+    lines = out.splitlines()
+    assert lines[:2] == ["stablelm", "not observed (1; a checkpoint's own config may still run):"]
+    assert lines[2].startswith("  dbrx: its default config does not build") and len(lines) == 3
+    assert max(len(line) for line in lines) <= 80

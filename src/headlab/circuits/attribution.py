@@ -168,7 +168,8 @@ def receiver_grads(patcher: Patcher, alphas: Sequence[float]) -> dict[tuple[str,
         total[key] = total[key] + grad if key in total else grad.detach().clone()
 
     for alpha in alphas:
-        run = _gradient_run(patcher, corrupted0 + alpha * (clean0 - corrupted0))
+        hidden0 = clean0 if alpha == 1 else corrupted0 + alpha * (clean0 - corrupted0)
+        run = _gradient_run(patcher, hidden0)
         for block in patcher.runner.blocks:
             layer = block.index
             for (site, i), grad in _attention_input_grads(patcher, run, layer).items():

@@ -66,10 +66,13 @@ class Metric:
         return dataclasses.replace(self, reference=clean_logits.detach().log_softmax(-1))
 
     def check_vocab(self, vocab: int) -> None:
-        """ValueError for an answer token outside ``vocab``."""
+        """ValueError for an answer token outside ``vocab`` (where the metric counts it)."""
+        counted = self.weight > 0  # (batch, n_kept); the other entries are placeholders
         named = (("answer", self.answers), ("wrong-answer", self.wrong),
                  ("candidate", self.candidates))  # fmt: skip
         for name, ids in named:
+            if ids is not None and ids.shape == counted.shape:
+                ids = ids[counted]
             if ids is None or not ids.numel():
                 continue
             if not 0 <= int(ids.min()) <= int(ids.max()) < vocab:

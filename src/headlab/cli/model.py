@@ -20,7 +20,15 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from headlab.cli.outputs import claim, emit_result, note_lines, print_json, writing
+from headlab.cli.outputs import (
+    an_input,
+    an_input_folder,
+    claim,
+    emit_result,
+    note_lines,
+    print_json,
+    writing,
+)
 from headlab.cli.parsing import flags, int_list
 from headlab.cli.progress import progress
 from headlab.cli.tables import fitted_tables
@@ -39,7 +47,9 @@ MODEL = typer.Option(
     "--model",
     help="minilm (default), smollm2, a path (.gguf, a transformers checkpoint folder) or a hub id.",
 )
-MODEL_DIR = typer.Option(None, "--model-dir", help="A model folder (same as --model PATH).")
+MODEL_DIR = typer.Option(
+    None, "--model-dir", help="A model folder (same as --model PATH).", callback=an_input_folder
+)
 BACKEND = typer.Option(
     None,
     "--backend",
@@ -55,7 +65,9 @@ TRUST_REMOTE_CODE = typer.Option(
     "--trust-remote-code",
     help="Run the checkpoint's own Python code (its auto_map): only for checkpoints you trust.",
 )
-CORPUS = typer.Option(None, "--corpus", help="Text file, one text per line (default: stdlib).")
+CORPUS = typer.Option(
+    None, "--corpus", help="Text file, one text per line (default: stdlib).", callback=an_input
+)
 N_TEXTS = typer.Option(300, "--n-texts", help="Number of texts to use.")
 MAX_LENGTH = typer.Option(
     None, "--max-length", help="Tokens kept per text [default: 128, or the model's positions]."
@@ -165,7 +177,10 @@ def _top_table(title: str, rows: list[tuple[int, int, float]]) -> Table:
 
 
 TEXT_FILE = typer.Option(
-    None, "--text-file", help="One long text (UTF-8): every head on it, at full length."
+    None,
+    "--text-file",
+    help="One long text (UTF-8): every head on it, at full length.",
+    callback=an_input,
 )
 MAX_TOKENS = typer.Option(
     None,
@@ -651,17 +666,23 @@ def families(as_json: bool = AS_JSON) -> None:
     """The transformers families that --backend transformers can run.
 
     Observed in the installed transformers: the families whose text model calls its
-    AttentionInterface in one forward on the meta device (about a minute for all)."""
-    from headlab.models.hf import supported_families
+    AttentionInterface in one forward on the meta device (about a minute for all), then
+    those whose default config showed nothing, and why."""
+    from headlab.models.hf.families import observe_families, unobserved_families
     from headlab.models.hf.requirements import require_transformers
 
     require_transformers()
     with progress("observing each family's forward", None, quiet=as_json) as update:
-        names = supported_families(on_step=update)
+        seen = observe_families(on_step=update)
+    names = [family for family, observed in seen.items() if observed.calls]
+    unobserved = unobserved_families(seen)
     if as_json:
-        print_json({"families": names})
+        print_json({"families": names, "not_observed": unobserved})
         return
     print("\n".join(names))
+    if unobserved:
+        print(f"not observed ({len(unobserved)}; a checkpoint's own config may still run):")
+        print("\n".join(f"  {family}: {why}"[:80] for family, why in unobserved.items()))
 
 
 def register(app: typer.Typer) -> None:

@@ -21,7 +21,7 @@ from headlab.cli.model import (
     model_app,
     open_model,
 )
-from headlab.cli.outputs import emit_result, writing
+from headlab.cli.outputs import an_input, emit_result, writing
 from headlab.cli.parsing import float_list
 from headlab.cli.progress import progress
 from headlab.cli.tables import fitted_tables
@@ -33,11 +33,13 @@ TEXT_FILE = typer.Option(
     "--text-file",
     help="Held-out text to evaluate on (it must repeat an earlier passage) [default: the "
     "built-in copy task].",
+    callback=an_input,
 )
 CALIBRATION_FILE = typer.Option(
     None,
     "--calibration-file",
     help="Text the groups are ranked on [default: the copy task with another seed].",
+    callback=an_input,
 )
 OUT = typer.Option(model_results("kv-budget"), "--out", help="Results file (JSON).")
 FIGURE = typer.Option(
@@ -80,7 +82,10 @@ def role_tables(roles, statistics=None, top: int = 5) -> list[Table | Text]:
         rows = [[str(layer), str(g), f"{v:.3f}"] for v, layer, g in groups[:top]]
         title = "K/V groups that sinks + a window serve best"
         out.extend(fitted_tables(title, ["layer", "group", "window error"], rows))
-        out.append(Text("(window error: the share of the output lost, worst head of the group)"))
+        out.append(Text("(window error: ||o - o_window|| / ||o||, the relative error of the "
+                        "output of the group's worst head with only the sinks and the window; "
+                        "0: nothing changes, above 1: farther from the full output than no "
+                        "output)"))  # fmt: skip
     return out
 
 

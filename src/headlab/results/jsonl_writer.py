@@ -15,7 +15,7 @@ from pathlib import Path
 
 from headlab.input_files import open_regular
 from headlab.results.jsonl_store import SWEEP, ResultsFile, RowKind, read_handle, warn_about
-from headlab.results.output_policy import OutputRefused, check_parent
+from headlab.results.output_policy import OutputRefused, check_not_input, check_parent
 
 try:  # POSIX; elsewhere concurrent writers into one file are not detected
     import fcntl
@@ -32,6 +32,7 @@ def check_results_output(path: str | Path) -> Path:
     if path.is_symlink() or (path.exists() and not path.is_file()):
         raise OutputRefused(f"out={path} is not a regular file; expected a results file (JSONL)")
     check_parent(path, "out")
+    check_not_input(path, "out")
     return path
 
 

@@ -9,7 +9,8 @@ without it. A hybrid whose default config holds no attention layer (Bamba, Grani
 every layer a state-space one until a checkpoint says otherwise) is observed once more with
 its layers set to attention, in the config's own terms (``attn_layer_indices`` or
 ``layer_types``). Listing them all imports every family's modeling module and observes each
-(about a minute on 2 cores); loading one checkpoint observes only its own config (loader.py).
+(about 50 s of CPU time on 2 cores); loading one checkpoint observes only its own config
+(loader.py).
 """
 
 from __future__ import annotations
@@ -19,7 +20,14 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from headlab.models.hf.observe import Observation, build_observed, observe
+from headlab.models.hf.observe import (
+    Observation,
+    build_observed,
+    observe,
+    picks_its_own_attention,
+)
+
+ENCODER_DECODER = "an encoder-decoder"
 
 
 def _text_mappings() -> tuple[dict, dict]:
@@ -69,7 +77,7 @@ def observe_family(family: str) -> Observation:
     except Exception as error:  # a default config its own validation refuses (gemma4_assistant)
         return Observation(error=f"no default config ({type(error).__name__})")
     if getattr(config, "is_encoder_decoder", False):
-        return Observation(error="an encoder-decoder")
+        return Observation(error=ENCODER_DECODER)
     seen = Observation(error="no text model class")
     for mapping, auto_class in _auto_classes():
         if family not in mapping:
@@ -80,10 +88,14 @@ def observe_family(family: str) -> Observation:
             try:
                 seen = observe(build_observed(auto_class, variant))
             except Exception as error:
+                if picks_its_own_attention(error):
+                    return Observation()  # no call: its own attention classes
                 why = type(error).__name__
                 seen = Observation(error=f"its default config does not build ({why})")
             if seen.calls:
                 return seen
+        if seen.error is None:  # no call: the family's attention is the same in its other class
+            return seen
     return seen
 
 
@@ -99,23 +111,37 @@ def text_families() -> list[str]:
     return sorted({*causal, *masked})
 
 
-def supported_families(on_step: Callable[[int, int, str], None] | None = None) -> list[str]:
-    """The model_types of this transformers whose text models headlab's attention can run,
-    sorted; ``on_step(done, total, family)`` after each family of ``text_families()`` is
-    observed.
-    ValueError naming what to install without transformers."""
+def observe_families(
+    on_step: Callable[[int, int, str], None] | None = None,
+) -> dict[str, Observation]:
+    """family -> what observing its text model (default config) showed, for every family of
+    ``text_families()``; ``on_step(done, total, family)`` after each. ValueError naming what to
+    install without transformers."""
     from headlab.models.hf.requirements import require_transformers
 
     require_transformers()
     families = text_families()
-    found = []
+    seen = {}
     with _quiet_transformers():
         for done, family in enumerate(families, start=1):
-            if supports(family):
-                found.append(family)
+            seen[family] = observe_family(family)
             if on_step is not None:
                 on_step(done, len(families), family)
-    return found
+    return seen
+
+
+def supported_families(on_step: Callable[[int, int, str], None] | None = None) -> list[str]:
+    """The model_types of this transformers whose text models headlab's attention can run
+    (``observe_families``: a call was seen), sorted."""
+    return [family for family, seen in observe_families(on_step).items() if seen.calls]
+
+
+def unobserved_families(seen: dict[str, Observation]) -> dict[str, str]:
+    """family -> why its default config showed nothing (it does not build, or its forward
+    stopped before any call), for the families of ``seen`` that neither call nor compute their
+    attention themselves, apart from encoder-decoders: a checkpoint's own config may run."""
+    return {family: o.error for family, o in seen.items()
+            if o.error is not None and o.error != ENCODER_DECODER}  # fmt: skip
 
 
 @contextmanager
