@@ -50,22 +50,32 @@ def _results_sections(directory: Path, pngs: dict[str, bytes]) -> dict:
         ("sweep", "sweep.jsonl", _sweep_figure),
     )
     for key, filename, draw in readers:
-        data = skipping(directory / filename, lambda f=filename: read_section(directory, f))
-        if isinstance(data, Skipped):
-            out[key] = data.part(PRODUCERS[filename])
-            continue
-        if not data:
+        # Read and drawn under ``skipping``: a file whose data cannot be drawn is one line.
+        part = skipping(directory / filename, lambda k=key, f=filename, d=draw: _part(
+            directory, k, f, d))  # fmt: skip
+        if isinstance(part, Skipped):
+            out[key] = part.part(PRODUCERS[filename])
+        elif part is None:
             out[key] = {"missing": PRODUCERS[filename], "file": str(directory / filename)}
-            continue
-        png = figures.png_bytes(draw(data))
-        pngs[f"{key}.png"] = png
-        out[key] = {"image": _data_uri(png), "data": data}
-    if "data" in out["sweep"]:
-        out["sweep"]["table"] = [r.to_dict() for r in summarize(out["sweep"]["data"])]
-    if "data" in out["heads"]:
-        out["heads"]["summary"] = _heads_summary(out["heads"]["data"])
-        out["heads"]["overview"] = overview(out["heads"]["data"])
+        else:
+            pngs[f"{key}.png"] = part.pop("png")
+            out[key] = part
     return out
+
+
+def _part(directory: Path, key: str, filename: str, draw) -> dict | None:
+    """One results part: its data, figure (``png``) and tables; None when the file is absent."""
+    data = read_section(directory, filename)
+    if not data:
+        return None
+    png = figures.png_bytes(draw(data))
+    part = {"png": png, "image": _data_uri(png), "data": data}
+    if key == "sweep":
+        part["table"] = [r.to_dict() for r in summarize(data)]
+    if key == "heads":
+        part["summary"] = _heads_summary(data)
+        part["overview"] = overview(data)
+    return part
 
 
 def _heads_summary(heads: dict) -> list[dict]:

@@ -114,6 +114,9 @@ class KVBudgetResult:
             if not (isinstance(row, list) and len(row) == 3):
                 raise problem(f"{f.at('group_ranking')}[{i}]", "[layer, group, error]", row)
         runs = [PlanRun.from_dict(r) for r in f.objects("runs")]
+        if sum(r.kind == "full" for r in runs) != 1:  # the baseline every other run is read by
+            kinds = [r.kind for r in runs]
+            raise problem(f.at("runs"), 'one run of kind "full" (the full model)', kinds)
         check = None
         if "retrieval" in data:
             check = RetrievalCheck.from_dict(f.object("retrieval"))

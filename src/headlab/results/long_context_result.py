@@ -163,4 +163,5 @@ class LongContextResult:
             roles = HeadRoles.from_dict(f.object("roles"), layers, heads)
         if "maps" in data:
             maps = AttentionMaps.from_dict(f.object("maps"), layers, heads)
+            maps.check_length(context.n_tokens, f.at("maps"))
         return cls(statistics, context, heavy, findings, roles, maps)
