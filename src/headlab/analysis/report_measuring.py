@@ -70,14 +70,18 @@ def _model_explorer(name: str, attention: TextAttention, max_bins: int) -> dict:
         else ""
     )
     note = f"Attention of {name}, every layer and head{one_head}."
-    heads = sum(view.weights.shape[0] * view.weights.shape[1] for view in attention.views)
-    bins = explorers.bins_within(heads, max_bins)
+    grids = [view.weights.shape[0] * view.weights.shape[1] for view in attention.views]
+    bins = explorers.bins_within(sum(grids), max_bins)
     if bins < min(len(attention.tokens), max_bins):
         per_cell = len(attention.tokens) / bins
+        # the first view is the model's own heads; the others are its layers collapsed
+        shown = f"{grids[0]} heads" + (
+            f" and their {sum(grids[1:])} one-head views" if len(grids) > 1 else ""
+        )
         note += (f" Binned to {bins} x {bins} cells (about {per_cell:.1f} tokens a cell) so that "
-                 f"its {heads} heads fit the page.")  # fmt: skip
-        _say(f"{name}'s {heads} heads are binned to {bins} x {bins} cells on the page (at most "
-             f"{explorers.PAGE_BYTES / 2**20:g} MiB of weights an explorer)")  # fmt: skip
+                 f"its {shown} fit the page.")  # fmt: skip
+        _say(f"{name}'s {shown} are binned to {bins} x {bins} cells on the page, so that the "
+             f"explorer's weights take at most {explorers.PAGE_BYTES / 2**20:g} MiB")  # fmt: skip
     return heatmap_data(
         f"{name}'s heads on your text",
         attention.tokens,

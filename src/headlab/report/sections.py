@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from headlab.report import figures
+from headlab.report.circuits import circuits_sections
 from headlab.report.long_context import long_context_sections
 from headlab.report.overview import overview
 from headlab.report.reading import PRODUCERS, Skipped, read_section, skipping
@@ -96,6 +97,7 @@ GROUPS = {
     "sweeps": ("results", ("sweep",)),
     "why": ("why", ("expressivity", "specialisation", "redundancy", "redundancy_decoder")),
     "long": ("long", ("roles", "kv_budget")),
+    "circuits": ("circuits", ("circuits",)),
 }
 
 
@@ -141,6 +143,7 @@ def collect(
         "results": _results_sections(Path(options.results), pngs),
         "why": why_sections(Path(options.results), pngs),
         "long": long_context_sections(Path(options.results), pngs, explorers),
+        "circuits": circuits_sections(Path(options.results), pngs),
         "results_dir": str(options.results),
     }
     sections["empty"] = _empty_sections(sections)
