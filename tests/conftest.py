@@ -153,6 +153,14 @@ def tiny_llama_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def tiny_llama_reference(tiny_llama_dir):
+    """The same random Llama decoder in headlab's hand-built reference decoder."""
+    from headlab.models.load_reference import load_decoder
+
+    return load_decoder(tiny_llama_dir)
+
+
+@pytest.fixture(scope="session")
 def tiny_llama(tiny_llama_dir):
     """The random Llama decoder of ``tiny_llama_dir`` through the production route."""
     from headlab.models import load
