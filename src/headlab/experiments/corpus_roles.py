@@ -74,6 +74,7 @@ class ModelSource:
         from headlab.models.hf.requirements import require_transformers
         from headlab.models.load import check_backend, check_source
 
+        check_backend(self.backend, warn=False)
         check_source(self.name_or_path)
         require_transformers(self.name_or_path)
         check_backend(self.backend)  # said here once: the workers' loads pass no backend

@@ -79,9 +79,10 @@ def load(
     Raises FileNotFoundError for a missing path, ValueError naming the file for anything else
     (``models/hf/loader.py`` lists the refusals, all before any weight is read).
     """
+    check_backend(backend, warn=False)
     check_source(name_or_path)
     require_transformers(str(name_or_path or "minilm"))
-    check_backend(backend)  # a warning, after every refusal: a refused load says one line
+    check_backend(backend)  # the warning after every refusal: a refused load says one line
     from headlab.models.hf import load_transformers
 
     if name_or_path is None or name_or_path == "minilm":
