@@ -50,7 +50,8 @@ def child(way: str, length: int, threads: int | None) -> dict:
         if way == "sdpa":
             out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
         else:
-            out = kernel.attend(q, k, v, MaskSpec(causal=True), softcap=SOFTCAP).head_out
+            options = kernel.AttendOptions(softcap=SOFTCAP)
+            out = kernel.attend(q, k, v, MaskSpec(causal=True), options).head_out
         return torch.autograd.grad(out, (q, k, v), upstream)
 
     step(None)

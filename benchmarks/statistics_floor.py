@@ -23,7 +23,7 @@ import statistics
 import torch
 import torch.nn.functional as F
 
-from headlab.attention.kernel import attend
+from headlab.attention.kernel import AttendOptions, attend
 from headlab.attention.mask_spec import MaskSpec
 from headlab.attention.statistics import CHUNK_ELEMENTS, StatisticsRequest
 from side_by_side import interleaved
@@ -67,7 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     steps = {
         "sdpa": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True),
         "weights": lambda: weights_only(q, k, v),
-        "statistics": lambda: attend(q, k, v, MaskSpec(causal=True), statistics=request),
+        "statistics": lambda: attend(
+            q, k, v, MaskSpec(causal=True), AttendOptions(statistics=request)
+        ),
     }
     with torch.inference_mode():
         times = interleaved(steps, args.repeats, warmup=1)  # ms

@@ -173,3 +173,23 @@ def test_a_model_folder_is_checked_before_transformers_reads_it(tmp_path, name, 
         path.write_text("[" * 1000 + "]" * 1000)
     with pytest.raises(ValueError, match=message):
         check_model_folder(folder)
+
+
+@settings(max_examples=60, deadline=None)
+@given(WORDS, st.integers(1, 40), st.integers(1, 64))
+def test_a_text_in_memory_is_cut_as_a_file_is(words, wanted, first_chars):
+    """``prefix_until`` (what ``cut_text`` tokenises): a whole-word prefix that is enough, or
+    the whole text; never more than twice the characters the test needed."""
+    from headlab.input_files import prefix_until
+
+    whole = " ".join(words)
+    calls: list[int] = []
+
+    def enough(prefix: str) -> bool:
+        calls.append(len(prefix))
+        return len(prefix.split()) >= wanted
+
+    text = prefix_until(whole, enough, first_chars)
+    assert whole.startswith(text) and text.split() == words[: len(text.split())]
+    assert text == whole or len(text.split()) >= wanted
+    assert sum(calls) <= 2 * max(len(text), first_chars)

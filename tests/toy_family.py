@@ -18,7 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from headlab.attention.functional import merge_heads
-from headlab.attention.kernel import attend
+from headlab.attention.kernel import AttendOptions, attend
 from headlab.attention.mask_spec import MaskSpec
 from headlab.attention.sites import Sites
 from headlab.models.interface import AttentionLayer, HeadMask, TokenBatch, layer_masks
@@ -78,16 +78,14 @@ class ToyAttention(nn.Module):
         statistics = self.sites.statistics
         if statistics is not None:
             statistics = dataclasses.replace(statistics, output_weight=self.o.weight)
-        run = attend(
-            split(self.q(x)),
-            split(self.k(x)),
-            split(self.v(x)),
-            MaskSpec(causal=self.causal, key_padding=padding),
+        options = AttendOptions(
             sites=self.sites,
             head_scale=None if scale is None else scale.view(-1, heads, 1, 1),
             head_view=self.view,
             statistics=statistics,
         )
+        mask = MaskSpec(causal=self.causal, key_padding=padding)
+        run = attend(split(self.q(x)), split(self.k(x)), split(self.v(x)), mask, options)
         return self.o(merge_heads(run.head_out))
 
 

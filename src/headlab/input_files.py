@@ -54,8 +54,13 @@ def file_type(mode: int) -> str:
     return "not a regular file"
 
 
+def named(what: str, path: str | Path) -> str:
+    """``--text-file t.txt`` for messages; the bare path when ``what`` is empty."""
+    return f"{what} {path}" if what else str(path)
+
+
 def _refusal(what: str, path: Path, mode: int) -> NotRegularFile:
-    return NotRegularFile(f"{what} {path} is {file_type(mode)}, expected a regular file")
+    return NotRegularFile(f"{named(what, path)} is {file_type(mode)}, expected a regular file")
 
 
 def check_regular(path: str | Path, what: str = "file") -> os.stat_result:
@@ -66,9 +71,9 @@ def check_regular(path: str | Path, what: str = "file") -> os.stat_result:
     try:
         info = os.stat(path)
     except FileNotFoundError:
-        raise FileNotFoundError(f"{what} {path} does not exist") from None
+        raise FileNotFoundError(f"{named(what, path)} does not exist") from None
     except OSError as error:
-        raise ValueError(f"{what} {path}: {error.strerror or error}") from None
+        raise ValueError(f"{named(what, path)}: {error.strerror or error}") from None
     if not stat.S_ISREG(info.st_mode):
         raise _refusal(what, path, info.st_mode)
     return info
@@ -99,7 +104,7 @@ def read_bytes(path: str | Path, what: str = "file", max_bytes: int = MAX_JSON_B
         data = handle.read(max_bytes + 1)
     if len(data) > max_bytes:
         raise ValueError(
-            f"{what} {path}: expected at most {_size(max_bytes)}, got more (not read further)"
+            f"{named(what, path)}: expected at most {_size(max_bytes)}, got more (not read further)"
         )
     return data
 
@@ -148,7 +153,7 @@ def parse_json(data: bytes | str, where: str, max_depth: int = MAX_JSON_DEPTH) -
     except UnicodeDecodeError:
         raise ValueError(f"{where}: expected UTF-8 JSON, got undecodable bytes") from None
     except json.JSONDecodeError as error:
-        raise ValueError(f"{where}: expected JSON, got a parse error ({error})") from None
+        raise ValueError(f"{where}: not valid JSON ({error})") from None
 
 
 def read_json(
@@ -163,7 +168,7 @@ def read_json(
     list); ValueError naming the file (as ``what``) for anything else: not a regular file, over
     ``max_bytes``, nested deeper than ``max_depth``, not UTF-8 JSON. FileNotFoundError when
     it does not exist."""
-    where = f"{what} {path}" if what else str(path)
+    where = named(what, path)
     data = parse_json(read_bytes(path, what, max_bytes), where, max_depth)
     if not isinstance(data, expected):
         name = "a JSON object" if expected is dict else "a JSON list"
@@ -180,7 +185,7 @@ def _decode(data: bytes, what: str, path: Path, final: bool) -> str:
             return data[: error.start].decode("utf-8")
         line = data[: error.start].count(b"\n") + 1
         raise ValueError(
-            f"{what} {path}:{line}: expected UTF-8 text, got undecodable bytes"
+            f"{named(what, path)}:{line}: expected UTF-8 text, got undecodable bytes"
         ) from None
 
 
@@ -191,6 +196,19 @@ def _cut_at_break(text: str) -> str:
         if text[index].isspace():
             return text[: index + 1]
     return ""
+
+
+def prefix_until(text: str, enough: Callable[[str], bool], first_chars: int = 2**14) -> str:
+    """The shortest prefix of ``text`` cut at a whitespace (doubling from ``first_chars``) of
+    which ``enough`` is true, or the whole text: what ``TextFile.read_until`` does to a file, for
+    a text already in memory (so a long text is never tokenised whole to keep its start)."""
+    size = max(1, first_chars)
+    while size < len(text):
+        prefix = _cut_at_break(text[:size])
+        if prefix.strip() and enough(prefix):
+            return prefix
+        size *= 2
+    return text
 
 
 @dataclass(frozen=True)
@@ -229,6 +247,12 @@ class TextFile:
         if not text.strip():
             raise ValueError(f"{self.what} {self.path}: expected text, got an empty file")
         return text
+
+    def read_tokens(self, count_tokens: Callable[[str], int], limit: int) -> TextRead:
+        """The text as far as ``limit`` tokens need: the shortest whole-word prefix with more
+        than ``limit`` tokens by ``count_tokens`` (so the cut is the tokenizer's, not a word's),
+        or the whole text."""
+        return self.read_until(lambda prefix: count_tokens(prefix) > limit)
 
     def read_until(self, enough: Callable[[str], bool], first_bytes: int = 2**14) -> TextRead:
         """The shortest prefix of the text, cut at a whitespace, of which ``enough(prefix)`` is

@@ -12,7 +12,7 @@ import headlab.attention.chunked as chunked_path
 import headlab.attention.kernel as kernel
 from headlab import MultiHeadAttention
 from headlab.attention.averaged import AveragedAttention
-from headlab.attention.kernel import attend
+from headlab.attention.kernel import AttendOptions, attend
 from headlab.attention.masks import torch_mask_spec
 
 F64 = torch.float64
@@ -54,7 +54,7 @@ def _merged(mask):
 
 def explicit_attention(q, k, v, mask):
     """(head_out, per-head weights, scores) of the kernel's explicit path."""
-    run = attend(q, k, v, mask, need_weights="heads")
+    run = attend(q, k, v, mask, AttendOptions(need_weights="heads"))
     return run.head_out, run.weights, run.scores
 
 
@@ -67,7 +67,7 @@ def blocked_mean_attention(q, k, v, mask):
 
 
 def mean_attention(q, k, v):
-    run = attend(q, k, v, None, need_weights="mean")
+    run = attend(q, k, v, None, AttendOptions(need_weights="mean"))
     return run.head_out, run.weights
 
 

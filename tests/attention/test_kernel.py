@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 import headlab.attention.chunked as chunked_path
 import headlab.attention.kernel as kernel
 from headlab.attention.functional import entropy
-from headlab.attention.kernel import attend
+from headlab.attention.kernel import AttendOptions, attend
 from headlab.attention.mask_spec import MaskSpec
 from headlab.attention.sites import KeyBudget
 from headlab.attention.statistics import StatisticsRequest
@@ -202,8 +202,10 @@ def _reference(q, k, v, spec, options):
 
 def _attend(q, k, v, spec, options, **kwargs):
     o = options
-    return attend(q, k, v, spec, scale=o["scale"], softcap=o["softcap"], sinks=o["sinks"],
-                  head_view=o["view"], **kwargs)  # fmt: skip
+    options = AttendOptions(
+        scale=o["scale"], softcap=o["softcap"], sinks=o["sinks"], head_view=o["view"], **kwargs
+    )
+    return attend(q, k, v, spec, options)
 
 
 @given(cases(), st.sampled_from([None, "heads", "batch"]))
@@ -251,7 +253,9 @@ def test_fused_and_averaged_paths(case):
     torch.testing.assert_close(averaged.head_out, want_out, atol=1e-10, rtol=1e-10)
     torch.testing.assert_close(averaged.weights, want_w.mean(dim=1), atol=1e-10, rtol=1e-10)
     if spec.attn_mask is None or spec.attn_mask.dtype == torch.bool:
-        autograd = attend(q, k, v, spec, scale=options["scale"], need_weights="heads")
+        autograd = attend(
+            q, k, v, spec, AttendOptions(scale=options["scale"], need_weights="heads")
+        )
         grads = torch.autograd.grad(averaged.head_out.sum() + averaged.weights.square().sum(), q)
         want = torch.autograd.grad(
             autograd.head_out.sum() + autograd.weights.mean(1).square().sum(), q
@@ -368,20 +372,24 @@ def test_a_fully_masked_row_is_zero_on_every_path(path, monkeypatch):
                         or chosen[-1])  # fmt: skip
     if path == "explicit":
         run = attend(
-            q.requires_grad_(), k, v, spec, need_weights="heads", sinks=torch.zeros(4, dtype=F64)
+            q.requires_grad_(),
+            k,
+            v,
+            spec,
+            AttendOptions(need_weights="heads", sinks=torch.zeros(4, dtype=F64)),
         )
     elif path == "averaged":
-        run = attend(q.requires_grad_(), k, v, spec, need_weights="mean")
+        run = attend(q.requires_grad_(), k, v, spec, AttendOptions(need_weights="mean"))
     elif path.startswith("streamed"):
         need = "heads" if path == "streamed-whole" else None
-        run = attend(q, k, v, spec, statistics=StatisticsRequest(chunk_elements=5),
-                     need_weights=need)  # fmt: skip
+        request = StatisticsRequest(chunk_elements=5)
+        run = attend(q, k, v, spec, AttendOptions(statistics=request, need_weights=need))
     elif path == "view":
-        run = attend(q, k, v, spec, head_view=2, need_weights="heads")
+        run = attend(q, k, v, spec, AttendOptions(head_view=2, need_weights="heads"))
     else:
         with torch.no_grad():
             need = None if path in ("fused", "chunked") else "mean"
-            run = attend(q, k, v, spec, need_weights=need, **options)
+            run = attend(q, k, v, spec, AttendOptions(need_weights=need, **options))
     want = {"whole-baddbmm": "whole", "blocked-baddbmm": "blocked", "view": "explicit"}
     assert chosen == [want.get(path, path)]
     assert torch.isfinite(run.head_out).all()
@@ -401,8 +409,9 @@ def test_hand_computed_case():
     q = torch.tensor([[[[1.0, 0.0]]]], dtype=F64)
     k = torch.tensor([[[[2.0, 0.0], [0.0, 1.0]]]], dtype=F64)
     v = torch.tensor([[[[1.0], [3.0]]]], dtype=F64)
-    run = attend(q, k, v, scale=1.0, softcap=1.0, sinks=torch.tensor([0.5], dtype=F64),
-                 need_weights="heads")  # fmt: skip
+    sinks = torch.tensor([0.5], dtype=F64)
+    options = AttendOptions(scale=1.0, softcap=1.0, sinks=sinks, need_weights="heads")
+    run = attend(q, k, v, None, options)
     s = [math.tanh(2.0), math.tanh(0.0)]  # cap * tanh(s / cap), cap 1
     z = math.exp(s[0]) + math.exp(s[1]) + math.exp(0.5)
     w = [math.exp(s[0]) / z, math.exp(s[1]) / z]
@@ -418,7 +427,13 @@ def test_bad_shapes_are_refused():
     ):
         attend(q, k, k)
     with pytest.raises(ValueError, match="head_view must divide the 4 query heads, got 3"):
-        attend(torch.randn(1, 4, 2, 4), k, k, head_view=3)
+        attend(torch.randn(1, 4, 2, 4), k, k, None, AttendOptions(head_view=3))
     per_head = MaskSpec(attn_mask=torch.zeros(1, 4, 2, 3, dtype=torch.bool))
     with pytest.raises(ValueError, match="a view takes masks shared by all heads"):
-        attend(torch.randn(1, 4, 2, 4), k, k, per_head, head_view=2, need_weights="heads")
+        attend(
+            torch.randn(1, 4, 2, 4),
+            k,
+            k,
+            per_head,
+            AttendOptions(head_view=2, need_weights="heads"),
+        )

@@ -20,6 +20,7 @@ import headlab.attention.kernel as kernel
 from headlab import MultiHeadAttention
 from headlab.attention.head_groups import HeadGroupView
 from headlab.attention.interventions import ablate, intervene
+from headlab.attention.kernel import AttendOptions
 from headlab.attention.mask_spec import MaskSpec
 from headlab.attention.sites import KeyBudget
 from headlab.attention.statistics import StatisticsRequest, observing
@@ -91,14 +92,21 @@ def _call(kind: str) -> None:
             HeadGroupView(m, 2)(x, x, x)
     elif kind == "softcap no grad":
         with torch.no_grad():
-            kernel.attend(q, kv, kv, softcap=2.0)
+            kernel.attend(q, kv, kv, None, AttendOptions(softcap=2.0))
     elif kind in ("softcap grad", "softcap grad large"):
-        kernel.attend(q.requires_grad_(), kv, kv, softcap=2.0)
+        kernel.attend(q.requires_grad_(), kv, kv, None, AttendOptions(softcap=2.0))
     elif kind == "sinks grad large":
-        kernel.attend(q, kv.requires_grad_(), kv, sinks=torch.zeros(H, dtype=torch.float64))
+        kernel.attend(
+            q,
+            kv.requires_grad_(),
+            kv,
+            None,
+            AttendOptions(sinks=torch.zeros(H, dtype=torch.float64)),
+        )
     elif kind == "sinks grad large weights":
-        kernel.attend(q, kv.requires_grad_(), kv, sinks=torch.zeros(H, dtype=torch.float64),
-                      need_weights="heads")  # fmt: skip
+        sinks = torch.zeros(H, dtype=torch.float64)
+        options = AttendOptions(sinks=sinks, need_weights="heads")
+        kernel.attend(q, kv.requires_grad_(), kv, None, options)
     elif kind == "window no grad":
         with torch.no_grad():
             kernel.attend(q, kv, kv, MaskSpec(causal=True, window=3))

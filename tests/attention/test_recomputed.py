@@ -13,7 +13,7 @@ from test_kernel import F64, _attend, cases
 
 import headlab.attention.kernel as kernel
 from headlab.attention.chunked import RecomputedAttention
-from headlab.attention.kernel import attend
+from headlab.attention.kernel import AttendOptions, attend
 from headlab.attention.mask_spec import MaskSpec
 
 
@@ -71,10 +71,12 @@ def test_attend_takes_it_for_large_calls_and_keeps_no_weights(monkeypatch):
     saved = []
     keep = lambda t: saved.append(t.shape) or t  # noqa: E731
     with torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t):
-        out = attend(q, k, v, MaskSpec(causal=True), softcap=3.0).head_out
+        out = attend(q, k, v, MaskSpec(causal=True), AttendOptions(softcap=3.0)).head_out
     assert out.grad_fn is not None and "RecomputedAttention" in type(out.grad_fn).__name__
     assert all(31 not in shape[-2:] or shape[-1] == 8 for shape in saved), saved
-    want = attend(q, k, v, MaskSpec(causal=True), softcap=3.0, need_weights="heads").head_out
+    want = attend(
+        q, k, v, MaskSpec(causal=True), AttendOptions(softcap=3.0, need_weights="heads")
+    ).head_out
     upstream = torch.randn_like(out)
     got = torch.autograd.grad(out, (q, k, v), upstream)
     for a, b in zip(got, torch.autograd.grad(want, (q, k, v), upstream), strict=True):

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import headlab.attention.kernel as kernel
-from headlab.attention.kernel import attend
+from headlab.attention.kernel import AttendOptions, attend
 from headlab.attention.mask_spec import MaskSpec
 from headlab.attention.sites import KeyBudget, Sites
 from headlab.attention.statistics import StatisticsRequest, window_error
@@ -43,11 +43,11 @@ def test_window_error_is_the_error_of_the_budgeted_run(run):
     batch, heads, q_len, _ = q.shape
     collected = []
     request = StatisticsRequest(chunk_elements=chunk, window=window, report=collected.append)
-    attend(q, k, v, spec, sinks=sinks, statistics=request)
-    full = attend(q, k, v, spec, sinks=sinks).head_out  # (batch, head, q_pos, dv)
+    attend(q, k, v, spec, AttendOptions(sinks=sinks, statistics=request))
+    full = attend(q, k, v, spec, AttendOptions(sinks=sinks)).head_out  # (batch, head, q_pos, dv)
     sites = Sites()
     sites.budget = KeyBudget(window[0], window[1], torch.ones(heads, dtype=torch.bool))
-    kept = attend(q, k, v, spec, sinks=sinks, sites=sites).head_out
+    kept = attend(q, k, v, spec, AttendOptions(sinks=sinks, sites=sites)).head_out
     lost = (full - kept).norm(dim=-1) / full.norm(dim=-1)  # (batch, head, q_pos)
     (sums,) = collected
     torch.testing.assert_close(sums.sums["window_error"], lost.sum(dim=(0, 2)), atol=1e-9,
@@ -64,10 +64,10 @@ def test_without_the_sink_in_the_denominator_the_error_would_differ():
     v = torch.randn(1, 3, 9, 2, generator=g, dtype=F64)
     sinks = torch.tensor([3.0, 0.0, -2.0], dtype=F64)
     spec = MaskSpec(causal=True)
-    run = attend(q, k, v, spec, sinks=sinks, need_weights="heads")
+    run = attend(q, k, v, spec, AttendOptions(sinks=sinks, need_weights="heads"))
     sites = Sites()
     sites.budget = KeyBudget(1, 2, torch.ones(3, dtype=torch.bool))
-    kept = attend(q, k, v, spec, sinks=sinks, sites=sites).head_out
+    kept = attend(q, k, v, spec, AttendOptions(sinks=sinks, sites=sites)).head_out
     want = (run.head_out - kept).norm(dim=-1) / run.head_out.norm(dim=-1)  # (1, head, q_pos)
     positions = torch.arange(9)
     with_sink, plain = (
@@ -110,6 +110,6 @@ def test_the_banded_path_of_a_kv_plan_equals_the_explicit_weights(seed, shape, q
             got = attend(q, k, v, spec).head_out
     finally:
         kernel._banded = banded
-    want = attend(q, k, v, spec, need_weights="heads").head_out
+    want = attend(q, k, v, spec, AttendOptions(need_weights="heads")).head_out
     assert taken == [True]
     torch.testing.assert_close(got, want, atol=1e-10, rtol=1e-10)

@@ -208,3 +208,23 @@ def test_random_baseline_refuses_sizes_below_one(bad):
     name = next(iter(bad))
     with pytest.raises(ValueError, match=f"{name} must be between 1"):
         random_baseline(**sizes)
+
+
+class _Squash(torch.nn.Module):
+    """A 1-D weight in front of the attention that is not a scaled normalisation."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.linspace(0.5, 1.5, width))
+
+    def forward(self, x):
+        return torch.tanh(x) * self.weight
+
+
+def test_a_norm_of_another_form_is_left_unfolded_and_said():
+    model = _build("llama", LLAMA)
+    model.model.layers[1].input_layernorm = _Squash(LLAMA["hidden_size"])
+    result = composition_scores(attach(model), samples=2)
+    assert result.folded_layers == [0, 2]
+    assert result.missing["1"].startswith("norm not folded: the norm before the layer (_Squash)")
+    assert result.score("k", "0.1", "1.4") is not None

@@ -61,12 +61,13 @@ def results(tmp_path: Path) -> Path:
 
 
 def test_sweep_plot_never_replaces_its_results_or_a_user_file(tmp_path, results, capsys):
-    refused(
-        ["sweep", "plot", "--results", str(results), "--out", str(results)],
-        capsys,
-        tmp_path,
-        "is not headlab sweep-plot figure",
-    )
+    for force in ([], ["--force"]):  # its own input: not even with --force (issue 31)
+        refused(
+            ["sweep", "plot", "--results", str(results), "--out", str(results), *force],
+            capsys,
+            tmp_path,
+            "is this command's input",
+        )
     thesis = tmp_path / "thesis.txt"
     thesis.write_text("chapter one")
     argv = ["sweep", "plot", "--results", str(results), "--out", str(thesis)]

@@ -130,8 +130,9 @@ def test_statistics_and_weights_of_every_variant(variant):
     last = batch.attention_mask.sum(1) - 1
     for layer, w in enumerate(weights):
         w = w.double()  # (batch, head, q_pos, k_pos)
+        # float32 weights: each row's sum is 1 up to float32 rounding (seen: 2e-7 over 20 keys)
         torch.testing.assert_close(_real_rows(w, batch), torch.ones(int(real.sum()), H,
-                                   dtype=torch.float64))  # fmt: skip
+                                   dtype=torch.float64), atol=1e-6, rtol=0)  # fmt: skip
         if variant.causal:
             assert (w.triu(1) == 0).all()
         else:  # a non-causal query puts weight on later keys

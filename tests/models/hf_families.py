@@ -157,8 +157,72 @@ OTHER_FAMILIES: dict[str, Family] = {
 }
 
 
+#: Families whose classes do not set ``_supports_attention_backend`` but call the interface
+#: (found by observing a forward, models/hf/observe.py): StableLM, and hybrids whose attention
+#: layers sit between state-space (Mamba) or linear-attention layers.
+_MAMBA = {"mamba_d_state": 4, "mamba_d_conv": 3, "mamba_expand": 2}
+_MAMBA2 = {**_MAMBA, "mamba_n_heads": 4, "mamba_d_head": 24, "mamba_n_groups": 1,
+           "mamba_chunk_size": 4}  # fmt: skip
+OBSERVED_FAMILIES: dict[str, Family] = {
+    "stablelm": Family(
+        "stablelm",
+        {**_GQA, **_DECODER, "partial_rotary_factor": 0.5, "use_qkv_bias": True},
+        "no class flag; partial rotary 0.5, biased q/k/v",
+    ),
+    "jamba": Family(
+        "jamba",
+        {
+            **_GQA,
+            **_DECODER,
+            **_MAMBA,
+            "num_hidden_layers": 4,
+            "attn_layer_period": 2,
+            "attn_layer_offset": 1,
+            "expert_layer_period": 2,
+            "expert_layer_offset": 1,
+            "num_experts": 4,
+            "num_experts_per_tok": 2,
+            "intermediate_size": 20,  # grouped_mm on CPU: strides of 16 bytes
+            "mamba_dt_rank": 4,
+            "use_mamba_kernels": False,
+        },
+        "hybrid: Mamba layers 0 and 2, attention layers 1 and 3, experts",
+    ),
+    "bamba": Family(
+        "bamba",
+        {**_GQA, **_DECODER, **_MAMBA2, "num_hidden_layers": 3, "attn_layer_indices": [1]},
+        "hybrid: Mamba-2 layers 0 and 2, attention layer 1",
+    ),
+    "falcon_h1": Family(
+        "falcon_h1",
+        {**_GQA, **_DECODER, **_MAMBA2, "mamba_d_ssm": 96},
+        "hybrid: attention and Mamba-2 side by side in every layer",
+    ),
+    "qwen3_next": Family(
+        "qwen3_next",
+        {
+            **_GQA,
+            **_DECODER,
+            "layer_types": ["linear_attention", "full_attention"],
+            "linear_num_value_heads": 4,
+            "linear_num_key_heads": 2,
+            "linear_key_head_dim": 8,
+            "linear_value_head_dim": 8,
+            "num_experts": 4,
+            "num_experts_per_tok": 2,
+            "moe_intermediate_size": 16,
+            "shared_expert_intermediate_size": 16,
+        },
+        "hybrid: linear attention (gated delta rule) layer 0, gated attention layer 1",
+    ),
+}
+
+
 def family(name: str) -> Family:
-    return FAMILIES[name] if name in FAMILIES else OTHER_FAMILIES[name]
+    for table in (FAMILIES, OTHER_FAMILIES, OBSERVED_FAMILIES):
+        if name in table:
+            return table[name]
+    raise KeyError(name)
 
 
 def model_class(family: Family):

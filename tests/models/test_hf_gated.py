@@ -24,6 +24,11 @@ NOTE = (
     "contribution_norm left out (attention layers 0, 1): the family changes the attention's "
     "output (a gate) before its output projection, so no W_O maps one head's output alone"
 )
+#: The convolution block has no heads (models/hf/hybrid.py).
+BLOCKS = (
+    "attention layers 0, 1 are the model's blocks 1, 2 (of 3, model.layers); block 0 (conv) "
+    "has no heads"
+)
 
 
 @pytest.fixture(scope="module")
@@ -77,14 +82,14 @@ def test_the_results_leave_the_statistic_out_with_a_note(models):
     model, _ = models
     texts = [text(9, seed) for seed in range(3)]
     result = head_statistics(model, texts, max_length=20, detector_length=5)
-    assert "contribution_norm" not in result.metrics and result.notes == [NOTE]
+    assert "contribution_norm" not in result.metrics and result.notes == [NOTE, BLOCKS]
     assert {"entropy", "first", "distance"} <= set(result.metrics)
     assert set(result.detectors) == {"previous_token", "duplicate_token", "induction"}
     document = json.loads(json.dumps(result.to_dict(), allow_nan=False))
-    assert document["notes"] == [NOTE]
+    assert document["notes"] == [NOTE, BLOCKS]
     assert HeadStatistics.from_dict(document) == result
     long = long_text_statistics(model, text(40, 7), window=(2, 5))
-    assert long.statistics.notes == [NOTE]
+    assert long.statistics.notes == [NOTE, BLOCKS]
     assert "contribution_norm" not in long.statistics.metrics
     assert long.roles.window_error is not None and len(long.roles.window_error) == 2
 
@@ -99,7 +104,7 @@ def test_the_command_and_the_report_show_the_note_and_the_metric_is_refused(
     results = tmp_path / "results"
     code, out, err = run([*args, "--out", str(results / "model_heads.json"), "--json"], capsys)
     assert code == 0, err
-    assert json.loads(out)["notes"] == [NOTE]  # --json refuses NaN: none was there
+    assert json.loads(out)["notes"] == [NOTE, BLOCKS]  # --json refuses NaN: none was there
     page = build_report(tmp_path / "report", ReportOptions(text="w1 w2", results=results))
     shown = re.search(r'data-testid="heads-note">(.*?)</p>', page.read_text()).group(1)
     assert html.unescape(shown) == f"Note: {NOTE}."

@@ -179,8 +179,11 @@ def test_a_folder_without_a_tokenizer_still_runs_on_ids(hf_dirs, tmp_path):
     (folder / "tokenizer.json").unlink()
     model = load(folder)
     assert model.logits(torch.tensor([[3, 4, 5]])).shape == (1, 3, 101)
-    with pytest.raises(ValueError, match=r"has no tokenizer: pass tokenizer= to headlab.attach"):
+    with pytest.raises(ValueError, match=r"has no tokenizer: its folder .* holds no tokenizer"):
         model.tokenize(["w3"])
+    attached = attach(build("phi3"))  # a model in memory: name the argument to pass
+    with pytest.raises(ValueError, match=r"has no tokenizer: pass tokenizer= to headlab.attach"):
+        attached.tokenize(["w3"])
 
 
 def test_the_supported_families_are_read_from_transformers():

@@ -47,6 +47,9 @@ def test_only_true_runs_remote_code_anything_else_but_false_is_a_type_error(
     with pytest.raises(ValueError, match=r"own Python code \(auto_map\).*trust_remote_code=True"):
         entry(folder, trust_remote_code=False)
     assert not marker.exists()
+    if entry is load:  # also where no checkpoint code could run: the value itself is wrong
+        with pytest.raises(TypeError, match=expected):
+            load("minilm", trust_remote_code=value)
 
 
 def _vit():
@@ -78,8 +81,9 @@ def _state(model) -> tuple:
     )
 
 
-def test_a_vision_model_is_refused_in_one_line_by_load_and_attach(tmp_path):
+def test_a_vision_model_is_refused_in_one_line_by_load_and_attach(tmp_path, capsys):
     import headlab
+    from cli_run import run
 
     model = _vit()
     model.save_pretrained(tmp_path / "vit")
@@ -87,6 +91,9 @@ def test_a_vision_model_is_refused_in_one_line_by_load_and_attach(tmp_path):
     with pytest.raises(ValueError, match="vit: " + pattern) as refused:
         load(tmp_path / "vit")
     assert "\n" not in str(refused.value)
+    capsys.readouterr()  # save_pretrained's own progress bar
+    code, out, err = run(["model", "generate", "hi", "--model", str(tmp_path / "vit")], capsys)
+    assert code == 2 and out == "" and err.count("\n") == 1 and "reads pixel_values" in err, err
     before = _state(model)
     with pytest.raises(ValueError, match=pattern):
         headlab.attach(model)
@@ -158,3 +165,27 @@ def test_a_second_attach_that_fails_keeps_the_first(monkeypatch):
         headlab.attach(model, _BrokenTokenizer())
     assert _state(model) == before
     assert model.headlab_layers is first.layers
+
+
+@pytest.mark.parametrize(
+    ("model", "message"),
+    [
+        ("", "the model is an empty string; expected minilm, smollm2, a model folder"),
+        ("  ", "the model is an empty string"),
+        ("a" * 5000, "is 5,000 bytes long; a path holds at most 4,096 bytes and 255 in one name"),
+        ("a/" * 2100, "is 4,200 bytes long"),
+        ("x" * 256, "is 256 bytes long"),
+    ],
+)
+def test_a_model_that_cannot_name_anything_is_one_line_and_exit_2(model, message, capsys):
+    """Path("") is the current folder and a 5,000-character path an OSError ("File name too
+    long", exit 1): both are bad input, refused before anything is read."""
+    from cli_run import run
+    from headlab.models.hf.checkpoint import locate
+
+    for entry in (load, load_transformers, locate):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            entry(model)
+    code, out, err = run(["model", "generate", "hi", "--model", model], capsys)
+    assert code == 2 and out == "" and err.count("\n") == 1 and message in err, err
+    assert len(err) < 300  # the path is not echoed whole

@@ -42,7 +42,7 @@ def test_a_transposed_grid_is_rejected(results_dir: Path) -> None:
 
 def test_broken_files_name_the_file(results_dir: Path) -> None:
     (results_dir / "model_prune.json").write_text("{not json")
-    with pytest.raises(ValueError, match=r"model_prune\.json: expected JSON"):
+    with pytest.raises(ValueError, match=r"model_prune\.json: not valid JSON"):
         read_section(results_dir, "model_prune.json")
     (results_dir / "sweep.jsonl").write_text('{"run_id": "a"}\n')
     with pytest.warns(UserWarning, match=r"sweep\.jsonl: skipped 1 line .*line 1: missing 'step'"):

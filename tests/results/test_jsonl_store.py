@@ -190,7 +190,7 @@ def test_reader_never_loses_a_complete_valid_run(junk, order, cut, merged):
 
 
 def test_read_results_of_a_directory_is_a_clear_error(tmp_path):
-    with pytest.raises(ValueError, match="not a results file"):
+    with pytest.raises(ValueError, match="is a directory, expected a regular file"):
         read_results(tmp_path)
 
 

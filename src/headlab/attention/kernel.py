@@ -263,51 +263,63 @@ def choose_path(
 # Under torch.jit.trace (the legacy ONNX export) shapes are tensors and every Python use of one
 # warns; head counts and group sizes are the module's constants, and the lengths flow as tensors
 # into the ops (the recorded graph takes other lengths), so the warnings are silenced.
+@dataclass(frozen=True)
+class AttendOptions:
+    """What one call of ``attend`` does besides plain attention (every field optional).
+
+    scale: of the scores, default 1 / sqrt(d_head). softcap: the cap of the logits. sinks:
+    (head,) sink logits. dropout_p: dropout of the weights. need_weights: None, "heads" (per
+    head) or "mean" (averaged over heads). sites: interventions (q, k, v, scores, weights,
+    head_outputs), a statistics request and a key budget attached to the layer. head_scale:
+    (batch|1, head, 1, 1) multiplies each head's output (head_mask). head_view: view the heads
+    as this many (a divisor of head). statistics: stream per-head sums into
+    ``statistics.report`` (without dropout; the weights asked are returned as well).
+    """
+
+    scale: float | None = None
+    softcap: float | None = None
+    sinks: Tensor | None = None
+    dropout_p: float = 0.0
+    need_weights: str | None = None
+    sites: Sites | None = None
+    head_scale: Tensor | None = None
+    head_view: int | None = None
+    statistics: StatisticsRequest | None = None
+
+
+PLAIN = AttendOptions()
+
+
 @shape_check
 def attend(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    mask: MaskSpec | None = None,
-    *,
-    scale: float | None = None,
-    softcap: float | None = None,
-    sinks: Tensor | None = None,
-    dropout_p: float = 0.0,
-    need_weights: str | None = None,
-    sites: Sites | None = None,
-    head_scale: Tensor | None = None,
-    head_view: int | None = None,
-    statistics: StatisticsRequest | None = None,
+    q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec | None = None, options: AttendOptions = PLAIN
 ) -> Attended:
     """Attention of per-head queries over grouped keys and values (see the module docstring).
 
     q: (batch, head, q_pos, d_head); k: (batch, kv_head, k_pos, d_head); v: (batch, kv_head,
     k_pos, d_value), head a multiple of kv_head. mask: which keys each query sees (None: all).
-    scale: default 1 / sqrt(d_head). softcap: the cap of the logits. sinks: (head,) sink logits.
-    need_weights: None, "heads" or "mean". sites: interventions (q, k, v, scores, weights,
-    head_outputs). head_scale: (batch|1, head, 1, 1) multiplies each head's output (head_mask).
-    head_view: view the heads as this many (a divisor of head). statistics: stream per-head
-    sums into ``statistics.report`` (without dropout; the weights asked are returned as well).
-    Raises ValueError for shapes that do not fit.
+    options: ``AttendOptions``. Raises ValueError for shapes that do not fit.
     """
+    o = options
+    sinks, softcap, dropout_p, need_weights = o.sinks, o.softcap, o.dropout_p, o.need_weights
+    statistics = o.statistics
     heads, groups = int(q.shape[1]), int(k.shape[1])
     if groups == 0 or heads % groups:
         raise ValueError(f"query heads ({heads}) must be a multiple of K/V heads ({groups})")
-    if head_view is not None and (head_view <= 0 or heads % head_view):
-        raise ValueError(f"head_view must divide the {heads} query heads, got {head_view}")
-    view = None if head_view in (None, heads) else head_view
+    if o.head_view is not None and (o.head_view <= 0 or heads % o.head_view):
+        raise ValueError(f"head_view must divide the {heads} query heads, got {o.head_view}")
+    view = None if o.head_view in (None, heads) else o.head_view
     if statistics is not None and view is not None:
         raise ValueError("statistics are per head: they cannot be streamed through a view")
-    scale = q.shape[-1] ** -0.5 if scale is None else scale
-    sites = sites if sites else None
+    scale = q.shape[-1] ** -0.5 if o.scale is None else o.scale
+    sites = o.sites if o.sites else None
     if sites is not None:
         q, k, v = sites("q", q), sites("k", k), sites("v", v)
         if sites.budget is not None:  # a KV plan: its heads see sinks and a window only
             mask = replace(mask or MaskSpec(), budget=sites.budget)
-    options = {"scale": scale, "softcap": softcap, "sinks": sinks, "view": view}
+    math = {"scale": scale, "softcap": softcap, "sinks": sinks, "view": view}  # of the scores
     path = choose_path(
-        q, k, v, mask, special=any(options[o] is not None for o in ("softcap", "sinks", "view")),
+        q, k, v, mask, special=any(x is not None for x in (softcap, sinks, view)),
         dropout_p=dropout_p, need_weights=need_weights, sites=sites, statistics=statistics,
     )  # fmt: skip
     sums = None if statistics is None else _streaming_sums(q, k, mask, statistics, sinks)
@@ -315,7 +327,7 @@ def attend(
     if path in ("explicit", "streamed-whole"):
         dropout = dropout_p if path == "explicit" else 0.0  # statistics are of the eval model
         head_out, weights, scores = _explicit(q, k, v, mask, dropout_p=dropout, sites=sites,
-                                              **options)  # fmt: skip
+                                              **math)  # fmt: skip
         if sums is not None:  # the outputs before the head_outputs site, as the chunks see them
             _add_whole(sums, weights.detach(), v.detach(), mask)
         if need_weights == "mean":
@@ -324,7 +336,7 @@ def attend(
         head_out, weights = AveragedAttention.apply(q, k, v, _whole(mask, q, k), scale)
     elif path == "whole":
         with torch.no_grad():
-            _, p = block_weights(q, k, _whole(mask, q, k), inplace=True, **options)
+            _, p = block_weights(q, k, _whole(mask, q, k), inplace=True, **math)
             head_out, weights = values(p, v, heads), p.mean(dim=1)
     elif path == "recomputed":
         head_out = RecomputedAttention.apply(q, k, v, sinks, mask, scale, softcap, view,
@@ -336,11 +348,11 @@ def attend(
         chunk = CHUNK_ELEMENTS if statistics is None else statistics.chunk_elements
         with torch.no_grad():
             head_out, weights = chunked(q, k, v, mask, mean=path == "blocked", sums=sums,
-                                         chunk_elements=chunk, **options)  # fmt: skip
+                                         chunk_elements=chunk, **math)  # fmt: skip
     else:
         head_out = _fused(q, k, v, mask, scale=scale, dropout_p=dropout_p)
-    if head_scale is not None:
-        head_out = head_out * head_scale
+    if o.head_scale is not None:
+        head_out = head_out * o.head_scale
     if sites is not None:
         head_out = sites("head_outputs", head_out)
     if sums is not None:

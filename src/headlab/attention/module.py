@@ -27,7 +27,7 @@ from torch.nn.modules.linear import NonDynamicallyQuantizableLinear
 
 from headlab.attention import layout
 from headlab.attention.functional import merge_heads, split_heads
-from headlab.attention.kernel import attend
+from headlab.attention.kernel import AttendOptions, attend
 from headlab.attention.masks import torch_mask_spec
 from headlab.attention.rotary import apply_rotary
 from headlab.attention.sites import Sites
@@ -200,7 +200,8 @@ class MultiHeadAttention(nn.Module):
 
     # ----------------------------------------------------------------- the computation
     def _project(self, query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """(batch, pos, E) inputs -> q (batch, H, q_pos, D), k and v (batch, G, k_pos', D).
+        """(batch, pos, embed_dim) inputs -> q (batch, head, q_pos, d_head), k and v
+        (batch, kv_head, k_pos', d_head).
 
         k_pos' = k_pos plus one column for add_bias_kv and one for add_zero_attn.
         """
@@ -218,11 +219,12 @@ class MultiHeadAttention(nn.Module):
             batch = q.shape[0]
             k = torch.cat([k, self.bias_k.expand(batch, 1, -1)], dim=1)  # (batch, k_pos+1, G*D)
             v = torch.cat([v, self.bias_v.expand(batch, 1, -1)], dim=1)  # (batch, k_pos+1, G*D)
-        q = split_heads(q, self.num_heads)  # (batch, H, q_pos, D)
-        k = split_heads(k, self.num_kv_heads)  # (batch, G, k_pos (+1 with bias_k), D)
+        q = split_heads(q, self.num_heads)  # (batch, head, q_pos, d_head)
+        k = split_heads(k, self.num_kv_heads)  # (batch, kv_head, k_pos (+1 with bias_k), d_head)
         v = split_heads(v, self.num_kv_heads)  # likewise
         if self.add_zero_attn:
-            k, v = F.pad(k, (0, 0, 0, 1)), F.pad(v, (0, 0, 0, 1))  # (batch, G, k_pos', D)
+            # (batch, kv_head, k_pos', d_head): one more key and value, zero
+            k, v = F.pad(k, (0, 0, 0, 1)), F.pad(v, (0, 0, 0, 1))
         if self.rotary_base is not None:  # rotated by position, before any intervention sees them
             q, k = apply_rotary(q, self.rotary_base), apply_rotary(k, self.rotary_base)
         return q, k, v
@@ -265,7 +267,8 @@ class MultiHeadAttention(nn.Module):
         sites = self.sites if sites is None else sites
         batched, xq, xk, xv = self._inputs(query, key, value)  # (batch, q|k_pos, E|kdim|vdim)
         batch = xq.shape[0]
-        q, k, v = self._project(xq, xk, xv)  # (batch, H, q_pos, D), (batch, G, k_pos', D)
+        # (batch, head, q_pos, d_head), (batch, kv_head, k_pos', d_head) twice
+        q, k, v = self._project(xq, xk, xv)
         mask = torch_mask_spec(
             attn_mask=attn_mask,
             key_padding_mask=key_padding_mask,
@@ -286,12 +289,14 @@ class MultiHeadAttention(nn.Module):
             k,
             v,
             mask,
-            dropout_p=self.dropout if self.training else 0.0,
-            need_weights=need_weights,
-            sites=sites,
-            head_scale=layout.head_scale(head_mask, batch, self.num_heads),  # (b|1, H, 1, 1)
-            head_view=head_view,
-            statistics=statistics,
+            AttendOptions(
+                dropout_p=self.dropout if self.training else 0.0,
+                need_weights=need_weights,
+                sites=sites,
+                head_scale=layout.head_scale(head_mask, batch, self.num_heads),
+                head_view=head_view,
+                statistics=statistics,
+            ),
         )
         return HeadRun(batched, run.head_out, run.weights, run.q, run.k, run.v, run.scores)
 
@@ -375,7 +380,8 @@ class MultiHeadAttention(nn.Module):
             head_mask=head_mask,
             need_weights="heads",
         )
-        w_o = self.out_proj.weight.view(self.embed_dim, self.num_heads, self.head_dim)  # (E, H, D)
+        # (embed_dim, head, d_head)
+        w_o = self.out_proj.weight.view(self.embed_dim, self.num_heads, self.head_dim)
         contributions = torch.einsum("bhqd,ehd->bhqe", run.head_out, w_o)
         # The output is computed as forward computes it (one matmul), not as the sum of the
         # contributions, so that trace and forward agree bit for bit; the sum agrees to rounding.

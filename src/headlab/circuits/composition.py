@@ -86,13 +86,15 @@ def _num_sq(p: Tensor, s: Tensor, w_o: Tensor, w_v: Tensor) -> Tensor:
     """||P^T S OV||^2 for every receiver (P, S) and sender (W_O, W_V).
 
     p, s: (receiver, d, embed); w_o: (sender, embed, d_s); w_v: (sender, d_s, embed)
-    -> (receiver, sender)."""
+    -> (receiver, sender). One GEMM over the embedding (the only large dimension), then
+    d x d products: tr(M^T G_P M G_V) = sum(M * (G_P M G_V)), M = S W_O."""
+    receivers, d, embed = s.shape
+    senders, _, d_s = w_o.shape
     gram_p, gram_v = _gram(p), _gram(w_v)  # (receiver, d, d), (sender, d_s, d_s)
-    out = torch.empty(p.shape[0], w_o.shape[0], dtype=p.dtype)
-    for r in range(p.shape[0]):
-        m = torch.einsum("de,sef->sdf", s[r], w_o)  # (sender, d, d_s)
-        out[r] = (m * (gram_p[r] @ m @ gram_v)).sum((-1, -2))
-    return out
+    m = s.reshape(receivers * d, embed) @ w_o.permute(1, 0, 2).reshape(embed, senders * d_s)
+    m = m.view(receivers, d, senders, d_s).permute(0, 2, 1, 3)  # (receiver, sender, d, d_s)
+    u = gram_p[:, None] @ m @ gram_v[None]  # (receiver, sender, d, d_s)
+    return (m * u).sum((-1, -2))
 
 
 def _norm_sq(p: Tensor, s: Tensor) -> Tensor:
@@ -136,12 +138,17 @@ def pair_scores(sender: LayerWeights, receiver: LayerWeights) -> dict[str, Tenso
     return out
 
 
-def layer_weights(layer, fold: bool = True) -> tuple[LayerWeights, list[str]]:
+def layer_weights(layer, fold: bool = True) -> tuple[LayerWeights, list[str], bool]:
     """A layer's ``LayerWeights`` (``AttentionLayer``: query_key_weights, value_output_weights,
-    input_scale) and the reasons for the weights it lacks."""
+    input_scale), the reasons for what it lacks (a norm whose scale cannot be read is left
+    unfolded and said), and whether a norm scale was folded in."""
     heads, kv = layer.num_heads, layer.num_kv_heads
     missing = []
-    scale = layer.input_scale() if fold else None
+    try:
+        scale = layer.input_scale() if fold else None
+    except ValueError as error:
+        scale = None
+        missing.append(f"norm not folded: {error}")
     fold_in = 1.0 if scale is None else scale.detach().double()  # (embed,)
 
     def split(w: Tensor, n: int) -> Tensor:
@@ -160,7 +167,7 @@ def layer_weights(layer, fold: bool = True) -> tuple[LayerWeights, list[str]]:
     except ValueError as error:
         w_v = w_o = None
         missing.append(f"V/O: {error}")
-    return LayerWeights(w_q, w_k, w_v, w_o, heads, kv), missing
+    return LayerWeights(w_q, w_k, w_v, w_o, heads, kv), missing, scale is not None
 
 
 def composition_scores(
@@ -175,13 +182,14 @@ def composition_scores(
     ``samples`` draws from ``seed``). ``on_layer(i, n)`` after receiver layer i of n."""
     check_int("samples", samples, low=1, high=100_000)
     layers = model.attention_layers()
-    weights, missing = [], {}
+    weights, missing, folded = [], {}, []
     for i, layer in enumerate(layers):
-        found, why = layer_weights(layer, fold)
+        found, why, scaled = layer_weights(layer, fold)
         weights.append(found)
         if why:
             missing[str(i)] = "; ".join(why)
-    folded = [i for i, layer in enumerate(layers) if fold and layer.input_scale() is not None]
+        if scaled:
+            folded.append(i)
     offsets = _offsets([w.heads for w in weights])
     group_offsets = _offsets([w.kv_heads for w in weights])
     total, total_groups = offsets[-1], group_offsets[-1]

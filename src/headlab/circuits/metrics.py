@@ -9,6 +9,9 @@ metric is their weighted mean, one value per copy when a run stacks copies of th
     log-probability    log softmax(logits)[answer]                     (induction: the next tokens)
     KL to the clean    sum_v p_clean(v) (log p_clean(v) - log p(v))    (EAP-IG's metric for
                                                                         general behaviour)
+    prob. difference   sum_c sign_c p(candidate_c)                     (greater-than, Hanna et
+                                                                        al. 2023: years above
+                                                                        YY +1, the others -1)
 
 Higher is better for the first two; KL is 0 on the clean run and grows with any change.
 """
@@ -22,15 +25,16 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-MetricKind = Literal["logit_diff", "logprob", "kl"]
-METRIC_KINDS = ("logit_diff", "logprob", "kl")
+MetricKind = Literal["logit_diff", "logprob", "kl", "prob_diff"]
+METRIC_KINDS = ("logit_diff", "logprob", "kl", "prob_diff")
 
 
 @dataclass(frozen=True)
 class Metric:
     """See the module docstring. answers, wrong: (batch, n_kept) token ids (wrong only for
     logit_diff); reference: the clean run's log-probabilities (batch, n_kept, vocab), which a
-    KL metric needs before it can be evaluated (``with_reference``)."""
+    KL metric needs before it can be evaluated (``with_reference``); candidates (batch, n)
+    token ids and signs (batch, n) of prob_diff, the same at every kept position."""
 
     kind: MetricKind
     positions: Tensor
@@ -38,11 +42,15 @@ class Metric:
     answers: Tensor | None = None
     wrong: Tensor | None = None
     reference: Tensor | None = None
+    candidates: Tensor | None = None
+    signs: Tensor | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in METRIC_KINDS:
             raise ValueError(f"metric must be one of {', '.join(METRIC_KINDS)}, got {self.kind!r}")
-        if self.kind != "kl" and self.answers is None:
+        if self.kind == "prob_diff" and (self.candidates is None or self.signs is None):
+            raise ValueError("metric 'prob_diff' needs candidate tokens and their signs")
+        if self.kind not in ("kl", "prob_diff") and self.answers is None:
             raise ValueError(f"metric {self.kind!r} needs answer tokens")
         if self.kind == "logit_diff" and self.wrong is None:
             raise ValueError("metric 'logit_diff' needs wrong-answer tokens")
@@ -58,8 +66,13 @@ class Metric:
         return dataclasses.replace(self, reference=clean_logits.detach().log_softmax(-1))
 
     def check_vocab(self, vocab: int) -> None:
-        """ValueError for an answer token outside ``vocab``."""
-        for name, ids in (("answer", self.answers), ("wrong-answer", self.wrong)):
+        """ValueError for an answer token outside ``vocab`` (where the metric counts it)."""
+        counted = self.weight > 0  # (batch, n_kept); the other entries are placeholders
+        named = (("answer", self.answers), ("wrong-answer", self.wrong),
+                 ("candidate", self.candidates))  # fmt: skip
+        for name, ids in named:
+            if ids is not None and ids.shape == counted.shape:
+                ids = ids[counted]
             if ids is None or not ids.numel():
                 continue
             if not 0 <= int(ids.min()) <= int(ids.max()) < vocab:
@@ -78,6 +91,12 @@ class Metric:
             per = right - _take(logits, self.wrong)
         elif self.kind == "logprob":
             per = _take(logits.log_softmax(-1), self.answers)
+        elif self.kind == "prob_diff":
+            probs = logits.softmax(-1)  # (copies, batch, n_kept, vocab)
+            index = self.candidates.to(probs.device)[None, :, None, :]
+            index = index.expand(probs.shape[0], -1, probs.shape[2], -1)  # (.., n_kept, n)
+            signs = self.signs.to(probs)[None, :, None, :]
+            per = (probs.gather(-1, index) * signs).sum(-1)  # (copies, batch, n_kept)
         else:
             if self.reference is None:
                 raise ValueError("a KL metric needs the clean run's logits (with_reference)")

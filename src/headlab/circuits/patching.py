@@ -34,9 +34,9 @@ from torch import Tensor
 from headlab.attention.interventions import intervene
 from headlab.circuits.graph import EMBED, LOGITS, Edge, Graph
 from headlab.circuits.metrics import Metric
-from headlab.circuits.results_types import EdgeScores
 from headlab.circuits.resume import Runner, Stop, hooked, replaced_output
 from headlab.models.hf.adapter import TransformersModel
+from headlab.results.circuit_edges import EdgeScores
 
 Progress = Callable[[int, int], None]
 
@@ -83,6 +83,8 @@ class Patcher:
         self.clean_value = float(self.metric(self.clean.logits)[0])
         self.corrupted_value = float(self.metric(self.corrupted.logits)[0])
         self._writes: dict[str, Tensor] = {}
+        self._linear: bool | None = None
+        self.scale = 1.0
 
     @property
     def batch(self) -> int:
@@ -102,9 +104,41 @@ class Patcher:
             else:
                 raise ValueError(f"{name!r} writes nothing into the residual stream")
         with torch.no_grad():
+            linear = bool(by_layer) and self.writes_are_linear()
             for layer, names in by_layer.items():
-                self._writes.update(self._layer_writes(layer, names))
+                if linear:
+                    self._writes.update({n: self._direct_write(n) for n in names})
+                else:
+                    self._writes.update(self._layer_writes(layer, names))
         return {s: self._writes[s] for s in senders}
+
+    def writes_are_linear(self) -> bool:
+        """Whether a head's write is its output through its own W_O slice and an MLP's its
+        output (nothing between them and the residual add), observed once on layer 0: every
+        head's and the MLP's write, run through the block, against those formulas. Where
+        they agree, writes take the formulas (no block runs)."""
+        if self._linear is None:
+            block = self.runner.blocks[0]
+            names = [f"0.{h}" for h in range(block.attention.num_heads)]
+            names += ["mlp.0"] if block.mlp is not None else []
+            with torch.no_grad():
+                exact = self._layer_writes(0, names)
+                self._writes.update(exact)
+                self._linear = block.attention.output_weight() is not None and all(
+                    _close(exact[n], self._direct_write(n)) for n in names
+                )
+        return self._linear
+
+    def _direct_write(self, name: str) -> Tensor:
+        """The write formula of ``writes_are_linear``, corrupted minus clean."""
+        node = self.graph.node(name)
+        if node.kind == "mlp":
+            return self.corrupted.mlp[node.layer] - self.clean.mlp[node.layer]
+        attention = self.runner.blocks[node.layer].attention
+        d = attention.head_dim
+        w_o = attention.output_weight().detach()[:, node.index * d : (node.index + 1) * d]
+        change = self.corrupted.head_outputs[node.layer] - self.clean.head_outputs[node.layer]
+        return change[:, node.index] @ w_o.t()  # (batch, pos, d_head) -> (batch, pos, embed)
 
     def _layer_writes(self, layer: int, names: list[str]) -> dict[str, Tensor]:
         """Block ``layer`` run once per sender (plus one clean copy), each copy with one sender
@@ -143,16 +177,21 @@ class Patcher:
         return {n: out[c * b : (c + 1) * b] - base for c, n in enumerate(names)}
 
     # ------------------------------------------------------------------ receivers
+    def _shifted(self, base: Tensor, edges: list[Edge]) -> Tensor:
+        """``base`` (batch, pos, embed_dim) once per edge plus the edge's write (times
+        ``self.scale``): (len(edges) * batch, pos, embed_dim)."""
+        writes = self.writes([e.sender for e in edges])
+        return base.repeat(len(edges), 1, 1) + self.scale * torch.cat(
+            [writes[e.sender] for e in edges]
+        )
+
     def _patched_inputs(self, layer: int, edges: list[Edge], kind: str) -> object:
         """Phase A: the receivers' inputs of layer ``layer`` from the clean stream plus each
         edge's write, one copy per edge: {"q","k","v"} -> (copies * batch, head, pos, d_head)
         for attention receivers, the MLP's output (copies * batch, pos, embed_dim) for MLPs."""
         block = self.runner.blocks[layer]
         copies = len(edges)
-        writes = self.writes([e.sender for e in edges])
-        hidden = self.clean.resid[layer].repeat(copies, 1, 1) + torch.cat(
-            [writes[e.sender] for e in edges]
-        )
+        hidden = self._shifted(self.clean.resid[layer], edges)
         seen: dict[str, Tensor] = {}
 
         def keep(site):
@@ -187,10 +226,7 @@ class Patcher:
         b, copies = self.batch, len(edges)
         n = len(self.runner.blocks)
         if kind == "logits":
-            writes = self.writes([e.sender for e in edges])
-            hidden = self.clean.resid[n].repeat(copies, 1, 1) + torch.cat(
-                [writes[e.sender] for e in edges]
-            )
+            hidden = self._shifted(self.clean.resid[n], edges)
             return self.metric(self.runner.forward(n, hidden, copies))
         patched = self._patched_inputs(layer, edges, kind)
         block = self.runner.blocks[layer]
@@ -219,9 +255,16 @@ class Patcher:
         return self.metric(self.runner.forward(layer, hidden, copies, hooks))
 
     def effects(
-        self, edges: Sequence[str], chunk: int | None = None, progress: Progress | None = None
+        self,
+        edges: Sequence[str],
+        chunk: int | None = None,
+        progress: Progress | None = None,
+        scale: float = 1.0,
     ) -> Tensor:
-        """(len(edges),) float64: metric(edge patched) - metric(clean), each edge alone."""
+        """(len(edges),) float64: metric(edge patched) - metric(clean), each edge alone.
+        ``scale`` multiplies each sender's write (1: path patching; a small one gives the
+        derivative that edge attribution estimates, by finite differences)."""
+        self.scale = scale
         parsed = [self.graph.edge(name) for name in edges]
         chunk = chunk or self.default_chunk()
         groups: dict[tuple[int, str], list[int]] = defaultdict(list)
@@ -250,6 +293,10 @@ class Patcher:
         b, pos, width = resid.shape
         per_copy = b * pos * width * 16 + self.clean.logits.numel() * 3
         return max(1, budget_bytes // (per_copy * resid.element_size()))
+
+
+def _close(want: Tensor, got: Tensor) -> bool:
+    return float((want - got).abs().max()) <= 1e-3 * (float(want.abs().max()) + 1e-12)
 
 
 def path_patching(

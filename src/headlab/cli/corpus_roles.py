@@ -10,13 +10,16 @@ import typer
 from rich.text import Text
 
 from headlab.cli.model import BACKEND, DOWNLOAD, TRUST_REMOTE_CODE, model_app
-from headlab.cli.outputs import claim, emit_result, note_lines
+from headlab.cli.outputs import an_input_folder, claim, emit_result, note_lines
 from headlab.cli.parsing import flags
 from headlab.cli.progress import progress
 from headlab.results.locations import RESULTS_DIR, model_results
 
 DOCUMENTS = typer.Option(
-    ..., "--documents", help="A folder of documents: its .txt files (UTF-8), one pass each."
+    ...,
+    "--documents",
+    help="A folder of documents: its .txt files (UTF-8), one pass each.",
+    callback=an_input_folder,
 )
 OUT = typer.Option(
     RESULTS_DIR / "model_roles.jsonl",
@@ -124,7 +127,9 @@ def _tables(result) -> list:
     from headlab.cli.roles import role_tables
 
     c = result.corpus
-    cut = f", {c.truncated} cut to --max-tokens" if c.truncated else ""
+    limit = result.options.max_tokens
+    to = "the model's context" if limit is None else f"--max-tokens {limit}"
+    cut = f", {c.truncated} cut to {to}" if c.truncated else ""
     line = (
         f"{result.statistics.model} over {c.documents} documents{cut}: {c.tokens} tokens "
         f"({c.window_tokens} in documents longer than the window), {c.copy_positions} copy "

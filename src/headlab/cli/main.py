@@ -62,9 +62,11 @@ def main(argv: list[str] | None = None) -> None:
 def _run(argv: list[str] | None) -> None:
     try:
         from headlab.cli.app import app
+        from headlab.results.output_policy import new_command
 
         # standalone_mode=False *returns* typer.Exit's code (130 for Ctrl-C) instead of exiting.
-        code = app(args=argv, prog_name="headlab", standalone_mode=False)
+        with new_command():  # the inputs its options declare are this command's alone
+            code = app(args=argv, prog_name="headlab", standalone_mode=False)
     except KeyboardInterrupt:
         print("headlab: aborted", file=sys.stderr)
         sys.exit(interrupts.exit_code())

@@ -20,7 +20,15 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from headlab.cli.outputs import claim, emit_result, note_lines, print_json, writing
+from headlab.cli.outputs import (
+    an_input,
+    an_input_folder,
+    claim,
+    emit_result,
+    note_lines,
+    print_json,
+    writing,
+)
 from headlab.cli.parsing import flags, int_list
 from headlab.cli.progress import progress
 from headlab.cli.tables import fitted_tables
@@ -39,7 +47,9 @@ MODEL = typer.Option(
     "--model",
     help="minilm (default), smollm2, a path (.gguf, a transformers checkpoint folder) or a hub id.",
 )
-MODEL_DIR = typer.Option(None, "--model-dir", help="A model folder (same as --model PATH).")
+MODEL_DIR = typer.Option(
+    None, "--model-dir", help="A model folder (same as --model PATH).", callback=an_input_folder
+)
 BACKEND = typer.Option(
     None,
     "--backend",
@@ -54,7 +64,9 @@ TRUST_REMOTE_CODE = typer.Option(
     "--trust-remote-code",
     help="Run the checkpoint's own Python code (its auto_map): only for checkpoints you trust.",
 )
-CORPUS = typer.Option(None, "--corpus", help="Text file, one text per line (default: stdlib).")
+CORPUS = typer.Option(
+    None, "--corpus", help="Text file, one text per line (default: stdlib).", callback=an_input
+)
 N_TEXTS = typer.Option(300, "--n-texts", help="Number of texts to use.")
 MAX_LENGTH = typer.Option(
     None, "--max-length", help="Tokens kept per text [default: 128, or the model's positions]."
@@ -134,12 +146,13 @@ def _load(
         check_int("--max-length", max_length, low=2)
     if corpus is not None:
         texts = read_corpus(corpus, n_texts)
+    else:  # its size is known before the model loads
+        with flags("n_texts"):
+            texts = default_corpus(n_texts)
     loaded = open_model(model if model_dir is None else model_dir, route)
     positions = loaded.max_positions
     max_length = min(128, positions) if max_length is None else max_length
     check_int("--max-length", max_length, low=2, high=positions)
-    if corpus is None:
-        texts = default_corpus(n_texts)
     return loaded, texts, max_length
 
 
@@ -163,7 +176,10 @@ def _top_table(title: str, rows: list[tuple[int, int, float]]) -> Table:
 
 
 TEXT_FILE = typer.Option(
-    None, "--text-file", help="One long text (UTF-8): every head on it, at full length."
+    None,
+    "--text-file",
+    help="One long text (UTF-8): every head on it, at full length.",
+    callback=an_input,
 )
 MAX_TOKENS = typer.Option(
     None,
@@ -313,7 +329,7 @@ def _long_context(
     from headlab.heads.long_context import long_text_statistics
     from headlab.heads.repeats import context_copy_task
     from headlab.heads.roles import WINDOW as DEFAULT_WINDOW
-    from headlab.input_files import read_text_file
+    from headlab.input_files import open_text
     from headlab.limits import check_int
 
     out = model_results("long-context") if out is None else out
@@ -330,11 +346,15 @@ def _long_context(
             )
     if model is not None and model_dir is not None:
         raise ValueError("pass --model or --model-dir, not both")
-    text = None if text_file is None else read_text_file(text_file, "--text-file")
+    source = None if text_file is None else open_text(text_file, "--text-file")  # checked now
     loaded = open_model(model if model_dir is None else model_dir, route)
     if max_tokens is not None:
         check_int("--max-tokens", max_tokens, low=2, high=loaded.max_positions)
     _check_metric(metric, loaded)
+    read = None  # only the start of the file that the cut needs is read and tokenised
+    if source is not None:
+        read = source.read_tokens(loaded.count_tokens, max_tokens or loaded.max_positions)
+    text = None if read is None else read.text
     if text is None:  # the built-in long-range copy task, at the length asked
         with flags(n_tokens="--max-tokens"):
             text = context_copy_task(loaded, max_tokens, "give --text-file").text
@@ -356,7 +376,9 @@ def _long_context(
             write_roles_figure(document, figure, force=force)
     findings = document.findings
     n, whole = len(result.tokens), result.text_tokens
-    cut = f" (cut from {whole}: the rest was not analysed)" if result.truncated else ""
+    cut = f" (cut from at least {whole}: the rest was not analysed)" if result.truncated else ""
+    if read is not None and not read.complete:
+        cut = f" ({read.cut_note()}: the rest was not read)"
     title = f"{metric} per head, {result.statistics.model}, one text of {n} tokens{cut}"
     tables = _grid(title, result.statistics.metrics[metric])
     tables.extend(note_lines(result.statistics.notes))
@@ -628,28 +650,38 @@ def generate(
         progress("generating: tokens", max_new_tokens, quiet=as_json) as update,
     ):
         new = loaded.generate(text, max_new_tokens, on_token=update)
+    shown = loaded.decode(new, skip_special=True)  # no <|im_end|>: new_ids keep every token
     if as_json:
-        doc = {"model": loaded.name, "prompt": prompt, "new_ids": new, "text": loaded.decode(new)}
+        doc = {"model": loaded.name, "prompt": prompt, "new_ids": new, "text": shown}
         if chosen:
             doc["ablated"] = [list(h) for h in chosen]
         print_json(doc, ensure_ascii=False)
         return
-    print(loaded.decode(new))
+    print(shown)  # and a newline: the shell's prompt starts on a line of its own
 
 
 @model_app.command()
 def families(as_json: bool = AS_JSON) -> None:
     """The transformers families that --backend transformers can run.
 
-    Read from the installed transformers: the families whose attention goes through its
-    AttentionInterface (about ten seconds)."""
-    from headlab.models.hf import supported_families
+    Observed in the installed transformers: the families whose text model calls its
+    AttentionInterface in one forward on the meta device (one to four minutes for all), then
+    those whose default config showed nothing, and why."""
+    from headlab.models.hf.families import observe_families, unobserved_families
+    from headlab.models.hf.requirements import require_transformers
 
-    names = supported_families()
+    require_transformers()
+    with progress("observing each family's forward", None, quiet=as_json) as update:
+        seen = observe_families(on_step=update)
+    names = [family for family, observed in seen.items() if observed.calls]
+    unobserved = unobserved_families(seen)
     if as_json:
-        print_json({"families": names})
+        print_json({"families": names, "not_observed": unobserved})
         return
     print("\n".join(names))
+    if unobserved:
+        print(f"not observed ({len(unobserved)}; a checkpoint's own config may still run):")
+        print("\n".join(f"  {family}: {why}"[:80] for family, why in unobserved.items()))
 
 
 def register(app: typer.Typer) -> None:

@@ -19,11 +19,29 @@ from rich.text import Text
 from headlab.cli.parsing import flags
 
 R = TypeVar("R")
+T = TypeVar("T")
 
 # The output options of the commands that write through ``write_outputs``.
 FIGURE = typer.Option(None, "--figure", help="Write the figure (PNG).")
 FORCE = typer.Option(False, "--force", help="Replace --out/--figure if not ours.")
 AS_JSON = typer.Option(False, "--json", help="Print the results document as JSON.")
+
+
+def an_input(value: T) -> T:
+    """Typer callback of an input option (a file the command reads): from now on, the output
+    policy refuses to write over it, even with --force."""
+    from headlab.results.output_policy import declare_input
+
+    declare_input(value)
+    return value
+
+
+def an_input_folder(value: T) -> T:
+    """Typer callback of an input folder whose files the command reads: no output inside it."""
+    from headlab.results.output_policy import declare_input
+
+    declare_input(value, folder=True)
+    return value
 
 
 def print_json(document: object, *, indent: int = 1, ensure_ascii: bool = True) -> None:

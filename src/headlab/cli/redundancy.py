@@ -43,10 +43,11 @@ def redundancy(
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from headlab.models import default_corpus, load
 
+    with flags("n_texts"):  # its size is known before the model loads
+        texts = default_corpus(n_texts)
     with flags("model"):
         loaded = load(model)
     check_int("--max-length", max_length, low=2, high=loaded.max_positions)
-    texts = default_corpus(n_texts)
     with flags("ranks"), progress("redundancy: layers and ranks", None, quiet=as_json) as update:
         result = measure_redundancy(
             loaded, texts, ranks=chosen, max_length=max_length, on_step=update

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from headlab.cli.model import BACKEND, DOWNLOAD, TRUST_REMOTE_CODE, hub_access
+from headlab.cli.outputs import an_input
 from headlab.cli.parsing import flags
 from headlab.cli.progress import progress
 from headlab.defaults import DEFAULT_TEXT
@@ -41,7 +42,11 @@ def report(
     seed: Annotated[int, typer.Option("--seed", help="Seed of scenarios and layer.")] = 0,
     text_file: Annotated[
         Path | None,
-        typer.Option("--text-file", help="Read the text from this UTF-8 file (not with --text)."),
+        typer.Option(
+            "--text-file",
+            help="Read the text from this UTF-8 file (not with --text).",
+            callback=an_input,
+        ),
     ] = None,
     model: Annotated[
         str,

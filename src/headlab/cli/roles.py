@@ -21,7 +21,7 @@ from headlab.cli.model import (
     model_app,
     open_model,
 )
-from headlab.cli.outputs import emit_result, writing
+from headlab.cli.outputs import an_input, emit_result, writing
 from headlab.cli.parsing import float_list
 from headlab.cli.progress import progress
 from headlab.cli.tables import fitted_tables
@@ -33,11 +33,13 @@ TEXT_FILE = typer.Option(
     "--text-file",
     help="Held-out text to evaluate on (it must repeat an earlier passage) [default: the "
     "built-in copy task].",
+    callback=an_input,
 )
 CALIBRATION_FILE = typer.Option(
     None,
     "--calibration-file",
     help="Text the groups are ranked on [default: the copy task with another seed].",
+    callback=an_input,
 )
 OUT = typer.Option(model_results("kv-budget"), "--out", help="Results file (JSON).")
 FIGURE = typer.Option(
@@ -136,7 +138,7 @@ def budget_tables(result) -> list[Table | Text]:
     out: list[Table | Text] = [*fitted_tables(title, columns, rows, keys=2, left=["plan"])]
     for name, context in (("held-out", result.held_out), ("calibration", result.calibration)):
         if context is not None and context.truncated:
-            out.append(Text(f"the {name} text: {context.n_tokens} tokens (cut from "
+            out.append(Text(f"the {name} text: {context.n_tokens} tokens (cut from at least "
                             f"{context.text_tokens}: the rest was not analysed)"))  # fmt: skip
     check = result.retrieval
     if check is not None:
@@ -200,7 +202,7 @@ def kv_budget_command(
     ranking. Then masks the top retrieval heads against as many random heads.
     """
     from headlab.heads.kv_budget import MIN_SEEDS, check_budgets, groups_for_saving, kv_budget
-    from headlab.input_files import read_text_file
+    from headlab.input_files import open_text
     from headlab.limits import check_int, check_seed
 
     if budgets is None and kv_saved is None:
@@ -226,13 +228,19 @@ def kv_budget_command(
     if retrieval_k is not None:
         check_int("--retrieval-k", retrieval_k)
     claim_analysis("kv-budget", out, force, figure)
-    evaluation = None if text_file is None else read_text_file(text_file, "--text-file")
+    # Checked before the model loads; read after it, only as far as the cut needs.
+    evaluation = None if text_file is None else open_text(text_file, "--text-file")
     calibration = (
-        None if calibration_file is None else read_text_file(calibration_file, "--calibration-file")
+        None if calibration_file is None else open_text(calibration_file, "--calibration-file")
     )
     loaded = open_model(model, Route(backend, download, trust_remote_code, as_json))
     if max_tokens is not None:
         check_int("--max-tokens", max_tokens, low=2, high=loaded.max_positions)
+    limit = max_tokens or loaded.max_positions
+    if evaluation is not None:
+        evaluation = evaluation.read_tokens(loaded.count_tokens, limit).text
+    if calibration is not None:
+        calibration = calibration.read_tokens(loaded.count_tokens, limit).text
     with progress("KV budget: model runs", None, quiet=as_json) as update, _flags():
         result = kv_budget(
             loaded,

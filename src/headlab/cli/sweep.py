@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from headlab.cli.outputs import an_input
 from headlab.cli.parsing import flags, int_list
 from headlab.cli.progress import progress
 from headlab.cli.tables import fitted_tables
@@ -159,7 +160,9 @@ def sweep(
 
 @sweep_app.command("plot")
 def plot(
-    results: str = typer.Option(str(SWEEP_RESULTS), "--results", help="Results file (JSONL)."),
+    results: str = typer.Option(
+        str(SWEEP_RESULTS), "--results", help="Results file (JSONL).", callback=an_input
+    ),
     out: str = typer.Option(str(SWEEP_FIGURE), "--out", help="PNG to write."),
     force: bool = typer.Option(
         False, "--force", help="Replace --out even if it is not a headlab sweep figure."
@@ -175,7 +178,9 @@ def plot(
 
 @sweep_app.command("summary")
 def summary(
-    results: str = typer.Option(str(SWEEP_RESULTS), "--results", help="Results file (JSONL)."),
+    results: str = typer.Option(
+        str(SWEEP_RESULTS), "--results", help="Results file (JSONL).", callback=an_input
+    ),
 ) -> None:
     """Print the summary table of a results file."""
     from rich.console import Console

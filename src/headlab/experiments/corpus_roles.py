@@ -113,11 +113,14 @@ def read_documents(folder: str | Path) -> list[Document]:
         raise FileNotFoundError(f"documents folder {folder} does not exist")
     if not folder.is_dir():
         raise ValueError(f"documents={folder} is not a folder of {DOCUMENT_SUFFIX} files")
+    def hidden(p: Path) -> bool:
+        return any(part.startswith(".") for part in p.relative_to(folder).parts)
+
+    # Not only regular files: a FIFO named *.txt is refused by the reader, never skipped.
     paths = sorted(
-        (p for p in folder.rglob(f"*{DOCUMENT_SUFFIX}")
-         if p.is_file() and not any(part.startswith(".") for part in p.relative_to(folder).parts)),
+        (p for p in folder.rglob(f"*{DOCUMENT_SUFFIX}") if not p.is_dir() and not hidden(p)),
         key=lambda p: p.relative_to(folder).as_posix(),
-    )  # fmt: skip
+    )
     if not paths:
         raise ValueError(f"documents folder {folder} holds no {DOCUMENT_SUFFIX} files")
     documents = []

@@ -34,6 +34,7 @@ from headlab.heads.repeats import MIN_MATCH, copy_sources
 from headlab.heads.roles import SINKS, WINDOW, HeadRoles, head_roles
 from headlab.heads.statistics import (
     HeadStatistics,
+    layer_notes,
     measured,
     metric_names,
     per_head_means,
@@ -97,7 +98,8 @@ class LongContextStatistics:
 
 @dataclass(frozen=True)
 class TextContext:
-    """The text as analysed: n_tokens after the cut to ``max_tokens``, text_tokens before it."""
+    """The text as analysed: n_tokens after the cut to ``max_tokens``, text_tokens before it (a
+    lower bound when the text was cut: only the start the cut needs is tokenised)."""
 
     n_tokens: int
     text_tokens: int
@@ -283,7 +285,12 @@ class TextPass:
 def cut_text(model: HeadModel, text: str, limit: int) -> tuple[TokenBatch, TextContext]:
     """``text`` tokenized and cut to ``limit`` tokens: (the one-text batch, its context: the
     tokens kept and the text's length before the cut). What every long-text command measures
-    its "cut from" with."""
+    its "cut from" with. Only the start that the cut needs is tokenised (``prefix_until``): a
+    50 MB text costs what its first ``limit`` tokens cost, and ``text_tokens`` is then the
+    length of that start, more than ``limit`` (a lower bound of the whole text's)."""
+    from headlab.input_files import prefix_until
+
+    text = prefix_until(text, lambda start: model.count_tokens(start) > limit)
     text_tokens = model.count_tokens(text)
     batch = model.tokenize([text], limit)
     n_tokens = len(batch.tokens[0])
@@ -372,6 +379,7 @@ def long_text_statistics(
     special = model.special_positions(run.batch)  # name -> (1,) key index
     names = metric_names(special_names(model, special))
     names, notes = measured(names, [sums.sums for sums in per_layer])
+    notes += layer_notes(model)
     statistics = HeadStatistics(
         model.name,
         1,

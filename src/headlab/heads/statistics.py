@@ -66,6 +66,13 @@ def measured(names: tuple[str, ...], held: list) -> tuple[tuple[str, ...], list[
     return tuple(kept), notes
 
 
+def layer_notes(model: HeadModel) -> list[str]:
+    """The model's own notes on its list of layers, from its optional ``layer_notes()`` (a
+    hybrid on the transformers route: which of its blocks have no heads); none otherwise."""
+    notes = getattr(model, "layer_notes", None)
+    return list(notes()) if callable(notes) else []
+
+
 def special_names(model: HeadModel, special: dict) -> list[str]:
     """The names of ``model``'s special positions ``special``, its first token first."""
     return sorted(special, key=lambda name: name != model.first_token)
@@ -78,7 +85,8 @@ def model_metrics(model: HeadModel) -> tuple[tuple[str, ...], list[str]]:
     batch = model.tokenize(["a"], 2)
     names = metric_names(special_names(model, model.special_positions(batch)))
     _, per_layer = model_head_sums(model, batch)
-    return measured(names, [sums.sums for sums in per_layer])
+    names, notes = measured(names, [sums.sums for sums in per_layer])
+    return names, [*notes, *layer_notes(model)]
 
 
 def model_metric_names(model: HeadModel) -> tuple[str, ...]:
@@ -94,7 +102,8 @@ class HeadStatistics:
     first_token: the metric that is the weight on the first token (``HeadModel.first_token``):
         the first special position in ``metrics`` (``metric_names`` puts it first), so that a
         results file needs no field for it.
-    notes: one line per statistic left out and why (``UNMEASURED``); empty for most models.
+    notes: one line per statistic left out and why (``UNMEASURED``), and the model's notes on
+        its layers (``layer_notes``: a hybrid's blocks without heads); empty for most models.
     """
 
     KIND: ClassVar[str] = "model-heads"
@@ -205,6 +214,7 @@ def head_statistics(
             on_batch(min(start + batch_size, len(texts)))
     names = metric_names(special_names(model, model.special_positions(batch)))
     names, notes = measured(names, [calls[0].sums for calls in layers])
+    notes += layer_notes(model)
     detected = {}
     if detector_length and model.causal:
         from headlab.heads.detectors import detect_heads

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from headlab.input_files import check_model_folder
 from headlab.models.fields import FileFields, Unsupported, read_json
 
 REQUIRED_FILES = ("config.json", "model.safetensors", "tokenizer.json")
@@ -55,6 +56,7 @@ def check_model_dir(model_dir: Path) -> None:
     """Raise FileNotFoundError naming the directory and the first missing required file."""
     if not model_dir.is_dir():
         raise FileNotFoundError(f"model directory {model_dir} does not exist or is not a folder")
+    check_model_folder(model_dir, "model directory")  # a FIFO is named, not taken as missing
     for name in REQUIRED_FILES:
         if not (model_dir / name).is_file():
             raise FileNotFoundError(f"model directory {model_dir}: {name} is missing")

@@ -14,10 +14,10 @@ it would not run a malformed file either.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 
+from headlab.input_files import read_json as bounded_json
 from headlab.limits import MAX_SIZE, check_finite, check_int
 
 _MISSING = object()
@@ -28,17 +28,9 @@ class Unsupported(ValueError):
 
 
 def read_json(path: Path, expected: type = dict) -> dict | list:
-    """The JSON document at ``path``, which must be a ``expected`` (dict or list)."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError:
-        raise ValueError(f"{path}: expected UTF-8 JSON, got undecodable bytes") from None
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{path}: not valid JSON ({error})") from None
-    if not isinstance(data, expected):
-        name = "a JSON object" if expected is dict else "a JSON list"
-        raise ValueError(f"{path}: expected {name}, got {type(data).__name__}")
-    return data
+    """The JSON document at ``path``, which must be a ``expected`` (dict or list), read by the
+    one bounded reader (``headlab.input_files.read_json``)."""
+    return bounded_json(path, "", expected=expected)
 
 
 def shown(value: object) -> str:

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from headlab.input_files import check_regular
 from headlab.models.fields import Unsupported
 
 
@@ -89,8 +90,7 @@ def read_gguf(path: str | Path, *, vocabulary: bool = True) -> GgufFile:
     import gguf
 
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"GGUF file {path} does not exist")
+    check_regular(path, "GGUF file")  # missing: FileNotFoundError; a FIFO: named, not opened
     try:
         reader = gguf.GGUFReader(str(path))
     except (ValueError, OSError, IndexError, KeyError, EOFError) as error:

@@ -184,7 +184,10 @@ class LanguageModel(HeadModel, Protocol):
         """The ids of up to ``max_new_tokens`` new tokens (fewer at the end-of-text token)."""
         ...
 
-    def decode(self, ids: list[int]) -> str: ...
+    def decode(self, ids: list[int], skip_special: bool = False) -> str:
+        """The text of ``ids``; ``skip_special``: without the tokenizer's special tokens
+        (``<|im_end|>``), as a person reads the text."""
+        ...
 
     def chat_prompt(self, text: str) -> str:
         """``text`` as one user turn of the model's chat template, ready for the answer;

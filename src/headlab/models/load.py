@@ -79,6 +79,11 @@ def load(
     Raises FileNotFoundError for a missing path, ValueError naming the file for anything else
     (``models/hf/loader.py`` lists the refusals, all before any weight is read).
     """
+    from headlab.models.hf.checkpoint import check_source as check_path
+    from headlab.models.hf.checkpoint import consent
+
+    check_path(name_or_path)  # "" and a path too long for the file system: one line
+    consent(trust_remote_code)  # only True runs a checkpoint's code; "no" is a TypeError
     check_backend(backend, warn=False)
     check_source(name_or_path)
     require_transformers(str(name_or_path or "minilm"))

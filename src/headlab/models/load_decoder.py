@@ -9,13 +9,13 @@ shape, the tokenizer's ids against the vocabulary.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
 import torch
 
+from headlab.input_files import check_model_folder, read_json
 from headlab.models.bpe import check_token_ids, tokenizer_from_file, tokenizer_from_gguf
 from headlab.models.decoder import Decoder
 from headlab.models.gguf import read_gguf, unpermute_rope
@@ -86,6 +86,7 @@ def load_hf_folder(folder: str | Path) -> Decoder:
     before any weight is read or the model built; each error names the file and the field.
     """
     folder = Path(folder)
+    check_model_folder(folder)  # a FIFO is named, not taken as missing (nor opened)
     for name in ("config.json", "tokenizer.json"):
         if not (folder / name).is_file():
             raise FileNotFoundError(f"model folder {folder}: {name} is missing")
@@ -109,9 +110,8 @@ def _chat_template(folder: Path) -> str | None:
     jinja = folder / "chat_template.jinja"
     if jinja.is_file():
         return jinja.read_text(encoding="utf-8")
-    config = folder / "tokenizer_config.json"
     try:
-        template = json.loads(config.read_text(encoding="utf-8")).get("chat_template")
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+        template = read_json(folder / "tokenizer_config.json", "").get("chat_template")
+    except (OSError, ValueError):
         return None
     return template if isinstance(template, str) else None

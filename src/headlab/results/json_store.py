@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+from headlab.input_files import read_json as bounded_json
 from headlab.results.files import write_output
 from headlab.results.locations import RESULTS_DIR
 from headlab.results.output_policy import Kind
@@ -70,18 +72,13 @@ def write_result(path: str | Path, result: Result, *, force: bool = False) -> di
 
 
 def read_json(path: str | Path) -> dict | None:
-    """The JSON object in ``path``, or None when it is not a file; ValueError naming the file for
-    anything but a JSON object."""
+    """The JSON object in ``path``, or None when nothing is there; ValueError naming the file for
+    anything but a JSON object (``headlab.input_files.read_json``: a regular file, bounded in
+    size and depth)."""
     path = Path(path)
-    if not path.is_file():
+    if not os.path.lexists(path):
         return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{path}: expected JSON, got a parse error ({error})") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a JSON object, got {type(data).__name__}")
-    return data
+    return bounded_json(path, "")
 
 
 def read_result(path: str | Path, kind: type[R]) -> R | None:

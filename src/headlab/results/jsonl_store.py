@@ -33,8 +33,9 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from headlab.input_files import MAX_JSON_DEPTH, json_depth, open_regular
 from headlab.notices import HeadlabWarning
-from headlab.results.output_policy import OutputRefused, check_parent
+from headlab.results.output_policy import OutputRefused, check_not_input, check_parent
 from headlab.results.schema import is_int, is_number
 
 if TYPE_CHECKING:
@@ -193,6 +194,10 @@ class SweepRow:
 PEEK_BYTES = 64 * 1024
 
 
+def nested_too_deep(depth: int) -> str:
+    return f"JSON nested {depth} deep, expected at most {MAX_JSON_DEPTH}"
+
+
 def parse_lines(lines: Iterable[bytes], kind: RowKind = SWEEP) -> ResultsFile:
     """Parse the lines (each with its newline, but perhaps the last) of a results file of
     ``kind`` rows (never raises; see the module docstring)."""
@@ -201,13 +206,14 @@ def parse_lines(lines: Iterable[bytes], kind: RowKind = SWEEP) -> ResultsFile:
         if not raw.strip():
             continue
         try:
-            row = json.loads(raw.decode("utf-8"))
+            depth = json_depth(raw)
+            row = None if depth > MAX_JSON_DEPTH else json.loads(raw.decode("utf-8"))
         except UnicodeDecodeError:
             row, problem = None, "not UTF-8 text"
         except ValueError:
             row, problem = None, "not JSON"
         else:
-            problem = kind.problem(row)
+            problem = nested_too_deep(depth) if row is None else kind.problem(row)
         if problem is None:
             result.rows.append(row)
         elif not raw.endswith(b"\n") and row is None and raw.startswith(kind.start):
@@ -259,11 +265,9 @@ def read_results(path: str | Path, kind: RowKind = SWEEP) -> ResultsFile:
     """Read a results file of ``kind`` rows (an empty ResultsFile when it does not exist);
     ValueError when it is not one (not a regular file, or a first line headlab did not write)."""
     path = Path(path)
-    if not path.exists():
+    if not os.path.lexists(path):
         return ResultsFile()
-    if not path.is_file():
-        raise ValueError(f"{path} is not a results file (expected a regular file)")
-    with path.open("rb") as handle:
+    with open_regular(path, "results file") as handle:  # a FIFO or a device is refused
         content, problem = read_handle(handle, kind)
     if problem is not None:
         raise ValueError(f"{path} is not a results file: {problem}")
@@ -324,6 +328,7 @@ def check_results_output(path: str | Path) -> Path:
     if path.is_symlink() or (path.exists() and not path.is_file()):
         raise OutputRefused(f"out={path} is not a regular file; expected a results file (JSONL)")
     check_parent(path, "out")
+    check_not_input(path, "out")
     return path
 
 
@@ -351,7 +356,7 @@ def check_appendable(path: str | Path, kind: RowKind = SWEEP) -> ResultsFile:
     check_not_locked(path, kind)
     if not path.exists():
         return ResultsFile()
-    with path.open("rb") as handle:
+    with open_regular(path, "out") as handle:
         content = _appendable(path, handle, kind)
     warn_about(path, content)
     return content

@@ -16,16 +16,25 @@ How a file is recognised as headlab's own, by kind:
 - ``Kind.jsonl(name)``: a results file (see ``headlab.results.jsonl_store``), appended to;
 - folders: a marker file inside (``headlab.report.build``).
 An empty regular file holds nothing to lose and counts as new.
+
+A command's own inputs are never replaced, not even with ``force``: a command declares them
+(``reading``; the CLI's input options do it as they are parsed), and every check refuses an
+output that is one of them (the same file, by device and inode, or the same path), or that lies
+inside an input folder whose files the command reads (its outputs would be read back as input on
+the next run).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
+
+from headlab.input_files import file_type, read_json
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -58,11 +67,7 @@ class Kind:
 
 
 def _is_our_json(path: Path, name: str) -> bool:
-    with path.open("rb") as handle:
-        data = handle.read(64 * 2**20 + 1)  # a results document is far smaller than 64 MiB
-    if len(data) > 64 * 2**20:
-        return False
-    document = json.loads(data.decode("utf-8"))
+    document = read_json(path, "", expected=object)  # bounded: size, depth (ValueError)
     return isinstance(document, dict) and document.get("headlab") == name
 
 
@@ -89,20 +94,6 @@ def _is_our_png(path: Path, name: str) -> bool:
     return png_text_chunks(head).get("headlab") == name
 
 
-def file_type(mode: int) -> str:
-    """What a path that is not a regular file is, for messages: "a directory", "a FIFO"..."""
-    for test, what in (
-        (stat.S_ISDIR, "a directory"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-        (stat.S_ISFIFO, "a FIFO"),
-        (stat.S_ISSOCK, "a socket"),
-    ):
-        if test(mode):
-            return what
-    return "not a regular file"
-
-
 def _named(argument: str, path: Path) -> str:
     """``out=results.json``: the path by the caller's argument name (the CLI maps it to a flag)."""
     return f"{argument}={path}"
@@ -123,6 +114,63 @@ def check_parent(path: Path, argument: str = "path") -> None:
         raise OutputRefused(f"{_named(argument, path)}: the folder {parent} is not writable")
 
 
+# The inputs of the command under way: (path, whether it is a folder whose files it reads).
+_INPUTS: ContextVar[tuple[tuple[Path, bool], ...]] = ContextVar("headlab_inputs", default=())
+
+
+@contextmanager
+def reading(*paths: str | Path | None, folder: bool = False) -> Iterator[None]:
+    """Within this block, ``paths`` (None ones left out) are the command's inputs: no output may
+    replace one (or lie inside one, for ``folder`` inputs whose files are read)."""
+    added = tuple((Path(p), folder) for p in paths if p is not None)
+    token = _INPUTS.set(_INPUTS.get() + added)
+    try:
+        yield
+    finally:
+        _INPUTS.reset(token)
+
+
+@contextmanager
+def new_command() -> Iterator[None]:
+    """A command starts with no inputs declared (``declare_input`` adds them for its length)."""
+    token = _INPUTS.set(())
+    try:
+        yield
+    finally:
+        _INPUTS.reset(token)
+
+
+def declare_input(path: str | Path | None, *, folder: bool = False) -> None:
+    """Add ``path`` to the inputs of the command under way (until ``new_command`` ends)."""
+    if path is not None:
+        _INPUTS.set((*_INPUTS.get(), (Path(path), folder)))
+
+
+def _same(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return a.resolve() == b.resolve()
+
+
+def check_not_input(path: str | Path, argument: str = "path") -> None:
+    """OutputRefused when ``path`` is one of the command's inputs or inside an input folder it
+    reads, whatever ``force`` says."""
+    path = Path(path)
+    for source, folder in _INPUTS.get():
+        if _same(path, source):
+            raise OutputRefused(
+                f"{_named(argument, path)} is this command's input ({source}); headlab never "
+                "writes over its own input, not even with force (choose another path)"
+            )
+        if folder and path.resolve().is_relative_to(source.resolve()):
+            raise OutputRefused(
+                f"{_named(argument, path)} is inside the input folder {source}, whose files "
+                "this command reads: the next run would read it as input (choose a path "
+                "outside it)"
+            )
+
+
 def check_output(
     path: str | Path, kind: Kind, *, force: bool = False, argument: str = "path"
 ) -> Path:
@@ -135,6 +183,7 @@ def check_output(
     path = Path(path)
     where = _named(argument, path)
     check_parent(path, argument)
+    check_not_input(path, argument)
     try:
         info = path.lstat()
     except FileNotFoundError:

@@ -72,6 +72,10 @@ def load_transformers(
     )
     causal = _causal(model)
     wrapped = TransformersModel(checkpoint.name, model, tokenizer, causal=causal)
+    if tokenizer is None:  # said in the words of a command too, which has no attach
+        wrapped.no_tokenizer = (
+            f"its folder {checkpoint.folder} holds no tokenizer.json or tokenizer_config.json"
+        )
     if not causal and checkpoint.gguf is None:
         wrapped.pooling = read_pooling_config(checkpoint.folder, wrapped.max_positions)
     return wrapped

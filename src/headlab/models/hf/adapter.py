@@ -36,6 +36,7 @@ from headlab.attention.trace import AttentionTrace
 from headlab.limits import check_int, check_prompt
 from headlab.models.config import PoolingConfig
 from headlab.models.hf import edits
+from headlab.models.hf.hybrid import layer_note
 from headlab.models.hf.layer import (
     HFAttentionLayer,
     keep_all,
@@ -112,10 +113,18 @@ class TransformersModel:
     def attention_layers(self) -> list[HFAttentionLayer]:
         return self.layers
 
+    def layer_notes(self) -> list[str]:
+        """A hybrid's blocks without heads, in one line (hybrid.py); none for other models."""
+        note = layer_note(self.model, self.layers)
+        return [] if note is None else [note]
+
     # ------------------------------------------------------------------ tokens
+    #: what to do when there is no tokenizer; a loaded checkpoint names its folder instead
+    no_tokenizer = "pass tokenizer= to headlab.attach"
+
     def _need_tokenizer(self):
         if self.tokenizer is None:
-            raise ValueError(f"{self.name} has no tokenizer: pass tokenizer= to headlab.attach")
+            raise ValueError(f"{self.name} has no tokenizer: {self.no_tokenizer}")
         return self.tokenizer
 
     def encode(self, text: str) -> list[int]:
@@ -127,8 +136,8 @@ class TransformersModel:
     def count_tokens(self, text: str) -> int:
         return len(self.encode(text))
 
-    def decode(self, ids: list[int]) -> str:
-        return self._need_tokenizer().decode(ids, skip_special_tokens=False)
+    def decode(self, ids: list[int], skip_special: bool = False) -> str:
+        return self._need_tokenizer().decode(ids, skip_special_tokens=skip_special)
 
     def _pad_id(self) -> int:
         tokenizer = self.tokenizer

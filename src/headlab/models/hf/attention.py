@@ -32,7 +32,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from headlab.attention.kernel import attend
+from headlab.attention.kernel import AttendOptions, attend
 from headlab.attention.mask_spec import MaskSpec
 from headlab.models.hf.layer import layer_of
 from headlab.models.hf.lazy_mask import as_mask_spec
@@ -120,12 +120,14 @@ def headlab_attention(
         key,
         value,
         spec,
-        scale=scaling,
-        softcap=softcap,
-        sinks=s_aux,
-        dropout_p=dropout if module.training else 0.0,
-        need_weights="heads" if kwargs.get("output_attentions") else None,
-        **state,
+        AttendOptions(
+            scale=scaling,
+            softcap=softcap,
+            sinks=s_aux,
+            dropout_p=dropout if module.training else 0.0,
+            need_weights="heads" if kwargs.get("output_attentions") else None,
+            **state,
+        ),
     )
     # (batch, head, q_pos, d_value) -> (batch, q_pos, head, d_value), as every family reshapes it
     out = result.head_out.transpose(1, 2).contiguous()

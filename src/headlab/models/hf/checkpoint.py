@@ -10,10 +10,12 @@ unless ``trust_remote_code=True`` (exactly ``True``: ``consent``). Every refusal
 
 from __future__ import annotations
 
-import json
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+
+from headlab.input_files import check_model_folder, check_regular, read_json
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 PICKLES = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl")
@@ -28,6 +30,8 @@ HUB_FILES = [
     "*.tiktoken",
     "1_Pooling/*",
 ]
+#: What transformers' config classes raise on a field they cannot use (besides ValueError).
+CONFIG_ERRORS = (KeyError, TypeError, AttributeError, ArithmeticError, IndexError, RuntimeError)
 LIST_HINT = "`headlab model families` (supported_families()) lists the families it can run"
 
 
@@ -61,7 +65,7 @@ def _from_hub(repo_id: str, download: bool) -> Checkpoint:
                 f"{repo_id}: no such file or folder, and not in the local Hugging Face cache "
                 f"({constants.HF_HUB_CACHE}); pass download=True to fetch it"
             ) from None
-        return Checkpoint(repo_id, Path(folder))
+        return Checkpoint(repo_id, check_model_folder(folder))
     if constants.HF_HUB_OFFLINE:
         raise ValueError(
             f"{repo_id}: downloading needs the network, but HF_HUB_OFFLINE (or "
@@ -86,17 +90,45 @@ def fetch_rest(checkpoint: Checkpoint, trust_remote_code: bool) -> Checkpoint:
         folder = huggingface_hub.snapshot_download(checkpoint.to_fetch, allow_patterns=patterns)
     except (OSError, huggingface_hub.errors.HfHubHTTPError) as error:
         raise ValueError(f"{checkpoint.name}: download failed ({first_line(error)})") from None
-    return Checkpoint(checkpoint.name, Path(folder))
+    return Checkpoint(checkpoint.name, check_model_folder(folder))
+
+
+#: The longest path and the longest name in it that the file system takes (Linux's limits).
+PATH_MAX, NAME_MAX = 4096, 255
+SOURCES = "minilm, smollm2, a model folder, a .gguf file or a hub id owner/name"
+
+
+def check_source(source: str | Path | None) -> None:
+    """ValueError in one line for a model name or path that cannot name anything: an empty
+    string (``Path("")`` is ".", the current folder) and a path longer than the file system
+    takes (the OSError "File name too long" is not about the disk). None is the default model."""
+    if source is None:
+        return
+    text = str(source)
+    if not text.strip():
+        raise ValueError(f"the model is an empty string; expected {SOURCES}")
+    encoded = os.fsencode(text)
+    longest = max(len(name) for name in encoded.split(b"/"))
+    if len(encoded) > PATH_MAX or longest > NAME_MAX:
+        raise ValueError(
+            f"the model {text[:40]!r}... is {len(encoded):,} bytes long; a path holds at most "
+            f"{PATH_MAX:,} bytes and {NAME_MAX} in one name; expected {SOURCES}"
+        )
 
 
 def locate(source: str | Path, *, download: bool = False) -> Checkpoint:
-    """The ``Checkpoint`` that ``source`` names (a folder, a .gguf file, or a hub id)."""
+    """The ``Checkpoint`` that ``source`` names (a folder, a .gguf file, or a hub id); see
+    ``check_source`` for what cannot name one."""
+    check_source(source)
     path = Path(source)
+    if os.path.lexists(path) and not path.is_dir():
+        check_regular(path, "model file")  # a FIFO or a device: named, never opened
     if path.is_file():
         if path.suffix != ".gguf":
             raise ValueError(f"{path}: expected a .gguf file or a model folder")
         return Checkpoint(path.stem, path.parent, gguf=path.name)
     if path.is_dir():
+        check_model_folder(path)  # every file regular, its JSON bounded, before transformers
         if not (path / "config.json").is_file():
             raise FileNotFoundError(f"model folder {path}: config.json is missing")
         return Checkpoint(path.name, path)
@@ -119,14 +151,7 @@ def consent(trust_remote_code: object) -> bool:
 
 def raw_config(checkpoint: Checkpoint) -> dict:
     """config.json as a dict (a GGUF's is read by transformers from its metadata)."""
-    path = checkpoint.folder / "config.json"
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(f"{path}: not valid JSON ({error})") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a JSON object, got {type(data).__name__}")
-    return data
+    return read_json(checkpoint.folder / "config.json", "")
 
 
 def check_code(checkpoint: Checkpoint, trust_remote_code: bool) -> None:
@@ -162,11 +187,19 @@ def check_weights(checkpoint: Checkpoint) -> None:
 
 
 def read_config(checkpoint: Checkpoint, trust_remote_code: bool = False):
-    """transformers' config object of ``checkpoint`` (local files only)."""
+    """transformers' config object of ``checkpoint`` (local files only). ValueError in one line
+    naming the file: a config.json field that is malformed (config_fields.py, checked before
+    transformers reads it), a GGUF file cut short, anything else transformers cannot read."""
+    import struct
+
     from huggingface_hub.errors import StrictDataclassError
     from transformers import AutoConfig
 
+    from headlab.models.hf.config_fields import check_config_fields
+
     check_code(checkpoint, trust_remote_code)
+    if checkpoint.gguf is None:
+        check_config_fields(raw_config(checkpoint), checkpoint.folder / "config.json")
     try:
         return AutoConfig.from_pretrained(
             str(checkpoint.folder),
@@ -174,14 +207,21 @@ def read_config(checkpoint: Checkpoint, trust_remote_code: bool = False):
             trust_remote_code=trust_remote_code,
             local_files_only=True,
         )
-    except (ValueError, OSError, KeyError, StrictDataclassError) as error:
+    except (struct.error, EOFError) as error:  # the GGUF reader ran past the file's end
+        raise ValueError(
+            f"{checkpoint.folder / str(checkpoint.gguf)}: not a readable GGUF file (cut short: "
+            f"{first_line(error)})"
+        ) from None
+    except (ValueError, OSError, StrictDataclassError, *CONFIG_ERRORS) as error:
         # StrictDataclassError: transformers' own validation of the config's fields, whose
         # first line names only the validator
         detail = (
             " ".join(str(error).split())
             if isinstance(error, StrictDataclassError)
-            else first_line(error)
+            else f"{type(error).__name__}: {first_line(error)}"
         )
-        raise ValueError(
-            f"{checkpoint.name}: transformers cannot read its config ({detail})"
-        ) from None
+        if checkpoint.gguf is not None:
+            where = f"{checkpoint.folder / checkpoint.gguf}: transformers cannot read its metadata"
+        else:
+            where = f"{checkpoint.name}: transformers cannot read its config"
+        raise ValueError(f"{where} ({detail})") from None

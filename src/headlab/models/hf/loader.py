@@ -1,21 +1,26 @@
 """Load a transformers checkpoint onto headlab's attention, refusing what cannot run exactly.
 
     checkpoint = locate(source)                 where it is (checkpoint.py)
-    config = read_config(checkpoint)            config.json or GGUF metadata, no weights
+    config = read_config(checkpoint)            config.json (its fields checked first,
+                                                config_fields.py) or GGUF metadata, no weights
     plan = plan_model(config)                   built on the meta device: the class, causal or
-                                                not, the parameter count; refusals
+                                                not, the parameter count, each tensor's shape
+    check_shapes(plan, held)                    the weights' headers against the plan
+                                                (weights_match.py)
     model = plan.model_class.from_pretrained(..., attn_implementation="headlab",
                                              use_safetensors=True)
+    check_finite(model); say_unused(info)       NaN named; unused tensors in one warning line
 
 The model class is transformers' own (``AutoModelForCausalLM`` for a causal model, ``AutoModel``
 for an encoder); headlab only registers its attention (registry.py). Refused before any weight is
-read, each in one line: a family whose attention does not go through ``AttentionInterface``
-(the model class's ``_supports_attention_backend``), an encoder-decoder, a model that does not
-read text (runnable.py), a config declaring more
-layers than its weights hold tensors (before the meta build) or more parameters than they hold
-values, a checkpoint whose parameters would not fit in memory (the estimate from the meta
-build), pickled weights, remote code without ``trust_remote_code``, and a GGUF file without
-accelerate (requirements.py).
+read, each in one line: a malformed config.json field (naming the file and the field), a family
+whose attention does not go through ``AttentionInterface`` (observed: one forward of the meta
+build calls no attention function, observe.py), an encoder-decoder, a model that does not read
+text (runnable.py), a config declaring more layers than its weights hold tensors (before the
+meta build) or more parameters than they hold values, a tensor whose shape differs from the
+config's, tensors beyond the layers the config declares, a checkpoint whose parameters would not
+fit in memory (the estimate from the meta build), pickled weights, remote code without
+``trust_remote_code`` (exactly True), and a GGUF file without accelerate (requirements.py).
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -38,25 +43,47 @@ from headlab.models.hf.checkpoint import (
     locate,
     read_config,
 )
+from headlab.models.hf.observe import build_observed
 from headlab.models.hf.registry import register
 from headlab.models.hf.requirements import require_accelerate
 from headlab.models.hf.runnable import family_of, refuse_encoder_decoder, refuse_unrunnable
+from headlab.models.hf.weights_match import check_finite, check_shapes, say_unused
 from headlab.models.weight_files import checkpoint_shapes, held_values
 
 
 @dataclass(frozen=True)
 class Plan:
     """What loading a config would build: ``model_class`` (a transformers class), whether its
-    attention is causal, and its parameter count."""
+    attention is causal, its parameter count, and the shape of each tensor (state_dict names)."""
 
     model_class: type
     causal: bool
     parameters: int
+    shapes: dict = field(default_factory=dict)  # name -> shape of every tensor it would hold
+    prefix: str = ""  # the base model's name inside it (``base_model_prefix``)
 
 
-def _on_meta(auto_class: type, config, trust_remote_code: bool):
-    with torch.device("meta"):
-        return auto_class.from_config(config, trust_remote_code=consent(trust_remote_code))
+#: What transformers' code raises on a config it cannot build a model from (besides ValueError).
+BUILD_ERRORS = (KeyError, TypeError, AttributeError, ArithmeticError, IndexError, RuntimeError)
+
+
+def _on_meta(auto_class: type, config, trust_remote_code: bool, where: str):
+    """``auto_class`` built from ``config`` on the meta device, its attention set to the
+    observer (observe.py): ``refuse_unrunnable`` watches one forward of it. None when
+    transformers has no such class for the config; ValueError naming the family for a config
+    its code fails on (one line, not the traceback of whatever it met first)."""
+    remote = consent(trust_remote_code) and auto_class.__name__ in (
+        getattr(config, "auto_map", None) or {}
+    )
+    if type(config) not in auto_class._model_mapping and not remote:
+        return None
+    try:
+        return build_observed(auto_class, config, trust_remote_code)
+    except (ValueError, *BUILD_ERRORS) as error:
+        raise ValueError(
+            f"{where}: transformers cannot build a {family_of(config)!r} model from its config "
+            f"({type(error).__name__}: {first_line(error)})"
+        ) from None
 
 
 def plan_model(config, where: str, trust_remote_code: bool = False) -> Plan:
@@ -66,25 +93,27 @@ def plan_model(config, where: str, trust_remote_code: bool = False) -> Plan:
 
     family = family_of(config)
     refuse_encoder_decoder(config, where)  # before the build: no model class needed
-    try:
-        base = _on_meta(AutoModel, config, trust_remote_code)
-    except (ValueError, KeyError) as error:
-        raise ValueError(
-            f"{where}: transformers has no model class for {family!r} ({first_line(error)})"
-        ) from None
-    refuse_unrunnable(type(base), config, where)
+    base = _on_meta(AutoModel, config, trust_remote_code, where)
+    if base is None:
+        raise ValueError(f"{where}: transformers has no model class for {family!r}; {LIST_HINT}")
+    refuse_unrunnable(type(base), config, where, built=base)
     causal = any(getattr(m, "is_causal", False) is True for m in base.modules())
     model = base
     if causal:
-        try:
-            model = _on_meta(AutoModelForCausalLM, config, trust_remote_code)
-        except (ValueError, KeyError):
+        model = _on_meta(AutoModelForCausalLM, config, trust_remote_code, where)
+        if model is None:
             raise ValueError(
                 f"{where}: family {family!r} is causal but transformers has no language-model "
                 f"class for it; {LIST_HINT}"
-            ) from None
-        refuse_unrunnable(type(model), config, where)
-    return Plan(type(model), causal, sum(p.numel() for p in model.parameters()))
+            )
+        refuse_unrunnable(type(model), config, where, built=model)
+    return Plan(
+        type(model),
+        causal,
+        sum(p.numel() for p in model.parameters()),
+        {name: tuple(t.shape) for name, t in model.state_dict().items()},
+        str(getattr(model, "base_model_prefix", "") or ""),
+    )
 
 
 def check_memory(plan: Plan, dtype: torch.dtype, where: str) -> None:
@@ -144,18 +173,22 @@ def load_tokenizer(checkpoint: Checkpoint, trust_remote_code: bool = False):
 
 @contextmanager
 def _quiet_loading() -> Iterator[None]:
-    """transformers' own progress bars off while it loads ("Loading weights", and the GGUF
-    reader's tqdm bar, which only the TQDM_DISABLE variable reaches): they wrote lines of stderr
-    on every load, also around a command's one-line refusal. The command line shows its own."""
+    """transformers' own output off while it loads: its progress bars ("Loading weights", and
+    the GGUF reader's tqdm bar, which only the TQDM_DISABLE variable reaches) and its warnings,
+    the LOAD REPORT table among them (``weights_match.say_unused`` says it in one line). They
+    wrote lines of stderr on every load, also around a command's one-line refusal."""
     from transformers.utils import logging
 
     shown = logging.is_progress_bar_enabled()
+    verbosity = logging.get_verbosity()
     before = os.environ.get("TQDM_DISABLE")
     logging.disable_progress_bar()
+    logging.set_verbosity_error()
     os.environ["TQDM_DISABLE"] = "1"
     try:
         yield
     finally:
+        logging.set_verbosity(verbosity)
         if shown:
             logging.enable_progress_bar()
         if before is None:
@@ -186,10 +219,15 @@ def load_pretrained(
     check_memory(plan, dtype, checkpoint.name)
     checkpoint = fetch_rest(checkpoint, trust_remote_code)
     check_weights(checkpoint)
+    if held is None:  # a hub checkpoint: its weights are here now
+        held = checkpoint_shapes(checkpoint.folder, checkpoint.gguf)
+    weights = checkpoint.folder / (checkpoint.gguf or "")
+    check_shapes(plan.shapes, plan.prefix, held or {}, config, str(weights),
+                 gguf=checkpoint.gguf is not None)  # fmt: skip
     extra = {} if checkpoint.gguf is not None else {"use_safetensors": True}
     try:
         with _quiet_loading():
-            model = plan.model_class.from_pretrained(
+            model, info = plan.model_class.from_pretrained(
                 str(checkpoint.folder),
                 gguf_file=checkpoint.gguf,
                 config=config,
@@ -197,10 +235,13 @@ def load_pretrained(
                 dtype=dtype,
                 local_files_only=True,
                 trust_remote_code=trust_remote_code,
+                output_loading_info=True,
                 **extra,
             )
-    except (ValueError, OSError, KeyError) as error:
+    except (ValueError, OSError, KeyError, RuntimeError) as error:
         raise ValueError(
             f"{checkpoint.name}: transformers cannot load it ({first_line(error)})"
         ) from None
+    check_finite(model, str(weights))
+    say_unused(info, checkpoint.name)
     return model.eval(), load_tokenizer(checkpoint, trust_remote_code), checkpoint

@@ -6,12 +6,15 @@ headlab runs text models, decoders and encoders, whose attention goes through tr
 ``AttentionInterface``. Refused: an encoder-decoder (cross-attention), a model whose input is not
 text (transformers' own ``main_input_name`` is not ``input_ids``, or its text config has no
 vocabulary: ViT reads ``pixel_values``, Wav2Vec2 ``input_values``), and a class that computes its
-attention itself (``_supports_attention_backend`` False).
+attention itself: one forward of it on the meta device calls no attention function (observe.py;
+the class flag ``_supports_attention_backend`` is not read: StableLM and the hybrids call the
+interface without it).
 """
 
 from __future__ import annotations
 
 from headlab.models.hf.checkpoint import LIST_HINT
+from headlab.models.hf.observe import build_observed, observe
 
 
 def family_of(config) -> str:
@@ -28,9 +31,11 @@ def refuse_encoder_decoder(config, where: str) -> None:
         )
 
 
-def refuse_unrunnable(model_class: type, config, where: str) -> None:
+def refuse_unrunnable(model_class: type, config, where: str, built=None) -> None:
     """ValueError naming the family unless ``model_class`` (with ``config``) is a text model
-    calling its attention through the interface (see the module docstring)."""
+    calling its attention through the interface (see the module docstring). ``built``: the
+    model already built by ``observe.build_observed`` (else a twin is built on the meta
+    device)."""
     family = family_of(config)
     refuse_encoder_decoder(config, where)
     reads = getattr(model_class, "main_input_name", "input_ids")
@@ -41,9 +46,16 @@ def refuse_unrunnable(model_class: type, config, where: str) -> None:
             f"{where}: family {family!r} ({model_class.__name__}) reads {what}, not text; "
             f"headlab runs language models and text encoders; {LIST_HINT}"
         )
-    if not getattr(model_class, "_supports_attention_backend", False):
+    seen = observe(build_observed(model_class, config) if built is None else built)
+    if seen.error is not None:
+        raise ValueError(
+            f"{where}: family {family!r} ({model_class.__name__}): headlab cannot tell whether it "
+            f"calls transformers' AttentionInterface (one forward on the meta device stopped: "
+            f"{seen.error}); {LIST_HINT}"
+        )
+    if not seen.calls:
         raise ValueError(
             f"{where}: family {family!r} ({model_class.__name__}) computes its attention itself, "
-            f"not through transformers' AttentionInterface, so headlab cannot run inside it; "
-            f"{LIST_HINT}"
+            f"not through transformers' AttentionInterface (one observed forward called none), "
+            f"so headlab cannot run inside it; {LIST_HINT}"
         )

@@ -1,0 +1,133 @@
+"""A checkpoint's ``config.json`` checked field by field before transformers reads it.
+
+transformers turns a malformed field into whatever its code meets first: ``num_attention_heads:
+0`` is a ZeroDivisionError in the config class, a negative count a RuntimeError from
+``torch.empty`` while the model is built, ``"dtype": "float128"`` an AttributeError from torch, a
+rope ``factor`` of ``"big"`` a TypeError inside the rotary embedding. ``check_config_fields``
+refuses each first, in one line naming the file and the field (``text_config.`` for a nested
+text model's). It checks the fields whose meaning every family shares; anything else that
+transformers still cannot read is one line too (checkpoint.py, loader.py).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import torch
+
+#: Sizes and counts: an integer >= 1 when present (null: the family's default).
+SIZES = (
+    "vocab_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "intermediate_size",
+    "max_position_embeddings",
+    "n_embd",
+    "n_layer",
+    "n_head",
+    "n_inner",
+    "n_positions",
+    "num_experts",
+    "num_local_experts",
+    "num_experts_per_tok",
+    "moe_intermediate_size",
+)
+#: The dtype fields a config may hold (transformers 5 writes ``dtype``, older ``torch_dtype``).
+DTYPES = ("dtype", "torch_dtype")
+#: The rotary parameters that are numbers (``short_factor``/``long_factor``: lists of numbers).
+ROPE_NUMBERS = (
+    "factor",
+    "rope_theta",
+    "attention_factor",
+    "beta_fast",
+    "beta_slow",
+    "original_max_position_embeddings",
+    "low_freq_factor",
+    "high_freq_factor",
+    "partial_rotary_factor",
+    "mscale",
+    "mscale_all_dim",
+)
+ROPE_LISTS = ("short_factor", "long_factor")
+ROPES = ("rope_parameters", "rope_scaling")
+
+
+def _float_dtypes() -> list[str]:
+    return sorted(
+        name
+        for name in ("float16", "bfloat16", "float32", "float64")
+        if isinstance(getattr(torch, name, None), torch.dtype)
+    )
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _check_sizes(config: dict, where: str, prefix: str) -> None:
+    for field in SIZES:
+        value = config.get(field)
+        if value is None:
+            continue
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{where}: {prefix}{field} must be an integer >= 1, got {value!r}")
+
+
+def _check_dtype(config: dict, where: str, prefix: str) -> None:
+    for field in DTYPES:
+        value = config.get(field)
+        if value is None or value == "auto":
+            continue
+        allowed = _float_dtypes()
+        if not isinstance(value, str) or value.removeprefix("torch.") not in allowed:
+            raise ValueError(
+                f"{where}: {prefix}{field} must be one of {', '.join(allowed)}, got {value!r}"
+            )
+
+
+def _check_rope(rope: object, where: str, field: str) -> None:
+    if rope is None:
+        return
+    if not isinstance(rope, dict):
+        raise ValueError(f"{where}: {field} must be a JSON object, got {rope!r}")
+    if rope and all(isinstance(v, dict) for v in rope.values()):  # one per layer type
+        for layer_type, parameters in rope.items():
+            _check_rope(parameters, where, f"{field}.{layer_type}")
+        return
+    kind = rope.get("rope_type", rope.get("type"))
+    if kind is not None and not isinstance(kind, str):
+        raise ValueError(f"{where}: {field}.rope_type must be a string, got {kind!r}")
+    for name in ROPE_NUMBERS:
+        value = rope.get(name)
+        if value is not None and not _is_number(value):
+            raise ValueError(f"{where}: {field}.{name} must be a finite number, got {value!r}")
+    for name in ("factor", "rope_theta"):
+        value = rope.get(name)
+        if value is not None and value <= 0:
+            raise ValueError(f"{where}: {field}.{name} must be > 0, got {value!r}")
+    for name in ROPE_LISTS:
+        values = rope.get(name)
+        if values is not None and not (
+            isinstance(values, list) and all(_is_number(v) for v in values)
+        ):
+            raise ValueError(f"{where}: {field}.{name} must be a list of numbers, got {values!r}")
+
+
+def check_config_fields(config: dict, path: Path | str) -> None:
+    """ValueError naming ``path`` and the field for a size that is not an integer >= 1, a dtype
+    that is not a floating torch dtype, or rotary parameters that are not numbers, in
+    ``config`` (config.json's object) and its ``text_config``."""
+    where = str(path)
+    parts = [(config, "")]
+    if isinstance(config.get("text_config"), dict):
+        parts.append((config["text_config"], "text_config."))
+    for part, prefix in parts:
+        _check_sizes(part, where, prefix)
+        _check_dtype(part, where, prefix)
+        for field in ROPES:
+            if field in part:
+                _check_rope(part[field], where, prefix + field)
