@@ -105,7 +105,7 @@ def test_a_truncated_gguf_names_the_file(tmp_path):
     cut = tmp_path / "cut.gguf"
     with packaged_smollm2().open("rb") as f:
         cut.write_bytes(f.read(2_000_000))
-    with pytest.raises(ValueError, match=r"^cut: transformers cannot read its config"):
+    with pytest.raises(ValueError, match=r"cut(\.gguf)?: transformers cannot read its"):
         load(cut)
 
 

@@ -86,6 +86,10 @@ def load(
     consent(trust_remote_code)  # only True runs a checkpoint's code; "no" is a TypeError
     check_backend(backend, warn=False)
     check_source(name_or_path)
+    if name_or_path not in (None, *MODEL_NAMES) and Path(name_or_path).exists():
+        from headlab.models.hf.checkpoint import locate
+
+        locate(name_or_path)  # a FIFO, a JSON nested without end: named before any import
     require_transformers(str(name_or_path or "minilm"))
     check_backend(backend)  # the warning after every refusal: a refused load says one line
     from headlab.models.hf import load_transformers
