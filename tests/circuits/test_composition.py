@@ -228,3 +228,27 @@ def test_a_norm_of_another_form_is_left_unfolded_and_said():
     assert result.folded_layers == [0, 2]
     assert result.missing["1"].startswith("norm not folded: the norm before the layer (_Squash)")
     assert result.score("k", "0.1", "1.4") is not None
+
+
+@torch.no_grad()
+def _toy_heads(toy) -> list[dict]:
+    out = []
+    for layer in toy.layers:
+        h, kv, d = layer.num_heads, layer.num_kv_heads, layer.head_dim
+        q = layer.q.weight.double().view(h, d, -1)
+        k, v = (w.weight.double().view(kv, d, -1) for w in (layer.k, layer.v))
+        o = layer.o.weight.double().view(-1, h, d)
+        group = [i // (h // kv) for i in range(h)]
+        out.append({"q": list(q), "k": [k[g] for g in group], "v": [v[g] for g in group],
+                    "o": [o[:, i] for i in range(h)], "group": group})  # fmt: skip
+    return out
+
+
+def test_composition_runs_on_the_interface_alone():
+    from toy_family import Toy
+
+    toy = Toy.build(seed=4, kv_heads=2)  # 4 query heads on 2 K/V groups, no norm
+    result = composition_scores(toy, samples=2)
+    assert result.folded_layers == [] and result.missing == {}
+    for (mode, sender, receiver), want in _expected(_toy_heads(toy)).items():
+        assert result.score(mode, sender, receiver) == pytest.approx(want, rel=1e-4, abs=1e-6)

@@ -69,6 +69,8 @@ def test_faithfulness_ends_and_areas(tmp_path):
     trapezoid = sum((fractions[i + 1] - fractions[i]) * (curve.faithfulness[i]
                     + curve.faithfulness[i + 1]) / 2 for i in range(3))  # fmt: skip
     assert curve.cpr == pytest.approx(trapezoid)
+    grown = faithfulness_curve(circuits, scores, (0.2, 1.0), seeds=1, greedy=True)
+    assert grown.selection == "greedy" and grown.faithfulness[-1] == pytest.approx(1.0, abs=1e-5)
     for result, name in ((curve, "faithfulness.json"), (scores, "edges.json")):
         write_result(tmp_path / name, result)
         assert read_result(tmp_path / name, type(result)) == result

@@ -114,3 +114,18 @@ def test_without_wrong_tokens_the_metric_is_the_answers_log_probability(tmp_path
     row = {k: v for k, v in GOOD.items() if k != "wrong"}
     pairs = encode_pairs(read_pairs(_write(tmp_path, json.dumps(row))), word_tokenizer())
     assert pairs.metric == "logprob" and pairs.wrong is None
+
+
+def test_a_fifo_or_a_deep_line_is_one_line(tmp_path):
+    """issue 31: a FIFO is named, never opened (it would block); a line nested past the parser's
+    recursion is a ValueError naming the line, not a RecursionError."""
+    import os
+
+    fifo = tmp_path / "pairs.jsonl"
+    os.mkfifo(fifo)
+    with pytest.raises(ValueError, match=r"pairs\.jsonl is a FIFO, expected a regular file"):
+        read_pairs(fifo)
+    deep = tmp_path / "deep.jsonl"
+    deep.write_text('{"clean": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
+    with pytest.raises(ValueError, match=r"deep\.jsonl line 1: expected JSON nested at most 64"):
+        read_pairs(deep)

@@ -212,3 +212,26 @@ def test_rotary_numbers_are_refused_exactly_when_not_finite_positive_numbers(
         return
     with pytest.raises(ValueError, match=r"^config\.json: rope_parameters\.(full_attention\.)?"):
         check_config_fields(config, "config.json")
+
+
+def test_transformers_loading_report_in_one_warning_line():
+    """What transformers' table held (unused tensors, parameters initialised at random) as one
+    line; nothing when it held nothing."""
+    import warnings
+
+    from headlab.models.hf.weights_match import say_unused
+
+    info = {
+        "unexpected_keys": {"b.extra", "a.extra"},
+        "missing_keys": {"model.norm.weight"},
+        "mismatched_keys": set(),
+    }
+    with pytest.warns(HeadlabWarning) as caught:
+        say_unused(info, "m")
+    assert [str(w.message) for w in caught] == [
+        "m: 2 tensors of its weights unused (e.g. 'a.extra'); 1 parameter missing from its "
+        "weights, initialised at random (e.g. 'model.norm.weight')"
+    ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        say_unused({"unexpected_keys": set(), "missing_keys": set()}, "m")

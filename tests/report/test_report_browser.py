@@ -155,7 +155,8 @@ def test_2048_tokens_open_and_switch_heads_fast(
     from headlab.report.sections import TextCutWarning
 
     text = " ".join(f"w{i % 97}" for i in range(2048))
-    with pytest.warns(TextCutWarning, match="MiniLM-L6-v2's 78 heads are binned to 200 x 200"):
+    binned = "MiniLM-L6-v2's 72 heads and their 6 one-head views are binned to 200 x 200"
+    with pytest.warns(TextCutWarning, match=binned):
         index = build_report(tmp_path / "r", ReportOptions(text=text, results=shared_results))
     opened = Opened(browser, index)
     page = opened.page

@@ -220,8 +220,9 @@ def test_a_long_text_and_a_model_of_many_heads_are_bounded_said_on_the_page_and_
     assert [str(w.message) for w in caught] == [
         "the text has 80 words; the report takes the first 12 (the seeded layer's work grows "
         "with the square of the words)",
-        f"{tiny_dir.name}'s 8 heads are binned to 12 x 12 cells on the page (at most "
-        f"{heatmap.PAGE_BYTES / 2**20:g} MiB of weights an explorer)",
+        f"{tiny_dir.name}'s 6 heads and their 2 one-head views are binned to 12 x 12 cells on "
+        f"the page, so that the explorer's weights take at most "
+        f"{heatmap.PAGE_BYTES / 2**20:g} MiB",
     ]
     seeded = collected.explorers["text"]
     assert len(seeded["tokens"]) == 12 and seeded["total_tokens"] == 80

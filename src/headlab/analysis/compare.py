@@ -16,6 +16,7 @@ from torch import Tensor
 
 from headlab.analysis.findings import Finding, diagnose
 from headlab.analysis.params import parameter_count
+from headlab.analysis.row_gradients import row_gradients
 from headlab.attention.module import MultiHeadAttention
 from headlab.attention.trace import AttentionTrace
 
@@ -67,14 +68,6 @@ def _tolerance(dtype: torch.dtype) -> float:
     return CLOSE_EPS_FACTOR * torch.finfo(dtype).eps
 
 
-def _gradients(module: MultiHeadAttention, output: Tensor, upstream: Tensor) -> dict[str, Tensor]:
-    named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
-    grads = torch.autograd.grad(output, [p for _, p in named], upstream, allow_unused=True)
-    return {
-        n: torch.zeros_like(p) if g is None else g for (n, p), g in zip(named, grads, strict=True)
-    }
-
-
 def _side(
     module: MultiHeadAttention,
     inputs: tuple[Tensor, Tensor | None, Tensor | None],
@@ -82,22 +75,23 @@ def _side(
     upstream: Tensor | None,
     upstream_seed: int,
 ) -> tuple[AttentionTrace, dict[str, Tensor], Tensor]:
-    """(the module's trace, detached; its parameters' gradients for ``upstream`` (batch, q_pos,
-    embed_dim), drawn from N(0, 1) with ``upstream_seed`` when None; the upstream).
+    """(the module's trace, without autograd; its parameters' gradients for ``upstream``
+    (batch, q_pos, embed_dim), drawn from N(0, 1) with ``upstream_seed`` when None; the
+    upstream).
 
     The gradients flow through the trace's own explicit path: the fused kernel recomputes the
     softmax, and at saturated scores (the first seed question: scores near 4e5) its gradients
-    differ from the exact ones by rounding far above the comparison's tolerance. The autograd
-    graph is gone when this returns, so two sides never hold theirs at once.
+    differ from the exact ones by rounding far above the comparison's tolerance. They are
+    taken a block of query rows at a time (``row_gradients``), so the side's autograd graph
+    never holds every weight at once, and two sides never hold theirs at once.
     """
-    with torch.enable_grad():
+    with torch.no_grad():
         trace = module.trace(*inputs, **masks)
-        if upstream is None:
-            out = trace.output
-            gen = torch.Generator(device=out.device).manual_seed(upstream_seed)
-            upstream = torch.randn(out.shape, generator=gen, dtype=out.dtype, device=out.device)
-        grads = _gradients(module, trace.output, upstream)
-    return trace.detach(), grads, upstream
+    if upstream is None:
+        out = trace.output
+        gen = torch.Generator(device=out.device).manual_seed(upstream_seed)
+        upstream = torch.randn(out.shape, generator=gen, dtype=out.dtype, device=out.device)
+    return trace, row_gradients(module, inputs, masks, upstream), upstream
 
 
 def compare(

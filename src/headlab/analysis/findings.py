@@ -81,13 +81,20 @@ def _counts(rows: Tensor) -> dict[str, Measure]:
 
 
 def _visible(trace: AttentionTrace) -> Tensor:
-    """(batch, head, q_pos, k_pos) bool: keys a head may attend to."""
-    return torch.isfinite(trace.scores) & (trace.weights.sum(-1, keepdim=True) > 0)
+    """(batch, head, q_pos, k_pos) bool: keys a head may attend to. One head at a time:
+    ``isfinite`` of a float tensor makes a float copy (its absolute values) of all of it."""
+    heads = trace.scores.shape[1]
+    visible = torch.stack([torch.isfinite(trace.scores[:, h]) for h in range(heads)], dim=1)
+    visible &= trace.weights.sum(-1, keepdim=True) > 0  # rows that see no key see nothing
+    return visible
 
 
 def _count(mask: Tensor) -> Tensor:
     """True entries along the last dimension. The bytes as uint8 summed into int32: summing the
-    bool itself (or count_nonzero) first copies the whole matrix to int64."""
+    bool itself (or count_nonzero) first copies the whole matrix to int64, and ``dtype=`` still
+    casts its whole input, so a (batch, head, q_pos, k_pos) mask is counted one head at a time."""
+    if mask.dim() == 4:
+        return torch.stack([_count(mask[:, h]) for h in range(mask.shape[1])], dim=1)
     return mask.view(torch.uint8).sum(-1, dtype=torch.int32)
 
 
@@ -104,7 +111,7 @@ def _rows_saturated_same_key(traces, visible) -> tuple[Tensor, Tensor, float, fl
     """Rows where all heads of both sides are one-hot on the same key.
 
     Returns (rows, one-hot rows whatever the key, max |score|, smallest top-two score gap).
-    Memory: one (batch, head, q_pos, k_pos) temporary at a time.
+    Memory: one (batch, q_pos, k_pos) temporary at a time (one head).
     """
     tops = [t.weights.max(dim=-1) for t in traces]
     one_hot = torch.stack([_all_heads(top.values >= 1 - SATURATION) for top in tops]).all(0)
@@ -113,27 +120,35 @@ def _rows_saturated_same_key(traces, visible) -> tuple[Tensor, Tensor, float, fl
     rows = one_hot & same_key
     scale, gaps = 0.0, []
     for t, seen in zip(traces, visible, strict=True):
-        finite = t.scores.masked_fill(~torch.isfinite(t.scores), 0.0)
-        if finite.numel():
-            scale = max(scale, float(finite.amax()), -float(finite.amin()))
-        del finite
-        if t.scores.shape[-1] >= 2:
-            masked = t.scores.masked_fill(~seen, float("-inf"))
-            top2 = masked.topk(2, dim=-1).values  # (batch, head, q_pos, 2)
-            del masked
-            gap = (top2[..., 0] - top2[..., 1]).amin(dim=1)  # (batch, q_pos)
-            gaps.append(gap[rows & torch.isfinite(gap)])
+        for h in range(t.scores.shape[1]):
+            scores = t.scores[:, h]  # (batch, q_pos, k_pos)
+            finite = scores.masked_fill(~torch.isfinite(scores), 0.0)
+            if finite.numel():
+                scale = max(scale, float(finite.amax()), -float(finite.amin()))
+            del finite
+            if scores.shape[-1] >= 2:
+                masked = scores.masked_fill(~seen[:, h], float("-inf"))
+                top2 = masked.topk(2, dim=-1).values  # (batch, q_pos, 2)
+                del masked
+                gap = top2[..., 0] - top2[..., 1]  # (batch, q_pos)
+                gaps.append(gap[rows & torch.isfinite(gap)])
     gap = min((float(g.min()) for g in gaps if g.numel()), default=float("nan"))
     return rows, one_hot, scale, gap
 
 
 def _rows_uniform(traces, visible) -> Tensor:
+    """Rows where every head of both sides is uniform over its visible keys. Memory: one
+    (batch, q_pos, k_pos) temporary at a time (one head)."""
     per_side = []
     for t, seen in zip(traces, visible, strict=True):
-        n = _count(seen).unsqueeze(-1).clamp(min=1)
-        deviation = t.weights - 1.0 / n  # one temporary, then in place
-        deviation.abs_().mul_(seen)
-        per_side.append(_all_heads(deviation.amax(dim=-1) <= UNIFORM_TOL))
+        uniform = []
+        for h in range(t.weights.shape[1]):
+            n = _count(seen[:, h]).unsqueeze(-1).clamp(min=1)  # (batch, q_pos, 1)
+            deviation = t.weights[:, h] - 1.0 / n  # one temporary, then in place
+            deviation.abs_().mul_(seen[:, h])
+            uniform.append(deviation.amax(dim=-1) <= UNIFORM_TOL)  # (batch, q_pos)
+            del deviation
+        per_side.append(torch.stack(uniform).all(0))
     return torch.stack(per_side).all(0)
 
 
@@ -163,14 +178,20 @@ def _rows_identical_values(traces, visible) -> tuple[Tensor, float]:
 def _total_variation(a: AttentionTrace, b: AttentionTrace, rows: Tensor) -> Tensor:
     """(head_a,) mean over ``rows`` of the TV distance from each head of a to b's closest head.
 
-    One head of b at a time, so memory stays at one (batch, head_a, q_pos, k_pos) tensor.
+    One pair of heads at a time, so memory stays at one (batch, q_pos, k_pos) temporary.
     """
     tv = torch.stack(
         [
-            0.5 * (a.weights - b.weights[:, j : j + 1]).abs_().sum(-1)
-            for j in range(b.weights.shape[1])
+            torch.stack(
+                [
+                    0.5 * (a.weights[:, i] - b.weights[:, j]).abs_().sum(-1)
+                    for j in range(b.weights.shape[1])
+                ],
+                dim=-1,
+            )  # (batch, q_pos, head_b)
+            for i in range(a.weights.shape[1])
         ],
-        dim=-1,
+        dim=1,
     )  # (batch, head_a, q_pos, head_b)
     tv = tv.permute(0, 2, 1, 3)[rows]  # (rows, head_a, head_b)
     return tv.amin(dim=-1).mean(dim=0)

@@ -15,12 +15,14 @@ method needs them).
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from headlab.circuits.tasks import TaskPairs, last_position_answers
+from headlab.input_files import check_depth, check_regular, read_bytes
 
 FIELDS = ("clean", "corrupted", "answer", "wrong")
 #: the largest pairs file read (a pair is a few hundred bytes; this is far more than a run takes)
@@ -46,17 +48,16 @@ def read_pairs(path: str | Path) -> list[PairRow]:
     non-negative integer) ``answer`` and optional ``wrong``, for an unknown field, for rows that
     mix having ``wrong`` with not, and for a file without pairs."""
     path = Path(path)
-    if not path.is_file():
+    if not os.path.lexists(path) or path.is_dir():
         raise ValueError(f"pairs file must be a file, got {str(path)!r}")
-    size = path.stat().st_size
+    size = check_regular(path, "pairs file").st_size  # a FIFO or a device: named, not opened
     if size > MAX_BYTES:
         raise ValueError(f"{path}: expected at most {MAX_BYTES} bytes of pairs, got {size}")
     rows = []
-    with path.open(encoding="utf-8", errors="strict") as handle:
-        try:
-            lines = handle.read().splitlines()
-        except UnicodeDecodeError as error:
-            raise ValueError(f"{path}: expected UTF-8 text, got {error.reason}") from None
+    try:
+        lines = read_bytes(path, "pairs file", MAX_BYTES).decode("utf-8").splitlines()
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path}: expected UTF-8 text, got {error.reason}") from None
     for number, text in enumerate(lines, 1):
         if not text.strip():
             continue
@@ -77,6 +78,7 @@ def read_pairs(path: str | Path) -> list[PairRow]:
 def _row(text: str, number: int, path: Path) -> PairRow:
     where = f"{path} line {number}"
     try:
+        check_depth(text.encode("utf-8", "surrogatepass"), where)  # never a RecursionError
         data = json.loads(text)
     except json.JSONDecodeError as error:
         raise ValueError(f"{where}: expected a JSON object, got invalid JSON ({error.msg} at "

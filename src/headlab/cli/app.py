@@ -10,6 +10,7 @@ from typer.core import TyperArgument, TyperOption
 from typer.models import ParameterInfo
 
 from headlab.cli import (
+    circuits,
     compare,
     corpus_roles,
     expressivity,
@@ -103,7 +104,7 @@ def _escape_option_help(typer_app: typer.Typer, done: set[int] | None = None) ->
 
 # Each command module adds its commands here; none of them imports this module (no cycle).
 for _module in (
-    compare, corpus_roles, expressivity, model, params, redundancy, report, roles,
+    circuits, compare, corpus_roles, expressivity, model, params, redundancy, report, roles,
     specialisation, sweep,
 ):  # fmt: skip
     _module.register(app)

@@ -665,7 +665,7 @@ def families(as_json: bool = AS_JSON) -> None:
     """The transformers families that --backend transformers can run.
 
     Observed in the installed transformers: the families whose text model calls its
-    AttentionInterface in one forward on the meta device (one to four minutes for all), then
+    AttentionInterface in one forward on the meta device (about a minute for all), then
     those whose default config showed nothing, and why."""
     from headlab.models.hf.families import observe_families, unobserved_families
     from headlab.models.hf.requirements import require_transformers

@@ -82,7 +82,10 @@ def role_tables(roles, statistics=None, top: int = 5) -> list[Table | Text]:
         rows = [[str(layer), str(g), f"{v:.3f}"] for v, layer, g in groups[:top]]
         title = "K/V groups that sinks + a window serve best"
         out.extend(fitted_tables(title, ["layer", "group", "window error"], rows))
-        out.append(Text("(window error: the share of the output lost, worst head of the group)"))
+        out.append(Text("(window error: ||o - o_window|| / ||o||, the relative error of the "
+                        "output of the group's worst head with only the sinks and the window; "
+                        "0: nothing changes, above 1: farther from the full output than no "
+                        "output)"))  # fmt: skip
     return out
 
 

@@ -63,6 +63,24 @@ class AttentionMaps:
         return cls(f.int("block", 1), blocked, f.int("bin", 1), received)
 
 
+    def check_length(self, n_tokens: int, where: str) -> None:
+        """ValueError naming the field unless the maps hold what a text of ``n_tokens`` tokens
+        gives: ceil(n_tokens / block) blocks a side, ceil(n_tokens / bin) bins. A size in a
+        results file is checked against what the file holds (a hand-edited ``n_tokens`` of
+        10**12 would make the report allocate for it)."""
+        blocks, bins = -(-n_tokens // self.block), -(-n_tokens // self.bin)
+        for i, row in enumerate(self.blocked):
+            for j, cell in enumerate(row):
+                if len(cell) != blocks or any(len(line) != blocks for line in cell):
+                    expected = f"{blocks} x {blocks} blocks (context.n_tokens {n_tokens})"
+                    raise problem(f"{where}.blocked[{i}][{j}]", expected, len(cell))
+        for i, row in enumerate(self.received):
+            for j, cell in enumerate(row):
+                if len(cell) != bins:
+                    expected = f"{bins} bins (context.n_tokens {n_tokens})"
+                    raise problem(f"{where}.received[{i}][{j}]", expected, len(cell))
+
+
 def _rounded(t: Tensor) -> list:
     """``t`` as nested lists of floats with 4 significant digits (what a figure can show)."""
 

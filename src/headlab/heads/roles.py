@@ -7,8 +7,10 @@ From one streaming pass over a long text (``heads.long_context``), per head:
                   largest weight is on that token's earlier occurrence
     copy_weight   the mean weight on that earlier occurrence at the copy positions (induction on
                   the text's own repeats, Olsson et al. 2022)
-    window_error  mean over queries of ||o - o^window|| / ||o||: the share of the head's output
-                  lost if it saw only the first ``sinks`` keys and the last ``window`` ones
+    window_error  mean over queries of ||o - o^window|| / ||o||: the relative error of the
+                  head's output if it saw only the first ``sinks`` keys and the last ``window`` ones
+                  (0: nothing changes; not a share: above 1 the windowed output is farther
+                  from the full one than no output at all)
                   (DuoAttention's streaming heads, StreamingLLM's sinks), exact, from the same
                   weights; per K/V group, the largest of its query heads' (a group's cache can
                   only shrink if every head reading it can)

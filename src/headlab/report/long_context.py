@@ -145,36 +145,52 @@ def long_context_sections(
     skipped: why, with a SkippedResultsWarning, for a file that breaks its schema); adds the
     blocked-map explorer "long" to ``explorers``."""
     out: dict[str, dict] = {}
+    # Each part is read *and drawn* under ``skipping``: data a schema let through that still
+    # cannot be drawn skips its file with one line, and the rest of the report is built.
     path = Path(directory) / LONG_FILE
-    result = skipping(path, lambda: read_result(path, LongContextResult))
-    if isinstance(result, Skipped):
-        out["roles"] = result.part(COMMANDS["roles"])
-    elif result is None or result.roles is None or result.maps is None:
+    roles = skipping(path, lambda: _roles_part(path))
+    if isinstance(roles, Skipped):
+        out["roles"] = roles.part(COMMANDS["roles"])
+    elif roles is None:
         out["roles"] = {"missing": COMMANDS["roles"], "file": str(path)}
     else:
-        roles_png = figures.png_bytes(roles_figure(result))
-        maps_png = figures.png_bytes(maps_figure(result, chosen_heads(result)))
-        pngs["roles.png"], pngs["attention_maps.png"] = roles_png, maps_png
-        out["roles"] = {
-            "model": result.statistics.model,
-            "n_tokens": result.context.n_tokens,
-            "image": _uri(roles_png),
-            "maps": _uri(maps_png),
-            "answer": roles_answer(result),
-        }
-        explorers["long"] = _blocked_explorer(result)
+        part, pngs["roles.png"], pngs["attention_maps.png"], explorers["long"] = roles
+        out["roles"] = part
     path = Path(directory) / BUDGET_FILE
-    budget = skipping(path, lambda: read_result(path, KVBudgetResult))
+    budget = skipping(path, lambda: _budget_part(path))
     if isinstance(budget, Skipped):
         out["kv_budget"] = budget.part(COMMANDS["kv_budget"])
     elif budget is None:
         out["kv_budget"] = {"missing": COMMANDS["kv_budget"], "file": str(path)}
     else:
-        png = figures.png_bytes(kv_budget_figure(budget))
-        pngs["kv_budget.png"] = png
-        out["kv_budget"] = {"image": _uri(png), "answer": budget_answer(budget),
-                            "table": budget_rows(budget)}  # fmt: skip
+        out["kv_budget"], pngs["kv_budget.png"] = budget
     return out
+
+
+def _roles_part(path: Path) -> tuple[dict, bytes, bytes, dict] | None:
+    """(the roles part, its two figures, the blocked-map explorer); None without maps."""
+    result = read_result(path, LongContextResult)
+    if result is None or result.roles is None or result.maps is None:
+        return None
+    roles_png = figures.png_bytes(roles_figure(result))
+    maps_png = figures.png_bytes(maps_figure(result, chosen_heads(result)))
+    part = {
+        "model": result.statistics.model,
+        "n_tokens": result.context.n_tokens,
+        "image": _uri(roles_png),
+        "maps": _uri(maps_png),
+        "answer": roles_answer(result),
+    }
+    return part, roles_png, maps_png, _blocked_explorer(result)
+
+
+def _budget_part(path: Path) -> tuple[dict, bytes] | None:
+    budget = read_result(path, KVBudgetResult)
+    if budget is None:
+        return None
+    png = figures.png_bytes(kv_budget_figure(budget))
+    part = {"image": _uri(png), "answer": budget_answer(budget), "table": budget_rows(budget)}
+    return part, png
 
 
 def _blocked_explorer(result: LongContextResult) -> dict:

@@ -62,7 +62,10 @@ def roles_figure(result: LongContextResult) -> Figure:
     if roles.retrieval is not None:
         panels.insert(0, ("retrieval score (Wu et al.)", roles.retrieval, "magma", None))
     if roles.window_error is not None:  # above 1: farther from the output than no output is
-        title = f"window error ({roles.sinks} sinks + {roles.window})"
+        title = f"window error ||o - o_w|| / ||o|| ({roles.sinks} sinks + {roles.window})"
+        worst = max(max(row) for row in roles.window_error)
+        if worst > 1.0:
+            title += f"\nup to {worst:.2f}; colours stop at 1"
         panels.append((title, roles.window_error, "cividis_r", 1.0))
     width = len(panels) + (roles.roles is not None)
     fig = Figure(figsize=(3.2 * width, 4.2), layout="constrained")

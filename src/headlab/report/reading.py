@@ -42,15 +42,23 @@ class Skipped:
         return {"missing": command, "file": str(self.path), "skipped": self.reason}
 
 
+# What data a schema let through can still raise while a part is drawn (a ragged grid in NumPy,
+# an empty list): the part is skipped, naming the file, and the rest of the report is built.
+DATA_ERRORS = (TypeError, KeyError, IndexError, StopIteration, ArithmeticError)
+
+
 def skipping(path: Path, build: Callable[[], T]) -> T | Skipped:
-    """``build()`` (which reads ``path``), or Skipped with a SkippedResultsWarning naming the
-    file when it raises ValueError (the file does not follow its schema)."""
+    """``build()`` (which reads ``path`` and draws its part), or Skipped with a
+    SkippedResultsWarning naming the file when it raises ValueError (the file does not follow
+    its schema) or one of ``DATA_ERRORS`` (its data cannot be drawn)."""
     try:
         return build()
     except ValueError as error:
         reason = str(error).removeprefix(f"{path}: ")
-        warnings.warn(f"skipped {path}: {reason}", SkippedResultsWarning, stacklevel=2)
-        return Skipped(path, reason)
+    except DATA_ERRORS as error:
+        reason = f"its data cannot be drawn ({type(error).__name__}: {error})"
+    warnings.warn(f"skipped {path}: {reason}", SkippedResultsWarning, stacklevel=2)
+    return Skipped(path, reason)
 
 
 def _through(kind: type) -> Callable[[Path], dict | None]:

@@ -28,6 +28,7 @@ from headlab.defaults import DEFAULT_TEXT
 from headlab.experiments.summary import summarize
 from headlab.notices import HeadlabWarning
 from headlab.report import figures, heatmap
+from headlab.report.circuits import circuits_sections
 from headlab.report.heatmap import heatmap_data
 from headlab.report.long_context import long_context_sections
 from headlab.report.overview import overview
@@ -124,14 +125,18 @@ def _model_explorer(name: str, attention: TextAttention, max_bins: int) -> dict:
         else ""
     )
     note = f"Attention of {name}, every layer and head{one_head}."
-    heads = sum(view.weights.shape[0] * view.weights.shape[1] for view in attention.views)
-    bins = heatmap.bins_within(heads, max_bins)
+    grids = [view.weights.shape[0] * view.weights.shape[1] for view in attention.views]
+    bins = heatmap.bins_within(sum(grids), max_bins)
     if bins < min(len(attention.tokens), max_bins):
         per_cell = len(attention.tokens) / bins
+        # the first view is the model's own heads; the others are its layers collapsed
+        shown = f"{grids[0]} heads" + (
+            f" and their {sum(grids[1:])} one-head views" if len(grids) > 1 else ""
+        )
         note += (f" Binned to {bins} x {bins} cells (about {per_cell:.1f} tokens a cell) so that "
-                 f"its {heads} heads fit the page.")  # fmt: skip
-        _say(f"{name}'s {heads} heads are binned to {bins} x {bins} cells on the page (at most "
-             f"{heatmap.PAGE_BYTES / 2**20:g} MiB of weights an explorer)")  # fmt: skip
+                 f"its {shown} fit the page.")  # fmt: skip
+        _say(f"{name}'s {shown} are binned to {bins} x {bins} cells on the page, so that the "
+             f"explorer's weights take at most {heatmap.PAGE_BYTES / 2**20:g} MiB")  # fmt: skip
     return heatmap_data(
         f"{name}'s heads on your text",
         attention.tokens,
@@ -162,22 +167,32 @@ def _results_sections(directory: Path, pngs: dict[str, bytes]) -> dict:
         ("sweep", "sweep.jsonl", _sweep_figure),
     )
     for key, filename, draw in readers:
-        data = skipping(directory / filename, lambda f=filename: read_section(directory, f))
-        if isinstance(data, Skipped):
-            out[key] = data.part(PRODUCERS[filename])
-            continue
-        if not data:
+        # Read and drawn under ``skipping``: a file whose data cannot be drawn is one line.
+        part = skipping(directory / filename, lambda k=key, f=filename, d=draw: _part(
+            directory, k, f, d))  # fmt: skip
+        if isinstance(part, Skipped):
+            out[key] = part.part(PRODUCERS[filename])
+        elif part is None:
             out[key] = {"missing": PRODUCERS[filename], "file": str(directory / filename)}
-            continue
-        png = figures.png_bytes(draw(data))
-        pngs[f"{key}.png"] = png
-        out[key] = {"image": _data_uri(png), "data": data}
-    if "data" in out["sweep"]:
-        out["sweep"]["table"] = [r.to_dict() for r in summarize(out["sweep"]["data"])]
-    if "data" in out["heads"]:
-        out["heads"]["summary"] = _heads_summary(out["heads"]["data"])
-        out["heads"]["overview"] = overview(out["heads"]["data"])
+        else:
+            pngs[f"{key}.png"] = part.pop("png")
+            out[key] = part
     return out
+
+
+def _part(directory: Path, key: str, filename: str, draw) -> dict | None:
+    """One results part: its data, figure (``png``) and tables; None when the file is absent."""
+    data = read_section(directory, filename)
+    if not data:
+        return None
+    png = figures.png_bytes(draw(data))
+    part = {"png": png, "image": _data_uri(png), "data": data}
+    if key == "sweep":
+        part["table"] = [r.to_dict() for r in summarize(data)]
+    if key == "heads":
+        part["summary"] = _heads_summary(data)
+        part["overview"] = overview(data)
+    return part
 
 
 def _heads_summary(heads: dict) -> list[dict]:
@@ -198,6 +213,7 @@ GROUPS = {
     "sweeps": ("results", ("sweep",)),
     "why": ("why", ("expressivity", "specialisation", "redundancy", "redundancy_decoder")),
     "long": ("long", ("roles", "kv_budget")),
+    "circuits": ("circuits", ("circuits",)),
 }
 
 
@@ -273,6 +289,7 @@ def collect(options: ReportOptions, *, want_png: bool = False) -> Collected:
         "results": _results_sections(Path(options.results), pngs),
         "why": why_sections(Path(options.results), pngs),
         "long": long_context_sections(Path(options.results), pngs, explorers),
+        "circuits": circuits_sections(Path(options.results), pngs),
         "results_dir": str(options.results),
     }
     sections["empty"] = _empty_sections(sections)

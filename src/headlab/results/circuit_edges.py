@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 
 from headlab.results.schema import Fields, is_int, problem
 
-EDGE_METHODS = ("path_patching", "eap", "eap-ig")
+EDGE_METHODS = ("path_patching", "eap", "eap-ig", "composition")
 
 
 def _strings(fields: Fields, key: str) -> list[str]:
@@ -27,7 +27,8 @@ def _strings(fields: Fields, key: str) -> list[str]:
 
 @dataclass(frozen=True)
 class EdgeScores:
-    """``method`` ("path_patching", "eap", "eap-ig"), the ``metric`` kind, ``edges`` and their
+    """``method`` ("path_patching", "eap", "eap-ig", or "composition": weight-based scores of
+    the head-to-head edges, ``circuits.run``), the ``metric`` kind, ``edges`` and their
     ``scores`` (the change in the metric when the edge is patched, or its attribution), the
     metric on the clean and the corrupted runs."""
 

@@ -43,10 +43,15 @@ from headlab.models.hf.checkpoint import (
     locate,
     read_config,
 )
-from headlab.models.hf.observe import build_observed
+from headlab.models.hf.observe import build_observed, picks_its_own_attention
 from headlab.models.hf.registry import register
 from headlab.models.hf.requirements import require_accelerate
-from headlab.models.hf.runnable import family_of, refuse_encoder_decoder, refuse_unrunnable
+from headlab.models.hf.runnable import (
+    family_of,
+    refuse_encoder_decoder,
+    refuse_not_text,
+    refuse_unrunnable,
+)
 from headlab.models.hf.weights_match import check_finite, check_shapes, say_unused
 from headlab.models.weight_files import checkpoint_shapes, held_values
 
@@ -80,6 +85,13 @@ def _on_meta(auto_class: type, config, trust_remote_code: bool, where: str):
     try:
         return build_observed(auto_class, config, trust_remote_code)
     except (ValueError, *BUILD_ERRORS) as error:
+        if picks_its_own_attention(error):
+            raise ValueError(
+                f"{where}: family {family_of(config)!r} ({auto_class.__name__}) computes its "
+                "attention itself (one of its own attention classes, chosen by name), not "
+                f"through transformers' AttentionInterface, so headlab cannot run inside it; "
+                f"{LIST_HINT}"
+            ) from None
         raise ValueError(
             f"{where}: transformers cannot build a {family_of(config)!r} model from its config "
             f"({type(error).__name__}: {first_line(error)})"
@@ -106,7 +118,7 @@ def plan_model(config, where: str, trust_remote_code: bool = False) -> Plan:
                 f"{where}: family {family!r} is causal but transformers has no language-model "
                 f"class for it; {LIST_HINT}"
             )
-        refuse_unrunnable(type(model), config, where, built=model)
+        refuse_not_text(type(model), config, where)  # its attention is base's, observed
     return Plan(
         type(model),
         causal,

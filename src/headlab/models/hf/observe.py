@@ -63,6 +63,12 @@ def register_observer() -> str:
     return OBSERVER
 
 
+def picks_its_own_attention(error: BaseException) -> bool:
+    """Whether building failed because the family looks the implementation's name up in a
+    table of its own attention classes (Falcon, GPT-Neo, GIT): it never calls the registry."""
+    return isinstance(error, KeyError) and error.args == (OBSERVER,)
+
+
 @dataclass(frozen=True)
 class Observation:
     """What one observed forward showed: ``module``, the class name of the first module that

@@ -37,15 +37,7 @@ def refuse_unrunnable(model_class: type, config, where: str, built=None) -> None
     model already built by ``observe.build_observed`` (else a twin is built on the meta
     device)."""
     family = family_of(config)
-    refuse_encoder_decoder(config, where)
-    reads = getattr(model_class, "main_input_name", "input_ids")
-    text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
-    if reads != "input_ids" or getattr(text_config, "vocab_size", None) is None:
-        what = reads if reads != "input_ids" else "no vocabulary (no vocab_size)"
-        raise ValueError(
-            f"{where}: family {family!r} ({model_class.__name__}) reads {what}, not text; "
-            f"headlab runs language models and text encoders; {LIST_HINT}"
-        )
+    refuse_not_text(model_class, config, where)
     seen = observe(build_observed(model_class, config) if built is None else built)
     if seen.error is not None:
         raise ValueError(
@@ -58,4 +50,19 @@ def refuse_unrunnable(model_class: type, config, where: str, built=None) -> None
             f"{where}: family {family!r} ({model_class.__name__}) computes its attention itself, "
             f"not through transformers' AttentionInterface (one observed forward called none), "
             f"so headlab cannot run inside it; {LIST_HINT}"
+        )
+
+
+def refuse_not_text(model_class: type, config, where: str) -> None:
+    """ValueError naming the family for an encoder-decoder or a model that does not read text
+    (the first two refusals of the module docstring)."""
+    family = family_of(config)
+    refuse_encoder_decoder(config, where)
+    reads = getattr(model_class, "main_input_name", "input_ids")
+    text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    if reads != "input_ids" or getattr(text_config, "vocab_size", None) is None:
+        what = reads if reads != "input_ids" else "no vocabulary (no vocab_size)"
+        raise ValueError(
+            f"{where}: family {family!r} ({model_class.__name__}) reads {what}, not text; "
+            f"headlab runs language models and text encoders; {LIST_HINT}"
         )

@@ -1,0 +1,190 @@
+"""One circuits run, as ``headlab circuits`` asks for it: a task's pairs, the model's own
+performance on them, every edge scored by one method, the top-n circuit, and its faithfulness
+curve on request. The command only parses and prints; the work is here, in three steps so that
+every input is checked before the long part starts:
+
+    CircuitRequest(...)          checks the options (no model)
+    prepare(model, request)      builds the pairs and the graph, checks the pairs against the
+                                 tokenizer and --top against the edges (no forward yet)
+    run_circuits(model, prepared)   performance, scores, curve -> ``CircuitRun``
+
+Methods: "composition" (Elhage et al.'s weight-based scores, ``circuits/composition.py``, of
+every head -> later head edge: q into the head, k and v into its K/V group in a GQA layer),
+"path-patching" (exact, ``circuits/patching.py``), "eap" and "eap-ig" (``circuits/attribution.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from headlab.circuits.tasks import TaskPairs, TaskRequest
+from headlab.limits import check_int
+from headlab.results.circuit_edges import EdgeScores
+from headlab.results.circuit_run import RUN_METHODS, CircuitRun
+
+Step = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class CircuitRequest:
+    """``task`` (its pairs), ``method`` (one of ``RUN_METHODS``), the circuit's ``top`` edges,
+    EAP-IG's ``steps`` m, whether to measure the ``faithfulness`` curve (against ``seeds``
+    random circuits per size). ValueError naming the option for a bad value."""
+
+    task: TaskRequest
+    method: str = "eap"
+    top: int = 20
+    steps: int = 5
+    faithfulness: bool = False
+    seeds: int = 3
+
+    def __post_init__(self) -> None:
+        if self.method not in RUN_METHODS:
+            raise ValueError(f"method must be one of {', '.join(RUN_METHODS)}, got "
+                             f"{self.method!r}")  # fmt: skip
+        check_int("top", self.top, low=1)
+        check_int("steps", self.steps, low=1, high=10_000)
+        check_int("seeds", self.seeds, low=1, high=100)
+        if self.task.equal_lengths != needs_equal_lengths(self.method):
+            raise ValueError(f"task.equal_lengths must be {needs_equal_lengths(self.method)} "
+                             f"for method {self.method}")  # fmt: skip
+
+
+def needs_equal_lengths(method: str) -> bool:
+    """Whether ``method`` patches or interpolates clean against corrupted position by position
+    (every method but the weights' composition)."""
+    return method != "composition"
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What ``prepare`` checked: the pairs, the graph and the names of the edges to score."""
+
+    request: CircuitRequest
+    pairs: TaskPairs
+    graph: object
+    edges: list[str]
+
+
+def prepare(model, request: CircuitRequest) -> Prepared:
+    """The pairs and the graph of ``model``; ValueError for pairs the tokenizer cannot hold
+    (tasks.py, tasks_pairs.py), answer tokens outside the model's vocabulary, and ``top``
+    beyond the number of edges the method scores."""
+    from headlab.circuits.blocks import graph_of
+    from headlab.circuits.discovery import check_size
+    from headlab.circuits.task_performance import task_metric
+    from headlab.circuits.tasks import build_pairs
+
+    pairs = build_pairs(request.task, model)
+    task_metric(pairs).check_vocab(model.output_width)
+    graph = graph_of(model)
+    edges = [e.name for e in graph.edges if _scored(graph, e, request.method)]
+    try:
+        check_size(request.top, len(edges))
+    except ValueError:
+        raise ValueError(
+            f"top must be at most {len(edges)} (the edges {request.method} scores in "
+            f"{model.name}), got {request.top}"
+        ) from None
+    return Prepared(request, pairs, graph, edges)
+
+
+def _scored(graph, edge, method: str) -> bool:
+    if method != "composition":
+        return True
+    return graph.node(edge.sender).kind == "head" and graph.node(edge.receiver).kind in (
+        "head", "group",
+    )  # fmt: skip
+
+
+def run_circuits(
+    model, prepared: Prepared, on_step: Step | None = None, on_stage: Callable[[str], None]
+    | None = None,
+) -> CircuitRun:
+    """The run of the module docstring. ``on_stage(name)`` when a stage starts ("performance",
+    "scores", "faithfulness"), ``on_step(done, total)`` within it."""
+    from headlab.circuits.task_performance import task_metric, task_performance
+
+    request, pairs, graph = prepared.request, prepared.pairs, prepared.graph
+    stage = on_stage or (lambda name: None)
+    stage("performance")
+    performance = task_performance(model, pairs)
+    metric = task_metric(pairs)
+    stage("scores")
+    patcher = None
+    if request.method == "composition":
+        scores = composition_edges(model, graph, prepared.edges, performance, on_step)
+    else:
+        from headlab.circuits.patching import Patcher
+
+        patcher = Patcher(model, pairs.clean, pairs.corrupted, metric)
+        scores = _scores(model, pairs, metric, patcher, request, on_step)
+    curve = None
+    if request.faithfulness:
+        from headlab.circuits.circuit_patching import CircuitPatcher
+        from headlab.circuits.faithfulness import faithfulness_curve
+        from headlab.circuits.patching import Patcher
+
+        stage("faithfulness")
+        patcher = patcher or Patcher(model, pairs.clean, pairs.corrupted, metric)
+        curve = faithfulness_curve(CircuitPatcher(patcher), _every_edge(scores, graph),
+                                   seeds=request.seeds, progress=on_step)  # fmt: skip
+    layers = [graph_layer for graph_layer in graph.layers]
+    return CircuitRun(
+        model=model.name,
+        task=pairs.task,
+        method=request.method,
+        steps=request.steps if request.method == "eap-ig" else None,
+        top=request.top,
+        performance=performance,
+        heads_per_layer=[s.num_heads for s in layers],
+        kv_heads_per_layer=[s.num_kv_heads for s in layers],
+        scores=scores,
+        faithfulness=curve,
+    )
+
+
+def _scores(model, pairs, metric, patcher, request: CircuitRequest, on_step) -> EdgeScores:
+    if request.method == "path-patching":
+        names = [e.name for e in patcher.graph.edges]
+        values = patcher.effects(names, progress=on_step)
+        return EdgeScores("path_patching", metric.kind, names, values.tolist(),
+                          patcher.clean_value, patcher.corrupted_value)  # fmt: skip
+    from headlab.circuits.attribution import edge_attribution
+
+    return edge_attribution(model, pairs.clean, pairs.corrupted, metric, method=request.method,
+                            steps=request.steps, patcher=patcher, progress=on_step)  # fmt: skip
+
+
+def _every_edge(scores: EdgeScores, graph) -> EdgeScores:
+    """``scores`` over every edge of the graph (edges it did not score at 0), as the curve's
+    circuits are drawn from all of them."""
+    if len(scores.edges) == len(graph.edges):
+        return scores
+    have = dict(zip(scores.edges, scores.scores, strict=True))
+    names = [e.name for e in graph.edges]
+    return EdgeScores(scores.method, scores.metric, names, [have.get(n, 0.0) for n in names],
+                      scores.clean_metric, scores.corrupted_metric)  # fmt: skip
+
+
+def composition_edges(model, graph, edges: list[str], performance, on_step=None) -> EdgeScores:
+    """Weight-based composition of ``edges`` (head -> later head or K/V group) as EdgeScores:
+    q into a head is its Q-composition, k and v into a head (no GQA) its K-, V-composition, into
+    a K/V group the group's (``k_group``, ``v_group``). An edge a layer cannot score (QK-norm
+    leaves out Q and K) scores 0."""
+    from headlab.circuits.composition import composition_scores
+
+    found = composition_scores(model, samples=16, on_layer=on_step)
+    values = []
+    for name in edges:
+        edge = graph.edge(name)
+        grouped = graph.node(edge.receiver).kind == "group"
+        mode = f"{edge.input}_group" if grouped else edge.input
+        value = found.score(mode, edge.sender, edge.receiver)
+        values.append(0.0 if value is None or value != value else float(value))
+    return EdgeScores("composition", "weights", list(edges), values, performance.clean,
+                      performance.corrupted)  # fmt: skip
+
+
+__all__ = ["CircuitRequest", "Prepared", "needs_equal_lengths", "prepare", "run_circuits"]

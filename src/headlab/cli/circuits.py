@@ -1,0 +1,191 @@
+"""``headlab circuits``: how a model's heads compose on a task, found by one method.
+
+Parses, checks every input it can before the model loads (task, method, --steps, --top's
+lower bound, the --pairs file, the output paths), loads, checks what needs the model (the
+pairs' tokens, --top against the edges), then calls ``headlab.circuits.run`` and prints: the
+model's own performance on the task first, then the top edges, then the faithfulness curve.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.text import Text
+
+from headlab.cli.model import DOWNLOAD, MODEL, MODEL_DIR, TRUST_REMOTE_CODE, Route, open_model
+from headlab.cli.outputs import AS_JSON, FORCE, an_input, claim, write_outputs, writing
+from headlab.cli.parsing import flags
+from headlab.cli.progress import progress
+from headlab.cli.tables import fitted_tables
+from headlab.results.locations import RESULTS_DIR
+
+OUT = typer.Option(RESULTS_DIR / "circuits.json", "--out", help="Results file (JSON).")
+GRAPH_FIGURE = typer.Option(None, "--figure", help="Write the circuit on the graph (PNG).")
+CURVE_FIGURE = typer.Option(
+    None,
+    "--faithfulness-figure",
+    help="Measure the faithfulness curve against random circuits and write it (PNG).",
+)
+PAIRS = typer.Option(
+    None, "--pairs", help="Your own JSONL of clean/corrupted pairs (instead of --task).",
+    callback=an_input,
+)
+
+
+def circuits(
+    task: str | None = typer.Option(
+        None, "--task", help="induction (default), copy, ioi or greater-than."
+    ),
+    pairs: Path | None = PAIRS,
+    method: str = typer.Option(
+        "eap", "--method", help="composition, path-patching, eap or eap-ig."
+    ),
+    steps: int = typer.Option(5, "--steps", help="EAP-IG's interpolation steps m."),
+    top: int = typer.Option(20, "--top", help="Edges in the circuit (the top n by |score|)."),
+    n_pairs: int = typer.Option(8, "--n-pairs", help="Pairs of the built-in task."),
+    length: int | None = typer.Option(
+        None, "--length", help="induction: tokens repeated [40]; copy: tokens of the text [512]."
+    ),
+    seed: int = typer.Option(0, "--seed", help="Seed of the task's pairs."),
+    model: str | None = MODEL,
+    model_dir: Path | None = MODEL_DIR,
+    download: bool = DOWNLOAD,
+    trust_remote_code: bool = TRUST_REMOTE_CODE,
+    out: Path = OUT,
+    figure: Path | None = GRAPH_FIGURE,
+    faithfulness_figure: Path | None = CURVE_FIGURE,
+    force: bool = FORCE,
+    as_json: bool = AS_JSON,
+) -> None:
+    """Find the circuit of a task: which head feeds which, scored edge by edge.
+
+    Every edge (sender -> receiver's q, k or v input, MLP or logits) scored by weight-based
+    composition, exact path patching, EAP or EAP-IG on clean/corrupted pairs; the model's own
+    accuracy on the task first.
+    """
+    from headlab.circuits.run import CircuitRequest, needs_equal_lengths
+    from headlab.circuits.tasks import TaskRequest
+
+    if pairs is not None and task is not None:
+        raise ValueError(f"pass --task or --pairs, not both (got --task {task} and --pairs)")
+    if model is not None and model_dir is not None:
+        raise ValueError("pass --model or --model-dir, not both")
+    with flags("method", "steps", "top", "n_pairs", "length", "seed", "task", pairs_file="--pairs"):
+        request = CircuitRequest(
+            TaskRequest(
+                task="pairs" if pairs is not None else task or "induction",
+                n_pairs=n_pairs,
+                length=length,
+                seed=seed,
+                pairs_file=None if pairs is None else str(pairs),
+                equal_lengths=needs_equal_lengths(method) if method else True,
+            ),
+            method=method,
+            top=top,
+            steps=steps,
+            faithfulness=faithfulness_figure is not None,
+        )
+    if pairs is not None:  # the file's own problems, before the model loads
+        from headlab.circuits.tasks_pairs import read_pairs
+
+        read_pairs(pairs)
+    _claim(out, figure, faithfulness_figure, force)
+    loaded = open_model(model if model_dir is None else model_dir,
+                        Route(backend="transformers", download=download,
+                              trust_remote_code=trust_remote_code,
+                              quiet=as_json))  # fmt: skip
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from headlab.circuits.run import prepare, run_circuits
+
+    with flags("top", pairs_file="--pairs"):
+        prepared = prepare(loaded, request)
+    described = f"circuits: {request.method} on {request.task.task}"
+    with progress(described, None, quiet=as_json) as update:
+        result = run_circuits(loaded, prepared, on_step=update,
+                              on_stage=lambda stage: update(0, None, stage))  # fmt: skip
+    from headlab.report.circuit_figures import circuit_graph_figure
+
+    written = write_outputs("circuits", result, out, figure=figure, draw=circuit_graph_figure,
+                            force=force, as_json=as_json)  # fmt: skip
+    if faithfulness_figure is not None:
+        _write_curve(result, faithfulness_figure, force)
+    if written is None:
+        return
+    _print(result)
+    print(f"wrote {out}")
+    for path in (figure, faithfulness_figure):
+        if path is not None:
+            print(f"wrote {path}")
+
+
+def _claim(out: Path, figure: Path | None, curve: Path | None, force: bool) -> None:
+    """Every output path checked before the model loads (and again when written)."""
+    from headlab.results.output_policy import Kind, OutputRefused, check_output
+
+    claim("circuits", out, force=force, figure=figure)
+    if curve is None:
+        return
+    for other, flag in ((out, "--out"), (figure, "--figure")):
+        if other is not None and os.path.abspath(other) == os.path.abspath(curve):
+            raise OutputRefused(f"--faithfulness-figure and {flag} must be different files, "
+                                f"got {curve} twice")  # fmt: skip
+    with writing("--faithfulness-figure"):
+        check_output(curve, Kind.png("circuits"), force=force)
+
+
+def _write_curve(result, path: Path, force: bool) -> None:
+    from headlab.report.circuit_figures import faithfulness_figure
+    from headlab.results.files import save_figure
+    from headlab.results.output_policy import Kind
+
+    with writing("--faithfulness-figure"):
+        save_figure(faithfulness_figure(result), path, Kind.png("circuits"), force=force)
+
+
+def _print(result) -> None:
+    import textwrap
+
+    console = Console()
+    performance = result.performance
+    print(textwrap.fill(performance.says(), 80))
+    if not performance.does_task:
+        print(textwrap.fill(f"warning: {result.model} does not do {result.task}; a circuit of "
+                            "a behaviour the model lacks explains little", 80))  # fmt: skip
+    scores = result.scores
+    rows = []
+    for rank, (edge, score) in enumerate(result.top_edges(), start=1):
+        sender, rest = edge.split("->", 1)
+        receiver, _, input_ = rest.partition("<")
+        rows.append([str(rank), sender, receiver, input_.rstrip(">") or "in", f"{score:+.4g}"])
+    steps = f" (m={result.steps})" if result.steps else ""
+    title = (f"Top {len(rows)} of {len(scores.edges)} edges, {result.method}{steps}, "
+             f"{result.task}")  # fmt: skip
+    columns = ["#", "sender", "receiver", "input", "score"]
+    for table in fitted_tables(title, columns, rows, keys=1, left=["sender", "receiver", "input"]):
+        console.print(table)
+    what = ("composition score (0..1, weights only)" if result.method == "composition" else
+            f"change in {scores.metric} (clean {scores.clean_metric:.4g}, corrupted "
+            f"{scores.corrupted_metric:.4g})")  # fmt: skip
+    console.print(Text(f"score: {what}"))
+    curve = result.faithfulness
+    if curve is None:
+        return
+    rows = [[f"{100 * f:g}%", str(n), f"{v:.3f}", f"{sum(r) / len(r):.3f}"]
+            for f, n, v, r in zip(curve.fractions, curve.sizes, curve.faithfulness,
+                                  curve.random, strict=True)]  # fmt: skip
+    seeds = len(curve.random_cpr)
+    for table in fitted_tables(f"Faithfulness of the top-n circuit, random: mean of {seeds}",
+                               ["edges", "n", "circuit", "random"], rows, keys=1):  # fmt: skip
+        console.print(table)
+    console.print(Text(
+        f"CPR {curve.cpr:.3f} (random {sum(curve.random_cpr) / seeds:.3f}), "
+        f"CMD {curve.cmd:.3f} (random {sum(curve.random_cmd) / seeds:.3f})"
+    ))  # fmt: skip
+
+
+def register(app: typer.Typer) -> None:
+    """Add this module's commands to ``app`` (``headlab.cli.app``)."""
+    app.command()(circuits)

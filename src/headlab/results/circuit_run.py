@@ -1,0 +1,103 @@
+"""The result of ``headlab circuits``: one task, one method, the model's own performance on the
+task, every scored edge, the top ``top`` of them, and the faithfulness curve when asked.
+
+``CircuitRun`` (KIND "circuits") holds the parts' own result types: ``TaskPerformance``
+(results/circuit_tasks.py), ``EdgeScores`` and ``FaithfulnessCurve`` (results/circuit_edges.py),
+and the graph's layer shapes (query and K/V heads per layer) that the figure draws. Plain data:
+``to_dict`` and a validating ``from_dict``; no torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from headlab.results.circuit_edges import EdgeScores, FaithfulnessCurve
+from headlab.results.circuit_tasks import TaskPerformance
+from headlab.results.schema import Fields, is_int, problem
+
+RUN_METHODS = ("composition", "path-patching", "eap", "eap-ig")
+
+
+@dataclass(frozen=True)
+class CircuitRun:
+    """``model`` on ``task`` by ``method`` (one of ``RUN_METHODS``; ``steps``: EAP-IG's m, else
+    None): ``performance`` first, then ``scores`` of every edge the method scores, the circuit
+    of the ``top`` largest |scores|, ``heads_per_layer`` and ``kv_heads_per_layer`` of the
+    model, and ``faithfulness`` (None when not measured)."""
+
+    KIND = "circuits"
+
+    model: str
+    task: str
+    method: str
+    steps: int | None
+    top: int
+    performance: TaskPerformance
+    heads_per_layer: list[int]
+    kv_heads_per_layer: list[int]
+    scores: EdgeScores
+    faithfulness: FaithfulnessCurve | None = None
+
+    def top_edges(self) -> list[tuple[str, float]]:
+        """The circuit: the ``top`` edges of largest |score|, largest first."""
+        return self.scores.top(self.top)
+
+    def to_dict(self) -> dict:
+        return {
+            "model": self.model,
+            "task": self.task,
+            "method": self.method,
+            "steps": self.steps,
+            "top": self.top,
+            "performance": self.performance.to_dict(),
+            "heads_per_layer": list(self.heads_per_layer),
+            "kv_heads_per_layer": list(self.kv_heads_per_layer),
+            "scores": self.scores.to_dict(),
+            "faithfulness": None if self.faithfulness is None else self.faithfulness.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict, where: str = KIND) -> CircuitRun:
+        fields = Fields(data, where)
+        method = fields.str("method")
+        if method not in RUN_METHODS:
+            raise problem(fields.at("method"), f"one of {', '.join(RUN_METHODS)}", method)
+        steps = fields.data.get("steps")
+        if steps is not None and (not is_int(steps) or steps < 1):
+            raise problem(fields.at("steps"), "an integer >= 1 or null", steps)
+        heads = _counts(fields, "heads_per_layer")
+        kv_heads = _counts(fields, "kv_heads_per_layer")
+        if len(kv_heads) != len(heads):
+            raise problem(fields.at("kv_heads_per_layer"), f"{len(heads)} counts", kv_heads)
+        scores = EdgeScores.from_dict(fields.object("scores").data, fields.at("scores"))
+        top = fields.int("top", 1, max(1, len(scores.edges)))
+        curve = fields.data.get("faithfulness")
+        return cls(
+            model=fields.str("model"),
+            task=fields.str("task"),
+            method=method,
+            steps=steps,
+            top=top,
+            performance=TaskPerformance.from_dict(
+                fields.object("performance").data, fields.at("performance")
+            ),
+            heads_per_layer=heads,
+            kv_heads_per_layer=kv_heads,
+            scores=scores,
+            faithfulness=None
+            if curve is None
+            else FaithfulnessCurve.from_dict(
+                fields.object("faithfulness").data, fields.at("faithfulness")
+            ),
+        )
+
+
+def _counts(fields: Fields, key: str) -> list[int]:
+    values = fields.list(key, nonempty=True)
+    for i, v in enumerate(values):
+        if not is_int(v) or v < 1:
+            raise problem(f"{fields.at(key)}[{i}]", "an integer >= 1", v)
+    return values
+
+
+__all__ = ["RUN_METHODS", "CircuitRun"]

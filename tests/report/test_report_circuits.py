@@ -1,0 +1,96 @@
+"""The report's "Circuits" section: read through ``CircuitRun``, its figures drawn, its top edges
+listed in order of |score|, a missing file named with the command that makes it, a broken one
+skipped with a warning, and the results type read without torch."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from headlab.report.circuits import FILE, circuits_sections
+from headlab.report.reading import SkippedResultsWarning
+from headlab.results.circuit_run import CircuitRun
+from headlab.results.output_policy import png_text_chunks
+
+SCORES = {"embed->0.g0<k>": 0.25, "0.1->1.g0<k>": -1.5, "0.2->1.1<q>": 0.75,
+          "1.0->logits": 2.0, "mlp.0->1.2<q>": -0.125}  # fmt: skip
+
+
+def _document(model: str = "fixture <b>decoder</b>") -> dict:
+    fractions, sizes = [0.2, 0.6, 1.0], [1, 3, 5]
+    return {
+        "model": model, "task": "induction", "method": "eap-ig", "steps": 3, "top": 3,
+        "performance": {"task": "induction", "metric": "logprob", "n_pairs": 4, "clean": -2.5,
+                        "corrupted": -9.0, "accuracy": 0.25, "does_task": False},
+        "heads_per_layer": [3, 3], "kv_heads_per_layer": [1, 1],
+        "scores": {"method": "eap-ig", "metric": "logprob", "edges": list(SCORES),
+                   "scores": list(SCORES.values()), "clean_metric": -2.5,
+                   "corrupted_metric": -9.0},
+        "faithfulness": {"method": "eap-ig", "selection": "top", "metric": "logprob",
+                         "edges": 5, "fractions": fractions, "sizes": sizes,
+                         "faithfulness": [0.5, 0.9, 1.0],
+                         "random": [[0.0, 0.1], [0.2, 0.4], [1.0, 1.0]],
+                         "cpr": 0.66, "cmd": 0.34, "random_cpr": [0.3, 0.35],
+                         "random_cmd": [0.7, 0.65]},
+    }  # fmt: skip
+
+
+def _write(directory: Path, document: dict) -> None:
+    (directory / FILE).write_text(json.dumps({"headlab": "circuits", **document}))
+
+
+def test_the_section_from_a_results_file(tmp_path):
+    _write(tmp_path, _document())
+    pngs: dict[str, bytes] = {}
+    part = circuits_sections(tmp_path, pngs)["circuits"]
+    by_size = sorted(SCORES.items(), key=lambda item: -abs(item[1]))[:3]
+    assert [(r["sender"], r["receiver"], r["input"]) for r in part["rows"]] == [
+        ("1.0", "logits", "in"), ("0.1", "1.g0", "k"), ("0.2", "1.1", "q")
+    ]  # fmt: skip
+    assert [float(r["score"]) for r in part["rows"]] == [v for _, v in by_size]
+    assert part["does_task"] is False and "does NOT do the task" in part["performance"]
+    assert (part["cpr"], part["cmd"], part["edges"]) == ("0.660", "0.340", 5)
+    assert set(pngs) == {"circuits.png", "circuits_faithfulness.png"}
+    for png in pngs.values():
+        assert png_text_chunks(png[:4096]).get("headlab") == "report-figure"
+    assert part["image"].startswith("data:image/png;base64,")
+
+
+def test_the_round_trip_of_the_results_type():
+    run = CircuitRun.from_dict(_document())
+    assert CircuitRun.from_dict(json.loads(json.dumps(run.to_dict()))) == run
+    assert run.top_edges() == sorted(SCORES.items(), key=lambda item: -abs(item[1]))[:3]
+
+
+@pytest.mark.parametrize(("change", "field"), [
+    ({"method": "acdc"}, "circuits.method"),
+    ({"top": 6}, "circuits.top"),
+    ({"kv_heads_per_layer": [1]}, "circuits.kv_heads_per_layer"),
+    ({"steps": 0}, "circuits.steps"),
+])  # fmt: skip
+def test_a_broken_file_is_skipped_and_named(tmp_path, change, field):
+    _write(tmp_path, {**_document(), **change})
+    with pytest.warns(SkippedResultsWarning, match=field):
+        part = circuits_sections(tmp_path, {})["circuits"]
+    assert part["skipped"].startswith(field) and part["missing"].startswith("headlab circuits")
+
+
+def test_a_missing_file_names_the_command(tmp_path):
+    part = circuits_sections(tmp_path, {})["circuits"]
+    assert part["file"] == str(tmp_path / FILE) and part["missing"].startswith("headlab circuits")
+
+
+def test_the_results_type_reads_without_torch(tmp_path):
+    _write(tmp_path, _document())
+    code = ("import sys; from headlab.results.json_store import read_result; "
+            "from headlab.results.circuit_run import CircuitRun; "
+            f"r = read_result({str(tmp_path / FILE)!r}, CircuitRun); "
+            "assert r.top == 3; assert 'torch' not in sys.modules, 'torch imported'")  # fmt: skip
+    src = Path(__file__).parents[2] / "src"
+    done = subprocess.run([sys.executable, "-c", code], env={"PYTHONPATH": str(src)},
+                          capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 0, done.stderr
