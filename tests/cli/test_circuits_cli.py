@@ -45,7 +45,7 @@ def _expected(tiny_dir, method: str, steps: int = 5):
     from headlab.circuits.tasks import TaskRequest
     from headlab.models import load
 
-    model = load(tiny_dir, backend="transformers")
+    model = load(tiny_dir)
     task = TaskRequest("induction", n_pairs=2, length=7,
                        equal_lengths=needs_equal_lengths(method))  # fmt: skip
     request = CircuitRequest(task, method=method, top=5, steps=steps)

@@ -94,7 +94,7 @@ def circuits(
         read_pairs(pairs)
     _claim(out, figure, faithfulness_figure, force)
     loaded = open_model(model if model_dir is None else model_dir,
-                        Route(backend="transformers", download=download,
+                        Route(download=download,
                               trust_remote_code=trust_remote_code,
                               quiet=as_json))  # fmt: skip
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
