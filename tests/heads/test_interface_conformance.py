@@ -312,3 +312,17 @@ def test_every_analysis_runs_on_a_transformers_model(name, hf_loaded):
         budget = kv_budget(model, budgets=(0.5,), sinks=2, window=5, seeds=3,
                            calibration_text=repeat, evaluation_text=repeat)  # fmt: skip
         assert budget.to_dict()
+
+
+def test_the_toy_logits_by_rows_equal_its_whole_logits(toy):
+    from headlab.models.output_rows import next_token_scores, output_rows
+
+    batch = toy.tokenize(TEXTS, 13)
+    with torch.no_grad():
+        whole = toy.run(batch)[:, :-1].double()  # (batch, pos - 1, vocab)
+        top1, losses = next_token_scores(output_rows(toy, batch), batch.input_ids, rows=5)
+    want = torch.nn.functional.cross_entropy(
+        whole.flatten(0, 1), batch.input_ids[:, 1:].flatten(), reduction="none"
+    ).view_as(losses)
+    assert torch.equal(top1, whole.argmax(-1))
+    torch.testing.assert_close(losses, want)

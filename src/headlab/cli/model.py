@@ -53,9 +53,8 @@ MODEL_DIR = typer.Option(
 BACKEND = typer.Option(
     None,
     "--backend",
-    help="headlab or transformers (the extra headlab[transformers]) [default: headlab's own "
-    "rebuilt model where it has one for the checkpoint (see docs/transformers.md), else "
-    "transformers].",
+    help="Accepted for old scripts; it no longer chooses anything: every model runs as a "
+    "transformers model on headlab's attention (docs/transformers.md).",
 )
 DOWNLOAD = typer.Option(
     False, "--download", help="Fetch a hub id that is not in the local cache (needs the network)."

@@ -31,7 +31,6 @@ from dataclasses import asdict, dataclass, field
 from typing import ClassVar
 
 import torch
-import torch.nn.functional as F
 
 from headlab.attention.sites import KeyBudget
 from headlab.heads.long_context import TextContext, cut_text, long_text_statistics
@@ -45,6 +44,7 @@ from headlab.heads.retrieval_check import (
 from headlab.heads.roles import SINKS, WINDOW, HeadRoles
 from headlab.limits import check_int
 from headlab.models.interface import HeadModel, TokenBatch
+from headlab.models.output_rows import next_token_scores, output_rows
 from headlab.results.schema import Fields, problem
 
 Group = tuple[int, int]  # (layer, K/V group)
@@ -97,27 +97,17 @@ class Evaluation:
     copy_accuracy: float
 
 
-#: Rows of logits whose float64 log-softmax is alive at a time (512 x 49152 x 8 B = 192 MiB).
-LOSS_ROWS = 512
-
-
 @torch.no_grad()
 def evaluate(model: HeadModel, batch: TokenBatch, sources: torch.Tensor) -> Evaluation:
     """One forward of ``model`` on a one-text ``batch`` with copy positions ``sources`` (pos,).
-    The losses are taken in float64 a block of ``LOSS_ROWS`` rows at a time: beside the
-    forward's own (pos, vocab) logits, no second copy of them is ever whole."""
-    logits = model.run(batch)[0, :-1]  # (pos - 1, vocab): predictions of tokens 1..
-    targets = batch.input_ids[0, 1:]
+    The logits and their float64 losses are taken ``LOGIT_ROWS`` positions at a time
+    (``models.output_rows``): the (pos, vocab) logits are never whole."""
+    top1, losses = next_token_scores(output_rows(model, batch), batch.input_ids)
+    targets = batch.input_ids[0, 1:]  # (pos - 1,): the tokens predicted at positions 0..
     copies = sources[:-1] >= 0
-    total, count = 0.0, 0
-    for start in range(0, len(targets), LOSS_ROWS):
-        rows = slice(start, start + LOSS_ROWS)
-        losses = F.cross_entropy(logits[rows].double(), targets[rows], reduction="none")
-        plain = ~copies[rows]
-        total += float(losses[plain].sum())
-        count += int(plain.sum())
-    perplexity = math.exp(total / max(count, 1))
-    hits = logits[copies].argmax(-1) == targets[copies]
+    plain = ~copies
+    perplexity = math.exp(float(losses[0, plain].sum()) / max(int(plain.sum()), 1))
+    hits = top1[0, copies] == targets[copies]
     return Evaluation(perplexity, float(hits.double().mean()) if len(hits) else 0.0)
 
 

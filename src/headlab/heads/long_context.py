@@ -43,6 +43,7 @@ from headlab.heads.statistics import (
 from headlab.heads.streaming import model_head_sums
 from headlab.limits import check_fits, check_int
 from headlab.models.interface import HeadModel, TokenBatch
+from headlab.models.output_rows import LOGIT_ROWS, next_token_scores
 from headlab.results.schema import Fields, is_int, is_number, problem
 
 SINK_THRESHOLD = 0.3  # mean weight on the first token above which a head is a sink
@@ -252,25 +253,25 @@ class LongContextResult:
 
 def estimated_bytes(model: HeadModel, n_tokens: int, chunk_elements: int) -> int:
     """Peak memory of ``long_text_statistics`` beyond the weights: activations of one layer
-    (about 12 rows of embed_dim, as the MLP widens them), the output of every position (a
-    language model's logits), and a few copies of one chunk of weights."""
+    (about 12 rows of embed_dim, as the MLP widens them), a language model's logits of
+    ``LOGIT_ROWS`` positions (and their float64 copy), and a few copies of one chunk of
+    weights."""
     layer = model.attention_layers()[0]
     rows = 12 * layer.embed_dim * n_tokens
-    logits = n_tokens * model.output_width
+    logits = 3 * min(n_tokens, LOGIT_ROWS) * model.output_width
     return 4 * (rows + logits + 4 * chunk_elements)
 
 
 @dataclass(frozen=True)
 class TextPass:
     """One streaming pass over one text (``text_pass``): the batch, the text's length before the
-    cut, the copy positions' sources (pos,), the model's output, each layer's sums, whether the
+    cut, the copy positions' sources (pos,), each layer's sums, whether the
     window errors were measured, and at each copy position whether the model's own top-1
     prediction is the copied token (None for a model that predicts no tokens)."""
 
     batch: TokenBatch
     text_tokens: int
     sources: Tensor
-    output: Tensor
     per_layer: list[HeadSums]
     windowed: bool
     correct: Tensor | None
@@ -341,14 +342,14 @@ def text_pass(
         window=window if windowed else None,
         copy_sources=sources[None],
         block=block_size(n_tokens) if block else None,
+        logits_by_rows=True,
     )
     copies = (sources >= 0).nonzero()[:, 0]  # (n_copy,) copy positions in order
     correct = None
     if model.objective_kind == "next-token":
-        correct = torch.zeros(len(copies), dtype=torch.bool)
-        if len(copies):
-            correct = output[0, copies].argmax(dim=-1) == ids[copies + 1]  # (n_copy,)
-    return TextPass(batch, text_tokens, sources, output, per_layer, windowed, correct)
+        top1, _ = next_token_scores(output, batch.input_ids)  # (1, pos - 1)
+        correct = top1[0, copies] == ids[copies + 1]  # (n_copy,)
+    return TextPass(batch, text_tokens, sources, per_layer, windowed, correct)
 
 
 def long_text_statistics(
