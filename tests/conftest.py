@@ -224,9 +224,8 @@ def hf_eager(hf_dirs):
 def _no_progress_lines(monkeypatch):
     """Where stderr is no terminal, a command still running after 2 s prints progress lines
     (``headlab.cli.progress``); on a busy machine a tiny command can pass 2 s, and a test that
-    reads stderr would see them. tests/cli/test_progress.py sets its own delay."""
-    import threading
-
+    reads stderr would see them. The variable reaches the CLI's subprocesses too;
+    tests/cli/test_progress.py sets its own delay."""
     import headlab.cli.progress as progress
 
-    monkeypatch.setattr(progress, "FIRST_LINE_S", threading.TIMEOUT_MAX)
+    monkeypatch.setenv(progress.AFTER_VARIABLE, "never")
