@@ -196,7 +196,7 @@ def test_cli_bad_input_is_one_line(args, message, capsys):
     from headlab.cli.main import main
 
     with pytest.raises(SystemExit) as exit_info:
-        main(["induction-circuit", *args])
+        main(["formation", *args])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip()
     assert message in err and "\n" not in err

@@ -1,4 +1,4 @@
-"""``headlab induction-circuit``: when the induction circuit forms during training (2-layer
+"""``headlab formation``: when the induction circuit forms during training (2-layer
 GPT-2 on the sweep's induction task, measured with the circuits tools at checkpoints)."""
 
 from __future__ import annotations
@@ -24,12 +24,13 @@ def induction_circuit(
     steps: int = typer.Option(800, "--steps", help="Training steps of each run."),
     every: int = typer.Option(50, "--every", help="Measure every this many steps."),
     seed: int = typer.Option(0, "--seed", help="Seed of the model, the data and the detectors."),
+    init_std: float = typer.Option(0.02, "--init-std", help="GPT-2's initializer_range."),
     out: Path = OUT,
     figure: Path = FIGURE,
     force: bool = typer.Option(False, "--force", help="Replace a file headlab did not write."),
     as_json: bool = typer.Option(False, "--json", help="Print the results document only."),
 ) -> None:
-    """Train the induction task with checkpoints and measure the circuit forming."""
+    """When the induction circuit forms during training (2-layer toys)."""
     from rich.console import Console
 
     from headlab.cli.outputs import claim, write_outputs
@@ -39,11 +40,11 @@ def induction_circuit(
     from headlab.report.induction_circuit_figures import formation_figure
 
     counts = int_list(heads, "--heads") or []
-    with flags("heads", "steps", "every", "seed"):
+    with flags("heads", "steps", "every", "seed", "init_std"):
         if not counts:
             raise ValueError("heads must name at least one head count, got none")
         for h in counts:
-            FormationConfig(heads=h, steps=steps, every=every, seed=seed)
+            FormationConfig(heads=h, steps=steps, every=every, seed=seed, init_std=init_std)
     claim(KIND, out, force=force, figure=figure)
     total = steps * len(counts)
     with progress("training and measuring", total, quiet=as_json) as update:
@@ -54,7 +55,7 @@ def induction_circuit(
             if step % 10 == 0 or step == _steps:
                 update(done=sum(done.values()), detail=f"h = {h}")
 
-        result = induction_formation(counts, steps, every, seed, on_step)
+        result = induction_formation(counts, steps, every, seed, on_step, init_std=init_std)
     written = write_outputs(KIND, result, out, figure=figure, draw=formation_figure,
                             force=force, as_json=as_json)  # fmt: skip
     if written is None:
@@ -74,4 +75,4 @@ def induction_circuit(
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to ``app`` (``headlab.cli.app``)."""
-    app.command("induction-circuit")(induction_circuit)
+    app.command("formation")(induction_circuit)

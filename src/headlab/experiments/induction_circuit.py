@@ -200,11 +200,15 @@ def train_and_measure(config: FormationConfig, progress: Progress | None = None)
 def induction_formation(
     heads: list[int], steps: int = 800, every: int = 50, seed: int = 0,
     progress: Progress | None = None,
+    init_std: float = 0.02,
 ) -> InductionFormation:
     """One ``train_and_measure`` run per head count; every config is checked before any run."""
     if not heads:
         raise ValueError("heads must name at least one head count, got none")
-    configs = [FormationConfig(heads=h, steps=steps, every=every, seed=seed) for h in heads]
+    configs = [
+        FormationConfig(heads=h, steps=steps, every=every, seed=seed, init_std=init_std)
+        for h in heads
+    ]
     runs = [train_and_measure(c, progress) for c in configs]
     return InductionFormation(task=INDUCTION.name, metric="logprob", runs=runs)
 
