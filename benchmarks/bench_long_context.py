@@ -57,6 +57,7 @@ from fresh_process import measure, run_child
 from long_context_routes import (
     BACKENDS,
     MODEL_ROUTES,
+    SDPA_ROUTES,
     Spec,
     bare_runs,
     materialised_bytes,
@@ -64,7 +65,7 @@ from long_context_routes import (
 )
 from machine_load import add_load_argument, competing, load_average, loads
 
-ROUTES = ("sdpa", *MODEL_ROUTES)
+ROUTES = (*SDPA_ROUTES, *MODEL_ROUTES)
 COMPARED = ("streaming", "roles")
 #: (memory, time) bounds of the compared routes against the baseline, None: not bounded.
 BOUNDS = {
@@ -233,7 +234,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
             if args.backend == "transformers"
             else (list(MODEL_ROUTES))
         )
-    if "sdpa" in args.routes and args.backend != "transformers":
+    if set(SDPA_ROUTES) & set(args.routes) and args.backend != "transformers":
         parser.error("route sdpa is transformers' own forward: it needs --backend transformers")
     if args.lengths is None:
         args.lengths = (

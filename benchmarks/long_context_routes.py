@@ -43,7 +43,9 @@ RANDOM_LLAMA = {
 MODELS = {"smollm2": SMOLLM2, "smollm2-random": SMOLLM2, "random-llama": RANDOM_LLAMA}
 BACKENDS = ("headlab", "transformers")
 #: Routes of a model behind headlab's interface; "sdpa" is transformers' own SDPA forward.
-MODEL_ROUTES = ("forward", "streaming", "roles", "plan", "materialised")
+MODEL_ROUTES = ("forward", "streaming", "roles", "heads", "plan", "materialised")
+#: transformers' own SDPA: "sdpa" the whole forward, "sdpa-body" its body without the logits.
+SDPA_ROUTES = ("sdpa", "sdpa-body")
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,24 @@ def model_routes(model, chunk_elements: int) -> dict[str, Callable]:
             block=block_size(n),
         )
 
+    def heads(b):  # what `model heads` runs: the roles' pass, its logits a block at a time
+        from headlab.heads.attention_maps import block_size
+        from headlab.heads.repeats import copy_sources
+        from headlab.models.output_rows import next_token_scores
+
+        n = b.input_ids.shape[1]
+        sources = copy_sources(b.input_ids[0].cpu())[None].to(b.input_ids.device)
+        output, sums = model_head_sums(
+            model,
+            b,
+            chunk_elements=chunk_elements,
+            window=(4, 256),
+            copy_sources=sources,
+            block=block_size(n),
+            logits_by_rows=True,
+        )
+        return next_token_scores(output, b.input_ids), sums
+
     def plan(b):
         from headlab.heads.kv_budget import KVPlan, planned
 
@@ -89,6 +109,7 @@ def model_routes(model, chunk_elements: int) -> dict[str, Callable]:
         "forward": lambda b: model.run(b),
         "streaming": lambda b: model_head_sums(model, b, chunk_elements=chunk_elements),
         "roles": roles,
+        "heads": heads,
         "plan": plan,
         "materialised": lambda b: attention_weights(model, b),
     }
@@ -173,7 +194,7 @@ def _transformers(spec: Spec, sdpa: bool):
 
     if spec.model == "smollm2":
         if sdpa:
-            from headlab.models.gguf import packaged_smollm2
+            from headlab.models.packaged import packaged_smollm2
 
             model, tokenizer = transformers_gguf(packaged_smollm2(), "sdpa")
         else:
@@ -189,14 +210,16 @@ def _transformers(spec: Spec, sdpa: bool):
 
 def route_runs(route: str, spec: Spec, length: int):
     """(fn, batch, warm batch) of ``route`` on ``spec``'s model at ``length`` tokens."""
-    if route == "sdpa":
+    if route in SDPA_ROUTES:
         if spec.backend != "transformers":
-            raise ValueError("route 'sdpa' is transformers' own forward: --backend transformers")
+            raise ValueError(f"route {route!r} is transformers' own: --backend transformers")
         hf, batch = _transformers(spec, sdpa=True)
         hf.to(spec.device)
+        run = hf if route == "sdpa" else hf.base_model
 
         def fn(b):
-            return hf(input_ids=b.input_ids, attention_mask=b.attention_mask.long()).logits
+            out = run(input_ids=b.input_ids, attention_mask=b.attention_mask.long())
+            return out.logits if route == "sdpa" else out.last_hidden_state
 
         return fn, batch(length), batch(64)
     if spec.backend == "transformers":

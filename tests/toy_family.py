@@ -89,6 +89,17 @@ class ToyAttention(nn.Module):
         return self.o(merge_heads(run.head_out))
 
 
+class ToyRows:
+    """The toy's ``OutputRows``: final states (batch, pos, E), tied logits on request."""
+
+    def __init__(self, states: Tensor, embed: Tensor) -> None:
+        self.states, self.embed = states, embed
+        self.num_positions = states.shape[1]
+
+    def logits(self, rows: slice) -> Tensor:
+        return self.states[:, rows] @ self.embed.T  # (batch, rows, vocab)
+
+
 class Toy:
     """Embeddings, residual attention layers, then (``objective_kind``) tied next-token logits,
     mean-pooled sentence embeddings or the hidden states. Whitespace words."""
@@ -163,16 +174,25 @@ class Toy:
     def count_tokens(self, text: str) -> int:
         return len(text.split())
 
-    def run(self, batch: TokenBatch, head_mask: HeadMask = None) -> Tensor:
+    def _body(self, batch: TokenBatch, head_mask: HeadMask) -> Tensor:
         x = self.embed(batch.input_ids)
         for layer, scale in zip(self.layers, layer_masks(head_mask, self.num_layers), strict=True):
             x = x + layer(x, ~batch.attention_mask, scale)
+        return x  # (batch, pos, E)
+
+    def run(self, batch: TokenBatch, head_mask: HeadMask = None) -> Tensor:
+        x = self._body(batch, head_mask)
         if self.objective_kind == "next-token":
             return x @ self.embed.weight.T  # (batch, pos, vocab)
         if self.objective_kind == "contrastive":
             real = batch.attention_mask[..., None].to(x.dtype)
             return (x * real).sum(1) / real.sum(1)  # (batch, E)
         return x  # (batch, pos, E)
+
+    def run_rows(self, batch: TokenBatch, head_mask: HeadMask = None) -> ToyRows:
+        if self.objective_kind != "next-token":
+            raise ValueError(f"the toy's objective is {self.objective_kind!r}, not next-token")
+        return ToyRows(self._body(batch, head_mask), self.embed.weight)
 
     def objective(self, texts, head_mask=None, max_length=None) -> Tensor:
         if self.objective_kind == "contrastive":

@@ -24,7 +24,7 @@ from headlab.heads import (
     prune_by_importance,
 )
 from headlab.heads.ablation import ablated, ablation_effect
-from headlab.heads.corpus_sums import RoleOptions, corpus_result, document_sums, merge_sums
+from headlab.heads.corpus_sums import corpus_result, document_sums, merge_sums
 from headlab.heads.kv_budget import kv_budget
 from headlab.heads.long_context import long_text_statistics
 from headlab.heads.patterns import patterns_by_length
@@ -33,6 +33,7 @@ from headlab.heads.redundancy import measure_redundancy
 from headlab.heads.text_attention import model_text_attention
 from headlab.heads.tracing import attention_weights
 from headlab.models.interface import AttentionLayer, HeadModel
+from headlab.results.corpus_roles_result import RoleOptions
 from toy_family import LAYERS, VOCAB, E, H, Toy
 
 TEXTS = [" ".join(f"w{(5 * i + 3 * j) % 23}" for j in range(6 + i % 9)) for i in range(12)]
@@ -312,3 +313,17 @@ def test_every_analysis_runs_on_a_transformers_model(name, hf_loaded):
         budget = kv_budget(model, budgets=(0.5,), sinks=2, window=5, seeds=3,
                            calibration_text=repeat, evaluation_text=repeat)  # fmt: skip
         assert budget.to_dict()
+
+
+def test_the_toy_logits_by_rows_equal_its_whole_logits(toy):
+    from headlab.models.output_rows import next_token_scores, output_rows
+
+    batch = toy.tokenize(TEXTS, 13)
+    with torch.no_grad():
+        whole = toy.run(batch)[:, :-1].double()  # (batch, pos - 1, vocab)
+        top1, losses = next_token_scores(output_rows(toy, batch), batch.input_ids, rows=5)
+    want = torch.nn.functional.cross_entropy(
+        whole.flatten(0, 1), batch.input_ids[:, 1:].flatten(), reduction="none"
+    ).view_as(losses)
+    assert torch.equal(top1, whole.argmax(-1))
+    torch.testing.assert_close(losses, want)

@@ -9,10 +9,9 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-import headlab.heads.kv_budget as kv_budget_module
+import headlab.models.output_rows as output_rows_module
 from headlab.attention.interventions import intervene
 from headlab.heads.kv_budget import (
-    KVBudgetResult,
     KVPlan,
     check_budgets,
     default_texts,
@@ -23,6 +22,7 @@ from headlab.heads.kv_budget import (
 )
 from headlab.heads.repeats import copy_sources, copy_task
 from headlab.models.corpus import long_document
+from headlab.results.kv_budget_result import KVBudgetResult
 
 TEXT = " ".join(f"t{(13 * i) % 97}" for i in range(25))
 
@@ -77,7 +77,7 @@ def test_kv_saved_and_refusals(tiny_llama):
 
 @pytest.mark.parametrize("rows", [3, 512])  # blocks of 3 rows, and the whole text at once
 def test_evaluate_by_hand(tiny_llama, rows, monkeypatch):
-    monkeypatch.setattr(kv_budget_module, "LOSS_ROWS", rows)
+    monkeypatch.setattr(output_rows_module, "LOGIT_ROWS", rows)
     passage = " ".join(f"t{i}" for i in range(40, 52))
     text = f"t1 {passage} t2 t3 t4 {passage}"
     batch = tiny_llama.tokenize([text])

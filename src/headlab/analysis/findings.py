@@ -91,7 +91,10 @@ def _visible(trace: AttentionTrace) -> Tensor:
 
 def _count(mask: Tensor) -> Tensor:
     """True entries along the last dimension. The bytes as uint8 summed into int32: summing the
-    bool itself (or count_nonzero) first copies the whole matrix to int64."""
+    bool itself (or count_nonzero) first copies the whole matrix to int64, and ``dtype=`` still
+    casts its whole input, so a (batch, head, q_pos, k_pos) mask is counted one head at a time."""
+    if mask.dim() == 4:
+        return torch.stack([_count(mask[:, h]) for h in range(mask.shape[1])], dim=1)
     return mask.view(torch.uint8).sum(-1, dtype=torch.int32)
 
 

@@ -95,13 +95,15 @@ class CompareSetup:
     def memory_terms(self) -> dict[str, int]:
         """The estimate's parts in bytes, each keyed by the advice that lowers it; fitted to
         measurements (docs/answers.md, "Memory"). Attention: both sides' traces keep their
-        scores and weights, one (batch, q_pos, k_pos) float32 matrix per head each, and the
-        autograd backward of one side at a time holds about five per head of that side (two
-        of them the kept ones). Positions: the traces' per-head contributions (batch, head,
-        q_pos, d_model) and the inputs and outputs. Weights: parameters and gradients."""
+        scores and weights, one (batch, q_pos, k_pos) float32 matrix per head each, and about
+        two more per head of the larger side: the findings' masks and one-head temporaries and
+        what the allocator keeps of them (the gradients go a block of query rows at a time,
+        ``analysis.row_gradients``, and add little). Positions: the traces' per-head
+        contributions (batch, head, q_pos, d_model) and the inputs and outputs. Weights:
+        parameters and gradients."""
         t, b, d, q = self.seq_len, self.batch, self.d_model, self.q_dim
         heads = self.heads + self.vs_heads
-        matrices = 2 * heads + 4 * max(self.heads, self.vs_heads)
+        matrices = 2 * heads + 2 * max(self.heads, self.vs_heads)
         width = (
             f"d_model={d}" if self.head_dim is None else f"d_model={d} or head_dim={self.head_dim}"
         )

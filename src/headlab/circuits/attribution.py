@@ -157,9 +157,12 @@ def _mlp_input_grad(patcher: Patcher, run: _Run, layer: int) -> Tensor:
     return gx
 
 
-def receiver_grads(patcher: Patcher, alphas: Sequence[float]) -> dict[tuple[str, str], Tensor]:
+def receiver_grads(
+    patcher: Patcher, alphas: Sequence[float], layers: set[int] | None = None
+) -> dict[tuple[str, str], Tensor]:
     """(receiver, input) -> dm/dx_v (batch, pos, embed_dim), averaged over the inputs
-    corrupted + alpha (clean - corrupted) of the embeddings."""
+    corrupted + alpha (clean - corrupted) of the embeddings; only the receivers of ``layers``
+    (default: every layer; the logits always)."""
     graph: Graph = patcher.graph
     clean0, corrupted0 = patcher.clean.resid[0], patcher.corrupted.resid[0]
     total: dict[tuple[str, str], Tensor] = {}
@@ -172,6 +175,8 @@ def receiver_grads(patcher: Patcher, alphas: Sequence[float]) -> dict[tuple[str,
         run = _gradient_run(patcher, hidden0)
         for block in patcher.runner.blocks:
             layer = block.index
+            if layers is not None and layer not in layers:
+                continue
             for (site, i), grad in _attention_input_grads(patcher, run, layer).items():
                 receiver = f"{layer}.{i}" if site == "q" else graph.kv_receiver(
                     layer, i * graph.layers[layer].group_size)  # fmt: skip
@@ -207,7 +212,7 @@ def edge_attribution(
     names = list(edges) if edges is not None else [e.name for e in graph.edges]
     parsed = [graph.edge(n) for n in names]
     alphas = [1.0] if method == "eap" else [k / steps for k in range(1, steps + 1)]
-    grads = receiver_grads(patcher, alphas)
+    grads = receiver_grads(patcher, alphas, {graph.node(e.receiver).layer for e in parsed})
     senders = list(dict.fromkeys(e.sender for e in parsed))
     writes = patcher.writes(senders)
     row = {name: i for i, name in enumerate(senders)}

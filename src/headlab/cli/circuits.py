@@ -94,7 +94,7 @@ def circuits(
         read_pairs(pairs)
     _claim(out, figure, faithfulness_figure, force)
     loaded = open_model(model if model_dir is None else model_dir,
-                        Route(backend="transformers", download=download,
+                        Route(backend=through_transformers(), download=download,
                               trust_remote_code=trust_remote_code,
                               quiet=as_json))  # fmt: skip
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -119,6 +119,16 @@ def circuits(
     for path in (figure, faithfulness_figure):
         if path is not None:
             print(f"wrote {path}")
+
+
+def through_transformers() -> str | None:
+    """The ``backend`` that runs a checkpoint through transformers (the circuits need its
+    modules): "transformers" while ``load`` still defaults to headlab's own models, None once
+    every model runs there and --backend is retired (issue 29)."""
+    import importlib
+
+    loading = importlib.import_module("headlab.models.load")
+    return None if hasattr(loading, "RetiredOption") else "transformers"
 
 
 def _claim(out: Path, figure: Path | None, curve: Path | None, force: bool) -> None:

@@ -72,9 +72,11 @@ def progress_lines(description: str, total: int | None) -> Iterator[Callable[...
     printed = threading.Event()
 
     def line(end: str = "") -> str:
-        count = f"{state['done']}/{'?' if state['total'] is None else state['total']}"
+        known = state["total"] is not None
+        count = f"{state['done']}/{state['total']}" if known else (state["done"] or "")
         detail = f" {state['detail']}" if state["detail"] else ""
-        return f"headlab: {description} {count}{detail}, {time.monotonic() - start:.0f} s{end}"
+        head = f"headlab: {description} {count}".rstrip()
+        return f"{head}{detail}, {time.monotonic() - start:.0f} s{end}"
 
     def tick() -> None:
         wait = FIRST_LINE_S

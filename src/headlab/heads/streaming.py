@@ -18,6 +18,7 @@ from torch import Tensor
 
 from headlab.attention.statistics import CHUNK_ELEMENTS, HeadSums, StatisticsRequest, observing
 from headlab.models.interface import HeadMask, HeadModel, TokenBatch
+from headlab.models.output_rows import OutputRows, output_rows
 
 
 def model_head_sums(
@@ -30,14 +31,17 @@ def model_head_sums(
     window: tuple[int, int] | None = None,
     copy_sources: Tensor | None = None,
     block: int | None = None,
-) -> tuple[Tensor, list[HeadSums]]:
+    logits_by_rows: bool = False,
+) -> tuple[Tensor | OutputRows, list[HeadSums]]:
     """One forward of ``model`` on ``batch``: (its output, the head sums of each layer).
 
     Real tokens (``batch.attention_mask``) are the counted queries; the model's special
     positions are summed as statistics of their own. on_layer(i) is called after layer i.
     window, copy_sources, block: the role scores of ``headlab.attention.statistics`` (window
     errors, copy positions (batch, pos), the blocked map). Raises ValueError when a layer was
-    not called exactly once.
+    not called exactly once. logits_by_rows: a next-token model's output is ``OutputRows``
+    (its logits computed later a block of positions at a time, never whole) instead of the
+    (batch, pos, vocab) logits.
     """
     special = model.special_positions(batch)
     layers = model.attention_layers()
@@ -63,7 +67,10 @@ def model_head_sums(
                 block=block,
             )
             stack.enter_context(observing(layer, request))
-        output = model.run(batch, head_mask)
+        if logits_by_rows and model.objective_kind == "next-token":
+            output = output_rows(model, batch, head_mask)
+        else:
+            output = model.run(batch, head_mask)
     calls = [len(c) for c in collected]
     if any(n != 1 for n in calls):
         raise ValueError(f"expected one attention call per layer, got {calls}")

@@ -10,6 +10,7 @@ tokenize(texts) -> TokenBatch (padded on the right, the tokenizer's own special 
 run(batch, head_mask) -> (batch, pos, vocab) logits for a causal model, (batch, hidden) pooled
               embeddings (mean over real tokens, or the folder's sentence-transformers pooling)
               otherwise; with autograd to head_mask
+run_rows(batch, head_mask) -> a causal model's logits a block of positions at a time
 generate(text, n) -> greedy new ids, with the model's own KV cache (``model.generate``); the
               layers' interventions act in every decoding step
 attention_layers() -> one HFAttentionLayer per attention module, kept on the module
@@ -43,6 +44,7 @@ from headlab.models.hf.layer import (
     model_layers,
     rebuilt,
 )
+from headlab.models.hf.output_rows import HFOutputRows, body_states
 from headlab.models.hf.probe import probe
 from headlab.models.hf.tree import replaced, view_of
 from headlab.models.interface import HeadMask, TokenBatch, layer_masks
@@ -165,8 +167,12 @@ class TransformersModel:
             raise ValueError("texts must hold at least one text, got none")
         default = self.max_positions if self.causal else self.pooling.max_seq_length
         limit = default if max_length is None else max_length
-        added = 1 + (self.first_token != "first") + (self.last_token is not None)
-        check_int("max_length", limit, low=added, high=self.max_positions)
+        if not self.causal and isinstance(limit, int):  # an encoder cuts at its positions
+            limit = min(limit, self.max_positions)
+        # the tokenizer's own tokens around a text; a cut to only those (BERT's [CLS] [SEP] at
+        # max_length 2) is allowed, as sentence-transformers allows it
+        added = (self.first_token != "first") + (self.last_token is not None)
+        check_int("max_length", limit, low=max(added, 1), high=self.max_positions)
         fast = getattr(tokenizer, "is_fast", False)
         encodings = [
             tokenizer(t, truncation=True, max_length=limit, return_offsets_mapping=fast)
@@ -216,6 +222,15 @@ class TransformersModel:
         if self.causal:
             return out  # (batch, pos, vocab)
         return pool(out, batch.attention_mask, self.pooling)  # (batch, hidden)
+
+    def run_rows(self, batch: TokenBatch, head_mask: HeadMask = None) -> HFOutputRows:
+        """A causal model's body run once on ``batch``; its logits a block of positions at a
+        time (``models.output_rows``), never the (batch, pos, vocab) whole."""
+        if not self.causal:
+            raise ValueError(f"{self.name} is not a language model (its attention is not causal)")
+        with self._head_masks(head_mask):
+            states = body_states(self.model, batch.input_ids, batch.attention_mask.long())
+        return HFOutputRows(self.model, states)
 
     def logits(self, input_ids: Tensor, attention_mask: Tensor | None = None) -> Tensor:
         """(batch, pos) ids -> (batch, pos, vocab) next-token logits (no autograd)."""
@@ -336,7 +351,7 @@ class TransformersModel:
     def _check_removal(self, variant: TransformersModel, heads: Mapping[int, Iterable[int]]):
         """ValueError unless ``variant`` computes what this model computes with ``heads``'
         mask at 0, on one short input."""
-        from headlab.heads.pruning import as_mask
+        from headlab.models.head_mask import as_mask
 
         ids = (torch.arange(1, 6) % int(self.config.vocab_size))[None]
         mask = torch.ones_like(ids)
