@@ -52,7 +52,7 @@ def main() -> None:
     from headlab.circuits.tasks import TaskRequest, build_pairs
     from headlab.results.circuit_edges import EdgeScores
 
-    model = headlab.models.load("smollm2", backend="transformers")
+    model = headlab.models.load("smollm2")
     pairs = build_pairs(TaskRequest("induction", args.pairs, args.length), model)
     metric = task_metric(pairs)
     start = time.perf_counter()

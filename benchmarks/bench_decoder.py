@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> None:
     from transformers import AutoModelForCausalLM
 
     from headlab.models import default_corpus, load
-    from headlab.models.gguf import packaged_smollm2
+    from headlab.models.packaged import packaged_smollm2
 
     start = time.perf_counter()
     ours = load("smollm2")

@@ -324,7 +324,7 @@ def _plan(args) -> list[tuple[str, int]]:
 def _gguf(args) -> str:
     if args.gguf:
         return args.gguf
-    from headlab.models.gguf import packaged_smollm2
+    from headlab.models.packaged import packaged_smollm2
 
     try:
         return str(packaged_smollm2())

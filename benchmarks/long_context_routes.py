@@ -194,7 +194,7 @@ def _transformers(spec: Spec, sdpa: bool):
 
     if spec.model == "smollm2":
         if sdpa:
-            from headlab.models.gguf import packaged_smollm2
+            from headlab.models.packaged import packaged_smollm2
 
             model, tokenizer = transformers_gguf(packaged_smollm2(), "sdpa")
         else:

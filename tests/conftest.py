@@ -53,6 +53,15 @@ def tiny_dir(tmp_path_factory):
 
 @pytest.fixture
 def tiny(tiny_dir):
+    """The random BERT of ``tiny_dir`` through the production route (``TransformersModel``)."""
+    from headlab.models import load
+
+    return load(tiny_dir)
+
+
+@pytest.fixture
+def tiny_reference(tiny_dir):
+    """The same random BERT in headlab's hand-built reference encoder."""
     from headlab.models import load_encoder
 
     return load_encoder(tiny_dir)
@@ -60,6 +69,15 @@ def tiny(tiny_dir):
 
 @pytest.fixture(scope="session")
 def minilm():
+    """The packaged all-MiniLM-L6-v2 through the production route (loaded once per session)."""
+    from headlab.models import load
+
+    return load("minilm")
+
+
+@pytest.fixture(scope="session")
+def minilm_reference():
+    """The packaged all-MiniLM-L6-v2 in headlab's hand-built reference encoder."""
     from headlab.models import load_encoder
 
     return load_encoder()
@@ -67,35 +85,33 @@ def minilm():
 
 @pytest.fixture(scope="session")
 def smollm2():
-    """headlab's SmolLM2-135M-Instruct from the packaged GGUF (loaded once per session)."""
+    """SmolLM2-135M-Instruct through the production route, from its safetensors conversion in
+    the tests' cache folder (loaded once per session)."""
     from headlab.models import load
 
     return load("smollm2")
 
 
 @pytest.fixture(scope="session")
-def smollm2_transformers():
-    """The same GGUF through transformers on headlab's attention (``TransformersModel``)."""
-    from headlab.models import load
+def smollm2_reference_decoder():
+    """The same SmolLM2 weights in headlab's hand-built reference decoder (read from the
+    converted folder, a transformers checkpoint)."""
+    from headlab.models.gguf_cache import converted
+    from headlab.models.load_decoder import load_hf_folder
+    from headlab.models.packaged import SMOLLM2_NAME, packaged_smollm2
 
-    return load("smollm2", backend="transformers")
-
-
-@pytest.fixture(scope="session")
-def minilm_transformers():
-    """The packaged MiniLM folder through transformers' BertModel on headlab's attention."""
-    from headlab.models import load
-
-    return load("minilm", backend="transformers")
+    model = load_hf_folder(converted(packaged_smollm2()))
+    model.name = SMOLLM2_NAME
+    return model
 
 
 @pytest.fixture(scope="session")
 def smollm2_reference():
-    """transformers' LlamaForCausalLM from the same GGUF, eager attention, float32."""
+    """transformers' LlamaForCausalLM from the packaged GGUF itself, eager attention, float32."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from headlab.models.gguf import packaged_smollm2
+    from headlab.models.packaged import packaged_smollm2
 
     path = packaged_smollm2()
     model = AutoModelForCausalLM.from_pretrained(
@@ -137,8 +153,16 @@ def tiny_llama_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def tiny_llama_reference(tiny_llama_dir):
+    """The same random Llama decoder in headlab's hand-built reference decoder."""
+    from headlab.models.load_reference import load_decoder
+
+    return load_decoder(tiny_llama_dir)
+
+
+@pytest.fixture(scope="session")
 def tiny_llama(tiny_llama_dir):
-    """The random Llama decoder of ``tiny_llama_dir``, loaded through headlab's folder loader."""
+    """The random Llama decoder of ``tiny_llama_dir`` through the production route."""
     from headlab.models import load
 
     return load(tiny_llama_dir)
@@ -200,9 +224,8 @@ def hf_eager(hf_dirs):
 def _no_progress_lines(monkeypatch):
     """Where stderr is no terminal, a command still running after 2 s prints progress lines
     (``headlab.cli.progress``); on a busy machine a tiny command can pass 2 s, and a test that
-    reads stderr would see them. tests/cli/test_progress.py sets its own delay."""
-    import threading
-
+    reads stderr would see them. The variable reaches the CLI's subprocesses too;
+    tests/cli/test_progress.py sets its own delay."""
     import headlab.cli.progress as progress
 
-    monkeypatch.setattr(progress, "FIRST_LINE_S", threading.TIMEOUT_MAX)
+    monkeypatch.setenv(progress.AFTER_VARIABLE, "never")

@@ -9,7 +9,7 @@ than the window (no copy positions, no window errors).
 
 from __future__ import annotations
 
-from headlab.heads.corpus_sums import RoleOptions
+from headlab.results.corpus_roles_result import RoleOptions
 
 OPTIONS = RoleOptions(sinks=2, window=8, min_match=4)
 PASSAGE = " ".join(f"t{(11 * i) % 97}" for i in range(14))

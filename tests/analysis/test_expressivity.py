@@ -8,7 +8,6 @@ from hypothesis import strategies as st
 
 from headlab.analysis.expressivity import (
     ExpressivityConfig,
-    ExpressivityResult,
     fit_offsets,
     fit_patterns,
     measure_expressivity,
@@ -17,6 +16,7 @@ from headlab.analysis.expressivity import (
     score_rank,
 )
 from headlab.attention import MultiHeadAttention
+from headlab.results.expressivity_result import ExpressivityResult
 
 
 @given(

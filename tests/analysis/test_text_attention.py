@@ -9,8 +9,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from headlab.analysis.binning import bin_edges, downsample
 from headlab.analysis.text_attention import embed, seeded_layer, seeded_text_attention
+from headlab.results.binning import bin_edges, downsample
 
 
 def _row_stochastic(rng: np.random.Generator, *shape: int) -> np.ndarray:

@@ -9,7 +9,7 @@ import pytest
 
 from cli_run import run
 from corpus_documents import documents
-from headlab.heads.corpus_sums import CorpusRolesResult
+from headlab.results.corpus_roles_result import CorpusRolesResult
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from cli_run import run
-from headlab.heads.kv_budget import KVBudgetResult
+from headlab.results.kv_budget_result import KVBudgetResult
 
 PASSAGE = " ".join(f"t{(11 * i) % 97}" for i in range(12))
 

@@ -52,7 +52,7 @@ def test_ablate_a_head_and_a_kv_group_through_transformers(hf_dirs, capsys, tmp_
     heads 3, 4, 5 of layer 1)."""
     corpus = tmp_path / "corpus.txt"  # words of the tiny vocabulary (others are w0, the padding)
     corpus.write_text("\n".join(text(9, seed) for seed in range(8)), encoding="utf-8")
-    args = ["model", "ablate", "--model", str(hf_dirs["llama"]), "--backend", "transformers",
+    args = ["model", "ablate", "--model", str(hf_dirs["llama"]),
             "--corpus", str(corpus), "--ablate", "0.1,1.kv1", "--n-texts", "8", "--out",
             str(tmp_path / "a.json"), "--json"]  # fmt: skip
     code, out, err = run(args, capsys)
@@ -106,8 +106,8 @@ def test_report_shows_a_checkpoint_through_transformers(hf_dirs, capsys, tmp_pat
     assert printed.strip().endswith("index.html")
     page = (out / "index.html").read_text(encoding="utf-8")
     assert "6 heads" in page and "1 head, same weights" in page
-    code, _, err = run([*args[:-1], "headlab"], capsys)
-    assert code == 2 and err.count("\n") == 1 and "backend 'headlab' runs minilm" in err
+    code, _, err = run([*args[:-1], "headlab"], capsys)  # once refused: now the same route
+    assert code == 0 and "backend 'headlab' no longer chooses anything" in err, err
 
 
 def test_heads_of_a_model_of_64_positions_detect_at_half_its_length(gpt2_dir, capsys, tmp_path):
@@ -154,8 +154,9 @@ def test_kv_budget_through_transformers(hf_dirs, hf_eager, capsys, tmp_path):
     """``model kv-budget --backend transformers`` on the tiny Llama folder (which headlab's own
     decoder could run too): the full model's perplexity and copy accuracy equal those of
     transformers' eager logits of the held-out text; every group windowed is one plan."""
-    from headlab.heads.kv_budget import KVBudgetResult
-    from headlab.heads.repeats import MIN_MATCH, copy_sources
+    from headlab.heads.repeats import copy_sources
+    from headlab.results.head_roles import MIN_MATCH
+    from headlab.results.kv_budget_result import KVBudgetResult
 
     held_out, calibration = tmp_path / "eval.txt", tmp_path / "calibration.txt"
     held_out.write_text(_repeat(3), encoding="utf-8")
@@ -183,10 +184,10 @@ def test_kv_budget_through_transformers(hf_dirs, hf_eager, capsys, tmp_path):
     assert every[0].kv_saved == pytest.approx(55 / 10)
 
 
-def test_corpus_roles_through_transformers_equal_headlabs_decoder(hf_dirs, capsys, tmp_path):
-    """``model roles`` on the tiny Llama folder with --backend transformers and with headlab's
-    own decoder: the job carries the backend (the second run finishes nothing of the first's),
-    and the merged statistics and role scores of the two implementations agree (1e-5)."""
+def test_corpus_roles_with_either_backend_value_agree(hf_dirs, capsys, tmp_path):
+    """``model roles`` on the tiny Llama folder with --backend transformers and headlab (which
+    no longer choose anything): the job carries the value (the second run finishes nothing of
+    the first's), and the merged statistics and role scores agree (1e-5)."""
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "repeat.txt").write_text(_repeat(2), encoding="utf-8")
@@ -214,3 +215,17 @@ def test_corpus_roles_through_transformers_equal_headlabs_decoder(hf_dirs, capsy
         torch.testing.assert_close(torch.tensor(ours["roles"][name]),
                                    torch.tensor(theirs["roles"][name]), atol=1e-5, rtol=1e-5,
                                    msg=name)  # fmt: skip
+
+
+@pytest.mark.model
+def test_heads_of_minilm_with_a_backend_value_runs(capsys, tmp_path):
+    """Once "max_length must be between 3 and 512, got 2" (the statistics' two-token probe):
+    the route accepts a cut to [CLS] [SEP], and the value of --backend only earns a warning."""
+    out = tmp_path / "heads.json"
+    args = ["model", "heads", "--model", "minilm", "--backend", "transformers", "--n-texts", "8",
+            "--out", str(out), "--json"]  # fmt: skip
+    code, printed, err = run(args, capsys)
+    assert code == 0, err
+    assert err.count("\n") == 1 and "backend 'transformers' no longer chooses anything" in err
+    document = json.loads(printed)
+    assert len(document["metrics"]["cls"]) == 6 and len(document["metrics"]["cls"][0]) == 12

@@ -15,7 +15,7 @@ import pytest
 
 from cli_run import run
 from headlab.experiments.config import make_config
-from headlab.results.jsonl_store import ResultsWriter
+from headlab.results.jsonl_writer import ResultsWriter
 from headlab.results.locations import RESULTS_DIR
 
 TINY_SWEEP = ["--heads", "1,2", "--d-model", "8", "--seeds", "1", "--steps", "2", "--workers", "1"]

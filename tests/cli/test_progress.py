@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import threading
 
 import pytest
 from rich.console import Console
@@ -146,7 +147,7 @@ def llama_dir(tiny_llama_dir):
 def test_long_commands_print_lines_where_stderr_is_no_terminal(
     llama_dir, tmp_path, monkeypatch, capsys
 ):
-    monkeypatch.setattr(progress_module, "FIRST_LINE_S", 0.0)
+    monkeypatch.setenv(progress_module.AFTER_VARIABLE, "0")
     monkeypatch.setattr(progress_module, "EVERY_S", 0.001)
     for description, argv in _long_text_commands(llama_dir, tmp_path).items():
         main(argv)
@@ -161,7 +162,7 @@ def test_long_commands_print_lines_where_stderr_is_no_terminal(
 
 
 def test_no_line_before_the_delay(llama_dir, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(progress_module, "FIRST_LINE_S", 60.0)
+    monkeypatch.setenv(progress_module.AFTER_VARIABLE, "60")
     for argv in _long_text_commands(llama_dir, tmp_path).values():
         main(argv)
         assert capsys.readouterr().err == ""
@@ -171,3 +172,13 @@ def test_the_long_text_commands_draw_a_bar_on_a_terminal(llama_dir, tmp_path, te
     for description, argv in _long_text_commands(llama_dir, tmp_path).items():
         main(argv)
         assert description in terminal.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [("", 2.0), ("0", 0.0), ("3.5", 3.5), ("never", None), ("-1", 2.0), ("nan", 2.0), ("x", 2.0)],
+)
+def test_the_first_line_waits_as_the_variable_says(value, seconds, monkeypatch):
+    monkeypatch.setenv(progress_module.AFTER_VARIABLE, value)
+    got = progress_module.first_line_s()
+    assert got == (threading.TIMEOUT_MAX if seconds is None else seconds)

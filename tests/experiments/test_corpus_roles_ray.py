@@ -13,7 +13,7 @@ from headlab.experiments.corpus_roles import (
     plan_corpus,
     run_corpus,
 )
-from headlab.heads.corpus_sums import RoleOptions
+from headlab.results.corpus_roles_result import RoleOptions
 
 pytestmark = [
     pytest.mark.slow,

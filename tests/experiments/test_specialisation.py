@@ -7,9 +7,7 @@ import torch
 from headlab.experiments.config import make_config
 from headlab.experiments.model import TinyTransformer
 from headlab.experiments.specialisation import (
-    Checkpoint,
     SpecialisationConfig,
-    SpecialisationResult,
     ablation_matrix,
     measure_specialisation,
     served_by,
@@ -17,6 +15,7 @@ from headlab.experiments.specialisation import (
     split_step,
 )
 from headlab.experiments.tasks import generate
+from headlab.results.specialisation_result import Checkpoint, SpecialisationResult
 
 
 @pytest.mark.parametrize("attention", ["plain", "talking-heads"])

@@ -3,10 +3,10 @@
 import pytest
 
 from headlab.experiments import sweep as sweep_module
-from headlab.experiments.summary import plot_series, summarize
 from headlab.experiments.sweep import SweepSpec, expand_grid, plan_sweep, run_sweep
 from headlab.report.figure_files import plot_sweep
 from headlab.results.jsonl_store import read_rows
+from headlab.results.sweep_summary import plot_series, summarize
 
 TINY = {"eval_size": 32, "batch_size": 8}
 

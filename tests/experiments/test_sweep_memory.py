@@ -11,7 +11,7 @@ import pytest
 from cli_run import run
 from headlab import limits
 from headlab.analysis.params import parameter_count
-from headlab.experiments.config import make_config
+from headlab.experiments.config import make_config, run_memory_estimate, run_parameters
 from headlab.experiments.model import TinyTransformer
 from headlab.experiments.sweep import check_runs_fit
 
@@ -27,7 +27,7 @@ from headlab.experiments.sweep import check_runs_fit
 )
 def test_the_parameter_count_is_the_built_models(task, heads, sizes):
     config = make_config(task, heads, **sizes)
-    assert config.parameters() == parameter_count(TinyTransformer(config))
+    assert run_parameters(config) == parameter_count(TinyTransformer(config))
 
 
 def test_the_issues_sweep_is_refused_before_any_run(tmp_path, capsys, monkeypatch):
@@ -48,7 +48,7 @@ def test_the_issues_sweep_is_refused_before_any_run(tmp_path, capsys, monkeypatc
 
 def test_workers_multiply_the_estimate(monkeypatch):
     configs = [make_config("recall", 8, d_model=256, layers=4, seed=s) for s in range(3)]
-    one = configs[0].memory_estimate()
+    one = run_memory_estimate(configs[0])
     monkeypatch.setattr(limits, "machine_memory", lambda: int(2 * 1.5 * one))  # fits 1.5 runs
     check_runs_fit(configs, workers=1)
     with pytest.raises(ValueError, match=r"2 run\(s\) at once of d_model=256, layers=4, 8 heads"):
@@ -59,7 +59,7 @@ def test_workers_multiply_the_estimate(monkeypatch):
 
 PROBE = """
 import re, sys
-from headlab.experiments.config import make_config
+from headlab.experiments.config import make_config, run_memory_estimate
 from headlab.experiments.train import run_one
 
 def status(key):
@@ -71,7 +71,7 @@ config = make_config(sys.argv[1], int(sys.argv[2]), d_model=int(sys.argv[3]),
 base = status("VmRSS")
 open("/proc/self/clear_refs", "w").write("5")  # reset the peak (VmHWM) to the present
 run_one(config)
-print(status("VmHWM") - base, config.memory_estimate())
+print(status("VmHWM") - base, run_memory_estimate(config))
 """
 
 

@@ -6,10 +6,11 @@ import pytest
 import torch
 
 from headlab.analysis.params import parameter_count
-from headlab.experiments.config import RunConfig, make_config
+from headlab.experiments.config import make_config
 from headlab.experiments.model import TinyTransformer, attention_entropy
 from headlab.experiments.tasks import generate
 from headlab.experiments.train import run_one
+from headlab.results.run_config import RunConfig
 
 
 @pytest.mark.parametrize("task,layers", [("multi-lookup", 1), ("recall", 1), ("induction", 2)])

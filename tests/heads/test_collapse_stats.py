@@ -48,8 +48,8 @@ def test_metric_names_known_before_running_are_those_measured(tiny):
 def test_statistics_by_hand_on_one_text(tiny):
     text = TEXTS[2]
     stats = head_statistics(tiny, [text])
-    trace = tiny.trace(text, max_length=128)
-    for layer, t in enumerate(trace.layers):
+    _, traces = tiny.trace_batch(tiny.tokenize([text], 128))
+    for layer, t in enumerate(traces):
         w = t.weights[0].double()  # (head, q_pos, k_pos)
         n = w.shape[-1]
         entropy = -(w * w.log()).sum(-1).mean(-1)
@@ -72,7 +72,9 @@ def test_statistics_by_hand_on_one_text(tiny):
 @pytest.mark.model
 def test_collapse_twelve_heads_is_the_original_exactly(minilm):
     texts = TEXTS[:3]
-    assert torch.equal(minilm.with_num_heads(12).embed(texts), minilm.embed(texts))
+    batch = minilm.tokenize(texts)
+    with torch.no_grad():
+        assert torch.equal(minilm.with_head_view(12).run(batch), minilm.run(batch))
     result = collapse_heads(minilm, texts, (12,))
     assert result.all_layers[0].measures["mean_cosine"] == pytest.approx(1.0, abs=1e-6)
     assert result.all_layers[0].measures["nn_agreement"] == 1.0

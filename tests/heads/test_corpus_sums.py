@@ -13,16 +13,10 @@ import pytest
 import torch
 
 from corpus_documents import OPTIONS, documents
-from headlab.heads.corpus_sums import (
-    CorpusRolesResult,
-    DocumentSums,
-    RoleOptions,
-    corpus_result,
-    document_sums,
-    merge_sums,
-)
+from headlab.heads.corpus_sums import corpus_result, document_sums, merge_sums
 from headlab.heads.long_context import long_text_statistics
 from headlab.heads.roles import role
+from headlab.results.corpus_roles_result import CorpusRolesResult, DocumentSums, RoleOptions
 from headlab.results.json_store import read_result, write_result
 
 

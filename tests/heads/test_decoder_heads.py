@@ -19,8 +19,16 @@ from headlab.heads import (
     prune_heads,
 )
 from headlab.heads.detectors import detector_scores
-from headlab.heads.pruning import as_mask, unique_parameters
+from headlab.heads.pruning import unique_parameters
 from headlab.models import HeadModel
+from headlab.models.head_mask import as_mask
+
+
+@pytest.fixture(scope="module")
+def tiny_llama(tiny_llama_reference):
+    """Here ``tiny_llama`` is the hand-built reference decoder, whose layers are headlab's
+    MultiHeadAttention (the route's are tested in tests/models/test_hf_heads.py)."""
+    return tiny_llama_reference
 
 TEXTS = [" ".join(f"t{(7 * i + j * j) % 97}" for j in range(5 + i % 7)) for i in range(9)]
 

@@ -24,7 +24,7 @@ from headlab.heads import (
     prune_by_importance,
 )
 from headlab.heads.ablation import ablated, ablation_effect
-from headlab.heads.corpus_sums import RoleOptions, corpus_result, document_sums, merge_sums
+from headlab.heads.corpus_sums import corpus_result, document_sums, merge_sums
 from headlab.heads.kv_budget import kv_budget
 from headlab.heads.long_context import long_text_statistics
 from headlab.heads.patterns import patterns_by_length
@@ -33,6 +33,7 @@ from headlab.heads.redundancy import measure_redundancy
 from headlab.heads.text_attention import model_text_attention
 from headlab.heads.tracing import attention_weights
 from headlab.models.interface import AttentionLayer, HeadModel
+from headlab.results.corpus_roles_result import RoleOptions
 from toy_family import LAYERS, VOCAB, E, H, Toy
 
 TEXTS = [" ".join(f"w{(5 * i + 3 * j) % 23}" for j in range(6 + i % 9)) for i in range(12)]

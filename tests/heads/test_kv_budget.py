@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 import headlab.models.output_rows as output_rows_module
 from headlab.attention.interventions import intervene
 from headlab.heads.kv_budget import (
-    KVBudgetResult,
     KVPlan,
     check_budgets,
     default_texts,
@@ -23,6 +22,7 @@ from headlab.heads.kv_budget import (
 )
 from headlab.heads.repeats import copy_sources, copy_task
 from headlab.models.corpus import long_document
+from headlab.results.kv_budget_result import KVBudgetResult
 
 TEXT = " ".join(f"t{(13 * i) % 97}" for i in range(25))
 

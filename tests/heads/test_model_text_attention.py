@@ -51,7 +51,7 @@ def test_encoder_one_head_view_is_the_same_weights_as_one_head(tiny):
     assert (full.name, one.name) == ("3 heads", "1 head, same weights")
     assert full.weights.shape[:2] == (2, 3) and one.weights.shape[:2] == (2, 1)
     # Layer 0 of the one-head view is one softmax over all 15 dims of the same parameters.
-    single = tiny.with_num_heads(1)
+    single = tiny.with_head_view(1)
     with torch.no_grad():
         _, traces = single.trace_batch(tiny.tokenize([text]))
     np.testing.assert_allclose(one.weights[0, 0], traces[0].weights[0, 0].double(), atol=1e-6)

@@ -8,13 +8,13 @@ import torch
 
 from headlab.attention import MultiHeadAttention
 from headlab.heads.redundancy import (
-    RedundancyResult,
     bilinear_forms,
     effective_rank,
     measure_redundancy,
     shared_projections,
     shared_subspaces,
 )
+from headlab.results.redundancy_result import RedundancyResult
 
 
 def shared_key_query(
@@ -111,8 +111,10 @@ def test_measure_refuses_a_rank_outside_the_width_before_any_work(tiny, monkeypa
 
 
 @pytest.mark.model
-def test_full_rank_reproduces_minilm(minilm):
-    """Every layer of the packaged MiniLM re-parameterised at k = 384: the same embeddings."""
+def test_full_rank_reproduces_minilm(minilm_reference):
+    """Every layer of the packaged MiniLM (the hand-built reference, whose layers are
+    headlab's MultiHeadAttention) re-parameterised at k = 384: the same embeddings."""
+    minilm = minilm_reference
     modules = minilm.attention_layers()
     full = minilm.with_attention({i: shared_key_query(m, 384) for i, m in enumerate(modules)})
     batch = minilm.tokenize(["heads share their key and query spaces", "a short one"])
@@ -121,8 +123,10 @@ def test_full_rank_reproduces_minilm(minilm):
 
 
 @pytest.mark.model
-def test_full_rank_reproduces_smollm2(smollm2):
-    """SmolLM2 (9 query heads on 3 K/V heads, rotary) at k = 576 in every layer: same logits."""
+def test_full_rank_reproduces_smollm2(smollm2_reference_decoder):
+    """SmolLM2 (9 query heads on 3 K/V heads, rotary; the hand-built reference) at k = 576 in
+    every layer: same logits."""
+    smollm2 = smollm2_reference_decoder
     modules = smollm2.attention_layers()
     full = smollm2.with_attention({i: shared_key_query(m, 576) for i, m in enumerate(modules)})
     batch = smollm2.tokenize(["Heads share their key and query spaces."])

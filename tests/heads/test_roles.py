@@ -11,9 +11,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from headlab.heads.long_context import LongContextResult, long_text_statistics
+from headlab.heads.long_context import long_text_statistics
 from headlab.heads.repeats import copy_sources, copy_task
-from headlab.heads.roles import ROLES, head_roles, role
+from headlab.heads.roles import head_roles, role
+from headlab.results.head_roles import ROLES
+from headlab.results.long_context_result import LongContextResult
 
 
 def test_copy_sources_by_hand():

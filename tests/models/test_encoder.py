@@ -1,4 +1,5 @@
-"""The encoder on a tiny random BERT: pooling, padding, trace, head views and masks."""
+"""The hand-built reference encoder on a tiny random BERT: pooling, padding, trace, head views
+and masks."""
 
 from __future__ import annotations
 
@@ -6,6 +7,13 @@ import math
 
 import pytest
 import torch
+
+
+@pytest.fixture
+def tiny(tiny_reference):
+    """Here ``tiny`` is the hand-built reference encoder (tests/conftest.py's tiny_reference)."""
+    return tiny_reference
+
 
 TEXTS = [
     "A short one.",

@@ -16,9 +16,11 @@ from hf_families import family, model_class, padded, text, write_family
 from test_hf_heads import batch_of, eager_run, reference_means
 
 from cli_run import run
-from headlab.heads.statistics import HeadStatistics, head_statistics
+from headlab.analysis.report_measuring import measure_report
+from headlab.heads.statistics import head_statistics
 from headlab.heads.streaming import model_head_sums
-from headlab.report.build import ReportOptions, build_report
+from headlab.report import ReportOptions, build_report
+from headlab.results.head_statistics import HeadStatistics
 
 NOTE = (
     "contribution_norm left out (attention layers 0, 1): the family changes the attention's "
@@ -105,7 +107,8 @@ def test_the_command_and_the_report_show_the_note_and_the_metric_is_refused(
     code, out, err = run([*args, "--out", str(results / "model_heads.json"), "--json"], capsys)
     assert code == 0, err
     assert json.loads(out)["notes"] == [NOTE, BLOCKS]  # --json refuses NaN: none was there
-    page = build_report(tmp_path / "report", ReportOptions(text="w1 w2", results=results))
+    options = ReportOptions(text="w1 w2", results=results)
+    page = build_report(tmp_path / "report", options, measure_report(options))
     shown = re.search(r'data-testid="heads-note">(.*?)</p>', page.read_text()).group(1)
     assert html.unescape(shown) == f"Note: {NOTE}."
     code, out, err = run([*args, "--out", str(tmp_path / "t.json")], capsys)

@@ -11,8 +11,8 @@ from headlab.models.hf import TransformersModel
 pytestmark = [pytest.mark.model, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
 
-def test_the_packaged_gguf_loads_through_transformers(smollm2_transformers, smollm2_reference):
-    model = smollm2_transformers
+def test_the_packaged_gguf_loads_through_transformers(smollm2, smollm2_reference):
+    model = smollm2
     assert isinstance(model, TransformersModel) and model.name == "SmolLM2-135M-Instruct"
     assert (model.num_layers, model.heads_per_layer[0], model.kv_heads_per_layer[0]) == (30, 9, 3)
     reference, tokenizer = smollm2_reference
@@ -30,7 +30,7 @@ def test_the_packaged_gguf_loads_through_transformers(smollm2_transformers, smol
     torch.testing.assert_close(model.run(batch)[real], expected[real], atol=1e-4, rtol=1e-4)
 
 
-def test_greedy_generation_equals_transformers(smollm2_transformers, smollm2_reference):
+def test_greedy_generation_equals_transformers(smollm2, smollm2_reference):
     reference, tokenizer = smollm2_reference
     prompt = "The capital of France is"
     ids = torch.tensor([tokenizer(prompt)["input_ids"]])
@@ -38,4 +38,4 @@ def test_greedy_generation_equals_transformers(smollm2_transformers, smollm2_ref
         expected = reference.generate(
             ids, attention_mask=torch.ones_like(ids), max_new_tokens=8, do_sample=False
         )
-    assert smollm2_transformers.generate(prompt, 8) == expected[0, ids.shape[1] :].tolist()
+    assert smollm2.generate(prompt, 8) == expected[0, ids.shape[1] :].tolist()

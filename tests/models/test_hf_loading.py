@@ -12,7 +12,6 @@ import torch
 from hf_families import build, text
 
 from headlab.models import load
-from headlab.models.decoder import Decoder
 from headlab.models.hf import TransformersModel, attach
 from headlab.models.hf.families import supports
 
@@ -29,26 +28,38 @@ def _copy(folder: Path, tmp_path: Path) -> Path:
     return Path(shutil.copytree(folder, tmp_path / folder.name))
 
 
-def test_the_backend_decides_the_route(hf_dirs):
-    assert isinstance(load(hf_dirs["gpt2"]), TransformersModel)  # only transformers runs it
-    assert isinstance(load(hf_dirs["llama"]), Decoder)  # both can: headlab by default
-    through = load(hf_dirs["llama"], backend="transformers")
-    assert isinstance(through, TransformersModel)
-    assert through.model.config._attn_implementation == "headlab"
-    batch = through.tokenize([text(8)])
-    torch.testing.assert_close(
-        through.run(batch), load(hf_dirs["llama"]).run(batch), atol=1e-5, rtol=1e-5
-    )
-    with pytest.raises(ValueError, match=r"backend 'headlab' runs minilm, smollm2.*'transformers'"):
-        load(hf_dirs["gpt2"], backend="headlab")
+def test_every_model_takes_the_one_route(hf_dirs):
+    """Folders of every family, those headlab once rebuilt itself included, load as transformers
+    models on headlab's attention."""
+    for family in ("gpt2", "llama", "bert"):
+        model = load(hf_dirs[family])
+        assert isinstance(model, TransformersModel), family
+        assert model.model.config._attn_implementation == "headlab"
+
+
+def test_the_backend_is_accepted_with_a_warning_that_it_chooses_nothing(hf_dirs):
+    from headlab.models.load import RetiredOption
+
+    plain = load(hf_dirs["llama"])
+    for backend in ("headlab", "transformers"):
+        with pytest.warns(RetiredOption, match=f"backend '{backend}' no longer chooses anything"):
+            through = load(hf_dirs["llama"], backend=backend)
+        assert isinstance(through, TransformersModel)
+        batch = through.tokenize([text(8)])
+        torch.testing.assert_close(through.run(batch), plain.run(batch), atol=0, rtol=0)
     with pytest.raises(ValueError, match="backend must be one of headlab, transformers, got 'x'"):
         load(hf_dirs["gpt2"], backend="x")
 
 
-def test_headlabs_refusal_points_to_the_transformers_backend(hf_dirs):
-    with pytest.raises(ValueError, match=r"sliding window \(4\).*backend='transformers' runs it"):
-        load(hf_dirs["mistral"])
-    assert isinstance(load(hf_dirs["mistral"], backend="transformers"), TransformersModel)
+def test_a_mistral_folder_with_a_sliding_window_runs_and_applies_its_window(hf_dirs, hf_eager):
+    """Once refused by the hand-built route ("a sliding window (4) is not supported"): the
+    route runs it, and a text longer than the window gives transformers' eager logits."""
+    model = load(hf_dirs["mistral"])
+    assert model.config.sliding_window == 4
+    batch = model.tokenize([text(11)])
+    with torch.no_grad():
+        expected = hf_eager("mistral")(input_ids=batch.input_ids).logits
+    torch.testing.assert_close(model.run(batch), expected, atol=1e-5, rtol=1e-5)
 
 
 def test_the_adapter_tokenizes_runs_and_scores(hf_loaded):

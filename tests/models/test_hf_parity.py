@@ -1,7 +1,8 @@
-"""Two implementations that must agree: the packaged models through transformers (headlab's
-registered attention inside transformers' LlamaForCausalLM and BertModel) and through headlab's
-own rebuilt decoder and encoder give every statistic, role score and detector score within 1e-4,
-on short texts and at length: SmolLM2 at 2048 tokens (one text), MiniLM at 512 (its limit).
+"""Two implementations that must agree: the packaged models through the production route
+(headlab's registered attention inside transformers' LlamaForCausalLM and BertModel) and in
+headlab's hand-built reference decoder and encoder give every statistic, role score and detector
+score within 1e-4, on short texts and at length: SmolLM2 at 2048 tokens (one text), MiniLM at
+512 (its limit).
 Marker ``model``: each real model is loaded once per session (tests/conftest.py)."""
 
 from __future__ import annotations
@@ -46,37 +47,41 @@ def assert_long_equal(a, b) -> None:
     assert a.roles.copy_positions == b.roles.copy_positions
 
 
-def test_smollm2_statistics_and_detectors_agree_on_short_texts(smollm2, smollm2_transformers):
+def test_smollm2_statistics_and_detectors_agree_on_short_texts(
+    smollm2_reference_decoder, smollm2
+):
     texts = default_corpus(12)
-    ours = head_statistics(smollm2_transformers, texts, max_length=64, detector_length=24)
-    theirs = head_statistics(smollm2, texts, max_length=64, detector_length=24)
+    ours = head_statistics(smollm2, texts, max_length=64, detector_length=24)
+    theirs = head_statistics(smollm2_reference_decoder, texts, max_length=64, detector_length=24)
     assert ours.first_token == theirs.first_token == "first"
     assert_grids_equal(ours.metrics, theirs.metrics, "statistics")
     assert_grids_equal(ours.detectors, theirs.detectors, "detectors")
 
 
-def test_minilm_statistics_agree_on_short_texts(minilm, minilm_transformers):
+def test_minilm_statistics_agree_on_short_texts(minilm_reference, minilm):
     texts = default_corpus(12)
-    ours = head_statistics(minilm_transformers, texts, max_length=64)
-    theirs = head_statistics(minilm, texts, max_length=64)
+    ours = head_statistics(minilm, texts, max_length=64)
+    theirs = head_statistics(minilm_reference, texts, max_length=64)
     assert ours.first_token == theirs.first_token == "cls"
     assert "sep" in ours.metrics
     assert_grids_equal(ours.metrics, theirs.metrics, "statistics")
 
 
 @pytest.mark.slow
-def test_smollm2_long_text_statistics_and_roles_agree_at_2048_tokens(smollm2, smollm2_transformers):
+def test_smollm2_long_text_statistics_and_roles_agree_at_2048_tokens(
+    smollm2_reference_decoder, smollm2
+):
     text = long_document()
-    ours = long_text_statistics(smollm2_transformers, text, max_tokens=2048)
-    theirs = long_text_statistics(smollm2, text, max_tokens=2048)
+    ours = long_text_statistics(smollm2, text, max_tokens=2048)
+    theirs = long_text_statistics(smollm2_reference_decoder, text, max_tokens=2048)
     assert len(ours.tokens) == 2048
     assert_long_equal(ours, theirs)
 
 
 @pytest.mark.slow
-def test_minilm_long_text_statistics_agree_at_its_512_tokens(minilm, minilm_transformers):
+def test_minilm_long_text_statistics_agree_at_its_512_tokens(minilm_reference, minilm):
     text = long_document()
-    ours = long_text_statistics(minilm_transformers, text)
-    theirs = long_text_statistics(minilm, text)
+    ours = long_text_statistics(minilm, text)
+    theirs = long_text_statistics(minilm_reference, text)
     assert len(ours.tokens) == 512 and ours.truncated
     assert_long_equal(ours, theirs)

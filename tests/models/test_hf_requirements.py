@@ -1,7 +1,7 @@
-"""Without the optional extra ``transformers``, everything that needs the transformers route says
-in one line what to install (exit code 2 in the CLI), before anything loads; headlab's own models
-still load. transformers (and accelerate) are hidden in this process by ``sys.modules[name] =
-None``, which makes every ``import`` of them fail, and restored after each test."""
+"""Without transformers (installed by the extra ``models``), every way to a model says in one line
+what to install (exit code 2 in the CLI), before anything loads. transformers (and accelerate) are
+hidden in this process by ``sys.modules[name] = None``, which makes every ``import`` of them
+fail, and restored after each test."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from cli_run import run
 
-INSTALL = "pip install 'headlab[transformers]'"
+INSTALL = "pip install 'headlab[models]'"
 
 
 @pytest.fixture
@@ -32,27 +32,27 @@ def test_every_way_to_the_route_names_the_extra(hf_dirs, documents, tmp_path, ca
     roles = ["model", "roles", "--model", str(hf_dirs["gpt_oss"]), "--documents", str(documents),
              "--out", str(tmp_path / "r.jsonl"), "--summary", str(tmp_path / "r.json")]  # fmt: skip
     cases = {
-        "a family only transformers runs": (
+        "a folder": (
             ["model", "generate", "w1", "--model", str(hf_dirs["gpt_oss"])],
-            f"{hf_dirs['gpt_oss']} (model_type 'gpt_oss', which only the transformers route "
-            "runs) needs transformers >= 5.4, which is not installed",
+            f"{hf_dirs['gpt_oss']} needs transformers >= 5.4, which is not installed",
         ),
-        "--backend transformers": (
-            ["model", "heads", "--model", str(hf_dirs["llama"]), "--backend", "transformers"],
-            "--backend 'transformers' needs transformers >= 5.4, which is not installed",
+        "--backend, which chooses nothing": (
+            ["model", "heads", "--model", str(hf_dirs["llama"]), "--backend", "headlab"],
+            f"{hf_dirs['llama']} needs transformers >= 5.4, which is not installed",
         ),
         "a hub id": (
             ["model", "generate", "w1", "--model", "nobody/absent"],
-            "nobody/absent (a hub id, loaded through transformers) needs transformers >= 5.4",
+            "nobody/absent needs transformers >= 5.4",
         ),
+        "a packaged model": (["model", "heads"], "minilm needs transformers >= 5.4"),
         "the families": (["model", "families"], "needs transformers >= 5.4"),
         "corpus roles, before the plan is printed": (
             roles,
-            "(model_type 'gpt_oss', which only the transformers route runs) needs",
+            f"{hf_dirs['gpt_oss']} needs transformers",
         ),
         "a KV budget": (
             ["model", "kv-budget", "--backend", "transformers", "--out", str(tmp_path / "k.json")],
-            "--backend 'transformers' needs transformers >= 5.4",
+            "smollm2 needs transformers >= 5.4",  # kv-budget's default model
         ),
     }
     for case, (argv, message) in cases.items():
@@ -70,22 +70,12 @@ def test_the_library_entries_name_the_extra(tmp_path, without_transformers):
     for call in (
         lambda: headlab.attach(object()),
         lambda: load_transformers(tmp_path),
-        lambda: load("smollm2", backend="transformers"),
+        lambda: load("smollm2"),
         supported_families,
     ):
         with pytest.raises(ValueError, match=r"needs transformers >= 5\.4, which is not "
-                           r"installed: pip install 'headlab\[transformers\]'"):  # fmt: skip
+                           r"installed: pip install 'headlab\[models\]'"):  # fmt: skip
             call()
-
-
-def test_headlabs_own_models_need_no_transformers(hf_dirs, without_transformers):
-    """A Llama folder loads on headlab's own decoder without transformers."""
-    from headlab.models import load
-
-    model = load(hf_dirs["llama"])
-    assert type(model).__module__.startswith("headlab.models.")
-    assert "transformers" not in type(model).__module__.split(".")
-    assert model.count_tokens("w1 w2 w3") == 3
 
 
 def test_a_gguf_file_needs_accelerate(tmp_path, monkeypatch):

@@ -1,4 +1,5 @@
-"""Loading model directories: the tiny random BERT, and one clear error per broken directory."""
+"""Loading BERT folders into the hand-built reference encoder: the tiny random BERT, and one
+clear error per broken directory."""
 
 from __future__ import annotations
 
@@ -11,6 +12,12 @@ from safetensors.torch import load_file, save_file
 
 from headlab.attention import MultiHeadAttention
 from headlab.models import load_encoder
+
+
+@pytest.fixture
+def tiny(tiny_reference):
+    """Here ``tiny`` is the hand-built reference encoder (tests/conftest.py's tiny_reference)."""
+    return tiny_reference
 
 
 def test_tiny_loads_with_headlab_attention(tiny):

@@ -1,4 +1,5 @@
-"""Parity with the reference implementations on the packaged all-MiniLM-L6-v2.
+"""Parity of the production route (``load("minilm")``) with the outside implementations on the
+packaged all-MiniLM-L6-v2.
 
 Embeddings against sentence-transformers' own pipeline; every layer's per-head attention weights
 against transformers' BertModel (eager attention, output_attentions=True).
@@ -51,10 +52,19 @@ def _check_embeddings(ours, theirs):
     assert (ours - theirs).abs().max().item() <= 1e-4
 
 
+def embed(model, texts: list[str], max_length: int | None = None) -> torch.Tensor:
+    """(n_texts, d_model) sentence embeddings of the route, four texts per batch."""
+    with torch.no_grad():
+        return torch.cat([
+            model.run(model.tokenize(texts[i : i + 4], max_length))
+            for i in range(0, len(texts), 4)
+        ])  # fmt: skip
+
+
 def test_embeddings_equal_sentence_transformers(minilm, sentence_transformer):
     assert minilm.pooling.max_seq_length == sentence_transformer.max_seq_length == 256
     theirs = sentence_transformer.encode(TEXTS, batch_size=4, convert_to_tensor=True)
-    _check_embeddings(minilm.embed(TEXTS, batch_size=4), theirs.cpu())
+    _check_embeddings(embed(minilm, TEXTS), theirs.cpu())
 
 
 def test_embeddings_equal_at_512_tokens(minilm, sentence_transformer):
@@ -65,23 +75,22 @@ def test_embeddings_equal_at_512_tokens(minilm, sentence_transformer):
     finally:
         sentence_transformer.max_seq_length = old
     assert minilm.tokenize([LONG], 512).input_ids.shape == (1, 512)
-    _check_embeddings(minilm.embed([LONG, TEXTS[3]], max_length=512), theirs.cpu())
+    _check_embeddings(embed(minilm, [LONG, TEXTS[3]], max_length=512), theirs.cpu())
 
 
 @pytest.mark.parametrize("text", [TEXTS[2], TEXTS[3], LONG])
 def test_attention_weights_equal_transformers(minilm, bert, text):
-    max_length = 512
-    trace = minilm.trace(text, max_length=max_length)
-    batch = minilm.tokenize([text], max_length)
+    batch = minilm.tokenize([text], 512)
+    _, traces = minilm.trace_batch(batch)
     with torch.no_grad():
         out = bert(
             input_ids=batch.input_ids,
             attention_mask=batch.attention_mask.long(),
-            token_type_ids=batch.token_type_ids,
             output_attentions=True,
         )
-    assert len(out.attentions) == len(trace.layers) == 6
-    for ours, theirs in zip(trace.layers, out.attentions, strict=True):
-        assert ours.weights.shape == theirs.shape == (1, 12, len(trace.tokens), len(trace.tokens))
+    n = len(batch.tokens[0])
+    assert len(out.attentions) == len(traces) == 6
+    for ours, theirs in zip(traces, out.attentions, strict=True):
+        assert ours.weights.shape == theirs.shape == (1, 12, n, n)
         torch.testing.assert_close(ours.weights, theirs, rtol=0, atol=2e-5)
-    assert trace.layers[-1].output.shape == (1, len(trace.tokens), 384)
+    assert traces[-1].output.shape == (1, n, 384)

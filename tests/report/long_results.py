@@ -10,16 +10,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from headlab.heads.attention_maps import AttentionMaps, block_size
-from headlab.heads.kv_budget import KVBudgetResult, PlanRun, RetrievalCheck
-from headlab.heads.long_context import (
-    HeavyHitters,
-    LongContextResult,
-    TextContext,
-    long_context_findings,
-)
+from headlab.heads.attention_maps import attention_maps, block_size
+from headlab.heads.long_context import long_context_findings
 from headlab.heads.roles import head_roles
-from headlab.heads.statistics import HeadStatistics
+from headlab.results.head_statistics import HeadStatistics
+from headlab.results.kv_budget_result import KVBudgetResult, PlanRun, RetrievalCheck
+from headlab.results.long_context_result import HeavyHitters, LongContextResult, TextContext
 
 LAYERS, HEADS, KV, N_TOKENS = 30, 9, 3, 8192
 NAMES = ("entropy", "max_weight", "first", "self", "prev", "distance", "contribution_norm")
@@ -62,7 +58,7 @@ def long_context_result(
     sums = mass / mass.sum(-1, keepdim=True) * rows[:, None]
     received = torch.tensor(rng.gamma(0.3, 1.0, (LAYERS, HEADS, N_TOKENS)))
     received[..., 0] += torch.tensor(first) * N_TOKENS
-    maps = AttentionMaps.from_sums(sums, rows, received, size)
+    maps = attention_maps(sums, rows, received, size)
     share = torch.tensor(rng.random(shape) * 0.2)
     top = rng.integers(1, N_TOKENS, (LAYERS, HEADS, 5)).tolist()
     heavy = HeavyHitters(share.tolist(), top, [0])

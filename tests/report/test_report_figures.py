@@ -8,8 +8,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from headlab.analysis.coupling import coupling_summary
 from headlab.analysis.text_attention import seeded_text_attention
-from headlab.experiments.summary import SummaryRow
 from headlab.report import figures
+from headlab.results.sweep_summary import SummaryRow
 
 
 def _drawn(fig):

@@ -7,8 +7,9 @@ import base64
 import numpy as np
 import pytest
 
-from headlab.analysis.text_attention import AttentionView, words
-from headlab.report.heatmap import heatmap_data
+from headlab.analysis.text_attention import words
+from headlab.results.attention_views import AttentionView
+from headlab.results.explorers import heatmap_data
 
 
 def _decode(head: dict, bins: int) -> np.ndarray:
@@ -76,7 +77,7 @@ def test_a_cut_reason_travels_to_the_page() -> None:
 def test_the_cells_a_page_holds_are_bounded_by_its_byte_budget() -> None:
     """Every head's weights travel in the page (uint16, base64): SmolLM2's 270 heads and their
     30 one-head views at 256 x 256 were 49 MB; within the budget the bins shrink instead."""
-    from headlab.report.heatmap import PAGE_BYTES, bins_within, encoded_bytes
+    from headlab.results.explorers import PAGE_BYTES, bins_within, encoded_bytes
 
     assert bins_within(30 * 9 + 30, 256) == 102
     assert encoded_bytes(300, 102) <= PAGE_BYTES < encoded_bytes(300, 103)

@@ -14,12 +14,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from headlab.heads.kv_budget import KVBudgetResult
-from headlab.heads.long_context import LongContextResult
 from headlab.input_files import MAX_JSON_DEPTH
 from headlab.report.reading import SkippedResultsWarning
 from headlab.results.json_store import read_result
-from headlab.results.jsonl_store import ResultsWriter, read_results
+from headlab.results.jsonl_store import read_results
+from headlab.results.jsonl_writer import ResultsWriter
+from headlab.results.kv_budget_result import KVBudgetResult
+from headlab.results.long_context_result import LongContextResult
 from report.long_results import write_long_results
 from results.test_jsonl_store import _line, _row
 

@@ -11,10 +11,8 @@ from hypothesis import strategies as st
 from headlab.experiments.config import make_config
 from headlab.results.jsonl_store import (
     SWEEP,
-    ResultsWriter,
     SkippedLinesWarning,
     TornLineWarning,
-    check_appendable,
     final_rows,
     finished_run_ids,
     parse_results,
@@ -22,6 +20,7 @@ from headlab.results.jsonl_store import (
     read_rows,
     row_problem,
 )
+from headlab.results.jsonl_writer import ResultsWriter, check_appendable
 from headlab.results.output_policy import OutputRefused
 
 

@@ -75,7 +75,8 @@ def test_model_ablate(tiny, tmp_path):
 
 
 def test_redundancy(tiny, tmp_path):
-    from headlab.heads.redundancy import CurvePoint, LayerSpectrum, measure_redundancy
+    from headlab.heads.redundancy import measure_redundancy
+    from headlab.results.redundancy_result import CurvePoint, LayerSpectrum
 
     result = measure_redundancy(tiny, TEXTS, ranks=(8, 2), max_length=16)
     back = round_trip(result, tmp_path / "redundancy.json")
@@ -85,12 +86,8 @@ def test_redundancy(tiny, tmp_path):
 
 
 def test_expressivity(tmp_path):
-    from headlab.analysis.expressivity import (
-        ExpressivityConfig,
-        PatternRow,
-        RankRow,
-        measure_expressivity,
-    )
+    from headlab.analysis.expressivity import ExpressivityConfig, measure_expressivity
+    from headlab.results.expressivity_result import PatternRow, RankRow
 
     config = ExpressivityConfig(seq_lens=(4,), head_dims=(1, 4), targets=1, steps=5,
                                 offset_seq_len=5, offset_steps=5)  # fmt: skip
@@ -102,12 +99,8 @@ def test_expressivity(tmp_path):
 
 
 def test_specialisation(tmp_path):
-    from headlab.experiments.specialisation import (
-        Checkpoint,
-        SpecialisationConfig,
-        SpecialisationRun,
-        measure_specialisation,
-    )
+    from headlab.experiments.specialisation import SpecialisationConfig, measure_specialisation
+    from headlab.results.specialisation_result import Checkpoint, SpecialisationRun
 
     config = SpecialisationConfig(heads=(1, 2), attention=("plain",), d_model=8, steps=4,
                                   eval_every=2, eval_size=8)  # fmt: skip
@@ -121,7 +114,8 @@ def test_specialisation(tmp_path):
 def test_sweep_rows(tmp_path):
     from headlab.experiments.config import make_config
     from headlab.experiments.train import run_one
-    from headlab.results.jsonl_store import ResultsWriter, SweepRow, read_finals
+    from headlab.results.jsonl_store import SweepRow, read_finals
+    from headlab.results.jsonl_writer import ResultsWriter
 
     run = run_one(make_config("multi-lookup", 2, d_model=8, steps=4, eval_every=2))
     path = tmp_path / "sweep.jsonl"
@@ -154,7 +148,7 @@ def test_a_broken_file_names_the_file_the_field_the_expected_and_the_received(
     tiny, tmp_path, change, message
 ):
     from headlab.heads import head_statistics
-    from headlab.heads.statistics import HeadStatistics
+    from headlab.results.head_statistics import HeadStatistics
 
     path = tmp_path / "model_heads.json"
     document = write_result(path, head_statistics(tiny, TEXTS[:2], max_length=8))
@@ -208,7 +202,8 @@ def test_collapse_prune_and_redundancy_rows_take_only_the_measures_quality_gives
 
 
 def test_a_redundancy_curve_row_with_an_unknown_measure_is_refused(tiny, tmp_path):
-    from headlab.heads.redundancy import RedundancyResult, measure_redundancy
+    from headlab.heads.redundancy import measure_redundancy
+    from headlab.results.redundancy_result import RedundancyResult
 
     path = tmp_path / "redundancy.json"
     document = write_result(path, measure_redundancy(tiny, TEXTS[:2], ranks=(2,), max_length=8))
@@ -251,7 +246,8 @@ LONG_CONTEXT_ERRORS = [  # (change to a model-long-context document, the message
 
 @pytest.mark.parametrize(("change", "message"), LONG_CONTEXT_ERRORS)
 def test_a_broken_long_context_file_names_its_field(tiny, tmp_path, change, message):
-    from headlab.heads.long_context import LongContextResult, long_text_statistics
+    from headlab.heads.long_context import long_text_statistics
+    from headlab.results.long_context_result import LongContextResult
 
     path = tmp_path / "model_long-context.json"
     result = long_text_statistics(tiny, " ".join(TEXTS), max_tokens=30).result()
@@ -264,11 +260,8 @@ def test_a_broken_long_context_file_names_its_field(tiny, tmp_path, change, mess
 
 
 def test_a_broken_specialisation_checkpoint_names_its_field(tmp_path):
-    from headlab.experiments.specialisation import (
-        SpecialisationConfig,
-        SpecialisationResult,
-        measure_specialisation,
-    )
+    from headlab.experiments.specialisation import SpecialisationConfig, measure_specialisation
+    from headlab.results.specialisation_result import SpecialisationResult
 
     config = SpecialisationConfig(heads=(2,), attention=("plain",), d_model=8, steps=2,
                                   eval_every=2, eval_size=8)  # fmt: skip

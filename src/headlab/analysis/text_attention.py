@@ -9,39 +9,13 @@ Weights follow ``AttentionTrace.weights``: rows are queries, columns keys, rows 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from headlab.analysis.binning import MAX_BINS, bin_edges
 from headlab.attention.module import MultiHeadAttention
-
-
-@dataclass(frozen=True)
-class AttentionView:
-    """One way of computing the weights: e.g. "8 heads" or "1 head, same weights".
-
-    weights: (layer, head, q_pos, k_pos) float array, or (layer, head, bins, bins) when binned.
-    """
-
-    name: str
-    weights: np.ndarray
-
-
-@dataclass(frozen=True)
-class TextAttention:
-    """The views of one text. ``total_tokens`` > len(tokens) when the text was cut to a
-    limit (the views then cover the first len(tokens) tokens); ``cut_reason`` says which."""
-
-    tokens: list[str]
-    views: list[AttentionView]
-    total_tokens: int
-    cut_reason: str = ""
-
-    @property
-    def cut(self) -> bool:
-        return self.total_tokens > len(self.tokens)
+from headlab.results.attention_views import AttentionView, TextAttention
+from headlab.results.binning import MAX_BINS, bin_edges
 
 
 def words(text: str) -> list[str]:

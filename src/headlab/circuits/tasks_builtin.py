@@ -84,7 +84,8 @@ def copy(model, tokenizer, n: int, length: int, seed: int) -> TaskPairs:
     length (filler after the first token); corrupted: the first occurrence of the passage (the
     sources of the copied tokens and the ``MIN_MATCH`` tokens before them) replaced by random
     ordinary tokens; the metric reads the copy positions of the passage's repetition at the end."""
-    from headlab.heads.repeats import MIN_MATCH, copy_sources, copy_task
+    from headlab.heads.repeats import copy_sources, copy_task
+    from headlab.results.head_roles import MIN_MATCH
 
     texts = [copy_task(model, length, seed=seed + i) for i in range(n)]
     ids = [model.tokenize([t.text], max_length=length).input_ids[0] for t in texts]

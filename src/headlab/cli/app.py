@@ -14,6 +14,7 @@ from headlab.cli import (
     compare,
     corpus_roles,
     expressivity,
+    induction_circuit,
     model,
     params,
     redundancy,
@@ -104,8 +105,8 @@ def _escape_option_help(typer_app: typer.Typer, done: set[int] | None = None) ->
 
 # Each command module adds its commands here; none of them imports this module (no cycle).
 for _module in (
-    circuits, compare, corpus_roles, expressivity, model, params, redundancy, report, roles,
-    specialisation, sweep,
+    circuits, compare, corpus_roles, expressivity, induction_circuit, model, params,
+    redundancy, report, roles, specialisation, sweep,
 ):  # fmt: skip
     _module.register(app)
 _unwrap_help(app)

@@ -72,7 +72,7 @@ def roles_command(
     """
     from headlab.experiments.corpus_roles import ModelSource, plan_corpus, read_documents
     from headlab.experiments.executors import capped_workers, check_executor, check_reachable
-    from headlab.heads.corpus_sums import RoleOptions
+    from headlab.results.corpus_roles_result import RoleOptions
 
     with flags(*FLAGS):
         check_executor(executor, address)

@@ -18,7 +18,7 @@ from headlab.cli.tables import fitted_tables
 from headlab.results.locations import why_results
 
 if TYPE_CHECKING:  # the analysis loads lazily: the CLI starts without torch
-    from headlab.analysis.expressivity import RankRow
+    from headlab.results.expressivity_result import RankRow
 
 OUT = typer.Option(why_results("expressivity"), "--out", help="Results file (JSON).")
 

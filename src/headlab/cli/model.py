@@ -35,7 +35,7 @@ from headlab.cli.tables import fitted_tables
 from headlab.results.locations import model_results
 
 if TYPE_CHECKING:
-    from headlab.heads.long_context import HeavyHitters, LongContextFindings
+    from headlab.results.long_context_result import HeavyHitters, LongContextFindings
 
 model_app = typer.Typer(
     help="Analyse the heads of a trained model: minilm (default), smollm2 or a path.",
@@ -53,9 +53,8 @@ MODEL_DIR = typer.Option(
 BACKEND = typer.Option(
     None,
     "--backend",
-    help="headlab or transformers (the extra headlab[transformers]) [default: headlab's own "
-    "rebuilt model where it has one for the checkpoint (see docs/transformers.md), else "
-    "transformers].",
+    help="Accepted for old scripts; it no longer chooses anything: every model runs as a "
+    "transformers model on headlab's attention (docs/transformers.md).",
 )
 DOWNLOAD = typer.Option(
     False, "--download", help="Fetch a hub id that is not in the local cache (needs the network)."
@@ -329,9 +328,9 @@ def _long_context(
     from headlab.cli.roles import role_tables
     from headlab.heads.long_context import long_text_statistics
     from headlab.heads.repeats import context_copy_task
-    from headlab.heads.roles import WINDOW as DEFAULT_WINDOW
     from headlab.input_files import open_text
     from headlab.limits import check_int
+    from headlab.results.head_roles import WINDOW as DEFAULT_WINDOW
 
     out = model_results("long-context") if out is None else out
     claim_analysis("long-context", out, force, figure)

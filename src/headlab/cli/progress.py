@@ -4,11 +4,15 @@ pipe), nothing with --json.
 Where stderr is not a terminal a bar cannot be drawn, and a command that printed nothing for
 two minutes looked hung: there, a command still running after ``FIRST_LINE_S`` seconds prints
 one line saying what it does and how far it is, then one every ``EVERY_S`` seconds, and a last
-line when it is done. A command that ends sooner prints nothing.
+line when it is done. A command that ends sooner prints nothing. ``HEADLAB_PROGRESS_AFTER``
+(seconds) sets when the first line comes ("never" for none: a log that must hold only the
+command's own lines, as the tests' subprocesses ask).
 """
 
 from __future__ import annotations
 
+import math
+import os
 import sys
 import threading
 import time
@@ -19,6 +23,20 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 FIRST_LINE_S = 2.0  # where stderr is no terminal: a command that ends sooner prints no line
+AFTER_VARIABLE = "HEADLAB_PROGRESS_AFTER"
+
+
+def first_line_s() -> float:
+    """When the first line comes: ``HEADLAB_PROGRESS_AFTER`` seconds ("never": no line),
+    else ``FIRST_LINE_S``; a value that is no number of seconds >= 0 is ignored."""
+    value = os.environ.get(AFTER_VARIABLE, "").strip().lower()
+    if value == "never":
+        return threading.TIMEOUT_MAX
+    try:
+        seconds = float(value)
+    except ValueError:
+        return FIRST_LINE_S
+    return seconds if math.isfinite(seconds) and seconds >= 0 else FIRST_LINE_S
 EVERY_S = 10.0  # then one line this often
 
 
@@ -79,7 +97,7 @@ def progress_lines(description: str, total: int | None) -> Iterator[Callable[...
         return f"{head}{detail}, {time.monotonic() - start:.0f} s{end}"
 
     def tick() -> None:
-        wait = FIRST_LINE_S
+        wait = first_line_s()
         while not stop.wait(wait):
             print(line(), file=sys.stderr, flush=True)
             printed.set()

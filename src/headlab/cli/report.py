@@ -1,4 +1,10 @@
-"""``headlab report``: build the self-contained HTML report and print the path of index.html."""
+"""``headlab report``: build the self-contained HTML report and print the path of index.html.
+
+It measures first (``headlab.analysis.report_measuring``: the text through a seeded layer and the
+trained model, the seed scenarios, coupling, the parameter table), then the report writes those
+measurements beside its page (``measurements.json``) and draws the page from them and the results
+folder.
+"""
 
 from __future__ import annotations
 
@@ -60,7 +66,7 @@ def report(
     trust_remote_code: bool = TRUST_REMOTE_CODE,
 ) -> None:
     """Write DIR/index.html: the seed questions answered, heads, gradients, model and sweeps."""
-    from headlab.report import ReportOptions, build_report
+    from headlab.report import ReportOptions, build_report, check_targets
 
     if text_file is not None:
         from headlab.input_files import read_text_file
@@ -75,8 +81,14 @@ def report(
                             download=download, trust_remote_code=trust_remote_code,
                             text_file=text_file)  # fmt: skip
     names = ("out", "png", "force", "model", "backend", "download", "trust_remote_code")
-    with flags(*names), progress("report: measuring and drawing", None):
-        index = build_report(out, options, force=force, png=png)  # no steps to count: a pulse
+    with flags(*names):
+        check_targets(out, options, force=force, png=png)  # a refusal before the measuring
+        with progress("report: measuring", None):  # no steps to count: a pulse
+            from headlab.analysis.report_measuring import measure_report
+
+            measured = measure_report(options)
+        with progress("report: drawing", None):
+            index = build_report(out, options, measured, force=force, png=png)
     if named:  # said once the report is built (a refused --out is the one line of its own)
         import warnings
 

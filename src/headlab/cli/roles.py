@@ -92,7 +92,7 @@ def role_tables(roles, statistics=None, top: int = 5) -> list[Table | Text]:
 def _numbers_behind(roles, statistics, count: int = 3) -> list[Table | Text]:
     """Up to ``count`` heads of each role with every number a rule reads, and the two shown
     beside them (previous-token weight, mean distance in tokens)."""
-    from headlab.heads.roles import COPY, LOCAL, RETRIEVAL, ROLES, SINK
+    from headlab.results.head_roles import COPY, LOCAL, RETRIEVAL, ROLES, SINK
 
     first = statistics.metrics[statistics.first_token]
     metrics = statistics.metrics

@@ -18,8 +18,8 @@ from headlab.results.locations import SWEEP_FIGURE, SWEEP_RESULTS
 if TYPE_CHECKING:  # pragma: no cover
     from rich.table import Table
 
-    from headlab.experiments.summary import SummaryRow
     from headlab.experiments.sweep import SweepPlan
+    from headlab.results.sweep_summary import SummaryRow
 
 # SweepSpec's and the executors' arguments, which their errors name, are this command's flags
 SWEEP_FLAGS = ("task", "heads", "d_model", "layers", "seeds", "steps", "kv_heads", "head_dim",
@@ -118,9 +118,9 @@ def sweep(
     from rich.console import Console
 
     from headlab.experiments.executors import capped_workers, check_executor, check_reachable
-    from headlab.experiments.summary import summarize
     from headlab.experiments.sweep import SweepSpec, check_runs_fit, plan_sweep
     from headlab.results.jsonl_store import read_rows
+    from headlab.results.sweep_summary import summarize
 
     if executor not in ("local", "ray"):
         raise ValueError(f"--executor must be local or ray, got {executor!r}")
@@ -185,8 +185,8 @@ def summary(
     """Print the summary table of a results file."""
     from rich.console import Console
 
-    from headlab.experiments.summary import summarize
     from headlab.results.jsonl_store import read_rows
+    from headlab.results.sweep_summary import summarize
 
     if not Path(results).is_file():
         raise FileNotFoundError(f"results file not found: {results}")

@@ -31,16 +31,11 @@ from pathlib import Path
 import torch
 
 from headlab.experiments.executors import run_jobs
-from headlab.heads.corpus_sums import (
-    CorpusRolesResult,
-    DocumentSums,
-    RoleOptions,
-    corpus_result,
-    document_sums,
-    merge_sums,
-)
+from headlab.heads.corpus_sums import corpus_result, document_sums, merge_sums
 from headlab.models.interface import HeadModel
-from headlab.results.jsonl_store import ResultsWriter, RowKind, check_appendable, read_results
+from headlab.results.corpus_roles_result import CorpusRolesResult, DocumentSums, RoleOptions
+from headlab.results.jsonl_store import RowKind, read_results
+from headlab.results.jsonl_writer import ResultsWriter, check_appendable
 from headlab.results.schema import Fields
 
 ROW_TAG = "corpus-roles-document"
@@ -67,25 +62,23 @@ class ModelSource:
 
     def check(self) -> ModelSource:
         """FileNotFoundError, before any model loads, unless the source is a packaged model's
-        name, an existing path or a hub id (owner/name); ValueError for a backend that cannot
-        run it, or the transformers route without transformers (``models.load``'s own checks).
+        name, an existing path or a hub id (owner/name); ValueError for a backend value
+        ``load`` never took or without transformers, and the one-line warning for a backend
+        (``models.load``'s own checks).
         """
-        from headlab.models.hf.checkpoint import HUB_ID
-        from headlab.models.load import MODEL_NAMES, uses_transformers
+        from headlab.models.hf.requirements import require_transformers
+        from headlab.models.load import check_backend, check_source
 
-        name = self.name_or_path
-        if name in MODEL_NAMES or Path(name).exists() or HUB_ID.match(name):
-            uses_transformers(name, self.backend)
-            return self
-        raise FileNotFoundError(
-            f"model must be one of {', '.join(MODEL_NAMES)} or a path, got {name!r}"
-            " (no such file or folder, nor a hub id owner/name)"
-        )
+        check_backend(self.backend, warn=False)
+        check_source(self.name_or_path)
+        require_transformers(self.name_or_path)
+        check_backend(self.backend)  # said here once: the workers' loads pass no backend
+        return self
 
     def load(self) -> HeadModel:
         from headlab.models import load
 
-        return load(self.name_or_path, backend=self.backend, download=self.download,
+        return load(self.name_or_path, download=self.download,
                     trust_remote_code=self.trust_remote_code)  # fmt: skip
 
 

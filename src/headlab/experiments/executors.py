@@ -28,9 +28,9 @@ from contextlib import contextmanager
 from multiprocessing.managers import SyncManager
 from typing import Any, TypeVar
 
-from headlab.experiments.config import RunConfig
 from headlab.experiments.lifetime import die_with_parent, initializer_args
 from headlab.experiments.train import RunResult, run_one
+from headlab.results.run_config import RunConfig
 
 OnEval = Callable[[str, int, float], None]
 Job = TypeVar("Job")

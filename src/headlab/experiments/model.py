@@ -13,8 +13,8 @@ from torch import Tensor, nn
 from headlab.attention.functional import entropy
 from headlab.attention.module import MultiHeadAttention
 from headlab.attention.talking_heads import TalkingHeadsAttention
-from headlab.experiments.config import RunConfig
 from headlab.experiments.tasks import TaskSpec, get_task
+from headlab.results.run_config import RunConfig
 
 
 class Block(nn.Module):

@@ -12,13 +12,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from headlab.attention.sizes import FREE_HEAD_DIM, check_divides
-from headlab.experiments.config import RunConfig, make_config
+from headlab.experiments.config import make_config, run_memory_estimate
 from headlab.experiments.executors import OnEval, execute
 from headlab.experiments.tasks import get_task
 from headlab.experiments.train import RunResult
 from headlab.limits import check_fits, check_int
-from headlab.results.jsonl_store import ResultsWriter, check_appendable, finished_run_ids
+from headlab.results.jsonl_store import finished_run_ids
+from headlab.results.jsonl_writer import ResultsWriter, check_appendable
 from headlab.results.locations import SWEEP_RESULTS
+from headlab.results.run_config import RunConfig
 
 DEFAULT_OUT = SWEEP_RESULTS
 MAX_RUNS = 10_000  # a grid larger than this is a typo (each run trains for seconds to minutes)
@@ -121,19 +123,19 @@ def plan_sweep(spec: SweepSpec, out: str | Path = DEFAULT_OUT) -> SweepPlan:
 
 def check_runs_fit(configs: list[RunConfig], *, executor: str = "local", workers: int = 1) -> None:
     """ValueError with the estimate (``limits.check_fits``) when the runs that ``workers`` local
-    processes hold at once would not fit in memory: the largest run's ``memory_estimate``
+    processes hold at once would not fit in memory: the largest run's ``run_memory_estimate``
     times the runs at once, plus each spawned worker's own start-up. Ray runs elsewhere: its
     machines are not this one's to judge."""
     if not configs or executor != "local":
         return
-    largest = max(configs, key=RunConfig.memory_estimate)
+    largest = max(configs, key=run_memory_estimate)
     at_once = min(workers, len(configs))
     start = WORKER_START * at_once if at_once > 1 else 0
     heads = f"{largest.num_heads} head{'s' if largest.num_heads > 1 else ''}"
     check_fits(
         f"{at_once} run(s) at once of d_model={largest.d_model}, layers={largest.layers}, {heads} "
         f"(the largest of this sweep)",
-        at_once * largest.memory_estimate() + start,
+        at_once * run_memory_estimate(largest) + start,
         f"lower d_model={largest.d_model}, layers={largest.layers} or workers={workers}",
     )
 

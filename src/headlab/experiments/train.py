@@ -16,10 +16,10 @@ import torch
 import torch.nn.functional as F
 
 from headlab.analysis.params import parameter_count
-from headlab.experiments.config import RunConfig
 from headlab.experiments.model import TinyTransformer, attention_entropy
 from headlab.experiments.tasks import Batch, generate, get_task
 from headlab.results.jsonl_store import SweepRow
+from headlab.results.run_config import RunConfig
 
 # Evaluation data come from a seed range that training never draws from.
 EVAL_SEED_OFFSET = 1_000_003

@@ -17,8 +17,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
-from typing import ClassVar
 
 import torch
 
@@ -26,54 +24,7 @@ from headlab.attention.interventions import AblationMode, ablate, mean_head_outp
 from headlab.heads.importance import even_batches
 from headlab.models.interface import HeadModel
 from headlab.models.objectives import describe
-from headlab.results.schema import Fields, is_int, problem
-
-Head = tuple[int, int]  # (layer, head)
-Group = tuple[int, int]  # (layer, K/V group)
-
-
-@dataclass(frozen=True)
-class AblationResult:
-    """The objective over ``n_texts`` texts with and without ablating ``heads`` (layer, head)."""
-
-    KIND: ClassVar[str] = "model-ablate"
-
-    model: str
-    n_texts: int
-    objective: str
-    mode: str
-    heads: list[Head]
-    baseline: float
-    ablated: float
-
-    @property
-    def change(self) -> float:
-        """ablated - baseline: how much worse (> 0) the model is without the heads."""
-        return self.ablated - self.baseline
-
-    def to_dict(self) -> dict:
-        return {
-            "model": self.model,
-            "n_texts": self.n_texts,
-            "objective": self.objective,
-            "mode": self.mode,
-            "heads": [list(h) for h in self.heads],
-            "baseline": self.baseline,
-            "ablated": self.ablated,
-            "change": self.change,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict, where: str = "model-ablate") -> AblationResult:
-        """The inverse of ``to_dict`` (``change`` is derived); ValueError naming a bad field."""
-        f = Fields(data, where)
-        heads = []
-        for i, pair in enumerate(f.list("heads")):
-            if not (isinstance(pair, list) and len(pair) == 2 and all(map(is_int, pair))):
-                raise problem(f"{where}.heads[{i}]", "[layer, head]", pair)
-            heads.append((pair[0], pair[1]))
-        return cls(f.str("model"), f.int("n_texts"), f.str("objective"), f.str("mode"), heads,
-                   f.number("baseline"), f.number("ablated"))  # fmt: skip
+from headlab.results.ablation_result import AblationResult, Group, Head
 
 
 def parse_heads(spec: str) -> list[Head]:

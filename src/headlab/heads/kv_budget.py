@@ -27,25 +27,24 @@ import math
 import random
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
-from typing import ClassVar
+from dataclasses import dataclass
 
 import torch
 
 from headlab.attention.sites import KeyBudget
-from headlab.heads.long_context import TextContext, cut_text, long_text_statistics
-from headlab.heads.repeats import MIN_MATCH, context_copy_task, copy_sources
+from headlab.heads.long_context import cut_text, long_text_statistics
+from headlab.heads.repeats import context_copy_task, copy_sources
 from headlab.heads.retrieval_check import (
-    RetrievalCheck,
     check_retrieval_k,
     most_heads,
     retrieval_check,
 )
-from headlab.heads.roles import SINKS, WINDOW, HeadRoles
 from headlab.limits import check_int
 from headlab.models.interface import HeadModel, TokenBatch
 from headlab.models.output_rows import next_token_scores, output_rows
-from headlab.results.schema import Fields, problem
+from headlab.results.head_roles import MIN_MATCH, SINKS, WINDOW, HeadRoles
+from headlab.results.kv_budget_result import KVBudgetResult, PlanRun
+from headlab.results.long_context_result import TextContext
 
 Group = tuple[int, int]  # (layer, K/V group)
 
@@ -111,96 +110,12 @@ def evaluate(model: HeadModel, batch: TokenBatch, sources: torch.Tensor) -> Eval
     return Evaluation(perplexity, float(hits.double().mean()) if len(hits) else 0.0)
 
 
-@dataclass(frozen=True)
-class PlanRun:
-    """One plan run: ``kind`` full | chosen | random | opposite (``seed`` for random) at
-    ``budget`` (share of K/V groups windowed), its groups, the KV memory saved (full / planned)
-    and the evaluation; ``target_kv_saved``: the KV memory saving the size was derived from
-    (None: a share of groups was asked)."""
-
-    kind: str
-    budget: float
-    seed: int | None
-    groups: list[list[int]]
-    kv_saved: float
-    perplexity: float
-    copy_accuracy: float
-    target_kv_saved: float | None = None
-
-    @classmethod
-    def from_dict(cls, f: Fields) -> PlanRun:
-        kind = f.str("kind")
-        if kind not in KINDS:
-            raise problem(f.at("kind"), " | ".join(KINDS), kind)
-        seed = None if f.data.get("seed") is None else f.int("seed")
-        target = None if f.data.get("target_kv_saved") is None else f.number("target_kv_saved", 1.0)
-        groups = f.list("groups")
-        for i, g in enumerate(groups):
-            if not (isinstance(g, list) and len(g) == 2 and all(isinstance(x, int) for x in g)):
-                raise problem(f"{f.at('groups')}[{i}]", "[layer, group]", g)
-        return cls(kind, f.number("budget", 0.0, 1.0), seed, groups, f.number("kv_saved", 1.0),
-                   f.number("perplexity", 0.0), f.number("copy_accuracy", 0.0, 1.0),
-                   target)  # fmt: skip
 
 
-KINDS = ("full", "chosen", "random", "opposite")
 
 
-@dataclass(frozen=True)
-class KVBudgetResult:
-    """``runs``: the full model, then per plan size the chosen plan, the random ones and the
-    opposite one; ``retrieval``: the masking check (None without retrieval heads);
-    ``texts``: where the calibration and the held-out texts came from; ``held_out`` and
-    ``calibration``: each text's tokens as used and before the cut (None in files written
-    before they were recorded)."""
 
-    KIND: ClassVar[str] = "model-kv-budget"
 
-    model: str
-    n_tokens: int
-    sinks: int
-    window: int
-    copy_positions: int
-    group_ranking: list[list[float]]  # [layer, group, window error], lowest error first
-    runs: list[PlanRun] = field(default_factory=list)
-    retrieval: RetrievalCheck | None = None
-    texts: str = ""
-    held_out: TextContext | None = None
-    calibration: TextContext | None = None
-
-    def to_dict(self) -> dict:
-        out = asdict(self)
-        for name in ("retrieval", "held_out", "calibration"):
-            if out[name] is None:
-                out.pop(name)
-        return out
-
-    @classmethod
-    def from_dict(cls, data: dict, where: str = "model-kv-budget") -> KVBudgetResult:
-        """The inverse of ``to_dict``; ValueError naming the field that does not fit."""
-        f = Fields(data, where)
-        ranking = f.list("group_ranking")
-        for i, row in enumerate(ranking):
-            if not (isinstance(row, list) and len(row) == 3):
-                raise problem(f"{f.at('group_ranking')}[{i}]", "[layer, group, error]", row)
-        runs = [PlanRun.from_dict(r) for r in f.objects("runs")]
-        if sum(r.kind == "full" for r in runs) != 1:  # the baseline every other run is read by
-            kinds = [r.kind for r in runs]
-            raise problem(f.at("runs"), 'one run of kind "full" (the full model)', kinds)
-        check = None
-        if "retrieval" in data:
-            check = RetrievalCheck.from_dict(f.object("retrieval"))
-        texts = f.str("texts") if "texts" in data else ""
-        held_out, calibration = (
-            TextContext.from_dict(f.object(name)) if name in data else None
-            for name in ("held_out", "calibration")
-        )
-        return cls(f.str("model"), f.int("n_tokens", 2), f.int("sinks"), f.int("window", 1),
-                   f.int("copy_positions"), ranking, runs, check, texts, held_out,
-                   calibration)  # fmt: skip
-
-    def baseline(self) -> PlanRun:
-        return next(r for r in self.runs if r.kind == "full")
 
 
 MIN_SEEDS = 3  # random plans of each size: fewer cannot show a spread

@@ -18,14 +18,13 @@ import random
 import statistics
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
-from typing import ClassVar
 
 import torch
 
-from headlab.heads.quality import MEASURES, measures, reference
+from headlab.heads.quality import measures, reference
+from headlab.models.head_mask import as_mask
 from headlab.models.interface import HeadModel
-from headlab.results.schema import Fields
+from headlab.results.prune_result import BY, PruneResult, PruneStep
 
 FRACTIONS = tuple(i / 10 for i in range(11))
 
@@ -35,7 +34,7 @@ def unique_parameters(model: HeadModel) -> int:
     return model.parameter_count()
 
 
-BY = ("removal", "mask")
+
 
 
 def check_by(by: str) -> None:
@@ -87,76 +86,10 @@ def check_prunable(model: HeadModel, by: str = "removal") -> None:
         model.without_heads({0: [0]})
 
 
-def as_mask(model: HeadModel, heads: Mapping[int, Iterable[int]]) -> list[torch.Tensor]:
-    """The head mask (one (head,) tensor per layer) that zeroes the given heads."""
-    mask = [torch.ones(h) for h in model.heads_per_layer]
-    for layer, removed in heads.items():
-        for h in removed:
-            mask[layer][h] = 0.0
-    return mask
 
 
-@dataclass(frozen=True)
-class PruneStep:
-    order: str
-    fraction_pruned: float
-    heads_pruned: int
-    params: int
-    latency_ms: float
-    measures: dict[str, float]
-
-    def to_dict(self) -> dict:
-        return {
-            "order": self.order,
-            "fraction_pruned": self.fraction_pruned,
-            "heads_pruned": self.heads_pruned,
-            "params": self.params,
-            "latency_ms": self.latency_ms,
-            **self.measures,
-        }
-
-    @classmethod
-    def from_dict(cls, f: Fields) -> PruneStep:
-        known = ("order", "fraction_pruned", "heads_pruned", "params", "latency_ms")
-        return cls(
-            order=f.str("order"),
-            fraction_pruned=f.number("fraction_pruned", 0.0, 1.0),
-            heads_pruned=f.int("heads_pruned"),
-            params=f.int("params"),
-            latency_ms=f.number("latency_ms", 0.0),
-            measures=f.measures(known, MEASURES),
-        )
 
 
-@dataclass(frozen=True)
-class PruneResult:
-    """The pruning curve; ``by``: how heads were pruned ("removal", or "mask": a results file
-    says so only then, and a file without it is by removal)."""
-
-    KIND: ClassVar[str] = "model-prune"
-
-    model: str
-    n_texts: int
-    steps: list[PruneStep]
-    by: str = "removal"
-
-    def to_dict(self) -> dict:
-        out = {
-            "model": self.model,
-            "n_texts": self.n_texts,
-            "steps": [s.to_dict() for s in self.steps],
-        }
-        if self.by != "removal":
-            out["by"] = self.by
-        return out
-
-    @classmethod
-    def from_dict(cls, data: dict, where: str = "model-prune") -> PruneResult:
-        """The inverse of ``to_dict``; ValueError naming the field that does not fit."""
-        f = Fields(data, where)
-        steps = [PruneStep.from_dict(s) for s in f.objects("steps", nonempty=True)]
-        by = f.get("by", "removal or mask", lambda v: v in BY) if "by" in data else "removal"
-        return cls(f.str("model"), f.int("n_texts"), steps, by)
 
 
 def _latency_ms(model: HeadModel, texts: list[str], max_length: int, repeats: int) -> float:

@@ -28,9 +28,8 @@ from torch import Tensor
 from headlab.limits import check_int
 from headlab.models.corpus import long_document
 from headlab.models.interface import HeadModel
+from headlab.results.head_roles import MIN_MATCH
 
-#: Tokens a match must have run for before its next token counts as copied.
-MIN_MATCH = 6
 PASSAGE_WORDS = 48  # the built-in passage, where the context holds it twice in half its tokens
 MIN_PASSAGE_WORDS = 8  # the shortest passage a short context gets
 

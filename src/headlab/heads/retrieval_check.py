@@ -11,44 +11,13 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 
 from headlab.heads.ablation import ablated
 from headlab.heads.roles import RETRIEVAL
 from headlab.models.interface import HeadModel
-from headlab.results.schema import Fields, problem
+from headlab.results.kv_budget_result import RetrievalCheck
 
 Head = tuple[int, int]  # (layer, head)
-
-
-@dataclass(frozen=True)
-class RetrievalCheck:
-    """Copy accuracy with the top-``k`` retrieval heads masked, against ``k`` random heads drawn
-    from the others (one per seed); ``note`` says how k was chosen when it was not asked."""
-
-    k: int
-    heads: list[list[int]]
-    copy_accuracy: float
-    random_copy_accuracy: list[float]
-    random_heads: list[list[list[int]]] = field(default_factory=list)
-    note: str = ""
-
-    @classmethod
-    def from_dict(cls, f: Fields) -> RetrievalCheck:
-        """ValueError naming the field unless ``heads`` and every draw of ``random_heads`` hold
-        ``k`` heads."""
-        note = f.str("note") if "note" in f.data else ""
-        k = f.int("k", 1)
-        heads = f.list("heads")
-        if len(heads) != k:
-            raise problem(f.at("heads"), f"k = {k} heads", f"{len(heads)} heads")
-        drawn = f.list("random_heads") if "random_heads" in f.data else []
-        for i, draw in enumerate(drawn):
-            if not isinstance(draw, list) or len(draw) != k:
-                raise problem(f"{f.at('random_heads')}[{i}]", f"k = {k} heads", draw)
-        return cls(k, heads, f.number("copy_accuracy", 0.0, 1.0),
-                   [float(v) for v in f.numbers("random_copy_accuracy")], drawn,
-                   note)  # fmt: skip
 
 
 def most_heads(model: HeadModel) -> int:

@@ -19,18 +19,13 @@ so memory grows linearly with the text length; ``long_context`` uses the same fo
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import ClassVar
-
 import torch
 from torch import Tensor
 
 from headlab.attention.streaming import CHUNK_ELEMENTS, HeadSums
 from headlab.heads.streaming import model_head_sums
 from headlab.models.interface import HeadModel
-from headlab.results.schema import Fields
-
-PLAIN_METRICS = ("entropy", "max_weight", "self", "prev", "distance", "contribution_norm")
+from headlab.results.head_statistics import PLAIN_METRICS, HeadStatistics
 
 
 def metric_names(special: list[str]) -> tuple[str, ...]:
@@ -94,73 +89,8 @@ def model_metric_names(model: HeadModel) -> tuple[str, ...]:
     return model_metrics(model)[0]
 
 
-@dataclass(frozen=True)
-class HeadStatistics:
-    """metrics[name]: (layer, head) nested lists of floats; see the module docstring.
-
-    detectors[name]: (layer, head) scores in [0, 1] of the head kinds of ``detectors`` (decoders).
-    first_token: the metric that is the weight on the first token (``HeadModel.first_token``):
-        the first special position in ``metrics`` (``metric_names`` puts it first), so that a
-        results file needs no field for it.
-    notes: one line per statistic left out and why (``UNMEASURED``), and the model's notes on
-        its layers (``layer_notes``: a hybrid's blocks without heads); empty for most models.
-    """
-
-    KIND: ClassVar[str] = "model-heads"
-
-    model: str
-    n_texts: int
-    num_layers: int
-    num_heads: int
-    metrics: dict[str, list[list[float]]]
-    detectors: dict[str, list[list[float]]] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def first_token(self) -> str | None:
-        special = [name for name in self.metrics if name not in PLAIN_METRICS]
-        return special[0] if special else None
-
-    def to_dict(self) -> dict:
-        out = {
-            "model": self.model,
-            "n_texts": self.n_texts,
-            "num_layers": self.num_layers,
-            "num_heads": self.num_heads,
-            "metrics": self.metrics,
-        }
-        if self.detectors:
-            out["detectors"] = self.detectors
-        if self.notes:
-            out["notes"] = self.notes
-        return out
-
-    @classmethod
-    def from_dict(cls, data: dict, where: str = "model-heads") -> HeadStatistics:
-        """The inverse of ``to_dict``; ValueError naming the field that does not fit."""
-        f = Fields(data, where)
-        layers, heads = f.size("num_layers"), f.size("num_heads")
-        grids = {}
-        for part in ("metrics", "detectors"):
-            if part == "detectors" and part not in data:
-                break
-            group = f.object(part, nonempty=part == "metrics")
-            grids[part] = {str(k): group.grid(k, layers, heads) for k in group.data}
-        notes = []
-        if "notes" in data:
-            notes = f.get("notes", "a list of strings", _strings)
-        return cls(f.str("model"), f.int("n_texts"), layers, heads, grids["metrics"],
-                   grids.get("detectors", {}), notes)  # fmt: skip
-
-    def top(self, name: str, count: int = 5) -> list[tuple[int, int, float]]:
-        """The ``count`` heads with the highest ``name`` (a metric or a detector), best first."""
-        grid = self.detectors.get(name) or self.metrics[name]
-        cells = [(l, h, v) for l, row in enumerate(grid) for h, v in enumerate(row)]
-        return sorted(cells, key=lambda c: -c[2])[:count]
 
 
-def _strings(value: object) -> bool:
-    return isinstance(value, list) and all(isinstance(item, str) for item in value)
 
 
 def per_head_means(layers: list[list[HeadSums]], names: tuple[str, ...]) -> dict:

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from headlab.analysis.text_attention import AttentionView, TextAttention
 from headlab.heads.tracing import attention_weights
 from headlab.limits import check_fits, check_int
 from headlab.models.interface import HeadModel
+from headlab.results.attention_views import AttentionView, TextAttention
 
 #: The report's default cut: the explorer bins longer texts anyway, and every head's weights
 #: travel inside the page.

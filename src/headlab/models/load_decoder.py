@@ -1,4 +1,6 @@
-"""Load a Llama-family decoder: from a GGUF file, or a Hugging Face folder (safetensors only).
+"""Load the hand-built reference Llama-family decoder from a Hugging Face folder (safetensors
+only). Not a route: ``headlab.models.load`` runs every model through transformers; this is what
+the tests check that route against.
 
 A folder needs ``config.json`` (model_type llama, mistral or qwen2), ``*.safetensors`` and
 ``tokenizer.json``. A folder with only ``*.bin`` (pickle) weights is refused: headlab never
@@ -13,59 +15,18 @@ from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
-import torch
-
 from headlab.input_files import check_model_folder, read_json
-from headlab.models.bpe import check_token_ids, tokenizer_from_file, tokenizer_from_gguf
+from headlab.models.bpe import check_token_ids, tokenizer_from_file
 from headlab.models.decoder import Decoder
-from headlab.models.gguf import read_gguf, unpermute_rope
 from headlab.models.llama import LlamaDecoder
-from headlab.models.llama_config import GGUF_FIELDS, LlamaConfig, from_gguf_metadata, read_hf_config
-from headlab.models.llama_weights import GGUF, HF, decoder_state, expected_tensors, load_state
-from headlab.models.weight_files import SafetensorsFiles, check_tensors, finite
+from headlab.models.llama_config import LlamaConfig, read_hf_config
+from headlab.models.llama_weights import HF, decoder_state, expected_tensors, load_state
+from headlab.models.weight_files import SafetensorsFiles, check_tensors
 
 
 def _sizes(config: LlamaConfig, names: Mapping[str, str]) -> str:
     fields = ("num_hidden_layers", "hidden_size", "intermediate_size", "vocab_size")
     return ", ".join(f"{names.get(f, f)}={getattr(config, f)}" for f in fields)
-
-
-def load_gguf(path: str | Path, name: str | None = None) -> Decoder:
-    """A Decoder from a llama-architecture GGUF (weights dequantised to float32).
-
-    The metadata, the tokenizer and every tensor's shape are checked against each other before
-    any tensor is dequantised or the model built; each error names the file and the field.
-    """
-    path = Path(path)
-    file = read_gguf(path)
-    config = from_gguf_metadata(file.metadata, path)
-    if "output.weight" in file.shapes:
-        config = replace(config, tie_word_embeddings=False)
-    names = dict(GGUF_FIELDS)
-    if GGUF_FIELDS["head_dim"] not in file.metadata:
-        names["head_dim"] = "head size llama.embedding_length / llama.attention.head_count"
-    check_tensors(
-        file.shapes, expected_tensors(config, GGUF, names), declared=config.parameters(),
-        where=path, config="its metadata", sizes=_sizes(config, names),
-    )  # fmt: skip
-    tokenizer = tokenizer_from_gguf(file.metadata, path)
-    check_token_ids(tokenizer, config.vocab_size, path, GGUF_FIELDS["vocab_size"])
-    heads = {"attn_q.weight": config.num_attention_heads}
-    heads["attn_k.weight"] = config.num_key_value_heads
-
-    def read(names: list[str]) -> dict[str, torch.Tensor]:
-        out = {}
-        for tensor in names:
-            weight = finite(file.read(tensor), tensor, path)
-            kind = tensor.rsplit(".", 2)[-2] + ".weight"
-            out[tensor] = unpermute_rope(weight, heads[kind]) if kind in heads else weight
-        return out
-
-    model = LlamaDecoder(config)
-    load_state(model, decoder_state(read, config, GGUF), path)
-    name = name or str(file.metadata.get("general.name") or path.stem)
-    template = file.metadata.get("tokenizer.chat_template")
-    return Decoder(name, model, tokenizer, template if isinstance(template, str) else None)
 
 
 def _safetensors(folder: Path) -> SafetensorsFiles:

@@ -17,7 +17,8 @@ from headlab.models.weights import expected_shapes
 def write_random_bert(
     path: str | Path, config: BertConfig, tokenizer_json: str | Path, *, seed: int = 0
 ) -> Path:
-    """Write config.json, model.safetensors (BERT tensor names, random values), a copy of
+    """Write config.json, model.safetensors (transformers' BertModel tensor names, random values,
+    its pooler included), a copy of
     ``tokenizer_json`` and sentence-transformers pooling files (mean, normalised) to ``path``.
 
     Weights are drawn with std 0.3 (LayerNorm scales around 1) so that attention is far from
@@ -30,6 +31,10 @@ def write_random_bert(
     for name, shape in expected_shapes(config).items():
         values = torch.randn(shape, generator=generator)
         tensors[name] = 1.0 + 0.1 * values if "LayerNorm.weight" in name else 0.3 * values
+    # the pooler, which transformers' BertModel holds (sentence-transformers does not use it)
+    width = config.hidden_size
+    tensors["pooler.dense.weight"] = 0.3 * torch.randn((width, width), generator=generator)
+    tensors["pooler.dense.bias"] = 0.3 * torch.randn((width,), generator=generator)
     save_file(tensors, str(path / "model.safetensors"))
     (path / "config.json").write_text(json.dumps({"model_type": "bert", **asdict(config)}))
     shutil.copyfile(tokenizer_json, path / "tokenizer.json")

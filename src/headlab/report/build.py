@@ -2,6 +2,9 @@
 
 The page is built in a temporary directory next to the target and renamed into place, so a
 reader never sees half a report. Where a report may go is ``headlab.report.target``'s rule.
+What was measured for the page (``ReportMeasurements``) is written into that folder first, as
+``measurements.json``, and the page is drawn from that file and the results folder: the report
+reads results files and measures nothing.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from jinja2 import Environment, PackageLoader
 from markupsafe import Markup
 
 from headlab import __version__
-from headlab.report.sections import Collected, ReportOptions, collect
+from headlab.report.sections import Collected, collect
 from headlab.report.target import (
     FolderKind,
     check_folder,
@@ -25,11 +28,13 @@ from headlab.report.target import (
     write_marker,
 )
 from headlab.results.files import atomic_write_bytes
-from headlab.results.locations import REPORT_DIR
+from headlab.results.json_store import read_result, write_result
 from headlab.results.output_policy import OutputRefused
+from headlab.results.report_measurements import ReportMeasurements, ReportOptions
 
 MARKER = ".headlab-report"
 FIGURES_MARKER = ".headlab-figures"
+MEASUREMENTS = "measurements.json"  # beside index.html: what the page shows beside the results
 
 
 def safe_json(data: object) -> str:
@@ -83,9 +88,12 @@ REPORT = FolderKind(MARKER, "report", "out")
 FIGURES = FolderKind(FIGURES_MARKER, "figures folder", "png")
 
 
-def _build_folder(files: dict[str, bytes], target: Path, kind: FolderKind) -> Path:
-    """A temporary folder beside ``target`` holding ``files`` and the marker listing them."""
-    tmp = new_folder(target)
+def _build_folder(
+    files: dict[str, bytes], target: Path, kind: FolderKind, tmp: Path | None = None
+) -> Path:
+    """A temporary folder beside ``target`` (or ``tmp``, made by ``new_folder``) holding
+    ``files`` and the marker listing them."""
+    tmp = new_folder(target) if tmp is None else tmp
     try:
         for name, data in files.items():
             atomic_write_bytes(tmp / name, data)
@@ -96,21 +104,12 @@ def _build_folder(files: dict[str, bytes], target: Path, kind: FolderKind) -> Pa
     return tmp
 
 
-def build_report(
-    out: Path | str = REPORT_DIR,
-    options: ReportOptions | None = None,
-    *,
-    force: bool = False,
-    png: Path | str | None = None,
-) -> Path:
-    """Build the report into ``out``; return the path of ``out/index.html``.
-
-    png: also write every figure as a PNG into this directory.
-    Raises OutputRefused (a ValueError) before any work when ``out`` or ``png`` may not be
-    written (see ``headlab.report.target``); ValueError for an empty text or a results file
-    that breaks its schema.
-    """
-    options = options or ReportOptions()
+def check_targets(
+    out: Path | str, options: ReportOptions, *, force: bool = False, png: Path | str | None = None
+) -> tuple[Path, Path | None]:
+    """The report's folder and the figures' folder (None without ``png``), checked: OutputRefused
+    (a ValueError) when either may not be written (``headlab.report.target``). ``headlab report``
+    calls it before measuring; ``build_report`` again before it writes."""
     inputs = options.inputs()
     # Refusals before the work; the warning about deleted files comes once, from the swap.
     target = check_folder(out, REPORT, inputs=inputs, force=force, warn=False)
@@ -119,12 +118,37 @@ def build_report(
     )
     if figures is not None and (inside(figures, target) or inside(target, figures)):
         raise OutputRefused(f"png={png} and out={out} must be separate folders")
-    collected = collect(options, want_png=png is not None)
-    html = render(collected)
+    return target, figures
 
-    report = _build_folder({"index.html": html.encode("utf-8")}, target, REPORT)
-    pictures = None if figures is None else _build_folder(collected.pngs, figures, FIGURES)
+
+def build_report(
+    out: Path | str,
+    options: ReportOptions,
+    measured: ReportMeasurements,
+    *,
+    force: bool = False,
+    png: Path | str | None = None,
+) -> Path:
+    """Build the report into ``out`` from ``measured`` (``measure_report(options)``) and the
+    results files in ``options.results``; return the path of ``out/index.html``.
+
+    png: also write every figure as a PNG into this directory.
+    Raises OutputRefused (a ValueError) before any work when ``out`` or ``png`` may not be
+    written (see ``headlab.report.target``); ValueError for a results file that breaks its
+    schema.
+    """
+    inputs = options.inputs()
+    target, figures = check_targets(out, options, force=force, png=png)
+    report = new_folder(target)
+    pictures = None
     try:
+        stored = report / MEASUREMENTS
+        write_result(stored, measured)
+        collected = collect(options, read_result(stored, ReportMeasurements),
+                            want_png=png is not None)  # fmt: skip
+        html = render(collected)
+        _build_folder({"index.html": html.encode("utf-8")}, target, REPORT, report)
+        pictures = None if figures is None else _build_folder(collected.pngs, figures, FIGURES)
         swap_into_place(report, target, REPORT, inputs=inputs, force=force)
         if pictures is not None:
             swap_into_place(pictures, figures, FIGURES, inputs=inputs, force=force)

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from headlab.experiments.summary import summarize
 from headlab.report.figures import heads_grid, sweep_figure
 from headlab.results.files import save_figure
 from headlab.results.jsonl_store import read_rows
 from headlab.results.output_policy import Kind, check_output
+from headlab.results.sweep_summary import summarize
 
 SWEEP_FIGURE_KIND = Kind.png("sweep-plot")
 HEADS_FIGURE_KIND = Kind.png("model-heads")

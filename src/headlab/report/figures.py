@@ -12,9 +12,9 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from headlab.experiments.summary import SummaryRow, plot_series
-from headlab.heads.quality import SHARE_MEASURES
 from headlab.results.files import figure_png
+from headlab.results.quality_measures import SHARE_MEASURES
+from headlab.results.sweep_summary import SummaryRow, plot_series
 
 INK = "#1f2933"
 GRID = "#d9dee5"

@@ -14,12 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from headlab.analysis.text_attention import AttentionView
-from headlab.heads.kv_budget import KVBudgetResult
-from headlab.heads.long_context import LongContextResult
-from headlab.heads.roles import RETRIEVAL
 from headlab.report import figures
-from headlab.report.heatmap import heatmap_data, profile_data
 from headlab.report.long_context_figures import (
     chosen_heads,
     kv_budget_figure,
@@ -27,8 +22,13 @@ from headlab.report.long_context_figures import (
     roles_figure,
 )
 from headlab.report.reading import Skipped, skipping
+from headlab.results.attention_views import AttentionView
+from headlab.results.explorers import heatmap_data, profile_data
+from headlab.results.head_roles import RETRIEVAL
 from headlab.results.json_store import read_result
+from headlab.results.kv_budget_result import KVBudgetResult
 from headlab.results.locations import model_results
+from headlab.results.long_context_result import LongContextResult
 
 LONG_FILE, BUDGET_FILE = "model_long-context.json", "model_kv-budget.json"
 COMMANDS = {

@@ -22,8 +22,8 @@ from matplotlib.ticker import FuncFormatter, MaxNLocator
 from headlab.report.figures import COLOURS, INK, legend_outside, style_axes
 
 if TYPE_CHECKING:
-    from headlab.heads.kv_budget import KVBudgetResult
-    from headlab.heads.long_context import LongContextResult
+    from headlab.results.kv_budget_result import KVBudgetResult
+    from headlab.results.long_context_result import LongContextResult
 
 ROLE_COLOURS = {"retrieval": COLOURS[1], "copy": COLOURS[4], "sink": COLOURS[3],
                 "local": COLOURS[2], "mixed": "#d9dee5"}  # fmt: skip

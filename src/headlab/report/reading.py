@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from headlab.heads.collapse import CollapseResult
-from headlab.heads.pruning import PruneResult
-from headlab.heads.statistics import HeadStatistics
 from headlab.notices import HeadlabWarning
+from headlab.results.collapse_result import CollapseResult
+from headlab.results.head_statistics import HeadStatistics
 from headlab.results.json_store import read_result
 from headlab.results.jsonl_store import read_finals
+from headlab.results.prune_result import PruneResult
 
 T = TypeVar("T")
 

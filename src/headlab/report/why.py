@@ -6,13 +6,13 @@ from __future__ import annotations
 import base64
 from pathlib import Path
 
-from headlab.analysis.expressivity import ExpressivityResult
-from headlab.experiments.specialisation import SpecialisationResult
-from headlab.heads.redundancy import RedundancyResult
 from headlab.report import figures, why_figures
 from headlab.report.reading import Skipped, skipping
+from headlab.results.expressivity_result import ExpressivityResult
 from headlab.results.json_store import read_result
 from headlab.results.locations import RESULTS_DIR
+from headlab.results.redundancy_result import RedundancyResult
+from headlab.results.specialisation_result import SpecialisationResult
 
 # key -> (file, the command that makes it, results type, figure)
 WHY = {

@@ -17,9 +17,9 @@ from matplotlib.figure import Figure
 from headlab.report.figures import COLOURS, INK, legend_outside, style_axes
 
 if TYPE_CHECKING:
-    from headlab.analysis.expressivity import ExpressivityResult
-    from headlab.experiments.specialisation import Checkpoint, SpecialisationResult
-    from headlab.heads.redundancy import RedundancyResult
+    from headlab.results.expressivity_result import ExpressivityResult
+    from headlab.results.redundancy_result import RedundancyResult
+    from headlab.results.specialisation_result import Checkpoint, SpecialisationResult
 
 
 def expressivity_figure(result: ExpressivityResult) -> Figure:

@@ -167,8 +167,12 @@ class TransformersModel:
             raise ValueError("texts must hold at least one text, got none")
         default = self.max_positions if self.causal else self.pooling.max_seq_length
         limit = default if max_length is None else max_length
-        added = 1 + (self.first_token != "first") + (self.last_token is not None)
-        check_int("max_length", limit, low=added, high=self.max_positions)
+        if not self.causal and isinstance(limit, int):  # an encoder cuts at its positions
+            limit = min(limit, self.max_positions)
+        # the tokenizer's own tokens around a text; a cut to only those (BERT's [CLS] [SEP] at
+        # max_length 2) is allowed, as sentence-transformers allows it
+        added = (self.first_token != "first") + (self.last_token is not None)
+        check_int("max_length", limit, low=max(added, 1), high=self.max_positions)
         fast = getattr(tokenizer, "is_fast", False)
         encodings = [
             tokenizer(t, truncation=True, max_length=limit, return_offsets_mapping=fast)
@@ -347,7 +351,7 @@ class TransformersModel:
     def _check_removal(self, variant: TransformersModel, heads: Mapping[int, Iterable[int]]):
         """ValueError unless ``variant`` computes what this model computes with ``heads``'
         mask at 0, on one short input."""
-        from headlab.heads.pruning import as_mask
+        from headlab.models.head_mask import as_mask
 
         ids = (torch.arange(1, 6) % int(self.config.vocab_size))[None]
         mask = torch.ones_like(ids)

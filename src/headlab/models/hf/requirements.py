@@ -1,7 +1,7 @@
 """What the transformers route needs installed, checked before it is used: one line naming what to
 install, never a traceback.
 
-The route is the optional extra ``transformers`` (``pip install 'headlab[transformers]'``):
+The route (every trained model) is in the extra ``models`` (``pip install 'headlab[models]'``):
 transformers >= ``MINIMUM`` (the mask registry's keywords ``q_length`` and ``q_offset``, which
 ``lazy_mask.py`` reads, appear in 5.4; 5.0 to 5.3 pass ``cache_position`` instead) and
 accelerate, which transformers needs to read a GGUF file. ``require_transformers()`` runs first in
@@ -15,7 +15,7 @@ import re
 
 #: The oldest transformers whose mask registry passes what headlab's mask reads.
 MINIMUM = (5, 4)
-INSTALL = "pip install 'headlab[transformers]'"
+INSTALL = "pip install 'headlab[models]'"
 
 
 def _version(text: str) -> tuple[int, ...]:

@@ -10,8 +10,8 @@ import numpy as np
 import torch
 
 from headlab.analysis import run_seed_scenarios
-from headlab.analysis.text_attention import AttentionView
-from headlab.report.heatmap import heatmap_data
+from headlab.results.attention_views import AttentionView
+from headlab.results.explorers import heatmap_data
 
 DRAWS = 10  # each seed set-up is also measured over seeds 0 .. DRAWS - 1 (a few seconds)
 

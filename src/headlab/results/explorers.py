@@ -1,22 +1,28 @@
 """Heatmap data for the page: per-head attention weights, binned past a few hundred tokens.
 
 The page draws each head on a canvas from a compact encoding: weights binned to at most
-``max_bins`` x ``max_bins`` cells (``headlab.analysis.binning``), quantised to uint16 per head
+``max_bins`` x ``max_bins`` cells (``headlab.results.binning``), quantised to uint16 per head
 (scale = the head's largest cell), base64. Tokens stay whole so that hovering can name the tokens
 a cell covers. Every head's cells travel inside the page: ``bins_within`` gives the most bins an
 explorer may have so that they stay within ``PAGE_BYTES`` (a model with hundreds of heads is
 binned coarser, and the report says so).
+
+An explorer is plain data (``heatmap_data``): measured once, it is stored as it is in a results
+file (``headlab.results.report_measurements``); ``check_explorer`` reads one back and
+``decoded_views`` gives its weights again (to within the uint16 step, scale / 65535).
 """
 
 from __future__ import annotations
 
 import base64
+import itertools
 import math
 
 import numpy as np
 
-from headlab.analysis.binning import MAX_BINS, bin_edges, downsample
-from headlab.analysis.text_attention import AttentionView
+from headlab.results.attention_views import AttentionView
+from headlab.results.binning import MAX_BINS, bin_edges, downsample
+from headlab.results.schema import Fields, is_int, is_number, problem
 
 #: The most bytes one explorer's weights may take in the page (SmolLM2's 270 heads and their 30
 #: one-head views at 256 x 256 cells took 49 MB).
@@ -99,3 +105,69 @@ def heatmap_data(
         "bins": len(edges) - 1,
         "views": out_views,
     }
+
+
+def _cell_ok(cell: object) -> bool:
+    return (
+        isinstance(cell, dict)
+        and is_number(cell.get("scale"))
+        and cell["scale"] >= 0
+        and isinstance(cell.get("data"), str)
+    )
+
+
+def _strings(value: object) -> bool:
+    return isinstance(value, list) and bool(value) and all(isinstance(t, str) for t in value)
+
+
+def check_explorer(f: Fields) -> dict:
+    """The explorer at ``f`` (as ``heatmap_data`` gives it); ValueError naming the field that
+    does not fit: tokens, edges that cover them, and every head's cells as {scale, data} of
+    bins x bins uint16 values."""
+    tokens = f.get("tokens", "a non-empty list of strings", _strings)
+    bins = f.int("bins", 1, len(tokens))
+
+    def ok_edges(v: object) -> bool:
+        return (
+            isinstance(v, list)
+            and len(v) == bins + 1
+            and all(map(is_int, v))
+            and v[0] == 0
+            and v[-1] == len(tokens)
+            and all(a < b for a, b in itertools.pairwise(v))
+        )
+
+    f.get("edges", f"{bins + 1} increasing positions from 0 to {len(tokens)}", ok_edges)
+    for key in ("title", "note", "cut_reason"):
+        f.str(key)
+    f.int("total_tokens", len(tokens))
+    size = len(base64.b64encode(bytes(2 * bins * bins)))
+    for view in f.objects("views", nonempty=True):
+        view.str("name")
+        for j, layer in enumerate(view.list("layers", nonempty=True)):
+            where = f"{view.at('layers')}[{j}]"
+            if not isinstance(layer, list) or not layer:
+                raise problem(where, "a non-empty list of heads", layer)
+            for h, cell in enumerate(layer):
+                if not _cell_ok(cell) or len(cell["data"]) != size:
+                    expected = f"{{scale, data}} of {bins} x {bins} uint16 values (base64)"
+                    raise problem(f"{where}[{h}]", expected, cell)
+    return f.data
+
+
+def _decode(cell: dict, bins: int) -> np.ndarray:
+    """{scale, data} -> (bins, bins) float64, the inverse of ``_encode`` (to its uint16 step)."""
+    quantised = np.frombuffer(base64.b64decode(cell["data"]), dtype="<u2")
+    return quantised.reshape(bins, bins).astype(np.float64) * (cell["scale"] / 65535)
+
+
+def decoded_views(explorer: dict) -> list[AttentionView]:
+    """An explorer's views as AttentionViews of (layer, head, bins, bins) weights."""
+    bins = explorer["bins"]
+    return [
+        AttentionView(
+            view["name"],
+            np.stack([np.stack([_decode(c, bins) for c in layer]) for layer in view["layers"]]),
+        )
+        for view in explorer["views"]
+    ]

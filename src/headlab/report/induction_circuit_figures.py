@@ -1,0 +1,57 @@
+"""The induction circuit forming over training (``InductionFormation``): accuracy, the
+K-composition of the (previous-token head, induction head) pair beside its random baseline, and
+the exact path-patching effect of that edge, over steps, one line per head count."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from matplotlib.figure import Figure
+
+from headlab.report.figures import legend_outside, style_axes
+from headlab.results.files import save_figure
+from headlab.results.induction_circuit import InductionFormation
+from headlab.results.output_policy import Kind
+
+INDUCTION_CIRCUIT_FIGURE_KIND = Kind.png("induction-circuit")
+COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e")
+
+
+def formation_figure(result: InductionFormation) -> Figure:
+    """Three panels sharing the step axis: accuracy, K-composition, patching effect."""
+    fig = Figure(figsize=(9.0, 7.0), layout="constrained")
+    axes = fig.subplots(3, 1, sharex=True)
+    for n, run in enumerate(result.runs):
+        color = COLORS[n % len(COLORS)]
+        steps = [c.step for c in run.checkpoints]
+        label = f"h = {run.heads}"
+        axes[0].plot(steps, [c.accuracy for c in run.checkpoints], "o-", ms=3, color=color,
+                     label=label)  # fmt: skip
+        axes[1].plot(steps, [c.k_composition for c in run.checkpoints], "o-", ms=3, color=color,
+                     label=f"{label}: best prev-token -> best induction head")  # fmt: skip
+        axes[1].plot(steps, [c.k_baseline for c in run.checkpoints], "--", color=color,
+                     label=f"{label}: random baseline")  # fmt: skip
+        axes[2].plot(steps, [c.patching_effect for c in run.checkpoints], "o-", ms=3,
+                     color=color, label=label)  # fmt: skip
+    axes[0].set_ylabel("accuracy (held out)")
+    axes[0].set_ylim(-0.02, 1.02)
+    axes[1].set_ylabel("K-composition")
+    axes[2].set_ylabel("path patching:\nchange in log p(answer)")
+    axes[2].axhline(0.0, color="0.6", lw=0.8)
+    axes[2].set_xlabel("training step")
+    for ax in axes:
+        style_axes(ax)
+    legend_outside(axes[0])
+    legend_outside(axes[1])
+    legend_outside(axes[2])
+    axes[0].set_title("Induction circuit forming: 2-layer GPT-2 on the induction task")
+    return fig
+
+
+def write_formation_figure(result: InductionFormation, path: str | Path, *,
+                           force: bool = False) -> Path:  # fmt: skip
+    """``formation_figure`` saved atomically to ``path`` under the output policy."""
+    return save_figure(
+        formation_figure(result), path, INDUCTION_CIRCUIT_FIGURE_KIND, force=force,
+        argument="figure", dpi=110, bbox_inches="tight", facecolor="white",
+    )  # fmt: skip
