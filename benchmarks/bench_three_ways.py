@@ -127,10 +127,10 @@ def run_nnsight(lm, ids: torch.Tensor, n: int):
     return torch.stack(first), torch.stack(induction)
 
 
-def load_headlab(gguf: Path, backend: str = "headlab"):
+def load_headlab(gguf: Path):
     from headlab.models import load
 
-    return load(gguf, backend=backend)
+    return load(gguf)
 
 
 def run_headlab(model, ids: torch.Tensor, n: int):
@@ -146,10 +146,10 @@ def run_headlab(model, ids: torch.Tensor, n: int):
     return first, induction
 
 
-def tool_runs(tool: str, gguf: Path, backend: str):
+def tool_runs(tool: str, gguf: Path):
     """(loaded, run) of ``tool``: ``run(loaded, ids, n)`` -> (first, induction), (layer, head)."""
     if tool == "headlab":
-        return load_headlab(gguf, backend), run_headlab
+        return load_headlab(gguf), run_headlab
     if tool == "nnsight":
         return load_nnsight(gguf), run_nnsight
     run = run_tl_cache if tool == "tl-cache" else run_transformer_lens
@@ -294,7 +294,7 @@ def top_heads(row: dict, name: str, count: int = 3) -> str:
 
 # ---------------------------------------------------------------- processes
 def _child(tool: str, length: int, args) -> dict:
-    loaded, run = tool_runs(tool, Path(args.gguf), args.headlab_backend)
+    loaded, run = tool_runs(tool, Path(args.gguf))
     ids, warm = repeated_ids(length), repeated_ids(64)
     with torch.inference_mode():
         run(loaded, warm, 32)
@@ -339,7 +339,6 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--lengths", type=int, nargs="+", default=[512, 1024, 2048])
     parser.add_argument("--headlab-lengths", type=int, nargs="*", default=[8192])
     parser.add_argument("--cache-lengths", type=int, nargs="*", default=[512, 1024])
-    parser.add_argument("--headlab-backend", choices=("headlab", "transformers"), default="headlab")
     parser.add_argument("--target", type=int, default=8192)
     parser.add_argument(
         "--max-gib",
@@ -422,8 +421,6 @@ def main(argv: list[str] | None = None) -> int:
             str(length),
             "--gguf",
             gguf,
-            "--headlab-backend",
-            args.headlab_backend,
         ]
         command += ["--threads", str(args.threads)] if args.threads else []
         row, why = run_child(command)

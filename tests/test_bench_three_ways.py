@@ -37,10 +37,7 @@ def test_the_reduction_is_the_first_key_mean_and_the_induction_diagonal():
     torch.testing.assert_close(induction, detector_scores(weights, n)["induction"])
 
 
-@pytest.mark.parametrize("backend", ["headlab", "transformers"])
-def test_headlabs_streaming_scores_equal_those_of_transformers_eager_weights(
-    tiny_llama_dir, backend
-):
+def test_headlabs_streaming_scores_equal_those_of_transformers_eager_weights(tiny_llama_dir):
     # Reference: transformers' eager attention with output_attentions, the weights that
     # TransformerLens' pattern hook and nnsight's trace read; reduced as those tools do.
     import transformers
@@ -55,7 +52,7 @@ def test_headlabs_streaming_scores_equal_those_of_transformers_eager_weights(
     with torch.no_grad():
         layers = eager(ids, output_attentions=True).attentions
     expected = [three.reduce_pattern(w, n) for w in layers]
-    first, induction = three.run_headlab(three.load_headlab(tiny_llama_dir, backend), ids, n)
+    first, induction = three.run_headlab(three.load_headlab(tiny_llama_dir), ids, n)
     assert first.shape == induction.shape == (3, 6)  # (layer, head)
     torch.testing.assert_close(
         first, torch.stack([f for f, _ in expected]).double(), atol=1e-6, rtol=1e-5
