@@ -33,7 +33,7 @@ from headlab.attention.interventions import intervene
 from headlab.circuits.graph import LOGITS, Graph
 from headlab.circuits.metrics import Metric
 from headlab.circuits.patching import Patcher, Progress
-from headlab.circuits.resume import Stop, hooked
+from headlab.circuits.resume import Stop, hooked, until_values
 from headlab.models.hf.adapter import TransformersModel
 from headlab.results.circuit_edges import EdgeScores
 
@@ -113,21 +113,8 @@ def _attention_input_grads(patcher: Patcher, run: _Run, layer: int) -> dict[tupl
     b, copies = patcher.batch, len(receivers)
     x = run.resid[layer].repeat(copies, 1, 1).requires_grad_(True)
     seen: dict[str, Tensor] = {}
-
-    def keep(site):
-        def fn(t: Tensor) -> None:
-            seen[site] = t
-            if site == "v":
-                raise Stop(None)
-
-        return fn
-
-    def hooks(stack: ExitStack) -> None:
-        for site in ("q", "k", "v"):
-            stack.enter_context(intervene(block.attention, site, keep(site)))
-
     with torch.enable_grad():
-        patcher.runner.forward(layer, x, copies, hooks)
+        patcher.runner.forward(layer, x, copies, until_values(block.attention, seen))
         total = x.new_zeros(())
         for c, (site, i) in enumerate(receivers):
             grad = run.site_grads[layer][site][:, i]

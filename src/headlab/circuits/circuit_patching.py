@@ -34,7 +34,7 @@ from torch import Tensor
 from headlab.attention.interventions import intervene
 from headlab.circuits.graph import EMBED, LOGITS
 from headlab.circuits.patching import Patcher
-from headlab.circuits.resume import Stop, hooked, replaced_output
+from headlab.circuits.resume import Stop, hooked, replaced_output, until_values
 
 
 class CircuitPatcher:
@@ -168,21 +168,9 @@ class CircuitPatcher:
         if not moved:
             return spliced
         seen: dict[str, Tensor] = {}
-
-        def keep(site):
-            def fn(t: Tensor) -> None:
-                seen[site] = t
-                if site == "v":
-                    raise Stop(None)
-
-            return fn
-
-        def hooks(stack: ExitStack) -> None:
-            for site in ("q", "k", "v"):
-                stack.enter_context(intervene(block.attention, site, keep(site)))
-
         copies = stream.shape[0] // self.patcher.batch
         rows = stream.shape[0]
+        hooks = until_values(block.attention, seen)
         self.runner.forward(layer, torch.cat(shifts), copies * len(moved), hooks)
         for r, (site, index) in enumerate(moved):
             spliced[site][index] = seen[site][r * rows : (r + 1) * rows, index]

@@ -34,7 +34,7 @@ from torch import Tensor
 from headlab.attention.interventions import intervene
 from headlab.circuits.graph import EMBED, LOGITS, Edge, Graph
 from headlab.circuits.metrics import Metric
-from headlab.circuits.resume import Runner, Stop, hooked, replaced_output
+from headlab.circuits.resume import Runner, Stop, hooked, replaced_output, until_values
 from headlab.models.hf.adapter import TransformersModel
 from headlab.results.circuit_edges import EdgeScores
 
@@ -192,20 +192,9 @@ class Patcher:
         block = self.runner.blocks[layer]
         copies = len(edges)
         hidden = self._shifted(self.clean.resid[layer], edges)
-        seen: dict[str, Tensor] = {}
-
-        def keep(site):
-            def fn(t: Tensor) -> None:
-                seen[site] = t
-                if site == "v":
-                    raise Stop(dict(seen))
-
-            return fn
-
         def hooks(stack: ExitStack) -> None:
             if kind == "attention":
-                for site in ("q", "k", "v"):
-                    stack.enter_context(intervene(block.attention, site, keep(site)))
+                until_values(block.attention, {})(stack)
                 return
             frozen = self.clean.head_outputs[layer].repeat(copies, 1, 1, 1)
             stack.enter_context(intervene(block.attention, "head_outputs", lambda t: frozen))

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from headlab.attention.interventions import record
+from headlab.attention.interventions import intervene, record
 from headlab.circuits.blocks import Block, blocks, first_tensor
 from headlab.models.hf.adapter import TransformersModel
 
@@ -50,6 +50,26 @@ class Cache:
     head_outputs: list[Tensor]
     mlp: list[Tensor | None]
     logits: Tensor
+
+
+def until_values(attention: nn.Module, seen: dict[str, Tensor]) -> Callable[[ExitStack], None]:
+    """Hooks for ``Runner.forward``: keep the layer's q, k and v in ``seen`` as the kernel's
+    sites receive them (after the family's projections, norms and rotary) and end the run once
+    v is known (``forward`` then returns ``seen``): nothing after the layer's inputs runs."""
+
+    def keep(site: str) -> Callable[[Tensor], None]:
+        def fn(t: Tensor) -> None:
+            seen[site] = t
+            if site == "v":
+                raise Stop(seen)
+
+        return fn
+
+    def hooks(stack: ExitStack) -> None:
+        for site in ("q", "k", "v"):
+            stack.enter_context(intervene(attention, site, keep(site)))
+
+    return hooks
 
 
 def replaced_output(output: object, value: Tensor) -> object:
