@@ -317,7 +317,7 @@ def attend(
         q, k, v = sites("q", q), sites("k", k), sites("v", v)
         if sites.budget is not None:  # a KV plan: its heads see sinks and a window only
             mask = replace(mask or MaskSpec(), budget=sites.budget)
-    math = {"scale": scale, "softcap": softcap, "sinks": sinks, "view": view}  # of the scores
+    score_options = {"scale": scale, "softcap": softcap, "sinks": sinks, "view": view}
     path = choose_path(
         q, k, v, mask, special=any(x is not None for x in (softcap, sinks, view)),
         dropout_p=dropout_p, need_weights=need_weights, sites=sites, statistics=statistics,
@@ -327,7 +327,7 @@ def attend(
     if path in ("explicit", "streamed-whole"):
         dropout = dropout_p if path == "explicit" else 0.0  # statistics are of the eval model
         head_out, weights, scores = _explicit(q, k, v, mask, dropout_p=dropout, sites=sites,
-                                              **math)  # fmt: skip
+                                              **score_options)  # fmt: skip
         if sums is not None:  # the outputs before the head_outputs site, as the chunks see them
             _add_whole(sums, weights.detach(), v.detach(), mask)
         if need_weights == "mean":
@@ -336,7 +336,7 @@ def attend(
         head_out, weights = AveragedAttention.apply(q, k, v, _whole(mask, q, k), scale)
     elif path == "whole":
         with torch.no_grad():
-            _, p = block_weights(q, k, _whole(mask, q, k), inplace=True, **math)
+            _, p = block_weights(q, k, _whole(mask, q, k), inplace=True, **score_options)
             head_out, weights = values(p, v, heads), p.mean(dim=1)
     elif path == "recomputed":
         head_out = RecomputedAttention.apply(q, k, v, sinks, mask, scale, softcap, view,
@@ -348,7 +348,7 @@ def attend(
         chunk = CHUNK_ELEMENTS if statistics is None else statistics.chunk_elements
         with torch.no_grad():
             head_out, weights = chunked(q, k, v, mask, mean=path == "blocked", sums=sums,
-                                         chunk_elements=chunk, **math)  # fmt: skip
+                                         chunk_elements=chunk, **score_options)  # fmt: skip
     else:
         head_out = _fused(q, k, v, mask, scale=scale, dropout_p=dropout_p)
     if o.head_scale is not None:
