@@ -165,7 +165,7 @@ def test_results_and_report_load_no_torch_in_python() -> None:
 def test_the_graph_sees_a_lazy_import_and_a_package_init() -> None:
     """The reader is not blind: a function-level import counts, and importing a submodule runs
     its package's __init__ (the analyses' packages import torch there)."""
-    assert "headlab.models" in imports("headlab.heads.text_attention") or any(
+    assert "headlab.models" in imports("headlab.heads.model_text_attention") or any(
         t.startswith("headlab.models") for t in imports("headlab.analysis.report_measuring")
     )
     assert "torch" in loaded_with("headlab.heads.statistics")

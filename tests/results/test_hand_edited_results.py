@@ -83,7 +83,7 @@ def test_a_budget_file_without_its_baseline_is_named(long_dir, tmp_path):
 
 
 def _long_sections(folder: Path) -> dict:
-    from headlab.report.long_context import long_context_sections
+    from headlab.report.long_context_section import long_context_sections
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
