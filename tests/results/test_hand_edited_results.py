@@ -14,8 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from headlab.input_files import MAX_JSON_DEPTH
 from headlab.report.reading import SkippedResultsWarning
+from headlab.results.input_files import MAX_JSON_DEPTH
 from headlab.results.json_store import read_result
 from headlab.results.jsonl_store import read_results
 from headlab.results.jsonl_writer import ResultsWriter
