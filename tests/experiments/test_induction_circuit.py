@@ -1,6 +1,7 @@
-"""The induction circuit over training: the loop on a few steps, each checkpoint's fields against
-transformers' own eager GPT-2 (forward hooks, float64 formulas written here), the result's round
-trip and the command's bad input."""
+"""The induction circuit over training: the loop on a few steps is the sweep's own run (its
+curve), each checkpoint's fields against transformers' own eager GPT-2 holding the sweep model's
+weights (forward hooks, float64 formulas written here), the result's round trip and the command's
+bad input."""
 
 from __future__ import annotations
 
@@ -12,11 +13,13 @@ import transformers
 
 from headlab.experiments.induction_circuit import (
     FormationConfig,
-    build_model,
     measure,
     task_pairs,
     train_and_measure,
 )
+from headlab.experiments.model import TinyTransformer
+from headlab.experiments.sweep_gpt2 import as_transformers
+from headlab.experiments.train import run_one
 from headlab.heads.detectors import repeated_random_tokens
 from headlab.report.induction_circuit_figures import write_formation_figure
 from headlab.results.induction_circuit import InductionFormation
@@ -110,10 +113,12 @@ def _k_composition(ref, p: int, i: int) -> float:
 
 def test_checkpoint_fields_equal_the_eager_reference():
     config = FormationConfig(heads=H, steps=5, every=5, seed=3)
-    model = build_model(config)
+    torch.manual_seed(3)
+    tiny = TinyTransformer(config.run_config())
     with torch.no_grad():  # away from the init, so that heads attend somewhere and edges matter
-        for parameter in model.model.parameters():
+        for parameter in tiny.parameters():
             parameter.normal_(0.0, 0.5)
+    model = as_transformers(tiny)
     pairs = task_pairs(37, seed=11)
     point = measure(model, 7, pairs, samples=4, seed=2)
     ref = _eager(model)
@@ -149,9 +154,16 @@ def test_training_loop_measures_at_every_checkpoint(tmp_path):
                              composition_samples=2)  # fmt: skip
     seen = []
     run = train_and_measure(config, lambda h, step, steps: seen.append((h, step, steps)))
-    assert seen == [(H, s, 5) for s in range(1, 6)]
+    assert seen == [(H, s, 5) for s in (2, 4, 5)]
     assert [c.step for c in run.checkpoints] == [2, 4, 5]
     assert (run.heads, run.seed, run.steps) == (H, 1, 5)
+    # the model measured is the one the sweep trains: its own curve, run here again
+    sweep = run_one(config.run_config())
+    assert [p.step for p in sweep.curve] == [2, 4, 5]
+    for c, p in zip(run.checkpoints, sweep.curve, strict=True):
+        assert c.accuracy == pytest.approx(p.accuracy, abs=1e-12)
+        assert c.loss == pytest.approx(p.loss, rel=1e-5)
+    assert sweep.config.run_id in run.model
     for c in run.checkpoints:
         assert 0 <= c.previous_head < H and 0 <= c.induction_head < H
         assert c.loss > 0 and 0.0 <= c.accuracy <= 1.0
