@@ -51,9 +51,9 @@ def _eager(model) -> transformers.GPT2LMHeadModel:
 
 
 @torch.no_grad()
-def _patched_logprob(ref, clean, corrupted, answers, p: int, i: int) -> tuple[float, float]:
-    """Path patching of 0.p -> 1.i<k> written with hooks on the eager model: (clean, patched)
-    mean log p(answer) at the last position."""
+def _patched_logprob(ref, clean, corrupted, answers, senders, receivers) -> tuple[float, float]:
+    """Every edge 0.p -> 1.i<k> for p in senders, i in receivers patched at once, written with
+    hooks on the eager model: (clean, patched) mean log p(answer) at the last position."""
     e, d = ref.config.n_embd, ref.config.n_embd // ref.config.n_head
     blocks = ref.transformer.h
     z, stream = {}, {}
@@ -68,15 +68,18 @@ def _patched_logprob(ref, clean, corrupted, answers, p: int, i: int) -> tuple[fl
         z_clean, x_clean = z["z"], stream["x"]
     for hook in hooks:
         hook.remove()
-    w_o = blocks[0].attn.c_proj.weight[p * d : (p + 1) * d]  # Conv1D (in, out): head p's rows
-    shift = (z_corrupted - z_clean)[..., p * d : (p + 1) * d] @ w_o
+    shift = 0.0
+    for p in senders:  # head p's write: its rows of Conv1D (in, out)
+        w_o = blocks[0].attn.c_proj.weight[p * d : (p + 1) * d]
+        shift = shift + (z_corrupted - z_clean)[..., p * d : (p + 1) * d] @ w_o
     with torch.no_grad():
         fused = blocks[1].attn.c_attn(blocks[1].ln_1(x_clean + shift))  # (batch, pos, 3 e)
-    cols = slice(e + i * d, e + (i + 1) * d)  # head i's keys
 
     def splice(_module, _args, output):
         output = output.clone()
-        output[..., cols] = fused[..., cols]
+        for i in receivers:  # head i's keys
+            cols = slice(e + i * d, e + (i + 1) * d)
+            output[..., cols] = fused[..., cols]
         return output
 
     hook = blocks[1].attn.c_attn.register_forward_hook(splice)
@@ -143,10 +146,13 @@ def test_checkpoint_fields_equal_the_eager_reference():
     assert point.edge == f"0.{p}->1.{i}<k>"
     assert point.k_composition == pytest.approx(_k_composition(ref, p, i), rel=1e-5)
     assert 0.0 < point.k_baseline < 1.0
-    clean_value, patched = _patched_logprob(ref, clean, corrupted, answers, p, i)
+    clean_value, patched = _patched_logprob(ref, clean, corrupted, answers, [p], [i])
     assert point.clean_metric == pytest.approx(clean_value, abs=1e-4)
     assert abs(patched - clean_value) > 1e-3  # the check below can fail
     assert point.patching_effect == pytest.approx(patched - clean_value, abs=5e-5)
+    _, whole = _patched_logprob(ref, clean, corrupted, answers, range(H), range(H))
+    assert abs((whole - clean_value) - (patched - clean_value)) > 1e-3
+    assert point.k_path_effect == pytest.approx(whole - clean_value, abs=5e-5)
 
 
 def test_training_loop_measures_at_every_checkpoint(tmp_path):
@@ -183,9 +189,12 @@ def test_result_refuses_a_broken_file():
             {"step": 5, "loss": 1.0, "accuracy": 0.5, "previous_head": 0, "previous_score": 0.9,
              "induction_head": 0, "induction_score": 0.8, "k_composition": 0.3,
              "k_baseline": 0.1, "edge": "0.0->1.0<k>", "patching_effect": -1.0,
-             "clean_metric": -0.5, "corrupted_metric": -2.0}]}],
+             "clean_metric": -0.5, "corrupted_metric": -2.0, "k_path_effect": -1.5}]}],
     }  # fmt: skip
     assert InductionFormation.from_dict(json.loads(json.dumps(good))).to_dict() == good
+    older = json.loads(json.dumps(good))
+    del older["runs"][0]["checkpoints"][0]["k_path_effect"]  # files written before it existed
+    assert InductionFormation.from_dict(older).runs[0].checkpoints[0].k_path_effect is None
     bad = json.loads(json.dumps(good))
     bad["runs"][0]["checkpoints"][0]["accuracy"] = 1.5
     with pytest.raises(ValueError, match=r"checkpoints\[0\]\.accuracy"):

@@ -59,15 +59,15 @@ def induction_circuit(
                             force=force, as_json=as_json)  # fmt: skip
     if written is None:
         return
-    columns = ["h", "step", "loss", "acc", "prev", "ind", "K-comp", "base", "patch"]
+    columns = ["h", "step", "loss", "acc", "prev", "ind", "K-comp", "base", "patch", "K path"]
     cells = [
         [str(run.heads), str(c.step), f"{c.loss:.3f}", f"{c.accuracy:.3f}",
          f"0.{c.previous_head}", f"1.{c.induction_head}", f"{c.k_composition:.3f}",
-         f"{c.k_baseline:.3f}", f"{c.patching_effect:+.3f}"]
+         f"{c.k_baseline:.3f}", f"{c.patching_effect:+.3f}", f"{c.k_path_effect:+.3f}"]
         for run in result.runs
         for c in run.checkpoints
     ]  # fmt: skip
-    title = "Induction circuit over training (patch: change in log p(answer))"
+    title = "Induction circuit over training (patch, K path: change in log p(answer))"
     Console().print(*fitted_tables(title, columns, cells, keys=2))
     print(f"wrote {out}" + (f" and {figure}" if figure is not None else ""))
 

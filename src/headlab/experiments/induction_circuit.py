@@ -15,7 +15,10 @@ sweep's own held-out data:
 - the exact path-patching effect (``circuits/patching.py``) of the edge previous-token head ->
   induction head's key input on the mean log-probability of the answer. The corrupted input
   replaces the earlier occurrence of the last token A by another symbol, so in it nothing says
-  where B follows A.
+  where B follows A;
+- the effect of the whole K path: every edge from a layer-0 head into a layer-1 head's key
+  input patched at once (``circuits/circuit_patching.py``), which catches a circuit spread over
+  several heads where one edge carries little.
 """
 
 from __future__ import annotations
@@ -27,9 +30,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from headlab.circuits.circuit_patching import CircuitPatcher
 from headlab.circuits.composition import composition_scores
 from headlab.circuits.metrics import answer_logprob
-from headlab.circuits.patching import path_patching
+from headlab.circuits.patching import Patcher
 from headlab.experiments.config import make_config
 from headlab.experiments.sweep_gpt2 import as_transformers
 from headlab.experiments.tasks import INDUCTION, generate
@@ -136,15 +140,19 @@ def measure(
         full = torch.zeros(clean.shape, dtype=torch.long)
         full[:, -1] = answers
         edge = f"0.{p}->1.{i}<k>"
-        patched = path_patching(model, clean, corrupted, answer_logprob(mask, full), [edge])
+        patcher = Patcher(model, clean, corrupted, answer_logprob(mask, full))
+        effect = float(patcher.effects([edge])[0])
+        heads = range(len(prev))
+        every_k = {f"0.{s}->1.{r}<k>" for s in heads for r in range(len(ind))}
+        k_path = float(CircuitPatcher(patcher).metric([every_k])[0]) - patcher.clean_value
     finally:
         module.train(was_training)
     return CircuitCheckpoint(
         step=step, loss=loss, accuracy=accuracy, previous_head=p,
         previous_score=float(prev[p]), induction_head=i, induction_score=float(ind[i]),
         k_composition=float(k), k_baseline=float(scores.baseline_for("k")),
-        edge=edge, patching_effect=float(patched.scores[0]),
-        clean_metric=float(patched.clean_metric), corrupted_metric=float(patched.corrupted_metric),
+        edge=edge, patching_effect=effect, clean_metric=patcher.clean_value,
+        corrupted_metric=patcher.corrupted_value, k_path_effect=k_path,
     )  # fmt: skip
 
 

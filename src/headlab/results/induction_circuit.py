@@ -4,7 +4,8 @@
 previous-token head of layer 0 and the best induction head of layer 1 (headlab's detectors, with
 their scores), the K-composition of that pair beside the random baseline, and the exact
 path-patching effect of the edge (previous-token head -> induction head's key input) on the
-answer's log-probability, with the metric on the clean and corrupted runs.
+answer's log-probability, with the metric on the clean and corrupted runs, and the effect of
+the whole K path (every layer-0 head -> layer-1 key edge patched at once; absent in older files).
 ``InductionFormation`` (KIND "induction-circuit"): one run per head count (``runs``), each a list
 of checkpoints. Plain data: ``to_dict`` and a validating ``from_dict``; no torch.
 """
@@ -31,6 +32,8 @@ class CircuitCheckpoint:
     patching_effect: float  # metric(patched) - metric(clean)
     clean_metric: float
     corrupted_metric: float
+    #: every layer-0 head -> layer-1 head key edge patched at once (None in older files)
+    k_path_effect: float | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -45,6 +48,7 @@ class CircuitCheckpoint:
             f.number("k_composition", 0.0, 1.0), f.number("k_baseline", 0.0, 1.0),
             f.str("edge"), f.number("patching_effect"), f.number("clean_metric"),
             f.number("corrupted_metric"),
+            f.number("k_path_effect") if data.get("k_path_effect") is not None else None,
         )  # fmt: skip
 
 
@@ -62,6 +66,21 @@ class FormationRun:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    def phase_change(
+        self, level: float = 0.5
+    ) -> tuple[CircuitCheckpoint, CircuitCheckpoint] | None:
+        """(the last checkpoint below ``level`` accuracy, the first at or above it): where the
+        accuracy jumps (Olsson et al.'s phase change); None where it never reaches ``level`` or
+        starts there."""
+        for before, after in zip(self.checkpoints[:-1], self.checkpoints[1:], strict=True):
+            if before.accuracy < level <= after.accuracy:
+                return before, after
+        return None
+
+    def strongest_edge(self) -> CircuitCheckpoint:
+        """The checkpoint whose edge has the patching effect of largest size."""
+        return max(self.checkpoints, key=lambda c: abs(c.patching_effect))
 
     @classmethod
     def from_dict(cls, data: dict, where: str) -> FormationRun:
