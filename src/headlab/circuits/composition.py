@@ -44,7 +44,7 @@ from torch import Tensor
 
 from headlab.limits import check_int
 from headlab.models.interface import HeadModel
-from headlab.results.composition import Baseline, CompositionScores
+from headlab.results.composition_result import Baseline, CompositionScores
 
 MODES = ("q", "k", "v")
 GROUP_MODES = ("k_group", "v_group")

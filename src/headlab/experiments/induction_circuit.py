@@ -2,7 +2,7 @@
 induction task, measured with ``headlab.circuits`` at checkpoints along the run.
 
 The sweep trains headlab's own ``TinyTransformer``; the circuits tools run on the transformers
-route. So the same task (``experiments/tasks.py``: 24 tokens over 16 symbols, the last one
+route. So the same task (``experiments/sweep_tasks.py``: 24 tokens over 16 symbols, the last one
 seen once before, predict what followed it) is trained on a GPT-2 that transformers builds from
 a config of the sweep's sizes (d_model 64, 2 layers, h heads, MLP 4 x d_model, learned
 positions, LayerNorm, untied readout, no dropout), ``attach``-ed so that headlab's attention
@@ -35,12 +35,16 @@ from torch import Tensor
 from headlab.circuits.composition import composition_scores
 from headlab.circuits.metrics import answer_logprob
 from headlab.circuits.patching import path_patching
-from headlab.experiments.tasks import INDUCTION, generate, induction
+from headlab.experiments.sweep_tasks import INDUCTION, generate, induction
 from headlab.heads.detectors import detect_heads
 from headlab.limits import check_int
 from headlab.models.hf import attach
 from headlab.models.hf.adapter import TransformersModel
-from headlab.results.induction_circuit import CircuitCheckpoint, FormationRun, InductionFormation
+from headlab.results.induction_circuit_result import (
+    CircuitCheckpoint,
+    FormationRun,
+    InductionFormation,
+)
 
 EVAL_SEED_OFFSET = 1_000_003  # held-out data from seeds training never draws (as train.py)
 DETECTOR_LENGTH = INDUCTION.seq_len // 2  # two copies fit the 24 positions

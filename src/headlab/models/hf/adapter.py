@@ -37,6 +37,7 @@ from headlab.attention.trace import AttentionTrace
 from headlab.limits import check_int, check_prompt
 from headlab.models.config import PoolingConfig
 from headlab.models.hf import edits
+from headlab.models.hf.block_logits import HFOutputRows, body_states
 from headlab.models.hf.hybrid import layer_note
 from headlab.models.hf.layer import (
     HFAttentionLayer,
@@ -44,7 +45,6 @@ from headlab.models.hf.layer import (
     model_layers,
     rebuilt,
 )
-from headlab.models.hf.output_rows import HFOutputRows, body_states
 from headlab.models.hf.probe import probe
 from headlab.models.hf.runnable import model_family
 from headlab.models.hf.tree import replaced, view_of
