@@ -13,7 +13,7 @@ import torch
 import transformers
 
 from headlab.circuits.composition import composition_scores
-from headlab.circuits.rotary import rotations
+from headlab.circuits.rotary_offsets import rotations
 from headlab.models.hf import attach
 
 EMBED, HEADS, D = 35, 5, 6

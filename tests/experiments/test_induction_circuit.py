@@ -17,12 +17,12 @@ from headlab.experiments.induction_circuit import (
     task_pairs,
     train_and_measure,
 )
-from headlab.experiments.model import TinyTransformer
 from headlab.experiments.sweep_gpt2 import as_transformers
+from headlab.experiments.tiny_transformer import TinyTransformer
 from headlab.experiments.train import run_one
 from headlab.heads.detectors import repeated_random_tokens
 from headlab.report.induction_circuit_figures import write_formation_figure
-from headlab.results.induction_circuit import InductionFormation
+from headlab.results.induction_circuit_result import InductionFormation
 from headlab.results.json_store import read_result, write_result
 from headlab.results.output_policy import png_text_chunks
 

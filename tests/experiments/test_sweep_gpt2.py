@@ -11,10 +11,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from headlab.experiments.config import make_config
-from headlab.experiments.model import TinyTransformer
+from headlab.experiments.run_sizing import make_config
 from headlab.experiments.sweep_gpt2 import as_transformers, gpt2_like
-from headlab.experiments.tasks import generate
+from headlab.experiments.sweep_tasks import generate
+from headlab.experiments.tiny_transformer import TinyTransformer
 
 
 def _tiny(heads: int, seed: int, **sizes) -> TinyTransformer:

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from headlab.report.circuits import circuits_sections
-from headlab.report.induction_circuit import FILE
+from headlab.report.circuits_section import circuits_sections
+from headlab.report.formation_section import FILE
 from headlab.report.reading import SkippedResultsWarning
-from headlab.results.induction_circuit import InductionFormation
+from headlab.results.induction_circuit_result import InductionFormation
 from headlab.results.output_policy import png_text_chunks
 
 

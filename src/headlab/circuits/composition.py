@@ -25,7 +25,7 @@ Rotary: by default not applied. W_QK without positions is the bilinear form at r
 0 (a query and a key at the same position, where the rotation cancels); at other offsets rotary
 rotates each pair of W_QK's dimensions, which that score does not see. The result says so
 (``ROTARY``). With ``offsets`` (rotary-aware composition), the receiver's W_QK is the one at
-relative offset delta (the key delta positions before the query, ``rotary.py``):
+relative offset delta (the key delta positions before the query, ``rotary_offsets.py``):
 W_QK(delta) = (R(delta) W_Q)^T (R(0) W_K), the family's own rotation; Q- and K-composition use it
 (V-composition has no positions). Over several offsets the reading matrix is the stack of
 [W_QK(delta)]_delta (as a K/V group stacks its heads), so the score is
@@ -48,10 +48,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from headlab.circuits.rotary import rotations
+from headlab.circuits.rotary_offsets import rotations
 from headlab.limits import check_int
 from headlab.models.interface import HeadModel
-from headlab.results.composition import Baseline, CompositionScores
+from headlab.results.composition_result import Baseline, CompositionScores
 
 MODES = ("q", "k", "v")
 GROUP_MODES = ("k_group", "v_group")

@@ -34,14 +34,18 @@ from headlab.circuits.circuit_patching import CircuitPatcher
 from headlab.circuits.composition import composition_scores
 from headlab.circuits.metrics import answer_logprob
 from headlab.circuits.patching import Patcher
-from headlab.experiments.config import make_config
+from headlab.experiments.run_sizing import make_config
 from headlab.experiments.sweep_gpt2 import as_transformers
-from headlab.experiments.tasks import INDUCTION, generate
+from headlab.experiments.sweep_tasks import INDUCTION, generate
 from headlab.experiments.train import EVAL_SEED_OFFSET, run_one
 from headlab.heads.detectors import detect_heads
 from headlab.limits import check_int
 from headlab.models.hf.adapter import TransformersModel
-from headlab.results.induction_circuit import CircuitCheckpoint, FormationRun, InductionFormation
+from headlab.results.induction_circuit_result import (
+    CircuitCheckpoint,
+    FormationRun,
+    InductionFormation,
+)
 from headlab.results.run_config import RunConfig
 
 DETECTOR_LENGTH = INDUCTION.seq_len // 2  # two copies fit the 24 positions

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import torch
 
-from headlab.experiments.model import TinyTransformer
+from headlab.experiments.tiny_transformer import TinyTransformer
 from headlab.models.hf import attach
 from headlab.models.hf.adapter import TransformersModel
 

@@ -11,7 +11,7 @@ from matplotlib.figure import Figure
 
 from headlab.report.figures import legend_outside, style_axes
 from headlab.results.files import save_figure
-from headlab.results.induction_circuit import InductionFormation
+from headlab.results.induction_circuit_result import InductionFormation
 from headlab.results.output_policy import Kind
 
 INDUCTION_CIRCUIT_FIGURE_KIND = Kind.png("induction-circuit")

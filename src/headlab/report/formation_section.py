@@ -11,7 +11,7 @@ from pathlib import Path
 from headlab.report import figures
 from headlab.report.induction_circuit_figures import formation_figure
 from headlab.report.reading import Skipped, skipping
-from headlab.results.induction_circuit import FormationRun, InductionFormation
+from headlab.results.induction_circuit_result import FormationRun, InductionFormation
 from headlab.results.json_store import read_result
 
 FILE = "induction-circuit.json"
