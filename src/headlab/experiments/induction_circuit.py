@@ -175,10 +175,11 @@ def train_and_measure(config: FormationConfig, progress: Progress | None = None)
             progress(config.heads, step, config.steps)
 
     run_one(run, on_checkpoint=on_checkpoint)
+    heads = f"{run.num_heads} head{'s' * (run.num_heads > 1)}"
     return FormationRun(
         heads=config.heads, seed=config.seed, steps=config.steps,
         model=f"the sweep's TinyTransformer (run_id {run.run_id}): d_model {run.d_model}, "
-        f"{run.layers} layers, {run.num_heads} heads of {run.head_dim}, MLP "
+        f"{run.layers} layers, {heads} of {run.head_dim}, MLP "
         f"{run.mlp_ratio * run.d_model}, vocab {INDUCTION.vocab_sizes[0]}, {INDUCTION.seq_len} "
         f"positions, batch {run.batch_size}, lr {run.lr}; measured as the GPT-2 with its "
         f"weights", checkpoints=checkpoints,
