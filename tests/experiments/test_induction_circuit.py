@@ -13,6 +13,7 @@ import transformers
 
 from headlab.experiments.induction_circuit import (
     FormationConfig,
+    k_edges,
     measure,
     task_pairs,
     train_and_measure,
@@ -153,6 +154,18 @@ def test_checkpoint_fields_equal_the_eager_reference():
     _, whole = _patched_logprob(ref, clean, corrupted, answers, range(H), range(H))
     assert abs((whole - clean_value) - (patched - clean_value)) > 1e-3
     assert point.k_path_effect == pytest.approx(whole - clean_value, abs=5e-5)
+    # every K edge of the model, four ways: exact and composition against the same references
+    scored = k_edges(model, pairs, samples=2, seed=2)
+    assert scored.edges == [f"0.{a}->1.{b}<k>" for a in range(H) for b in range(H)]
+    assert max(scored.previous_scores) == pytest.approx(point.previous_score)
+    assert max(scored.induction_scores) == pytest.approx(point.induction_score)
+    for n, name in enumerate(scored.edges):
+        a, b = int(name[2]), int(name[7])
+        _, alone = _patched_logprob(ref, clean, corrupted, answers, [a], [b])
+        assert scored.exact[n] == pytest.approx(alone - clean_value, abs=5e-5), name
+        assert scored.composition[n] == pytest.approx(_k_composition(ref, a, b), rel=1e-5)
+    assert len(scored.eap) == len(scored.eap_ig) == H * H
+    assert scored.top("exact", 1)[0][1] == max(scored.exact, key=abs)
 
 
 def test_training_loop_measures_at_every_checkpoint(tmp_path):
@@ -170,6 +183,7 @@ def test_training_loop_measures_at_every_checkpoint(tmp_path):
         assert c.accuracy == pytest.approx(p.accuracy, abs=1e-12)
         assert c.loss == pytest.approx(p.loss, rel=1e-5)
     assert sweep.config.run_id in run.model
+    assert run.k_edges is not None and len(run.k_edges.edges) == H * H  # at the last step
     for c in run.checkpoints:
         assert 0 <= c.previous_head < H and 0 <= c.induction_head < H
         assert c.loss > 0 and 0.0 <= c.accuracy <= 1.0
@@ -189,12 +203,22 @@ def test_result_refuses_a_broken_file():
             {"step": 5, "loss": 1.0, "accuracy": 0.5, "previous_head": 0, "previous_score": 0.9,
              "induction_head": 0, "induction_score": 0.8, "k_composition": 0.3,
              "k_baseline": 0.1, "edge": "0.0->1.0<k>", "patching_effect": -1.0,
-             "clean_metric": -0.5, "corrupted_metric": -2.0, "k_path_effect": -1.5}]}],
+             "clean_metric": -0.5, "corrupted_metric": -2.0, "k_path_effect": -1.5}],
+         "k_edges": None}],
     }  # fmt: skip
     assert InductionFormation.from_dict(json.loads(json.dumps(good))).to_dict() == good
     older = json.loads(json.dumps(good))
     del older["runs"][0]["checkpoints"][0]["k_path_effect"]  # files written before it existed
     assert InductionFormation.from_dict(older).runs[0].checkpoints[0].k_path_effect is None
+    assert InductionFormation.from_dict(older).runs[0].k_edges is None
+    with_edges = json.loads(json.dumps(good))
+    with_edges["runs"][0]["k_edges"] = {
+        "edges": ["0.0->1.0<k>"], "composition": [0.3], "eap": [-1.0], "eap_ig": [-0.9],
+        "exact": [-1.1], "previous_scores": [0.9], "induction_scores": [0.5]}  # fmt: skip
+    assert InductionFormation.from_dict(with_edges).to_dict() == with_edges
+    with_edges["runs"][0]["k_edges"]["eap"] = [1.0, 2.0]
+    with pytest.raises(ValueError, match=r"k_edges\.eap"):
+        InductionFormation.from_dict(with_edges)
     bad = json.loads(json.dumps(good))
     bad["runs"][0]["checkpoints"][0]["accuracy"] = 1.5
     with pytest.raises(ValueError, match=r"checkpoints\[0\]\.accuracy"):

@@ -30,9 +30,13 @@ def _document() -> dict:
     formed = [_point(50, 0.07, 0.13, -0.001), _point(100, 0.19, 0.27, -0.16),
               _point(150, 0.82, 0.31, -2.62), _point(200, 0.99, 0.32, -1.5)]  # fmt: skip
     flat = [_point(50, 0.06, 0.12, 0.0), _point(100, 0.11, 0.13, -0.003)]
+    k_edges = {"edges": ["0.0->1.0<k>", "0.0->1.1<k>", "0.1->1.0<k>", "0.1->1.1<k>"],
+               "composition": [0.3, 0.1, 0.2, 0.1], "eap": [-2.0, 0.0, -0.5, 0.1],
+               "eap_ig": [-1.5, 0.1, -0.4, 0.0], "exact": [-1.8, 0.05, -0.6, 0.0],
+               "previous_scores": [0.9, 0.1], "induction_scores": [0.6, 0.1]}  # fmt: skip
     return {"task": "induction", "metric": "logprob", "runs": [
         {"heads": 1, "seed": 0, "steps": 200, "model": "tiny <script>x</script>",
-         "checkpoints": formed},
+         "checkpoints": formed, "k_edges": k_edges},
         {"heads": 8, "seed": 0, "steps": 200, "model": "tiny", "checkpoints": flat}]}  # fmt: skip
 
 
@@ -52,9 +56,23 @@ def test_the_part_from_a_results_file(tmp_path):
     assert (formed["final"], formed["k_final"], formed["patch_final"], formed["path_final"]) == (
         "0.990", "0.320 (0.125)", "-1.500", "-3.000")
     assert flat["jump"].startswith("none") and "k_jump" not in flat
+    assert formed["k_edges"]["top"]["exact"] == "0.0->1.0 -1.8, 0.1->1.0 -0.6, 0.0->1.1 +0.05"
+    assert "k_edges" not in flat
     assert list(pngs) == ["induction_circuit.png"]
     assert png_text_chunks(pngs["induction_circuit.png"][:4096]).get("headlab") == "report-figure"
     assert part["image"].startswith("data:image/png;base64,")
+
+
+def test_spearman_against_a_hand_computed_case():
+    k = InductionFormation.from_dict(_document()).runs[0].k_edges
+    # exact -1.8, 0.05, -0.6, 0.0 -> ranks 1, 4, 2, 3; composition 0.3, 0.1, 0.2, 0.1 ->
+    # ranks 4, 1.5, 3, 1.5; d = rank - 2.5: exact (-1.5, 1.5, -0.5, 0.5), composition
+    # (1.5, -1, 0.5, -1): cov = -2.25 - 1.5 - 0.25 - 0.5 = -4.5, var 5 and 4.5
+    assert k.spearman("composition") == pytest.approx(-4.5 / (5 * 4.5) ** 0.5)
+    assert k.spearman("exact") == pytest.approx(1.0)
+    # by size: |exact| 1.8, 0.05, 0.6, 0.0 -> ranks 4, 2, 3, 1; d (1.5, -0.5, 0.5, -1.5)
+    # against composition's (1.5, -1, 0.5, -1): cov 2.25 + 0.5 + 0.25 + 1.5 = 4.5
+    assert k.spearman("composition", absolute=True) == pytest.approx(4.5 / (5 * 4.5) ** 0.5)
 
 
 def test_phase_change_is_where_accuracy_crosses_the_level():
@@ -85,6 +103,7 @@ def test_the_page_shows_the_part_and_escapes_the_models_text(tmp_path):
     assert 'data-testid="figure-formation"' in page and 'data-testid="formation-table"' in page
     assert "steps 100-150: accuracy 0.19 -&gt; 0.82" in page
     assert 'data-testid="formation-models"' in page
+    assert 'data-testid="formation-k-edges"' in page
     assert "tiny &lt;script&gt;x&lt;/script&gt;" in page and "<script>x</script>" not in page
 
 

@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from headlab.circuits.attribution import edge_attribution
 from headlab.circuits.circuit_patching import CircuitPatcher
 from headlab.circuits.composition import composition_scores
 from headlab.circuits.metrics import answer_logprob
@@ -45,6 +46,7 @@ from headlab.results.induction_circuit_result import (
     CircuitCheckpoint,
     FormationRun,
     InductionFormation,
+    KEdges,
 )
 from headlab.results.run_config import RunConfig
 
@@ -139,12 +141,8 @@ def measure(
         i = max(range(len(ind)), key=ind.__getitem__)
         scores = composition_scores(model, samples=samples, seed=seed)
         k = scores.score("k", f"0.{p}", f"1.{i}")
-        mask = torch.zeros(clean.shape, dtype=torch.bool)
-        mask[:, -1] = True
-        full = torch.zeros(clean.shape, dtype=torch.long)
-        full[:, -1] = answers
         edge = f"0.{p}->1.{i}<k>"
-        patcher = Patcher(model, clean, corrupted, answer_logprob(mask, full))
+        patcher = Patcher(model, clean, corrupted, _answer_metric(clean, answers))
         effect = float(patcher.effects([edge])[0])
         heads = range(len(prev))
         every_k = {f"0.{s}->1.{r}<k>" for s in heads for r in range(len(ind))}
@@ -158,6 +156,42 @@ def measure(
         edge=edge, patching_effect=effect, clean_metric=patcher.clean_value,
         corrupted_metric=patcher.corrupted_value, k_path_effect=k_path,
     )  # fmt: skip
+
+
+def k_edges(model: TransformersModel, pairs: tuple[Tensor, Tensor, Tensor], samples: int = 16,
+            seed: int = 0) -> KEdges:  # fmt: skip
+    """Every K edge 0.s -> 1.r<k> of ``model`` scored by composition, EAP, EAP-IG (5 steps)
+    and exact path patching on ``pairs``, with the detectors' scores of every head."""
+    clean, corrupted, answers = pairs
+    with torch.no_grad():
+        found = detect_heads(model, torch.arange(INDUCTION.vocab_sizes[0]), DETECTOR_LENGTH,
+                             count=32, seed=seed)  # fmt: skip
+    prev, ind = found["previous_token"][0], found["induction"][1]
+    pairs_sr = [(s, r) for s in range(len(prev)) for r in range(len(ind))]
+    edges = [f"0.{s}->1.{r}<k>" for s, r in pairs_sr]
+    scores = composition_scores(model, samples=samples, seed=seed)
+    patcher = Patcher(model, clean, corrupted, _answer_metric(clean, answers))
+    attributed = {
+        method: edge_attribution(model, clean, corrupted, patcher.metric, method=method,
+                                 edges=edges, patcher=patcher).scores
+        for method in ("eap", "eap-ig")
+    }  # fmt: skip
+    return KEdges(
+        edges=edges,
+        composition=[float(scores.score("k", f"0.{s}", f"1.{r}")) for s, r in pairs_sr],
+        eap=[float(v) for v in attributed["eap"]], eap_ig=[float(v) for v in attributed["eap-ig"]],
+        exact=[float(v) for v in patcher.effects(edges)],
+        previous_scores=[float(v) for v in prev], induction_scores=[float(v) for v in ind],
+    )  # fmt: skip
+
+
+def _answer_metric(clean: Tensor, answers: Tensor):
+    """log p(answer) at the last position of every sequence."""
+    mask = torch.zeros(clean.shape, dtype=torch.bool)
+    mask[:, -1] = True
+    full = torch.zeros(clean.shape, dtype=torch.long)
+    full[:, -1] = answers
+    return answer_logprob(mask, full)
 
 
 def train_and_measure(config: FormationConfig, progress: Progress | None = None) -> FormationRun:
@@ -174,7 +208,15 @@ def train_and_measure(config: FormationConfig, progress: Progress | None = None)
         if progress is not None:
             progress(config.heads, step, config.steps)
 
-    run_one(run, on_checkpoint=on_checkpoint)
+    final = {}
+
+    def on_final(step: int, tiny) -> None:
+        on_checkpoint(step, tiny)
+        if step == config.steps:
+            final["k"] = k_edges(as_transformers(tiny), held_out, config.composition_samples,
+                                 config.seed)  # fmt: skip
+
+    run_one(run, on_checkpoint=on_final)
     heads = f"{run.num_heads} head{'s' * (run.num_heads > 1)}"
     return FormationRun(
         heads=config.heads, seed=config.seed, steps=config.steps,
@@ -182,7 +224,7 @@ def train_and_measure(config: FormationConfig, progress: Progress | None = None)
         f"{run.layers} layers, {heads} of {run.head_dim}, MLP "
         f"{run.mlp_ratio * run.d_model}, vocab {INDUCTION.vocab_sizes[0]}, {INDUCTION.seq_len} "
         f"positions, batch {run.batch_size}, lr {run.lr}; measured as the GPT-2 with its "
-        f"weights", checkpoints=checkpoints,
+        f"weights", checkpoints=checkpoints, k_edges=final.get("k"),
     )  # fmt: skip
 
 
@@ -205,6 +247,7 @@ def induction_formation(
 __all__ = [
     "FormationConfig",
     "induction_formation",
+    "k_edges",
     "measure",
     "task_pairs",
     "train_and_measure",

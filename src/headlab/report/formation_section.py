@@ -42,6 +42,15 @@ def _row(run: FormationRun) -> dict:
         "patch_final": f"{last.patching_effect:+.3f}",
         "path_final": _signed(last.k_path_effect),
     }
+    if run.k_edges is not None:
+        k = run.k_edges
+        row["k_edges"] = {
+            "count": len(k.edges),
+            "top": {m: ", ".join(f"{e[:-3]} {v:+.3g}" for e, v in k.top(m))
+                    for m in ("exact", "eap", "eap_ig", "composition")},
+            "spearman": {"eap": f"{k.spearman('eap'):.2f}", "eap_ig": f"{k.spearman('eap_ig'):.2f}",
+                         "composition": f"{k.spearman('composition', absolute=True):.2f}"},
+        }  # fmt: skip
     if jump is None:
         row["jump"] = "none (accuracy never crosses 0.5)"
         return row
