@@ -72,12 +72,13 @@ def induction_circuit(
     for run in result.runs:
         if run.k_edges is not None:
             k = run.k_edges
-            top = ", ".join(f"{e[:-3]} {v:+.2f}" for e, v in k.top("exact"))
+            top = ", ".join(f"{e[:-3]} {v:+.3g}" for e, v in k.top("exact"))
             print(f"h = {run.heads}: {len(k.edges)} K edges at the end, top 3 by exact patching:")
             print(f"  {top}")
-            print(f"  Spearman with exact: EAP {k.spearman('eap'):.2f}, EAP-IG "
-                  f"{k.spearman('eap_ig'):.2f}, composition (sizes) "
-                  f"{k.spearman('composition', absolute=True):.2f}")
+            if len(k.edges) >= 3:
+                print(f"  Spearman with exact: EAP {k.spearman('eap'):.2f}, EAP-IG "
+                      f"{k.spearman('eap_ig'):.2f}, composition (sizes) "
+                      f"{k.spearman('composition', absolute=True):.2f}")
     print(f"wrote {out}" + (f" and {figure}" if figure is not None else ""))
 
 

@@ -48,8 +48,8 @@ def _row(run: FormationRun) -> dict:
             "count": len(k.edges),
             "top": {m: ", ".join(f"{e[:-3]} {v:+.3g}" for e, v in k.top(m))
                     for m in ("exact", "eap", "eap_ig", "composition")},
-            "spearman": {"eap": f"{k.spearman('eap'):.2f}", "eap_ig": f"{k.spearman('eap_ig'):.2f}",
-                         "composition": f"{k.spearman('composition', absolute=True):.2f}"},
+            "spearman": {"eap": _rho(k, "eap"), "eap_ig": _rho(k, "eap_ig"),
+                         "composition": _rho(k, "composition", absolute=True)},
         }  # fmt: skip
     if jump is None:
         row["jump"] = "none (accuracy never crosses 0.5)"
@@ -61,6 +61,11 @@ def _row(run: FormationRun) -> dict:
     row["patch_jump"] = f"{before.patching_effect:+.3f} -> {after.patching_effect:+.3f}"
     row["path_jump"] = f"{_signed(before.k_path_effect)} -> {_signed(after.k_path_effect)}"
     return row
+
+
+def _rho(k, method: str, absolute: bool = False) -> str:
+    """Spearman with exact patching, "n/a" under 3 edges (h = 1 has one K edge)."""
+    return "n/a" if len(k.edges) < 3 else f"{k.spearman(method, absolute=absolute):.2f}"
 
 
 def _signed(value: float | None) -> str:
