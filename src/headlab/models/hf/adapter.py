@@ -46,6 +46,7 @@ from headlab.models.hf.layer import (
     rebuilt,
 )
 from headlab.models.hf.probe import probe
+from headlab.models.hf.runnable import model_family
 from headlab.models.hf.tree import replaced, view_of
 from headlab.models.interface import HeadMask, TokenBatch, layer_masks
 from headlab.models.native import check_layers
@@ -76,7 +77,7 @@ class TransformersModel:
         self.causal = causal
         self.objective_kind = "next-token" if causal else "contrastive"
         self.config = model.config.get_text_config()
-        self.family = str(getattr(self.config, "model_type", None) or type(model).__name__)
+        self.family = model_family(model)
         self.pooling = pooling or PoolingConfig(max_seq_length=self.max_positions)
         if layers is None:
             layers = model_layers(model) or keep_all(model, probe(model, self.family))
