@@ -17,7 +17,7 @@ and the interpreter); on a GPU torch's peak allocated memory. Routes (long_conte
                 with attn_implementation="sdpa", logits included: the baseline there
   forward       the model's own forward through headlab's attention, logits included: on the
                 headlab backend its fused SDPA path, what a user runs
-  streaming     ``headlab.heads.streaming.model_head_sums`` (what ``long_text_statistics``
+  streaming     ``headlab.heads.model_head_sums.model_head_sums`` (what ``long_text_statistics``
                 runs): every head's statistics and heavy-hitter profile, weights reduced
                 chunk by chunk
   roles         the same pass with every role score of ``long_text_statistics`` on top: window

@@ -60,7 +60,7 @@ class Spec:
 
 def model_routes(model, chunk_elements: int) -> dict[str, Callable]:
     """route -> fn(batch) for any model behind ``HeadModel`` (either backend)."""
-    from headlab.heads.streaming import model_head_sums
+    from headlab.heads.model_head_sums import model_head_sums
     from headlab.heads.tracing import attention_weights
 
     def roles(b):
@@ -233,7 +233,7 @@ def route_runs(route: str, spec: Spec, length: int):
 def bare_runs(length: int, device: str, chunk_elements: int):
     """One ``MultiHeadAttention`` (12 heads, embed 768): route -> fn(x), x, warm x."""
     from headlab import MultiHeadAttention
-    from headlab.attention.streaming import attention_statistics
+    from headlab.attention.module_statistics import attention_statistics
 
     mha = MultiHeadAttention(768, 12, batch_first=True, device=device).eval()
     x = torch.randn(1, length, 768, device=device)

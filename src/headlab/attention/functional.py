@@ -16,7 +16,7 @@ def entropy(p: Tensor, dim: int = -1) -> Tensor:
     (batch, head, q_pos, k_pos) -> (batch, head, q_pos), or of any distribution along ``dim``.
 
     The one definition headlab uses, also in the streaming statistics
-    (``headlab.attention.statistics``)."""
+    (``headlab.attention.streaming_sums``)."""
     if p.dtype not in (torch.float32, torch.float64):  # low precision: exact at subnormals
         return -torch.special.xlogy(p, p).sum(dim)
     # ln p with torch's vectorised log, not xlogy (whose CPU kernel is scalar: 1.8x slower on a

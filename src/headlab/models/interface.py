@@ -17,7 +17,7 @@ Conventions:
   text), or "none" (no objective: analyses that need one refuse). Importance (Michel et al.) is
   E|d objective / d head_mask|.
 - Each layer's attention is an ``AttentionLayer``: its ``sites`` take interventions and
-  statistics requests (``headlab.attention.interventions``, ``headlab.attention.statistics``),
+  statistics requests (``headlab.attention.interventions``, ``headlab.attention.streaming_sums``),
   applied by headlab's kernel in every call of that layer, whatever path it takes.
 - ``special_positions`` names key positions whose weight is a statistic of its own; the name of
   the first token (position 0, where attention sinks park their weight) is ``first_token``.

@@ -28,7 +28,7 @@ from torch import Tensor, nn
 
 from headlab.attention import layout
 from headlab.attention.sites import Sites
-from headlab.attention.statistics import StatisticsRequest
+from headlab.attention.streaming_sums import StatisticsRequest
 
 #: The attribute of an attention module that holds its HFAttentionLayer.
 ATTR = "headlab_layer"
