@@ -51,6 +51,17 @@ def _row(run: FormationRun) -> dict:
             "spearman": {"eap": _rho(k, "eap"), "eap_ig": _rho(k, "eap_ig"),
                          "composition": _rho(k, "composition", absolute=True)},
         }  # fmt: skip
+    curve = run.faithfulness
+    if curve is not None:
+        parts = []
+        for fraction, size, value, drawn in zip(curve.fractions, curve.sizes, curve.faithfulness,
+                                                curve.random, strict=True):  # fmt: skip
+            if fraction in (0.01, 0.02, 0.05):
+                parts.append(f"{fraction:.0%} ({size} edges): {value:.2f} (random "
+                             f"{sum(drawn) / len(drawn):.2f})")  # fmt: skip
+        random_cpr = sum(curve.random_cpr) / len(curve.random_cpr)
+        row["faithfulness"] = "; ".join(parts) + (
+            f"; CPR {curve.cpr:.2f} (random {random_cpr:.2f}) over {curve.edges} edges")
     if jump is None:
         row["jump"] = "none (accuracy never crosses 0.5)"
         return row
