@@ -64,7 +64,7 @@ def test_the_part_from_a_results_file(tmp_path):
     assert formed["k_edges"]["top"]["exact"] == "0.0->1.0 -1.8, 0.1->1.0 -0.6, 0.0->1.1 +0.05"
     assert "k_edges" not in flat and "faithfulness" not in flat
     assert formed["faithfulness"] == (
-        "1% (1 edges): 0.25 (random 0.05); 2% (2 edges): 0.50 (random 0.10); 5% (5 edges): 0.75 "
+        "1% (1 edge): 0.25 (random 0.05); 2% (2 edges): 0.50 (random 0.10); 5% (5 edges): 0.75 "
         "(random 0.20); CPR 0.80 (random 0.40) over 100 edges")
     assert list(pngs) == ["induction_circuit.png"]
     assert png_text_chunks(pngs["induction_circuit.png"][:4096]).get("headlab") == "report-figure"

@@ -57,8 +57,9 @@ def _row(run: FormationRun) -> dict:
         for fraction, size, value, drawn in zip(curve.fractions, curve.sizes, curve.faithfulness,
                                                 curve.random, strict=True):  # fmt: skip
             if fraction in (0.01, 0.02, 0.05):
-                parts.append(f"{fraction:.0%} ({size} edges): {value:.2f} (random "
-                             f"{sum(drawn) / len(drawn):.2f})")  # fmt: skip
+                edges = f"{size} edge" + "s" * (size != 1)
+                parts.append(f"{fraction:.0%} ({edges}): {_two(value)} (random "
+                             f"{_two(sum(drawn) / len(drawn))})")  # fmt: skip
         random_cpr = sum(curve.random_cpr) / len(curve.random_cpr)
         row["faithfulness"] = "; ".join(parts) + (
             f"; CPR {curve.cpr:.2f} (random {random_cpr:.2f}) over {curve.edges} edges")
@@ -72,6 +73,11 @@ def _row(run: FormationRun) -> dict:
     row["patch_jump"] = f"{before.patching_effect:+.3f} -> {after.patching_effect:+.3f}"
     row["path_jump"] = f"{_signed(before.k_path_effect)} -> {_signed(after.k_path_effect)}"
     return row
+
+
+def _two(value: float) -> str:
+    """Two decimals, without the sign of a value that rounds to zero."""
+    return f"{value:.2f}".replace("-0.00", "0.00")
 
 
 def _rho(k, method: str, absolute: bool = False) -> str:
