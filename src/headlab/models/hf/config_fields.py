@@ -165,3 +165,16 @@ def check_config_fields(config: dict, path: Path | str) -> None:
         for field in ROPES:
             if field in part:
                 _check_rope(part[field], where, prefix + field)
+
+
+def declared_heads(config: dict) -> int | None:
+    """The query heads of every layer together (layers x heads) that config.json's object
+    ``config`` declares (its ``text_config``'s when nested), or None when it does not say both
+    as integers >= 1."""
+    part = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    layers = next((part[f] for f in ("num_hidden_layers", "n_layer") if f in part), None)
+    heads = next((part[f] for f in ("num_attention_heads", "n_head") if f in part), None)
+    counts = (layers, heads)
+    if all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in counts):
+        return layers * heads
+    return None
