@@ -11,8 +11,8 @@ route, in float64 on tiny random models and in float32 on the packaged MiniLM an
 Not named ``reference``: ``headlab.reference`` is the NumPy math of attention itself.
 """
 
-from headlab.models.handbuilt.attention import attention
 from headlab.models.handbuilt.bert import BertOutput, bert_forward
+from headlab.models.handbuilt.dot_product_attention import attention
 from headlab.models.handbuilt.llama import LlamaOutput, llama_forward
 
 __all__ = ["BertOutput", "LlamaOutput", "attention", "bert_forward", "llama_forward"]
