@@ -132,7 +132,7 @@ def vs_head_counts(q_dim: int, kv_dim: int) -> list[int]:
 
 def build(setup: CompareSetup) -> tuple[MultiHeadAttention, MultiHeadAttention, Tensor]:
     """(module with ``heads``, the same parameters viewed with ``vs_heads``, input
-    (batch, seq_len, d_model)), all float32, batch first, deterministic in ``seed``.
+    (batch, pos, d_model)), all float32, batch first, deterministic in ``seed``.
 
     ValueError before anything is allocated when the set-up's estimate does not fit in memory.
     """
