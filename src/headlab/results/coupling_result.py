@@ -1,5 +1,6 @@
-"""The results of ``headlab.analysis.coupling``: per-head gradient norms and coupling matrices
-(``headlab grad`` prints them; ``--json`` writes ``to_dict``). Plain NumPy, no torch."""
+"""The results of ``headlab.analysis.coupling`` and ``analysis.grad``: per-head gradient norms,
+coupling matrices, one side of a coupling comparison (``headlab grad`` prints them; ``--json``
+writes ``to_dict``). Plain NumPy, no torch."""
 
 from __future__ import annotations
 
@@ -54,3 +55,15 @@ class CouplingSummary:
             "seq_len": self.seq_len,
             "matrices": [m.to_dict() for m in self.matrices],
         }
+
+
+@dataclass(frozen=True)
+class CouplingSide:
+    """One head count: the (block, block) coupling matrix and the per-head gradient norms."""
+
+    num_heads: int
+    kind: str  # "" for plain heads, " (talking heads)" for the talking-heads side
+    coupling: list[list[float]]
+    off_diagonal_max: float
+    diagonal_mean: float
+    head_gradient_norms: dict[str, list[float]]
