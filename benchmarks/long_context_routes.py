@@ -3,7 +3,8 @@
 Models (``MODELS``): ``smollm2`` (the packaged GGUF), ``smollm2-random`` (SmolLM2-135M's shapes with
 random weights: the device machine cannot take the GGUF) and ``random-llama`` (a 4-layer
 Llama-family config with 32768 positions, built by transformers with random weights). Backends:
-``headlab`` (headlab's own decoder) and ``transformers`` (transformers' model class on headlab's
+``headlab`` (the route, as ``load`` and ``attach`` give it; until issue 29 headlab's own
+decoder) and ``transformers`` (transformers' model class on headlab's
 registered attention, ``headlab.models.load(..., backend="transformers")`` / ``headlab.attach``).
 
 ``route_runs(route, spec)`` builds only what ``route`` needs (one model per process), and returns
@@ -160,8 +161,8 @@ def transformers_gguf(gguf, attn_implementation: str):
 
 
 def _native(spec: Spec):
-    """(headlab's own decoder, batch(n)) for smollm2 or its random-weight shapes."""
-    from headlab.models import Decoder, TokenBatch, load, long_document
+    """(the model on the route, batch(n)) for smollm2 or its random-weight shapes."""
+    from headlab.models import TokenBatch, load, long_document
 
     if spec.model == "smollm2":
         model = load("smollm2")
@@ -173,16 +174,10 @@ def _native(spec: Spec):
             )
 
         return model, batch
-    from headlab.models.llama import LlamaDecoder
-    from headlab.models.llama_config import LlamaConfig
+    import headlab
 
-    config = MODELS[spec.model]
-    decoder = LlamaDecoder(LlamaConfig(**config))
-    with torch.no_grad():  # transformers' initialisation: N(0, 0.02) matrices
-        for p in decoder.parameters():
-            if p.dim() > 1:
-                p.normal_(0.0, 0.02)
-    model = Decoder(f"{spec.model} shape, random", decoder, None)
+    config = MODELS[spec.model]  # transformers' initialisation: N(0, 0.02) matrices
+    model = headlab.attach(random_llama(config, "sdpa"), name=f"{spec.model} shape, random")
     return model, lambda n: random_batch(config["vocab_size"], n, spec.device)
 
 

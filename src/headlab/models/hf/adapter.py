@@ -35,7 +35,6 @@ from headlab.attention.functional import merge_heads
 from headlab.attention.interventions import SITES, record
 from headlab.attention.trace import AttentionTrace
 from headlab.limits import check_int, check_prompt
-from headlab.models.config import PoolingConfig
 from headlab.models.hf import edits
 from headlab.models.hf.hybrid import layer_note
 from headlab.models.hf.layer import (
@@ -47,10 +46,9 @@ from headlab.models.hf.layer import (
 from headlab.models.hf.output_rows import HFOutputRows, body_states
 from headlab.models.hf.probe import probe
 from headlab.models.hf.tree import replaced, view_of
-from headlab.models.interface import HeadMask, TokenBatch, layer_masks
-from headlab.models.native import check_layers
+from headlab.models.interface import HeadMask, TokenBatch, check_layers, layer_masks
 from headlab.models.objectives import contrastive_objective, next_token_loss
-from headlab.models.pipeline import pool
+from headlab.models.pooling import PoolingConfig, pool
 from headlab.models.special import added_around, position_names, positions
 
 
