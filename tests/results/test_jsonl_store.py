@@ -8,7 +8,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from headlab.experiments.config import make_config
+from headlab.experiments.run_sizing import make_config
 from headlab.results.jsonl_store import (
     SWEEP,
     SkippedLinesWarning,

@@ -41,7 +41,7 @@ def _model_attention(text: str, options: ReportOptions) -> tuple[str, TextAttent
     """(the model's name, its attention on ``text``), or why the default model could not be
     loaded (its packaged weights missing): the page then says so in one line instead of failing
     the whole report. A model the user named that cannot be loaded is an error."""
-    from headlab.heads.text_attention import model_text_attention
+    from headlab.heads.model_text_attention import model_text_attention
     from headlab.models import load
 
     model_name = options.model

@@ -17,8 +17,8 @@ from headlab.analysis.compare import Comparison, compare
 from headlab.analysis.explain import explain
 from headlab.attention.module import MultiHeadAttention
 from headlab.attention.sizes import FREE_HEAD_DIM, check_divides
-from headlab.defaults import INITS
 from headlab.limits import check_fits, check_int, check_seed
+from headlab.results.defaults import INITS
 
 # What torch adds on the first autograd call and the allocator keeps (measured: about 90 MiB at
 # seq_len 500, see docs/answers.md).

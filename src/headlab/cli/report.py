@@ -17,7 +17,7 @@ from headlab.cli.model import BACKEND, DOWNLOAD, TRUST_REMOTE_CODE, hub_access
 from headlab.cli.outputs import an_input
 from headlab.cli.parsing import flags
 from headlab.cli.progress import progress
-from headlab.defaults import DEFAULT_TEXT
+from headlab.results.defaults import DEFAULT_TEXT
 from headlab.results.locations import REPORT_DIR, RESULTS_DIR
 
 
@@ -69,7 +69,7 @@ def report(
     from headlab.report import ReportOptions, build_report, check_targets
 
     if text_file is not None:
-        from headlab.input_files import read_text_file
+        from headlab.results.input_files import read_text_file
 
         if text != DEFAULT_TEXT:
             raise ValueError("--text and --text-file: expected one of them, got both")

@@ -205,8 +205,8 @@ def kv_budget_command(
     ranking. Then masks the top retrieval heads against as many random heads.
     """
     from headlab.heads.kv_budget import MIN_SEEDS, check_budgets, groups_for_saving, kv_budget
-    from headlab.input_files import open_text
     from headlab.limits import check_int, check_seed
+    from headlab.results.input_files import open_text
 
     if budgets is None and kv_saved is None:
         budgets = DEFAULT_BUDGETS

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from headlab.attention.sizes import FREE_HEAD_DIM, check_divides
-from headlab.experiments.config import make_config, run_memory_estimate
 from headlab.experiments.executors import OnEval, execute
-from headlab.experiments.tasks import get_task
+from headlab.experiments.run_sizing import make_config, run_memory_estimate
+from headlab.experiments.sweep_tasks import get_task
 from headlab.experiments.train import RunResult
 from headlab.limits import check_fits, check_int
 from headlab.results.jsonl_store import finished_run_ids

@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F
 
 from headlab.analysis.params import parameter_count
-from headlab.experiments.model import TinyTransformer, attention_entropy
-from headlab.experiments.tasks import Batch, generate, get_task
+from headlab.experiments.sweep_tasks import Batch, generate, get_task
+from headlab.experiments.tiny_transformer import TinyTransformer, attention_entropy
 from headlab.results.jsonl_store import SweepRow
 from headlab.results.run_config import RunConfig
 

@@ -151,7 +151,7 @@ def cut_text(model: HeadModel, text: str, limit: int) -> tuple[TokenBatch, TextC
     its "cut from" with. Only the start that the cut needs is tokenised (``prefix_until``): a
     50 MB text costs what its first ``limit`` tokens cost, and ``text_tokens`` is then the
     length of that start, more than ``limit`` (a lower bound of the whole text's)."""
-    from headlab.input_files import prefix_until
+    from headlab.results.input_files import prefix_until
 
     text = prefix_until(text, lambda start: model.count_tokens(start) > limit)
     text_tokens = model.count_tokens(text)

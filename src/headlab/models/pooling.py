@@ -15,7 +15,7 @@ from pathlib import Path
 import torch.nn.functional as F
 from torch import Tensor
 
-from headlab.input_files import read_json
+from headlab.results.input_files import read_json
 
 
 @dataclass(frozen=True)

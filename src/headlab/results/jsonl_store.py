@@ -31,8 +31,8 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from headlab.input_files import MAX_JSON_DEPTH, json_depth, open_regular
 from headlab.notices import HeadlabWarning
+from headlab.results.input_files import MAX_JSON_DEPTH, json_depth, open_regular
 from headlab.results.schema import is_int, is_number
 
 if TYPE_CHECKING:

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from headlab.defaults import DEFAULT_TEXT
 from headlab.results.binning import MAX_BINS
+from headlab.results.defaults import DEFAULT_TEXT
 from headlab.results.explorers import check_explorer
 from headlab.results.locations import RESULTS_DIR
 from headlab.results.schema import Fields, problem

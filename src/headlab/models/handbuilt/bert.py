@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from headlab.models.handbuilt.attention import attention
+from headlab.models.handbuilt.dot_product_attention import attention
 
 QKV = ("query", "key", "value")
 ACTIVATIONS = {

@@ -36,6 +36,7 @@ from headlab.attention.interventions import SITES, record
 from headlab.attention.trace import AttentionTrace
 from headlab.limits import check_int, check_prompt
 from headlab.models.hf import edits
+from headlab.models.hf.block_logits import HFOutputRows, body_states
 from headlab.models.hf.hybrid import layer_note
 from headlab.models.hf.layer import (
     HFAttentionLayer,
@@ -43,8 +44,8 @@ from headlab.models.hf.layer import (
     model_layers,
     rebuilt,
 )
-from headlab.models.hf.output_rows import HFOutputRows, body_states
 from headlab.models.hf.probe import probe
+from headlab.models.hf.runnable import model_family
 from headlab.models.hf.tree import replaced, view_of
 from headlab.models.interface import HeadMask, TokenBatch, check_layers, layer_masks
 from headlab.models.objectives import contrastive_objective, next_token_loss
@@ -74,7 +75,7 @@ class TransformersModel:
         self.causal = causal
         self.objective_kind = "next-token" if causal else "contrastive"
         self.config = model.config.get_text_config()
-        self.family = str(getattr(self.config, "model_type", None) or type(model).__name__)
+        self.family = model_family(model)
         self.pooling = pooling or PoolingConfig(max_seq_length=self.max_positions)
         if layers is None:
             layers = model_layers(model) or keep_all(model, probe(model, self.family))

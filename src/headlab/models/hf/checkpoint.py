@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from headlab.input_files import check_model_folder, check_regular, read_json
+from headlab.results.input_files import check_model_folder, check_regular, read_json
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 PICKLES = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl")
