@@ -11,7 +11,7 @@ from headlab.analysis.coupling import (
 )
 from headlab.analysis.explain import explain
 from headlab.analysis.findings import CODES, Finding
-from headlab.analysis.params import ParamRow, parameter_count, parameter_table
+from headlab.analysis.params import parameter_count, parameter_table
 from headlab.analysis.scenarios import (
     CompareSetup,
     ScenarioResult,
@@ -19,6 +19,7 @@ from headlab.analysis.scenarios import (
     run_seed_scenarios,
     run_setup,
 )
+from headlab.results.param_rows import ParamRow
 
 __all__ = [
     "CODES",

@@ -60,7 +60,7 @@ def gradient_coupling(
         raise ValueError(f"blocks must divide the head output width {width}, got {blocks}")
     with torch.enable_grad():
         trace = module.trace(query, key, value)
-        concat = merge_heads(trace.head_outputs)  # (batch, q_pos, H * D)
+        concat = merge_heads(trace.head_outputs)  # (batch, q_pos, head * d_head)
         gen = torch.Generator().manual_seed(seed)
         base = torch.randn(concat.shape, generator=gen, dtype=concat.dtype)
         delta = torch.randn(concat.shape, generator=gen, dtype=concat.dtype)

@@ -75,7 +75,7 @@ class HeadGroupView(nn.Module):
             head_view=self.num_heads,
             sites=self.sites,
         )
-        out = self.base.out_proj(merge_heads(run.head_out))  # (batch, q_pos, E)
+        out = self.base.out_proj(merge_heads(run.head_out))  # (batch, q_pos, d_model)
         first = self.base.batch_first
         output = layout.from_batch_first(out, batched=run.batched, batch_first=first)
         if not need_weights:

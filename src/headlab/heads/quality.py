@@ -25,7 +25,7 @@ from headlab.results.quality_measures import (
 
 @dataclass(frozen=True)
 class Reference:
-    """The original model's outputs: embeddings (n, E), or each batch's top next tokens."""
+    """The original model's outputs: embeddings (n, d_model), or each batch's top next tokens."""
 
     embeddings: Tensor | None
     top_tokens: list[Tensor] | None

@@ -12,7 +12,7 @@ Conventions:
   tensor when every layer has the same head count.
 - ``causal``: query i sees keys 0..i only (a decoder). Separately, ``objective_kind`` says what
   the model is judged by: "next-token" (``run`` gives (batch, pos, vocab) logits and
-  ``objective`` is the next-token cross-entropy), "contrastive" (``run`` gives (batch, E)
+  ``objective`` is the next-token cross-entropy), "contrastive" (``run`` gives (batch, d_model)
   sentence embeddings and ``objective`` an in-batch contrastive loss between the halves of each
   text), or "none" (no objective: analyses that need one refuse). Importance (Michel et al.) is
   E|d objective / d head_mask|.

@@ -154,6 +154,31 @@ def raw_config(checkpoint: Checkpoint) -> dict:
     return read_json(checkpoint.folder / "config.json", "")
 
 
+def declared_config(source: str | Path | None) -> dict | None:
+    """config.json of the checkpoint ``source`` names (``load``'s sources: None or "minilm",
+    "smollm2", a folder, a hub id in the local cache), read bounded and without loading
+    anything else; None where it is not at hand that way (a .gguf file, SmolLM2 not yet
+    converted, a hub id not cached) or where ``source`` names nothing: the load says why."""
+    from headlab.models import gguf_cache, packaged
+
+    try:
+        if source is None or source == "minilm":
+            folder = packaged.default_model_dir()
+        elif source == "smollm2":
+            gguf = packaged.packaged_smollm2()
+            folder = gguf_cache.cache_root() / gguf.name.removesuffix(".gguf")
+            if gguf_cache.stale_reason(folder, gguf) is not None:
+                return None
+        else:
+            checkpoint = locate(source)
+            if checkpoint.gguf is not None:
+                return None
+            folder = checkpoint.folder
+        return read_json(folder / "config.json", "")
+    except (OSError, ValueError):
+        return None
+
+
 def check_code(checkpoint: Checkpoint, trust_remote_code: bool) -> None:
     """Refuse a config.json whose family transformers does not know: the checkpoint's own code
     (``auto_map``) runs only with ``trust_remote_code``. A GGUF is checked by transformers."""
