@@ -184,6 +184,11 @@ def test_training_loop_measures_at_every_checkpoint(tmp_path):
         assert c.loss == pytest.approx(p.loss, rel=1e-5)
     assert sweep.config.run_id in run.model
     assert run.k_edges is not None and len(run.k_edges.edges) == H * H  # at the last step
+    curve = run.faithfulness  # the top EAP-IG circuits of the whole graph, at the last step
+    assert curve is not None and curve.method == "eap-ig"
+    assert curve.fractions[:3] == [0.01, 0.02, 0.05]
+    assert curve.sizes[-1] == curve.edges and curve.faithfulness[-1] == pytest.approx(1.0)
+    assert all(len(r) == 3 for r in curve.random)
     for c in run.checkpoints:
         assert 0 <= c.previous_head < H and 0 <= c.induction_head < H
         assert c.loss > 0 and 0.0 <= c.accuracy <= 1.0
@@ -204,7 +209,7 @@ def test_result_refuses_a_broken_file():
              "induction_head": 0, "induction_score": 0.8, "k_composition": 0.3,
              "k_baseline": 0.1, "edge": "0.0->1.0<k>", "patching_effect": -1.0,
              "clean_metric": -0.5, "corrupted_metric": -2.0, "k_path_effect": -1.5}],
-         "k_edges": None}],
+         "k_edges": None, "faithfulness": None}],
     }  # fmt: skip
     assert InductionFormation.from_dict(json.loads(json.dumps(good))).to_dict() == good
     older = json.loads(json.dumps(good))
@@ -215,6 +220,11 @@ def test_result_refuses_a_broken_file():
     with_edges["runs"][0]["k_edges"] = {
         "edges": ["0.0->1.0<k>"], "composition": [0.3], "eap": [-1.0], "eap_ig": [-0.9],
         "exact": [-1.1], "previous_scores": [0.9], "induction_scores": [0.5]}  # fmt: skip
+    with_edges["runs"][0]["faithfulness"] = {
+        "method": "eap-ig", "selection": "top", "metric": "logprob", "edges": 10,
+        "fractions": [0.1, 1.0], "sizes": [1, 10], "faithfulness": [0.5, 1.0],
+        "random": [[0.0, 0.1], [1.0, 1.0]], "cpr": 0.7, "cmd": 0.3,
+        "random_cpr": [0.5, 0.55], "random_cmd": [0.5, 0.45]}  # fmt: skip
     assert InductionFormation.from_dict(with_edges).to_dict() == with_edges
     with_edges["runs"][0]["k_edges"]["eap"] = [1.0, 2.0]
     with pytest.raises(ValueError, match=r"k_edges\.eap"):

@@ -36,7 +36,12 @@ def _document() -> dict:
                "previous_scores": [0.9, 0.1], "induction_scores": [0.6, 0.1]}  # fmt: skip
     return {"task": "induction", "metric": "logprob", "runs": [
         {"heads": 1, "seed": 0, "steps": 200, "model": "tiny <script>x</script>",
-         "checkpoints": formed, "k_edges": k_edges},
+         "checkpoints": formed, "k_edges": k_edges, "faithfulness": {
+             "method": "eap-ig", "selection": "top", "metric": "logprob", "edges": 100,
+             "fractions": [0.01, 0.02, 0.05, 1.0], "sizes": [1, 2, 5, 100],
+             "faithfulness": [0.25, 0.5, 0.75, 1.0],
+             "random": [[0.0, 0.1], [0.0, 0.2], [0.1, 0.3], [1.0, 1.0]], "cpr": 0.8,
+             "cmd": 0.2, "random_cpr": [0.3, 0.5], "random_cmd": [0.7, 0.5]}},
         {"heads": 8, "seed": 0, "steps": 200, "model": "tiny", "checkpoints": flat}]}  # fmt: skip
 
 
@@ -57,7 +62,10 @@ def test_the_part_from_a_results_file(tmp_path):
         "0.990", "0.320 (0.125)", "-1.500", "-3.000")
     assert flat["jump"].startswith("none") and "k_jump" not in flat
     assert formed["k_edges"]["top"]["exact"] == "0.0->1.0 -1.8, 0.1->1.0 -0.6, 0.0->1.1 +0.05"
-    assert "k_edges" not in flat
+    assert "k_edges" not in flat and "faithfulness" not in flat
+    assert formed["faithfulness"] == (
+        "1% (1 edge): 0.25 (random 0.05); 2% (2 edges): 0.50 (random 0.10); 5% (5 edges): 0.75 "
+        "(random 0.20); CPR 0.80 (random 0.40) over 100 edges")
     assert list(pngs) == ["induction_circuit.png"]
     assert png_text_chunks(pngs["induction_circuit.png"][:4096]).get("headlab") == "report-figure"
     assert part["image"].startswith("data:image/png;base64,")
@@ -104,6 +112,7 @@ def test_the_page_shows_the_part_and_escapes_the_models_text(tmp_path):
     assert "steps 100-150: accuracy 0.19 -&gt; 0.82" in page
     assert 'data-testid="formation-models"' in page
     assert 'data-testid="formation-k-edges"' in page
+    assert 'data-testid="formation-faithfulness"' in page
     assert "tiny &lt;script&gt;x&lt;/script&gt;" in page and "<script>x</script>" not in page
 
 

@@ -58,7 +58,7 @@ class HeadGroupView(nn.Module):
         *,
         head_mask: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
-        """As ``MultiHeadAttention.forward``; weights (batch, num_heads, q_pos, k_pos) are the
+        """As ``MultiHeadAttention.forward``; weights (batch, head, q_pos, k_pos) are the
         merged heads' and ``head_mask`` has one entry per merged head."""
         m = self.base.num_heads // self.num_heads
         if head_mask is not None:  # one entry per merged head -> one per member head

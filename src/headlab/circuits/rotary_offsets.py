@@ -1,4 +1,4 @@
-"""Rotary positions as matrices, for the rotary-aware composition scores (``composition.py``).
+"""Rotary positions as matrices, for the rotary-aware composition scores (``circuits.composition``).
 
 With rotary (Su et al. 2021) a query at position i and a key at position j are rotated before
 their dot product: q_i = R(i) W_Q x_i, k_j = R(j) W_K x_j, so the score is

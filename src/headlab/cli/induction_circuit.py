@@ -75,6 +75,12 @@ def induction_circuit(
             top = ", ".join(f"{e[:-3]} {v:+.3g}" for e, v in k.top("exact"))
             print(f"h = {run.heads}: {len(k.edges)} K edges at the end, top 3 by exact patching:")
             print(f"  {top}")
+            curve = run.faithfulness
+            if curve is not None:
+                pairs = list(zip(curve.fractions, curve.faithfulness, strict=True))[:3]
+                at = [f"{f:.0%} {v:.2f}" for f, v in pairs]
+                print(f"  faithfulness of the top EAP-IG circuit: {', '.join(at)}; CPR "
+                      f"{curve.cpr:.2f}")
             if len(k.edges) >= 3:
                 print(f"  Spearman with exact: EAP {k.spearman('eap'):.2f}, EAP-IG "
                       f"{k.spearman('eap_ig'):.2f}, composition (sizes) "

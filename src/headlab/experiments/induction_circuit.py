@@ -33,6 +33,7 @@ from torch import Tensor
 from headlab.circuits.attribution import edge_attribution
 from headlab.circuits.circuit_patching import CircuitPatcher
 from headlab.circuits.composition import composition_scores
+from headlab.circuits.faithfulness import faithfulness_curve
 from headlab.circuits.metrics import answer_logprob
 from headlab.circuits.patching import Patcher
 from headlab.experiments.run_sizing import make_config
@@ -42,6 +43,7 @@ from headlab.experiments.train import EVAL_SEED_OFFSET, run_one
 from headlab.heads.detectors import detect_heads
 from headlab.limits import check_int
 from headlab.models.hf.adapter import TransformersModel
+from headlab.results.circuit_edges import FaithfulnessCurve
 from headlab.results.induction_circuit_result import (
     CircuitCheckpoint,
     FormationRun,
@@ -185,6 +187,20 @@ def k_edges(model: TransformersModel, pairs: tuple[Tensor, Tensor, Tensor], samp
     )  # fmt: skip
 
 
+FRACTIONS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)  # the issue's 1, 2, 5% and the rest of a curve
+
+
+def circuit_faithfulness(model: TransformersModel, pairs: tuple[Tensor, Tensor, Tensor],
+                         seeds: int = 3) -> FaithfulnessCurve:  # fmt: skip
+    """The faithfulness of the top-n EAP-IG (5 steps) circuits of ``model``'s whole graph at
+    ``FRACTIONS`` of its edges, beside ``seeds`` random circuits of each size."""
+    clean, corrupted, answers = pairs
+    patcher = Patcher(model, clean, corrupted, _answer_metric(clean, answers))
+    scores = edge_attribution(model, clean, corrupted, patcher.metric, method="eap-ig",
+                              patcher=patcher)  # fmt: skip
+    return faithfulness_curve(CircuitPatcher(patcher), scores, FRACTIONS, seeds=seeds)
+
+
 def _answer_metric(clean: Tensor, answers: Tensor):
     """log p(answer) at the last position of every sequence."""
     mask = torch.zeros(clean.shape, dtype=torch.bool)
@@ -213,8 +229,9 @@ def train_and_measure(config: FormationConfig, progress: Progress | None = None)
     def on_final(step: int, tiny) -> None:
         on_checkpoint(step, tiny)
         if step == config.steps:
-            final["k"] = k_edges(as_transformers(tiny), held_out, config.composition_samples,
-                                 config.seed)  # fmt: skip
+            model = as_transformers(tiny)
+            final["k"] = k_edges(model, held_out, config.composition_samples, config.seed)
+            final["curve"] = circuit_faithfulness(model, held_out)
 
     run_one(run, on_checkpoint=on_final)
     heads = f"{run.num_heads} head{'s' * (run.num_heads > 1)}"
@@ -225,6 +242,7 @@ def train_and_measure(config: FormationConfig, progress: Progress | None = None)
         f"{run.mlp_ratio * run.d_model}, vocab {INDUCTION.vocab_sizes[0]}, {INDUCTION.seq_len} "
         f"positions, batch {run.batch_size}, lr {run.lr}; measured as the GPT-2 with its "
         f"weights", checkpoints=checkpoints, k_edges=final.get("k"),
+        faithfulness=final.get("curve"),
     )  # fmt: skip
 
 
@@ -246,6 +264,7 @@ def induction_formation(
 
 __all__ = [
     "FormationConfig",
+    "circuit_faithfulness",
     "induction_formation",
     "k_edges",
     "measure",

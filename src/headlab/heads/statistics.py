@@ -34,7 +34,7 @@ def metric_names(special: list[str]) -> tuple[str, ...]:
     return (*PLAIN_METRICS[:2], *special, *PLAIN_METRICS[2:])
 
 
-#: Why the kernel's sums can lack a statistic (``attention.statistics``).
+#: Why the kernel's sums can lack a statistic (``attention.streaming_sums``).
 UNMEASURED = {
     "contribution_norm": "the family changes the attention's output (a gate) before its "
     "output projection, so no W_O maps one head's output alone",

@@ -163,7 +163,7 @@ class MultiHeadGrads(HeadGrads):
 
 
 def split_heads(x: np.ndarray, num_heads: int) -> np.ndarray:
-    """(batch, pos, num_heads * d_head) -> (batch, num_heads, pos, d_head)."""
+    """(batch, pos, head * d_head) -> (batch, head, pos, d_head)."""
     batch, pos, width = x.shape
     return x.reshape(batch, pos, num_heads, width // num_heads).transpose(0, 2, 1, 3)
 

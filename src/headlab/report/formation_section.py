@@ -51,6 +51,18 @@ def _row(run: FormationRun) -> dict:
             "spearman": {"eap": _rho(k, "eap"), "eap_ig": _rho(k, "eap_ig"),
                          "composition": _rho(k, "composition", absolute=True)},
         }  # fmt: skip
+    curve = run.faithfulness
+    if curve is not None:
+        parts = []
+        for fraction, size, value, drawn in zip(curve.fractions, curve.sizes, curve.faithfulness,
+                                                curve.random, strict=True):  # fmt: skip
+            if fraction in (0.01, 0.02, 0.05):
+                edges = f"{size} edge" + "s" * (size != 1)
+                parts.append(f"{fraction:.0%} ({edges}): {_two(value)} (random "
+                             f"{_two(sum(drawn) / len(drawn))})")  # fmt: skip
+        random_cpr = sum(curve.random_cpr) / len(curve.random_cpr)
+        row["faithfulness"] = "; ".join(parts) + (
+            f"; CPR {curve.cpr:.2f} (random {random_cpr:.2f}) over {curve.edges} edges")
     if jump is None:
         row["jump"] = "none (accuracy never crosses 0.5)"
         return row
@@ -61,6 +73,11 @@ def _row(run: FormationRun) -> dict:
     row["patch_jump"] = f"{before.patching_effect:+.3f} -> {after.patching_effect:+.3f}"
     row["path_jump"] = f"{_signed(before.k_path_effect)} -> {_signed(after.k_path_effect)}"
     return row
+
+
+def _two(value: float) -> str:
+    """Two decimals, without the sign of a value that rounds to zero."""
+    return f"{value:.2f}".replace("-0.00", "0.00")
 
 
 def _rho(k, method: str, absolute: bool = False) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from headlab.results.circuit_edges import FaithfulnessCurve
 from headlab.results.schema import Fields, problem
 
 
@@ -131,6 +132,9 @@ class FormationRun:
     checkpoints: list[CircuitCheckpoint]
     #: every K edge of the last checkpoint, four ways (None in older files)
     k_edges: KEdges | None = None
+    #: the top-n EAP-IG circuit's faithfulness over every edge at the last checkpoint, beside
+    #: random circuits (None in older files)
+    faithfulness: FaithfulnessCurve | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -162,8 +166,12 @@ class FormationRun:
         k_edges = None
         if data.get("k_edges") is not None:
             k_edges = KEdges.from_dict(f.object("k_edges").data, f.at("k_edges"))
+        curve = None
+        if data.get("faithfulness") is not None:
+            curve = FaithfulnessCurve.from_dict(f.object("faithfulness").data,
+                                                f.at("faithfulness"))  # fmt: skip
         return cls(f.int("heads", 1), f.int("seed"), f.int("steps", 1), f.str("model"), points,
-                   k_edges)  # fmt: skip
+                   k_edges, curve)  # fmt: skip
 
 
 @dataclass(frozen=True)
