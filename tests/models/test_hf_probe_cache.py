@@ -159,3 +159,19 @@ def test_a_load_writes_the_entry_and_the_next_load_reads_it(tmp_path, monkeypatc
     assert second.attention_layers()[0].module is second.model.get_submodule(
         second.attention_layers()[0].path
     )
+
+
+def test_a_finding_that_only_these_values_decide_is_not_kept(tmp_path: Path) -> None:
+    """Two heads with equal queries (copied rows of W_Q) match one slice: if it were kept, the
+    next model of these shapes with other weights would get their rows."""
+    import torch
+
+    model = _on_headlab("llama")
+    q_proj = model.model.layers[0].self_attn.q_proj.weight
+    with torch.no_grad():
+        q_proj[8:16] = q_proj[0:8]  # head 1's W_Q is head 0's
+    layers = probed_layers(model, "llama", root=tmp_path)
+    rows = layers[0].query.rows
+    assert len(set(rows)) < len(rows)  # the probe matched head 1 to head 0's slice
+    assert not probe_cache.distinct(layers)
+    assert _entries(tmp_path) == []

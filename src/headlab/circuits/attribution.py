@@ -126,21 +126,21 @@ def _attention_input_grads(
     patcher: Patcher, run: _Run, layer: int, receivers: list[tuple[str, int]], rows: slice
 ) -> list[Tensor]:
     """dm/dx_v at the positions ``rows`` for each of ``receivers`` ((site, head or group) of
-    ``layer``), each (batch, rows, embed_dim): one copy of the stream per receiver input,
-    stacked on the batch axis, through the map from the stream to q, k, v (which acts on each
-    position alone)."""
+    ``layer``), each (batch, rows, embed_dim): one forward of the map from the stream to q, k,
+    v (which acts on each position alone), then one backward per receiver, batched (each with
+    the metric's gradient at its own head of its own site, zero elsewhere)."""
     block = patcher.runner.blocks[layer]
-    b, copies = patcher.batch, len(receivers)
-    x = run.resid[layer][:, rows].repeat(copies, 1, 1).requires_grad_(True)
+    x = run.resid[layer][:, rows].clone().requires_grad_(True)
     seen: dict[str, Tensor] = {}
     with torch.enable_grad():
-        patcher.runner.forward(layer, x, copies, until_values(block.attention, seen), rows)
-        total = x.new_zeros(())
-        for c, (site, i) in enumerate(receivers):
-            grad = run.site_grads[layer][site][:, i, rows]
-            total = total + (seen[site][c * b : (c + 1) * b, i] * grad).sum()
-        (gx,) = torch.autograd.grad(total, x)
-    return list(gx.view(copies, b, *gx.shape[1:]))
+        patcher.runner.forward(layer, x, 1, until_values(block.attention, seen), rows)
+        sites = sorted({site for site, _ in receivers})
+        upstream = {s: seen[s].new_zeros(len(receivers), *seen[s].shape) for s in sites}
+        for c, (site, i) in enumerate(receivers):  # (receiver, batch, head, rows, d_head)
+            upstream[site][c, :, i] = run.site_grads[layer][site][:, i, rows]
+        outputs, grads = [seen[s] for s in sites], [upstream[s] for s in sites]
+        (gx,) = torch.autograd.grad(outputs, x, grads, is_grads_batched=True)
+    return list(gx)
 
 
 def _mlp_input_grad(patcher: Patcher, run: _Run, layer: int, rows: slice) -> Tensor:

@@ -3,8 +3,8 @@ code and shape, not at every load.
 
 ``probe`` (probe.py) runs one observed forward to find each attention module, its sizes, its
 projections and its norm. For a model that transformers built from a checkpoint, what it finds
-depends only on the code that runs (transformers' class for the config) and the model's shapes,
-never on the weights' values, so ``probed_layers`` keeps it as JSON, one small file per
+depends on the code that runs (transformers' class for the config) and the model's shapes, not
+on the weights' values (but see below), so ``probed_layers`` keeps it as JSON, one small file per
 
     key = SHA-256 of (FORMAT, transformers' and torch's versions, the model's class, its config
           without the folder's name, every module's name and class, every parameter's name,
@@ -15,10 +15,11 @@ platform's cache folder; a few kB per model, written atomically: a temporary fil
 place). Reading one back checks it against the model (every path exists and holds a module of the
 recorded class, every projection's rows fit its weight and make the heads' widths, every norm has
 a 1-D weight); an entry that fails any of these, or cannot be read, is probed again and
-rewritten. A cache that cannot be written costs only the probe at each load. Only classes of
-transformers itself are kept (a checkpoint's own code, ``trust_remote_code``, is probed each
-time: its source is not in the key), and ``attach`` (a model in memory, which its owner may have
-changed in ways no key sees) always probes.
+rewritten. A finding that only these weights' values decide (two heads matched to one slice,
+as zero or copied weights make them) is not kept; a cache that cannot be written costs only the
+probe at each load. Only classes of transformers itself are kept (a checkpoint's own code,
+``trust_remote_code``, is probed each time: its source is not in the key), and ``attach`` (a
+model in memory, which its owner may have changed in ways no key sees) always probes.
 """
 
 from __future__ import annotations
@@ -222,5 +223,18 @@ def probed_layers(
     layers = _read(path, model, family)
     if layers is None:
         layers = probe(model, family)
-        _write(path, layers)
+        if distinct(layers):
+            _write(path, layers)
     return layers
+
+
+def distinct(layers: list[HFAttentionLayer]) -> bool:
+    """Whether every head's W_Q, W_K and W_V rows were found apart from every other head's: what
+    the code and shapes decide. Weights that make two heads' queries equal (zeros, copies) let
+    the probe match both to one slice; such a finding holds for these values only and is never
+    kept."""
+    for layer in layers:
+        for found in (layer.query, layer.key, layer.value):
+            if isinstance(found, Projection) and len(set(found.rows)) != len(found.rows):
+                return False
+    return True
