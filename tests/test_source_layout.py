@@ -58,6 +58,12 @@ def test_no_two_modules_outside_cli_share_a_name() -> None:
     assert {name for name in repeated_names(paths) if name not in KNOWN_REPEATS} == set()
 
 
+def test_the_known_repeats_still_repeat() -> None:
+    """An exception is dropped once its repeat is gone, so the list cannot hide a new one."""
+    paths = [_relative(p) for p in SRC.rglob("*.py")]
+    assert set(repeated_names(paths)) >= KNOWN_REPEATS
+
+
 def test_the_name_check_sees_a_repeat() -> None:
     paths = ["heads/compare.py", "analysis/compare.py", "cli/roles.py", "heads/roles.py",
              "heads/__init__.py", "models/__init__.py"]  # fmt: skip
