@@ -35,7 +35,6 @@ from headlab.attention.functional import merge_heads
 from headlab.attention.interventions import SITES, record
 from headlab.attention.trace import AttentionTrace
 from headlab.limits import check_int, check_prompt
-from headlab.models.config import PoolingConfig
 from headlab.models.hf import variants
 from headlab.models.hf.block_logits import HFOutputRows, body_states
 from headlab.models.hf.hybrid import layer_note
@@ -48,7 +47,7 @@ from headlab.models.hf.probe import probe
 from headlab.models.hf.runnable import model_family
 from headlab.models.interface import HeadMask, TokenBatch, layer_masks
 from headlab.models.objectives import contrastive_objective, next_token_loss
-from headlab.models.pipeline import pool
+from headlab.models.pooling import PoolingConfig, pool
 from headlab.models.special import added_around, position_names, positions
 
 
