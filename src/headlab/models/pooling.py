@@ -71,7 +71,7 @@ def read_pooling_config(model_dir: Path, max_positions: int) -> PoolingConfig:
 
 
 def pool(states: Tensor, attention_mask: Tensor, config: PoolingConfig) -> Tensor:
-    """(batch, pos, embed) states and (batch, pos) bool mask -> (batch, embed) embeddings."""
+    """(batch, pos, d_model) states and (batch, pos) bool mask -> (batch, d_model) embeddings."""
     if config.mode == "cls":
         out = states[:, 0]
     elif config.mode == "max":
