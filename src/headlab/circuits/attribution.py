@@ -16,8 +16,10 @@ patching's effect of the same edge.
 EAP takes the gradient on the clean input: one forward and one backward of the model, plus, per
 layer, one backward through the short map from the stream to q, k, v (every receiver of the layer
 at once, stacked on the batch axis) and one through the MLP. EAP-IG averages the gradient over
-``steps`` inputs on the line from the corrupted to the clean input embeddings (alpha = k / steps,
-k = 1 .. steps; alpha = 1 is the clean input): ``steps`` times EAP's cost.
+``steps`` inputs on the line from the corrupted to the clean input embeddings, as Hanna et al.'s
+``get_scores_eap_ig`` does: alpha = k / steps, k = 0 .. steps - 1 (alpha = 0 is the corrupted
+input, the clean one is not among them): ``steps`` times EAP's cost. The progress counts the
+gradient runs and the layers' receivers (the scores' products after them are short).
 """
 
 from __future__ import annotations
@@ -145,11 +147,16 @@ def _mlp_input_grad(patcher: Patcher, run: _Run, layer: int) -> Tensor:
 
 
 def receiver_grads(
-    patcher: Patcher, alphas: Sequence[float], layers: set[int] | None = None
+    patcher: Patcher,
+    alphas: Sequence[float],
+    layers: set[int] | None = None,
+    progress: Progress | None = None,
 ) -> dict[tuple[str, str], Tensor]:
     """(receiver, input) -> dm/dx_v (batch, pos, embed_dim), averaged over the inputs
     corrupted + alpha (clean - corrupted) of the embeddings; only the receivers of ``layers``
-    (default: every layer; the logits always)."""
+    (default: every layer; the logits always). ``progress(done, total)`` after each input's
+    forward and backward and after each layer's receivers (total: the alphas times one plus
+    the layers)."""
     graph: Graph = patcher.graph
     clean0, corrupted0 = patcher.clean.resid[0], patcher.corrupted.resid[0]
     total: dict[tuple[str, str], Tensor] = {}
@@ -157,19 +164,28 @@ def receiver_grads(
     def add(key, grad):
         total[key] = total[key] + grad if key in total else grad.detach().clone()
 
+    chosen = [b for b in patcher.runner.blocks if layers is None or b.index in layers]
+    steps, done = len(alphas) * (1 + len(chosen)), 0
+
+    def step() -> None:
+        nonlocal done
+        done += 1
+        if progress is not None:
+            progress(done, steps)
+
     for alpha in alphas:
         hidden0 = clean0 if alpha == 1 else corrupted0 + alpha * (clean0 - corrupted0)
         run = _gradient_run(patcher, hidden0)
-        for block in patcher.runner.blocks:
+        step()
+        for block in chosen:
             layer = block.index
-            if layers is not None and layer not in layers:
-                continue
             for (site, i), grad in _attention_input_grads(patcher, run, layer).items():
                 receiver = f"{layer}.{i}" if site == "q" else graph.kv_receiver(
                     layer, i * graph.layers[layer].group_size)  # fmt: skip
                 add((receiver, site), grad)
             if block.mlp is not None:
                 add((f"mlp.{layer}", "in"), _mlp_input_grad(patcher, run, layer))
+            step()
         add((LOGITS, "in"), run.final_grad)
     return {k: v / len(alphas) for k, v in total.items()}
 
@@ -198,8 +214,11 @@ def edge_attribution(
     graph = patcher.graph
     names = list(edges) if edges is not None else [e.name for e in graph.edges]
     parsed = [graph.edge(n) for n in names]
-    alphas = [1.0] if method == "eap" else [k / steps for k in range(1, steps + 1)]
-    grads = receiver_grads(patcher, alphas, {graph.node(e.receiver).layer for e in parsed})
+    # EAP-IG as Hanna et al.'s get_scores_eap_ig: alpha = k / steps, k = 0 .. steps - 1 (the
+    # corrupted input included, the clean one not)
+    alphas = [1.0] if method == "eap" else [k / steps for k in range(steps)]
+    layers = {graph.node(e.receiver).layer for e in parsed}
+    grads = receiver_grads(patcher, alphas, layers, progress)
     senders = list(dict.fromkeys(e.sender for e in parsed))
     writes = patcher.writes(senders)
     row = {name: i for i, name in enumerate(senders)}
@@ -208,7 +227,6 @@ def edge_attribution(
     for i, edge in enumerate(parsed):
         by_layer.setdefault(graph.node(edge.receiver).layer, []).append(i)
     scores = torch.zeros(len(parsed), dtype=torch.float64)
-    done = 0
     for indices in by_layer.values():  # one product per layer: (sender, n) @ (n, receiver)
         keys = list(dict.fromkeys((parsed[i].receiver, parsed[i].input) for i in indices))
         column = {key: j for j, key in enumerate(keys)}
@@ -216,9 +234,6 @@ def edge_attribution(
         for i in indices:
             edge = parsed[i]
             scores[i] = float(block[row[edge.sender], column[(edge.receiver, edge.input)]])
-        done += len(indices)
-        if progress is not None:
-            progress(done, len(parsed))
     return EdgeScores(
         method=method,
         metric=metric.kind,
