@@ -144,5 +144,7 @@ def test_progress_advances_through_the_gradient_runs():
     edge_attribution(model, clean, corrupted, metric, method="eap-ig", steps=3,
                      progress=lambda done, total: calls.append((done, total)))  # fmt: skip
     layers = model.model.config.num_hidden_layers
-    total = 3 * (1 + layers)  # per step: the forward and backward, then each layer's receivers
+    # per step: the forward and backward, then each receiver layer and the logits (9 positions:
+    # one block of rows)
+    total = 3 * (1 + layers + 1)
     assert calls == [(i, total) for i in range(1, total + 1)]

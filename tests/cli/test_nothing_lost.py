@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from cli_run import run
-from headlab.experiments.config import make_config
+from headlab.experiments.run_sizing import make_config
 from headlab.results.jsonl_writer import ResultsWriter
 from headlab.results.locations import RESULTS_DIR
 

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from headlab.input_files import MAX_JSON_DEPTH
 from headlab.report.reading import SkippedResultsWarning
+from headlab.results.input_files import MAX_JSON_DEPTH
 from headlab.results.json_store import read_result
 from headlab.results.jsonl_store import read_results
 from headlab.results.jsonl_writer import ResultsWriter
@@ -83,7 +83,7 @@ def test_a_budget_file_without_its_baseline_is_named(long_dir, tmp_path):
 
 
 def _long_sections(folder: Path) -> dict:
-    from headlab.report.long_context import long_context_sections
+    from headlab.report.long_context_section import long_context_sections
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

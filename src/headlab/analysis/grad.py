@@ -8,18 +8,7 @@ import numpy as np
 
 from headlab.analysis.coupling import gradient_coupling, head_gradient_norms
 from headlab.analysis.scenarios import CompareSetup, build
-
-
-@dataclass(frozen=True)
-class CouplingSide:
-    """One head count: the (block, block) coupling matrix and the per-head gradient norms."""
-
-    num_heads: int
-    kind: str  # "" for plain heads, " (talking heads)" for the talking-heads side
-    coupling: list[list[float]]
-    off_diagonal_max: float
-    diagonal_mean: float
-    head_gradient_norms: dict[str, list[float]]
+from headlab.results.coupling_result import CouplingSide
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ import typer
 from headlab.cli.outputs import print_json
 from headlab.cli.parsing import flags
 from headlab.cli.tables import fitted_tables
-from headlab.defaults import INITS
+from headlab.results.defaults import INITS
 
 _D_MODEL = typer.Option(512, "--d-model", help="Model width E (d_model).")
 _HEADS = typer.Option(8, "--heads", help="Head count of the first side.")

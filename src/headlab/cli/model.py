@@ -328,9 +328,9 @@ def _long_context(
     from headlab.cli.roles import role_tables
     from headlab.heads.long_context import long_text_statistics
     from headlab.heads.repeats import context_copy_task
-    from headlab.input_files import open_text
     from headlab.limits import check_int
     from headlab.results.head_roles import WINDOW as DEFAULT_WINDOW
+    from headlab.results.input_files import open_text
 
     out = model_results("long-context") if out is None else out
     claim_analysis("long-context", out, force, figure)

@@ -205,8 +205,9 @@ def kv_budget_command(
     ranking. Then masks the top retrieval heads against as many random heads.
     """
     from headlab.heads.kv_budget import MIN_SEEDS, check_budgets, groups_for_saving, kv_budget
-    from headlab.input_files import open_text
+    from headlab.heads.retrieval_check import check_retrieval_k_declared
     from headlab.limits import check_int, check_seed
+    from headlab.results.input_files import open_text
 
     if budgets is None and kv_saved is None:
         budgets = DEFAULT_BUDGETS
@@ -230,6 +231,8 @@ def kv_budget_command(
                 groups_for_saving(target, 1, max_tokens, sinks + window)
     if retrieval_k is not None:
         check_int("--retrieval-k", retrieval_k)
+        with _flags():  # the config's head count, before the weights load
+            check_retrieval_k_declared(model, retrieval_k)
     claim_analysis("kv-budget", out, force, figure)
     # Checked before the model loads; read after it, only as far as the cut needs.
     evaluation = None if text_file is None else open_text(text_file, "--text-file")

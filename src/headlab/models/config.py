@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from headlab.input_files import check_model_folder
 from headlab.models.fields import FileFields, Unsupported, read_json
+from headlab.results.input_files import check_model_folder
 
 REQUIRED_FILES = ("config.json", "model.safetensors", "tokenizer.json")
 ACTIVATIONS = ("gelu", "gelu_new", "relu")

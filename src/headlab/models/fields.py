@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from headlab.input_files import read_json as bounded_json
 from headlab.limits import MAX_SIZE, check_finite, check_int
+from headlab.results.input_files import read_json as bounded_json
 
 _MISSING = object()
 
@@ -29,7 +29,7 @@ class Unsupported(ValueError):
 
 def read_json(path: Path, expected: type = dict) -> dict | list:
     """The JSON document at ``path``, which must be a ``expected`` (dict or list), read by the
-    one bounded reader (``headlab.input_files.read_json``)."""
+    one bounded reader (``headlab.results.input_files.read_json``)."""
     return bounded_json(path, "", expected=expected)
 
 

@@ -15,13 +15,13 @@ from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from headlab.input_files import check_model_folder, read_json
 from headlab.models.bpe import check_token_ids, tokenizer_from_file
 from headlab.models.decoder import Decoder
 from headlab.models.llama import LlamaDecoder
 from headlab.models.llama_config import LlamaConfig, read_hf_config
 from headlab.models.llama_weights import HF, decoder_state, expected_tensors, load_state
 from headlab.models.weight_files import SafetensorsFiles, check_tensors
+from headlab.results.input_files import check_model_folder, read_json
 
 
 def _sizes(config: LlamaConfig, names: Mapping[str, str]) -> str:

@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 
 from headlab.report import figures
-from headlab.report.circuits import circuits_sections
-from headlab.report.long_context import long_context_sections
+from headlab.report.circuits_section import circuits_sections
+from headlab.report.long_context_section import long_context_sections
 from headlab.report.overview import overview
 from headlab.report.reading import PRODUCERS, Skipped, read_section, skipping
 from headlab.report.why import why_sections
@@ -97,7 +97,7 @@ GROUPS = {
     "sweeps": ("results", ("sweep",)),
     "why": ("why", ("expressivity", "specialisation", "redundancy", "redundancy_decoder")),
     "long": ("long", ("roles", "kv_budget")),
-    "circuits": ("circuits", ("circuits",)),
+    "circuits": ("circuits", ("circuits", "formation")),
 }
 
 

@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from headlab.interrupts import temporary
+from headlab.results.interrupts import temporary
 from headlab.results.output_policy import Kind, check_output
 
 
@@ -46,7 +46,7 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     mode = _mode_for(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    with temporary(tmp):  # an interrupt that cannot wait removes it (headlab.interrupts)
+    with temporary(tmp):  # an interrupt that cannot wait removes it (headlab.results.interrupts)
         try:
             with os.fdopen(fd, "wb") as handle:
                 handle.write(data)

@@ -34,7 +34,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 
-from headlab.input_files import file_type, read_json
+from headlab.results.input_files import file_type, read_json
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

@@ -261,7 +261,8 @@ class StreamingSums:
         keys = weights.shape[-1]
         padded = -(-keys // size) * size
         w = torch.nn.functional.pad(weights * counted[..., None], (0, padded - keys))
-        per_key_block = w.view(*w.shape[:-1], padded // size, size).sum(-1)  # (b, h, c, kb)
+        # (batch, head, c, k_blocks)
+        per_key_block = w.view(*w.shape[:-1], padded // size, size).sum(-1)
         return per_key_block.sum(0).to(torch.float64)
 
     def add_outputs(self, head_out: Tensor, rows_per_chunk: int) -> None:

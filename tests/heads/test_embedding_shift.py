@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from headlab.heads.compare import mean_cosine, nearest_neighbours, nn_agreement
+from headlab.heads.embedding_shift import mean_cosine, nearest_neighbours, nn_agreement
 
 
 def test_hand_case():

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from headlab.report import figures
 from headlab.report.circuit_figures import circuit_graph_figure, faithfulness_figure
+from headlab.report.formation_section import formation_section
 from headlab.report.reading import Skipped, skipping
 from headlab.results.circuit_run import CircuitRun
 from headlab.results.json_store import read_result
@@ -22,15 +23,15 @@ def _image(png: bytes) -> str:
 
 
 def circuits_sections(directory: Path, pngs: dict[str, bytes]) -> dict:
-    """{"circuits": part}: the part's title, performance line, top edges, figures and
-    command; or {missing: command, file} (and skipped: why, for a file that breaks its
-    schema)."""
+    """{"circuits": part, "formation": part}: the circuits part's title, performance line, top
+    edges, figures and command; or {missing: command, file} (and skipped: why, for a file that
+    breaks its schema); the formation part (``report/formation_section.py``)."""
     path = Path(directory) / FILE
     part = skipping(path, lambda: _part(path, pngs))
     if part is None or isinstance(part, Skipped):
         missing = part.part(COMMAND) if part else {"missing": COMMAND, "file": str(path)}
         part = {"title": "Circuits", **missing}
-    return {"circuits": part}
+    return {"circuits": part, "formation": formation_section(Path(directory), pngs)}
 
 
 def _part(path: Path, pngs: dict[str, bytes]) -> dict | None:

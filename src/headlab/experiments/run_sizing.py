@@ -6,7 +6,7 @@ The configuration itself, ``RunConfig``, is plain data in ``headlab.results.run_
 from __future__ import annotations
 
 from headlab.attention.sizes import resolve_head_sizes
-from headlab.experiments.tasks import get_task
+from headlab.experiments.sweep_tasks import get_task
 from headlab.results.run_config import ATTENTION_KINDS, RunConfig
 
 # What a run's first training step adds beyond its tensors (autograd, optimiser and allocator
@@ -19,8 +19,8 @@ BUSY_FACTOR = 1.15
 
 
 def run_parameters(config: RunConfig) -> int:
-    """The parameter count of ``config``'s TinyTransformer (experiments/model.py), without
-    building it."""
+    """The parameter count of ``config``'s TinyTransformer (experiments/tiny_transformer.py),
+    without building it."""
     spec = get_task(config.task)[0]
     d, r = config.d_model, config.mlp_ratio
     q, kv = config.num_heads * config.head_dim, config.num_kv_heads * config.head_dim

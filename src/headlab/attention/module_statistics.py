@@ -1,7 +1,7 @@
 """Per-head attention statistics of one module call without the (q_pos, k_pos) matrix.
 
 ``attention_statistics(mha, x)`` is ``mha(x, x, x)`` that also returns, per head, the sums over
-the counted queries of the statistics of ``headlab.attention.statistics``: the module runs its
+the counted queries of the statistics of ``headlab.attention.streaming_sums``: the module runs its
 usual forward with a statistics request attached (``statistics.observing``), so its kernel takes
 queries in chunks, reduces each chunk of weights and drops it, through every intervention the
 module has. Peak memory: the inputs, q/k/v and one chunk of weights, so it grows linearly with
@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from headlab.attention.module import MultiHeadAttention
-from headlab.attention.statistics import (
+from headlab.attention.streaming_sums import (
     CHUNK_ELEMENTS,
     PER_QUERY,
     HeadSums,

@@ -80,6 +80,8 @@ class CompositionScores:
     not_folded: str
     rotary: str
     missing: dict[str, str] = field(default_factory=dict)
+    #: the relative offsets of rotary-aware scores (``rotary`` says how); empty: without rotary
+    rotary_offsets: list[int] = field(default_factory=list)
 
     # ------------------------------------------------------------------ names
     def head_names(self) -> list[str]:
@@ -130,6 +132,7 @@ class CompositionScores:
             "not_folded": self.not_folded,
             "rotary": self.rotary,
             "missing": dict(self.missing),
+            "rotary_offsets": list(self.rotary_offsets),
         }
 
     @classmethod
@@ -157,6 +160,8 @@ class CompositionScores:
             not_folded=fields.str("not_folded"),
             rotary=fields.str("rotary"),
             missing={key: missing.str(key) for key in missing.data},
+            rotary_offsets=[int(v) for v in fields.numbers("rotary_offsets")]
+            if "rotary_offsets" in data else [],
         )
 
 

@@ -13,7 +13,7 @@ from torch import Tensor, nn
 from headlab.attention.functional import entropy
 from headlab.attention.module import MultiHeadAttention
 from headlab.attention.talking_heads import TalkingHeadsAttention
-from headlab.experiments.tasks import TaskSpec, get_task
+from headlab.experiments.sweep_tasks import TaskSpec, get_task
 from headlab.results.run_config import RunConfig
 
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from headlab.experiments.tasks import TASKS, generate, get_task
+from headlab.experiments.sweep_tasks import TASKS, generate, get_task
 
 
 @pytest.mark.parametrize("name", sorted(TASKS))

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from headlab import MultiHeadAttention
 from headlab.attention.functional import entropy
-from headlab.attention.streaming import PER_QUERY, attention_statistics
+from headlab.attention.module_statistics import PER_QUERY, attention_statistics
 
 E, H, D = 35, 5, 7  # distinct sizes; head_dim 7 is free (H * D = E)
 B, T = 3, 23
@@ -181,7 +181,7 @@ def test_observing_keeps_weights_scores_and_unbatched_calls(grad):
     scores and weights and unbatched calls are those of the unobserved module, and the sums of
     each call equal those of its own weights (a bug dropped the weights: None, and unbatched
     calls crashed)."""
-    from headlab.attention.statistics import StatisticsRequest, observing
+    from headlab.attention.streaming_sums import StatisticsRequest, observing
 
     torch.manual_seed(7)
     mha = MultiHeadAttention(E, H, batch_first=True, num_kv_heads=1).eval()

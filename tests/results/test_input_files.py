@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from headlab.input_files import (
+from headlab.results.input_files import (
     MAX_JSON_DEPTH,
     NotRegularFile,
     check_model_folder,
@@ -180,7 +180,7 @@ def test_a_model_folder_is_checked_before_transformers_reads_it(tmp_path, name, 
 def test_a_text_in_memory_is_cut_as_a_file_is(words, wanted, first_chars):
     """``prefix_until`` (what ``cut_text`` tokenises): a whole-word prefix that is enough, or
     the whole text; never more than twice the characters the test needed."""
-    from headlab.input_files import prefix_until
+    from headlab.results.input_files import prefix_until
 
     whole = " ".join(words)
     calls: list[int] = []

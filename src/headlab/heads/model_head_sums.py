@@ -1,7 +1,7 @@
 """Run a model once and collect every head's statistics on the way, without the weights.
 
 Each attention layer of the model gets a statistics request for one forward
-(``headlab.attention.statistics.observing``): the kernel then computes that layer's attention
+(``headlab.attention.streaming_sums.observing``): the kernel then computes that layer's attention
 query chunk by chunk, reduces each chunk to per-head sums and hands them back, through every
 intervention the layer has (an ablated head is measured ablated). Works for any model behind
 ``HeadModel``: the model computes its own masks (padding, causal) and passes them to its
@@ -16,7 +16,7 @@ from contextlib import ExitStack
 import torch
 from torch import Tensor
 
-from headlab.attention.statistics import CHUNK_ELEMENTS, HeadSums, StatisticsRequest, observing
+from headlab.attention.streaming_sums import CHUNK_ELEMENTS, HeadSums, StatisticsRequest, observing
 from headlab.models.interface import HeadMask, HeadModel, TokenBatch
 from headlab.models.output_rows import OutputRows, output_rows
 
@@ -37,7 +37,7 @@ def model_head_sums(
 
     Real tokens (``batch.attention_mask``) are the counted queries; the model's special
     positions are summed as statistics of their own. on_layer(i) is called after layer i.
-    window, copy_sources, block: the role scores of ``headlab.attention.statistics`` (window
+    window, copy_sources, block: the role scores of ``headlab.attention.streaming_sums`` (window
     errors, copy positions (batch, pos), the blocked map). Raises ValueError when a layer was
     not called exactly once. logits_by_rows: a next-token model's output is ``OutputRows``
     (its logits computed later a block of positions at a time, never whole) instead of the
