@@ -31,7 +31,7 @@ blocker = typer.Typer()
 
 @blocker.command()
 def block(how: str, fifo: str, temp: str):
-    with temporary(temp):  # as headlab.results.files.atomic_write_bytes does
+    with temporary(temp):  # as headlab.results.atomic_files.atomic_write_bytes does
         try:
             open(temp, "wb").write(b"half")
             print("ready", flush=True)

@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from headlab.results.files import write_output
+from headlab.results.atomic_files import write_output
 from headlab.results.input_files import read_json as bounded_json
 from headlab.results.locations import RESULTS_DIR
 from headlab.results.output_policy import Kind
