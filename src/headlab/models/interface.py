@@ -204,3 +204,12 @@ def layer_masks(head_mask: HeadMask, num_layers: int) -> list[Tensor | None]:
             f"head_mask must have one entry per layer ({num_layers}), got {len(head_mask)}"
         )
     return list(head_mask)
+
+
+def check_layers(layers: Iterable[int], num_layers: int) -> list[int]:
+    """``layers`` as a list, ValueError naming the first index out of range."""
+    chosen = list(layers)
+    for i in chosen:
+        if not 0 <= i < num_layers:
+            raise ValueError(f"layer must be in [0, {num_layers}), got {i}")
+    return chosen

@@ -4,7 +4,7 @@ writes ``to_dict``). Plain NumPy, no torch."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
@@ -67,3 +67,23 @@ class CouplingSide:
     off_diagonal_max: float
     diagonal_mean: float
     head_gradient_norms: dict[str, list[float]]
+
+
+@dataclass(frozen=True)
+class CouplingComparison:
+    """Both sides of a set-up, measured over ``blocks`` = max(heads, vs_heads) blocks."""
+
+    setup: dict  # the ``CompareSetup`` measured, as its ``to_dict`` gives it
+    blocks: int
+    sides: list[CouplingSide]
+    talking_heads: float = 0.0
+
+    def to_dict(self) -> dict:
+        """The JSON document: {setup, blocks, talking_heads, sides: [{num_heads, kind, coupling,
+        off_diagonal_max, diagonal_mean, head_gradient_norms}]}."""
+        return {
+            "setup": dict(self.setup),
+            "blocks": self.blocks,
+            "talking_heads": self.talking_heads,
+            "sides": [asdict(side) for side in self.sides],
+        }

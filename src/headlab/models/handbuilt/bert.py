@@ -1,6 +1,6 @@
 """BERT's encoder in plain torch, read from a transformers ``BertModel`` state_dict.
 
-    x = LayerNorm(word[ids] + position[0..pos) + token_type[types])        (batch, pos, embed)
+    x = LayerNorm(word[ids] + position[0..pos) + token_type[types])      (batch, pos, d_model)
     for each layer (post-norm):
         x = LayerNorm(x + W_O attention(x W_Q + b_Q, x W_K + b_K, x W_V + b_V) + b_O)
         x = LayerNorm(x + W_2 act(W_1 x + b_1) + b_2)
@@ -33,7 +33,7 @@ ACTIVATIONS = {
 
 @dataclass(frozen=True)
 class BertOutput:
-    """hidden_states: (batch, pos, embed), the last layer's output; attentions: one
+    """hidden_states: (batch, pos, d_model), the last layer's output; attentions: one
     (batch, head, q_pos, k_pos) tensor of attention weights per layer."""
 
     hidden_states: Tensor
@@ -93,9 +93,9 @@ def bert_forward(
         + s["embeddings.position_embeddings.weight"][:pos]
         + s["embeddings.token_type_embeddings.weight"][token_type_ids]
     )
-    x = _layer_norm(s, "embeddings.LayerNorm", x, eps)  # (batch, pos, embed)
+    x = _layer_norm(s, "embeddings.LayerNorm", x, eps)  # (batch, pos, d_model)
 
-    def split(t: Tensor) -> Tensor:  # (batch, pos, embed) -> (batch, head, pos, d_head)
+    def split(t: Tensor) -> Tensor:  # (batch, pos, d_model) -> (batch, head, pos, d_head)
         return t.view(batch, pos, heads, -1).transpose(1, 2)
 
     attentions = []
@@ -103,7 +103,7 @@ def bert_forward(
         p = f"encoder.layer.{i}."
         q, k, v = (split(_linear(s, f"{p}attention.self.{n}", x)) for n in QKV)
         out, weights = attention(q, k, v, allowed)  # (batch, head, q_pos, d_head)
-        out = out.transpose(1, 2).reshape(batch, pos, -1)  # (batch, q_pos, embed): heads in a row
+        out = out.transpose(1, 2).reshape(batch, pos, -1)  # (batch, q_pos, d_model): heads in a row
         x = _layer_norm(s, f"{p}attention.output.LayerNorm",
                         x + _linear(s, f"{p}attention.output.dense", out), eps)  # fmt: skip
         hidden = act(_linear(s, f"{p}intermediate.dense", x))  # (batch, pos, intermediate)

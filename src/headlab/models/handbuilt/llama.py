@@ -1,7 +1,7 @@
 """A Llama-family decoder in plain torch, read from a transformers ``LlamaForCausalLM``
 state_dict (Llama, SmolLM2; Qwen2's q/k/v biases too).
 
-    x = embed[ids]                                                       (batch, pos, embed)
+    x = embed[ids]                                                     (batch, pos, d_model)
     for each layer (pre-norm):
         h = RMSNorm(x)
         q, k = rotate(h W_Q), rotate(h W_K); v = h W_V       each K/V head serves a group of
@@ -90,7 +90,7 @@ def llama_forward(
     def split(t: Tensor, n: int) -> Tensor:  # (batch, pos, n * d_head) -> (batch, n, pos, d_head)
         return t.view(batch, pos, n, -1).transpose(1, 2)
 
-    x = state["model.embed_tokens.weight"][input_ids]  # (batch, pos, embed)
+    x = state["model.embed_tokens.weight"][input_ids]  # (batch, pos, d_model)
     attentions = []
     for i in range(config.num_hidden_layers):
         p = f"model.layers.{i}."

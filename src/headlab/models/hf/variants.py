@@ -18,7 +18,7 @@ from torch import Tensor
 from headlab.models.hf import edits
 from headlab.models.hf.layer import keep_all, rebuilt
 from headlab.models.hf.tree import replaced, view_of
-from headlab.models.native import check_layers
+from headlab.models.interface import check_layers
 
 if TYPE_CHECKING:
     from headlab.models.hf.adapter import TransformersModel
