@@ -27,16 +27,18 @@ class RoleOptions:
     window: int = WINDOW
     min_match: int = MIN_MATCH
 
-    def check(self) -> RoleOptions:
-        """ValueError naming the option out of range (the model's limit is checked per pass)."""
+    def check(self, *, name: str = "max_tokens", fits: bool = True) -> RoleOptions:
+        """ValueError naming the option out of range (the model's limit is checked per pass):
+        the one check of a window of ``sinks`` + ``window`` keys on texts of ``max_tokens``
+        (called ``name`` by its caller), which must be longer than the window when ``fits``."""
         if self.max_tokens is not None:
-            check_int("max_tokens", self.max_tokens, low=2)
+            check_int(name, self.max_tokens, low=2)
         check_int("sinks", self.sinks, low=0)
         check_int("window", self.window)
         check_int("min_match", self.min_match)
-        if self.max_tokens is not None and self.max_tokens <= self.sinks + self.window:
+        if fits and self.max_tokens is not None and self.max_tokens <= self.sinks + self.window:
             raise ValueError(
-                f"max_tokens={self.max_tokens} is not longer than sinks {self.sinks} + window "
+                f"{name}={self.max_tokens} is not longer than sinks {self.sinks} + window "
                 f"{self.window}: every key would be in the window"
             )
         return self
