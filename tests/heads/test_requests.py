@@ -14,6 +14,7 @@ from headlab.experiments.specialisation import SpecialisationConfig
 from headlab.heads.kv_budget import MAX_SEEDS, MIN_SEEDS, KVBudgetRequest
 from headlab.heads.requests import MAX_NEW_TOKENS, MAX_TEXTS, CorpusRequest, GenerationRequest
 from headlab.limits import check_sizes
+from headlab.results.corpus_roles_result import RoleOptions
 
 
 @given(st.integers(min_value=-3, max_value=MAX_TEXTS + 3))
@@ -35,6 +36,21 @@ def test_the_length_is_the_default_or_the_asked_within_the_positions(positions, 
         message = f"max_length must be between 2 and {positions}, got {asked}"
         with pytest.raises(ValueError, match=message):
             request.length_for(positions)
+
+
+@given(st.integers(min_value=2, max_value=5000), st.none() | st.integers(2, 6000))
+def test_the_long_texts_length_is_the_asked_or_the_whole_context(positions, asked):
+    """One bound (the model's positions) for ``model heads --max-tokens`` and ``kv-budget``."""
+    options = RoleOptions(asked, sinks=0, window=1)
+    request = KVBudgetRequest(n_tokens=asked, sinks=0, window=1)
+    if asked is not None and asked > positions:
+        for name, call in (("max_tokens", lambda: options.tokens_for(positions)),
+                           ("n_tokens", lambda: request.length_for(positions))):  # fmt: skip
+            with pytest.raises(ValueError, match=f"{name} must be between 2 and {positions}"):
+                call()
+    else:
+        expected = positions if asked is None else asked
+        assert options.tokens_for(positions) == request.length_for(positions) == expected
 
 
 @pytest.mark.parametrize(

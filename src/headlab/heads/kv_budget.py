@@ -184,6 +184,12 @@ class KVBudgetRequest:
             for target in self.kv_saved:
                 groups_for_saving(target, 1, self.n_tokens, self.sinks + self.window)
 
+    def length_for(self, max_positions: int) -> int:
+        """The texts' length on a model of ``max_positions`` positions: ``n_tokens``, or all
+        of them; ValueError naming ``n_tokens`` when it asks for more."""
+        options = RoleOptions(self.n_tokens, self.sinks, self.window)
+        return options.tokens_for(max_positions, name="n_tokens")
+
 
 def ranked_groups(roles: HeadRoles) -> list[list[float]]:
     """[layer, group, window error] of every K/V group, lowest error first."""
@@ -239,14 +245,13 @@ def kv_budget(
     runs, for budgets outside (0, 1], a saving out of reach, fewer than 3 or more than 100
     seeds, a window or sink count out of range, a retrieval_k out of range, a text not longer
     than the window, or an evaluation text without copy positions."""
-    KVBudgetRequest(budgets, kv_saved, n_tokens, sinks, window, seeds, seed, retrieval_k)
+    request = KVBudgetRequest(budgets, kv_saved, n_tokens, sinks, window, seeds, seed, retrieval_k)
     if retrieval_k is not None:
         check_retrieval_k(model, retrieval_k)
     if model.objective_kind != "next-token":
         raise ValueError(f"{model.name} predicts no tokens: a KV budget needs a language model")
     asked = n_tokens is not None
-    n_tokens = model.max_positions if n_tokens is None else n_tokens
-    check_int("n_tokens", n_tokens, low=2, high=model.max_positions)
+    n_tokens = request.length_for(model.max_positions)
     if n_tokens <= sinks + window:
         length = f"n_tokens={n_tokens}" if asked else f"{model.name}'s context of {n_tokens} tokens"
         raise ValueError(

@@ -30,7 +30,7 @@ from torch import Tensor
 
 from headlab.attention.functional import entropy
 from headlab.heads.quality import measures, reference
-from headlab.limits import check_int, check_sizes
+from headlab.limits import check_sizes
 from headlab.models.interface import AttentionLayer, HeadModel
 from headlab.results.redundancy_result import CurvePoint, LayerSpectrum, RedundancyResult
 
@@ -126,10 +126,10 @@ def measure_redundancy(
 ) -> RedundancyResult:
     """Spectra of every layer, then the model with every layer's key/query cut to each rank.
     ValueError naming ``ranks`` for a rank outside [1, embed_dim], before any work."""
-    ranks = default_ranks(model) if ranks is None else check_ranks(ranks)
+    ranks = default_ranks(model) if ranks is None else ranks
     modules = model.attention_layers()
-    for k in ranks:  # shared_projections checks too, but only after the spectra and reference
-        check_int("ranks", k, high=min(m.embed_dim for m in modules))
+    # shared_projections checks too, but only after the spectra and reference
+    ranks = check_sizes("ranks", ranks, high=min(m.embed_dim for m in modules))
     total, done = len(modules) + len(ranks) + 1, 0
 
     def tick() -> None:

@@ -43,6 +43,12 @@ class RoleOptions:
             )
         return self
 
+    def tokens_for(self, max_positions: int, *, name: str = "max_tokens") -> int:
+        """Tokens of each text on a model of ``max_positions`` positions: ``max_tokens``, or
+        all of them; ValueError naming ``name`` when it asks for more."""
+        limit = max_positions if self.max_tokens is None else self.max_tokens
+        return check_int(name, limit, low=2, high=max_positions)
+
     def to_dict(self) -> dict:
         return asdict(self)
 
@@ -84,6 +90,12 @@ class DocumentSums:
     @property
     def statistic_names(self) -> tuple[str, ...]:
         return tuple(name for name in self.sums if name not in ROLE_SUMS)
+
+    def tokens_for(self, max_positions: int, *, name: str = "max_tokens") -> int:
+        """Tokens of each text on a model of ``max_positions`` positions: ``max_tokens``, or
+        all of them; ValueError naming ``name`` when it asks for more."""
+        limit = max_positions if self.max_tokens is None else self.max_tokens
+        return check_int(name, limit, low=2, high=max_positions)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -140,6 +152,12 @@ class CorpusCounts:
     window_tokens: int
     copy_positions: int
     correct_predictions: int
+
+    def tokens_for(self, max_positions: int, *, name: str = "max_tokens") -> int:
+        """Tokens of each text on a model of ``max_positions`` positions: ``max_tokens``, or
+        all of them; ValueError naming ``name`` when it asks for more."""
+        limit = max_positions if self.max_tokens is None else self.max_tokens
+        return check_int(name, limit, low=2, high=max_positions)
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -106,15 +106,14 @@ def heads(
     if window is not None:
         raise ValueError("--window is for one long text: pass --text-file or --max-tokens")
     from headlab.heads import head_statistics
-    from headlab.heads.detectors import check_length, default_length
-    from headlab.limits import check_int
+    from headlab.heads.detectors import check_asked_length, check_length, default_length
 
     request = corpus_request(corpus, n_texts, max_length)
     out = model_results("heads") if out is None else out
     claim_analysis("heads", out, force, figure)
     with flags("detector_length"):
-        if detector_length is not None:  # 0: no detectors; the model's bound once it is loaded
-            check_int("detector_length", detector_length, low=0)
+        if detector_length is not None:  # the model's bound once it is loaded
+            check_asked_length(detector_length)
         loaded, texts, max_length = load_with_texts(source, request, quiet=as_json)
         if detector_length is None:
             detector_length = default_length(loaded)
@@ -171,24 +170,23 @@ def _long_context(
     from headlab.heads.long_context import long_text_statistics
     from headlab.heads.repeats import context_copy_task
     from headlab.input_files import open_text
-    from headlab.limits import check_int
     from headlab.results.corpus_roles_result import RoleOptions
     from headlab.results.head_roles import WINDOW as DEFAULT_WINDOW
 
     sinks, size = window
+    options = RoleOptions(max_tokens, sinks, size or DEFAULT_WINDOW)
     with flags(**LONG_FLAGS):  # the window given must fit in the text; the default may not
-        RoleOptions(max_tokens, sinks, size or DEFAULT_WINDOW).check(fits=size is not None)
+        options.check(fits=size is not None)
     out = model_results("long-context") if out is None else out
     claim_analysis("long-context", out, force, figure)
     text_source = None if text_file is None else open_text(text_file, "--text-file")  # checked
     loaded = open_model(source, quiet=as_json)
-    if max_tokens is not None:
-        with flags(**LONG_FLAGS):
-            check_int("max_tokens", max_tokens, low=2, high=loaded.max_positions)
+    with flags(**LONG_FLAGS):
+        limit = options.tokens_for(loaded.max_positions)
     _check_metric(metric, loaded)
     read = None  # only the start of the file that the cut needs is read and tokenised
     if text_source is not None:
-        read = text_source.read_tokens(loaded.count_tokens, max_tokens or loaded.max_positions)
+        read = text_source.read_tokens(loaded.count_tokens, limit)
     text = None if read is None else read.text
     if text is None:  # the built-in long-range copy task, at the length asked
         with flags(**LONG_FLAGS):

@@ -138,12 +138,8 @@ def kv_budget_command(
         None if calibration_file is None else open_text(calibration_file, "--calibration-file")
     )
     loaded = open_model(source, quiet=as_json)
-    if max_tokens is not None:
-        from headlab.limits import check_int
-
-        with flags(**FLAGS):
-            check_int("n_tokens", max_tokens, low=2, high=loaded.max_positions)
-    limit = max_tokens or loaded.max_positions
+    with flags(**FLAGS):  # before a text is read: only as far as this length
+        limit = request.length_for(loaded.max_positions)
     if evaluation is not None:
         evaluation = evaluation.read_tokens(loaded.count_tokens, limit).text
     if calibration is not None:
