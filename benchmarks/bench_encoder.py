@@ -7,10 +7,10 @@ Both encoders embed the same texts with the same batch size and max_seq_length (
 process, alternating repeat by repeat (``side_by_side.interleaved``) so that machine load hits
 both alike; we report the median of the repeats, and ratio = sentence-transformers' median /
 headlab's under the same load. ``--load busy`` times them while one other CPU-bound process
-runs, ``--load both`` quiet and then busy (``machine_load``). headlab runs the fused attention
-path (need_weights=False), as transformers' SDPA path does. Then one timed run of the importance
-pass (forward + backward to the head mask) over the default corpus, as the machine is. Prints a
-Markdown table.
+runs, ``--load both`` quiet and then busy (``machine_load``). headlab runs MiniLM on its
+production route (transformers' BertModel on headlab's attention, fused path). Then one timed
+run of the importance pass (forward + backward to the head mask) over the default corpus, as the
+machine is. Prints a Markdown table.
 """
 
 from __future__ import annotations
@@ -26,11 +26,20 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch
 
 from headlab.heads import head_importance
-from headlab.models import default_corpus, default_model_dir, load_encoder
+from headlab.models import default_corpus, default_model_dir, load
 from machine_load import add_load_argument, competing, load_average, loads
 from side_by_side import interleaved, load_table
 
 BASELINE = "sentence-transformers"
+
+
+def embed(model, texts: list[str], batch_size: int) -> torch.Tensor:
+    """(n_texts, d_model) sentence embeddings, ``batch_size`` texts a forward."""
+    with torch.no_grad():
+        return torch.cat([
+            model.run(model.tokenize(texts[i : i + batch_size]))
+            for i in range(0, len(texts), batch_size)
+        ])  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -49,12 +58,12 @@ def main(argv: list[str] | None = None) -> None:
     from sentence_transformers import SentenceTransformer
 
     texts = default_corpus(args.n_texts)
-    ours = load_encoder()
+    ours = load("minilm")
     theirs = SentenceTransformer(str(default_model_dir()), device="cpu")
     assert ours.pooling.max_seq_length == theirs.max_seq_length
     runs = {
         BASELINE: lambda: theirs.encode(texts, batch_size=args.batch_size, convert_to_tensor=True),
-        "headlab": lambda: ours.embed(texts, args.batch_size),
+        "headlab": lambda: embed(ours, texts, args.batch_size),
     }
     medians, seen = {}, []
     for load_ in loads(args.load):

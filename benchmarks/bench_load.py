@@ -1,14 +1,18 @@
 """How long ``headlab.models.load`` takes for the packaged models, an earlier commit against this
 tree, side by side in one run, each load in a fresh process.
 
-    PYTHONPATH=src python benchmarks/bench_load.py bdecae3 --rounds 5
+    PYTHONPATH=src python benchmarks/bench_load.py bdecae3       # about 2 min on a quiet machine
 
 Each child process first imports what any load needs (torch, transformers and the model classes
 of both families, headlab's loaders), then times ``load(name)`` alone: the number the issue asks
-for is the load "beyond the imports". The earlier commit is checked out in a temporary git
-worktree (removed at the end) and run with its own ``src`` on PYTHONPATH. Rounds alternate the
-order of the sides. Both sides share the machine's page cache: the first round warms the files
-of both, so its samples are dropped when there is more than one round.
+for is the load "beyond the imports". What counts as an import is the same on both sides: the
+modules every load imports before it reads a file (``import torch, transformers``,
+``transformers.models.bert.modeling_bert`` and ``...llama.modeling_llama``, which import
+``transformers.modeling_utils``, and ``headlab.models``); their time is printed beside
+("imports"), so imports plus load is what a fresh process pays. The earlier commit is checked
+out in a temporary git worktree (removed at the end) and run with its own ``src`` on PYTHONPATH.
+Rounds alternate the order of the sides. Both sides share the machine's page cache: the first
+round warms the files of both, so its samples are dropped when there is more than one round.
 
 This tree's ``load("smollm2")`` reads the safetensors cache (``models/gguf_cache.py``); before the
 measurement it is converted once (into ``$HEADLAB_CACHE``, else the user's cache) by a child of
@@ -33,7 +37,9 @@ ROOT = HERE.parent
 MODELS = ("smollm2", "minilm")
 
 CHILD = """
-import json, sys, time, warnings
+import time
+begun = time.perf_counter()
+import json, sys, warnings
 import torch, transformers
 from transformers import AutoModel, AutoModelForCausalLM
 from transformers.models.bert import modeling_bert
@@ -45,7 +51,7 @@ warnings.simplefilter("ignore")
 start = time.perf_counter()
 model = load(sys.argv[1])
 seconds = time.perf_counter() - start
-print(json.dumps({"seconds": seconds, "class": type(model).__name__}))
+print(json.dumps({"seconds": seconds, "imports": start - begun, "class": type(model).__name__}))
 """
 
 
@@ -61,7 +67,7 @@ def _child(src: Path, name: str, threads: int) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("rev", help="the earlier commit")
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
     args = parser.parse_args(argv)
@@ -81,30 +87,34 @@ def main(argv: list[str] | None = None) -> int:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(old)],
                            check=False)  # fmt: skip
     names = list(sides)
-    print(f"\n| model | {names[0]} (s) | {names[1]} (s) | classes |")
-    print("| --- | --- | --- | --- |")
+    print(f"\n| model | load {names[0]} (s) | load {names[1]} (s) | imports {names[0]} / "
+          f"{names[1]} (s) | classes |")  # fmt: skip
+    print("| --- | --- | --- | --- | --- |")
     for model in args.models:
         a, b = (statistics.median(samples[(n, model)][0]) for n in names)
+        i, j = (statistics.median(samples[(n, model)][2]) for n in names)
         classes = " / ".join(samples[(n, model)][1] for n in names)
-        print(f"| {model} | {a:.2f} | {b:.2f} | {classes} |")
+        print(f"| {model} | {a:.2f} | {b:.2f} | {i:.2f} / {j:.2f} | {classes} |")
     print(f"\nmedian of {max(args.rounds - 1, 1)} rounds; load average at the end: "
           f"{os.getloadavg()}")  # fmt: skip
     return 0
 
 
-def _measure(sides: dict[str, Path], args) -> dict[tuple[str, str], tuple[list[float], str]]:
-    """(side, model) -> (seconds of each kept round, the loaded class)."""
-    samples: dict[tuple[str, str], tuple[list[float], str]] = {}
+def _measure(sides: dict[str, Path], args) -> dict:
+    """(side, model) -> (load seconds of each kept round, the loaded class, imports seconds)."""
+    samples: dict = {}
     order = list(sides)
     for round_ in range(args.rounds):
         for name in order if round_ % 2 == 0 else order[::-1]:
             for model in args.models:
                 row = _child(sides[name], model, args.threads)
-                times, _ = samples.get((name, model), ([], ""))
+                times, _, imports = samples.get((name, model), ([], "", []))
                 if round_ or args.rounds == 1:
                     times.append(row["seconds"])
-                samples[(name, model)] = (times, row["class"])
-                print(f"round {round_ + 1}, {name}, {model}: {row['seconds']:.2f} s", flush=True)
+                    imports.append(row["imports"])
+                samples[(name, model)] = (times, row["class"], imports)
+                print(f"round {round_ + 1}, {name}, {model}: {row['seconds']:.2f} s "
+                      f"(imports {row['imports']:.2f} s)", flush=True)  # fmt: skip
     return samples
 
 

@@ -1,23 +1,27 @@
 """Every head's statistics at long context: streaming against a plain forward and the weights.
 
-    PYTHONPATH=src python benchmarks/bench_long_context.py                 # SmolLM2, CPU
+    PYTHONPATH=src python benchmarks/bench_long_context.py                 # SmolLM2, CPU:
+        transformers' own SDPA forward against headlab's routes, 2048 and 8192
     PYTHONPATH=src python benchmarks/bench_long_context.py --bare          # one module, 32k
     PYTHONPATH=src python benchmarks/bench_long_context.py --device cuda   # on a GPU
-    PYTHONPATH=src python benchmarks/bench_long_context.py --backend transformers   # SmolLM2's
-        GGUF through transformers: its own SDPA forward against headlab's routes, 2048 and 8192
     PYTHONPATH=src python benchmarks/bench_long_context.py --random-llama  # a random 4-layer
         Llama built by transformers, 32768 positions: SDPA against headlab, 8192 and 32768
+
+Every model runs on the one route (transformers' model class on headlab's attention,
+docs/transformers.md); ``--backend``, which chose between it and the hand-built decoder, is
+accepted for old command lines with a one-line note that it no longer chooses anything.
 
 Each (route, length) runs in a fresh Python process, one after the other, so that its peak
 memory is its own (benchmarks/fresh_process.py): on the CPU the process's peak resident set
 during the run (VmHWM, reset just before it) and its resident set just before the run (the weights
 and the interpreter); on a GPU torch's peak allocated memory. Routes (long_context_routes.py):
 
-  sdpa          (--backend transformers) transformers' own forward of the same model, loaded
-                with attn_implementation="sdpa", logits included: the baseline there
-  forward       the model's own forward through headlab's attention, logits included: on the
-                headlab backend its fused SDPA path, what a user runs
-  streaming     ``headlab.heads.streaming.model_head_sums`` (what ``long_text_statistics``
+  sdpa          transformers' own forward of the same model, loaded with
+                attn_implementation="sdpa", logits included: the baseline
+  sdpa-body     the same without the logits (transformers' body)
+  forward       the model's own forward through headlab's attention, logits included: what a
+                user runs
+  streaming     ``headlab.heads.model_head_sums.model_head_sums`` (what ``long_text_statistics``
                 runs): every head's statistics and heavy-hitter profile, weights reduced
                 chunk by chunk
   roles         the same pass with every role score of ``long_text_statistics`` on top: window
@@ -30,10 +34,9 @@ and the interpreter); on a GPU torch's peak allocated memory. Routes (long_conte
                 output_attentions); run only where its estimate fits in half the machine's
                 memory
 
-A route that fails (an analysis the backend does not run yet, an out-of-memory kill) is reported
-in one line and the others go on. The summary compares ``streaming`` and ``roles`` with the
-baseline (``sdpa`` on the transformers backend, ``forward`` otherwise) against the bounds of
-``BOUNDS``.
+A route that fails (an out-of-memory kill, an analysis that refuses) is reported in one line and
+the others go on. The summary compares ``streaming`` and ``roles`` with the baseline (``sdpa``
+where it runs, else ``forward``) against the bounds of ``BOUNDS``.
 
 With ``--bare``: one ``MultiHeadAttention`` (12 heads, embed 768, no mask), its fused forward
 against ``attention_statistics`` on random input. ``--random-weights``: SmolLM2's shapes with
@@ -55,7 +58,6 @@ import sys
 
 from fresh_process import measure, run_child
 from long_context_routes import (
-    BACKENDS,
     MODEL_ROUTES,
     SDPA_ROUTES,
     Spec,
@@ -66,12 +68,13 @@ from long_context_routes import (
 from machine_load import add_load_argument, competing, load_average, loads
 
 ROUTES = (*SDPA_ROUTES, *MODEL_ROUTES)
+#: What --backend took; it no longer chooses anything.
+RETIRED_BACKENDS = ("headlab", "transformers")
 COMPARED = ("streaming", "roles")
 #: (memory, time) bounds of the compared routes against the baseline, None: not bounded.
 BOUNDS = {
     "bare": (2.0, None),
-    "headlab": (1.5, 3.0),
-    "transformers": (1.3, 2.0),  # issue 22: SmolLM2 through transformers at 8192
+    "smollm2": (1.3, 2.0),  # issue 22: SmolLM2 through transformers at 8192
     "random-llama": (1.3, None),  # issue 22: "within the same memory bound" at 32768
 }
 
@@ -82,7 +85,7 @@ def spec_of(args) -> Spec:
         if args.random_llama
         else ("smollm2-random" if args.random_weights else "smollm2")
     )
-    return Spec(model, args.backend, args.device, args.chunk_elements)
+    return Spec(model, args.device, args.chunk_elements)
 
 
 def _child(route: str, length: int, args) -> dict:
@@ -109,14 +112,15 @@ def _fits(route: str, length: int, model: str | None) -> bool:
     return 2 * materialised_bytes(model, length) <= machine_memory() / 2
 
 
-def baseline(backend: str) -> str:
-    return "sdpa" if backend == "transformers" else "forward"
+def baseline(routes: list[str]) -> str:
+    """transformers' own SDPA forward where it runs, else headlab's forward."""
+    return "sdpa" if "sdpa" in routes else "forward"
 
 
 def bounds_key(args) -> str:
     if args.bare:
         return "bare"
-    return "random-llama" if args.random_llama else args.backend
+    return "random-llama" if args.random_llama else "smollm2"
 
 
 def load_of(row: dict) -> str:
@@ -198,12 +202,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--lengths", type=int, nargs="+", default=None)
     parser.add_argument("--routes", nargs="+", choices=ROUTES, default=None)
     parser.add_argument("--bare", action="store_true")
-    parser.add_argument(
-        "--backend",
-        choices=BACKENDS,
-        default=None,
-        help="headlab's own decoder (default) or the transformers route",
-    )
+    parser.add_argument("--backend", choices=RETIRED_BACKENDS, default=None,
+                        help="retired: chooses nothing (one route)")  # fmt: skip
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     parser.add_argument("--random-weights", action="store_true")
     parser.add_argument(
@@ -220,22 +220,17 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    """The arguments, with the backend, routes and lengths their combination implies."""
+    """The arguments, with the routes and lengths their combination implies."""
     parser = _parser()
     args = parser.parse_args(argv)
-    if args.random_llama and args.backend == "headlab":
-        parser.error("--random-llama is built by transformers: it runs on --backend transformers")
-    if args.bare and args.backend == "transformers":
-        parser.error("--bare is one headlab module: it has no transformers backend")
-    args.backend = args.backend or ("transformers" if args.random_llama else "headlab")
+    if args.backend is not None and not args.child:
+        print(f"bench_long_context: --backend {args.backend} no longer chooses anything: every "
+              "model runs on the one route (docs/transformers.md)", file=sys.stderr)  # fmt: skip
+    if args.bare and set(SDPA_ROUTES) & set(args.routes or ()):
+        parser.error("--bare is one headlab module: it has no transformers SDPA forward")
     if args.routes is None:
-        args.routes = (
-            ["sdpa", "forward", *COMPARED]
-            if args.backend == "transformers"
-            else (list(MODEL_ROUTES))
-        )
-    if set(SDPA_ROUTES) & set(args.routes) and args.backend != "transformers":
-        parser.error("route sdpa is transformers' own forward: it needs --backend transformers")
+        args.routes = ["forward", "streaming", "materialised"] if args.bare else [
+            "sdpa", "forward", *COMPARED]  # fmt: skip
     if args.lengths is None:
         args.lengths = (
             [2048, 8192, 32768]
@@ -243,8 +238,6 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
             else [8192, 32768]
             if args.random_llama
             else [2048, 8192]
-            if args.backend == "transformers"
-            else [1024, 2048, 4096, 8192]
         )
     return args
 
@@ -261,8 +254,6 @@ def child_command(route: str, length: int, args) -> list[str]:
         args.device,
         "--chunk-elements",
         str(args.chunk_elements),
-        "--backend",
-        args.backend,
     ]
     flags = {
         "--bare": args.bare,
@@ -316,13 +307,13 @@ def main(argv: list[str] | None = None) -> None:
                 seen[load].append(load_average())
                 rows += measure_routes(length, load, model, args)
                 seen[load].append(load_average())
-    what = "bare module" if args.bare else f"{model}, backend {args.backend}"
+    what = "bare module" if args.bare else f"{model}, one route"
     averages = ", ".join(f"{n} {min(a):.1f} to {max(a):.1f}" for n, a in seen.items())
     print(
         f"\n{what}; machine: {platform.machine()}, {os.cpu_count()} cores, device {args.device}, "
         f"load average {averages} (at the start and end of each length's routes)"
     )
-    base = baseline(args.backend)
+    base = baseline(args.routes)
     print("\n".join(table(rows, base)))
     print("\n".join(verdicts(rows, base, BOUNDS[bounds_key(args)])))
     if args.json_out:
@@ -332,7 +323,6 @@ def main(argv: list[str] | None = None) -> None:
                     "device": args.device,
                     "bare": args.bare,
                     "model": model,
-                    "backend": args.backend,
                     "rows": rows,
                     "load": args.load,
                 },

@@ -134,7 +134,7 @@ def load_headlab(gguf: Path):
 
 
 def run_headlab(model, ids: torch.Tensor, n: int):
-    from headlab.heads.streaming import model_head_sums
+    from headlab.heads.model_head_sums import model_head_sums
     from headlab.models import TokenBatch
 
     batch = TokenBatch(ids, torch.ones_like(ids, dtype=torch.bool), [])

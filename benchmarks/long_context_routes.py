@@ -2,9 +2,11 @@
 
 Models (``MODELS``): ``smollm2`` (the packaged GGUF), ``smollm2-random`` (SmolLM2-135M's shapes with
 random weights: the device machine cannot take the GGUF) and ``random-llama`` (a 4-layer
-Llama-family config with 32768 positions, built by transformers with random weights). Backends:
-``headlab`` (headlab's own decoder) and ``transformers`` (transformers' model class on headlab's
-registered attention, ``headlab.models.load(..., backend="transformers")`` / ``headlab.attach``).
+Llama-family config with 32768 positions, built by transformers with random weights). Every
+model runs on the one route: transformers' model class on headlab's registered attention
+(``headlab.models.load("smollm2")``, ``headlab.attach`` for the random ones); the routes ``sdpa``
+and ``sdpa-body`` run the same model on transformers' own SDPA, the baseline. (The hand-built
+decoder that was a second backend is a reference now, measured by ``bench_decoder.py``.)
 
 ``route_runs(route, spec)`` builds only what ``route`` needs (one model per process), and returns
 (fn, batch, warm batch): the measured call is ``fn(batch)`` after ``fn(warm)``.
@@ -41,7 +43,6 @@ RANDOM_LLAMA = {
     "vocab_size": 8192,
 }
 MODELS = {"smollm2": SMOLLM2, "smollm2-random": SMOLLM2, "random-llama": RANDOM_LLAMA}
-BACKENDS = ("headlab", "transformers")
 #: Routes of a model behind headlab's interface; "sdpa" is transformers' own SDPA forward.
 MODEL_ROUTES = ("forward", "streaming", "roles", "heads", "plan", "materialised")
 #: transformers' own SDPA: "sdpa" the whole forward, "sdpa-body" its body without the logits.
@@ -50,17 +51,16 @@ SDPA_ROUTES = ("sdpa", "sdpa-body")
 
 @dataclass(frozen=True)
 class Spec:
-    """Which model, backend and device a child runs; chunk_elements for the statistics."""
+    """Which model and device a child runs; chunk_elements for the statistics."""
 
     model: str = "smollm2"
-    backend: str = "headlab"
     device: str = "cpu"
     chunk_elements: int = 2**22
 
 
 def model_routes(model, chunk_elements: int) -> dict[str, Callable]:
-    """route -> fn(batch) for any model behind ``HeadModel`` (either backend)."""
-    from headlab.heads.streaming import model_head_sums
+    """route -> fn(batch) for any model behind ``HeadModel``."""
+    from headlab.heads.model_head_sums import model_head_sums
     from headlab.heads.tracing import attention_weights
 
     def roles(b):
@@ -159,33 +159,6 @@ def transformers_gguf(gguf, attn_implementation: str):
     return model.eval(), tokenizer
 
 
-def _native(spec: Spec):
-    """(headlab's own decoder, batch(n)) for smollm2 or its random-weight shapes."""
-    from headlab.models import Decoder, TokenBatch, load, long_document
-
-    if spec.model == "smollm2":
-        model = load("smollm2")
-
-        def batch(n: int) -> TokenBatch:
-            b = model.tokenize([long_document()], n)
-            return TokenBatch(
-                b.input_ids.to(spec.device), b.attention_mask.to(spec.device), b.tokens
-            )
-
-        return model, batch
-    from headlab.models.llama import LlamaDecoder
-    from headlab.models.llama_config import LlamaConfig
-
-    config = MODELS[spec.model]
-    decoder = LlamaDecoder(LlamaConfig(**config))
-    with torch.no_grad():  # transformers' initialisation: N(0, 0.02) matrices
-        for p in decoder.parameters():
-            if p.dim() > 1:
-                p.normal_(0.0, 0.02)
-    model = Decoder(f"{spec.model} shape, random", decoder, None)
-    return model, lambda n: random_batch(config["vocab_size"], n, spec.device)
-
-
 def _transformers(spec: Spec, sdpa: bool):
     """(a transformers model on its SDPA, or the same model behind headlab's interface on
     headlab's attention; batch(n))."""
@@ -198,7 +171,7 @@ def _transformers(spec: Spec, sdpa: bool):
 
             model, tokenizer = transformers_gguf(packaged_smollm2(), "sdpa")
         else:
-            model = load("smollm2", backend="transformers")
+            model = load("smollm2")
             tokenizer = model.tokenizer
         return model, lambda n: text_batch(tokenizer, n, spec.device)
     config = MODELS[spec.model]
@@ -211,8 +184,6 @@ def _transformers(spec: Spec, sdpa: bool):
 def route_runs(route: str, spec: Spec, length: int):
     """(fn, batch, warm batch) of ``route`` on ``spec``'s model at ``length`` tokens."""
     if route in SDPA_ROUTES:
-        if spec.backend != "transformers":
-            raise ValueError(f"route {route!r} is transformers' own: --backend transformers")
         hf, batch = _transformers(spec, sdpa=True)
         hf.to(spec.device)
         run = hf if route == "sdpa" else hf.base_model
@@ -222,10 +193,7 @@ def route_runs(route: str, spec: Spec, length: int):
             return out.logits if route == "sdpa" else out.last_hidden_state
 
         return fn, batch(length), batch(64)
-    if spec.backend == "transformers":
-        model, batch = _transformers(spec, sdpa=False)
-    else:
-        model, batch = _native(spec)
+    model, batch = _transformers(spec, sdpa=False)
     model.model.to(spec.device)
     return model_routes(model, spec.chunk_elements)[route], batch(length), batch(64)
 
@@ -233,7 +201,7 @@ def route_runs(route: str, spec: Spec, length: int):
 def bare_runs(length: int, device: str, chunk_elements: int):
     """One ``MultiHeadAttention`` (12 heads, embed 768): route -> fn(x), x, warm x."""
     from headlab import MultiHeadAttention
-    from headlab.attention.streaming import attention_statistics
+    from headlab.attention.module_statistics import attention_statistics
 
     mha = MultiHeadAttention(768, 12, batch_first=True, device=device).eval()
     x = torch.randn(1, length, 768, device=device)

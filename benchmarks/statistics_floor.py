@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 from headlab.attention.kernel import AttendOptions, attend
 from headlab.attention.mask_spec import MaskSpec
-from headlab.attention.statistics import CHUNK_ELEMENTS, StatisticsRequest
+from headlab.attention.streaming_sums import CHUNK_ELEMENTS, StatisticsRequest
 from side_by_side import interleaved
 
 HEADS, KV_HEADS, D_HEAD = 9, 3, 64

@@ -33,7 +33,9 @@ import pytest  # noqa: E402
 @pytest.fixture(scope="session")
 def tiny_dir(tmp_path_factory):
     """A random BERT: E=15 with 3 heads of 5, 2 layers, FFN 23, 37 positions (distinct sizes)."""
-    from headlab.models import BertConfig, default_model_dir, write_random_bert
+    from transformers import BertConfig
+
+    from headlab.models import default_model_dir, write_random_bert
 
     config = BertConfig(
         vocab_size=30522,
@@ -59,14 +61,6 @@ def tiny(tiny_dir):
     return load(tiny_dir)
 
 
-@pytest.fixture
-def tiny_reference(tiny_dir):
-    """The same random BERT in headlab's hand-built reference encoder."""
-    from headlab.models import load_encoder
-
-    return load_encoder(tiny_dir)
-
-
 @pytest.fixture(scope="session")
 def minilm():
     """The packaged all-MiniLM-L6-v2 through the production route (loaded once per session)."""
@@ -76,33 +70,12 @@ def minilm():
 
 
 @pytest.fixture(scope="session")
-def minilm_reference():
-    """The packaged all-MiniLM-L6-v2 in headlab's hand-built reference encoder."""
-    from headlab.models import load_encoder
-
-    return load_encoder()
-
-
-@pytest.fixture(scope="session")
 def smollm2():
     """SmolLM2-135M-Instruct through the production route, from its safetensors conversion in
     the tests' cache folder (loaded once per session)."""
     from headlab.models import load
 
     return load("smollm2")
-
-
-@pytest.fixture(scope="session")
-def smollm2_reference_decoder():
-    """The same SmolLM2 weights in headlab's hand-built reference decoder (read from the
-    converted folder, a transformers checkpoint)."""
-    from headlab.models.gguf_cache import converted
-    from headlab.models.load_decoder import load_hf_folder
-    from headlab.models.packaged import SMOLLM2_NAME, packaged_smollm2
-
-    model = load_hf_folder(converted(packaged_smollm2()))
-    model.name = SMOLLM2_NAME
-    return model
 
 
 @pytest.fixture(scope="session")
@@ -150,14 +123,6 @@ def tiny_llama_dir(tmp_path_factory):
     tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tokenizer.save(str(folder / "tokenizer.json"))
     return folder
-
-
-@pytest.fixture(scope="session")
-def tiny_llama_reference(tiny_llama_dir):
-    """The same random Llama decoder in headlab's hand-built reference decoder."""
-    from headlab.models.load_reference import load_decoder
-
-    return load_decoder(tiny_llama_dir)
 
 
 @pytest.fixture(scope="session")

@@ -4,10 +4,16 @@ Data flows one way: reference -> attention -> models -> the analyses (analysis, 
 experiments) -> results -> report and CLI. A module may import its own layer and the layers
 before it, never a later one, and the layers form no cycle.
 
-The results layer holds plain data: every result type and the one store. It sits after the
-analyses in the flow (it holds what they measure) but imports none of them: it imports only
-itself and the modules at the package's root that belong to no layer (``limits``, ``notices``,
-``defaults``, ...), and no torch. So every layer may import it, and the analyses return its types.
+The results layer holds plain data: every result type and the one store (with the bounded
+reader of every input file, ``results.input_files``, the interrupt handling behind its atomic
+writes, ``results.interrupts``, and the defaults the CLI's help shows, ``results.defaults``). It
+sits after the analyses in the flow (it holds what they measure) but imports none of them: it
+imports only itself and the two modules at the package's root, and no torch. So every layer may
+import it, and the analyses return its types.
+
+The root holds only what every layer uses and no layer owns: ``limits`` (the size and range
+checks every entry point makes) and ``notices`` (the base class of headlab's warnings). They
+import nothing from headlab; ``test_the_root_holds_only_what_belongs_to_no_layer`` keeps it so.
 
 The report renders results files: nothing it imports, however indirectly, imports torch. The
 graph's answer is checked against Python's own: importing every report module in a fresh
@@ -56,7 +62,7 @@ def layer(module: str) -> str:
         return "top"
     at_root = module.count(".") == 1 and MODULES[module].name != "__init__.py"
     if at_root and module != "headlab.__main__":
-        return "root"  # a module at the package's root (limits, notices, defaults, ...): no layer
+        return "root"  # limits, notices: used by every layer, owned by none
     return LAYER[module.split(".")[1]]
 
 
@@ -165,8 +171,18 @@ def test_results_and_report_load_no_torch_in_python() -> None:
 def test_the_graph_sees_a_lazy_import_and_a_package_init() -> None:
     """The reader is not blind: a function-level import counts, and importing a submodule runs
     its package's __init__ (the analyses' packages import torch there)."""
-    assert "headlab.models" in imports("headlab.heads.text_attention") or any(
+    assert "headlab.models" in imports("headlab.heads.model_text_attention") or any(
         t.startswith("headlab.models") for t in imports("headlab.analysis.report_measuring")
     )
     assert "torch" in loaded_with("headlab.heads.statistics")
     assert "headlab.analysis" in loaded_with("headlab.analysis.report_measuring")
+
+
+ROOT = {"headlab.limits", "headlab.notices"}
+
+
+def test_the_root_holds_only_what_belongs_to_no_layer() -> None:
+    """Every other module sits in the layer it serves; the root imports nothing from headlab."""
+    at_root = {m for m in MODULES if layer(m) == "root"}
+    assert at_root == ROOT
+    assert {t for m in ROOT for t in imports(m) if t.startswith("headlab")} == set()

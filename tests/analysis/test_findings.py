@@ -160,3 +160,31 @@ def test_the_prose_is_written_from_the_measures():
     assert f"{finding.detail}." in explain(c)
     with pytest.raises(ValueError, match="code must be a finding code, got 'nope'"):
         describe("nope", {})
+
+
+def test_a_sides_scores_are_gone_before_the_other_side_runs(monkeypatch):
+    """Issue 31 (compare's memory): the findings read a side's scores as soon as it has run
+    (``side_facts``), so when the second side's trace starts only the first side's float
+    weights of (batch, head, q_pos, k_pos) are alive (beside its visible keys, a bool), not its
+    scores too. Counted with the garbage collector's view of live tensors."""
+    import gc
+
+    a = MultiHeadAttention(12, 3, batch_first=True)
+    b = a.with_num_heads(1)
+    x = torch.randn(2, 7, 12, generator=torch.Generator().manual_seed(5))
+    first_side = (2, 3, 7, 7)  # (batch, head, q_pos, k_pos) of the 3-head side
+    alive = []
+    trace = MultiHeadAttention.trace
+
+    def counting(self, *args, **kwargs):
+        if self.num_heads == 1 and not torch.is_grad_enabled() and not alive:
+            gc.collect()
+            alive.append(sum(1 for o in gc.get_objects()
+                             if type(o) is torch.Tensor and o.is_floating_point()
+                             and tuple(o.shape) == first_side))  # fmt: skip
+        return trace(self, *args, **kwargs)
+
+    monkeypatch.setattr(MultiHeadAttention, "trace", counting)
+    c = compare(a, b, x)
+    assert alive == [1]  # the weights, which the comparison returns
+    assert c.weights_a.shape == first_side

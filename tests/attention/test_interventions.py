@@ -46,7 +46,7 @@ def _out(m, x, **kwargs):
 
 
 def _head_term(m: MultiHeadAttention, z: torch.Tensor, h: int) -> torch.Tensor:
-    """z (batch, q_pos, d_head) through head h's block of W_O: (batch, q_pos, E)."""
+    """z (batch, q_pos, d_head) through head h's block of W_O: (batch, q_pos, d_model)."""
     d = m.head_dim
     return z @ m.out_proj.weight[:, h * d : (h + 1) * d].T
 

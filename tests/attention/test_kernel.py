@@ -24,7 +24,7 @@ from headlab.attention.functional import entropy
 from headlab.attention.kernel import AttendOptions, attend
 from headlab.attention.mask_spec import MaskSpec
 from headlab.attention.sites import KeyBudget
-from headlab.attention.statistics import StatisticsRequest
+from headlab.attention.streaming_sums import StatisticsRequest
 
 F64 = torch.float64
 

@@ -23,7 +23,7 @@ from headlab.attention.interventions import ablate, intervene
 from headlab.attention.kernel import AttendOptions
 from headlab.attention.mask_spec import MaskSpec
 from headlab.attention.sites import KeyBudget
-from headlab.attention.statistics import StatisticsRequest, observing
+from headlab.attention.streaming_sums import StatisticsRequest, observing
 
 E, H, G, T, B = 24, 4, 2, 9, 3  # distinct sizes
 

@@ -204,7 +204,7 @@ def _expected(m, batch_first_inputs, call, info, view_module=None):
 
 
 def _layout(m, output, info):
-    """The reference output (batch, q_pos, E) in the module's layout."""
+    """The reference output (batch, q_pos, d_model) in the module's layout."""
     if info["unbatched"]:
         return output[0]
     return output if m.batch_first else output.transpose(0, 1)

@@ -12,7 +12,7 @@ import headlab.attention.kernel as kernel
 from headlab.attention.kernel import AttendOptions, attend
 from headlab.attention.mask_spec import MaskSpec
 from headlab.attention.sites import KeyBudget, Sites
-from headlab.attention.statistics import StatisticsRequest, window_error
+from headlab.attention.streaming_sums import StatisticsRequest, window_error
 
 F64 = torch.float64
 

@@ -22,7 +22,7 @@ import headlab.attention.chunked as chunked_path
 import headlab.attention.kernel as kernel
 import headlab.attention.workers as workers
 from headlab import MultiHeadAttention
-from headlab.attention.statistics import StreamingSums
+from headlab.attention.streaming_sums import StreamingSums
 from headlab.attention.workers import run_blocks
 
 
@@ -160,8 +160,8 @@ def test_an_error_in_a_merged_block_reaches_the_caller_after_the_started_blocks(
 
 
 def _decoder_sums(model, batch, chunk_elements: int):
+    from headlab.heads.model_head_sums import model_head_sums
     from headlab.heads.repeats import copy_sources
-    from headlab.heads.streaming import model_head_sums
 
     sources = copy_sources(batch.input_ids[0], 3)[None]
     _, sums = model_head_sums(

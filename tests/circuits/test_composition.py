@@ -21,7 +21,7 @@ from headlab.circuits.composition import (
     random_baseline,
 )
 from headlab.models.hf import attach
-from headlab.results.composition import CompositionScores
+from headlab.results.composition_result import CompositionScores
 
 # distinct sizes: embed 42 (transformers wants it a multiple of the heads), head_dim 4 (!= 42 / 6,
 # even for rotary),

@@ -98,10 +98,6 @@ def test_undecodable_corpus_names_the_file_and_line(tiny_dir, tmp_path, capsys):
     one_line(model_argv(tiny_dir, corpus, tmp_path), capsys, "corpus.txt:2: expected UTF-8 text")
 
 
-ROUTE_UNCHECKED = pytest.mark.xfail(raises=AssertionError, strict=True,
-                                    reason="not checked before the build on the route yet")
-
-
 def edited_model(tiny_dir: Path, tmp_path: Path, **config_changes) -> Path:
     return edited_copy(tiny_dir, tmp_path / "model", **config_changes)
 
@@ -109,10 +105,10 @@ def edited_model(tiny_dir: Path, tmp_path: Path, **config_changes) -> Path:
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        # the route does not check these two before the build yet (helper heldhf's config
-        # checks, models/hf/config_fields.py, are to): a torch assertion, and NaN statistics
-        pytest.param({"pad_token_id": 40000}, "pad_token_id", marks=ROUTE_UNCHECKED),
-        pytest.param({"layer_norm_eps": math.nan}, "layer_norm_eps", marks=ROUTE_UNCHECKED),
+        # checked before the build (models/hf/config_fields.py): else a torch assertion while
+        # the embedding is built, and NaN statistics
+        ({"pad_token_id": 40000}, "config.json: pad_token_id must be a token id below"),
+        ({"layer_norm_eps": math.nan}, "config.json: layer_norm_eps must be a finite number >= 0"),
         # refused from what model.safetensors holds, not after building ten million layers
         ({"num_hidden_layers": 10_000_000}, "config declares num_hidden_layers=10000000, but"),
         ({"hidden_size": int(HUGE)}, "transformers cannot build a 'bert' model from its config"),

@@ -133,3 +133,32 @@ def test_hand_edited_results_are_skipped_with_one_line_each_and_the_page_says_so
     html = (out / "index.html").read_text(encoding="utf-8")
     assert 'data-testid="skipped-heads"' in html and 'data-testid="skipped-collapse"' in html
     assert 'data-testid="missing-prune"' in html
+
+
+def test_a_large_text_file_is_streamed_and_cut_not_read_whole(tmp_path, capsys, monkeypatch):
+    """Issue 31: ``report --text-file`` read the whole file (refusing one over 64 MiB). It reads
+    only as far as the report's words need and says "cut from at least N bytes". A file of
+    65 MiB + 3 bytes; measuring is replaced by a stand-in that records what it was given."""
+    from cli_run import run
+    from headlab.analysis import report_measuring
+
+    big = tmp_path / "big.txt"
+    word = "w{} "
+    with big.open("w", encoding="utf-8") as handle:
+        handle.write("".join(word.format(i % 10) for i in range(2**20)))  # 4 MiB of words
+        handle.write("x" * (61 * 2**20 + 3))  # no whitespace: one word to the end
+    size = big.stat().st_size
+    seen = {}
+
+    def stand_in(options):
+        seen["options"] = options
+        raise ValueError("stand-in: measured nothing")
+
+    monkeypatch.setattr(report_measuring, "measure_report", stand_in)
+    args = ["report", "--out", str(tmp_path / "site"), "--results", str(tmp_path)]
+    code, _, err = run([*args, "--text-file", str(big)], capsys)
+    assert code == 2 and "stand-in" in err, err
+    options = seen["options"]
+    assert len(options.text.split()) > report_measuring.REPORT_MAX_WORDS
+    assert len(options.text) < 2**20  # a prefix, not the 65 MiB
+    assert options.text_cut_note == f"cut from at least {size} bytes"

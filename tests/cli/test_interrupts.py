@@ -25,13 +25,13 @@ import os, sys, time
 import typer
 import headlab.cli.app as app_module
 from headlab.cli import main as entry
-from headlab.interrupts import temporary
+from headlab.results.interrupts import temporary
 
 blocker = typer.Typer()
 
 @blocker.command()
 def block(how: str, fifo: str, temp: str):
-    with temporary(temp):  # as headlab.results.files.atomic_write_bytes does
+    with temporary(temp):  # as headlab.results.atomic_files.atomic_write_bytes does
         try:
             open(temp, "wb").write(b"half")
             print("ready", flush=True)
@@ -88,7 +88,7 @@ def test_a_signal_ends_a_blocked_command_with_its_code(tmp_path, how, signum, co
 def test_the_watchdog_waits_for_a_responsive_command(tmp_path):
     """A command whose handler runs is never cut short: its own cleanup (here the temporary's
     context exit) runs, so the file is removed by the code, not by the watchdog."""
-    from headlab.interrupts import GRACE_SECONDS
+    from headlab.results.interrupts import GRACE_SECONDS
 
     process, _ = start(tmp_path, "python")
     started = time.monotonic()

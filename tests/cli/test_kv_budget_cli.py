@@ -201,3 +201,25 @@ def test_a_small_model_runs_with_the_defaults(tmp_path_factory, capsys):
     passage = " ".join(held_out.text.split()[-held_out.passage_words :])
     assert 2 * len(tokenizer.encode(passage)) <= 256  # both copies within half the context
     assert "KV budget" in printed
+
+
+def test_a_retrieval_k_over_half_the_heads_is_refused_before_the_weights_load(
+    llama_dir, texts, tmp_path, capsys
+):
+    """Issue 31: the refusal came only after the model loaded. A folder with the tiny model's
+    config.json and weights that are not safetensors at all: the load would fail on them, so
+    the --retrieval-k line proves the check ran first, on the config's 18 heads."""
+    import shutil
+
+    folder = tmp_path / "config-only"
+    folder.mkdir()
+    for path in llama_dir.iterdir():
+        if path.is_file() and path.suffix != ".safetensors":
+            shutil.copy(path, folder / path.name)
+    (folder / "model.safetensors").write_bytes(b"not weights at all")
+    args = ["model", "kv-budget", "--model", str(folder), *texts, "--window", "8"]
+    code, printed, err = run([*args, "--retrieval-k", "10", "--out", str(tmp_path / "o.json")],
+                             capsys)  # fmt: skip
+    assert code == 2 and printed == "" and len(err.strip().splitlines()) == 1, err
+    assert "--retrieval-k must be between 1 and 9 for " in err and "18 heads" in err
+    assert not (tmp_path / "o.json").exists()

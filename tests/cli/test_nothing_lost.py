@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from cli_run import run
-from headlab.experiments.config import make_config
+from headlab.experiments.run_sizing import make_config
 from headlab.results.jsonl_writer import ResultsWriter
 from headlab.results.locations import RESULTS_DIR
 
@@ -252,7 +252,7 @@ def test_a_refused_output_names_the_flag_not_the_library_argument(tmp_path, caps
 
 def test_a_refusal_at_write_time_names_the_flag_too(tmp_path):
     from headlab.cli.outputs import writing
-    from headlab.results.files import write_output
+    from headlab.results.atomic_files import write_output
     from headlab.results.output_policy import Kind, OutputRefused
 
     notes = tmp_path / "notes.txt"

@@ -1,6 +1,7 @@
-"""The induction circuit over training: the loop on a few steps, each checkpoint's fields against
-transformers' own eager GPT-2 (forward hooks, float64 formulas written here), the result's round
-trip and the command's bad input."""
+"""The induction circuit over training: the loop on a few steps is the sweep's own run (its
+curve), each checkpoint's fields against transformers' own eager GPT-2 holding the sweep model's
+weights (forward hooks, float64 formulas written here), the result's round trip and the command's
+bad input."""
 
 from __future__ import annotations
 
@@ -12,14 +13,17 @@ import transformers
 
 from headlab.experiments.induction_circuit import (
     FormationConfig,
-    build_model,
+    k_edges,
     measure,
     task_pairs,
     train_and_measure,
 )
+from headlab.experiments.sweep_gpt2 import as_transformers
+from headlab.experiments.tiny_transformer import TinyTransformer
+from headlab.experiments.train import run_one
 from headlab.heads.detectors import repeated_random_tokens
 from headlab.report.induction_circuit_figures import write_formation_figure
-from headlab.results.induction_circuit import InductionFormation
+from headlab.results.induction_circuit_result import InductionFormation
 from headlab.results.json_store import read_result, write_result
 from headlab.results.output_policy import png_text_chunks
 
@@ -48,9 +52,9 @@ def _eager(model) -> transformers.GPT2LMHeadModel:
 
 
 @torch.no_grad()
-def _patched_logprob(ref, clean, corrupted, answers, p: int, i: int) -> tuple[float, float]:
-    """Path patching of 0.p -> 1.i<k> written with hooks on the eager model: (clean, patched)
-    mean log p(answer) at the last position."""
+def _patched_logprob(ref, clean, corrupted, answers, senders, receivers) -> tuple[float, float]:
+    """Every edge 0.p -> 1.i<k> for p in senders, i in receivers patched at once, written with
+    hooks on the eager model: (clean, patched) mean log p(answer) at the last position."""
     e, d = ref.config.n_embd, ref.config.n_embd // ref.config.n_head
     blocks = ref.transformer.h
     z, stream = {}, {}
@@ -65,15 +69,18 @@ def _patched_logprob(ref, clean, corrupted, answers, p: int, i: int) -> tuple[fl
         z_clean, x_clean = z["z"], stream["x"]
     for hook in hooks:
         hook.remove()
-    w_o = blocks[0].attn.c_proj.weight[p * d : (p + 1) * d]  # Conv1D (in, out): head p's rows
-    shift = (z_corrupted - z_clean)[..., p * d : (p + 1) * d] @ w_o
+    shift = 0.0
+    for p in senders:  # head p's write: its rows of Conv1D (in, out)
+        w_o = blocks[0].attn.c_proj.weight[p * d : (p + 1) * d]
+        shift = shift + (z_corrupted - z_clean)[..., p * d : (p + 1) * d] @ w_o
     with torch.no_grad():
         fused = blocks[1].attn.c_attn(blocks[1].ln_1(x_clean + shift))  # (batch, pos, 3 e)
-    cols = slice(e + i * d, e + (i + 1) * d)  # head i's keys
 
     def splice(_module, _args, output):
         output = output.clone()
-        output[..., cols] = fused[..., cols]
+        for i in receivers:  # head i's keys
+            cols = slice(e + i * d, e + (i + 1) * d)
+            output[..., cols] = fused[..., cols]
         return output
 
     hook = blocks[1].attn.c_attn.register_forward_hook(splice)
@@ -110,10 +117,12 @@ def _k_composition(ref, p: int, i: int) -> float:
 
 def test_checkpoint_fields_equal_the_eager_reference():
     config = FormationConfig(heads=H, steps=5, every=5, seed=3)
-    model = build_model(config)
+    torch.manual_seed(3)
+    tiny = TinyTransformer(config.run_config())
     with torch.no_grad():  # away from the init, so that heads attend somewhere and edges matter
-        for parameter in model.model.parameters():
+        for parameter in tiny.parameters():
             parameter.normal_(0.0, 0.5)
+    model = as_transformers(tiny)
     pairs = task_pairs(37, seed=11)
     point = measure(model, 7, pairs, samples=4, seed=2)
     ref = _eager(model)
@@ -138,10 +147,25 @@ def test_checkpoint_fields_equal_the_eager_reference():
     assert point.edge == f"0.{p}->1.{i}<k>"
     assert point.k_composition == pytest.approx(_k_composition(ref, p, i), rel=1e-5)
     assert 0.0 < point.k_baseline < 1.0
-    clean_value, patched = _patched_logprob(ref, clean, corrupted, answers, p, i)
+    clean_value, patched = _patched_logprob(ref, clean, corrupted, answers, [p], [i])
     assert point.clean_metric == pytest.approx(clean_value, abs=1e-4)
     assert abs(patched - clean_value) > 1e-3  # the check below can fail
     assert point.patching_effect == pytest.approx(patched - clean_value, abs=5e-5)
+    _, whole = _patched_logprob(ref, clean, corrupted, answers, range(H), range(H))
+    assert abs((whole - clean_value) - (patched - clean_value)) > 1e-3
+    assert point.k_path_effect == pytest.approx(whole - clean_value, abs=5e-5)
+    # every K edge of the model, four ways: exact and composition against the same references
+    scored = k_edges(model, pairs, samples=2, seed=2)
+    assert scored.edges == [f"0.{a}->1.{b}<k>" for a in range(H) for b in range(H)]
+    assert max(scored.previous_scores) == pytest.approx(point.previous_score)
+    assert max(scored.induction_scores) == pytest.approx(point.induction_score)
+    for n, name in enumerate(scored.edges):
+        a, b = int(name[2]), int(name[7])
+        _, alone = _patched_logprob(ref, clean, corrupted, answers, [a], [b])
+        assert scored.exact[n] == pytest.approx(alone - clean_value, abs=5e-5), name
+        assert scored.composition[n] == pytest.approx(_k_composition(ref, a, b), rel=1e-5)
+    assert len(scored.eap) == len(scored.eap_ig) == H * H
+    assert scored.top("exact", 1)[0][1] == max(scored.exact, key=abs)
 
 
 def test_training_loop_measures_at_every_checkpoint(tmp_path):
@@ -149,9 +173,22 @@ def test_training_loop_measures_at_every_checkpoint(tmp_path):
                              composition_samples=2)  # fmt: skip
     seen = []
     run = train_and_measure(config, lambda h, step, steps: seen.append((h, step, steps)))
-    assert seen == [(H, s, 5) for s in range(1, 6)]
+    assert seen == [(H, s, 5) for s in (2, 4, 5)]
     assert [c.step for c in run.checkpoints] == [2, 4, 5]
     assert (run.heads, run.seed, run.steps) == (H, 1, 5)
+    # the model measured is the one the sweep trains: its own curve, run here again
+    sweep = run_one(config.run_config())
+    assert [p.step for p in sweep.curve] == [2, 4, 5]
+    for c, p in zip(run.checkpoints, sweep.curve, strict=True):
+        assert c.accuracy == pytest.approx(p.accuracy, abs=1e-12)
+        assert c.loss == pytest.approx(p.loss, rel=1e-5)
+    assert sweep.config.run_id in run.model
+    assert run.k_edges is not None and len(run.k_edges.edges) == H * H  # at the last step
+    curve = run.faithfulness  # the top EAP-IG circuits of the whole graph, at the last step
+    assert curve is not None and curve.method == "eap-ig"
+    assert curve.fractions[:3] == [0.01, 0.02, 0.05]
+    assert curve.sizes[-1] == curve.edges and curve.faithfulness[-1] == pytest.approx(1.0)
+    assert all(len(r) == 3 for r in curve.random)
     for c in run.checkpoints:
         assert 0 <= c.previous_head < H and 0 <= c.induction_head < H
         assert c.loss > 0 and 0.0 <= c.accuracy <= 1.0
@@ -171,9 +208,27 @@ def test_result_refuses_a_broken_file():
             {"step": 5, "loss": 1.0, "accuracy": 0.5, "previous_head": 0, "previous_score": 0.9,
              "induction_head": 0, "induction_score": 0.8, "k_composition": 0.3,
              "k_baseline": 0.1, "edge": "0.0->1.0<k>", "patching_effect": -1.0,
-             "clean_metric": -0.5, "corrupted_metric": -2.0}]}],
+             "clean_metric": -0.5, "corrupted_metric": -2.0, "k_path_effect": -1.5}],
+         "k_edges": None, "faithfulness": None}],
     }  # fmt: skip
     assert InductionFormation.from_dict(json.loads(json.dumps(good))).to_dict() == good
+    older = json.loads(json.dumps(good))
+    del older["runs"][0]["checkpoints"][0]["k_path_effect"]  # files written before it existed
+    assert InductionFormation.from_dict(older).runs[0].checkpoints[0].k_path_effect is None
+    assert InductionFormation.from_dict(older).runs[0].k_edges is None
+    with_edges = json.loads(json.dumps(good))
+    with_edges["runs"][0]["k_edges"] = {
+        "edges": ["0.0->1.0<k>"], "composition": [0.3], "eap": [-1.0], "eap_ig": [-0.9],
+        "exact": [-1.1], "previous_scores": [0.9], "induction_scores": [0.5]}  # fmt: skip
+    with_edges["runs"][0]["faithfulness"] = {
+        "method": "eap-ig", "selection": "top", "metric": "logprob", "edges": 10,
+        "fractions": [0.1, 1.0], "sizes": [1, 10], "faithfulness": [0.5, 1.0],
+        "random": [[0.0, 0.1], [1.0, 1.0]], "cpr": 0.7, "cmd": 0.3,
+        "random_cpr": [0.5, 0.55], "random_cmd": [0.5, 0.45]}  # fmt: skip
+    assert InductionFormation.from_dict(with_edges).to_dict() == with_edges
+    with_edges["runs"][0]["k_edges"]["eap"] = [1.0, 2.0]
+    with pytest.raises(ValueError, match=r"k_edges\.eap"):
+        InductionFormation.from_dict(with_edges)
     bad = json.loads(json.dumps(good))
     bad["runs"][0]["checkpoints"][0]["accuracy"] = 1.5
     with pytest.raises(ValueError, match=r"checkpoints\[0\]\.accuracy"):

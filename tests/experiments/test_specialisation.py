@@ -4,8 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from headlab.experiments.config import make_config
-from headlab.experiments.model import TinyTransformer
+from headlab.experiments.run_sizing import make_config
 from headlab.experiments.specialisation import (
     SpecialisationConfig,
     ablation_matrix,
@@ -14,7 +13,8 @@ from headlab.experiments.specialisation import (
     settled_step,
     split_step,
 )
-from headlab.experiments.tasks import generate
+from headlab.experiments.sweep_tasks import generate
+from headlab.experiments.tiny_transformer import TinyTransformer
 from headlab.results.specialisation_result import Checkpoint, SpecialisationResult
 
 

@@ -11,9 +11,9 @@ import pytest
 from cli_run import run
 from headlab import limits
 from headlab.analysis.params import parameter_count
-from headlab.experiments.config import make_config, run_memory_estimate, run_parameters
-from headlab.experiments.model import TinyTransformer
+from headlab.experiments.run_sizing import make_config, run_memory_estimate, run_parameters
 from headlab.experiments.sweep import check_runs_fit
+from headlab.experiments.tiny_transformer import TinyTransformer
 
 
 @pytest.mark.parametrize(
@@ -59,7 +59,7 @@ def test_workers_multiply_the_estimate(monkeypatch):
 
 PROBE = """
 import re, sys
-from headlab.experiments.config import make_config, run_memory_estimate
+from headlab.experiments.run_sizing import make_config, run_memory_estimate
 from headlab.experiments.train import run_one
 
 def status(key):

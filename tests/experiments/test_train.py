@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from headlab.analysis.params import parameter_count
-from headlab.experiments.config import make_config
-from headlab.experiments.model import TinyTransformer, attention_entropy
-from headlab.experiments.tasks import generate
+from headlab.experiments.run_sizing import make_config
+from headlab.experiments.sweep_tasks import generate
+from headlab.experiments.tiny_transformer import TinyTransformer, attention_entropy
 from headlab.experiments.train import run_one
 from headlab.results.run_config import RunConfig
 

@@ -1,4 +1,5 @@
-"""Head analyses on a decoder (GQA, rotary, causal) through the HeadModel interface."""
+"""Head analyses on a decoder (GQA, rotary, causal) through the HeadModel interface: the
+tiny random Llama on the production route (tests/conftest.py's ``tiny_llama``)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ import torch
 
 from headlab.attention import MultiHeadAttention
 from headlab.attention.head_groups import HeadGroupView, grouped_view
-from headlab.attention.pruned import prune_attention
 from headlab.heads import (
     collapse_heads,
     collapsed,
@@ -22,13 +22,6 @@ from headlab.heads.detectors import detector_scores
 from headlab.heads.pruning import unique_parameters
 from headlab.models import HeadModel
 from headlab.models.head_mask import as_mask
-
-
-@pytest.fixture(scope="module")
-def tiny_llama(tiny_llama_reference):
-    """Here ``tiny_llama`` is the hand-built reference decoder, whose layers are headlab's
-    MultiHeadAttention (the route's are tested in tests/models/test_hf_heads.py)."""
-    return tiny_llama_reference
 
 TEXTS = [" ".join(f"t{(7 * i + j * j) % 97}" for j in range(5 + i % 7)) for i in range(9)]
 
@@ -62,14 +55,15 @@ def test_pruning_equals_masking_the_same_heads(tiny_llama, removed):
 
 
 def test_a_kv_head_goes_with_its_last_query_head(tiny_llama):
-    attention = tiny_llama.attention_layers()[0]
-    d, e = attention.head_dim, attention.embed_dim
-    whole_group = prune_attention(attention, {0, 1, 2})  # every reader of K/V head 0
-    assert (whole_group.num_heads, whole_group.num_kv_heads) == (3, 1)
-    uneven = prune_attention(attention, {0})  # groups of 2 and 3: K/V copied per query head
-    assert (uneven.num_heads, uneven.num_kv_heads, uneven.duplicated_kv_heads) == (5, 5, 3)
-    full = sum(p.numel() for p in tiny_llama.parameters())
-    model = tiny_llama.with_attention({0: uneven})
+    layer = tiny_llama.attention_layers()[0]
+    d, e = layer.head_dim, layer.embed_dim
+    whole_group = tiny_llama.without_heads({0: [0, 1, 2]})  # every reader of K/V head 0
+    assert (whole_group.heads_per_layer[0], whole_group.kv_heads_per_layer[0]) == (3, 1)
+    uneven = tiny_llama.without_heads({0: [0]}).attention_layers()[0]  # groups of 2 and 3
+    assert (uneven.num_heads, uneven.num_kv_heads) == (5, 5)  # K/V copied per query head
+    assert uneven.copied_parameters == 2 * 3 * d * e  # the 3 copies of K and V rows, once
+    model = tiny_llama.without_heads({0: [0]})
+    full = tiny_llama.parameter_count()
     assert unique_parameters(model) == full - 2 * d * e  # one query head's W_Q rows, W_O columns
 
 
@@ -171,12 +165,13 @@ def test_a_detector_length_that_does_not_fit_is_refused_before_the_corpus_runs(t
     assert batches == []
 
 
-def test_importance_of_a_head_without_output_is_zero(tiny_llama):
-    attention = tiny_llama.attention_layers()[1]
-    silent = prune_attention(attention, set())  # a copy, then silence head 4's W_O columns
+def test_importance_of_a_head_without_output_is_zero(tiny_llama_dir):
+    from headlab.models import load
+
+    model = load(tiny_llama_dir)  # its own copy: head 4 of layer 1 silenced (W_O columns 0)
+    d = model.attention_layers()[1].head_dim
     with torch.no_grad():
-        silent.out_proj.weight[:, 4 * attention.head_dim : 5 * attention.head_dim] = 0
-    model = tiny_llama.with_attention({1: silent})
+        model.model.model.layers[1].self_attn.o_proj.weight[:, 4 * d : 5 * d] = 0
     result = head_importance(model, TEXTS, batch_size=3, max_length=32)
     assert result.raw[1][4] == 0.0 and all(v > 0 for v in result.raw[0])
     assert result.objective.startswith("next-token cross-entropy")

@@ -27,10 +27,10 @@ from headlab.heads.ablation import ablated, ablation_effect
 from headlab.heads.corpus_sums import corpus_result, document_sums, merge_sums
 from headlab.heads.kv_budget import kv_budget
 from headlab.heads.long_context import long_text_statistics
+from headlab.heads.model_text_attention import model_text_attention
 from headlab.heads.patterns import patterns_by_length
 from headlab.heads.pruning import prune_heads
 from headlab.heads.redundancy import measure_redundancy
-from headlab.heads.text_attention import model_text_attention
 from headlab.heads.tracing import attention_weights
 from headlab.models.interface import AttentionLayer, HeadModel
 from headlab.results.corpus_roles_result import RoleOptions

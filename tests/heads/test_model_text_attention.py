@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from headlab.heads.text_attention import model_text_attention
+from headlab.heads.model_text_attention import model_text_attention
 
 
 def words(n: int) -> str:

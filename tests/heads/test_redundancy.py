@@ -110,25 +110,31 @@ def test_measure_refuses_a_rank_outside_the_width_before_any_work(tiny, monkeypa
         measure_redundancy(tiny, ["a b c"], ranks=ranks, max_length=12)
 
 
+def full_rank(model, rank: int):
+    """``model`` with every layer's W_Q and W_K read through the shared subspaces at ``rank``."""
+    layers = model.attention_layers()
+    return model.with_query_key_weights(
+        {i: shared_projections(layer, rank) for i, layer in enumerate(layers)}
+    )
+
+
 @pytest.mark.model
-def test_full_rank_reproduces_minilm(minilm_reference):
-    """Every layer of the packaged MiniLM (the hand-built reference, whose layers are
-    headlab's MultiHeadAttention) re-parameterised at k = 384: the same embeddings."""
-    minilm = minilm_reference
-    modules = minilm.attention_layers()
-    full = minilm.with_attention({i: shared_key_query(m, 384) for i, m in enumerate(modules)})
+def test_full_rank_reproduces_minilm(minilm):
+    """Every layer of the packaged MiniLM (on the route) re-parameterised at k = 384: the same
+    embeddings."""
     batch = minilm.tokenize(["heads share their key and query spaces", "a short one"])
     with torch.inference_mode():
-        torch.testing.assert_close(full.run(batch), minilm.run(batch), rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(
+            full_rank(minilm, 384).run(batch), minilm.run(batch), rtol=1e-4, atol=1e-5
+        )
 
 
 @pytest.mark.model
-def test_full_rank_reproduces_smollm2(smollm2_reference_decoder):
-    """SmolLM2 (9 query heads on 3 K/V heads, rotary; the hand-built reference) at k = 576 in
-    every layer: same logits."""
-    smollm2 = smollm2_reference_decoder
-    modules = smollm2.attention_layers()
-    full = smollm2.with_attention({i: shared_key_query(m, 576) for i, m in enumerate(modules)})
+def test_full_rank_reproduces_smollm2(smollm2):
+    """SmolLM2 (9 query heads on 3 K/V heads, rotary; on the route) at k = 576 in every layer:
+    same logits."""
     batch = smollm2.tokenize(["Heads share their key and query spaces."])
     with torch.inference_mode():
-        torch.testing.assert_close(full.run(batch), smollm2.run(batch), rtol=1e-3, atol=1e-3)
+        torch.testing.assert_close(
+            full_rank(smollm2, 576).run(batch), smollm2.run(batch), rtol=1e-3, atol=1e-3
+        )

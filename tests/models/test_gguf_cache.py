@@ -197,3 +197,52 @@ def test_an_unwritable_cache_says_which_folder_and_the_variable(tiny_gguf, tmp_p
     blocker.write_text("")
     with pytest.raises(OSError, match=f"{blocker}.*{CACHE_ENV}"):
         converted(tiny_gguf, blocker / "cache")
+
+
+def _no_hashing(path):
+    raise AssertionError(f"hashed {path} although its stat is the recorded one")
+
+
+def test_a_file_whose_stat_is_recorded_is_not_hashed_again(tiny_gguf, tmp_path, monkeypatch):
+    monkeypatch.setattr(gguf_cache, "RACY_NS", 0)  # as if the conversion were long ago
+    folder = convert(tiny_gguf, tmp_path)
+    with monkeypatch.context() as patch:
+        patch.setattr(gguf_cache, "file_digest", _no_hashing)
+        assert stale_reason(folder, tiny_gguf) is None
+
+
+def test_a_write_that_keeps_size_and_modification_time_is_still_found(tiny_gguf, tmp_path,
+                                                                      monkeypatch):  # fmt: skip
+    """The change time moves with every write and cannot be set back: the file is hashed."""
+    import os
+    import time
+
+    monkeypatch.setattr(gguf_cache, "RACY_NS", 0)
+    folder = convert(tiny_gguf, tmp_path)
+    weights = folder / "model.safetensors"
+    before = weights.stat()
+    time.sleep(0.05)  # past the file system's timestamp tick
+    _flip_a_byte(folder)
+    os.utime(weights, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert weights.stat().st_size == before.st_size
+    assert weights.stat().st_mtime_ns == before.st_mtime_ns
+    assert "damaged" in stale_reason(folder, tiny_gguf)
+
+
+def test_a_copied_cache_is_hashed_once_then_trusted(tiny_gguf, tmp_path, monkeypatch) -> None:
+    import shutil
+
+    monkeypatch.setattr(gguf_cache, "RACY_NS", 0)
+    folder = convert(tiny_gguf, tmp_path / "a")
+    copy = tmp_path / "b" / folder.name
+    shutil.copytree(folder, copy)  # new inodes and change times: every stat differs
+    hashed = []
+    digest = gguf_cache.file_digest
+    with monkeypatch.context() as patch:
+        patch.setattr(gguf_cache, "file_digest", lambda p: hashed.append(p.name) or digest(p))
+        assert stale_reason(copy, tiny_gguf) is None
+    assert "model.safetensors" in hashed
+    with monkeypatch.context() as patch:
+        patch.setattr(gguf_cache, "file_digest", _no_hashing)
+        assert stale_reason(copy, tiny_gguf) is None
+    assert not [p for p in copy.iterdir() if p.name.startswith(".")]

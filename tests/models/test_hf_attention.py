@@ -66,7 +66,7 @@ def test_a_model_loaded_elsewhere_still_runs_sdpa(hf_dirs, hf_loaded, monkeypatc
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
     from transformers.masking_utils import AttentionMaskInterface, eager_mask, sdpa_mask
 
-    import headlab.models.hf.attention as attention
+    import headlab.models.hf.attention_function as attention
 
     hf_loaded("llama")
     assert register() == NAME  # a second registration changes nothing

@@ -11,7 +11,7 @@ import pytest
 import torch
 from hf_families import FAMILIES, WINDOW, text
 
-from headlab.models.hf.attention import headlab_attention
+from headlab.models.hf.attention_function import headlab_attention
 from headlab.models.hf.lazy_mask import LazyMask
 from headlab.models.hf.registry import NAME
 

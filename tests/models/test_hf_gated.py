@@ -17,8 +17,8 @@ from test_hf_heads import batch_of, eager_run, reference_means
 
 from cli_run import run
 from headlab.analysis.report_measuring import measure_report
+from headlab.heads.model_head_sums import model_head_sums
 from headlab.heads.statistics import head_statistics
-from headlab.heads.streaming import model_head_sums
 from headlab.report import ReportOptions, build_report
 from headlab.results.head_statistics import HeadStatistics
 

@@ -20,7 +20,7 @@ from hf_families import FAMILIES, VOCAB, padded, text
 from headlab.attention.functional import entropy
 from headlab.attention.interventions import ablate, record
 from headlab.heads.detectors import DETECTORS, detect_heads, detector_scores, repeated_random_tokens
-from headlab.heads.streaming import model_head_sums
+from headlab.heads.model_head_sums import model_head_sums
 from headlab.models.interface import TokenBatch
 
 DECODERS = [name for name, family in FAMILIES.items() if family.causal]

@@ -14,7 +14,7 @@ import torch
 from hf_families import FAMILIES, VOCAB, build, padded
 
 from headlab.models.hf import attach
-from headlab.models.hf.attention import IMPLEMENTED, PASSIVE, REFUSED, headlab_attention
+from headlab.models.hf.attention_function import IMPLEMENTED, PASSIVE, REFUSED, headlab_attention
 
 DECODERS = [name for name, family in FAMILIES.items() if family.causal]
 

@@ -20,7 +20,7 @@ from safetensors.torch import load_file, save_file
 from cli_run import run
 from headlab.models import load
 from headlab.models.hf import load_transformers
-from headlab.models.hf.config_fields import SIZES, check_config_fields
+from headlab.models.hf.config_fields import EPSILONS, SIZES, check_config_fields
 from headlab.notices import HeadlabWarning
 from model_files import edited_copy
 
@@ -51,14 +51,20 @@ def _one_line(error: BaseException) -> str:
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        ({"num_attention_heads": 0}, "config.json: num_attention_heads must be an integer >= 1, "
-         "got 0"),
-        ({"num_attention_heads": -6}, "config.json: num_attention_heads must be an integer >= 1, "
-         "got -6"),
+        (
+            {"num_attention_heads": 0},
+            "config.json: num_attention_heads must be an integer >= 1, got 0",
+        ),
+        (
+            {"num_attention_heads": -6},
+            "config.json: num_attention_heads must be an integer >= 1, got -6",
+        ),
         ({"num_key_value_heads": 2.5}, "config.json: num_key_value_heads must be an integer >= 1"),
         ({"hidden_size": True}, "config.json: hidden_size must be an integer >= 1, got True"),
-        ({"dtype": "float128"}, "config.json: dtype must be one of bfloat16, float16, float32, "
-         "float64, got 'float128'"),
+        (
+            {"dtype": "float128"},
+            "config.json: dtype must be one of bfloat16, float16, float32, float64, got 'float128'",
+        ),
         ({"torch_dtype": 32}, "config.json: torch_dtype must be one of"),
         (
             {"rope_parameters": {"rope_type": "linear", "factor": "big", "rope_theta": 1e4}},
@@ -235,3 +241,39 @@ def test_transformers_loading_report_in_one_warning_line():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         say_unused({"unexpected_keys": set(), "missing_keys": set()}, "m")
+
+
+@given(
+    value=st.one_of(_VALUES, st.integers(-60, 60)), vocab=st.integers(1, 50), nested=st.booleans()
+)
+def test_pad_token_id_is_refused_exactly_where_torch_refuses_it_as_padding_idx(
+    value, vocab, nested
+):
+    """Property: a pad_token_id is refused, naming it, exactly where torch's nn.Embedding (the
+    reference: transformers passes it as ``padding_idx``) refuses it or it is not an integer."""
+    config = {"model_type": "llama", "vocab_size": vocab, "pad_token_id": value}
+    if nested:
+        config = {"model_type": "llava", "text_config": config}
+    torch_takes = type(value) is int
+    if torch_takes:
+        try:
+            torch.nn.Embedding(vocab, 2, padding_idx=value)
+        except AssertionError:
+            torch_takes = False
+    if value is None or torch_takes:
+        check_config_fields(config, "c/config.json")
+        return
+    name = "text_config.pad_token_id" if nested else "pad_token_id"
+    with pytest.raises(ValueError, match=rf"^c/config\.json: {name} must be a token id"):
+        check_config_fields(config, "c/config.json")
+
+
+@given(field=st.sampled_from(EPSILONS), value=_VALUES)
+def test_a_norm_epsilon_is_refused_exactly_when_not_a_finite_number_from_zero(field, value):
+    config = {"model_type": "bert", field: value}
+    good = value is None or (type(value) in (int, float) and math.isfinite(value) and value >= 0)
+    if good:
+        check_config_fields(config, "config.json")
+        return
+    with pytest.raises(ValueError, match=rf"^config\.json: {field} must be a finite number >= 0"):
+        check_config_fields(config, "config.json")

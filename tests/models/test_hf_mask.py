@@ -16,7 +16,7 @@ import torch
 from hf_families import FAMILIES, VOCAB, WINDOW
 from test_hf_calls import LAYOUT
 
-from headlab.models.hf.attention import headlab_attention
+from headlab.models.hf.attention_function import headlab_attention
 from headlab.models.hf.lazy_mask import LazyMask, headlab_mask
 from headlab.models.hf.registry import NAME
 

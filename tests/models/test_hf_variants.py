@@ -18,7 +18,7 @@ from hf_families import FAMILIES, model_class, padded, text
 
 import headlab.attention.kernel as kernel
 from headlab.attention.interventions import ablate
-from headlab.heads.streaming import model_head_sums
+from headlab.heads.model_head_sums import model_head_sums
 from headlab.models.head_mask import as_mask
 from headlab.models.hf import attach, load_transformers
 from headlab.models.interface import TokenBatch

@@ -1,5 +1,6 @@
-"""Loading BERT folders into the hand-built reference encoder: the tiny random BERT, and one
-clear error per broken directory."""
+"""Loading BERT folders through the production route: the tiny random BERT, and one clear error
+per broken directory (tests/models/test_malformed_models.py checks the CLI's exit 2 and the
+refusal before any weight is read)."""
 
 from __future__ import annotations
 
@@ -10,33 +11,23 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from headlab.attention import MultiHeadAttention
-from headlab.models import load_encoder
+from headlab.models import load
 
 
-@pytest.fixture
-def tiny(tiny_reference):
-    """Here ``tiny`` is the hand-built reference encoder (tests/conftest.py's tiny_reference)."""
-    return tiny_reference
-
-
-def test_tiny_loads_with_headlab_attention(tiny):
-    assert tiny.num_layers == 2 and tiny.num_heads == 3 and tiny.d_model == 15
-    assert tiny.heads_per_layer == [3, 3]
-    for layer in tiny.model.layers:
-        assert isinstance(layer.attention, MultiHeadAttention)
-        assert layer.attention.batch_first
+def test_tiny_loads_with_its_heads_and_pooling(tiny):
+    assert tiny.family == "bert" and not tiny.causal
+    assert tiny.num_layers == 2 and tiny.heads_per_layer == [3, 3]
     assert tiny.pooling.mode == "mean" and tiny.pooling.normalize
+    assert tiny.pooling.max_seq_length == 37  # no sentence_bert_config.json: the positions
 
 
-def test_packed_projection_is_query_key_value_in_order(tiny_dir, tiny):
+def test_query_key_and_output_weights_are_the_files(tiny_dir, tiny):
     tensors = load_file(str(tiny_dir / "model.safetensors"))
-    w_q, w_k, w_v = tiny.model.layers[1].attention.projection_weights()
+    w_q, w_k = tiny.attention_layers()[1].query_key_weights()
     p = "encoder.layer.1.attention."
     torch.testing.assert_close(w_q, tensors[p + "self.query.weight"], rtol=0, atol=0)
     torch.testing.assert_close(w_k, tensors[p + "self.key.weight"], rtol=0, atol=0)
-    torch.testing.assert_close(w_v, tensors[p + "self.value.weight"], rtol=0, atol=0)
-    out = tiny.model.layers[1].attention.out_proj.weight
+    out = tiny.attention_layers()[1].output_weight()
     torch.testing.assert_close(out, tensors[p + "output.dense.weight"], rtol=0, atol=0)
 
 
@@ -47,16 +38,28 @@ def broken(tiny_dir, tmp_path):
     return target
 
 
-@pytest.mark.parametrize("name", ["config.json", "model.safetensors", "tokenizer.json"])
-def test_missing_file_is_named(broken, name):
-    (broken / name).unlink()
-    with pytest.raises(FileNotFoundError, match=rf"{broken}.*{name} is missing"):
-        load_encoder(broken)
+def test_missing_config_is_named(broken):
+    (broken / "config.json").unlink()
+    with pytest.raises(FileNotFoundError, match=rf"{broken}: config\.json is missing"):
+        load(broken)
+
+
+def test_missing_weights_are_named(broken):
+    (broken / "model.safetensors").unlink()
+    with pytest.raises(ValueError, match=r"broken: no \*\.safetensors weights"):
+        load(broken)
+
+
+def test_a_folder_without_a_tokenizer_says_so_when_text_comes(broken):
+    (broken / "tokenizer.json").unlink()
+    model = load(broken)
+    with pytest.raises(ValueError, match=r"holds no tokenizer\.json"):
+        model.tokenize(["a text"])
 
 
 def test_missing_directory(tmp_path):
-    with pytest.raises(FileNotFoundError, match="does not exist"):
-        load_encoder(tmp_path / "nowhere")
+    with pytest.raises(FileNotFoundError, match="no such file or folder"):
+        load(tmp_path / "nowhere")
 
 
 def _edit_config(path, **changes):
@@ -68,57 +71,46 @@ def _edit_config(path, **changes):
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        ({"model_type": "gpt2"}, "model_type must be 'bert'.*got 'gpt2'"),
-        ({"num_attention_heads": 4}, "hidden_size=15 is not divisible by num_attention_heads=4"),
-        ({"hidden_act": "swish"}, "hidden_act must be one of"),
-        ({"hidden_size": "15"}, "'hidden_size' must be int"),
-        ({"position_embedding_type": "relative_key"}, "position_embedding_type must be"),
+        ({"hidden_size": "15"}, r"config\.json: hidden_size must be an integer >= 1, got '15'"),
+        ({"num_attention_heads": 4}, "hidden size .15. is not a multiple of the number of"),
+        ({"intermediate_size": 29}, "its config makes 462,553 parameters, but its weights hold"),
     ],
 )
-def test_non_bert_config_is_named(broken, changes, message):
+def test_a_config_the_weights_do_not_fit_is_named(broken, changes, message):
     _edit_config(broken, **changes)
-    with pytest.raises(ValueError, match=rf"config\.json: {message}"):
-        load_encoder(broken)
+    with pytest.raises(ValueError, match=message):
+        load(broken)
 
 
 def test_invalid_json(broken):
     (broken / "config.json").write_text("{not json")
     with pytest.raises(ValueError, match=r"config\.json: not valid JSON"):
-        load_encoder(broken)
+        load(broken)
 
 
-def test_wrong_shape_names_tensor_and_shapes(broken):
-    _edit_config(broken, intermediate_size=29)
-    with pytest.raises(
-        ValueError,
-        match=r"model\.safetensors: tensor 'encoder\.layer\.0\.intermediate\.dense\.weight' has "
-        r"shape \(23, 15\), config\.json says \(29, 15\)",
-    ):
-        load_encoder(broken)
-
-
-def test_missing_tensor_is_named(broken):
+def test_missing_tensor_is_refused_from_what_the_file_holds(broken):
     tensors = load_file(str(broken / "model.safetensors"))
     del tensors["encoder.layer.1.attention.self.key.bias"]
     save_file(tensors, str(broken / "model.safetensors"))
-    with pytest.raises(ValueError, match=r"tensor 'encoder\.layer\.1\.attention\.self\.key\.bias'"):
-        load_encoder(broken)
+    with pytest.raises(ValueError, match="weights hold 462,166 values in 38 tensors"):
+        load(broken)
 
 
 def test_garbage_safetensors(broken):
     (broken / "model.safetensors").write_bytes(b"\x00" * 5)
     with pytest.raises(ValueError, match=r"model\.safetensors: not a readable safetensors file"):
-        load_encoder(broken)
+        load(broken)
 
 
 def test_garbage_tokenizer(broken):
     (broken / "tokenizer.json").write_text("{}")
     with pytest.raises(ValueError, match=r"tokenizer\.json: not a readable tokenizer"):
-        load_encoder(broken)
+        load(broken)
 
 
 def test_bert_prefix_is_accepted(broken, tiny):
     tensors = load_file(str(broken / "model.safetensors"))
     save_file({f"bert.{k}": v for k, v in tensors.items()}, str(broken / "model.safetensors"))
-    texts = ["prefixed tensor names load the same weights"]
-    torch.testing.assert_close(load_encoder(broken).embed(texts), tiny.embed(texts))
+    batch = tiny.tokenize(["prefixed tensor names load the same weights"])
+    with torch.no_grad():
+        torch.testing.assert_close(load(broken).run(batch), tiny.run(batch), rtol=0, atol=0)

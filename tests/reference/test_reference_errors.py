@@ -70,5 +70,6 @@ def test_call_errors(setup) -> None:
     with pytest.raises(ValueError, match=r"head_mask must have shape .*\(6,\).*got \(5,\)"):
         multi_head_attention(x_q, x_k, x_v, params, head_mask=np.ones(5))
     out, cache = multi_head_attention(x_q, x_k, x_v, params)
-    with pytest.raises(ValueError, match=r"d_out must have shape \(batch, q_pos, E\)=\(2, 5, 12\)"):
+    expected = r"d_out must have shape \(batch, q_pos, d_model\)=\(2, 5, 12\)"
+    with pytest.raises(ValueError, match=expected):
         multi_head_attention_backward(out[:, :4], cache)

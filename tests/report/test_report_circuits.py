@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from headlab.report.circuits import FILE, circuits_sections
+from headlab.report.circuits_section import FILE, circuits_sections
 from headlab.report.reading import SkippedResultsWarning
 from headlab.results.circuit_run import CircuitRun
 from headlab.results.output_policy import png_text_chunks

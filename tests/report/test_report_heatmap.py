@@ -58,7 +58,7 @@ def test_total_tokens_records_a_cut_text() -> None:
 
 @pytest.mark.model
 def test_a_text_longer_than_the_encoder_is_cut_and_says_how_long_it_was(minilm) -> None:
-    from headlab.heads.text_attention import model_text_attention
+    from headlab.heads.model_text_attention import model_text_attention
 
     text = " ".join(["heads"] * 600)
     seen = model_text_attention(minilm, text, max_tokens=512)  # MiniLM's own limit

@@ -22,7 +22,7 @@ from long_results import (
 from report_pages import build
 
 from headlab.report import ReportOptions
-from headlab.report.long_context import budget_rows, roles_answer
+from headlab.report.long_context_section import budget_rows, roles_answer
 
 XSS = "<img src=x onerror=alert(1)>"
 

@@ -50,7 +50,7 @@ def test_broken_files_name_the_file(results_dir: Path) -> None:
 
 
 def test_a_torn_last_sweep_line_is_skipped_with_the_sweeps_warning(tmp_path: Path) -> None:
-    from headlab.experiments.config import make_config
+    from headlab.experiments.run_sizing import make_config
     from headlab.results.jsonl_store import TornLineWarning
 
     config = make_config("multi-lookup", 4, d_model=8)

@@ -7,7 +7,7 @@ import stat
 
 import pytest
 
-from headlab.results.files import atomic_write_bytes, atomic_write_text
+from headlab.results.atomic_files import atomic_write_bytes, atomic_write_text
 
 
 def test_write_replaces_whole_and_leaves_nothing_else(tmp_path):
@@ -38,7 +38,7 @@ def test_a_failed_write_keeps_the_old_file(tmp_path, monkeypatch):
 
 def test_a_refusal_names_the_library_argument_not_a_cli_flag(tmp_path):
     from headlab.report.figure_files import plot_sweep
-    from headlab.results.files import write_output
+    from headlab.results.atomic_files import write_output
     from headlab.results.json_store import write_json
     from headlab.results.output_policy import Kind, OutputRefused, check_output
 

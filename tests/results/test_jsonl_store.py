@@ -8,7 +8,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from headlab.experiments.config import make_config
+from headlab.experiments.run_sizing import make_config
 from headlab.results.jsonl_store import (
     SWEEP,
     SkippedLinesWarning,
@@ -274,3 +274,33 @@ def test_a_user_line_before_the_rows_makes_it_not_a_results_file(tmp_path):
         read_results(path)
     path.write_text("\n \n" + _line(_row(0, 5, True)))  # blank lines first are fine
     assert len(read_results(path).rows) == 1
+
+
+def test_a_giant_line_is_skipped_unread_and_named(tmp_path, monkeypatch):
+    """Issue 31: a single giant line was read whole. A line over MAX_LINE_BYTES is skipped with
+    its number and length, the rows around it kept, and the reader never holds it: the peak of
+    Python's allocations stays far below the line's size (tracemalloc, an outside measure)."""
+    import tracemalloc
+
+    from headlab.results import jsonl_store
+
+    monkeypatch.setattr(jsonl_store, "MAX_LINE_BYTES", 4096)
+    monkeypatch.setattr(jsonl_store, "_SKIP_CHUNK", 1024)
+    good = '{"run_id": "a"}\n'
+    giant = 5 * 2**20 + 7  # bytes, a prime-ish size far over the bound
+    path = tmp_path / "r.jsonl"
+    with path.open("w") as handle:
+        handle.write(good)
+        handle.write('{"run_id": "' + "x" * giant + '"}\n')
+        handle.write(good)
+    kind = jsonl_store.RowKind(problem=lambda row: None)
+    tracemalloc.start()
+    try:
+        result = jsonl_store.read_results(path, kind)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(result.rows) == 2
+    assert [s.number for s in result.skipped] == [2]
+    assert f"{giant + 15} bytes long, expected at most 4096" in result.skipped[0].reason
+    assert peak < 2**20, peak

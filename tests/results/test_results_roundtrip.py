@@ -112,7 +112,7 @@ def test_specialisation(tmp_path):
 
 
 def test_sweep_rows(tmp_path):
-    from headlab.experiments.config import make_config
+    from headlab.experiments.run_sizing import make_config
     from headlab.experiments.train import run_one
     from headlab.results.jsonl_store import SweepRow, read_finals
     from headlab.results.jsonl_writer import ResultsWriter

@@ -1,17 +1,10 @@
 """Analyses on shared weights: comparisons, findings, per-head gradients, parameter counts."""
 
 from headlab.analysis.compare import Comparison, compare
-from headlab.analysis.coupling import (
-    CouplingMatrix,
-    CouplingSummary,
-    HeadGradientNorms,
-    coupling_summary,
-    gradient_coupling,
-    head_gradient_norms,
-)
+from headlab.analysis.coupling import coupling_summary, gradient_coupling, head_gradient_norms
 from headlab.analysis.explain import explain
 from headlab.analysis.findings import CODES, Finding
-from headlab.analysis.params import ParamRow, parameter_count, parameter_table
+from headlab.analysis.params import parameter_count, parameter_table
 from headlab.analysis.scenarios import (
     CompareSetup,
     ScenarioResult,
@@ -19,6 +12,8 @@ from headlab.analysis.scenarios import (
     run_seed_scenarios,
     run_setup,
 )
+from headlab.results.coupling_result import CouplingMatrix, CouplingSummary, HeadGradientNorms
+from headlab.results.param_rows import ParamRow
 
 __all__ = [
     "CODES",

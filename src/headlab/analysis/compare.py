@@ -14,11 +14,10 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from headlab.analysis.findings import Finding, diagnose
+from headlab.analysis.findings import Finding, SideFacts, diagnose, side_facts
 from headlab.analysis.params import parameter_count
 from headlab.analysis.row_gradients import row_gradients
 from headlab.attention.module import MultiHeadAttention
-from headlab.attention.trace import AttentionTrace
 
 CLOSE_EPS_FACTOR = 1e3  # "close": allclose with rtol = atol = 1e3 * machine epsilon of the dtype
 
@@ -74,24 +73,28 @@ def _side(
     masks: dict,
     upstream: Tensor | None,
     upstream_seed: int,
-) -> tuple[AttentionTrace, dict[str, Tensor], Tensor]:
-    """(the module's trace, without autograd; its parameters' gradients for ``upstream``
-    (batch, q_pos, embed_dim), drawn from N(0, 1) with ``upstream_seed`` when None; the
-    upstream).
+) -> tuple[SideFacts, Tensor, dict[str, Tensor], Tensor]:
+    """(what the findings read of the module's trace, taken without autograd; its output
+    (batch, q_pos, embed_dim); its parameters' gradients for ``upstream`` (batch, q_pos,
+    embed_dim), drawn from N(0, 1) with ``upstream_seed`` when None; the upstream).
 
-    The gradients flow through the trace's own explicit path: the fused kernel recomputes the
-    softmax, and at saturated scores (the first seed question: scores near 4e5) its gradients
-    differ from the exact ones by rounding far above the comparison's tolerance. They are
-    taken a block of query rows at a time (``row_gradients``), so the side's autograd graph
-    never holds every weight at once, and two sides never hold theirs at once.
+    The trace's scores are read (``side_facts``) and dropped before the gradients and the other
+    side run: of a side only its weights stay, so the peak is one side's scores and weights
+    beside the other's weights (docs/answers.md, memory). The gradients flow through the trace's
+    own explicit path: the fused kernel recomputes the softmax, and at saturated scores (the
+    first seed question: scores near 4e5) its gradients differ from the exact ones by rounding
+    far above the comparison's tolerance. They are taken a block of query rows at a time
+    (``row_gradients``), so the side's autograd graph never holds every weight at once, and two
+    sides never hold theirs at once.
     """
     with torch.no_grad():
         trace = module.trace(*inputs, **masks)
+    facts, out = side_facts(trace), trace.output
+    del trace  # its scores, contributions and head outputs
     if upstream is None:
-        out = trace.output
         gen = torch.Generator(device=out.device).manual_seed(upstream_seed)
         upstream = torch.randn(out.shape, generator=gen, dtype=out.dtype, device=out.device)
-    return trace, row_gradients(module, inputs, masks, upstream), upstream
+    return facts, out, row_gradients(module, inputs, masks, upstream), upstream
 
 
 def compare(
@@ -120,9 +123,8 @@ def compare(
         )
     masks = {"attn_mask": attn_mask, "key_padding_mask": key_padding_mask, "is_causal": is_causal}
     # One side at a time: its trace, then its gradients (docs/answers.md: memory).
-    ta, grads_a, upstream = _side(a, (query, key, value), masks, None, upstream_seed)
-    tb, grads_b, _ = _side(b, (query, key, value), masks, upstream, upstream_seed)
-    out_a, out_b = ta.output, tb.output
+    side_a, out_a, grads_a, upstream = _side(a, (query, key, value), masks, None, upstream_seed)
+    side_b, out_b, grads_b, _ = _side(b, (query, key, value), masks, upstream, upstream_seed)
     tol = _tolerance(out_a.dtype)
     diff = (out_a - out_b).abs()
     max_abs = float(diff.max()) if diff.numel() else 0.0
@@ -150,8 +152,8 @@ def compare(
         head_dim_b=b.head_dim,
         output_a=out_a,
         output_b=out_b,
-        weights_a=ta.weights,
-        weights_b=tb.weights,
+        weights_a=side_a.weights,
+        weights_b=side_b.weights,
         rows_equal=(out_a == out_b).all(dim=-1),
         identical=identical,
         max_abs_diff=max_abs,
@@ -160,5 +162,5 @@ def compare(
         gradients_equal=gradients_equal,
         gradient_diffs=gradient_diffs,
         params={"a": parameter_count(a), "b": parameter_count(b)},
-        findings=diagnose(ta, tb, same_config=same_config, gradients_equal=gradients_equal),
+        findings=diagnose(side_a, side_b, same_config=same_config, gradients_equal=gradients_equal),
     )

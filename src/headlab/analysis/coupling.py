@@ -9,14 +9,13 @@ the one shared dS: the blocks are coupled. ``gradient_coupling`` measures exactl
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import torch
 from torch import Tensor
 
 from headlab.attention.functional import merge_heads
 from headlab.attention.module import MultiHeadAttention
+from headlab.results.coupling_result import CouplingMatrix, CouplingSummary, HeadGradientNorms
 
 
 def _projection_grads(module: MultiHeadAttention, concat: Tensor, upstream: Tensor) -> list[Tensor]:
@@ -60,7 +59,7 @@ def gradient_coupling(
         raise ValueError(f"blocks must divide the head output width {width}, got {blocks}")
     with torch.enable_grad():
         trace = module.trace(query, key, value)
-        concat = merge_heads(trace.head_outputs)  # (batch, q_pos, H * D)
+        concat = merge_heads(trace.head_outputs)  # (batch, q_pos, head * d_head)
         gen = torch.Generator().manual_seed(seed)
         base = torch.randn(concat.shape, generator=gen, dtype=concat.dtype)
         delta = torch.randn(concat.shape, generator=gen, dtype=concat.dtype)
@@ -77,19 +76,6 @@ def gradient_coupling(
             )
             coupling[:, j] = change.sqrt().numpy()
     return coupling
-
-
-@dataclass(frozen=True)
-class HeadGradientNorms:
-    """Frobenius norms of each head's block of the weight gradients, shape (num_heads,) each."""
-
-    w_q: np.ndarray
-    w_k: np.ndarray
-    w_v: np.ndarray
-    w_o: np.ndarray
-
-    def to_dict(self) -> dict[str, list[float]]:
-        return {k: getattr(self, k).tolist() for k in ("w_q", "w_k", "w_v", "w_o")}
 
 
 def head_gradient_norms(
@@ -122,41 +108,6 @@ def head_gradient_norms(
         w_v=norms(w_v, kv_heads),
         w_o=norms(w_o.T.contiguous(), heads),
     )
-
-
-@dataclass(frozen=True)
-class CouplingMatrix:
-    """One coupling matrix (blocks, blocks) with its title and largest off-diagonal entry."""
-
-    title: str
-    matrix: np.ndarray
-    off_diagonal_max: float
-
-    def to_dict(self) -> dict:
-        return {
-            "title": self.title,
-            "matrix": self.matrix.tolist(),
-            "off_diagonal_max": self.off_diagonal_max,
-        }
-
-
-@dataclass(frozen=True)
-class CouplingSummary:
-    """``gradient_coupling`` of a seeded module with ``num_heads`` heads and of its 1-head view
-    (same weights, cut into the same ``num_heads`` blocks)."""
-
-    d_model: int
-    num_heads: int
-    seq_len: int
-    matrices: list[CouplingMatrix]
-
-    def to_dict(self) -> dict:
-        return {
-            "d_model": self.d_model,
-            "num_heads": self.num_heads,
-            "seq_len": self.seq_len,
-            "matrices": [m.to_dict() for m in self.matrices],
-        }
 
 
 def coupling_summary(

@@ -16,6 +16,11 @@ position of one batch item), and covers the share of rows where its condition ho
   (total variation between each head's weights and the other side's closest head).
 
 Rows that see exactly one key are not also counted as saturated or uniform.
+
+The findings read each side through ``SideFacts``, taken from its trace (``side_facts``) as soon
+as the side has run: the weights, the visible keys and what the scores say (their scale and each
+row's top-two gap). The scores themselves (one (batch, q_pos, k_pos) float32 matrix per head) are
+then dropped before the other side runs (docs/answers.md, memory).
 """
 
 from __future__ import annotations
@@ -80,6 +85,45 @@ def _counts(rows: Tensor) -> dict[str, Measure]:
     return {"rows": int(rows.sum()), "of_rows": rows.numel()}
 
 
+@dataclass(frozen=True)
+class SideFacts:
+    """What the findings read of one side's trace.
+
+    weights: (batch, head, q_pos, k_pos); v: (batch, kv_head, k_pos, d_head); visible:
+    (batch, head, q_pos, k_pos) bool, the keys a head may attend to; top_two_gaps:
+    (batch, head, q_pos), each row's gap between its two largest visible scores (None with
+    fewer than two keys; -inf or nan where a row sees fewer than two); max_abs_score: the
+    largest finite |score|.
+    """
+
+    weights: Tensor
+    v: Tensor
+    head_dim: int
+    visible: Tensor
+    top_two_gaps: Tensor | None
+    max_abs_score: float
+
+
+def side_facts(trace: AttentionTrace) -> SideFacts:
+    """The facts of one trace, its scores read one head at a time (one (batch, q_pos, k_pos)
+    temporary at a time)."""
+    visible = _visible(trace)
+    scale, gaps = 0.0, []
+    for h in range(trace.scores.shape[1]):
+        scores = trace.scores[:, h]  # (batch, q_pos, k_pos)
+        finite = scores.masked_fill(~torch.isfinite(scores), 0.0)
+        if finite.numel():
+            scale = max(scale, float(finite.amax()), -float(finite.amin()))
+        del finite
+        if scores.shape[-1] >= 2:
+            masked = scores.masked_fill(~visible[:, h], float("-inf"))
+            top2 = masked.topk(2, dim=-1).values  # (batch, q_pos, 2)
+            del masked
+            gaps.append(top2[..., 0] - top2[..., 1])  # (batch, q_pos)
+    top_two_gaps = torch.stack(gaps, dim=1) if gaps else None
+    return SideFacts(trace.weights, trace.v, trace.q.shape[-1], visible, top_two_gaps, scale)
+
+
 def _visible(trace: AttentionTrace) -> Tensor:
     """(batch, head, q_pos, k_pos) bool: keys a head may attend to. One head at a time:
     ``isfinite`` of a float tensor makes a float copy (its absolute values) of all of it."""
@@ -107,41 +151,33 @@ def _rows_single_key(visible: tuple[Tensor, Tensor]) -> Tensor:
     return torch.stack([_all_heads(_count(v) == 1) for v in visible]).all(0)
 
 
-def _rows_saturated_same_key(traces, visible) -> tuple[Tensor, Tensor, float, float]:
+def _rows_saturated_same_key(sides) -> tuple[Tensor, Tensor, float, float]:
     """Rows where all heads of both sides are one-hot on the same key.
 
     Returns (rows, one-hot rows whatever the key, max |score|, smallest top-two score gap).
-    Memory: one (batch, q_pos, k_pos) temporary at a time (one head).
     """
-    tops = [t.weights.max(dim=-1) for t in traces]
+    tops = [side.weights.max(dim=-1) for side in sides]
     one_hot = torch.stack([_all_heads(top.values >= 1 - SATURATION) for top in tops]).all(0)
     keys = torch.cat([top.indices for top in tops], dim=1)  # (batch, head_a + head_b, q_pos)
     same_key = (keys == keys[:, :1]).all(dim=1)
     rows = one_hot & same_key
-    scale, gaps = 0.0, []
-    for t, seen in zip(traces, visible, strict=True):
-        for h in range(t.scores.shape[1]):
-            scores = t.scores[:, h]  # (batch, q_pos, k_pos)
-            finite = scores.masked_fill(~torch.isfinite(scores), 0.0)
-            if finite.numel():
-                scale = max(scale, float(finite.amax()), -float(finite.amin()))
-            del finite
-            if scores.shape[-1] >= 2:
-                masked = scores.masked_fill(~seen[:, h], float("-inf"))
-                top2 = masked.topk(2, dim=-1).values  # (batch, q_pos, 2)
-                del masked
-                gap = top2[..., 0] - top2[..., 1]  # (batch, q_pos)
-                gaps.append(gap[rows & torch.isfinite(gap)])
+    scale = max(side.max_abs_score for side in sides)
+    gaps = [
+        gap[rows & torch.isfinite(gap)]
+        for side in sides
+        if side.top_two_gaps is not None
+        for gap in side.top_two_gaps.unbind(1)  # (batch, q_pos) per head
+    ]
     gap = min((float(g.min()) for g in gaps if g.numel()), default=float("nan"))
     return rows, one_hot, scale, gap
 
 
-def _rows_uniform(traces, visible) -> Tensor:
+def _rows_uniform(sides) -> Tensor:
     """Rows where every head of both sides is uniform over its visible keys. Memory: one
     (batch, q_pos, k_pos) temporary at a time (one head)."""
     per_side = []
-    for t, seen in zip(traces, visible, strict=True):
-        uniform = []
+    for t in sides:
+        seen, uniform = t.visible, []
         for h in range(t.weights.shape[1]):
             n = _count(seen[:, h]).unsqueeze(-1).clamp(min=1)  # (batch, q_pos, 1)
             deviation = t.weights[:, h] - 1.0 / n  # one temporary, then in place
@@ -152,21 +188,24 @@ def _rows_uniform(traces, visible) -> Tensor:
     return torch.stack(per_side).all(0)
 
 
-def _rows_identical_values(traces, visible) -> tuple[Tensor, float]:
+def _rows_identical_values(sides) -> tuple[Tensor, float]:
     """Rows whose visible value rows are all equal (on both sides); (rows, largest spread).
 
     The spread of a row is the largest max-norm distance from its first visible value row to
-    any other visible one: zero exactly when they are all equal. Memory (batch, q_pos, k_pos).
+    any other visible one: zero exactly when they are all equal. Memory: two (batch, q_pos,
+    k_pos) float temporaries (the distances between keys, then each row's to its first key).
     """
     per_side, spreads = [], []
-    for t, seen in zip(traces, visible, strict=True):
-        seen_by_any = seen.any(dim=1)  # (batch, q_pos, k_pos): visible to some head
+    for t in sides:
+        seen_by_any = t.visible.any(dim=1)  # (batch, q_pos, k_pos): visible to some head
         batch, kv_heads, k_pos, d_head = t.v.shape
         v = t.v.transpose(1, 2).reshape(batch, k_pos, kv_heads * d_head)
         distance = torch.cdist(v, v, p=float("inf"))  # (batch, k_pos, k_pos)
         first = seen_by_any.to(torch.uint8).argmax(dim=-1)  # (batch, q_pos): first visible key
         to_first = distance.gather(1, first.unsqueeze(-1).expand(-1, -1, k_pos))  # (b, q, k)
-        row_spread = (to_first * seen_by_any).amax(dim=-1)  # (batch, q_pos)
+        del distance
+        row_spread = to_first.mul_(seen_by_any).amax(dim=-1)  # (batch, q_pos); in place
+        del to_first, seen_by_any
         tol = 1e-6 * (1.0 + float(v.abs().max()))
         per_side.append(row_spread <= tol)
         spreads.append(row_spread)
@@ -175,7 +214,7 @@ def _rows_identical_values(traces, visible) -> tuple[Tensor, float]:
     return rows, spread
 
 
-def _total_variation(a: AttentionTrace, b: AttentionTrace, rows: Tensor) -> Tensor:
+def _total_variation(a: SideFacts, b: SideFacts, rows: Tensor) -> Tensor:
     """(head_a,) mean over ``rows`` of the TV distance from each head of a to b's closest head.
 
     One pair of heads at a time, so memory stays at one (batch, q_pos, k_pos) temporary.
@@ -202,24 +241,24 @@ def _fraction(rows: Tensor) -> float:
 
 
 def diagnose(
-    a: AttentionTrace, b: AttentionTrace, *, same_config: bool, gradients_equal: bool
+    a: SideFacts, b: SideFacts, *, same_config: bool, gradients_equal: bool
 ) -> list[Finding]:
-    """The findings for two traces of the same input, ranked by the share of rows they cover."""
-    rows_shape = a.output.shape[:2]
-    everything = torch.ones(rows_shape, dtype=torch.bool)
+    """The findings for two sides of the same input (``side_facts`` of their traces), ranked by
+    the share of rows they cover."""
+    batch, _, q_pos, _ = a.weights.shape
+    everything = torch.ones((batch, q_pos), dtype=torch.bool)
     if same_config:
-        measures = {"heads": a.weights.shape[1], "head_dim": a.q.shape[-1]}
+        measures = {"heads": a.weights.shape[1], "head_dim": a.head_dim}
         return [Finding("same_config", 1.0, everything, measures)]
-    traces = (a, b)
-    visible = (_visible(a), _visible(b))  # once: each is a (batch, head, q_pos, k_pos) bool
+    sides = (a, b)
     # Side a is the one with more heads, so that "each head" reads naturally in the details.
     many, few = (a, b) if a.weights.shape[1] >= b.weights.shape[1] else (b, a)
     h_many, h_few = many.weights.shape[1], few.weights.shape[1]
     findings = []
-    single = _rows_single_key(visible)
+    single = _rows_single_key((a.visible, b.visible))
     if single.any():
         findings.append(Finding("single_key", _fraction(single), single, _counts(single)))
-    saturated, one_hot, scale, gap = _rows_saturated_same_key(traces, visible)
+    saturated, one_hot, scale, gap = _rows_saturated_same_key(sides)
     saturated = saturated & ~single
     if saturated.any():
         findings.append(
@@ -235,11 +274,11 @@ def diagnose(
                 },
             )
         )
-    uniform = _rows_uniform(traces, visible) & ~single
+    uniform = _rows_uniform(sides) & ~single
     if uniform.any():
         measures = {**_counts(uniform), "gradients_equal": gradients_equal}
         findings.append(Finding("uniform", _fraction(uniform), uniform, measures))
-    identical, spread = _rows_identical_values(traces, visible)
+    identical, spread = _rows_identical_values(sides)
     identical = identical & ~single
     if identical.any():
         findings.append(
@@ -257,9 +296,9 @@ def diagnose(
         measures = {
             **_counts(partition),
             "heads_many": h_many,
-            "head_dim_many": many.q.shape[-1],
+            "head_dim_many": many.head_dim,
             "heads_few": h_few,
-            "head_dim_few": few.q.shape[-1],
+            "head_dim_few": few.head_dim,
             "total_variation_per_head": tv.tolist(),
             "total_variation_mean": float(tv.mean()),
             "one_hot_on_other_keys": int((partition & one_hot).sum()),

@@ -2,44 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-
 import numpy as np
 
 from headlab.analysis.coupling import gradient_coupling, head_gradient_norms
 from headlab.analysis.scenarios import CompareSetup, build
-
-
-@dataclass(frozen=True)
-class CouplingSide:
-    """One head count: the (block, block) coupling matrix and the per-head gradient norms."""
-
-    num_heads: int
-    kind: str  # "" for plain heads, " (talking heads)" for the talking-heads side
-    coupling: list[list[float]]
-    off_diagonal_max: float
-    diagonal_mean: float
-    head_gradient_norms: dict[str, list[float]]
-
-
-@dataclass(frozen=True)
-class CouplingComparison:
-    """Both sides of a set-up, measured over ``blocks`` = max(heads, vs_heads) blocks."""
-
-    setup: CompareSetup
-    blocks: int
-    sides: list[CouplingSide]
-    talking_heads: float = 0.0
-
-    def to_dict(self) -> dict:
-        """The JSON document: {setup, blocks, talking_heads, sides: [{num_heads, kind, coupling,
-        off_diagonal_max, diagonal_mean, head_gradient_norms}]}."""
-        return {
-            "setup": self.setup.to_dict(),
-            "blocks": self.blocks,
-            "talking_heads": self.talking_heads,
-            "sides": [asdict(side) for side in self.sides],
-        }
+from headlab.results.coupling_result import CouplingComparison, CouplingSide
 
 
 def _grouped(setup: CompareSetup) -> bool:
@@ -90,4 +57,4 @@ def coupling_comparison(setup: CompareSetup, talking_heads: float = 0.0) -> Coup
                 head_gradient_norms=norms,
             )
         )
-    return CouplingComparison(setup, blocks, sides, talking_heads)
+    return CouplingComparison(setup.to_dict(), blocks, sides, talking_heads)

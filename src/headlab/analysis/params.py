@@ -7,36 +7,18 @@ With D = E/H this is 4E^2 + 4E for any H; GQA/MQA shrink only W_K and W_V.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-
 from torch import nn
 
 from headlab.attention.module import MultiHeadAttention
 from headlab.attention.sizes import check_divides
 from headlab.limits import check_int
+from headlab.results.param_rows import ParamRow
 
 
 def parameter_count(module: nn.Module) -> int:
     """Number of distinct trainable scalars in ``module`` (shared parameters counted once)."""
     unique = {id(p): p for p in module.parameters() if p.requires_grad}
     return sum(p.numel() for p in unique.values())
-
-
-@dataclass(frozen=True)
-class ParamRow:
-    """One row of the parameter table: a head configuration and what it costs."""
-
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    q_proj: int
-    kv_proj: int
-    out_proj: int
-    total: int
-    saved_vs_full_mha: int
-
-    def to_dict(self) -> dict[str, int]:
-        return asdict(self)
 
 
 def parameter_table(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import warnings
+from pathlib import Path
 
 from headlab.analysis.coupling import coupling_summary
 from headlab.analysis.page_scenarios import seed_scenarios
@@ -31,6 +32,18 @@ class TextCutWarning(HeadlabWarning):
     """The report cut the text, or drew a view coarser, to bound its work and its page."""
 
 
+def read_report_text(path: str | Path, what: str = "--text-file") -> tuple[str, str]:
+    """(the text of the file ``path`` as far as the report takes it, "cut from at least N
+    bytes" when the rest was not read, else ""): streamed through the one bounded reader
+    (``TextFile.read_until``), stopping once the prefix holds more than ``REPORT_MAX_WORDS``
+    words, so a large file is never read whole. ValueError naming ``what`` for a file that is
+    not regular, not UTF-8 or blank."""
+    from headlab.results.input_files import open_text
+
+    read = open_text(path, what).read_until(lambda prefix: len(prefix.split()) > REPORT_MAX_WORDS)
+    return read.text, read.cut_note()
+
+
 def first_words(text: str, count: int) -> str:
     """``text`` up to the end of its ``count``-th whitespace word, as written."""
     ends = [match.end() for match, _ in zip(re.finditer(r"\S+", text), range(count), strict=False)]
@@ -41,7 +54,7 @@ def _model_attention(text: str, options: ReportOptions) -> tuple[str, TextAttent
     """(the model's name, its attention on ``text``), or why the default model could not be
     loaded (its packaged weights missing): the page then says so in one line instead of failing
     the whole report. A model the user named that cannot be loaded is an error."""
-    from headlab.heads.text_attention import model_text_attention
+    from headlab.heads.model_text_attention import model_text_attention
     from headlab.models import load
 
     model_name = options.model
@@ -105,10 +118,13 @@ def measure_report(options: ReportOptions) -> ReportMeasurements:
     tokens = words(options.text)
     total_words, shown_text = len(tokens), options.text
     text_cut = total_words > REPORT_MAX_WORDS
+    # A file read only as far as the report takes it: its words past those are not counted.
+    has = f"more than {REPORT_MAX_WORDS}" if options.text_cut_note else str(total_words)
+    read = f" (read only that far: {options.text_cut_note})" if options.text_cut_note else ""
     if text_cut:
         tokens, shown_text = tokens[:REPORT_MAX_WORDS], first_words(options.text, REPORT_MAX_WORDS)
         _say(
-            f"the text has {total_words} words; the report takes the first {REPORT_MAX_WORDS} "
+            f"the text has {has} words; the report takes the first {REPORT_MAX_WORDS}{read} "
             "(the seeded layer's work grows with the square of the words)"
         )
     # First: a model the user named that cannot be loaded fails before the other work.
@@ -125,7 +141,7 @@ def measure_report(options: ReportOptions) -> ReportMeasurements:
         ),
         max_bins=options.max_bins,
         total_tokens=total_words,
-        cut_reason=f"the report takes at most {REPORT_MAX_WORDS} words" if text_cut else "",
+        cut_reason=f"the report takes at most {REPORT_MAX_WORDS} words{read}" if text_cut else "",
     )
     if isinstance(model, tuple):
         shown["model"] = _model_explorer(*model, options.max_bins)

@@ -17,8 +17,9 @@ from headlab.analysis.compare import Comparison, compare
 from headlab.analysis.explain import explain
 from headlab.attention.module import MultiHeadAttention
 from headlab.attention.sizes import FREE_HEAD_DIM, check_divides
-from headlab.defaults import INITS
 from headlab.limits import check_fits, check_int, check_seed
+from headlab.results.defaults import INITS
+from headlab.results.draw_summary import DrawSummary
 
 # What torch adds on the first autograd call and the allocator keeps (measured: about 90 MiB at
 # seq_len 500, see docs/answers.md).
@@ -94,11 +95,13 @@ class CompareSetup:
 
     def memory_terms(self) -> dict[str, int]:
         """The estimate's parts in bytes, each keyed by the advice that lowers it; fitted to
-        measurements (docs/answers.md, "Memory"). Attention: both sides' traces keep their
+        measurements (docs/answers.md, "Memory"). Attention: counted as if both sides kept their
         scores and weights, one (batch, q_pos, k_pos) float32 matrix per head each, and about
         two more per head of the larger side: the findings' masks and one-head temporaries and
-        what the allocator keeps of them (the gradients go a block of query rows at a time,
-        ``analysis.row_gradients``, and add little). Positions: the traces' per-head
+        what the allocator keeps of them. Since issue 31 a side's scores are dropped once read
+        (``findings.side_facts``), so this is an upper bound (1.4 to 1.6x the measured peak).
+        The gradients go a block of query rows at a time (``analysis.row_gradients``) and add
+        little. Positions: the traces' per-head
         contributions (batch, head, q_pos, d_model) and the inputs and outputs. Weights:
         parameters and gradients."""
         t, b, d, q = self.seq_len, self.batch, self.d_model, self.q_dim
@@ -132,7 +135,7 @@ def vs_head_counts(q_dim: int, kv_dim: int) -> list[int]:
 
 def build(setup: CompareSetup) -> tuple[MultiHeadAttention, MultiHeadAttention, Tensor]:
     """(module with ``heads``, the same parameters viewed with ``vs_heads``, input
-    (batch, seq_len, d_model)), all float32, batch first, deterministic in ``seed``.
+    (batch, pos, d_model)), all float32, batch first, deterministic in ``seed``.
 
     ValueError before anything is allocated when the set-up's estimate does not fit in memory.
     """
@@ -254,50 +257,6 @@ def run_seed_scenarios(seed: int = 0, draws: int = 0) -> list[ScenarioResult]:
             )
         )
     return results
-
-
-@dataclass(frozen=True)
-class DrawSummary:
-    """One set-up over several seeds (draws of its weights and input).
-
-    seeds: the seeds drawn; identical: those whose two sides came out bit-identical;
-    findings: finding code -> how many draws it explained most rows of.
-    """
-
-    seeds: list[int]
-    identical: list[int]
-    findings: dict[str, int]
-
-    @property
-    def share_identical(self) -> float:
-        return len(self.identical) / len(self.seeds)
-
-    def sentence(self) -> str:
-        """What the draws say, in words, from the counts."""
-        n, k = len(self.seeds), len(self.identical)
-        first, last = self.seeds[0], self.seeds[-1]
-        which = f" (seeds {', '.join(map(str, self.identical))})" if 0 < k < n else ""
-        outcome = (
-            "so the answer depends on the draw, not on the head count alone"
-            if 0 < k < n
-            else "in every draw"
-            if k == n
-            else "in none of them"
-        )
-        top = ", ".join(f"{code} in {count}" for code, count in sorted(self.findings.items()))
-        return (
-            f"Over {n} draws of this set-up (seeds {first} to {last}), {k} came out identical"
-            f"{which}: {outcome}. The finding that explains the most rows, per draw: {top}."
-        )
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "seeds": self.seeds,
-            "identical": self.identical,
-            "share_identical": self.share_identical,
-            "findings": self.findings,
-            "sentence": self.sentence(),
-        }
 
 
 def over_draws(overrides: dict, seeds: range = range(10)) -> DrawSummary:

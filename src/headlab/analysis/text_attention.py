@@ -1,5 +1,5 @@
 """Per-head attention weights on a text: a seeded layer on the text's words (here), or a trained
-model (``headlab.heads.text_attention``).
+model (``headlab.heads.model_text_attention``).
 
 Both return a ``TextAttention``: the tokens and one ``AttentionView`` per way of computing the
 weights (e.g. "8 heads" and "1 head, same weights"), as plain arrays for the report to draw.

@@ -1,7 +1,7 @@
 """The attention math of one block of query rows, written once: scores, soft-cap, mask, softmax
 (with sink logits), values. Every path of the kernel (``headlab.attention.kernel``), the
 averaged path's own backward (``headlab.attention.averaged``) and the streamed window errors
-(``headlab.attention.statistics``) call these functions.
+(``headlab.attention.streaming_sums``) call these functions.
 
 Shapes: q (batch, head, rows, d_head); k and v (batch, kv_head, keys, d_head|d_value), head a
 multiple of kv_head (grouped K/V heads are never repeated in memory: ``grouped_matmul``).

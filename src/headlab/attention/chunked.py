@@ -17,7 +17,7 @@ from torch import Tensor
 
 from headlab.attention.block import block_weights, values
 from headlab.attention.mask_spec import MaskSpec, MergedMask
-from headlab.attention.statistics import ChunkSums, StreamingSums
+from headlab.attention.streaming_sums import ChunkSums, StreamingSums
 from headlab.attention.workers import run_blocks, usable
 
 # Blocks of the chunked path. For weights averaged over heads: one batch element's heads over

@@ -16,7 +16,7 @@ def entropy(p: Tensor, dim: int = -1) -> Tensor:
     (batch, head, q_pos, k_pos) -> (batch, head, q_pos), or of any distribution along ``dim``.
 
     The one definition headlab uses, also in the streaming statistics
-    (``headlab.attention.statistics``)."""
+    (``headlab.attention.streaming_sums``)."""
     if p.dtype not in (torch.float32, torch.float64):  # low precision: exact at subnormals
         return -torch.special.xlogy(p, p).sum(dim)
     # ln p with torch's vectorised log, not xlogy (whose CPU kernel is scalar: 1.8x slower on a
@@ -26,7 +26,7 @@ def entropy(p: Tensor, dim: int = -1) -> Tensor:
 
 
 def split_heads(x: Tensor, num_heads: int) -> Tensor:
-    """(batch, pos, num_heads * d_head) -> (batch, num_heads, pos, d_head); also with no
+    """(batch, pos, head * d_head) -> (batch, head, pos, d_head); also with no
     position or no batch element (d_head from the width, not inferred from the element count)."""
     batch, pos, width = x.shape
     return x.view(batch, pos, num_heads, width // num_heads).transpose(1, 2)

@@ -58,7 +58,7 @@ class HeadGroupView(nn.Module):
         *,
         head_mask: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
-        """As ``MultiHeadAttention.forward``; weights (batch, num_heads, q_pos, k_pos) are the
+        """As ``MultiHeadAttention.forward``; weights (batch, head, q_pos, k_pos) are the
         merged heads' and ``head_mask`` has one entry per merged head."""
         m = self.base.num_heads // self.num_heads
         if head_mask is not None:  # one entry per merged head -> one per member head
@@ -75,7 +75,7 @@ class HeadGroupView(nn.Module):
             head_view=self.num_heads,
             sites=self.sites,
         )
-        out = self.base.out_proj(merge_heads(run.head_out))  # (batch, q_pos, E)
+        out = self.base.out_proj(merge_heads(run.head_out))  # (batch, q_pos, d_model)
         first = self.base.batch_first
         output = layout.from_batch_first(out, batched=run.batched, batch_first=first)
         if not need_weights:

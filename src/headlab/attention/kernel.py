@@ -49,7 +49,7 @@ from headlab.attention.chunked import RecomputedAttention, chunked
 from headlab.attention.layout import shape_check, static_graph
 from headlab.attention.mask_spec import MaskSpec, MergedMask, outside_window
 from headlab.attention.sites import Sites
-from headlab.attention.statistics import (
+from headlab.attention.streaming_sums import (
     CHUNK_ELEMENTS,
     HeadSums,
     StatisticsRequest,

@@ -1,4 +1,5 @@
-"""Input checks and layouts of MultiHeadAttention: torch's (pos, batch, E), batch first, unbatched.
+"""Input checks and layouts of MultiHeadAttention: torch's (pos, batch, d_model), batch first,
+unbatched.
 
 Everything inside the module runs batch first with the batch dimension present; these helpers
 check what comes in and convert at the edges.
@@ -76,7 +77,7 @@ def check_inputs(
 
 
 def to_batch_first(x: Tensor, *, batched: bool, batch_first: bool) -> Tensor:
-    """(pos, batch, E), (batch, pos, E) or (pos, E) -> (batch, pos, E)."""
+    """(pos, batch, d_model), (batch, pos, d_model) or (pos, d_model) -> (batch, pos, d_model)."""
     if not batched:
         return x.unsqueeze(0)
     return x if batch_first else x.transpose(0, 1)
@@ -94,7 +95,7 @@ def inputs_batch_first(
 
 
 def from_batch_first(x: Tensor, *, batched: bool, batch_first: bool) -> Tensor:
-    """(batch, pos, E) -> the caller's layout (the inverse of ``to_batch_first``)."""
+    """(batch, pos, d_model) -> the caller's layout (the inverse of ``to_batch_first``)."""
     if not batched:
         return x.squeeze(0)
     return x if batch_first else x.transpose(0, 1)

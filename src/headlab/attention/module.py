@@ -7,11 +7,13 @@ Transformer layers (see ``headlab.attention.torch_layers``). Extras (keyword-onl
 ``causal`` (always causal, as in a decoder), ``head_mask`` in forward, ``trace``,
 ``with_num_heads``, and intervention sites (``headlab.attention.interventions``).
 
-Notation, with E = embed_dim, H = num_heads, G = num_kv_heads, D = head_dim:
-    Q = X_q W_Q^T + b_Q   (q_pos, H*D)     W_Q = in_proj_weight[:H*D]
-    K = X_k W_K^T + b_K   (k_pos, G*D)     W_K = in_proj_weight[H*D : H*D+G*D]
-    V = X_v W_V^T + b_V   (k_pos, G*D)     W_V = in_proj_weight[H*D+G*D:]
-    out = concat_i(head_mask_i * softmax(Q_i K_g(i)^T / sqrt(D) + M) V_g(i)) W_O^T + b_O
+Shapes in words: head = num_heads query heads, kv_head = num_kv_heads, d_head = head_dim,
+embed_dim = the model's width (``headlab.attention.projections`` holds the projections):
+    Q = X_q W_Q^T + b_Q   (q_pos, head*d_head)      W_Q = in_proj_weight[:head*d_head]
+    K = X_k W_K^T + b_K   (k_pos, kv_head*d_head)   W_K = the next kv_head*d_head rows
+    V = X_v W_V^T + b_V   (k_pos, kv_head*d_head)   W_V = the last kv_head*d_head rows
+    out = concat_i(head_mask_i * softmax(Q_i K_g(i)^T / sqrt(d_head) + M) V_g(i)) W_O^T + b_O
+with g(i) the K/V head that query head i reads.
 """
 
 from __future__ import annotations
@@ -20,16 +22,14 @@ import dataclasses
 from typing import ClassVar
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.init import constant_, xavier_normal_, xavier_uniform_
 from torch.nn.modules.linear import NonDynamicallyQuantizableLinear
 
-from headlab.attention import layout
-from headlab.attention.functional import merge_heads, split_heads
+from headlab.attention import layout, projections
+from headlab.attention.functional import merge_heads
 from headlab.attention.kernel import AttendOptions, attend
 from headlab.attention.masks import torch_mask_spec
-from headlab.attention.rotary import apply_rotary
 from headlab.attention.sites import Sites
 from headlab.attention.sizes import (
     check_positive_int,
@@ -166,24 +166,19 @@ class MultiHeadAttention(nn.Module):
 
     # ----------------------------------------------------------------- weights by role
     def projection_weights(self) -> tuple[Tensor, Tensor, Tensor]:
-        """(W_Q (H*D, E), W_K (G*D, kdim), W_V (G*D, vdim)) as views of the parameters."""
-        if self.in_proj_weight is not None:
-            q_dim, kv_dim = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
-            return self.in_proj_weight.split([q_dim, kv_dim, kv_dim])
-        return self.q_proj_weight, self.k_proj_weight, self.v_proj_weight
+        """(W_Q (head*d_head, embed_dim), W_K (kv_head*d_head, kdim), W_V (kv_head*d_head,
+        vdim)) as views of the parameters."""
+        return projections.projection_weights(self)
 
     def query_key_weights(self) -> tuple[Tensor, Tensor]:
-        """(W_Q (H*D, E), W_K (G*D, kdim)): what ``headlab.models.interface.AttentionLayer``
-        asks for (rotary positions act after them)."""
-        w_q, w_k, _ = self.projection_weights()
+        """(W_Q (head*d_head, embed_dim), W_K (kv_head*d_head, kdim)): what
+        ``headlab.models.interface.AttentionLayer`` asks for (rotary positions act after them)."""
+        w_q, w_k, _ = projections.projection_weights(self)
         return w_q, w_k
 
     def projection_biases(self) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
-        """(b_Q (H*D,), b_K (G*D,), b_V (G*D,)), or Nones without bias."""
-        if self.in_proj_bias is None:
-            return None, None, None
-        q_dim, kv_dim = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
-        return self.in_proj_bias.split([q_dim, kv_dim, kv_dim])
+        """(b_Q (head*d_head,), b_K (kv_head*d_head,), b_V (kv_head*d_head,)), or Nones."""
+        return projections.projection_biases(self)
 
     # ----------------------------------------------------------------- torch's Transformer layers
     @property
@@ -199,39 +194,9 @@ class MultiHeadAttention(nn.Module):
         return torch_merge_masks(self.num_heads, attn_mask, key_padding_mask, query)
 
     # ----------------------------------------------------------------- the computation
-    def _project(self, query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """(batch, pos, embed_dim) inputs -> q (batch, head, q_pos, d_head), k and v
-        (batch, kv_head, k_pos', d_head).
-
-        k_pos' = k_pos plus one column for add_bias_kv and one for add_zero_attn.
-        """
-        q_dim, kv_dim = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
-        if query is key and key is value and self.in_proj_weight is not None:
-            # One packed matmul; sizes from ints, not projection_weights(): its six split() calls
-            # cost more than the attention itself at small sizes (benchmarks/bench_attention.py).
-            qkv = F.linear(query, self.in_proj_weight, self.in_proj_bias)
-            q, k, v = qkv.split([q_dim, kv_dim, kv_dim], dim=-1)  # (batch, pos, H*D|G*D)
-        else:
-            w_q, w_k, w_v = self.projection_weights()
-            b_q, b_k, b_v = self.projection_biases()
-            q, k, v = F.linear(query, w_q, b_q), F.linear(key, w_k, b_k), F.linear(value, w_v, b_v)
-        if self.bias_k is not None:
-            batch = q.shape[0]
-            k = torch.cat([k, self.bias_k.expand(batch, 1, -1)], dim=1)  # (batch, k_pos+1, G*D)
-            v = torch.cat([v, self.bias_v.expand(batch, 1, -1)], dim=1)  # (batch, k_pos+1, G*D)
-        q = split_heads(q, self.num_heads)  # (batch, head, q_pos, d_head)
-        k = split_heads(k, self.num_kv_heads)  # (batch, kv_head, k_pos (+1 with bias_k), d_head)
-        v = split_heads(v, self.num_kv_heads)  # likewise
-        if self.add_zero_attn:
-            # (batch, kv_head, k_pos', d_head): one more key and value, zero
-            k, v = F.pad(k, (0, 0, 0, 1)), F.pad(v, (0, 0, 0, 1))
-        if self.rotary_base is not None:  # rotated by position, before any intervention sees them
-            q, k = apply_rotary(q, self.rotary_base), apply_rotary(k, self.rotary_base)
-        return q, k, v
-
     def _inputs(self, query: Tensor, key: Tensor, value: Tensor) -> tuple[bool, Tensor, ...]:
         """Check the inputs against this module; return (batched, query, key, value), each
-        batch first (batch, pos, E|kdim|vdim) with the batch dimension present."""
+        batch first (batch, q_pos | k_pos, embed_dim | kdim | vdim) with the batch dimension."""
         batched = layout.check_inputs(
             query,
             key,
@@ -265,10 +230,10 @@ class MultiHeadAttention(nn.Module):
         kernel (``headlab.attention.kernel.attend``) chooses the path from ``need_weights`` and
         what the sites ask (``self.sites``, or the given ``sites``)."""
         sites = self.sites if sites is None else sites
-        batched, xq, xk, xv = self._inputs(query, key, value)  # (batch, q|k_pos, E|kdim|vdim)
+        batched, xq, xk, xv = self._inputs(query, key, value)  # (batch, q_pos|k_pos, width)
         batch = xq.shape[0]
         # (batch, head, q_pos, d_head), (batch, kv_head, k_pos', d_head) twice
-        q, k, v = self._project(xq, xk, xv)
+        q, k, v = projections.project(self, xq, xk, xv)
         mask = torch_mask_spec(
             attn_mask=attn_mask,
             key_padding_mask=key_padding_mask,
@@ -315,11 +280,11 @@ class MultiHeadAttention(nn.Module):
     ) -> tuple[Tensor, Tensor | None]:
         """torch.nn.MultiheadAttention.forward, plus ``head_mask``.
 
-        query: (q_pos, batch, E), or (batch, q_pos, E) with batch_first, or (q_pos, E) unbatched;
-        key/value likewise with k_pos and kdim/vdim. key_padding_mask: (batch, k_pos) or
-        (k_pos,); attn_mask: (q_pos, k_pos) or (batch * num_heads, q_pos, k_pos); bool True =
-        may not attend, float = added. head_mask: (num_heads,) or (batch, num_heads), multiplies
-        each query head's output before W_O.
+        query: (q_pos, batch, embed_dim), or (batch, q_pos, embed_dim) with batch_first, or
+        (q_pos, embed_dim) unbatched; key/value likewise with k_pos and kdim/vdim.
+        key_padding_mask: (batch, k_pos) or (k_pos,); attn_mask: (q_pos, k_pos) or
+        (batch * head, q_pos, k_pos); bool True = may not attend, float = added. head_mask:
+        (head,) or (batch, head), multiplies each query head's output before W_O.
         Returns (output in the query's layout, weights (batch, q_pos, k_pos) averaged over heads,
         or (batch, head, q_pos, k_pos), or None when need_weights=False). With need_weights=False
         the fused kernel (scaled_dot_product_attention) does the work.
@@ -345,7 +310,7 @@ class MultiHeadAttention(nn.Module):
             head_mask=head_mask,
             need_weights=("mean" if average_attn_weights else "heads") if need_weights else None,
         )
-        out = self.out_proj(merge_heads(run.head_out))  # (batch, q_pos, E)
+        out = self.out_proj(merge_heads(run.head_out))  # (batch, q_pos, embed_dim)
         output = layout.from_batch_first(out, batched=run.batched, batch_first=self.batch_first)
         if not need_weights:
             return output, None

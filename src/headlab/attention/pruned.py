@@ -39,8 +39,8 @@ class NoHeads(nn.Module):
         raise ValueError("this layer has no heads left: it has no W_Q or W_K")
 
     def forward(self, x: Tensor, *args: object, **kwargs: object) -> tuple[Tensor, None]:
-        """x: (batch, pos, E) -> ((batch, pos, E) the bias everywhere, None); called like a
-        MultiHeadAttention (key, value, masks and head_mask change nothing)."""
+        """x: (batch, pos, d_model) -> ((batch, pos, d_model) the bias everywhere, None); called
+        like a MultiHeadAttention (key, value, masks and head_mask change nothing)."""
         return self.bias.expand_as(x), None
 
     def trace(self, x: Tensor, *args: object, **kwargs: object) -> AttentionTrace:

@@ -8,7 +8,7 @@ headlab's registered attention function) owns one ``Sites``. The kernel
   the public sites are ``SITES`` (see ``headlab.attention.interventions``), in the order a call
   reaches them. ``logits`` (the scaled scores before soft-cap and mask) is an inner site for
   variants built on the kernel (talking heads mixes its heads there).
-- ``statistics``: a request to stream per-head statistics (``headlab.attention.statistics``);
+- ``statistics``: a request to stream per-head statistics (``headlab.attention.streaming_sums``);
   the sums of each call go to the request's ``report``.
 - ``budget``: a key budget (``KeyBudget``): some query heads see only the first ``sinks`` keys
   and the last ``window`` ones, as a KV cache that keeps only those would let them.
@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING
 
 from torch import Tensor
 
-if TYPE_CHECKING:  # statistics.py imports the kernel's math, which imports this module
-    from headlab.attention.statistics import StatisticsRequest
+if TYPE_CHECKING:  # streaming_sums.py imports the kernel's math, which imports this module
+    from headlab.attention.streaming_sums import StatisticsRequest
 
 #: The public intervention sites, in the order a call reaches them.
 SITES = ("q", "k", "v", "scores", "weights", "head_outputs")

@@ -46,9 +46,9 @@ def parameter_elements(
     bias: bool,
     add_bias_kv: bool,
 ) -> int:
-    """The scalars of a ``MultiHeadAttention``: W_Q (q_dim, E), W_K (kv_dim, kdim), W_V (kv_dim,
-    vdim), W_O (E, q_dim), the biases (q_dim + 2 kv_dim + E) and bias_k / bias_v (kv_dim each),
-    counted before any is allocated."""
+    """The scalars of a ``MultiHeadAttention``: W_Q (q_dim, d_model), W_K (kv_dim, kdim), W_V
+    (kv_dim, vdim), W_O (d_model, q_dim), the biases (q_dim + 2 kv_dim + d_model) and bias_k /
+    bias_v (kv_dim each), counted before any is allocated (d_model = embed_dim)."""
     weights = q_dim * embed_dim + kv_dim * (kdim + vdim) + embed_dim * q_dim
     biases = (q_dim + 2 * kv_dim + embed_dim) if bias else 0
     return weights + biases + (2 * kv_dim if add_bias_kv else 0)

@@ -43,7 +43,7 @@ def torch_merge_masks(
     key_padding_mask (batch, q_pos) alone is type 1, returned as it is; an attn_mask
     ((q_pos, q_pos) or (batch * head, q_pos, q_pos)) gives type 2, expanded to
     (batch, head, q_pos, q_pos) and added to the padding mask if there is one. query:
-    (batch, q_pos, E). torch's fused encoder kernel takes the pair.
+    (batch, q_pos, d_model). torch's fused encoder kernel takes the pair.
     """
     mask_type: int | None = None
     merged: Tensor | None = None
@@ -63,7 +63,7 @@ def torch_merge_masks(
 
 
 def padded_from_nested(x: Tensor) -> tuple[Tensor, Tensor]:
-    """A nested (batch, pos_i, E) tensor -> (padded (batch, pos, E), key_padding_mask
+    """A nested (batch, pos_i, d_model) tensor -> (padded (batch, pos, d_model), key_padding_mask
     (batch, pos), True on padding). nn.TransformerEncoder hands such a tensor to each layer."""
     padded = x.to_padded_tensor(0.0)
     lengths = torch.tensor([t.shape[0] for t in x.unbind()], device=padded.device)
@@ -72,15 +72,16 @@ def padded_from_nested(x: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def nested_from_padded(x: Tensor, padding: Tensor) -> Tensor:
-    """The inverse of ``padded_from_nested``: (batch, pos, E) and its padding mask -> nested."""
+    """The inverse of ``padded_from_nested``: (batch, pos, d_model) and its padding mask ->
+    nested."""
     return torch._nested_tensor_from_mask(x, padding.logical_not(), mask_check=False)
 
 
 def forward_nested(
     module: MultiHeadAttention, query: Tensor, key: Tensor, value: Tensor, **options: object
 ) -> tuple[Tensor, None]:
-    """Self-attention on a nested batch_first ``query`` (batch, pos_i, E): padded, run with its
-    padding as key_padding_mask, and nested again. Raises ValueError for anything else."""
+    """Self-attention on a nested batch_first ``query`` (batch, pos_i, d_model): padded, run with
+    its padding as key_padding_mask, and nested again. Raises ValueError for anything else."""
     if key is not query or value is not query or not module.batch_first:
         raise ValueError(
             "nested tensor input needs self-attention (key is value is query) "

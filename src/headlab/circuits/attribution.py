@@ -16,8 +16,16 @@ patching's effect of the same edge.
 EAP takes the gradient on the clean input: one forward and one backward of the model, plus, per
 layer, one backward through the short map from the stream to q, k, v (every receiver of the layer
 at once, stacked on the batch axis) and one through the MLP. EAP-IG averages the gradient over
-``steps`` inputs on the line from the corrupted to the clean input embeddings (alpha = k / steps,
-k = 1 .. steps; alpha = 1 is the clean input): ``steps`` times EAP's cost.
+``steps`` inputs on the line from the corrupted to the clean input embeddings, as Hanna et al.'s
+``get_scores_eap_ig`` does: alpha = k / steps, k = 0 .. steps - 1 (alpha = 0 is the corrupted
+input; the clean one is not among them): ``steps`` times EAP's cost.
+
+At any length the same code runs with bounded memory: the forward and backward go through the
+kernel (SDPA's backward, or ``RecomputedAttention`` for what SDPA cannot serve: no (q_pos,
+k_pos) weights kept); the maps from the stream to a receiver's input act on each position alone,
+so the gradients dm/dx_v and the senders' writes are made a block of positions at a time (with
+those positions' own position ids) and multiplied at once: neither every write nor every
+receiver's gradient is held over the whole length.
 """
 
 from __future__ import annotations
@@ -30,7 +38,7 @@ import torch
 from torch import Tensor
 
 from headlab.attention.interventions import intervene
-from headlab.circuits.graph import LOGITS, Graph
+from headlab.circuits.graph import LOGITS, Edge, Graph
 from headlab.circuits.metrics import Metric
 from headlab.circuits.patching import Patcher, Progress
 from headlab.circuits.resume import Stop, hooked, until_values
@@ -40,10 +48,16 @@ from headlab.results.circuit_edges import EdgeScores
 METHODS = ("eap", "eap-ig")
 
 
+# Bytes of sender writes and receiver gradients held at once: the positions are taken a block
+# of rows at a time, so that neither every sender's write nor every receiver's gradient is ever
+# held over the whole length (at 8192 tokens on SmolLM2 each would be 6 to 9 GB).
+ROWS_BUDGET = 256 * 2**20
+
+
 @dataclass
 class _Run:
-    """One forward and backward: the stream entering each block (detached), each layer's head
-    outputs, and the metric's gradient at every site a receiver reads."""
+    """One forward and backward: the stream entering each block, each layer's head outputs,
+    and the metric's gradient at every site a receiver reads."""
 
     resid: list[Tensor]
     head_outputs: list[Tensor]
@@ -52,7 +66,9 @@ class _Run:
     final_grad: Tensor  # (batch, pos, embed_dim) at the last block's output
 
 
-def _gradient_run(patcher: Patcher, hidden0: Tensor) -> _Run:
+def _gradient_run(patcher: Patcher, hidden0: Tensor, clean: bool) -> _Run:
+    """The run from ``hidden0`` (the stream entering layer 0); ``clean``: it is the clean
+    input, whose stream and head outputs the patcher holds already (not kept twice)."""
     runner = patcher.runner
     n = len(runner.blocks)
     resid: list = [None] * n
@@ -62,7 +78,7 @@ def _gradient_run(patcher: Patcher, hidden0: Tensor) -> _Run:
     def keep_site(layer, site):
         def fn(t: Tensor) -> None:
             tensors[(layer, site)] = t
-            if site == "head_outputs":
+            if site == "head_outputs" and not clean:
                 heads[layer] = t.detach()
 
         return fn
@@ -70,8 +86,9 @@ def _gradient_run(patcher: Patcher, hidden0: Tensor) -> _Run:
     def hooks(stack: ExitStack) -> None:
         for block in runner.blocks:
             i = block.index
-            keep_resid = lambda _m, a, i=i: resid.__setitem__(i, a[0].detach())  # noqa: E731
-            stack.enter_context(hooked(block.module, "pre", keep_resid))
+            if not clean:
+                keep = lambda _m, a, i=i: resid.__setitem__(i, a[0].detach())  # noqa: E731
+                stack.enter_context(hooked(block.module, "pre", keep))
             for site in ("q", "k", "v", "head_outputs"):
                 stack.enter_context(intervene(block.attention, site, keep_site(i, site)))
             if block.mlp is not None:
@@ -88,9 +105,11 @@ def _gradient_run(patcher: Patcher, hidden0: Tensor) -> _Run:
         k: torch.zeros_like(tensors[k]) if g is None else g
         for k, g in zip(keys, grads, strict=True)
     }
+    tensors.clear()  # the graph's tensors go with it
+    del grads, value
     return _Run(
-        resid=resid,
-        head_outputs=heads,
+        resid=patcher.clean.resid[:n] if clean else resid,
+        head_outputs=patcher.clean.head_outputs if clean else heads,
         site_grads=[{s: got[(i, s)] for s in ("q", "k", "v")} for i in range(n)],
         mlp_grads=[got.get((i, "mlp")) for i in range(n)],
         final_grad=got[("final",)],
@@ -104,31 +123,33 @@ def _keep_tensor(store: dict, key: tuple):
     return hook
 
 
-def _attention_input_grads(patcher: Patcher, run: _Run, layer: int) -> dict[tuple, Tensor]:
-    """dm/dx_v for every attention receiver input of ``layer``: (input, index) -> (batch, pos,
-    embed_dim), one copy of the stream per receiver input, stacked on the batch axis."""
+def _attention_input_grads(
+    patcher: Patcher, run: _Run, layer: int, receivers: list[tuple[str, int]], rows: slice
+) -> list[Tensor]:
+    """dm/dx_v at the positions ``rows`` for each of ``receivers`` ((site, head or group) of
+    ``layer``), each (batch, rows, embed_dim): one forward of the map from the stream to q, k,
+    v (which acts on each position alone), then one backward per receiver, batched (each with
+    the metric's gradient at its own head of its own site, zero elsewhere)."""
     block = patcher.runner.blocks[layer]
-    heads, kv = block.attention.num_heads, block.attention.num_kv_heads
-    receivers = [("q", h) for h in range(heads)] + [(s, g) for s in ("k", "v") for g in range(kv)]
-    b, copies = patcher.batch, len(receivers)
-    x = run.resid[layer].repeat(copies, 1, 1).requires_grad_(True)
+    x = run.resid[layer][:, rows].clone().requires_grad_(True)
     seen: dict[str, Tensor] = {}
     with torch.enable_grad():
-        patcher.runner.forward(layer, x, copies, until_values(block.attention, seen))
-        total = x.new_zeros(())
-        for c, (site, i) in enumerate(receivers):
-            grad = run.site_grads[layer][site][:, i]
-            total = total + (seen[site][c * b : (c + 1) * b, i] * grad).sum()
-        (gx,) = torch.autograd.grad(total, x)
-    gx = gx.view(copies, b, *gx.shape[1:])
-    return {r: gx[c] for c, r in enumerate(receivers)}
+        patcher.runner.forward(layer, x, 1, until_values(block.attention, seen), rows)
+        sites = sorted({site for site, _ in receivers})
+        upstream = {s: seen[s].new_zeros(len(receivers), *seen[s].shape) for s in sites}
+        for c, (site, i) in enumerate(receivers):  # (receiver, batch, head, rows, d_head)
+            upstream[site][c, :, i] = run.site_grads[layer][site][:, i, rows]
+        outputs, grads = [seen[s] for s in sites], [upstream[s] for s in sites]
+        (gx,) = torch.autograd.grad(outputs, x, grads, is_grads_batched=True)
+    return list(gx)
 
 
-def _mlp_input_grad(patcher: Patcher, run: _Run, layer: int) -> Tensor:
-    """dm/dx through layer ``layer``'s MLP alone (its heads held at this run's outputs)."""
+def _mlp_input_grad(patcher: Patcher, run: _Run, layer: int, rows: slice) -> Tensor:
+    """dm/dx at ``rows`` through layer ``layer``'s MLP alone (its heads held at this run's
+    outputs)."""
     block = patcher.runner.blocks[layer]
-    x = run.resid[layer].clone().requires_grad_(True)
-    frozen = run.head_outputs[layer]
+    x = run.resid[layer][:, rows].clone().requires_grad_(True)
+    frozen = run.head_outputs[layer][:, :, rows]
 
     def hooks(stack: ExitStack) -> None:
         stack.enter_context(intervene(block.attention, "head_outputs", lambda t: frozen))
@@ -139,39 +160,90 @@ def _mlp_input_grad(patcher: Patcher, run: _Run, layer: int) -> Tensor:
         stack.enter_context(hooked(block.mlp, "post", stop))
 
     with torch.enable_grad():
-        out = patcher.runner.forward(layer, x, 1, hooks)
-        (gx,) = torch.autograd.grad(out, x, grad_outputs=run.mlp_grads[layer])
+        out = patcher.runner.forward(layer, x, 1, hooks, rows)
+        (gx,) = torch.autograd.grad(out, x, grad_outputs=run.mlp_grads[layer][:, rows])
     return gx
 
 
-def receiver_grads(
-    patcher: Patcher, alphas: Sequence[float], layers: set[int] | None = None
-) -> dict[tuple[str, str], Tensor]:
-    """(receiver, input) -> dm/dx_v (batch, pos, embed_dim), averaged over the inputs
-    corrupted + alpha (clean - corrupted) of the embeddings; only the receivers of ``layers``
-    (default: every layer; the logits always)."""
+def _receiver_rows(
+    patcher: Patcher, run: _Run, layer: int | None, keys: list[tuple[str, str]], rows: slice
+) -> list[Tensor]:
+    """dm/dx_v at ``rows`` for the receiver inputs ``keys`` of ``layer`` (None: the logits)."""
+    if layer is None:
+        return [run.final_grad[:, rows]]
     graph: Graph = patcher.graph
-    clean0, corrupted0 = patcher.clean.resid[0], patcher.corrupted.resid[0]
-    total: dict[tuple[str, str], Tensor] = {}
+    attention = [(s, graph.node(r).index) for r, s in keys if s != "in"]
+    grads = iter(_attention_input_grads(patcher, run, layer, attention, rows) if attention
+                 else [])  # fmt: skip
+    return [_mlp_input_grad(patcher, run, layer, rows) if s == "in" else next(grads)
+            for _, s in keys]  # fmt: skip
 
-    def add(key, grad):
-        total[key] = total[key] + grad if key in total else grad.detach().clone()
+
+def _rows_step(patcher: Patcher, senders: int, receivers: int) -> int:
+    """Positions per block: ``senders`` writes and ``receivers`` gradients (with the short
+    map's activations, about 4 stream widths per copy) within ROWS_BUDGET."""
+    b, pos, width = patcher.clean.resid[0].shape
+    per_row = b * width * patcher.clean.resid[0].element_size() * (senders + 4 * receivers)
+    return max(1, min(pos, ROWS_BUDGET // max(1, per_row)))
+
+
+def attribution_scores(
+    patcher: Patcher,
+    edges: Sequence[Edge],
+    alphas: Sequence[float],
+    progress: Progress | None = None,
+    rows: int | None = None,
+) -> Tensor:
+    """(len(edges),) float64: the mean over ``alphas`` of sum over batch, pos of
+    (write_u(corrupted) - write_u(clean)) . dm/dx_v, the gradient taken on the input
+    corrupted + alpha (clean - corrupted) of the embeddings. Per gradient run: one forward
+    and backward of the model, then a block of positions at a time, each sender's write and
+    each receiver's gradient at those positions, multiplied per receiver layer; ``rows``
+    positions per block (default: as many as fit in ROWS_BUDGET)."""
+    graph: Graph = patcher.graph
+    senders = list(dict.fromkeys(e.sender for e in edges))
+    row = {name: i for i, name in enumerate(senders)}
+    by_layer: dict[int | None, list[int]] = {}
+    for i, edge in enumerate(edges):
+        layer = None if edge.receiver == LOGITS else graph.node(edge.receiver).layer
+        by_layer.setdefault(layer, []).append(i)
+    keys = {layer: list(dict.fromkeys((edges[i].receiver, edges[i].input) for i in indices))
+            for layer, indices in by_layer.items()}  # fmt: skip
+    widest = max(len(k) for k in keys.values())
+    step = rows or _rows_step(patcher, len(senders), widest)
+    clean0, corrupted0 = patcher.clean.resid[0], patcher.corrupted.resid[0]
+    pos = clean0.shape[1]
+    scores = torch.zeros(len(edges), dtype=torch.float64)
+    # progress: per gradient run, the run itself, then each (block of rows, receiver layer)
+    blocks = -(-pos // step)
+    total, done = len(alphas) * (1 + blocks * len(by_layer)), 0
+
+    def advance() -> None:
+        nonlocal done
+        done += 1
+        if progress is not None:
+            progress(done, total)
 
     for alpha in alphas:
         hidden0 = clean0 if alpha == 1 else corrupted0 + alpha * (clean0 - corrupted0)
-        run = _gradient_run(patcher, hidden0)
-        for block in patcher.runner.blocks:
-            layer = block.index
-            if layers is not None and layer not in layers:
-                continue
-            for (site, i), grad in _attention_input_grads(patcher, run, layer).items():
-                receiver = f"{layer}.{i}" if site == "q" else graph.kv_receiver(
-                    layer, i * graph.layers[layer].group_size)  # fmt: skip
-                add((receiver, site), grad)
-            if block.mlp is not None:
-                add((f"mlp.{layer}", "in"), _mlp_input_grad(patcher, run, layer))
-        add((LOGITS, "in"), run.final_grad)
-    return {k: v / len(alphas) for k, v in total.items()}
+        run = _gradient_run(patcher, hidden0, clean=alpha == 1)
+        advance()
+        for start in range(0, pos, step):
+            block_rows = slice(start, min(start + step, pos))
+            writes = patcher.write_rows(senders, block_rows)
+            flat = torch.stack([writes[s].reshape(-1) for s in senders])  # (sender, b*rows*e)
+            del writes
+            for layer, indices in by_layer.items():
+                grads = _receiver_rows(patcher, run, layer, keys[layer], block_rows)
+                column = {key: j for j, key in enumerate(keys[layer])}
+                block = flat @ torch.stack([g.reshape(-1) for g in grads]).t()
+                block = block.double()
+                for i in indices:
+                    edge = edges[i]
+                    scores[i] += block[row[edge.sender], column[(edge.receiver, edge.input)]]
+                advance()
+        del run
+    return scores / len(alphas)
 
 
 def edge_attribution(
@@ -189,7 +261,8 @@ def edge_attribution(
 ) -> EdgeScores:
     """EAP or EAP-IG scores of ``edges`` (default: every edge), see the module docstring.
     clean, corrupted: (batch, pos) int64 of one shape. ValueError for an unknown method or
-    steps < 1 (before the model runs), and as ``Patcher``."""
+    steps < 1 (before the model runs), and as ``Patcher``. ``progress(done, total)`` counts
+    the gradient runs and, within each, the (block of positions, receiver layer) products."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
     if method == "eap-ig" and (not isinstance(steps, int) or steps < 1):
@@ -198,27 +271,9 @@ def edge_attribution(
     graph = patcher.graph
     names = list(edges) if edges is not None else [e.name for e in graph.edges]
     parsed = [graph.edge(n) for n in names]
-    alphas = [1.0] if method == "eap" else [k / steps for k in range(1, steps + 1)]
-    grads = receiver_grads(patcher, alphas, {graph.node(e.receiver).layer for e in parsed})
-    senders = list(dict.fromkeys(e.sender for e in parsed))
-    writes = patcher.writes(senders)
-    row = {name: i for i, name in enumerate(senders)}
-    flat = torch.stack([writes[name].reshape(-1) for name in senders])  # (sender, batch*pos*e)
-    by_layer: dict[int, list[int]] = {}
-    for i, edge in enumerate(parsed):
-        by_layer.setdefault(graph.node(edge.receiver).layer, []).append(i)
-    scores = torch.zeros(len(parsed), dtype=torch.float64)
-    done = 0
-    for indices in by_layer.values():  # one product per layer: (sender, n) @ (n, receiver)
-        keys = list(dict.fromkeys((parsed[i].receiver, parsed[i].input) for i in indices))
-        column = {key: j for j, key in enumerate(keys)}
-        block = flat @ torch.stack([grads[key].reshape(-1) for key in keys]).t()
-        for i in indices:
-            edge = parsed[i]
-            scores[i] = float(block[row[edge.sender], column[(edge.receiver, edge.input)]])
-        done += len(indices)
-        if progress is not None:
-            progress(done, len(parsed))
+    # EAP-IG as Hanna et al.'s get_scores_eap_ig: k = 0 .. steps - 1 (corrupted in, clean out)
+    alphas = [1.0] if method == "eap" else [k / steps for k in range(steps)]
+    scores = attribution_scores(patcher, parsed, alphas, progress)
     return EdgeScores(
         method=method,
         metric=metric.kind,
@@ -229,4 +284,4 @@ def edge_attribution(
     )
 
 
-__all__ = ["METHODS", "edge_attribution", "receiver_grads"]
+__all__ = ["METHODS", "attribution_scores", "edge_attribution"]

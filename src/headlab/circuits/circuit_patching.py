@@ -13,10 +13,20 @@ own norm and projection, as in path patching, and the run goes on. The sum is ta
 patched edges, or, when they are most of v's edges, as the stream's whole difference minus the
 unpatched ones:  sum over all u of the differences = x_v(corrupted) - x_v(run).
 
-This needs each sender's write in every run, so it takes a head's write to be its output through
-its own slice of W_O (an MLP's: its output), which is exact only where nothing follows W_O (or the
-MLP) before the residual add. ``CircuitPatcher`` checks that on the model (the writes path
-patching measures equal these) and refuses families with a norm after W_O (Gemma 2).
+This needs each sender's write in every run. Where nothing follows W_O (or the MLP) before the
+residual add, a head's write is its output through its own slice of W_O (an MLP's: its output),
+and the sum is over single senders. ``CircuitPatcher`` checks that on the model (the writes path
+patching measures equal these). Where a norm follows them (Gemma 2's post-attention and
+post-feedforward norms, soft-capping elsewhere), one head's write depends on the others', so the
+patched senders of one layer are taken together: for receiver v and each earlier layer L,
+
+    x_v += W_L(this run's head outputs with v's patched heads of L corrupted, MLP as patched)
+           - W_L(this run's head outputs and MLP)
+
+with W_L(heads, mlp) what block L adds to the stream when its head outputs and MLP output are
+these (the block run on them). One edge is then path patching's write, every edge the corrupted
+stream (the sum over layers telescopes to x_v(corrupted) - x_v(run)), and for linear writes it
+is the per-sender sum.
 
 Circuits are batched on the batch axis; the run goes layer by layer (resume.py): per layer, the
 receivers' inputs (every receiver of the layer, stacked), the layer with their q, k, v spliced,
@@ -25,6 +35,7 @@ and, for an MLP, its input and the layer again with the MLP's output replaced.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Sequence
 from contextlib import ExitStack
 
@@ -38,8 +49,9 @@ from headlab.circuits.resume import Stop, hooked, replaced_output, until_values
 
 
 class CircuitPatcher:
-    """Sets of patched edges evaluated against ``patcher``'s clean and corrupted runs.
-    ValueError for a family whose writes are not linear after W_O (see the module docstring)."""
+    """Sets of patched edges evaluated against ``patcher``'s clean and corrupted runs (writes
+    per sender where they are linear after W_O, per sender layer where a norm follows W_O: see
+    the module docstring)."""
 
     def __init__(self, patcher: Patcher) -> None:
         self.patcher = patcher
@@ -54,21 +66,12 @@ class CircuitPatcher:
             self.w_o.append(
                 weight.detach().view(weight.shape[0], layer.num_heads, -1).permute(1, 0, 2)
             )
-        self._check_linear()
+        self.linear = patcher.writes_are_linear()
 
     # ------------------------------------------------------------------ writes
     def head_writes(self, layer: int, head_outputs: Tensor) -> Tensor:
         """(batch, head, pos, d_head) head outputs -> (head, batch, pos, embed_dim) writes."""
         return torch.einsum("bhtd,hed->hbte", head_outputs, self.w_o[layer])
-
-    def _check_linear(self) -> None:
-        p = self.patcher
-        if not p.writes_are_linear():
-            raise ValueError(
-                f"family {p.runner.model.family!r}: a head's write is not its output through "
-                "W_O (a norm follows W_O or the MLP), so edges into one receiver cannot be "
-                "patched apart; patch single edges (path_patching) instead"
-            )
 
     # ------------------------------------------------------------------ the run
     def metric(self, patched: Sequence[set[str]]) -> Tensor:
@@ -90,11 +93,15 @@ class CircuitPatcher:
         run_writes: dict[str, Tensor] = {EMBED: clean.resid[0].repeat(copies, 1, 1)}
         corrupted_writes: dict[str, Tensor] = {EMBED: corrupted.resid[0]}
         stream = clean.resid[0].repeat(copies, 1, 1)
+        # this run's head outputs and MLP outputs per layer (for writes taken per layer)
+        self._run_heads: dict[int, Tensor] = {}
+        self._run_mlp: dict[int, Tensor] = {}
         for block in runner.blocks:
             layer = block.index
             corrupted_writes.update(self._named_heads(layer, corrupted.head_outputs[layer]))
             spliced = self._attention_inputs(layer, stream, patched, run_writes, corrupted_writes)
             heads = self._heads(layer, stream, spliced)
+            self._run_heads[layer] = heads
             for name, write in self._named_heads(layer, heads).items():
                 run_writes[name] = write
             mlp_out = None
@@ -108,6 +115,7 @@ class CircuitPatcher:
                 shift = self._shift((mlp_name, "in"), patched, base, corrupted_base,
                                     run_writes, corrupted_writes)  # fmt: skip
                 mlp_out = self._mlp(layer, stream + shift, heads)
+                self._run_mlp[layer] = mlp_out
                 run_writes[mlp_name] = mlp_out
                 corrupted_writes[mlp_name] = corrupted.mlp[layer]
             stream = self._block(layer, stream, spliced, mlp_out)
@@ -128,6 +136,8 @@ class CircuitPatcher:
     def _shift(self, key, patched, run_stream, corrupted_stream, run_writes, corrupted_writes):
         """sum over patched edges u -> receiver ``key`` of corrupted minus run write, per copy:
         (copies * batch, pos, embed_dim)."""
+        if not self.linear:
+            return self._layer_shift(key, patched, run_stream)
         receiver, input_ = key
         senders = [e.sender for e in self.graph.edges_into(receiver, input_)]
         b = self.patcher.batch
@@ -146,6 +156,71 @@ class CircuitPatcher:
                                     torch.zeros_like(total))  # fmt: skip
             shift[rows] = total
         return shift
+
+    def _layer_shift(self, key, patched, run_stream):
+        """``_shift`` where writes are not linear after W_O: the patched senders of each layer
+        taken together (module docstring), (copies * batch, pos, embed_dim)."""
+        receiver, input_ = key
+        p, b = self.patcher, self.patcher.batch
+        senders = [e.sender for e in self.graph.edges_into(receiver, input_)]
+        shift = torch.zeros_like(run_stream)
+        # sender layer -> [(rows, mixed heads, this run's heads, mixed MLP, this run's MLP)]
+        wanted: dict[int, list] = defaultdict(list)
+        for c, edges in enumerate(patched):
+            rows = slice(c * b, (c + 1) * b)
+            by_layer: dict[int, tuple[list[int], list[bool]]] = {}
+            for u in senders:
+                if f"{u}->{_suffix(receiver, input_)}" not in edges:
+                    continue
+                if u == EMBED:
+                    shift[rows] += p.corrupted.resid[0] - p.clean.resid[0]
+                    continue
+                node = self.graph.node(u)
+                heads, mlp = by_layer.setdefault(node.layer, ([], [False]))
+                if node.kind == "mlp":
+                    mlp[0] = True
+                else:
+                    heads.append(node.index)
+            for layer, (heads, mlp) in by_layer.items():
+                run_heads = self._run_heads[layer][rows]
+                mixed = run_heads.clone()
+                mixed[:, heads] = p.corrupted.head_outputs[layer][:, heads]
+                # the MLP of the receiver's own layer is no sender of it: held at any value
+                run_mlp = self._run_mlp[layer][rows] if layer in self._run_mlp else \
+                    p.clean.mlp[layer]  # fmt: skip
+                mixed_mlp = p.corrupted.mlp[layer] if mlp[0] else run_mlp
+                wanted[layer].append((rows, mixed, run_heads, mixed_mlp, run_mlp))
+        for layer, items in wanted.items():
+            heads = torch.cat([i[1] for i in items] + [i[2] for i in items])
+            mlps = None
+            if self.runner.blocks[layer].mlp is not None:
+                mlps = torch.cat([i[3] for i in items] + [i[4] for i in items])
+            writes = self._block_writes(layer, heads, mlps)
+            n = len(items)
+            for k, (rows, *_) in enumerate(items):
+                shift[rows] += writes[k * b : (k + 1) * b] - writes[(n + k) * b : (n + k + 1) * b]
+        return shift
+
+    def _block_writes(self, layer: int, heads: Tensor, mlp: Tensor | None) -> Tensor:
+        """What block ``layer`` adds to the stream with its head outputs ``heads`` (copies *
+        batch, head, pos, d_head) and MLP output ``mlp`` (copies * batch, pos, embed_dim), up
+        to a constant the same for every copy: (copies * batch, pos, embed_dim)."""
+        block = self.runner.blocks[layer]
+        copies = heads.shape[0] // self.patcher.batch
+        hidden = self.patcher.clean.resid[layer].repeat(copies, 1, 1)
+
+        def hooks(stack: ExitStack) -> None:
+            stack.enter_context(intervene(block.attention, "head_outputs", lambda t: heads))
+            if mlp is not None:
+                replace = lambda _m, _a, out: replaced_output(out, mlp)  # noqa: E731
+                stack.enter_context(hooked(block.mlp, "post", replace))
+
+            def stop(_module, _args, output):
+                raise Stop(output if isinstance(output, Tensor) else output[0])
+
+            stack.enter_context(hooked(block.module, "post", stop))
+
+        return self.runner.forward(layer, hidden, copies, hooks) - hidden
 
     def _attention_inputs(self, layer, stream, patched, run_writes, corrupted_writes):
         """Each attention receiver's q / k / v from its shifted input: site -> {index: (copies *

@@ -21,10 +21,16 @@ mean subtraction: not linear), norm biases and projection biases (constant offse
 (no W_Q/W_K exists behind it: Q- and K-composition are left out for those layers, said in
 ``missing``), norms after the output projection (Gemma 2, OLMo 2) and the MLPs between layers.
 
-Rotary: not applied. W_QK without positions is the bilinear form at relative offset 0 (a query
-and a key at the same position, where the rotation cancels); at other offsets rotary rotates
-each pair of W_QK's dimensions, which this score does not see. The result says so
-(``ROTARY``).
+Rotary: by default not applied. W_QK without positions is the bilinear form at relative offset
+0 (a query and a key at the same position, where the rotation cancels); at other offsets rotary
+rotates each pair of W_QK's dimensions, which that score does not see. The result says so
+(``ROTARY``). With ``offsets`` (rotary-aware composition), the receiver's W_QK is the one at
+relative offset delta (the key delta positions before the query, ``rotary_offsets.py``):
+W_QK(delta) = (R(delta) W_Q)^T (R(0) W_K), the family's own rotation; Q- and K-composition use it
+(V-composition has no positions). Over several offsets the reading matrix is the stack of
+[W_QK(delta)]_delta (as a K/V group stacks its heads), so the score is
+sqrt(sum_delta num_delta^2) / (||OV_s|| sqrt(sum_delta ||W_QK(delta)||^2)): a root-mean-square
+over the offsets weighted by each offset's norm; one offset gives that offset's score.
 
 Baseline: the expected score of random matrices of the same shapes (Gaussian factors, drawn
 seeded: ``random_baseline``), about 1 / sqrt(embed) (for Gaussian factors
@@ -42,9 +48,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from headlab.circuits.rotary_offsets import rotations
 from headlab.limits import check_int
 from headlab.models.interface import HeadModel
-from headlab.results.composition import Baseline, CompositionScores
+from headlab.results.composition_result import Baseline, CompositionScores
 
 MODES = ("q", "k", "v")
 GROUP_MODES = ("k_group", "v_group")
@@ -75,6 +82,14 @@ class LayerWeights:
     def per_head(self, kv: Tensor) -> Tensor:
         """(kv_head, d_head, embed) -> (head, d_head, embed): each query head's group's."""
         return kv.repeat_interleave(self.group_size, dim=0)
+
+    def rotated(self, rotation: Tensor) -> LayerWeights:
+        """The same layer with its queries and keys rotated: ``rotation`` (2, d_head, d_head)
+        = (R_q, R_k); W_Q -> R_q W_Q, W_K -> R_k W_K per head (no W_Q: unchanged)."""
+        if self.w_q is None:
+            return self
+        return LayerWeights(rotation[0] @ self.w_q, rotation[1] @ self.w_k, self.w_v, self.w_o,
+                            self.heads, self.kv_heads)  # fmt: skip
 
 
 def _gram(a: Tensor) -> Tensor:
@@ -116,19 +131,25 @@ def _reading(receiver: LayerWeights, mode: str) -> tuple[Tensor, Tensor] | None:
     return receiver.w_o.transpose(-1, -2), receiver.per_head(receiver.w_v)
 
 
-def pair_scores(sender: LayerWeights, receiver: LayerWeights) -> dict[str, Tensor]:
+def pair_scores(
+    sender: LayerWeights, receiver: LayerWeights, rotation: Tensor | None = None
+) -> dict[str, Tensor]:
     """Composition of every head of ``sender`` into every head (and K/V group) of ``receiver``:
     mode -> (sender head, receiver head) for "q", "k", "v", (sender head, receiver group) for
-    "k_group", "v_group"; modes the receiver's weights do not allow are left out."""
+    "k_group", "v_group"; modes the receiver's weights do not allow are left out.
+    ``rotation`` (offset, 2, d_head, d_head) (``rotary.rotations``): Q and K read through the
+    stacked W_QK(delta) of those offsets (module docstring); None: without rotary."""
     w_o, w_v = sender.w_o, sender.per_head(sender.w_v)  # (head_s, embed, d), (head_s, d, embed)
     ov_sq = (_gram(w_o.transpose(-1, -2)) * _gram(w_v)).sum((-1, -2))  # (head_s,)
+    turned = [receiver] if rotation is None else [receiver.rotated(r) for r in rotation]
     out = {}
     for mode in MODES:
-        reading = _reading(receiver, mode)
-        if reading is None:
+        if _reading(receiver, mode) is None:
             continue
-        num = _num_sq(*reading, w_o, w_v).t()  # (head_s, head_r)
-        den = _norm_sq(*reading)  # (head_r,)
+        variants = [receiver] if mode == "v" else turned
+        readings = [_reading(v, mode) for v in variants]
+        num = sum(_num_sq(*reading, w_o, w_v) for reading in readings).t()  # (head_s, head_r)
+        den = sum(_norm_sq(*reading) for reading in readings)  # (head_r,)
         out[mode] = (num / (ov_sq[:, None] * den[None])).sqrt()
         if mode in ("k", "v"):
             groups = receiver.kv_heads
@@ -176,12 +197,20 @@ def composition_scores(
     seed: int = 0,
     fold: bool = True,
     on_layer: Callable[[int, int], None] | None = None,
+    offsets: Sequence[int] | None = None,
 ) -> CompositionScores:
     """Q-, K- and V-composition of every pair of heads in different layers (sender earlier),
     K/V groups as receivers too, with the random baseline of each shape (``random_baseline``,
-    ``samples`` draws from ``seed``). ``on_layer(i, n)`` after receiver layer i of n."""
+    ``samples`` draws from ``seed``). ``on_layer(i, n)`` after receiver layer i of n.
+    ``offsets``: rotary-aware Q and K at these relative offsets (module docstring; ValueError
+    for a model without one rotate-half rotary table); None: without rotary."""
     check_int("samples", samples, low=1, high=100_000)
     layers = model.attention_layers()
+    turns = {}  # d_head -> (offset, 2, d_head, d_head)
+    if offsets is not None:
+        for layer in layers:
+            if layer.head_dim not in turns:
+                turns[layer.head_dim] = rotations(model, offsets, layer.head_dim)
     weights, missing, folded = [], {}, []
     for i, layer in enumerate(layers):
         found, why, scaled = layer_weights(layer, fold)
@@ -190,9 +219,9 @@ def composition_scores(
             missing[str(i)] = "; ".join(why)
         if scaled:
             folded.append(i)
-    offsets = _offsets([w.heads for w in weights])
+    starts = _offsets([w.heads for w in weights])
     group_offsets = _offsets([w.kv_heads for w in weights])
-    total, total_groups = offsets[-1], group_offsets[-1]
+    total, total_groups = starts[-1], group_offsets[-1]
     scores = {m: torch.full((total, total), float("nan")) for m in MODES}
     scores.update({m: torch.full((total, total_groups), float("nan")) for m in GROUP_MODES})
     shapes = {}
@@ -203,14 +232,15 @@ def composition_scores(
                 continue
             shape = (int(sender.w_o.shape[-1]), _d_head(receiver), receiver.group_size)
             shapes.setdefault(shape, None)
-            for mode, block in pair_scores(sender, receiver).items():
-                cols = group_offsets if mode in GROUP_MODES else offsets
-                scores[mode][offsets[s] : offsets[s + 1], cols[r] : cols[r + 1]] = block.float()
+            turn = turns.get(_d_head(receiver)) if turns else None
+            for mode, block in pair_scores(sender, receiver, turn).items():
+                cols = group_offsets if mode in GROUP_MODES else starts
+                scores[mode][starts[s] : starts[s + 1], cols[r] : cols[r + 1]] = block.float()
         if on_layer is not None:
             on_layer(r, len(weights))
     embed = int(layers[0].embed_dim) if layers else 0
     baselines = [
-        random_baseline(embed, d_s, d_r, g, samples=samples, seed=seed)
+        random_baseline(embed, d_s, d_r, g, samples=samples, seed=seed, rotation=turns.get(d_r))
         for d_s, d_r, g in shapes
     ]
     return CompositionScores(
@@ -224,8 +254,19 @@ def composition_scores(
         "W_K, W_V" if fold else "nothing",
         not_folded="the normalisation itself (division by RMS/std, mean subtraction), biases, "
         "QK-norm, norms after W_O, MLPs",
-        rotary=ROTARY,
+        rotary=ROTARY if offsets is None else rotary_aware(offsets),
+        rotary_offsets=[] if offsets is None else [int(o) for o in offsets],
         missing=missing,
+    )
+
+
+def rotary_aware(offsets: Sequence[int]) -> str:
+    """What ``CompositionScores.rotary`` says of scores at ``offsets``."""
+    listed = ", ".join(str(int(o)) for o in offsets)
+    return (
+        f"applied: Q and K read through W_QK(delta) = (R(delta) W_Q)^T R(0) W_K, the family's "
+        f"rotary, stacked over relative offsets delta = {listed} (the key delta positions "
+        "before the query)"
     )
 
 
@@ -249,13 +290,14 @@ def _as_lists(scores: Tensor) -> list[list[float | None]]:
 
 def random_baseline(
     embed: int, sender_d_head: int, receiver_d_head: int, group_size: int = 1,
-    samples: int = 64, seed: int = 0,
+    samples: int = 64, seed: int = 0, rotation: Tensor | None = None,
 ) -> Baseline:  # fmt: skip
     """The score of random matrices of the same shapes: a sender (W_O (embed, d_s), W_V
     (d_s, embed)) and a receiver group of ``group_size`` query heads sharing W_K and W_V, every
     entry standard normal (the score does not depend on each factor's scale), ``samples``
     draws from ``seed``; the mean and standard deviation of each mode's score (of the group's
-    first query head for "q", "k", "v")."""
+    first query head for "q", "k", "v"). ``rotation``: the rotary-aware scores' rotations
+    (``pair_scores``), applied to the random receiver as to the model's."""
     sizes = {"embed": embed, "sender_d_head": sender_d_head,
              "receiver_d_head": receiver_d_head, "group_size": group_size}  # fmt: skip
     for name, value in sizes.items():
@@ -275,7 +317,7 @@ def random_baseline(
             draw(1, receiver_d_head, embed), draw(group_size, embed, receiver_d_head),
             group_size, 1,
         )  # fmt: skip
-        for mode, block in pair_scores(sender, receiver).items():
+        for mode, block in pair_scores(sender, receiver, rotation).items():
             drawn[mode].append(float(block[0, 0]))
     values = {m: torch.tensor(v, dtype=torch.float64) for m, v in drawn.items()}
     return Baseline(

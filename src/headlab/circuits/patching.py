@@ -39,6 +39,8 @@ from headlab.models.hf.adapter import TransformersModel
 from headlab.results.circuit_edges import EdgeScores
 
 Progress = Callable[[int, int], None]
+# Positions on which ``writes_are_linear`` compares the block's writes with the formulas.
+LINEARITY_ROWS = 64
 
 
 def _check_pair(clean: Tensor, corrupted: Tensor, metric: Metric) -> None:
@@ -112,6 +114,14 @@ class Patcher:
                     self._writes.update(self._layer_writes(layer, names))
         return {s: self._writes[s] for s in senders}
 
+    def write_rows(self, senders: Sequence[str], rows: slice) -> dict[str, Tensor]:
+        """``writes`` at the positions ``rows`` alone, (batch, rows, embed_dim), computed for
+        those rows where the writes are linear (nothing of the whole length kept)."""
+        if not self.writes_are_linear():
+            return {s: w[:, rows] for s, w in self.writes(senders).items()}
+        with torch.no_grad():
+            return {s: self._direct_write(s, rows) for s in senders}
+
     def writes_are_linear(self) -> bool:
         """Whether a head's write is its output through its own W_O slice and an MLP's its
         output (nothing between them and the residual add), observed once on layer 0: every
@@ -121,32 +131,40 @@ class Patcher:
             block = self.runner.blocks[0]
             names = [f"0.{h}" for h in range(block.attention.num_heads)]
             names += ["mlp.0"] if block.mlp is not None else []
-            with torch.no_grad():
-                exact = self._layer_writes(0, names)
-                self._writes.update(exact)
+            rows = slice(0, min(LINEARITY_ROWS, self.clean.resid[0].shape[1]))
+            with torch.no_grad():  # a write at a position depends on that position alone
+                exact = self._layer_writes(0, names, rows)
                 self._linear = block.attention.output_weight() is not None and all(
-                    _close(exact[n], self._direct_write(n)) for n in names
+                    _close(exact[n], self._direct_write(n, rows)) for n in names
                 )
         return self._linear
 
-    def _direct_write(self, name: str) -> Tensor:
-        """The write formula of ``writes_are_linear``, corrupted minus clean."""
+    def _direct_write(self, name: str, rows: slice = slice(None)) -> Tensor:
+        """The write formula of ``writes_are_linear``, corrupted minus clean, at ``rows``."""
         node = self.graph.node(name)
+        if node.kind == "embed":
+            return self.corrupted.resid[0][:, rows] - self.clean.resid[0][:, rows]
         if node.kind == "mlp":
-            return self.corrupted.mlp[node.layer] - self.clean.mlp[node.layer]
+            return self.corrupted.mlp[node.layer][:, rows] - self.clean.mlp[node.layer][:, rows]
         attention = self.runner.blocks[node.layer].attention
         d = attention.head_dim
         w_o = attention.output_weight().detach()[:, node.index * d : (node.index + 1) * d]
-        change = self.corrupted.head_outputs[node.layer] - self.clean.head_outputs[node.layer]
-        return change[:, node.index] @ w_o.t()  # (batch, pos, d_head) -> (batch, pos, embed)
+        h = node.index
+        change = self.corrupted.head_outputs[node.layer][:, h, rows]
+        change = change - self.clean.head_outputs[node.layer][:, h, rows]
+        return change @ w_o.t()  # (batch, rows, d_head) -> (batch, rows, embed_dim)
 
-    def _layer_writes(self, layer: int, names: list[str]) -> dict[str, Tensor]:
+    def _layer_writes(
+        self, layer: int, names: list[str], rows: slice | None = None
+    ) -> dict[str, Tensor]:
         """Block ``layer`` run once per sender (plus one clean copy), each copy with one sender
-        corrupted and the rest of the block clean; the writes are the differences."""
+        corrupted and the rest of the block clean; the writes are the differences (at the
+        positions ``rows`` alone, default all)."""
         b, copies = self.batch, len(names) + 1
         block = self.runner.blocks[layer]
         nodes = [self.graph.node(n) for n in names]
-        corrupted_heads = self.corrupted.head_outputs[layer]
+        at = slice(None) if rows is None else rows
+        corrupted_heads = self.corrupted.head_outputs[layer][:, :, at]
 
         def heads(t: Tensor) -> Tensor:  # (copies * batch, head, pos, d_head)
             out = t.clone()
@@ -156,10 +174,10 @@ class Patcher:
             return out
 
         def mlp(_module, _args, output):
-            value = self.clean.mlp[layer].repeat(copies, 1, 1)
+            value = self.clean.mlp[layer][:, at].repeat(copies, 1, 1)
             for c, node in enumerate(nodes):
                 if node.kind == "mlp":
-                    value[c * b : (c + 1) * b] = self.corrupted.mlp[layer]
+                    value[c * b : (c + 1) * b] = self.corrupted.mlp[layer][:, at]
             return replaced_output(output, value)
 
         def stop(_module, _args, output):
@@ -171,8 +189,8 @@ class Patcher:
                 stack.enter_context(hooked(block.mlp, "post", mlp))
             stack.enter_context(hooked(block.module, "post", stop))
 
-        hidden = self.clean.resid[layer].repeat(copies, 1, 1)
-        out = self.runner.forward(layer, hidden, copies, hooks)
+        hidden = self.clean.resid[layer][:, at].repeat(copies, 1, 1)
+        out = self.runner.forward(layer, hidden, copies, hooks, rows)
         base = out[(copies - 1) * b :]
         return {n: out[c * b : (c + 1) * b] - base for c, n in enumerate(names)}
 
@@ -216,7 +234,7 @@ class Patcher:
         n = len(self.runner.blocks)
         if kind == "logits":
             hidden = self._shifted(self.clean.resid[n], edges)
-            return self.metric(self.runner.forward(n, hidden, copies))
+            return self.runner.measure(self.metric, n, hidden, copies)
         patched = self._patched_inputs(layer, edges, kind)
         block = self.runner.blocks[layer]
 
@@ -241,7 +259,7 @@ class Patcher:
                 )
 
         hidden = self.clean.resid[layer].repeat(copies, 1, 1)
-        return self.metric(self.runner.forward(layer, hidden, copies, hooks))
+        return self.runner.measure(self.metric, layer, hidden, copies, hooks)
 
     def effects(
         self,
@@ -276,11 +294,12 @@ class Patcher:
         return out
 
     def default_chunk(self, budget_bytes: int = 512 * 2**20) -> int:
-        """Edges per run such that the copies' activations and kept logits stay near
-        ``budget_bytes`` (float32; about 16 stream-wide tensors live at once)."""
+        """Edges per run such that the copies' activations stay near ``budget_bytes``
+        (float32; about 16 stream-wide tensors live at once). The logits do not count: the
+        metric is computed a few copies at a time (``Runner.measure``)."""
         resid = self.clean.resid[0]
         b, pos, width = resid.shape
-        per_copy = b * pos * width * 16 + self.clean.logits.numel() * 3
+        per_copy = b * pos * width * 16
         return max(1, budget_bytes // (per_copy * resid.element_size()))
 
 

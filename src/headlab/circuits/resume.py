@@ -29,6 +29,11 @@ from torch import Tensor, nn
 from headlab.attention.interventions import intervene, record
 from headlab.circuits.blocks import Block, blocks, first_tensor
 from headlab.models.hf.adapter import TransformersModel
+from headlab.models.hf.block_logits import HFOutputRows
+
+#: (text, position) rows whose logits (and log-softmax) ``Runner.measure`` holds at a time
+#: (1024 x 49152 x 4 B = 192 MiB each for SmolLM2).
+METRIC_ROWS = 1024
 
 
 class Stop(Exception):
@@ -97,16 +102,63 @@ class Runner:
     def batch(self) -> int:
         return self.ids.shape[0]
 
-    def _call(self, ids: Tensor, copies: int) -> Tensor:
+    def _call(self, ids: Tensor, copies: int, rows: slice | None = None) -> Tensor:
+        mask = self.attention_mask
+        if rows is not None:  # positions rows.start .. rows.stop - 1 alone (see ``forward``)
+            ids, mask = ids[:, rows], mask[:, rows]
         kwargs = {
             "input_ids": ids.repeat(copies, 1).to(self.device),
-            "attention_mask": self.attention_mask.repeat(copies, 1).to(self.device),
+            "attention_mask": mask.repeat(copies, 1).to(self.device),
             "use_cache": False,
         }
+        if rows is not None:
+            position = torch.arange(rows.start, rows.stop, device=self.device)
+            kwargs["position_ids"] = position[None].expand(kwargs["input_ids"].shape[0], -1)
+            if self._keeps_logits:
+                kwargs["logits_to_keep"] = 1
+            return self.model.model(**kwargs).logits
         if self._keeps_logits:
             kwargs["logits_to_keep"] = self.positions.to(self.device)
             return self.model.model(**kwargs).logits
         return self.model.model(**kwargs).logits[:, self.positions.to(self.device)]
+
+    def _final_states(self, copies: int) -> Tensor:
+        """The body's final hidden states (after the family's final norm) at the metric's
+        positions: (copies * batch, n_kept, embed_dim); no output head runs."""
+        causal_lm = self.model.model
+        body = getattr(causal_lm, causal_lm.base_model_prefix)
+        out = body(
+            input_ids=self.ids.repeat(copies, 1).to(self.device),
+            attention_mask=self.attention_mask.repeat(copies, 1).to(self.device),
+            use_cache=False,
+        )
+        return out.last_hidden_state[:, self.positions.to(self.device)]
+
+    def measure(
+        self,
+        metric: Callable[[Tensor], Tensor],
+        start: int,
+        hidden: Tensor,
+        copies: int,
+        hooks: Callable[[ExitStack], None] | None = None,
+    ) -> Tensor:
+        """``metric`` (logits (c * batch, n_kept, vocab) -> (c,)) of each copy of ``forward``'s
+        run, (copies,), the logits made by the family's own output head a few copies at a time
+        (``METRIC_ROWS`` rows) from the final states at the kept positions: the logits of
+        every copy never exist at once, so a run can stack many copies."""
+        with ExitStack() as stack:
+            stack.enter_context(_started_at(self.blocks, start, hidden))
+            if hooks is not None:
+                hooks(stack)
+            states = self._final_states(copies)
+        per = max(1, METRIC_ROWS // (self.batch * states.shape[1]))
+        head = HFOutputRows(self.model.model, states)  # (copies * batch, n_kept, embed_dim)
+        values = []
+        for c in range(0, copies, per):
+            rows = slice(c * self.batch, min(c + per, copies) * self.batch)
+            head.states = states[rows]
+            values.append(metric(head.logits(slice(None))))
+        return torch.cat(values)
 
     def cache(self, ids: Tensor) -> Cache:
         """One full run of ``ids`` (batch, pos) with everything patching reads kept."""
@@ -132,16 +184,22 @@ class Runner:
         hidden: Tensor,
         copies: int,
         hooks: Callable[[ExitStack], None] | None = None,
+        rows: slice | None = None,
     ) -> object:
         """The logits (copies * batch, n_kept, vocab) of the run described in the module
         docstring, or the value of a hook's ``Stop``. ``hooks(stack)`` enters the run's
-        interventions into ``stack``; they are removed when the run ends."""
+        interventions into ``stack``; they are removed when the run ends.
+
+        ``rows``: run the positions rows.start .. rows.stop - 1 alone (their own position ids,
+        ``hidden`` (copies * batch, rows, embed_dim)), for the maps that act on each position
+        alone (a block's norm and projections up to q, k, v; its MLP with the heads held): a
+        hook stops the run before anything that mixes positions counts."""
         with ExitStack() as stack:
             stack.enter_context(_started_at(self.blocks, start, hidden))
             if hooks is not None:
                 hooks(stack)
             try:
-                return self._call(self.ids, copies)
+                return self._call(self.ids, copies, rows)
             except Stop as stop:
                 return stop.value
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from headlab.circuits.tasks import TaskPairs, last_position_answers
-from headlab.input_files import check_depth, check_regular, read_bytes
+from headlab.results.input_files import check_depth, check_regular, read_bytes
 
 FIELDS = ("clean", "corrupted", "answer", "wrong")
 #: the largest pairs file read (a pair is a few hundred bytes; this is far more than a run takes)

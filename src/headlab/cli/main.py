@@ -2,7 +2,7 @@
 
 Bad input (ValueError and the other errors below) exits 2; Ctrl-C exits 130 and SIGTERM 143, at
 any point: during the imports (which is why they happen inside ``main``), and inside a call that
-never returns to Python (``headlab.interrupts``); an OSError while reading or writing
+never returns to Python (``headlab.results.interrupts``); an OSError while reading or writing
 (a full disk, a permission) and a sweep whose worker died exit 1. Library warnings (a skipped
 results line) are one line each: ``headlab: warning: ...``.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 import warnings
 
-from headlab import interrupts
+from headlab.results import interrupts
 
 
 def _say(kind: str, message: str) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import typer
 
-from headlab.defaults import INITS
+from headlab.results.defaults import INITS
 
 D_MODEL = typer.Option(512, "--d-model", help="Model width E (d_model).")
 HEADS = typer.Option(8, "--heads", help="Head count of the first side.")

@@ -101,7 +101,7 @@ def read_documents(folder: str | Path) -> list[Document]:
 
     FileNotFoundError for a missing folder, ValueError for a file instead of a folder, a folder
     without such files, an empty file, or one that is not UTF-8 (naming it)."""
-    from headlab.input_files import read_text_file
+    from headlab.results.input_files import read_text_file
 
     folder = Path(folder)
     if not folder.exists():

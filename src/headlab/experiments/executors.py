@@ -29,8 +29,9 @@ from multiprocessing.managers import SyncManager
 from typing import Any, TypeVar
 
 from headlab.experiments.lifetime import die_with_parent, initializer_args
-from headlab.experiments.train import RunResult, run_one
+from headlab.experiments.train import run_one
 from headlab.results.run_config import RunConfig
+from headlab.results.training_run import RunResult
 
 OnEval = Callable[[str, int, float], None]
 Job = TypeVar("Job")

@@ -1,17 +1,13 @@
-"""When the induction circuit forms: a 2-layer transformers GPT-2 trained on the sweep's
-induction task, measured with ``headlab.circuits`` at checkpoints along the run.
+"""When the induction circuit forms: the 2-layer models that ``headlab sweep --task induction``
+trains, measured with ``headlab.circuits`` at checkpoints along the run.
 
-The sweep trains headlab's own ``TinyTransformer``; the circuits tools run on the transformers
-route. So the same task (``experiments/tasks.py``: 24 tokens over 16 symbols, the last one
-seen once before, predict what followed it) is trained on a GPT-2 that transformers builds from
-a config of the sweep's sizes (d_model 64, 2 layers, h heads, MLP 4 x d_model, learned
-positions, LayerNorm, untied readout, no dropout), ``attach``-ed so that headlab's attention
-runs inside it, with the sweep's optimizer (AdamW, weight decay 0.01, linear warm-up over 5% of
-the steps, cosine decay; ``experiments/train.py``) and loss (cross-entropy of the answer at the
-last position).
-
-At every ``every`` steps (and the last) a checkpoint records, on held-out data:
-- the loss and accuracy of the answer at the last position;
+The run is the sweep's own (``experiments/train.py``'s ``run_one`` on the ``RunConfig`` that
+``headlab sweep --task induction --layers 2 --heads h`` makes: the same ``TinyTransformer``,
+seeds, data, optimizer, schedule and loss). At every ``every`` steps (the sweep's evaluation
+steps) the model is copied into the transformers GPT-2 that computes the same logits
+(``experiments/sweep_gpt2.py``), where the circuits tools run, and a checkpoint records, on the
+sweep's own held-out data:
+- the loss and accuracy of the answer at the last position (the sweep's curve);
 - the best previous-token head of layer 0 and the best induction head of layer 1, by
   headlab's detectors (``heads/detectors.py``, on 12 random tokens repeated);
 - the K-composition of that pair (``circuits/composition.py``, LayerNorm scales folded) and its
@@ -19,12 +15,14 @@ At every ``every`` steps (and the last) a checkpoint records, on held-out data:
 - the exact path-patching effect (``circuits/patching.py``) of the edge previous-token head ->
   induction head's key input on the mean log-probability of the answer. The corrupted input
   replaces the earlier occurrence of the last token A by another symbol, so in it nothing says
-  where B follows A.
+  where B follows A;
+- the effect of the whole K path: every edge from a layer-0 head into a layer-1 head's key
+  input patched at once (``circuits/circuit_patching.py``), which catches a circuit spread over
+  several heads where one edge carries little.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -32,24 +30,37 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from headlab.circuits.attribution import edge_attribution
+from headlab.circuits.circuit_patching import CircuitPatcher
 from headlab.circuits.composition import composition_scores
+from headlab.circuits.faithfulness import faithfulness_curve
 from headlab.circuits.metrics import answer_logprob
-from headlab.circuits.patching import path_patching
-from headlab.experiments.tasks import INDUCTION, generate, induction
+from headlab.circuits.patching import Patcher
+from headlab.experiments.run_sizing import make_config
+from headlab.experiments.sweep_gpt2 import as_transformers
+from headlab.experiments.sweep_tasks import INDUCTION, generate
+from headlab.experiments.train import EVAL_SEED_OFFSET, run_one
 from headlab.heads.detectors import detect_heads
 from headlab.limits import check_int
-from headlab.models.hf import attach
 from headlab.models.hf.adapter import TransformersModel
-from headlab.results.induction_circuit import CircuitCheckpoint, FormationRun, InductionFormation
+from headlab.results.circuit_edges import FaithfulnessCurve
+from headlab.results.induction_circuit_result import (
+    CircuitCheckpoint,
+    FormationRun,
+    InductionFormation,
+    KEdges,
+)
+from headlab.results.run_config import RunConfig
 
-EVAL_SEED_OFFSET = 1_000_003  # held-out data from seeds training never draws (as train.py)
 DETECTOR_LENGTH = INDUCTION.seq_len // 2  # two copies fit the 24 positions
 Progress = Callable[[int, int, int], None]  # (heads, step, steps)
 
 
 @dataclass(frozen=True)
 class FormationConfig:
-    """One run: ``heads`` per layer; the sweep's sizes and optimizer settings by default."""
+    """One run: ``heads`` per layer; the rest as ``headlab sweep --task induction --layers 2``
+    sets it (d_model 64, batch 32, lr 3e-3, 512 held-out sequences), ``every`` its evaluation
+    interval. ``composition_samples``: draws of the K-composition's random baseline."""
 
     heads: int
     steps: int = 800
@@ -57,11 +68,10 @@ class FormationConfig:
     seed: int = 0
     d_model: int = 64
     layers: int = 2
-    batch_size: int = 64
+    batch_size: int = 32
     lr: float = 3e-3
-    eval_size: int = 256
+    eval_size: int = 512
     composition_samples: int = 16
-    init_std: float = 0.02  # GPT-2's initializer_range
 
     def __post_init__(self) -> None:
         check_int("heads", self.heads, low=1, high=self.d_model)
@@ -71,27 +81,20 @@ class FormationConfig:
         check_int("every", self.every, low=1, high=self.steps)
         check_int("batch_size", self.batch_size, low=1, high=65_536)
         check_int("eval_size", self.eval_size, low=1, high=65_536)
-        if not 0.0 < self.init_std <= 1.0:
-            raise ValueError(f"init_std must be in (0, 1], got {self.init_std}")
+        check_int("composition_samples", self.composition_samples, low=1, high=100_000)
+        if not 0.0 < self.lr <= 1.0:
+            raise ValueError(f"lr must be in (0, 1], got {self.lr}")
         if self.layers != 2:
             raise ValueError(f"layers must be 2 (a previous-token and an induction layer), got "
                              f"{self.layers}")  # fmt: skip
 
-
-def build_model(config: FormationConfig) -> TransformersModel:
-    """A GPT-2 of the sweep's sizes, built by transformers from a config, seeded, attached."""
-    import transformers
-
-    torch.manual_seed(config.seed)
-    gpt2 = transformers.GPT2Config(
-        vocab_size=INDUCTION.vocab_sizes[0], n_positions=INDUCTION.seq_len,
-        n_embd=config.d_model, n_layer=config.layers, n_head=config.heads,
-        n_inner=4 * config.d_model, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-        tie_word_embeddings=False, bos_token_id=0, eos_token_id=0,
-        initializer_range=config.init_std,
-    )  # fmt: skip
-    model = transformers.GPT2LMHeadModel(gpt2)
-    return attach(model, name=f"induction-gpt2-h{config.heads}")
+    def run_config(self) -> RunConfig:
+        """The sweep's ``RunConfig`` of this run (its ``run_id`` names it in sweep.jsonl)."""
+        return make_config(
+            INDUCTION.name, self.heads, d_model=self.d_model, layers=self.layers,
+            seed=self.seed, steps=self.steps, batch_size=self.batch_size, lr=self.lr,
+            eval_every=self.every, eval_size=self.eval_size,
+        )  # fmt: skip
 
 
 def task_pairs(n: int, seed: int) -> tuple[Tensor, Tensor, Tensor]:
@@ -140,73 +143,119 @@ def measure(
         i = max(range(len(ind)), key=ind.__getitem__)
         scores = composition_scores(model, samples=samples, seed=seed)
         k = scores.score("k", f"0.{p}", f"1.{i}")
-        mask = torch.zeros(clean.shape, dtype=torch.bool)
-        mask[:, -1] = True
-        full = torch.zeros(clean.shape, dtype=torch.long)
-        full[:, -1] = answers
         edge = f"0.{p}->1.{i}<k>"
-        patched = path_patching(model, clean, corrupted, answer_logprob(mask, full), [edge])
+        patcher = Patcher(model, clean, corrupted, _answer_metric(clean, answers))
+        effect = float(patcher.effects([edge])[0])
+        heads = range(len(prev))
+        every_k = {f"0.{s}->1.{r}<k>" for s in heads for r in range(len(ind))}
+        k_path = float(CircuitPatcher(patcher).metric([every_k])[0]) - patcher.clean_value
     finally:
         module.train(was_training)
     return CircuitCheckpoint(
         step=step, loss=loss, accuracy=accuracy, previous_head=p,
         previous_score=float(prev[p]), induction_head=i, induction_score=float(ind[i]),
         k_composition=float(k), k_baseline=float(scores.baseline_for("k")),
-        edge=edge, patching_effect=float(patched.scores[0]),
-        clean_metric=float(patched.clean_metric), corrupted_metric=float(patched.corrupted_metric),
+        edge=edge, patching_effect=effect, clean_metric=patcher.clean_value,
+        corrupted_metric=patcher.corrupted_value, k_path_effect=k_path,
     )  # fmt: skip
 
 
-def lr_factor(step: int, steps: int) -> float:
-    """The sweep's schedule (train.py): linear warm-up over 5% of the steps, then cosine."""
-    warmup = max(1, steps // 20)
-    if step < warmup:
-        return (step + 1) / warmup
-    return 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup)))
+def k_edges(model: TransformersModel, pairs: tuple[Tensor, Tensor, Tensor], samples: int = 16,
+            seed: int = 0) -> KEdges:  # fmt: skip
+    """Every K edge 0.s -> 1.r<k> of ``model`` scored by composition, EAP, EAP-IG (5 steps)
+    and exact path patching on ``pairs``, with the detectors' scores of every head."""
+    clean, corrupted, answers = pairs
+    with torch.no_grad():
+        found = detect_heads(model, torch.arange(INDUCTION.vocab_sizes[0]), DETECTOR_LENGTH,
+                             count=32, seed=seed)  # fmt: skip
+    prev, ind = found["previous_token"][0], found["induction"][1]
+    pairs_sr = [(s, r) for s in range(len(prev)) for r in range(len(ind))]
+    edges = [f"0.{s}->1.{r}<k>" for s, r in pairs_sr]
+    scores = composition_scores(model, samples=samples, seed=seed)
+    patcher = Patcher(model, clean, corrupted, _answer_metric(clean, answers))
+    attributed = {
+        method: edge_attribution(model, clean, corrupted, patcher.metric, method=method,
+                                 edges=edges, patcher=patcher).scores
+        for method in ("eap", "eap-ig")
+    }  # fmt: skip
+    return KEdges(
+        edges=edges,
+        composition=[float(scores.score("k", f"0.{s}", f"1.{r}")) for s, r in pairs_sr],
+        eap=[float(v) for v in attributed["eap"]], eap_ig=[float(v) for v in attributed["eap-ig"]],
+        exact=[float(v) for v in patcher.effects(edges)],
+        previous_scores=[float(v) for v in prev], induction_scores=[float(v) for v in ind],
+    )  # fmt: skip
+
+
+FRACTIONS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)  # the issue's 1, 2, 5% and the rest of a curve
+
+
+def circuit_faithfulness(model: TransformersModel, pairs: tuple[Tensor, Tensor, Tensor],
+                         seeds: int = 3) -> FaithfulnessCurve:  # fmt: skip
+    """The faithfulness of the top-n EAP-IG (5 steps) circuits of ``model``'s whole graph at
+    ``FRACTIONS`` of its edges, beside ``seeds`` random circuits of each size."""
+    clean, corrupted, answers = pairs
+    patcher = Patcher(model, clean, corrupted, _answer_metric(clean, answers))
+    scores = edge_attribution(model, clean, corrupted, patcher.metric, method="eap-ig",
+                              patcher=patcher)  # fmt: skip
+    return faithfulness_curve(CircuitPatcher(patcher), scores, FRACTIONS, seeds=seeds)
+
+
+def _answer_metric(clean: Tensor, answers: Tensor):
+    """log p(answer) at the last position of every sequence."""
+    mask = torch.zeros(clean.shape, dtype=torch.bool)
+    mask[:, -1] = True
+    full = torch.zeros(clean.shape, dtype=torch.long)
+    full[:, -1] = answers
+    return answer_logprob(mask, full)
 
 
 def train_and_measure(config: FormationConfig, progress: Progress | None = None) -> FormationRun:
-    """Train ``config``'s model and measure it every ``config.every`` steps and at the end."""
-    model = build_model(config)
-    module = model.model
-    module.train()
-    opt = torch.optim.AdamW(module.parameters(), lr=config.lr, weight_decay=0.01)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, config.steps))
-    data = torch.Generator().manual_seed(config.seed)
-    held_out = task_pairs(config.eval_size, config.seed + EVAL_SEED_OFFSET)
+    """Train the sweep's model of ``config`` (``run_one``) and measure it at each of its
+    evaluations (every ``config.every`` steps and at the end)."""
+    run = config.run_config()
+    held_out = task_pairs(run.eval_size, run.seed + EVAL_SEED_OFFSET)  # the sweep's eval data
     checkpoints = []
-    for step in range(1, config.steps + 1):
-        batch = induction(config.batch_size, data)
-        logits = last_logits(model, batch.tokens[..., 0])
-        loss = F.cross_entropy(logits, batch.labels[:, 0])
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        sched.step()
-        if step % config.every == 0 or step == config.steps:
-            checkpoints.append(
-                measure(model, step, held_out, config.composition_samples, config.seed)
-            )
+
+    def on_checkpoint(step: int, tiny) -> None:
+        model = as_transformers(tiny, name=f"sweep-induction-h{config.heads}")
+        checkpoints.append(measure(model, step, held_out, config.composition_samples,
+                                   config.seed))  # fmt: skip
         if progress is not None:
             progress(config.heads, step, config.steps)
+
+    final = {}
+
+    def on_final(step: int, tiny) -> None:
+        on_checkpoint(step, tiny)
+        if step == config.steps:
+            model = as_transformers(tiny)
+            final["k"] = k_edges(model, held_out, config.composition_samples, config.seed)
+            final["curve"] = circuit_faithfulness(model, held_out)
+
+    run_one(run, on_checkpoint=on_final)
+    heads = f"{run.num_heads} head{'s' * (run.num_heads > 1)}"
     return FormationRun(
         heads=config.heads, seed=config.seed, steps=config.steps,
-        model=f"GPT-2 (transformers) d_model {config.d_model}, {config.layers} layers, "
-        f"{config.heads} heads, MLP {4 * config.d_model}, vocab {INDUCTION.vocab_sizes[0]}, "
-        f"{INDUCTION.seq_len} positions", checkpoints=checkpoints,
+        model=f"the sweep's TinyTransformer (run_id {run.run_id}): d_model {run.d_model}, "
+        f"{run.layers} layers, {heads} of {run.head_dim}, MLP "
+        f"{run.mlp_ratio * run.d_model}, vocab {INDUCTION.vocab_sizes[0]}, {INDUCTION.seq_len} "
+        f"positions, batch {run.batch_size}, lr {run.lr}; measured as the GPT-2 with its "
+        f"weights", checkpoints=checkpoints, k_edges=final.get("k"),
+        faithfulness=final.get("curve"),
     )  # fmt: skip
 
 
 def induction_formation(
     heads: list[int], steps: int = 800, every: int = 50, seed: int = 0,
     progress: Progress | None = None,
-    init_std: float = 0.02,
+    lr: float = 3e-3,
 ) -> InductionFormation:
     """One ``train_and_measure`` run per head count; every config is checked before any run."""
     if not heads:
         raise ValueError("heads must name at least one head count, got none")
     configs = [
-        FormationConfig(heads=h, steps=steps, every=every, seed=seed, init_std=init_std)
+        FormationConfig(heads=h, steps=steps, every=every, seed=seed, lr=lr)
         for h in heads
     ]
     runs = [train_and_measure(c, progress) for c in configs]
@@ -215,8 +264,9 @@ def induction_formation(
 
 __all__ = [
     "FormationConfig",
-    "build_model",
+    "circuit_faithfulness",
     "induction_formation",
+    "k_edges",
     "measure",
     "task_pairs",
     "train_and_measure",

@@ -20,9 +20,9 @@ import numpy as np
 import torch
 
 from headlab.attention.sizes import check_divides
-from headlab.experiments.config import make_config
-from headlab.experiments.model import TinyTransformer
-from headlab.experiments.tasks import Batch, generate
+from headlab.experiments.run_sizing import make_config
+from headlab.experiments.sweep_tasks import Batch, generate
+from headlab.experiments.tiny_transformer import TinyTransformer
 from headlab.experiments.train import EVAL_SEED_OFFSET, run_one
 from headlab.limits import check_int, check_seed, check_sizes
 from headlab.results.run_config import ATTENTION_KINDS

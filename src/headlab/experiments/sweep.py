@@ -12,15 +12,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from headlab.attention.sizes import FREE_HEAD_DIM, check_divides
-from headlab.experiments.config import make_config, run_memory_estimate
 from headlab.experiments.executors import OnEval, execute
-from headlab.experiments.tasks import get_task
-from headlab.experiments.train import RunResult
+from headlab.experiments.run_sizing import make_config, run_memory_estimate
+from headlab.experiments.sweep_tasks import get_task
 from headlab.limits import check_fits, check_int
 from headlab.results.jsonl_store import finished_run_ids
 from headlab.results.jsonl_writer import ResultsWriter, check_appendable
 from headlab.results.locations import SWEEP_RESULTS
 from headlab.results.run_config import RunConfig
+from headlab.results.training_run import RunResult
 
 DEFAULT_OUT = SWEEP_RESULTS
 MAX_RUNS = 10_000  # a grid larger than this is a typo (each run trains for seconds to minutes)

@@ -9,62 +9,19 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from headlab.analysis.params import parameter_count
-from headlab.experiments.model import TinyTransformer, attention_entropy
-from headlab.experiments.tasks import Batch, generate, get_task
-from headlab.results.jsonl_store import SweepRow
+from headlab.experiments.sweep_tasks import Batch, generate, get_task
+from headlab.experiments.tiny_transformer import TinyTransformer, attention_entropy
 from headlab.results.run_config import RunConfig
+from headlab.results.training_run import EvalPoint, RunResult
 
 # Evaluation data come from a seed range that training never draws from.
 EVAL_SEED_OFFSET = 1_000_003
-
-
-@dataclass(frozen=True)
-class EvalPoint:
-    step: int
-    loss: float
-    accuracy: float
-
-
-@dataclass(frozen=True)
-class RunResult:
-    """What a run produced: the curve (evaluations every eval_every steps and at the end), the
-    final per-head attention entropy (layer-major, L*H floats; empty for talking heads, whose
-    mixed weights are not distributions) and the parameter count."""
-
-    config: RunConfig
-    curve: list[EvalPoint]
-    head_entropy: list[float]
-    params: int
-    seconds: float
-
-    @property
-    def final(self) -> EvalPoint:
-        return self.curve[-1]
-
-    def rows(self) -> list[dict]:
-        """Rows of sweep.jsonl (schema in docs/experiments.md): one per evaluation point."""
-        run_id, last = self.config.run_id, len(self.curve) - 1
-        return [
-            SweepRow(
-                run_id,
-                self.config,
-                p.step,
-                p.loss,
-                p.accuracy,
-                final=i == last,
-                params=self.params,
-                head_entropy=self.head_entropy if i == last else None,
-                seconds=self.seconds if i == last else None,
-            ).to_dict()
-            for i, p in enumerate(self.curve)
-        ]
 
 
 def _evaluate(model: TinyTransformer, batch: Batch) -> tuple[EvalPoint, list[float]]:

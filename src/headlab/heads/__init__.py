@@ -13,8 +13,8 @@ from headlab.heads.collapse import (
     collapse_steps,
     collapsed,
 )
-from headlab.heads.compare import mean_cosine, nn_agreement
 from headlab.heads.detectors import DETECTORS, detect_heads
+from headlab.heads.embedding_shift import mean_cosine, nn_agreement
 from headlab.heads.importance import ImportanceResult, contrastive_objective, head_importance
 from headlab.heads.pruning import (
     PruneResult,

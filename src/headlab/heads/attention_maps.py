@@ -1,6 +1,6 @@
 """Where each head's attention goes along one long text, small enough to keep and to draw.
 
-From the sums of one streaming pass (``headlab.attention.statistics``):
+From the sums of one streaming pass (``headlab.attention.streaming_sums``):
 
     blocked    (layer, head, q_block, k_block): the mean weight a query of each block of
                ``block`` positions puts on each block of keys (its rows sum to one, or less

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import torch
 
-from headlab.attention.statistics import CHUNK_ELEMENTS, HeadSums
+from headlab.attention.streaming_sums import CHUNK_ELEMENTS, HeadSums
 from headlab.heads.long_context import text_pass
 from headlab.heads.roles import head_roles
 from headlab.heads.statistics import (

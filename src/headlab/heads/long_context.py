@@ -2,8 +2,8 @@
 
 ``long_text_statistics`` tokenizes one text (cut to ``max_tokens``, which the result states),
 runs the model once with every layer's statistics reduced chunk by chunk
-(``headlab.heads.streaming``) and returns the statistics of ``heads.statistics`` plus each head's
-heavy-hitter profile: the attention each key position receives, summed over the queries.
+(``headlab.heads.model_head_sums``) and returns the statistics of ``heads.statistics`` plus each
+head's heavy-hitter profile: the attention each key position receives, summed over the queries.
 For a model of 30 layers x 9 heads at 8192 tokens the weights would be 30 x 9 x 8192^2 x 4
 bytes = 72 GB; here one chunk of one layer is alive at a time.
 
@@ -26,9 +26,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from headlab.attention.statistics import HeadSums
-from headlab.attention.streaming import CHUNK_ELEMENTS
+from headlab.attention.streaming_sums import CHUNK_ELEMENTS, HeadSums
 from headlab.heads.attention_maps import attention_maps, block_size
+from headlab.heads.model_head_sums import model_head_sums
 from headlab.heads.repeats import copy_sources
 from headlab.heads.roles import head_roles
 from headlab.heads.statistics import (
@@ -38,7 +38,6 @@ from headlab.heads.statistics import (
     per_head_means,
     special_names,
 )
-from headlab.heads.streaming import model_head_sums
 from headlab.limits import check_fits, check_int
 from headlab.models.interface import HeadModel, TokenBatch
 from headlab.models.output_rows import LOGIT_ROWS, next_token_scores
@@ -152,7 +151,7 @@ def cut_text(model: HeadModel, text: str, limit: int) -> tuple[TokenBatch, TextC
     its "cut from" with. Only the start that the cut needs is tokenised (``prefix_until``): a
     50 MB text costs what its first ``limit`` tokens cost, and ``text_tokens`` is then the
     length of that start, more than ``limit`` (a lower bound of the whole text's)."""
-    from headlab.input_files import prefix_until
+    from headlab.results.input_files import prefix_until
 
     text = prefix_until(text, lambda start: model.count_tokens(start) > limit)
     text_tokens = model.count_tokens(text)

@@ -3,7 +3,7 @@
 A language model (``objective_kind`` "next-token") is judged by what it predicts: perplexity of
 the corpus's next tokens, and the share of real positions whose top next token is the original's
 (``next_token_agreement``). A sentence encoder by its embeddings: mean cosine to the original
-ones and nearest-neighbour agreement (``headlab.heads.compare``). Both come from ``run``.
+ones and nearest-neighbour agreement (``headlab.heads.embedding_shift``). Both come from ``run``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from headlab.heads.compare import mean_cosine, nn_agreement
+from headlab.heads.embedding_shift import mean_cosine, nn_agreement
 from headlab.models.interface import HeadModel
 from headlab.results.quality_measures import (
     CAUSAL_MEASURES,
@@ -25,7 +25,7 @@ from headlab.results.quality_measures import (
 
 @dataclass(frozen=True)
 class Reference:
-    """The original model's outputs: embeddings (n, E), or each batch's top next tokens."""
+    """The original model's outputs: embeddings (n, d_model), or each batch's top next tokens."""
 
     embeddings: Tensor | None
     top_tokens: list[Tensor] | None

@@ -4,7 +4,7 @@ Head i scores query token x against key token y through the bilinear form
     B_i = W_Q_i^T W_K_g(i)          (embed_dim, embed_dim), rank <= d_head
 (rotary positions, if any, act between the two and are left aside here). Per layer:
 
-- spectrum: the singular values of the concatenation [B_1 | ... | B_H] (embed_dim, H * embed_dim),
+- spectrum: the singular values of the concatenation [B_1 | ... | B_H] (d_model, head * d_model),
   normalised to sum to one, and its effective rank exp(entropy) (Roy and Vetterli 2007). Heads
   that read disjoint input directions give an effective rank near H * d_head; heads that share
   their query subspace give much less.
@@ -40,8 +40,8 @@ def bilinear_forms(module: AttentionLayer) -> np.ndarray:
     (for inspection and tests; the measurement never builds them)."""
     w_q, w_k = (w.detach().double().numpy() for w in module.query_key_weights())
     heads, kv, d = module.num_heads, module.num_kv_heads, module.head_dim
-    q = w_q.reshape(heads, d, -1)  # (head, d_head, E)
-    k = w_k.reshape(kv, d, -1)[np.arange(heads) // (heads // kv)]  # (head, d_head, E)
+    q = w_q.reshape(heads, d, -1)  # (head, d_head, d_model)
+    k = w_k.reshape(kv, d, -1)[np.arange(heads) // (heads // kv)]  # (head, d_head, d_model)
     return np.einsum("hdi,hdj->hij", q, k)
 
 
@@ -52,20 +52,21 @@ def effective_rank(singular_values: np.ndarray) -> float:
 
 
 def shared_subspaces(module: AttentionLayer) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(singular values of [B_1 | ... | B_H] (E,), U (E, E) query directions, V (E, E) key
-    directions), orthonormal columns by decreasing singular value.
+    """(singular values of [B_1 | ... | B_H] (d_model,), U (d_model, d_model) query directions,
+    V (d_model, d_model) key directions), orthonormal columns by decreasing singular value.
 
     U diagonalises sum_i B_i B_i^T = sum_i W_Q_i^T (W_K_i W_K_i^T) W_Q_i and V diagonalises
-    sum_i B_i^T B_i: two E x E eigenproblems built in d_head space, never the (E, H * E) matrix.
+    sum_i B_i^T B_i: two d_model x d_model eigenproblems built in d_head space, never the
+    (d_model, head * d_model) matrix.
     """
     w_q, w_k = (w.detach().double() for w in module.query_key_weights())
     heads, kv, d = module.num_heads, module.num_kv_heads, module.head_dim
-    q = w_q.reshape(heads, d, -1)  # (head, d_head, E)
-    k = w_k.reshape(kv, d, -1)[torch.arange(heads) // (heads // kv)]  # (head, d_head, E)
+    q = w_q.reshape(heads, d, -1)  # (head, d_head, d_model)
+    k = w_k.reshape(kv, d, -1)[torch.arange(heads) // (heads // kv)]  # (head, d_head, d_model)
     kk = k @ k.transpose(1, 2)  # (head, d_head, d_head)
     qq = q @ q.transpose(1, 2)
-    left = torch.einsum("hai,hab,hbj->ij", q, kk, q)  # sum_i B_i B_i^T   (E, E)
-    right = torch.einsum("hai,hab,hbj->ij", k, qq, k)  # sum_i B_i^T B_i  (E, E)
+    left = torch.einsum("hai,hab,hbj->ij", q, kk, q)  # sum_i B_i B_i^T   (d_model, d_model)
+    right = torch.einsum("hai,hab,hbj->ij", k, qq, k)  # sum_i B_i^T B_i  (d_model, d_model)
     values, u = torch.linalg.eigh(left)
     _, v = torch.linalg.eigh(right)
     s = values.clamp_min(0).sqrt().flip(0).numpy()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from headlab.heads.ablation import ablated
 from headlab.heads.roles import RETRIEVAL
@@ -27,10 +28,28 @@ def most_heads(model: HeadModel) -> int:
 
 def check_retrieval_k(model: HeadModel, k: int) -> None:
     """ValueError unless 1 <= ``k`` <= half of ``model``'s heads (known before any run)."""
-    total, most = sum(model.heads_per_layer), most_heads(model)
+    _check_k(model.name, sum(model.heads_per_layer), k)
+
+
+def check_retrieval_k_declared(source: str | Path | None, k: int) -> None:
+    """``check_retrieval_k`` before the model loads, on the head count its config.json declares
+    (layers x query heads, ``declared_heads``): the same ValueError. Nothing is checked where the
+    config is not at hand without loading (a GGUF not yet converted, a hub id not in the cache,
+    a source the load itself will refuse); ``check_retrieval_k`` still runs after the load."""
+    from headlab.models.hf.checkpoint import declared_config
+    from headlab.models.hf.config_fields import declared_heads
+
+    config = declared_config(source)
+    total = None if config is None else declared_heads(config)
+    if total is not None:
+        _check_k(str(source or "minilm"), total, k)
+
+
+def _check_k(name: str, total: int, k: int) -> None:
+    most = total // 2  # k masked heads and k random others (``most_heads``)
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= most:
         raise ValueError(
-            f"retrieval_k must be between 1 and {most} for {model.name}'s {total} heads (k "
+            f"retrieval_k must be between 1 and {most} for {name}'s {total} heads (k "
             f"retrieval heads are masked against k random heads drawn from the other "
             f"{total} - k), got {k!r}"
         )

@@ -13,7 +13,7 @@ Per layer x head, with w = the head's attention weights of one query q (a row ov
                        changed before its output projection (a gate: no W_O maps one head alone)
 Means are over query tokens of all texts (longer texts weigh more). Any model behind
 ``headlab.models.interface.HeadModel`` works; ``detectors`` adds the causal models' head kinds.
-The weights are reduced chunk by chunk as they are computed (``headlab.attention.streaming``),
+The weights are reduced chunk by chunk as they are computed (``headlab.attention.streaming_sums``),
 so memory grows linearly with the text length; ``long_context`` uses the same for one long text.
 """
 
@@ -22,8 +22,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from headlab.attention.streaming import CHUNK_ELEMENTS, HeadSums
-from headlab.heads.streaming import model_head_sums
+from headlab.attention.streaming_sums import CHUNK_ELEMENTS, HeadSums
+from headlab.heads.model_head_sums import model_head_sums
 from headlab.models.interface import HeadModel
 from headlab.results.head_statistics import PLAIN_METRICS, HeadStatistics
 
@@ -34,7 +34,7 @@ def metric_names(special: list[str]) -> tuple[str, ...]:
     return (*PLAIN_METRICS[:2], *special, *PLAIN_METRICS[2:])
 
 
-#: Why the kernel's sums can lack a statistic (``attention.statistics``).
+#: Why the kernel's sums can lack a statistic (``attention.streaming_sums``).
 UNMEASURED = {
     "contribution_norm": "the family changes the attention's output (a gate) before its "
     "output projection, so no W_O maps one head's output alone",
@@ -119,8 +119,8 @@ def head_statistics(
     """Per-head attention statistics of ``model`` over ``texts``.
 
     One forward per batch; every layer's weights are reduced chunk by chunk as they are computed
-    (``headlab.heads.streaming``), never stored. detector_length: for a causal model, also score
-    the previous-token, duplicate-token and induction heads on random token sequences of this
+    (``headlab.heads.model_head_sums``), never stored. detector_length: for a causal model, also
+    score the previous-token, duplicate-token and induction heads on random token sequences of this
     length repeated twice (0: skip; the command line's default is
     ``detectors.default_length(model)``); ValueError before any batch runs unless twice the
     length fits the model. on_batch: called with the number of texts done after each batch

@@ -14,7 +14,7 @@ import functools
 import importlib.util
 from pathlib import Path
 
-from headlab.input_files import read_text_file
+from headlab.results.input_files import read_text_file
 
 # Plain-prose modules of the standard library, pure Python sources.
 STDLIB_MODULES = (

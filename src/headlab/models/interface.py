@@ -12,12 +12,12 @@ Conventions:
   tensor when every layer has the same head count.
 - ``causal``: query i sees keys 0..i only (a decoder). Separately, ``objective_kind`` says what
   the model is judged by: "next-token" (``run`` gives (batch, pos, vocab) logits and
-  ``objective`` is the next-token cross-entropy), "contrastive" (``run`` gives (batch, E)
+  ``objective`` is the next-token cross-entropy), "contrastive" (``run`` gives (batch, d_model)
   sentence embeddings and ``objective`` an in-batch contrastive loss between the halves of each
   text), or "none" (no objective: analyses that need one refuse). Importance (Michel et al.) is
   E|d objective / d head_mask|.
 - Each layer's attention is an ``AttentionLayer``: its ``sites`` take interventions and
-  statistics requests (``headlab.attention.interventions``, ``headlab.attention.statistics``),
+  statistics requests (``headlab.attention.interventions``, ``headlab.attention.streaming_sums``),
   applied by headlab's kernel in every call of that layer, whatever path it takes.
 - ``special_positions`` names key positions whose weight is a statistic of its own; the name of
   the first token (position 0, where attention sinks park their weight) is ``first_token``.
@@ -204,3 +204,12 @@ def layer_masks(head_mask: HeadMask, num_layers: int) -> list[Tensor | None]:
             f"head_mask must have one entry per layer ({num_layers}), got {len(head_mask)}"
         )
     return list(head_mask)
+
+
+def check_layers(layers: Iterable[int], num_layers: int) -> list[int]:
+    """``layers`` as a list, ValueError naming the first index out of range."""
+    chosen = list(layers)
+    for i in chosen:
+        if not 0 <= i < num_layers:
+            raise ValueError(f"layer must be in [0, {num_layers}), got {i}")
+    return chosen

@@ -3,7 +3,7 @@
 Every model (the packaged MiniLM and SmolLM2, checkpoint folders, GGUF files, hub ids) is
 transformers' own model class with headlab's attention registered inside (``models/hf/``), behind
 one adapter, ``TransformersModel``. The hand-built BERT and Llama that were a second route are
-now references (``headlab.models.reference``), checked against this one in the tests.
+now short references (``headlab.models.handbuilt``), checked against this one in the tests.
 """
 
 from __future__ import annotations

@@ -56,7 +56,7 @@ def split_halves(texts: list[str]) -> tuple[list[str], list[str]]:
 
 
 def info_nce(a: Tensor, b: Tensor, temperature: float) -> Tensor:
-    """Symmetric InfoNCE of paired (n, E) embeddings (row i of a pairs with row i of b)."""
+    """Symmetric InfoNCE of paired (n, d_model) embeddings (row i of a pairs with row i of b)."""
     logits = F.normalize(a, dim=1) @ F.normalize(b, dim=1).T / temperature
     labels = torch.arange(a.shape[0])
     return (F.cross_entropy(logits, labels) + F.cross_entropy(logits.T, labels)) / 2

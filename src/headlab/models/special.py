@@ -63,9 +63,3 @@ def positions(batch: TokenBatch, first: str, last: str | None) -> dict[str, Tens
     if last is not None:
         named[last] = batch.attention_mask.sum(dim=1) - 1
     return named
-
-
-def tokenizers_names(tokenizer) -> tuple[str, str | None]:
-    """``position_names`` of a ``tokenizers.Tokenizer`` (what its post-processor adds)."""
-    plain = tokenizer.encode("a", add_special_tokens=False).tokens
-    return position_names(*added_around(tokenizer.encode("a").tokens, plain))

@@ -1,15 +1,15 @@
 """Multi-head attention over full parameters in NumPy: forward, and backward written out by hand.
 
-Notation (torch's (out, in) weight layout), E = embed_dim, H = num_heads, G = num_kv_heads,
-D = head_dim (free: need not be E / H):
+Notation (torch's (out, in) weight layout): head = num_heads query heads, kv_head =
+num_kv_heads, d_head = head_dim (free: need not be d_model / head), d_model = embed_dim:
 
-    Q = X_q W_Q^T + b_Q     (batch, q_pos, H*D)   split into H heads of D columns
-    K = X_k W_K^T + b_K     (batch, k_pos, G*D)   split into G heads
-    V = X_v W_V^T + b_V     (batch, k_pos, G*D)
-    O_i = softmax(Q_i K_g^T / sqrt(D) + M) V_g,   g = i // (H / G)  (GQA: consecutive query heads
-                                                                    share one K/V head)
-    Z = concat_i(xi_i O_i)  (batch, q_pos, H*D)   xi = head_mask, 1 when not given
-    Y = Z W_O^T + b_O       (batch, q_pos, E)
+    Q = X_q W_Q^T + b_Q     (batch, q_pos, head*d_head)      split into head heads of d_head
+    K = X_k W_K^T + b_K     (batch, k_pos, kv_head*d_head)   split into kv_head heads
+    V = X_v W_V^T + b_V     (batch, k_pos, kv_head*d_head)
+    O_i = softmax(Q_i K_g^T / sqrt(d_head) + M) V_g,   g = i // (head / kv_head)  (GQA:
+                                                  consecutive query heads share one K/V head)
+    Z = concat_i(xi_i O_i)  (batch, q_pos, head*d_head)   xi = head_mask, 1 when not given
+    Y = Z W_O^T + b_O       (batch, q_pos, d_model)
 
 Backward, from dY (everything summed over batch and positions):
 
@@ -42,9 +42,10 @@ def _check_2d(name: str, w: np.ndarray, shape: tuple[int | None, int | None], wh
 class MultiHeadParams:
     """The parameters of one multi-head attention layer, torch's (out, in) layout.
 
-    w_q: (H*D, E); w_k: (G*D, kdim); w_v: (G*D, vdim); w_o: (E, H*D); b_q: (H*D,);
-    b_k, b_v: (G*D,); b_o: (E,). Biases may be None (no bias). ``num_kv_heads`` defaults to
-    ``num_heads``. Raises ValueError when the shapes, head counts or dtypes do not fit.
+    w_q: (head*d_head, d_model); w_k: (kv_head*d_head, kdim); w_v: (kv_head*d_head, vdim);
+    w_o: (d_model, head*d_head); b_q: (head*d_head,); b_k, b_v: (kv_head*d_head,); b_o:
+    (d_model,). Biases may be None (no bias). ``num_kv_heads`` defaults to ``num_heads``.
+    Raises ValueError when the shapes, head counts or dtypes do not fit.
     """
 
     w_q: np.ndarray
@@ -155,14 +156,14 @@ class HeadGrads:
 
 @dataclass(frozen=True)
 class MultiHeadGrads(HeadGrads):
-    """HeadGrads plus the output projection: w_o (E, H*D), b_o (E,) or None."""
+    """HeadGrads plus the output projection: w_o (d_model, head*d_head), b_o (d_model,) or None."""
 
     w_o: np.ndarray
     b_o: np.ndarray | None
 
 
 def split_heads(x: np.ndarray, num_heads: int) -> np.ndarray:
-    """(batch, pos, num_heads * d_head) -> (batch, num_heads, pos, d_head)."""
+    """(batch, pos, head * d_head) -> (batch, head, pos, d_head)."""
     batch, pos, width = x.shape
     return x.reshape(batch, pos, num_heads, width // num_heads).transpose(0, 2, 1, 3)
 
@@ -223,11 +224,11 @@ def multi_head_attention(
 ) -> tuple[np.ndarray, MultiHeadCache]:
     """Multi-head attention, batch first.
 
-    x_q: (batch, q_pos, E); x_k: (batch, k_pos, kdim); x_v: (batch, k_pos, vdim), all of the
+    x_q: (batch, q_pos, d_model); x_k: (batch, k_pos, kdim); x_v: (batch, k_pos, vdim), all of the
     parameters' dtype. mask: bool (True = may not attend) or additive float, broadcastable to
     (batch, head, q_pos, k_pos) (a (q_pos, k_pos) mask serves every batch and head).
     head_mask: (head,) or (batch, head) multiplier on each query head's output before W_O.
-    Returns (output (batch, q_pos, E), cache for ``multi_head_attention_backward``).
+    Returns (output (batch, q_pos, d_model), cache for ``multi_head_attention_backward``).
     Raises ValueError for shapes or dtypes that do not fit.
     """
     x_q, x_k, x_v = np.asarray(x_q), np.asarray(x_k), np.asarray(x_v)
@@ -242,7 +243,7 @@ def multi_head_attention(
     head_out, weights = attention(q, k_e, v_e, mask)
     if scale is not None:
         head_out = head_out * scale
-    out = _linear(merge_heads(head_out), params.w_o, params.b_o)  # (batch, q_pos, E)
+    out = _linear(merge_heads(head_out), params.w_o, params.b_o)  # (batch, q_pos, d_model)
     cache = MultiHeadCache(
         x_q=x_q,
         x_k=x_k,
@@ -307,15 +308,17 @@ def head_outputs_backward(d_head_outputs: np.ndarray, cache: MultiHeadCache) -> 
 def multi_head_attention_backward(d_out: np.ndarray, cache: MultiHeadCache) -> MultiHeadGrads:
     """Gradients of every weight, bias, input and the head mask from dL/d output.
 
-    d_out: (batch, q_pos, E). When x_q, x_k and x_v were one array (self-attention), its gradient is
-    ``grads.x_q + grads.x_k + grads.x_v``: the caller sums them.
+    d_out: (batch, q_pos, d_model). When x_q, x_k and x_v were one array (self-attention), its
+    gradient is ``grads.x_q + grads.x_k + grads.x_v``: the caller sums them.
     """
     p = cache.params
     expected = (*cache.head_outputs.shape[:1], cache.head_outputs.shape[2], p.embed_dim)
     if d_out.shape != expected:
-        raise ValueError(f"d_out must have shape (batch, q_pos, E)={expected}, got {d_out.shape}")
-    z = merge_heads(cache.head_outputs)  # (batch, q_pos, H*D)
-    d_z = d_out @ p.w_o  # (batch, q_pos, H*D)
+        raise ValueError(
+            f"d_out must have shape (batch, q_pos, d_model)={expected}, got {d_out.shape}"
+        )
+    z = merge_heads(cache.head_outputs)  # (batch, q_pos, head*d_head)
+    d_z = d_out @ p.w_o  # (batch, q_pos, head*d_head)
     inner = head_outputs_backward(split_heads(d_z, p.num_heads), cache)
     return MultiHeadGrads(
         **vars(inner),

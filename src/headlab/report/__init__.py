@@ -6,8 +6,8 @@ from the results folder. ``ReportOptions`` is the results layer's (``headlab.res
 because every caller of ``build_report`` needs it.
 """
 
-from headlab.defaults import DEFAULT_TEXT
 from headlab.report.build import build_report, check_targets, render, safe_json
+from headlab.results.defaults import DEFAULT_TEXT
 from headlab.results.report_measurements import ReportOptions
 
 __all__ = ["DEFAULT_TEXT", "ReportOptions", "build_report", "check_targets", "render", "safe_json"]

@@ -27,7 +27,7 @@ from headlab.report.target import (
     swap_into_place,
     write_marker,
 )
-from headlab.results.files import atomic_write_bytes
+from headlab.results.atomic_files import atomic_write_bytes
 from headlab.results.json_store import read_result, write_result
 from headlab.results.output_policy import OutputRefused
 from headlab.results.report_measurements import ReportMeasurements, ReportOptions

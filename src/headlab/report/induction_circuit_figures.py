@@ -1,6 +1,7 @@
 """The induction circuit forming over training (``InductionFormation``): accuracy, the
 K-composition of the (previous-token head, induction head) pair beside its random baseline, and
-the exact path-patching effect of that edge, over steps, one line per head count."""
+the exact path-patching effect of that edge (and, dashed, of every layer-0 -> layer-1 K edge at
+once), over steps, one line per head count."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from pathlib import Path
 from matplotlib.figure import Figure
 
 from headlab.report.figures import legend_outside, style_axes
-from headlab.results.files import save_figure
-from headlab.results.induction_circuit import InductionFormation
+from headlab.results.atomic_files import save_figure
+from headlab.results.induction_circuit_result import InductionFormation
 from headlab.results.output_policy import Kind
 
 INDUCTION_CIRCUIT_FIGURE_KIND = Kind.png("induction-circuit")
@@ -32,7 +33,11 @@ def formation_figure(result: InductionFormation) -> Figure:
         axes[1].plot(steps, [c.k_baseline for c in run.checkpoints], "--", color=color,
                      label=f"{label}: random baseline")  # fmt: skip
         axes[2].plot(steps, [c.patching_effect for c in run.checkpoints], "o-", ms=3,
-                     color=color, label=label)  # fmt: skip
+                     color=color, label=f"{label}: the pair's edge")  # fmt: skip
+        paths = [(c.step, c.k_path_effect) for c in run.checkpoints if c.k_path_effect is not None]
+        if paths:
+            axes[2].plot(*zip(*paths, strict=True), "--", color=color,
+                         label=f"{label}: every layer 0 -> layer 1 K edge")  # fmt: skip
     axes[0].set_ylabel("accuracy (held out)")
     axes[0].set_ylim(-0.02, 1.02)
     axes[1].set_ylabel("K-composition")
@@ -44,7 +49,7 @@ def formation_figure(result: InductionFormation) -> Figure:
     legend_outside(axes[0])
     legend_outside(axes[1])
     legend_outside(axes[2])
-    axes[0].set_title("Induction circuit forming: 2-layer GPT-2 on the induction task")
+    axes[0].set_title("Induction circuit forming: the sweep's 2-layer models, induction task")
     return fig
 
 

@@ -2,7 +2,9 @@
 
 ``schema`` (field-by-field checks behind every ``from_dict``), ``json_store`` (one JSON document
 per analysis, written atomically under the output policy), ``jsonl_store`` (append-only, locked
-results rows; torn rows cut, foreign lines skipped), ``files`` (atomic writes), ``output_policy``
-(where headlab may write), ``locations`` (the default folders). Nothing here imports torch or a
-higher layer, so the report, the CLI and every analysis can import it.
+results rows; torn rows cut, foreign lines skipped), ``atomic_files`` (atomic writes, figures),
+``output_policy`` (where headlab may write), ``locations`` (the default folders),
+``input_files`` (the one bounded reader of every file headlab reads), ``interrupts`` (Ctrl-C and
+SIGTERM with nothing half-written), ``defaults`` (the values the CLI's help shows). Nothing here
+imports torch or a higher layer, so the report, the CLI and every analysis can import it.
 """

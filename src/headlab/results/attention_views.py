@@ -1,5 +1,6 @@
 """Per-head attention weights on a text as plain arrays: what the analyses of a text return
-(``headlab.analysis.text_attention``, ``headlab.heads.text_attention``) and the explorers encode.
+(``headlab.analysis.text_attention``, ``headlab.heads.model_text_attention``) and the explorers
+encode.
 
 Weights follow ``AttentionTrace.weights``: rows are queries, columns keys, rows sum to one.
 """

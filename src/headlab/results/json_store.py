@@ -19,8 +19,8 @@ import os
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from headlab.input_files import read_json as bounded_json
-from headlab.results.files import write_output
+from headlab.results.atomic_files import write_output
+from headlab.results.input_files import read_json as bounded_json
 from headlab.results.locations import RESULTS_DIR
 from headlab.results.output_policy import Kind
 from headlab.results.schema import check_kind
@@ -73,8 +73,8 @@ def write_result(path: str | Path, result: Result, *, force: bool = False) -> di
 
 def read_json(path: str | Path) -> dict | None:
     """The JSON object in ``path``, or None when nothing is there; ValueError naming the file for
-    anything but a JSON object (``headlab.input_files.read_json``: a regular file, bounded in
-    size and depth)."""
+    anything but a JSON object (``headlab.results.input_files.read_json``: a regular file, bounded
+    in size and depth)."""
     path = Path(path)
     if not os.path.lexists(path):
         return None

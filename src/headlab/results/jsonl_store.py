@@ -13,7 +13,9 @@ A results file is recognised from its first line (after blank lines), which must
 writes rows (``RowKind.start``, ``{"run_id":``); only those first bytes are read before a file that
 is not one is refused, and the rest is read line by line. Reading never loses a complete valid row.
 A line that is not valid UTF-8, not JSON, or not a row of this schema is skipped and reported
-(``SkippedLinesWarning``, with its line number and the reason). A last line without its newline
+(``SkippedLinesWarning``, with its line number and the reason); so is a line longer than
+``MAX_LINE_BYTES``, which is never held whole: its first bytes are read, the rest skipped a
+chunk at a time. A last line without its newline
 that starts as headlab writes rows but does not parse is a torn write (``TornLineWarning``); any
 other last line is someone's text, skipped but never removed.
 Writing (``headlab.results.jsonl_writer``) holds an OS lock on the file for the whole sweep,
@@ -31,8 +33,8 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from headlab.input_files import MAX_JSON_DEPTH, json_depth, open_regular
 from headlab.notices import HeadlabWarning
+from headlab.results.input_files import MAX_JSON_BYTES, MAX_JSON_DEPTH, json_depth, open_regular
 from headlab.results.schema import is_int, is_number
 
 if TYPE_CHECKING:
@@ -185,17 +187,53 @@ class SweepRow:
 # How much of a file is read to recognise it; a first line starts within it unless blank lines
 # fill it.
 PEEK_BYTES = 64 * 1024
+#: The longest line read: a row is one JSON document, bounded as every JSON headlab reads.
+MAX_LINE_BYTES = MAX_JSON_BYTES
+_SKIP_CHUNK = 2**20
+
+
+@dataclass(frozen=True)
+class LongLine:
+    """A line longer than ``MAX_LINE_BYTES``, skipped unread: at least ``nbytes`` long."""
+
+    nbytes: int
+
+
+def bounded_lines(handle: io.BufferedIOBase, start: bytes = b"") -> Iterable[bytes | LongLine]:
+    """The lines of ``handle`` from where it stands (the first begins with ``start``), each with
+    its newline but perhaps the last; a line longer than ``MAX_LINE_BYTES`` is a ``LongLine``,
+    read past a chunk at a time and never held whole."""
+    limit = MAX_LINE_BYTES
+    while True:
+        line = start + handle.readline(max(1, limit + 1 - len(start)))
+        start = b""
+        if not line:
+            return
+        if len(line) <= limit:
+            yield line
+            continue
+        nbytes = len(line)
+        while not line.endswith(b"\n"):
+            line = handle.readline(_SKIP_CHUNK)
+            if not line:
+                break
+            nbytes += len(line)
+        yield LongLine(nbytes)
 
 
 def nested_too_deep(depth: int) -> str:
     return f"JSON nested {depth} deep, expected at most {MAX_JSON_DEPTH}"
 
 
-def parse_lines(lines: Iterable[bytes], kind: RowKind = SWEEP) -> ResultsFile:
+def parse_lines(lines: Iterable[bytes | LongLine], kind: RowKind = SWEEP) -> ResultsFile:
     """Parse the lines (each with its newline, but perhaps the last) of a results file of
     ``kind`` rows (never raises; see the module docstring)."""
     result = ResultsFile()
     for number, raw in enumerate(lines, start=1):
+        if isinstance(raw, LongLine):
+            reason = f"{raw.nbytes} bytes long, expected at most {MAX_LINE_BYTES} (not read)"
+            result.skipped.append(SkippedLine(number, reason))
+            continue
         if not raw.strip():
             continue
         try:
@@ -244,12 +282,9 @@ def read_handle(handle: io.BufferedIOBase, kind: RowKind = SWEEP) -> tuple[Resul
         return ResultsFile(), problem
     *whole, cut = head.split(b"\n")
 
-    def lines() -> Iterable[bytes]:
+    def lines() -> Iterable[bytes | LongLine]:
         yield from (line + b"\n" for line in whole)
-        last = cut + handle.readline()  # the line the peek cut, completed
-        if last:
-            yield last
-        yield from handle
+        yield from bounded_lines(handle, cut)  # the line the peek cut, completed, and the rest
 
     return parse_lines(lines(), kind), None
 

@@ -13,7 +13,7 @@ import json
 import os
 from pathlib import Path
 
-from headlab.input_files import open_regular
+from headlab.results.input_files import open_regular
 from headlab.results.jsonl_store import SWEEP, ResultsFile, RowKind, read_handle, warn_about
 from headlab.results.output_policy import OutputRefused, check_not_input, check_parent
 

@@ -7,8 +7,8 @@ caller passes ``force`` (the CLI's ``--force``). Every refusal is an ``OutputRef
 ValueError, so the CLI prints one line and exits 2) that names the path and the reason.
 
 The check runs twice: before any long work starts (``check_output``), and again at the moment of
-writing (the writers in ``headlab.results.files`` call it), so a file that appeared in between
-is safe.
+writing (the writers in ``headlab.results.atomic_files`` call it), so a file that appeared in
+between is safe.
 
 How a file is recognised as headlab's own, by kind:
 - ``Kind.json(name)``: a JSON object whose ``"headlab"`` key equals ``name``;
@@ -34,7 +34,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 
-from headlab.input_files import file_type, read_json
+from headlab.results.input_files import file_type, read_json
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

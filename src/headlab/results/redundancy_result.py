@@ -14,7 +14,7 @@ from headlab.results.schema import Fields
 @dataclass(frozen=True)
 class LayerSpectrum:
     """One layer's singular values of [B_1 | ... | B_H] (the top ``embed_dim``, normalised to
-    sum to one), their effective rank, and ``max_rank`` = min(H * d_head, embed_dim)."""
+    sum to one), their effective rank, and ``max_rank`` = min(head * d_head, embed_dim)."""
 
     layer: int
     singular_values: list[float]

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from headlab.defaults import DEFAULT_TEXT
 from headlab.results.binning import MAX_BINS
+from headlab.results.defaults import DEFAULT_TEXT
 from headlab.results.explorers import check_explorer
 from headlab.results.locations import RESULTS_DIR
 from headlab.results.schema import Fields, problem
@@ -40,6 +40,9 @@ class ReportOptions:
     trust_remote_code: bool = False
     #: The file ``text`` was read from, if any: an input, like ``results`` and a model path.
     text_file: Path | None = None
+    #: "cut from at least N bytes" when ``text`` is the start of ``text_file``, read only as far
+    #: as the report takes it (``read_report_text``); "" for a whole text.
+    text_cut_note: str = ""
 
     def inputs(self) -> tuple[Path, ...]:
         """Every path the report reads: a folder holding one is never replaced by the report."""

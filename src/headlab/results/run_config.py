@@ -1,6 +1,6 @@
 """One training run's configuration: a frozen dataclass whose hash (``run_id``) keys results.
 
-Plain data (the ``config`` of every sweep row): ``headlab.experiments.config`` checks one
+Plain data (the ``config`` of every sweep row): ``headlab.experiments.run_sizing`` checks one
 (``make_config``) and counts its parameters and memory.
 """
 

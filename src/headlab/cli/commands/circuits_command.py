@@ -131,7 +131,7 @@ def _claim(out: Path, figure: Path | None, curve: Path | None, force: bool) -> N
 
 def _write_curve(result, path: Path, force: bool) -> None:
     from headlab.report.circuit_figures import faithfulness_figure
-    from headlab.results.files import save_figure
+    from headlab.results.atomic_files import save_figure
     from headlab.results.output_policy import Kind
 
     with writing("--faithfulness-figure"):

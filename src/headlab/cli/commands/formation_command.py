@@ -1,5 +1,5 @@
-"""``headlab formation``: when the induction circuit forms during training (2-layer
-GPT-2 on the sweep's induction task, measured with the circuits tools at checkpoints)."""
+"""``headlab formation``: when the induction circuit forms during training (the 2-layer models
+that ``headlab sweep --task induction`` trains, measured with the circuits tools at checkpoints)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def induction_circuit(
     steps: int = typer.Option(800, "--steps", help="Training steps of each run."),
     every: int = typer.Option(50, "--every", help="Measure every this many steps."),
     seed: int = typer.Option(0, "--seed", help="Seed of the model, the data and the detectors."),
-    init_std: float = typer.Option(0.02, "--init-std", help="GPT-2's initializer_range."),
+    lr: float = typer.Option(3e-3, "--lr", help="Peak learning rate (the sweep's 3e-3)."),
     out: Path = OUT,
     figure: Path = FIGURE,
     force: bool = typer.Option(False, "--force", help="Replace a file headlab did not write."),
@@ -40,11 +40,11 @@ def induction_circuit(
     from headlab.report.induction_circuit_figures import formation_figure
 
     counts = int_list(heads, "--heads") or []
-    with flags("heads", "steps", "every", "seed", "init_std"):
+    with flags("heads", "steps", "every", "seed", "lr"):
         if not counts:
             raise ValueError("heads must name at least one head count, got none")
         for h in counts:
-            FormationConfig(heads=h, steps=steps, every=every, seed=seed, init_std=init_std)
+            FormationConfig(heads=h, steps=steps, every=every, seed=seed, lr=lr)
     claim(KIND, out, force=force, figure=figure)
     total = steps * len(counts)
     with progress("training and measuring", total, quiet=as_json) as update:
@@ -52,24 +52,39 @@ def induction_circuit(
 
         def on_step(h: int, step: int, _steps: int) -> None:
             done[h] = step
-            if step % 10 == 0 or step == _steps:
-                update(done=sum(done.values()), detail=f"h = {h}")
+            update(done=sum(done.values()), detail=f"h = {h}, step {step}")
 
-        result = induction_formation(counts, steps, every, seed, on_step, init_std=init_std)
+        result = induction_formation(counts, steps, every, seed, on_step, lr=lr)
     written = write_outputs(KIND, result, out, figure=figure, draw=formation_figure,
                             force=force, as_json=as_json)  # fmt: skip
     if written is None:
         return
-    columns = ["h", "step", "loss", "acc", "prev", "ind", "K-comp", "base", "patch"]
+    columns = ["h", "step", "loss", "acc", "prev", "ind", "K-comp", "base", "patch", "K path"]
     cells = [
         [str(run.heads), str(c.step), f"{c.loss:.3f}", f"{c.accuracy:.3f}",
          f"0.{c.previous_head}", f"1.{c.induction_head}", f"{c.k_composition:.3f}",
-         f"{c.k_baseline:.3f}", f"{c.patching_effect:+.3f}"]
+         f"{c.k_baseline:.3f}", f"{c.patching_effect:+.3f}", f"{c.k_path_effect:+.3f}"]
         for run in result.runs
         for c in run.checkpoints
     ]  # fmt: skip
-    title = "Induction circuit over training (patch: change in log p(answer))"
+    title = "Induction circuit over training (patch, K path: change in log p(answer))"
     Console().print(*fitted_tables(title, columns, cells, keys=2))
+    for run in result.runs:
+        if run.k_edges is not None:
+            k = run.k_edges
+            top = ", ".join(f"{e[:-3]} {v:+.3g}" for e, v in k.top("exact"))
+            print(f"h = {run.heads}: {len(k.edges)} K edges at the end, top 3 by exact patching:")
+            print(f"  {top}")
+            curve = run.faithfulness
+            if curve is not None:
+                pairs = list(zip(curve.fractions, curve.faithfulness, strict=True))[:3]
+                at = [f"{f:.0%} {v:.2f}" for f, v in pairs]
+                print(f"  faithfulness of the top EAP-IG circuit: {', '.join(at)}; CPR "
+                      f"{curve.cpr:.2f}")
+            if len(k.edges) >= 3:
+                print(f"  Spearman with exact: EAP {k.spearman('eap'):.2f}, EAP-IG "
+                      f"{k.spearman('eap_ig'):.2f}, composition (sizes) "
+                      f"{k.spearman('composition', absolute=True):.2f}")
     print(f"wrote {out}" + (f" and {figure}" if figure is not None else ""))
 
 

@@ -17,7 +17,7 @@ from headlab.cli.setup_options import (
     VS_HEADS,
 )
 from headlab.cli.tables import fitted_tables
-from headlab.defaults import INITS
+from headlab.results.defaults import INITS
 
 
 def grad(

@@ -169,9 +169,9 @@ def _long_context(
     head roles in the same pass."""
     from headlab.heads.long_context import long_text_statistics
     from headlab.heads.repeats import context_copy_task
-    from headlab.input_files import open_text
     from headlab.results.corpus_roles_result import RoleOptions
     from headlab.results.head_roles import WINDOW as DEFAULT_WINDOW
+    from headlab.results.input_files import open_text
 
     sinks, size = window
     options = RoleOptions(max_tokens, sinks, size or DEFAULT_WINDOW)

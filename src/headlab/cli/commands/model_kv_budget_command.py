@@ -121,7 +121,8 @@ def kv_budget_command(
     from dataclasses import asdict
 
     from headlab.heads.kv_budget import KVBudgetRequest, kv_budget
-    from headlab.input_files import open_text
+    from headlab.heads.retrieval_check import check_retrieval_k_declared
+    from headlab.results.input_files import open_text
 
     if budgets is None and kv_saved is None:
         budgets = DEFAULT_BUDGETS
@@ -131,6 +132,8 @@ def kv_budget_command(
         request = KVBudgetRequest(budgets=tuple(shares), kv_saved=tuple(savings),
                                   n_tokens=max_tokens, sinks=sinks, window=window, seeds=seeds,
                                   seed=seed, retrieval_k=retrieval_k)  # fmt: skip
+        if retrieval_k is not None:  # the config's head count, before the weights load
+            check_retrieval_k_declared(source.name_or_path, retrieval_k)
     claim_analysis("kv-budget", out, force, figure)
     # Checked before the model loads; read after it, only as far as the cut needs.
     evaluation = None if text_file is None else open_text(text_file, "--text-file")

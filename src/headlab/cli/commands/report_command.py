@@ -17,7 +17,7 @@ from headlab.cli.model_source import ModelChoice, hub_access, model_source
 from headlab.cli.outputs import an_input
 from headlab.cli.parsing import flags
 from headlab.cli.progress import progress
-from headlab.defaults import DEFAULT_TEXT
+from headlab.results.defaults import DEFAULT_TEXT
 from headlab.results.locations import REPORT_DIR, RESULTS_DIR
 
 
@@ -61,19 +61,20 @@ def report(
     """Write DIR/index.html: the seed questions answered, heads, gradients, model and sweeps."""
     from headlab.report import ReportOptions, build_report, check_targets
 
+    cut_note = ""
     if text_file is not None:
-        from headlab.input_files import read_text_file
+        from headlab.analysis.report_measuring import read_report_text
 
         if text != DEFAULT_TEXT:
             raise ValueError("--text and --text-file: expected one of them, got both")
-        text = read_text_file(text_file, "--text-file")
+        text, cut_note = read_report_text(text_file, "--text-file")  # streamed, cut
     hub_access(source.download)
     named = results is not None and not results.is_dir()  # named but not there: mistyped?
     results = RESULTS_DIR if results is None else results  # the default: missing in a fresh folder
     options = ReportOptions(text=text, results=results, seed=seed, model=source.model,
                             backend=source.backend, download=source.download,
                             trust_remote_code=source.trust_remote_code,
-                            text_file=text_file)  # fmt: skip
+                            text_file=text_file, text_cut_note=cut_note)  # fmt: skip
     names = ("out", "png", "force", "model", "backend", "download", "trust_remote_code")
     with flags(*names):
         check_targets(out, options, force=force, png=png)  # a refusal before the measuring

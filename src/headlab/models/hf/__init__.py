@@ -64,13 +64,17 @@ def load_transformers(
     ``download=True``) loaded by transformers on headlab's attention. See loader.py for what is
     refused, before any weight is read; without transformers, one line naming what to install."""
     require_transformers()
-    from headlab.models.config import read_pooling_config
+    from headlab.models.hf.layer import keep_all
     from headlab.models.hf.loader import load_pretrained
+    from headlab.models.hf.probe_cache import probed_layers
+    from headlab.models.hf.runnable import model_family
+    from headlab.models.pooling import read_pooling_config
 
     model, tokenizer, checkpoint = load_pretrained(
         source, download=download, trust_remote_code=trust_remote_code, dtype=dtype
     )
     causal = _causal(model)
+    keep_all(model, probed_layers(model, model_family(model)))  # the adapter finds them there
     wrapped = TransformersModel(checkpoint.name, model, tokenizer, causal=causal)
     if tokenizer is None:  # said in the words of a command too, which has no attach
         wrapped.no_tokenizer = (

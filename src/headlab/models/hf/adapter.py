@@ -16,7 +16,7 @@ generate(text, n) -> greedy new ids, with the model's own KV cache (``model.gene
 attention_layers() -> one HFAttentionLayer per attention module, kept on the module
 trace_batch(batch) -> (output, one AttentionTrace per layer), every site recorded
 with_head_view / without_heads / with_query_key_weights -> variants sharing every module they do
-              not change (tree.py, edits.py)
+              not change (variants.py, with tree.py and edits.py)
 
 Attaching twice to the same ``PreTrainedModel`` gives two handles on the same layers: the layers
 live on the model's modules, so an intervention set through one handle acts in the other. A
@@ -35,22 +35,19 @@ from headlab.attention.functional import merge_heads
 from headlab.attention.interventions import SITES, record
 from headlab.attention.trace import AttentionTrace
 from headlab.limits import check_int, check_prompt
-from headlab.models.config import PoolingConfig
-from headlab.models.hf import edits
+from headlab.models.hf import block_logits, variants
+from headlab.models.hf.block_logits import HFOutputRows, body_states
 from headlab.models.hf.hybrid import layer_note
 from headlab.models.hf.layer import (
     HFAttentionLayer,
     keep_all,
     model_layers,
-    rebuilt,
 )
-from headlab.models.hf.output_rows import HFOutputRows, body_states
 from headlab.models.hf.probe import probe
-from headlab.models.hf.tree import replaced, view_of
+from headlab.models.hf.runnable import model_family
 from headlab.models.interface import HeadMask, TokenBatch, layer_masks
-from headlab.models.native import check_layers
-from headlab.models.objectives import contrastive_objective, next_token_loss
-from headlab.models.pipeline import pool
+from headlab.models.objectives import contrastive_objective
+from headlab.models.pooling import PoolingConfig, pool
 from headlab.models.special import added_around, position_names, positions
 
 
@@ -76,7 +73,7 @@ class TransformersModel:
         self.causal = causal
         self.objective_kind = "next-token" if causal else "contrastive"
         self.config = model.config.get_text_config()
-        self.family = str(getattr(self.config, "model_type", None) or type(model).__name__)
+        self.family = model_family(model)
         self.pooling = pooling or PoolingConfig(max_seq_length=self.max_positions)
         if layers is None:
             layers = model_layers(model) or keep_all(model, probe(model, self.family))
@@ -246,8 +243,8 @@ class TransformersModel:
         in-batch InfoNCE between the halves of each text (``models.objectives``)."""
         if not self.causal:
             return contrastive_objective(self, texts, head_mask, max_length=max_length or 128)
-        batch = self.tokenize(texts, max_length)
-        return next_token_loss(self.run(batch, head_mask), batch)
+        batch = self.tokenize(texts, max_length)  # the logits a block of positions at a time
+        return block_logits.next_token_loss(self.run_rows(batch, head_mask), batch)
 
     def special_positions(self, batch: TokenBatch) -> dict[str, Tensor]:
         """The first token and, where the tokenizer appends one, the last special token, named
@@ -286,103 +283,22 @@ class TransformersModel:
             )
         return output, traces
 
-    # ------------------------------------------------------------------ variants
-    def _variant(
-        self, modules: Mapping[str, torch.nn.Module], changes: Mapping[int, dict]
-    ) -> TransformersModel:
-        """This model with ``modules`` in place (path -> module, every other module shared);
-        layer i's HFAttentionLayer rebuilt with ``changes[i]`` where its module changed."""
-        root = replaced(self.model, modules)
-        layers = []
-        for i, layer in enumerate(self.layers):
-            module = root.get_submodule(layer.path)
-            if module is layer.module:
-                layers.append(layer)
-            else:
-                layers.append(rebuilt(layer, root, module, **changes.get(i, {})))
-        keep_all(root, layers)
-        return TransformersModel(
-            self.name, root, self.tokenizer, self.causal, self.pooling, layers=layers
-        )
-
+    # ------------------------------------------------------------------ variants (variants.py)
     def with_head_view(self, num_heads: int, layers: Sequence[int] | None = None):
         """The same weights with the attention of ``layers`` (default: all) viewed as
         ``num_heads`` heads, inside the attention function (``kernel.attend``'s head view)."""
-        chosen = check_layers(range(self.num_layers) if layers is None else layers,
-                              self.num_layers)  # fmt: skip
-        modules, changes = {}, {}
-        for i in chosen:
-            layer = self.layers[i]
-            if layer.view is not None:
-                raise ValueError(f"layer {i} is a view already; view the original model")
-            if num_heads <= 0 or layer.num_heads % num_heads:
-                raise ValueError(
-                    f"num_heads must divide the {layer.num_heads} query heads of layer {i}, "
-                    f"got {num_heads}"
-                )
-            if num_heads == layer.num_heads:
-                continue
-            modules[layer.path] = view_of(layer.module)
-            changes[i] = {
-                "view": num_heads,
-                "num_heads": num_heads,
-                "num_kv_heads": min(num_heads, layer.num_kv_heads),
-                "head_dim": layer.head_dim * layer.num_heads // num_heads,
-            }
-        return self._variant(modules, changes)
+        return variants.with_head_view(self, num_heads, layers)
 
     def without_heads(self, heads: Mapping[int, Iterable[int]]):
         """The model without the given heads, removed from its weights (edits.py: the common
         layout of one projection per role; ValueError naming the family otherwise). Checked
         against masking the same heads on a short input before it is returned."""
-        check_layers(heads, self.num_layers)
-        modules, changes = {}, {}
-        for i, removed in heads.items():
-            if not set(removed):
-                continue
-            layer = self.layers[i]
-            removal = edits.without_heads(layer, removed)
-            modules.update(removal.modules)
-            changes[i] = _removed_sizes(removal, layer.head_dim)
-        variant = self._variant(modules, changes)
-        self._check_removal(variant, heads)
-        return variant
-
-    def _check_removal(self, variant: TransformersModel, heads: Mapping[int, Iterable[int]]):
-        """ValueError unless ``variant`` computes what this model computes with ``heads``'
-        mask at 0, on one short input."""
-        from headlab.models.head_mask import as_mask
-
-        ids = (torch.arange(1, 6) % int(self.config.vocab_size))[None]
-        mask = torch.ones_like(ids)
-        try:
-            with torch.no_grad():
-                with self._head_masks(as_mask(self, heads)):
-                    expected = self._outputs(ids, mask)
-                got = variant._outputs(ids, mask)
-            tolerance = 1e-4 if expected.dtype == torch.float32 else 5e-2
-            scale = float(expected.abs().max()) + 1e-6
-            same = got.shape == expected.shape and float((got - expected).abs().max()) <= (
-                tolerance * scale
-            )
-        except RuntimeError as error:
-            same, why = False, f"its forward fails ({str(error).splitlines()[0]})"
-        else:
-            why = "its output differs from masking the same heads"
-        if not same:
-            raise ValueError(
-                f"family {self.family!r}: heads cannot be removed from its weights: {why}; "
-                "prune by masking instead (by=mask)"
-            )
+        return variants.without_heads(self, heads)
 
     def with_query_key_weights(self, weights: Mapping[int, tuple[Tensor, Tensor]]):
         """The model with layer i's W_Q and W_K (``HFAttentionLayer.query_key_weights``) replaced
         by ``weights[i]``, wherever the projections hold them (fused ones too)."""
-        check_layers(weights, self.num_layers)
-        modules = {}
-        for i, (w_q, w_k) in weights.items():
-            modules.update(edits.with_query_key(self.layers[i], w_q, w_k))
-        return self._variant(modules, {})
+        return variants.with_query_key_weights(self, weights)
 
     # ------------------------------------------------------------------ generation
     def chat_prompt(self, text: str) -> str:
@@ -430,19 +346,3 @@ class _Counter:
 
     def end(self) -> None:
         pass
-
-
-def _removed_sizes(removal: edits.Removal, d: int) -> dict:
-    """The changes of ``rebuilt`` for a layer that lost heads (d: its head_dim): its sizes and
-    its projections' rows."""
-    if removal.heads == 0:
-        gone = "every head was removed"
-        return {"num_heads": 0, "num_kv_heads": 0, "output": None, "query": gone, "key": gone,
-                "value": gone}  # fmt: skip
-    q_rows, kv_rows = tuple(range(removal.heads * d)), tuple(range(removal.kv_heads * d))
-    return {
-        "num_heads": removal.heads,
-        "num_kv_heads": removal.kv_heads,
-        "copied_parameters": removal.copied,
-        "rows": {"output": q_rows, "query": q_rows, "key": kv_rows, "value": kv_rows},
-    }

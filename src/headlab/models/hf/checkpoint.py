@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from headlab.input_files import check_model_folder, check_regular, read_json
+from headlab.results.input_files import check_model_folder, check_regular, read_json
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 PICKLES = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl")
@@ -152,6 +152,31 @@ def consent(trust_remote_code: object) -> bool:
 def raw_config(checkpoint: Checkpoint) -> dict:
     """config.json as a dict (a GGUF's is read by transformers from its metadata)."""
     return read_json(checkpoint.folder / "config.json", "")
+
+
+def declared_config(source: str | Path | None) -> dict | None:
+    """config.json of the checkpoint ``source`` names (``load``'s sources: None or "minilm",
+    "smollm2", a folder, a hub id in the local cache), read bounded and without loading
+    anything else; None where it is not at hand that way (a .gguf file, SmolLM2 not yet
+    converted, a hub id not cached) or where ``source`` names nothing: the load says why."""
+    from headlab.models import gguf_cache, packaged
+
+    try:
+        if source is None or source == "minilm":
+            folder = packaged.default_model_dir()
+        elif source == "smollm2":
+            gguf = packaged.packaged_smollm2()
+            folder = gguf_cache.cache_root() / gguf.name.removesuffix(".gguf")
+            if gguf_cache.stale_reason(folder, gguf) is not None:
+                return None
+        else:
+            checkpoint = locate(source)
+            if checkpoint.gguf is not None:
+                return None
+            folder = checkpoint.folder
+        return read_json(folder / "config.json", "")
+    except (OSError, ValueError):
+        return None
 
 
 def check_code(checkpoint: Checkpoint, trust_remote_code: bool) -> None:

@@ -3,10 +3,12 @@
 transformers turns a malformed field into whatever its code meets first: ``num_attention_heads:
 0`` is a ZeroDivisionError in the config class, a negative count a RuntimeError from
 ``torch.empty`` while the model is built, ``"dtype": "float128"`` an AttributeError from torch, a
-rope ``factor`` of ``"big"`` a TypeError inside the rotary embedding. ``check_config_fields``
-refuses each first, in one line naming the file and the field (``text_config.`` for a nested
-text model's). It checks the fields whose meaning every family shares; anything else that
-transformers still cannot read is one line too (checkpoint.py, loader.py).
+rope ``factor`` of ``"big"`` a TypeError inside the rotary embedding, a ``pad_token_id`` beyond
+the vocabulary a torch assertion while the embedding is built, and a ``layer_norm_eps`` of NaN
+loads and makes every statistic NaN. ``check_config_fields`` refuses each first, in one line
+naming the file and the field (``text_config.`` for a nested text model's). It checks the fields
+whose meaning every family shares; anything else that transformers still cannot read is one
+line too (checkpoint.py, loader.py).
 """
 
 from __future__ import annotations
@@ -53,6 +55,9 @@ ROPE_NUMBERS = (
     "mscale_all_dim",
 )
 ROPE_LISTS = ("short_factor", "long_factor")
+#: The norms' epsilon under the names transformers' configs give it: a finite number >= 0 (NaN
+#: made every statistic NaN; a negative one can take the root of a negative variance).
+EPSILONS = ("layer_norm_eps", "rms_norm_eps", "layer_norm_epsilon", "norm_eps")
 ROPES = ("rope_parameters", "rope_scaling")
 
 
@@ -89,6 +94,32 @@ def _check_dtype(config: dict, where: str, prefix: str) -> None:
             )
 
 
+def _check_epsilons(config: dict, where: str, prefix: str) -> None:
+    for field in EPSILONS:
+        value = config.get(field)
+        if value is not None and not (_is_number(value) and value >= 0):
+            raise ValueError(
+                f"{where}: {prefix}{field} must be a finite number >= 0, got {value!r}"
+            )
+
+
+def _check_pad_token(config: dict, where: str, prefix: str) -> None:
+    """pad_token_id becomes the embedding's ``padding_idx``: torch asserts it lies within the
+    vocabulary (-vocab_size to vocab_size - 1, negative counting from the end) while the model is
+    built."""
+    value = config.get("pad_token_id")
+    if value is None:
+        return
+    vocab = config.get("vocab_size")
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"{where}: {prefix}pad_token_id must be a token id, got {value!r}")
+    if isinstance(vocab, int) and not isinstance(vocab, bool) and not -vocab <= value < vocab:
+        raise ValueError(
+            f"{where}: {prefix}pad_token_id must be a token id below {prefix}vocab_size={vocab} "
+            f"(0 to {vocab - 1}), got {value!r}"
+        )
+
+
 def _check_rope(rope: object, where: str, field: str) -> None:
     if rope is None:
         return
@@ -119,7 +150,8 @@ def _check_rope(rope: object, where: str, field: str) -> None:
 
 def check_config_fields(config: dict, path: Path | str) -> None:
     """ValueError naming ``path`` and the field for a size that is not an integer >= 1, a dtype
-    that is not a floating torch dtype, or rotary parameters that are not numbers, in
+    that is not a floating torch dtype, a norm's epsilon that is not a finite number >= 0, a
+    pad_token_id outside the vocabulary, or rotary parameters that are not numbers, in
     ``config`` (config.json's object) and its ``text_config``."""
     where = str(path)
     parts = [(config, "")]
@@ -128,6 +160,21 @@ def check_config_fields(config: dict, path: Path | str) -> None:
     for part, prefix in parts:
         _check_sizes(part, where, prefix)
         _check_dtype(part, where, prefix)
+        _check_epsilons(part, where, prefix)
+        _check_pad_token(part, where, prefix)
         for field in ROPES:
             if field in part:
                 _check_rope(part[field], where, prefix + field)
+
+
+def declared_heads(config: dict) -> int | None:
+    """The query heads of every layer together (layers x heads) that config.json's object
+    ``config`` declares (its ``text_config``'s when nested), or None when it does not say both
+    as integers >= 1."""
+    part = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    layers = next((part[f] for f in ("num_hidden_layers", "n_layer") if f in part), None)
+    heads = next((part[f] for f in ("num_attention_heads", "n_head") if f in part), None)
+    counts = (layers, heads)
+    if all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in counts):
+        return layers * heads
+    return None

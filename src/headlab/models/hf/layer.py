@@ -28,7 +28,7 @@ from torch import Tensor, nn
 
 from headlab.attention import layout
 from headlab.attention.sites import Sites
-from headlab.attention.statistics import StatisticsRequest
+from headlab.attention.streaming_sums import StatisticsRequest
 
 #: The attribute of an attention module that holds its HFAttentionLayer.
 ATTR = "headlab_layer"
@@ -191,7 +191,7 @@ class HFAttentionLayer:
     def statistics_request(self) -> StatisticsRequest | None:
         """The sites' statistics request with this layer's W_O (contribution norms); without one
         (no module takes the function's output unchanged: a gate multiplies it first) the sums
-        hold no contribution norms at all (``attention.statistics``)."""
+        hold no contribution norms at all (``attention.streaming_sums``)."""
         request = self.sites.statistics
         if request is None:
             return None

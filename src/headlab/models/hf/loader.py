@@ -169,7 +169,12 @@ def load_tokenizer(checkpoint: Checkpoint, trust_remote_code: bool = False):
     if checkpoint.gguf is None and not (folder / "tokenizer_config.json").is_file():
         if not (folder / "tokenizer.json").is_file():
             return None
-        return PreTrainedTokenizerFast(tokenizer_file=str(folder / "tokenizer.json"))
+        try:
+            return PreTrainedTokenizerFast(tokenizer_file=str(folder / "tokenizer.json"))
+        except Exception as error:  # tokenizers raises a bare Exception
+            raise ValueError(
+                f"{folder / 'tokenizer.json'}: not a readable tokenizer ({first_line(error)})"
+            ) from None
     try:
         return AutoTokenizer.from_pretrained(
             str(folder),

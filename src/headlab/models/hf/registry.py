@@ -21,7 +21,7 @@ def register() -> str:
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface
 
-    from headlab.models.hf.attention import headlab_attention
+    from headlab.models.hf.attention_function import headlab_attention
     from headlab.models.hf.lazy_mask import headlab_mask
 
     for interface, function in (

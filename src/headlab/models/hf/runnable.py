@@ -22,6 +22,12 @@ def family_of(config) -> str:
     return str(getattr(config, "model_type", None) or type(config).__name__)
 
 
+def model_family(model) -> str:
+    """A built model's family: its text config's model_type (its class name when it has none)."""
+    text_config = model.config.get_text_config()
+    return str(getattr(text_config, "model_type", None) or type(model).__name__)
+
+
 def refuse_encoder_decoder(config, where: str) -> None:
     """ValueError naming the family when ``config`` is an encoder-decoder's."""
     if getattr(config, "is_encoder_decoder", False):

@@ -1,0 +1,177 @@
+"""The probe's findings kept in the cache (models/hf/probe_cache.py): read back, they are what a
+fresh probe finds (every field, the same modules), on tiny random models of families with
+separate, fused and interleaved projections, QK-norm, post-norm and hybrid layers; an entry that
+does not fit the model, or cannot be read, is probed again; an unwritable cache only costs the
+probe; a load reads the entry instead of probing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("transformers")
+
+from hf_families import build, write_family
+
+from headlab.models.hf import load_transformers, probe_cache
+from headlab.models.hf.layer import HFAttentionLayer
+from headlab.models.hf.probe import probe
+from headlab.models.hf.probe_cache import FOLDER, probe_key, probed_layers
+from headlab.models.hf.registry import register
+
+FAMILIES = ["llama", "qwen3", "gemma2", "phi3", "olmo2", "gpt2", "gpt_neox", "bert", "jamba"]
+
+
+def _on_headlab(name: str):
+    model = build(name)
+    model.set_attn_implementation(register())
+    return model
+
+
+def _facts(layer: HFAttentionLayer) -> dict:
+    def projection(found):
+        if found is None or isinstance(found, str):
+            return found
+        return (found.path, id(found.module), found.transposed, found.rows)
+
+    norm = layer.input_norm
+    return {
+        "module": id(layer.module),
+        "sizes": (
+            layer.path,
+            layer.family,
+            layer.num_heads,
+            layer.num_kv_heads,
+            layer.head_dim,
+            layer.embed_dim,
+        ),
+        **{name: projection(getattr(layer, name)) for name in ("output", "query", "key", "value")},
+        "norm": None if norm is None else (norm.path, id(norm.module)),
+    }
+
+
+def _entries(root: Path) -> list[Path]:
+    return sorted((root / FOLDER).glob("*.json"))
+
+
+def _no_probe(*args, **kwargs):
+    raise AssertionError("probed although the entry is cached")
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_a_cached_entry_gives_what_the_probe_finds(name, tmp_path, monkeypatch) -> None:
+    model = _on_headlab(name)
+    want = [_facts(layer) for layer in probe(model, name)]
+    first = probed_layers(model, name, root=tmp_path)  # probes and writes
+    assert len(_entries(tmp_path)) == 1
+    monkeypatch.setattr(probe_cache, "probe", _no_probe)
+    second = probed_layers(model, name, root=tmp_path)  # reads
+    assert [_facts(layer) for layer in first] == want
+    assert [_facts(layer) for layer in second] == want
+
+
+def _rows_beyond_the_weight(entry: dict) -> None:
+    entry["layers"][0]["query"]["rows"] = [[0, 10_000]]
+
+
+def _a_path_that_is_not_there(entry: dict) -> None:
+    entry["layers"][1]["path"] = "model.layers.7.self_attn"
+
+
+def _another_class(entry: dict) -> None:
+    entry["layers"][0]["class"] = "GPT2Attention"
+
+
+def _a_norm_without_a_vector(entry: dict) -> None:
+    entry["layers"][0]["input_norm"] = entry["layers"][0]["output"]["path"]
+
+
+def _not_json(entry: dict) -> str:
+    return "{ not json"
+
+
+def _keys_missing(entry: dict) -> None:
+    del entry["layers"][0]["num_heads"]
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        _rows_beyond_the_weight,
+        _a_path_that_is_not_there,
+        _another_class,
+        _a_norm_without_a_vector,
+        _not_json,
+        _keys_missing,
+    ],
+)
+def test_an_entry_that_does_not_fit_is_probed_again(damage, tmp_path: Path) -> None:
+    model = _on_headlab("llama")
+    want = [_facts(layer) for layer in probe(model, "llama")]
+    probed_layers(model, "llama", root=tmp_path)
+    (path,) = _entries(tmp_path)
+    entry = json.loads(path.read_text())
+    text = damage(entry)
+    path.write_text(text if isinstance(text, str) else json.dumps(entry))
+    assert [_facts(layer) for layer in probed_layers(model, "llama", root=tmp_path)] == want
+    rewritten = json.loads(path.read_text())  # rewritten with what the probe found
+    assert rewritten["layers"][0]["query"]["rows"] == [[0, 48]]
+    assert not list((tmp_path / FOLDER).glob(".tmp-*"))
+
+
+def test_models_of_other_shapes_or_configs_have_other_keys() -> None:
+    llama, other = _on_headlab("llama"), build("mistral")
+    assert probe_key(llama) == probe_key(_on_headlab("llama"))  # other weights, same key
+    assert probe_key(llama) != probe_key(other)
+    qwen2 = build("qwen2")
+    assert probe_key(qwen2) != probe_key(llama)
+
+
+def test_an_unwritable_cache_only_costs_the_probe(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    model = _on_headlab("gpt2")
+    want = [_facts(layer) for layer in probe(model, "gpt2")]
+    assert [_facts(layer) for layer in probed_layers(model, "gpt2", root=blocker)] == want
+
+
+def test_a_class_outside_transformers_is_never_cached(tmp_path: Path) -> None:
+    model = _on_headlab("llama")
+    own = type("OwnLlama", (type(model),), {"__module__": "my_checkpoint.modeling"})
+    model.__class__ = own
+    assert probe_key(model) is None
+    assert len(probed_layers(model, "llama", root=tmp_path)) == 2
+    assert not (tmp_path / FOLDER).exists()
+
+
+def test_a_load_writes_the_entry_and_the_next_load_reads_it(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("HEADLAB_CACHE", str(tmp_path / "cache"))
+    folder = write_family("qwen3", tmp_path / "qwen3")
+    first = load_transformers(folder)
+    assert len(_entries(tmp_path / "cache")) == 1
+    monkeypatch.setattr(probe_cache, "probe", _no_probe)
+    second = load_transformers(folder)
+    assert [_facts(a)["sizes"] for a in first.attention_layers()] == [
+        _facts(b)["sizes"] for b in second.attention_layers()
+    ]
+    assert second.attention_layers()[0].module is second.model.get_submodule(
+        second.attention_layers()[0].path
+    )
+
+
+def test_a_finding_that_only_these_values_decide_is_not_kept(tmp_path: Path) -> None:
+    """Two heads with equal queries (copied rows of W_Q) match one slice: if it were kept, the
+    next model of these shapes with other weights would get their rows."""
+    import torch
+
+    model = _on_headlab("llama")
+    q_proj = model.model.layers[0].self_attn.q_proj.weight
+    with torch.no_grad():
+        q_proj[8:16] = q_proj[0:8]  # head 1's W_Q is head 0's
+    layers = probed_layers(model, "llama", root=tmp_path)
+    rows = layers[0].query.rows
+    assert len(set(rows)) < len(rows)  # the probe matched head 1 to head 0's slice
+    assert not probe_cache.distinct(layers)
+    assert _entries(tmp_path) == []
