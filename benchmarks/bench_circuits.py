@@ -63,13 +63,14 @@ def main() -> None:
           f"(prototype: -2.45, -12.48); clean and corrupted runs {cached:.1f} s")  # fmt: skip
     edges = [e.name for receiver in ("17.g1", "18.g2")
              for e in patcher.graph.edges_into(receiver, "k") if e.sender[0].isdigit()]  # fmt: skip
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     effects = patcher.effects(edges, chunk=args.chunk, progress=_progress("path patching"))
-    exact_time = time.perf_counter() - start
+    exact_time, exact_cpu = time.perf_counter() - start, time.process_time() - cpu
     exact = EdgeScores("path_patching", metric.kind, edges, effects.tolist(),
                        patcher.clean_value, patcher.corrupted_value)  # fmt: skip
-    print(f"exact path patching: {len(edges)} edges in {exact_time:.1f} s "
-          "(prototype 550-900 s; target 120 s)")
+    print(f"exact path patching: {len(edges)} edges in {exact_time:.1f} s, CPU {exact_cpu:.1f} s, "
+          f"{args.chunk or patcher.default_chunk()} edges a run, load average now "
+          f"{os.getloadavg()[0]:.1f} (prototype 550-900 s; target 120 s)")
     for name, value in exact.top(5):
         print(f"  {name:>18} {value:+.3f}")
     start = time.perf_counter()

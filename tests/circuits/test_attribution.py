@@ -122,3 +122,29 @@ def test_bad_method_and_steps():
         edge_attribution(model, clean, corrupted, metric, method="ig")
     with pytest.raises(ValueError, match="steps must be an integer >= 1, got 0"):
         edge_attribution(model, clean, corrupted, metric, method="eap-ig", steps=0)
+
+
+def test_eap_ig_starts_at_the_corrupted_input():
+    """Hanna et al.'s get_scores_eap_ig averages the gradient at alpha = k / m, k = 0 .. m - 1:
+    with one step it is the gradient at the corrupted input alone, which is EAP of the swapped
+    pair (its "clean" input is our corrupted one) with the writes' sign reversed."""
+    clean, corrupted, metric = _task()
+    model = attach(sharp("llama"))
+    ig = edge_attribution(model, clean, corrupted, metric, method="eap-ig", steps=1)
+    swapped = edge_attribution(model, corrupted, clean, metric, method="eap")
+    got, want = np.array(ig.scores), -np.array(swapped.scores)
+    assert np.abs(want).max() > 1e-3
+    np.testing.assert_allclose(got, want, atol=1e-5 * np.abs(want).max())
+
+
+def test_progress_advances_through_the_gradient_runs():
+    clean, corrupted, metric = _task()
+    model = attach(sharp("llama"))
+    calls = []
+    edge_attribution(model, clean, corrupted, metric, method="eap-ig", steps=3,
+                     progress=lambda done, total: calls.append((done, total)))  # fmt: skip
+    layers = model.model.config.num_hidden_layers
+    # per step: the forward and backward, then each receiver layer and the logits (9 positions:
+    # one block of rows)
+    total = 3 * (1 + layers + 1)
+    assert calls == [(i, total) for i in range(1, total + 1)]

@@ -107,3 +107,30 @@ def test_a_model_without_rows_gives_its_whole_output(hf_loaded):
     torch.testing.assert_close(losses, want_losses)
     with pytest.raises(ValueError, match="expected ids of 11 positions, got 10"):
         next_token_scores(WholeOutput(whole), batch.input_ids[:, 1:])
+
+
+@pytest.mark.parametrize("name", ["llama", "gemma2"])
+@pytest.mark.parametrize("block", [1, 3, 10])
+def test_objective_by_blocks_equals_the_whole_loss_and_its_gradient(name, block, hf_loaded):
+    """The objective a block of positions at a time (logits made again in the backward)
+    against float64 cross-entropy of the whole logits (``run``) under the same head mask,
+    value and gradient at the head mask (autograd of the whole); padding ignored."""
+    from headlab.models.hf.block_logits import next_token_loss
+
+    model = hf_loaded(name)
+    batch = _batch()
+    generator = torch.Generator().manual_seed(7)
+    shape = (model.num_layers, model.heads_per_layer[0])
+    xi = (0.5 + torch.rand(shape, generator=generator, dtype=torch.float64)).float()
+    xi_whole, xi_rows = xi.clone().requires_grad_(), xi.clone().requires_grad_()
+    logits = model.run(batch, list(xi_whole)).double()  # (batch, pos, vocab), whole
+    targets = batch.input_ids[:, 1:].masked_fill(~batch.attention_mask[:, 1:], -100)
+    want = torch.nn.functional.cross_entropy(
+        logits[:, :-1].flatten(0, 1), targets.flatten(), ignore_index=-100
+    )
+    (want_grad,) = torch.autograd.grad(want, xi_whole)
+    got = next_token_loss(model.run_rows(batch, list(xi_rows)), batch, block)
+    (got_grad,) = torch.autograd.grad(got, xi_rows)
+    assert float(got.detach()) == pytest.approx(float(want.detach()), rel=1e-5)
+    torch.testing.assert_close(got_grad.double(), want_grad.double(), rtol=1e-4, atol=1e-6)
+    assert float(want_grad.abs().max()) > 1e-4

@@ -150,3 +150,21 @@ def test_a_file_both_read_and_written_keeps_every_row_past_a_deep_line(tmp_path_
     (skipped,) = result.skipped
     if depth + 1 > MAX_JSON_DEPTH:
         assert skipped.reason == f"JSON nested {depth + 1} deep, expected at most {MAX_JSON_DEPTH}"
+
+
+def test_a_ragged_grid_is_drawn_and_summarised_with_its_pruned_layer(tmp_path):
+    """Issue 31: a metrics grid with a short row (a pruned layer) passes the schema, and the
+    figure pads it blank, but the page's summary stacked it into one NumPy array and skipped the
+    whole file with NumPy's message. Now it is drawn, and the summary's best head is the
+    largest value, found here by hand: 0.5 at layer 1, head 0."""
+    from headlab.report.sections import _results_sections
+
+    heads = {"headlab": "model-heads", "model": "m", "n_texts": 2, "num_layers": 3,
+             "num_heads": 3, "metrics": {"entropy": [[0.1, 0.2, 0.3], [0.5], [0.2, 0.3, 0.4]]}}
+    (tmp_path / "model_heads.json").write_text(json.dumps(heads))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        sections = _results_sections(tmp_path, {})
+    assert not [w for w in caught if issubclass(w.category, SkippedResultsWarning)]
+    assert "image" in sections["heads"], sections["heads"]
+    assert "0.5" in json.dumps(sections["heads"]) and "skipped" not in sections["heads"]

@@ -16,8 +16,9 @@ patching's effect of the same edge.
 EAP takes the gradient on the clean input: one forward and one backward of the model, plus, per
 layer, one backward through the short map from the stream to q, k, v (every receiver of the layer
 at once, stacked on the batch axis) and one through the MLP. EAP-IG averages the gradient over
-``steps`` inputs on the line from the corrupted to the clean input embeddings (alpha = k / steps,
-k = 1 .. steps; alpha = 1 is the clean input): ``steps`` times EAP's cost.
+``steps`` inputs on the line from the corrupted to the clean input embeddings, as Hanna et al.'s
+``get_scores_eap_ig`` does: alpha = k / steps, k = 0 .. steps - 1 (alpha = 0 is the corrupted
+input; the clean one is not among them): ``steps`` times EAP's cost.
 
 At any length the same code runs with bounded memory: the forward and backward go through the
 kernel (SDPA's backward, or ``RecomputedAttention`` for what SDPA cannot serve: no (q_pos,
@@ -213,10 +214,20 @@ def attribution_scores(
     clean0, corrupted0 = patcher.clean.resid[0], patcher.corrupted.resid[0]
     pos = clean0.shape[1]
     scores = torch.zeros(len(edges), dtype=torch.float64)
-    total, done = len(alphas) * pos, 0
+    # progress: per gradient run, the run itself, then each (block of rows, receiver layer)
+    blocks = -(-pos // step)
+    total, done = len(alphas) * (1 + blocks * len(by_layer)), 0
+
+    def advance() -> None:
+        nonlocal done
+        done += 1
+        if progress is not None:
+            progress(done, total)
+
     for alpha in alphas:
         hidden0 = clean0 if alpha == 1 else corrupted0 + alpha * (clean0 - corrupted0)
         run = _gradient_run(patcher, hidden0, clean=alpha == 1)
+        advance()
         for start in range(0, pos, step):
             block_rows = slice(start, min(start + step, pos))
             writes = patcher.write_rows(senders, block_rows)
@@ -230,9 +241,7 @@ def attribution_scores(
                 for i in indices:
                     edge = edges[i]
                     scores[i] += block[row[edge.sender], column[(edge.receiver, edge.input)]]
-            done += block_rows.stop - start
-            if progress is not None:
-                progress(done, total)
+                advance()
         del run
     return scores / len(alphas)
 
@@ -253,7 +262,7 @@ def edge_attribution(
     """EAP or EAP-IG scores of ``edges`` (default: every edge), see the module docstring.
     clean, corrupted: (batch, pos) int64 of one shape. ValueError for an unknown method or
     steps < 1 (before the model runs), and as ``Patcher``. ``progress(done, total)`` counts
-    positions over the gradient runs."""
+    the gradient runs and, within each, the (block of positions, receiver layer) products."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
     if method == "eap-ig" and (not isinstance(steps, int) or steps < 1):
@@ -262,7 +271,8 @@ def edge_attribution(
     graph = patcher.graph
     names = list(edges) if edges is not None else [e.name for e in graph.edges]
     parsed = [graph.edge(n) for n in names]
-    alphas = [1.0] if method == "eap" else [k / steps for k in range(1, steps + 1)]
+    # EAP-IG as Hanna et al.'s get_scores_eap_ig: k = 0 .. steps - 1 (corrupted in, clean out)
+    alphas = [1.0] if method == "eap" else [k / steps for k in range(steps)]
     scores = attribution_scores(patcher, parsed, alphas, progress)
     return EdgeScores(
         method=method,

@@ -234,7 +234,7 @@ class Patcher:
         n = len(self.runner.blocks)
         if kind == "logits":
             hidden = self._shifted(self.clean.resid[n], edges)
-            return self.metric(self.runner.forward(n, hidden, copies))
+            return self.runner.measure(self.metric, n, hidden, copies)
         patched = self._patched_inputs(layer, edges, kind)
         block = self.runner.blocks[layer]
 
@@ -259,7 +259,7 @@ class Patcher:
                 )
 
         hidden = self.clean.resid[layer].repeat(copies, 1, 1)
-        return self.metric(self.runner.forward(layer, hidden, copies, hooks))
+        return self.runner.measure(self.metric, layer, hidden, copies, hooks)
 
     def effects(
         self,
@@ -294,11 +294,12 @@ class Patcher:
         return out
 
     def default_chunk(self, budget_bytes: int = 512 * 2**20) -> int:
-        """Edges per run such that the copies' activations and kept logits stay near
-        ``budget_bytes`` (float32; about 16 stream-wide tensors live at once)."""
+        """Edges per run such that the copies' activations stay near ``budget_bytes``
+        (float32; about 16 stream-wide tensors live at once). The logits do not count: the
+        metric is computed a few copies at a time (``Runner.measure``)."""
         resid = self.clean.resid[0]
         b, pos, width = resid.shape
-        per_copy = b * pos * width * 16 + self.clean.logits.numel() * 3
+        per_copy = b * pos * width * 16
         return max(1, budget_bytes // (per_copy * resid.element_size()))
 
 

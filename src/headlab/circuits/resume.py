@@ -29,6 +29,11 @@ from torch import Tensor, nn
 from headlab.attention.interventions import intervene, record
 from headlab.circuits.blocks import Block, blocks, first_tensor
 from headlab.models.hf.adapter import TransformersModel
+from headlab.models.hf.block_logits import HFOutputRows
+
+#: (text, position) rows whose logits (and log-softmax) ``Runner.measure`` holds at a time
+#: (1024 x 49152 x 4 B = 192 MiB each for SmolLM2).
+METRIC_ROWS = 1024
 
 
 class Stop(Exception):
@@ -116,6 +121,44 @@ class Runner:
             kwargs["logits_to_keep"] = self.positions.to(self.device)
             return self.model.model(**kwargs).logits
         return self.model.model(**kwargs).logits[:, self.positions.to(self.device)]
+
+    def _final_states(self, copies: int) -> Tensor:
+        """The body's final hidden states (after the family's final norm) at the metric's
+        positions: (copies * batch, n_kept, embed_dim); no output head runs."""
+        causal_lm = self.model.model
+        body = getattr(causal_lm, causal_lm.base_model_prefix)
+        out = body(
+            input_ids=self.ids.repeat(copies, 1).to(self.device),
+            attention_mask=self.attention_mask.repeat(copies, 1).to(self.device),
+            use_cache=False,
+        )
+        return out.last_hidden_state[:, self.positions.to(self.device)]
+
+    def measure(
+        self,
+        metric: Callable[[Tensor], Tensor],
+        start: int,
+        hidden: Tensor,
+        copies: int,
+        hooks: Callable[[ExitStack], None] | None = None,
+    ) -> Tensor:
+        """``metric`` (logits (c * batch, n_kept, vocab) -> (c,)) of each copy of ``forward``'s
+        run, (copies,), the logits made by the family's own output head a few copies at a time
+        (``METRIC_ROWS`` rows) from the final states at the kept positions: the logits of
+        every copy never exist at once, so a run can stack many copies."""
+        with ExitStack() as stack:
+            stack.enter_context(_started_at(self.blocks, start, hidden))
+            if hooks is not None:
+                hooks(stack)
+            states = self._final_states(copies)
+        per = max(1, METRIC_ROWS // (self.batch * states.shape[1]))
+        head = HFOutputRows(self.model.model, states)  # (copies * batch, n_kept, embed_dim)
+        values = []
+        for c in range(0, copies, per):
+            rows = slice(c * self.batch, min(c + per, copies) * self.batch)
+            head.states = states[rows]
+            values.append(metric(head.logits(slice(None))))
+        return torch.cat(values)
 
     def cache(self, ids: Tensor) -> Cache:
         """One full run of ``ids`` (batch, pos) with everything patching reads kept."""

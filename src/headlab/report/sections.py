@@ -12,8 +12,6 @@ import base64
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from headlab.report import figures
 from headlab.report.circuits_section import circuits_sections
 from headlab.report.long_context_section import long_context_sections
@@ -80,14 +78,16 @@ def _part(directory: Path, key: str, filename: str, draw) -> dict | None:
 
 
 def _heads_summary(heads: dict) -> list[dict]:
-    """For each metric: the head with the largest value (layer, head, value)."""
+    """For each metric: the head with the largest value (layer, head, value), the first in
+    layer-major order on a tie. Rows may be of unequal length (pruned layers, as the grid figure
+    draws them), so the layers are walked as lists, not stacked into one array."""
     rows = []
     for name, grid in heads["metrics"].items():
-        g = np.asarray(grid)
-        layer, head = np.unravel_index(int(np.argmax(g)), g.shape)
-        rows.append(
-            {"metric": name, "layer": int(layer), "head": int(head), "value": float(g.max())}
-        )
+        cells = [(float(v), layer, head) for layer, row in enumerate(grid)
+                 for head, v in enumerate(row)]  # fmt: skip
+        if cells:
+            value, layer, head = max(cells, key=lambda cell: cell[0])
+            rows.append({"metric": name, "layer": layer, "head": head, "value": value})
     return rows
 
 

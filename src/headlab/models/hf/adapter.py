@@ -35,7 +35,7 @@ from headlab.attention.functional import merge_heads
 from headlab.attention.interventions import SITES, record
 from headlab.attention.trace import AttentionTrace
 from headlab.limits import check_int, check_prompt
-from headlab.models.hf import variants
+from headlab.models.hf import block_logits, variants
 from headlab.models.hf.block_logits import HFOutputRows, body_states
 from headlab.models.hf.hybrid import layer_note
 from headlab.models.hf.layer import (
@@ -46,7 +46,7 @@ from headlab.models.hf.layer import (
 from headlab.models.hf.probe import probe
 from headlab.models.hf.runnable import model_family
 from headlab.models.interface import HeadMask, TokenBatch, layer_masks
-from headlab.models.objectives import contrastive_objective, next_token_loss
+from headlab.models.objectives import contrastive_objective
 from headlab.models.pooling import PoolingConfig, pool
 from headlab.models.special import added_around, position_names, positions
 
@@ -243,8 +243,8 @@ class TransformersModel:
         in-batch InfoNCE between the halves of each text (``models.objectives``)."""
         if not self.causal:
             return contrastive_objective(self, texts, head_mask, max_length=max_length or 128)
-        batch = self.tokenize(texts, max_length)
-        return next_token_loss(self.run(batch, head_mask), batch)
+        batch = self.tokenize(texts, max_length)  # the logits a block of positions at a time
+        return block_logits.next_token_loss(self.run_rows(batch, head_mask), batch)
 
     def special_positions(self, batch: TokenBatch) -> dict[str, Tensor]:
         """The first token and, where the tokenizer appends one, the last special token, named

@@ -9,7 +9,12 @@ logit scale, Granite's logit scaling ...) apply unchanged: no list of families t
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
+
+from headlab.models.interface import TokenBatch
+from headlab.models.output_rows import LOGIT_ROWS
 
 
 class _BodyOutputs:
@@ -68,3 +73,23 @@ def body_states(causal_lm: nn.Module, input_ids: Tensor, attention_mask: Tensor)
     body = getattr(causal_lm, causal_lm.base_model_prefix)
     out = body(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
     return out.last_hidden_state
+
+
+def next_token_loss(rows: HFOutputRows, batch: TokenBatch, block: int = LOGIT_ROWS) -> Tensor:
+    """``objectives.next_token_loss`` of the model behind ``rows`` (the mean cross-entropy of
+    each real token given the ones before), with autograd, without the (batch, pos, vocab)
+    logits: ``block`` positions' logits at a time, made again in the backward
+    (``torch.utils.checkpoint``), so that one block's logits and their gradient live at once."""
+    targets = batch.input_ids[:, 1:].masked_fill(~batch.attention_mask[:, 1:], -100)
+    count = (targets != -100).sum()
+    total = rows.states.new_zeros(())
+    for start in range(0, targets.shape[1], block):
+        stop = min(start + block, targets.shape[1])
+
+        def part(states: Tensor, wanted: Tensor = targets[:, start:stop]) -> Tensor:
+            logits = HFOutputRows(rows.causal_lm, states).logits(slice(None))
+            return F.cross_entropy(logits.flatten(0, 1).float(), wanted.flatten(),
+                                   ignore_index=-100, reduction="sum")  # fmt: skip
+
+        total = total + checkpoint(part, rows.states[:, start:stop], use_reentrant=False)
+    return total / count
