@@ -25,6 +25,14 @@ def check_int(name: str, value: object, *, low: int = 1, high: int = MAX_SIZE) -
     return value
 
 
+def check_sizes(name: str, values: object, *, high: int = MAX_SIZE) -> tuple[int, ...]:
+    """``values`` as a non-empty tuple of ints, each in [1, high]; ValueError naming ``name``."""
+    values = tuple(values)  # type: ignore[arg-type]
+    if not values:
+        raise ValueError(f"{name} must list at least one integer, got none")
+    return tuple(check_int(name, v, high=high) for v in values)
+
+
 def check_seed(name: str, value: object) -> int:
     return check_int(name, value, low=0, high=MAX_SEED)
 

@@ -186,7 +186,7 @@ def test_every_json_printer_refuses_what_json_cannot_hold():
     with pytest.raises(ValueError, match="not a finite number at the top"):
         outputs.print_json(math.nan)
     cli = Path(outputs.__file__).parent
-    for module in cli.glob("*.py"):
+    for module in cli.rglob("*.py"):
         calls = [
             node
             for node in ast.walk(ast.parse(module.read_text()))

@@ -43,10 +43,9 @@ def _expected(tiny_dir, method: str, steps: int = 5):
     """The same run's scores from the library, on the same pairs, without the CLI."""
     from headlab.circuits.run import CircuitRequest, needs_equal_lengths, prepare, run_circuits
     from headlab.circuits.tasks import TaskRequest
-    from headlab.cli.circuits import through_transformers
     from headlab.models import load
 
-    model = load(tiny_dir, backend=through_transformers())
+    model = load(tiny_dir)
     task = TaskRequest("induction", n_pairs=2, length=7,
                        equal_lengths=needs_equal_lengths(method))  # fmt: skip
     request = CircuitRequest(task, method=method, top=5, steps=steps)

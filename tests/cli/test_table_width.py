@@ -99,7 +99,7 @@ def test_expressivity_table_keeps_the_model_name_whole_at_80_columns():
     """At the defaults (6 head sizes, MiniLM's name) rich folded 'all-MiniLM-L6-v2' in two."""
     from rich.console import Console
 
-    from headlab.cli.expressivity import rank_tables
+    from headlab.cli.commands.expressivity_command import rank_tables
     from headlab.results.expressivity_result import RankRow
 
     dims = (1, 2, 4, 8, 16, 32)

@@ -172,6 +172,9 @@ def test_a_short_context_names_the_model_not_a_flag(tiny_llama):
         kv_budget(tiny_llama, n_tokens=30, window=8)
     with pytest.raises(ValueError, match="seeds must be between 3"):
         kv_budget(tiny_llama, seeds=2)
+    # the cap the CLI had alone (issue 29): the library's, so both refuse the same
+    with pytest.raises(ValueError, match="seeds must be between 3 and 100, got 101"):
+        kv_budget(tiny_llama, seeds=101)
 
 
 PASSAGE = " ".join(f"t{(11 * i) % 97}" for i in range(12))

@@ -9,7 +9,7 @@ import io
 from long_results import long_context_result
 from rich.console import Console
 
-from headlab.cli.roles import role_tables
+from headlab.cli.role_tables import role_tables
 from headlab.heads.roles import head_roles
 from headlab.report.long_context_figures import roles_figure
 

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from headlab.attention.module import MultiHeadAttention
+from headlab.limits import check_int, check_seed, check_sizes
 from headlab.results.expressivity_result import ExpressivityResult, PatternRow, RankRow
 
 
@@ -149,6 +150,16 @@ class ExpressivityConfig:
     offset_seq_len: int = 11
     offset_steps: int = 400
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        """ValueError naming the field, before any fit: each bound written once (the CLI's
+        options are these fields)."""
+        object.__setattr__(self, "seq_lens", check_sizes("seq_lens", self.seq_lens, high=512))
+        object.__setattr__(self, "head_dims", check_sizes("head_dims", self.head_dims, high=512))
+        check_int("targets", self.targets, high=1000)
+        check_int("steps", self.steps, high=10**6)
+        check_int("heads", self.heads, high=32)
+        check_seed("seed", self.seed)
 
     def fits_total(self, model_lengths: int = 0) -> int:
         """Fits of ``measure_expressivity`` (the total of its ``on_step``): every head size on

@@ -95,11 +95,13 @@ class CompareSetup:
 
     def memory_terms(self) -> dict[str, int]:
         """The estimate's parts in bytes, each keyed by the advice that lowers it; fitted to
-        measurements (docs/answers.md, "Memory"). Attention: both sides' traces keep their
+        measurements (docs/answers.md, "Memory"). Attention: counted as if both sides kept their
         scores and weights, one (batch, q_pos, k_pos) float32 matrix per head each, and about
         two more per head of the larger side: the findings' masks and one-head temporaries and
-        what the allocator keeps of them (the gradients go a block of query rows at a time,
-        ``analysis.row_gradients``, and add little). Positions: the traces' per-head
+        what the allocator keeps of them. Since issue 31 a side's scores are dropped once read
+        (``findings.side_facts``), so this is an upper bound (1.4 to 1.6x the measured peak).
+        The gradients go a block of query rows at a time (``analysis.row_gradients``) and add
+        little. Positions: the traces' per-head
         contributions (batch, head, q_pos, d_model) and the inputs and outputs. Weights:
         parameters and gradients."""
         t, b, d, q = self.seq_len, self.batch, self.d_model, self.q_dim

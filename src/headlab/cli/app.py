@@ -9,19 +9,28 @@ from rich.markup import escape
 from typer.core import TyperArgument, TyperOption
 from typer.models import ParameterInfo
 
-from headlab.cli import (
-    circuits,
-    compare,
-    corpus_roles,
-    expressivity,
-    induction_circuit,
-    model,
-    params,
-    redundancy,
-    report,
-    roles,
-    specialisation,
-    sweep,
+from headlab.cli.commands import (
+    circuits_command,
+    compare_command,
+    expressivity_command,
+    formation_command,
+    grad_command,
+    model_ablate_command,
+    model_collapse_command,
+    model_families_command,
+    model_generate_command,
+    model_heads_command,
+    model_importance_command,
+    model_kv_budget_command,
+    model_prune_command,
+    model_roles_command,
+    params_command,
+    redundancy_command,
+    report_command,
+    specialisation_command,
+    sweep_command,
+    sweep_plot_command,
+    sweep_summary_command,
 )
 
 app = typer.Typer(
@@ -103,11 +112,29 @@ def _escape_option_help(typer_app: typer.Typer, done: set[int] | None = None) ->
             _escape_option_help(group.typer_instance, done)
 
 
-# Each command module adds its commands here; none of them imports this module (no cycle).
-for _module in (
-    circuits, compare, corpus_roles, expressivity, induction_circuit, model, params,
-    redundancy, report, roles, specialisation, sweep,
-):  # fmt: skip
-    _module.register(app)
+model_app = typer.Typer(
+    help="Analyse the heads of a trained model: minilm (default), smollm2 or a path.",
+    no_args_is_help=True,
+)
+sweep_app = typer.Typer(
+    help="Train small attention models that differ only in the head split.",
+    no_args_is_help=False,
+)
+# Each command module adds its command to its group here; none imports this module, nor another
+# command module (no cycle). The order is the order of ``headlab --help``.
+GROUPS = {
+    app: (circuits_command, compare_command, grad_command, expressivity_command,
+          formation_command, params_command, redundancy_command, report_command,
+          specialisation_command),
+    model_app: (model_heads_command, model_collapse_command, model_importance_command,
+                model_prune_command, model_ablate_command, model_generate_command,
+                model_families_command, model_roles_command, model_kv_budget_command),
+    sweep_app: (sweep_command, sweep_plot_command, sweep_summary_command),
+}  # fmt: skip
+for _group, _modules in GROUPS.items():
+    for _module in _modules:
+        _module.register(_group)
+app.add_typer(model_app, name="model")
+app.add_typer(sweep_app, name="sweep")
 _unwrap_help(app)
 _escape_option_help(app)

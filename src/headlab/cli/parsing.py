@@ -37,16 +37,6 @@ def float_list(option: str, text: str) -> list[float]:
     return values
 
 
-def sizes(text: str, option: str, high: int) -> tuple[int, ...]:
-    """'8,16' -> (8, 16), each in [1, high]; ValueError names the option (also for none)."""
-    from headlab.limits import check_int
-
-    values = int_list(text, option)
-    if not values:
-        raise ValueError(f"{option} must list at least one integer, got {text!r}")
-    return tuple(check_int(option, v, high=high) for v in values)
-
-
 # library argument -> flag, where the flag is not the argument's name with dashes
 ALIASES = {"embed_dim": "--d-model", "num_heads": "--heads", "num_kv_heads": "--kv-heads"}
 

@@ -24,6 +24,7 @@ from headlab.experiments.run_sizing import make_config
 from headlab.experiments.sweep_tasks import Batch, generate
 from headlab.experiments.tiny_transformer import TinyTransformer
 from headlab.experiments.train import EVAL_SEED_OFFSET, run_one
+from headlab.limits import check_int, check_seed, check_sizes
 from headlab.results.run_config import ATTENTION_KINDS
 from headlab.results.specialisation_result import (
     Checkpoint,
@@ -104,6 +105,10 @@ class SpecialisationConfig:
         """ValueError naming the field, before any run trains."""
         if not self.heads:
             raise ValueError("heads must list at least one head count, got none")
+        object.__setattr__(self, "heads", check_sizes("heads", self.heads, high=64))
+        check_int("steps", self.steps, high=10**6)
+        check_int("eval_every", self.eval_every, high=10**6)
+        check_seed("seed", self.seed)
         for h in self.heads:
             check_divides("d_model", self.d_model, "heads", h)
         for kind in self.attention or ("",):

@@ -56,6 +56,12 @@ def default_length(model: HeadModel) -> int:
     return length if length >= 2 else 0
 
 
+def check_asked_length(length: int) -> int:
+    """A length asked before the model is known: 0 (no detectors) or more (ValueError naming
+    ``detector_length``); ``check_length`` bounds it by the model's positions."""
+    return check_int("detector_length", length, low=0)
+
+
 def check_length(model: HeadModel, length: int) -> int:
     """``length`` if two copies fit in the model's positions; ValueError naming
     ``detector_length`` otherwise."""

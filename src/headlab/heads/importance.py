@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch
 
+from headlab.limits import check_finite
 from headlab.models.interface import HeadModel
 from headlab.models.objectives import (
     CONTRASTIVE,
@@ -48,6 +49,11 @@ def even_batches(n: int, batch_size: int) -> list[range]:
     return [range(bounds[i], bounds[i + 1]) for i in range(count)]
 
 
+def check_temperature(temperature: float) -> float:
+    """The InfoNCE temperature: a finite number > 0 (ValueError naming ``temperature``)."""
+    return check_finite("temperature", temperature, positive=True)
+
+
 def head_importance(
     model: HeadModel,
     texts: list[str],
@@ -63,6 +69,7 @@ def head_importance(
     fewer than 2 words are skipped; at least 2 usable texts are needed (ValueError).
     ``temperature`` is the encoders' InfoNCE temperature. on_batch(done, total): progress.
     """
+    check_temperature(temperature)
     objective = describe(model, temperature)  # ValueError for a model without one
     usable = [t for t in texts if len(t.split()) >= 2]
     if len(usable) < 2 or batch_size < 2:

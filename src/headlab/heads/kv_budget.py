@@ -11,7 +11,7 @@ forward per plan. Measured on a held-out long text with a repeated passage
 
 ``kv_budget`` ranks the groups by their window error on a calibration text (``heads.roles``),
 windows the lowest ones, and compares that plan with the full model, with the same number of
-groups chosen at random (at least 3 seeds) and with the opposite ranking (the highest errors
+groups chosen at random (3 to 100 seeds) and with the opposite ranking (the highest errors
 first). A plan's size is asked as a share of the K/V groups (``budgets``) or as the KV memory
 it must save (``kv_saved`` = full / planned memory; every group holds the same K and V rows per
 token, so memory is counted in group-tokens, see ``groups_for_saving``). The default texts are
@@ -39,9 +39,10 @@ from headlab.heads.retrieval_check import (
     most_heads,
     retrieval_check,
 )
-from headlab.limits import check_int
+from headlab.limits import check_int, check_seed
 from headlab.models.interface import HeadModel, TokenBatch
 from headlab.models.output_rows import next_token_scores, output_rows
+from headlab.results.corpus_roles_result import RoleOptions
 from headlab.results.head_roles import MIN_MATCH, SINKS, WINDOW, HeadRoles
 from headlab.results.kv_budget_result import KVBudgetResult, PlanRun
 from headlab.results.long_context_result import TextContext
@@ -119,6 +120,7 @@ def evaluate(model: HeadModel, batch: TokenBatch, sources: torch.Tensor) -> Eval
 
 
 MIN_SEEDS = 3  # random plans of each size: fewer cannot show a spread
+MAX_SEEDS = 100  # each seed is a model run per plan size: more is a typo, not an experiment
 
 
 def check_budgets(budgets: Sequence[float], kv_saved: Sequence[float] = ()) -> None:
@@ -150,6 +152,43 @@ def groups_for_saving(target: float, groups_total: int, n_tokens: int, kept: int
         )
     exact = groups_total * (1 - 1 / target) / (1 - kept / n_tokens)
     return min(groups_total, math.ceil(exact - 1e-9))
+
+
+@dataclass(frozen=True)
+class KVBudgetRequest:
+    """What ``kv_budget`` runs, checked before any model loads (ValueError naming the field):
+    plan sizes (``budgets`` shares in (0, 1], ``kv_saved`` savings > 1, each within reach at
+    ``n_tokens`` when it is given), the window (``sinks``, ``window``, shorter than
+    ``n_tokens``), ``seeds`` random plans per size in [MIN_SEEDS, MAX_SEEDS], the copy task's
+    ``seed`` and ``retrieval_k`` >= 1 (its upper bound, half the heads, needs the model)."""
+
+    budgets: tuple[float, ...] = (0.25, 0.5, 0.75)
+    kv_saved: tuple[float, ...] = ()
+    n_tokens: int | None = None
+    sinks: int = SINKS
+    window: int = WINDOW
+    seeds: int = MIN_SEEDS
+    seed: int = 0
+    retrieval_k: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "budgets", tuple(self.budgets))
+        object.__setattr__(self, "kv_saved", tuple(self.kv_saved))
+        check_budgets(self.budgets, self.kv_saved)
+        RoleOptions(self.n_tokens, self.sinks, self.window).check(name="n_tokens")
+        check_int("seeds", self.seeds, low=MIN_SEEDS, high=MAX_SEEDS)
+        check_seed("seed", self.seed)
+        if self.retrieval_k is not None:
+            check_int("retrieval_k", self.retrieval_k)
+        if self.n_tokens is not None:  # a saving out of reach at this length
+            for target in self.kv_saved:
+                groups_for_saving(target, 1, self.n_tokens, self.sinks + self.window)
+
+    def length_for(self, max_positions: int) -> int:
+        """The texts' length on a model of ``max_positions`` positions: ``n_tokens``, or all
+        of them; ValueError naming ``n_tokens`` when it asks for more."""
+        options = RoleOptions(self.n_tokens, self.sinks, self.window)
+        return options.tokens_for(max_positions, name="n_tokens")
 
 
 def ranked_groups(roles: HeadRoles) -> list[list[float]]:
@@ -196,28 +235,23 @@ def kv_budget(
     Plan sizes: each of ``budgets`` (a share of the K/V groups, rounded to a count) and each of
     ``kv_saved`` (a KV memory saving full / planned, turned into the fewest groups that reach
     it at the held-out text's length, ``groups_for_saving``); sizes that come out equal run
-    once. ``seeds`` random plans per size (at least 3). Texts default to the built-in copy task
+    once. ``seeds`` random plans per size (3 to 100). Texts default to the built-in copy task
     at ``n_tokens`` tokens (``default_texts``, seeded by ``seed``): calibration and held-out
     share no filler; a given text longer than ``n_tokens`` is cut, and ``held_out`` /
     ``calibration`` say so. ``retrieval_k``: how many retrieval heads to mask against as many
     random others, at most half the heads (``heads.retrieval_check``; default: those scoring
     >= 0.1, at least the top one, at most half the heads, the check's note saying how k was
     chosen). ``on_step(done, total)`` after each model run. Raises ValueError, before the model
-    runs, for budgets outside (0, 1], a saving out of reach, fewer than 3 seeds, a window or
-    sink count out of range, a retrieval_k out of range, a text not longer than the window, or
-    an evaluation text without copy positions."""
-    check_budgets(budgets, kv_saved)
-    check_int("seeds", seeds, low=MIN_SEEDS)
-    check_int("seed", seed, low=0)
-    check_int("sinks", sinks, low=0)
-    check_int("window", window)
+    runs, for budgets outside (0, 1], a saving out of reach, fewer than 3 or more than 100
+    seeds, a window or sink count out of range, a retrieval_k out of range, a text not longer
+    than the window, or an evaluation text without copy positions."""
+    request = KVBudgetRequest(budgets, kv_saved, n_tokens, sinks, window, seeds, seed, retrieval_k)
     if retrieval_k is not None:
         check_retrieval_k(model, retrieval_k)
     if model.objective_kind != "next-token":
         raise ValueError(f"{model.name} predicts no tokens: a KV budget needs a language model")
     asked = n_tokens is not None
-    n_tokens = model.max_positions if n_tokens is None else n_tokens
-    check_int("n_tokens", n_tokens, low=2, high=model.max_positions)
+    n_tokens = request.length_for(model.max_positions)
     if n_tokens <= sinks + window:
         length = f"n_tokens={n_tokens}" if asked else f"{model.name}'s context of {n_tokens} tokens"
         raise ValueError(

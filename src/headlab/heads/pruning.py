@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Mapping
 import torch
 
 from headlab.heads.quality import measures, reference
+from headlab.limits import check_seed
 from headlab.models.head_mask import as_mask
 from headlab.models.interface import HeadModel
 from headlab.results.prune_result import BY, PruneResult, PruneStep
@@ -41,6 +42,13 @@ def check_by(by: str) -> None:
     """ValueError unless ``by`` is one of BY."""
     if by not in BY:
         raise ValueError(f"by must be removal or mask, got {by!r}")
+
+
+def check_pruning(by: str, seed: int) -> None:
+    """What ``prune_by_importance`` checks before the model runs (ValueError naming ``by`` or
+    ``seed``); callers check it before the model loads."""
+    check_by(by)
+    check_seed("seed", seed)
 
 
 def prune_heads(
@@ -171,6 +179,7 @@ def prune_by_importance(
     importance pass and after each pruned model (``total`` = 1 + 2 * len(fractions))."""
     from headlab.heads.importance import head_importance
 
+    check_pruning(by, seed)
     total = 1 + 2 * len(fractions)
     check_prunable(model, by)  # a layout that cannot lose heads, before the importance pass
     ranking = head_importance(model, texts, max_length=max_length).ranking()

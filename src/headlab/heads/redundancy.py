@@ -30,7 +30,7 @@ from torch import Tensor
 
 from headlab.attention.functional import entropy
 from headlab.heads.quality import measures, reference
-from headlab.limits import check_int
+from headlab.limits import check_sizes
 from headlab.models.interface import AttentionLayer, HeadModel
 from headlab.results.redundancy_result import CurvePoint, LayerSpectrum, RedundancyResult
 
@@ -107,6 +107,15 @@ def default_ranks(model: HeadModel) -> tuple[int, ...]:
     return tuple(max(1, width // f) for f in (1, 2, 4, 8, 16))
 
 
+MAX_RANK = 2**16  # a shared key/query rank asked beyond this is a typo (widths are smaller)
+
+
+def check_ranks(ranks: object) -> tuple[int, ...]:
+    """The shared ranks asked: at least one, each in [1, MAX_RANK] (ValueError naming
+    ``ranks``); the model's own width is checked once it is loaded."""
+    return check_sizes("ranks", ranks, high=MAX_RANK)
+
+
 def measure_redundancy(
     model: HeadModel,
     texts: list[str],
@@ -118,10 +127,10 @@ def measure_redundancy(
 ) -> RedundancyResult:
     """Spectra of every layer, then the model with every layer's key/query cut to each rank.
     ValueError naming ``ranks`` for a rank outside [1, embed_dim], before any work."""
-    ranks = ranks or default_ranks(model)
+    ranks = default_ranks(model) if ranks is None else ranks
     modules = model.attention_layers()
-    for k in ranks:  # shared_projections checks too, but only after the spectra and reference
-        check_int("ranks", k, high=min(m.embed_dim for m in modules))
+    # shared_projections checks too, but only after the spectra and reference
+    ranks = check_sizes("ranks", ranks, high=min(m.embed_dim for m in modules))
     total, done = len(modules) + len(ranks) + 1, 0
 
     def tick() -> None:

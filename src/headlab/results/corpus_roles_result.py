@@ -27,19 +27,27 @@ class RoleOptions:
     window: int = WINDOW
     min_match: int = MIN_MATCH
 
-    def check(self) -> RoleOptions:
-        """ValueError naming the option out of range (the model's limit is checked per pass)."""
+    def check(self, *, name: str = "max_tokens", fits: bool = True) -> RoleOptions:
+        """ValueError naming the option out of range (the model's limit is checked per pass):
+        the one check of a window of ``sinks`` + ``window`` keys on texts of ``max_tokens``
+        (called ``name`` by its caller), which must be longer than the window when ``fits``."""
         if self.max_tokens is not None:
-            check_int("max_tokens", self.max_tokens, low=2)
+            check_int(name, self.max_tokens, low=2)
         check_int("sinks", self.sinks, low=0)
         check_int("window", self.window)
         check_int("min_match", self.min_match)
-        if self.max_tokens is not None and self.max_tokens <= self.sinks + self.window:
+        if fits and self.max_tokens is not None and self.max_tokens <= self.sinks + self.window:
             raise ValueError(
-                f"max_tokens={self.max_tokens} is not longer than sinks {self.sinks} + window "
+                f"{name}={self.max_tokens} is not longer than sinks {self.sinks} + window "
                 f"{self.window}: every key would be in the window"
             )
         return self
+
+    def tokens_for(self, max_positions: int, *, name: str = "max_tokens") -> int:
+        """Tokens of each text on a model of ``max_positions`` positions: ``max_tokens``, or
+        all of them; ValueError naming ``name`` when it asks for more."""
+        limit = max_positions if self.max_tokens is None else self.max_tokens
+        return check_int(name, limit, low=2, high=max_positions)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -82,6 +90,12 @@ class DocumentSums:
     @property
     def statistic_names(self) -> tuple[str, ...]:
         return tuple(name for name in self.sums if name not in ROLE_SUMS)
+
+    def tokens_for(self, max_positions: int, *, name: str = "max_tokens") -> int:
+        """Tokens of each text on a model of ``max_positions`` positions: ``max_tokens``, or
+        all of them; ValueError naming ``name`` when it asks for more."""
+        limit = max_positions if self.max_tokens is None else self.max_tokens
+        return check_int(name, limit, low=2, high=max_positions)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -138,6 +152,12 @@ class CorpusCounts:
     window_tokens: int
     copy_positions: int
     correct_predictions: int
+
+    def tokens_for(self, max_positions: int, *, name: str = "max_tokens") -> int:
+        """Tokens of each text on a model of ``max_positions`` positions: ``max_tokens``, or
+        all of them; ValueError naming ``name`` when it asks for more."""
+        limit = max_positions if self.max_tokens is None else self.max_tokens
+        return check_int(name, limit, low=2, high=max_positions)
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from headlab.cli.model import BACKEND, DOWNLOAD, TRUST_REMOTE_CODE, hub_access
+from headlab.cli.model_source import ModelChoice, hub_access, model_source
 from headlab.cli.outputs import an_input
 from headlab.cli.parsing import flags
 from headlab.cli.progress import progress
@@ -21,6 +21,8 @@ from headlab.results.defaults import DEFAULT_TEXT
 from headlab.results.locations import REPORT_DIR, RESULTS_DIR
 
 
+@model_source(default="minilm", help="Trained model shown on the text: minilm, smollm2, a path "
+              "or a hub id.")  # fmt: skip
 def report(
     out: Annotated[Path, typer.Option("--out", help="Directory of the report.")] = REPORT_DIR,
     text: Annotated[str, typer.Option("--text", help="Text whose attention is shown.")] = (
@@ -54,16 +56,7 @@ def report(
             callback=an_input,
         ),
     ] = None,
-    model: Annotated[
-        str,
-        typer.Option(
-            "--model",
-            help="Trained model shown on the text: minilm, smollm2, a path or a hub id.",
-        ),
-    ] = "minilm",
-    backend: str | None = BACKEND,
-    download: bool = DOWNLOAD,
-    trust_remote_code: bool = TRUST_REMOTE_CODE,
+    source: ModelChoice = None,  # the model-source options (``model_source``)
 ) -> None:
     """Write DIR/index.html: the seed questions answered, heads, gradients, model and sweeps."""
     from headlab.report import ReportOptions, build_report, check_targets
@@ -75,11 +68,12 @@ def report(
         if text != DEFAULT_TEXT:
             raise ValueError("--text and --text-file: expected one of them, got both")
         text, cut_note = read_report_text(text_file, "--text-file")  # streamed, cut
-    hub_access(download)
+    hub_access(source.download)
     named = results is not None and not results.is_dir()  # named but not there: mistyped?
     results = RESULTS_DIR if results is None else results  # the default: missing in a fresh folder
-    options = ReportOptions(text=text, results=results, seed=seed, model=model, backend=backend,
-                            download=download, trust_remote_code=trust_remote_code,
+    options = ReportOptions(text=text, results=results, seed=seed, model=source.model,
+                            backend=source.backend, download=source.download,
+                            trust_remote_code=source.trust_remote_code,
                             text_file=text_file, text_cut_note=cut_note)  # fmt: skip
     names = ("out", "png", "force", "model", "backend", "download", "trust_remote_code")
     with flags(*names):

@@ -2,23 +2,24 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from headlab.cli.model_source import ModelChoice, model_source, open_model
 from headlab.cli.outputs import AS_JSON, FIGURE, FORCE, claim, write_outputs
-from headlab.cli.parsing import flags, sizes
+from headlab.cli.parsing import flags, int_list
 from headlab.cli.progress import progress
 from headlab.results.locations import why_results
 
 OUT = typer.Option(why_results("redundancy"), "--out", help="Results file (JSON).")
 
 
+@model_source(default="minilm", help="minilm, smollm2, a model's path or a hub id.", backend=False)
 def redundancy(
-    model: str = typer.Option("minilm", "--model", help="minilm, smollm2, or a model path."),
+    source: ModelChoice,
     ranks: str = typer.Option(
         "", "--ranks", help="Shared key/query ranks k [default: H*d_head / 1, 2, 4, 8, 16]."
     ),
@@ -34,20 +35,17 @@ def redundancy(
     The spectrum and effective rank of each layer's W_Q_i^T W_K_i, and the model with every
     layer's keys and queries read through shared rank-k subspaces (no retraining).
     """
-    from headlab.heads.redundancy import measure_redundancy
-    from headlab.limits import check_int
+    from headlab.heads.redundancy import check_ranks, measure_redundancy
+    from headlab.heads.requests import CorpusRequest
 
+    with flags("n_texts", "max_length", "ranks"):
+        request = CorpusRequest(n_texts=n_texts, max_length=max_length)
+        chosen = check_ranks(int_list(ranks, "--ranks")) if ranks else None
+        texts = request.texts()  # its size is known before the model loads
     claim("redundancy", out, force=force, figure=figure)
-    check_int("--n-texts", n_texts, high=10**5)
-    chosen = sizes(ranks, "--ranks", 2**16) if ranks else None
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from headlab.models import default_corpus, load
-
-    with flags("n_texts"):  # its size is known before the model loads
-        texts = default_corpus(n_texts)
-    with flags("model"):
-        loaded = load(model)
-    check_int("--max-length", max_length, low=2, high=loaded.max_positions)
+    loaded = open_model(source, quiet=as_json)
+    with flags("max_length"):
+        max_length = request.length_for(loaded.max_positions)
     with flags("ranks"), progress("redundancy: layers and ranks", None, quiet=as_json) as update:
         result = measure_redundancy(
             loaded, texts, ranks=chosen, max_length=max_length, on_step=update

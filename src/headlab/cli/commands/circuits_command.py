@@ -15,7 +15,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from headlab.cli.model import DOWNLOAD, MODEL, MODEL_DIR, TRUST_REMOTE_CODE, Route, open_model
+from headlab.cli.model_source import ModelChoice, model_source, open_model
 from headlab.cli.outputs import AS_JSON, FORCE, an_input, claim, write_outputs, writing
 from headlab.cli.parsing import flags
 from headlab.cli.progress import progress
@@ -35,6 +35,7 @@ PAIRS = typer.Option(
 )
 
 
+@model_source(folder=True, backend=False)
 def circuits(
     task: str | None = typer.Option(
         None, "--task", help="induction (default), copy, ioi or greater-than."
@@ -50,10 +51,7 @@ def circuits(
         None, "--length", help="induction: tokens repeated [40]; copy: tokens of the text [512]."
     ),
     seed: int = typer.Option(0, "--seed", help="Seed of the task's pairs."),
-    model: str | None = MODEL,
-    model_dir: Path | None = MODEL_DIR,
-    download: bool = DOWNLOAD,
-    trust_remote_code: bool = TRUST_REMOTE_CODE,
+    source: ModelChoice = None,  # the model-source options (``model_source``)
     out: Path = OUT,
     figure: Path | None = GRAPH_FIGURE,
     faithfulness_figure: Path | None = CURVE_FIGURE,
@@ -71,8 +69,6 @@ def circuits(
 
     if pairs is not None and task is not None:
         raise ValueError(f"pass --task or --pairs, not both (got --task {task} and --pairs)")
-    if model is not None and model_dir is not None:
-        raise ValueError("pass --model or --model-dir, not both")
     with flags("method", "steps", "top", "n_pairs", "length", "seed", "task", pairs_file="--pairs"):
         request = CircuitRequest(
             TaskRequest(
@@ -93,11 +89,8 @@ def circuits(
 
         read_pairs(pairs)
     _claim(out, figure, faithfulness_figure, force)
-    loaded = open_model(model if model_dir is None else model_dir,
-                        Route(backend=through_transformers(), download=download,
-                              trust_remote_code=trust_remote_code,
-                              quiet=as_json))  # fmt: skip
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    loaded = open_model(source, quiet=as_json)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing more is fetched, even with --download
     from headlab.circuits.run import prepare, run_circuits
 
     with flags("top", pairs_file="--pairs"):
@@ -119,16 +112,6 @@ def circuits(
     for path in (figure, faithfulness_figure):
         if path is not None:
             print(f"wrote {path}")
-
-
-def through_transformers() -> str | None:
-    """The ``backend`` that runs a checkpoint through transformers (the circuits need its
-    modules): "transformers" while ``load`` still defaults to headlab's own models, None once
-    every model runs there and --backend is retired (issue 29)."""
-    import importlib
-
-    loading = importlib.import_module("headlab.models.load")
-    return None if hasattr(loading, "RetiredOption") else "transformers"
 
 
 def _claim(out: Path, figure: Path | None, curve: Path | None, force: bool) -> None:

@@ -1,56 +1,24 @@
-"""``headlab sweep``: train small models across head counts; ``headlab sweep plot``: the figure."""
+"""``headlab sweep``: train small models across head counts, then print the summary."""
 
 from __future__ import annotations
 
 import sys
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
 
-from headlab.cli.outputs import an_input
 from headlab.cli.parsing import flags, int_list
 from headlab.cli.progress import progress
-from headlab.cli.tables import fitted_tables
-from headlab.results.locations import SWEEP_FIGURE, SWEEP_RESULTS
+from headlab.cli.sweep_tables import summary_tables
+from headlab.results.locations import SWEEP_RESULTS
 
 if TYPE_CHECKING:  # pragma: no cover
-    from rich.table import Table
-
     from headlab.experiments.sweep import SweepPlan
-    from headlab.results.sweep_summary import SummaryRow
 
 # SweepSpec's and the executors' arguments, which their errors name, are this command's flags
 SWEEP_FLAGS = ("task", "heads", "d_model", "layers", "seeds", "steps", "kv_heads", "head_dim",
                "attention", "workers", "executor", "address", "out")  # fmt: skip
-
-sweep_app = typer.Typer(
-    help="Train small attention models that differ only in the head split.",
-    no_args_is_help=False,
-)
-
-
-def summary_tables(rows: list[SummaryRow], title: str) -> list[Table]:
-    """The summary as rich Tables (split to fit the terminal): one row per (task, heads, K/V
-    heads, head size)."""
-    columns = ["task", "heads", "kv", "d_head", "params", "seeds", "final loss", "accuracy"]
-    cells = [
-        [
-            r.task if r.attention == "plain" else f"{r.task} ({r.attention})",
-            str(r.num_heads),
-            str(r.num_kv_heads),
-            str(r.head_dim),
-            str(r.params),
-            str(r.seeds),
-            f"{r.loss_mean:.3f} ± {r.loss_std:.3f}",
-            f"{r.accuracy_mean:.3f} ± {r.accuracy_std:.3f}",
-            "-" if r.entropy_mean is None else f"{r.entropy_mean:.2f}",
-        ]
-        for r in rows
-    ]
-    return fitted_tables(title, [*columns, "head entropy"], cells, keys=2, left=["task"])
-
 
 def run_name(config) -> str:
     """How the progress bar names a run: its head split and its seed."""
@@ -91,7 +59,6 @@ def _run_with_progress(plan: SweepPlan, *, executor: str, workers: int, address:
     return done
 
 
-@sweep_app.callback(invoke_without_command=True)
 def sweep(
     ctx: typer.Context,
     task: str = typer.Option("multi-lookup", "--task", help="multi-lookup, recall or induction."),
@@ -158,41 +125,6 @@ def sweep(
     Console().print(*summary_tables(summarize(rows), f"{task}: final metrics over seeds"))
 
 
-@sweep_app.command("plot")
-def plot(
-    results: str = typer.Option(
-        str(SWEEP_RESULTS), "--results", help="Results file (JSONL).", callback=an_input
-    ),
-    out: str = typer.Option(str(SWEEP_FIGURE), "--out", help="PNG to write."),
-    force: bool = typer.Option(
-        False, "--force", help="Replace --out even if it is not a headlab sweep figure."
-    ),
-) -> None:
-    """Plot final accuracy and loss against head count, one column per task."""
-    from headlab.report.figure_files import plot_sweep
-
-    with flags("out", "force"):
-        path = plot_sweep(results, out, force=force)
-    print(f"wrote {path}")
-
-
-@sweep_app.command("summary")
-def summary(
-    results: str = typer.Option(
-        str(SWEEP_RESULTS), "--results", help="Results file (JSONL).", callback=an_input
-    ),
-) -> None:
-    """Print the summary table of a results file."""
-    from rich.console import Console
-
-    from headlab.results.jsonl_store import read_rows
-    from headlab.results.sweep_summary import summarize
-
-    if not Path(results).is_file():
-        raise FileNotFoundError(f"results file not found: {results}")
-    Console().print(*summary_tables(summarize(read_rows(results)), str(results)))
-
-
-def register(app: typer.Typer) -> None:
-    """Add this module's commands to ``app`` (``headlab.cli.app``)."""
-    app.add_typer(sweep_app, name="sweep")
+def register(group: typer.Typer) -> None:
+    """Make this command the ``sweep`` group's own (``headlab sweep``; ``headlab.cli.app``)."""
+    group.callback(invoke_without_command=True)(sweep)

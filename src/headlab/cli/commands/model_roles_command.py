@@ -9,10 +9,11 @@ from pathlib import Path
 import typer
 from rich.text import Text
 
-from headlab.cli.model import BACKEND, DOWNLOAD, TRUST_REMOTE_CODE, model_app
+from headlab.cli.model_source import ModelChoice, model_source
 from headlab.cli.outputs import an_input_folder, claim, emit_result, note_lines
 from headlab.cli.parsing import flags
 from headlab.cli.progress import progress
+from headlab.cli.role_tables import role_tables
 from headlab.results.locations import RESULTS_DIR, model_results
 
 DOCUMENTS = typer.Option(
@@ -36,15 +37,10 @@ FLAGS = ("model", "backend", "workers", "executor", "address", "sinks", "window"
          "documents", "out")  # fmt: skip
 
 
-@model_app.command("roles")
+@model_source(default="smollm2", help="smollm2 (default), minilm, a model's path or a hub id.")
 def roles_command(
     documents: Path = DOCUMENTS,
-    model: str = typer.Option(
-        "smollm2", "--model", help="smollm2 (default), minilm, a model's path or a hub id."
-    ),
-    backend: str | None = BACKEND,
-    download: bool = DOWNLOAD,
-    trust_remote_code: bool = TRUST_REMOTE_CODE,
+    source: ModelChoice = None,  # the model-source options (``model_source``)
     max_tokens: int | None = typer.Option(
         None, "--max-tokens", help="Cut each document to this many tokens [default: its context]."
     ),
@@ -82,9 +78,9 @@ def roles_command(
             raise ValueError(f"--out and --summary must be different files, got {out} twice")
         claim("model-corpus-roles", summary, force=force, out_flag="--summary")
         texts = read_documents(documents)
-        source = ModelSource.of(model, backend=backend, download=download,
-                                trust_remote_code=trust_remote_code)  # fmt: skip
-        plan = plan_corpus(source, texts, options, out)  # every input checked, no model loaded
+        model = ModelSource.of(source.model, backend=source.backend, download=source.download,
+                               trust_remote_code=source.trust_remote_code)  # fmt: skip
+        plan = plan_corpus(model, texts, options, out)  # every input checked, no model loaded
         if executor == "ray" and address:
             check_reachable(address)  # Ray itself would retry an unreachable address for minutes
     workers = capped_workers(workers, len(plan.todo))
@@ -124,8 +120,6 @@ def _run(plan, executor: str, workers: int, address: str | None, quiet: bool) ->
 
 
 def _tables(result) -> list:
-    from headlab.cli.roles import role_tables
-
     c = result.corpus
     limit = result.options.max_tokens
     to = "the model's context" if limit is None else f"--max-tokens {limit}"
@@ -142,5 +136,6 @@ def _tables(result) -> list:
     ]
 
 
-def register(app: typer.Typer) -> None:
-    """Nothing of its own: the command above is on ``model_app`` (``headlab model roles``)."""
+def register(group: typer.Typer) -> None:
+    """Add this command to the ``model`` group (``headlab.cli.app``)."""
+    group.command("roles")(roles_command)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -11,8 +10,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from headlab.cli.model_source import ModelChoice, model_source, open_model
 from headlab.cli.outputs import AS_JSON, FIGURE, FORCE, claim, write_outputs
-from headlab.cli.parsing import flags, sizes
+from headlab.cli.parsing import flags, int_list
 from headlab.cli.progress import progress
 from headlab.cli.tables import fitted_tables
 from headlab.results.locations import why_results
@@ -23,15 +23,15 @@ if TYPE_CHECKING:  # the analysis loads lazily: the CLI starts without torch
 OUT = typer.Option(why_results("expressivity"), "--out", help="Results file (JSON).")
 
 
+@model_source(default="minilm", help="Also fit this encoder's heads' patterns; 'none' to skip.",
+              backend=False)  # fmt: skip
 def expressivity(
     seq_lens: str = typer.Option("8,16,32", "--seq-lens", help="Sequence lengths n."),
     head_dims: str = typer.Option("1,2,4,8,16,32", "--head-dims", help="Head sizes d_head."),
     targets: int = typer.Option(3, "--targets", help="Random targets per (n, d_head)."),
     steps: int = typer.Option(600, "--steps", help="Adam steps per fit."),
     heads: int = typer.Option(4, "--heads", help="h of the pattern test (d_model 32)."),
-    model: str = typer.Option(
-        "minilm", "--model", help="Also fit this encoder's heads' patterns; 'none' to skip."
-    ),
+    source: ModelChoice = None,  # the model-source options (``model_source``)
     seed: int = typer.Option(0, "--seed", help="Seed of targets and fits."),
     out: Path = OUT,
     figure: Path | None = FIGURE,
@@ -44,24 +44,20 @@ def expressivity(
     fit h different offsets at once with 1 head of 32 against h heads of 32 / h.
     """
     from headlab.analysis.expressivity import ExpressivityConfig, measure_expressivity
-    from headlab.limits import check_int, check_seed
 
+    with flags("seq_lens", "head_dims", "targets", "steps", "heads", "seed"):
+        config = ExpressivityConfig(
+            seq_lens=tuple(int_list(seq_lens, "--seq-lens") or ()),
+            head_dims=tuple(int_list(head_dims, "--head-dims") or ()),
+            targets=targets,
+            steps=steps,
+            heads=heads,
+            seed=seed,
+        )
     claim("expressivity", out, force=force, figure=figure)
-    config = ExpressivityConfig(
-        seq_lens=sizes(seq_lens, "--seq-lens", 512),
-        head_dims=sizes(head_dims, "--head-dims", 512),
-        targets=check_int("--targets", targets, high=1000),
-        steps=check_int("--steps", steps, high=10**6),
-        heads=check_int("--heads", heads, high=32),
-        seed=check_seed("--seed", seed),
-    )
-    patterns, name, loaded = None, model, None
-    if model != "none":
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        from headlab.models import load
-
-        with flags("model"):
-            loaded = load(model)
+    patterns, name, loaded = None, source.model, None
+    if source.model != "none":
+        loaded = open_model(source, quiet=as_json)
         name = loaded.name
     # One bar for both phases: the model's patterns (one pass per length), then the fits.
     before = 0 if loaded is None else len(config.seq_lens)

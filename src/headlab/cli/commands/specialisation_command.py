@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from headlab.cli.outputs import AS_JSON, FIGURE, FORCE, claim, write_outputs
-from headlab.cli.parsing import flags, sizes
+from headlab.cli.parsing import flags, int_list
 from headlab.cli.progress import progress
 from headlab.results.locations import why_results
 
@@ -35,17 +35,16 @@ def specialisation(
     heads x lookups matrix, the step at which heads split the work, talking heads beside.
     """
     from headlab.experiments.specialisation import SpecialisationConfig, measure_specialisation
-    from headlab.limits import check_int, check_seed
 
-    claim("specialisation", out, force=force, figure=figure)
-    with flags("heads", "attention"):
+    with flags("heads", "attention", "steps", "eval_every", "seed"):
         config = SpecialisationConfig(
-            heads=sizes(heads, "--heads", 64),
+            heads=tuple(int_list(heads, "--heads") or ()),
             attention=tuple(a.strip() for a in attention.split(",") if a.strip()),
-            steps=check_int("--steps", steps, high=10**6),
-            eval_every=check_int("--eval-every", eval_every, high=10**6),
-            seed=check_seed("--seed", seed),
+            steps=steps,
+            eval_every=eval_every,
+            seed=seed,
         )
+    claim("specialisation", out, force=force, figure=figure)
     with progress("specialisation: checkpoints", config.steps_total(), quiet=as_json) as update:
         result = measure_specialisation(config, on_step=update)
     from headlab.report.why_figures import specialisation_figure

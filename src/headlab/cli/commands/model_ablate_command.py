@@ -1,0 +1,78 @@
+"""``headlab model ablate``: the model's loss with and without some heads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.text import Text
+
+from headlab.cli.model_options import (
+    AS_JSON,
+    CORPUS,
+    FORCE,
+    MAX_LENGTH,
+    N_TEXTS,
+    claim_analysis,
+    corpus_request,
+    load_with_texts,
+    out_option,
+)
+from headlab.cli.model_source import ModelChoice, model_source
+from headlab.cli.outputs import emit_result
+from headlab.cli.parsing import flags
+from headlab.cli.progress import progress
+from headlab.cli.tables import fitted_tables
+
+HEADS = typer.Option(
+    ...,
+    "--ablate",
+    help="Heads to ablate: LAYER.HEAD or a whole K/V group LAYER.kvGROUP (3.5,4.kv1).",
+)
+
+OUT = out_option("ablate")
+
+@model_source(folder=True)
+def ablate(
+    heads: str = HEADS,
+    mode: str = typer.Option("zero", "--mode", help="zero, mean or resample."),
+    source: ModelChoice = None,  # the model-source options (``model_source``)
+    corpus: Path | None = CORPUS,
+    n_texts: int = N_TEXTS,
+    max_length: int | None = MAX_LENGTH,
+    out: Path = OUT,
+    as_json: bool = AS_JSON,
+    force: bool = FORCE,
+) -> None:
+    """The model's loss with and without the --ablate heads (their outputs before W_O)."""
+    from headlab.heads.ablation import ablation_effect, check_mode, parse_ablation
+
+    with flags("mode", heads="--ablate"):
+        chosen, groups = parse_ablation(heads)
+        check_mode(mode)
+    request = corpus_request(corpus, n_texts, max_length)
+    claim_analysis("ablate", out, force)
+    loaded, texts, max_length = load_with_texts(source, request, quiet=as_json)
+    # ablation_effect checks the heads against the model before its first pass
+    with flags(heads="--ablate"), progress("ablation: passes", 2, quiet=as_json) as update:
+        result = ablation_effect(
+            loaded, texts, chosen, mode=mode, max_length=max_length, on_step=update,
+            kv_groups=groups,
+        )  # fmt: skip
+    row = [
+        ",".join(f"{l}.{h}" for l, h in result.heads),
+        result.mode,
+        f"{result.baseline:.4f}",
+        f"{result.ablated:.4f}",
+        f"{result.change:+.4f}",
+    ]
+    columns = ["heads", "mode", "baseline", "ablated", "change"]
+    title = f"Ablation, {result.model}, {result.n_texts} texts"
+    tables = fitted_tables(title, columns, [row], keys=0, left=["heads"])
+    # a sentence, not a column: as a column it split the table in three at 80 columns
+    emit_result(result, out, force, as_json, [*tables, Text(f"objective: {result.objective}")])
+
+
+def register(group: typer.Typer) -> None:
+    """Add this command to the ``model`` group (``headlab.cli.app``)."""
+    group.command("ablate")(ablate)

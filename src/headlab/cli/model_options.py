@@ -1,0 +1,61 @@
+"""Options shared by the ``headlab model`` commands over many short texts (``--corpus``,
+``--n-texts``, ``--max-length``) and their outputs, and the one way those commands load a
+model with its texts: every input checked (``headlab.heads.requests.CorpusRequest``) before it
+loads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from headlab.cli.model_source import ModelChoice, open_model
+from headlab.cli.outputs import an_input, claim
+from headlab.cli.parsing import flags
+from headlab.results.locations import model_results
+
+CORPUS = typer.Option(
+    None, "--corpus", help="Text file, one text per line (default: stdlib).", callback=an_input
+)
+N_TEXTS = typer.Option(300, "--n-texts", help="Number of texts to use.")
+MAX_LENGTH = typer.Option(
+    None, "--max-length", help="Tokens kept per text [default: 128, or the model's positions]."
+)
+AS_JSON = typer.Option(False, "--json", help="Print the results document as JSON.")
+FIGURE = typer.Option(None, "--figure", help="Write a layers x heads PNG grid.")
+FORCE = typer.Option(
+    False, "--force", help="Replace --out even if it is not this analysis' file."
+)
+FORCE_WITH_FIGURE = typer.Option(
+    False, "--force", help="Replace --out (and --figure) even if it is not this analysis' file."
+)
+# the request's fields, which its errors name, are these options
+CORPUS_FLAGS = ("n_texts", "max_length")
+
+
+def out_option(name: str) -> typer.models.OptionInfo:
+    """``--out``, defaulting to the results file of the ``model`` analysis ``name``."""
+    return typer.Option(model_results(name), "--out", help="Results file (JSON).")
+
+
+def claim_analysis(analysis: str, out: Path, force: bool, figure: Path | None = None) -> None:
+    """Check the output paths before any work (they are checked again when written)."""
+    claim(f"model-{analysis}", out, force=force, figure=figure)
+
+
+def corpus_request(corpus: Path | None, n_texts: int, max_length: int | None):
+    """The options as the library's ``CorpusRequest`` (checked now, naming the options)."""
+    from headlab.heads.requests import CorpusRequest
+
+    with flags(*CORPUS_FLAGS):
+        return CorpusRequest(n_texts=n_texts, max_length=max_length, corpus=corpus)
+
+
+def load_with_texts(source: ModelChoice, request, *, quiet: bool):
+    """(model, texts, max_length): the texts read before the model loads, the length checked
+    against its positions once it has."""
+    with flags(*CORPUS_FLAGS):
+        texts = request.texts()
+    loaded = open_model(source, quiet=quiet)
+    with flags(*CORPUS_FLAGS):
+        return loaded, texts, request.length_for(loaded.max_positions)
