@@ -175,3 +175,22 @@ def test_a_finding_that_only_these_values_decide_is_not_kept(tmp_path: Path) -> 
     assert len(set(rows)) < len(rows)  # the probe matched head 1 to head 0's slice
     assert not probe_cache.distinct(layers)
     assert _entries(tmp_path) == []
+
+
+def test_a_change_of_the_probes_code_changes_every_key(monkeypatch) -> None:
+    """An entry written by an older probe is never read back by a newer one: the probing
+    modules' source is in the key."""
+    model = _on_headlab("llama")
+    before = probe_key(model)
+    probe_cache._probe_code.cache_clear()
+    real = Path.read_bytes
+
+    def edited(path: Path) -> bytes:
+        data = real(path)
+        return data + b"\n# edited" if path.name == "observe.py" else data
+
+    monkeypatch.setattr(Path, "read_bytes", edited)
+    try:
+        assert probe_key(model) != before
+    finally:
+        probe_cache._probe_code.cache_clear()

@@ -6,9 +6,10 @@ projections and its norm. For a model that transformers built from a checkpoint,
 depends on the code that runs (transformers' class for the config) and the model's shapes, not
 on the weights' values (but see below), so ``probed_layers`` keeps it as JSON, one small file per
 
-    key = SHA-256 of (FORMAT, transformers' and torch's versions, the model's class, its config
-          without the folder's name, every module's name and class, every parameter's name,
-          shape and dtype)
+    key = SHA-256 of (FORMAT, the source of the code that probes (probe.py, observe.py,
+          layer.py), transformers' and torch's versions, the model's class, its config without
+          the folder's name, every module's name and class, every parameter's name, shape and
+          dtype)
 
 in ``<headlab's cache>/probes/<key>.json`` (``gguf_cache.cache_root``: ``$HEADLAB_CACHE`` or the
 platform's cache folder; a few kB per model, written atomically: a temporary file renamed into
@@ -25,6 +26,7 @@ model in memory, which its owner may have changed in ways no key sees) always pr
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -36,7 +38,10 @@ from torch import nn
 from headlab.models.hf.layer import HFAttentionLayer, Norm, Projection
 from headlab.models.hf.probe import probe
 
-FORMAT = 1  # bump it when what the probe finds, or how it is written, changes
+FORMAT = 1  # bump it when how an entry is written changes (a change of the probe's code is keyed)
+#: The modules whose code decides what the probe finds: their source is part of every key, so an
+#: entry written by an older probe is never read back by a newer one.
+PROBE_CODE = ("probe.py", "observe.py", "layer.py")
 FOLDER = "probes"
 #: Config entries that name where the checkpoint was read, not what it is.
 WHERE = ("_name_or_path", "_commit_hash")
@@ -54,6 +59,7 @@ def probe_key(model: nn.Module) -> str | None:
     config = {k: v for k, v in model.config.to_dict().items() if k not in WHERE}
     facts = {
         "format": FORMAT,
+        "probe_code": _probe_code(),
         "versions": [transformers.__version__, torch.__version__],
         "class": f"{cls.__module__}.{cls.__qualname__}",
         "config": config,
@@ -62,6 +68,15 @@ def probe_key(model: nn.Module) -> str | None:
     }
     text = json.dumps(facts, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+@functools.cache
+def _probe_code() -> str:
+    """SHA-256 of the probing modules' source (PROBE_CODE)."""
+    digest = hashlib.sha256()
+    for name in PROBE_CODE:
+        digest.update((Path(__file__).parent / name).read_bytes())
+    return digest.hexdigest()
 
 
 def _runs(rows: tuple[int, ...]) -> list[list[int]]:
