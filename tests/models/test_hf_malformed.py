@@ -277,3 +277,34 @@ def test_a_norm_epsilon_is_refused_exactly_when_not_a_finite_number_from_zero(fi
         return
     with pytest.raises(ValueError, match=rf"^config\.json: {field} must be a finite number >= 0"):
         check_config_fields(config, "config.json")
+
+
+def test_relative_positions_the_family_no_longer_runs_are_refused(
+    qwen3_dir, tmp_path, no_weight_read
+):
+    """transformers 5's BERT does not read ``position_embedding_type`` (its own model gives the
+    same output with 'relative_key' as with absolute positions, shown first): a checkpoint that
+    asks for relative positions is refused before the build, not run as another model."""
+    import transformers
+
+    small = dict(vocab_size=31, hidden_size=14, num_hidden_layers=1, num_attention_heads=2,
+                 intermediate_size=17, max_position_embeddings=19)
+    torch.manual_seed(0)
+    absolute = transformers.BertModel(transformers.BertConfig(**small)).eval()
+    relative_config = transformers.BertConfig(**small, position_embedding_type="relative_key")
+    relative = transformers.BertModel(relative_config).eval()
+    relative.load_state_dict(absolute.state_dict())
+    ids = torch.tensor([[1, 5, 7, 3, 2]])
+    with torch.no_grad():
+        same = torch.equal(absolute(ids).last_hidden_state, relative(ids).last_hidden_state)
+    assert same, "this transformers runs relative_key: the refusal is no longer needed"
+    config = {**relative_config.to_dict(), "model_type": "bert"}
+    with pytest.raises(ValueError, match=r"config\.json: position_embedding_type 'relative_key'"):
+        check_config_fields(config, "config.json")
+    check_config_fields({**config, "position_embedding_type": "absolute"}, "config.json")
+    folder = edited_copy(qwen3_dir, tmp_path / "qwen3", position_embedding_type="relative_key")
+    with pytest.raises(ValueError) as error:  # before transformers reads a weight
+        load(folder)
+    assert "position_embedding_type 'relative_key'" in _one_line(error)
+    # ESM's code does read the field: its rotary positions are not refused.
+    check_config_fields({"model_type": "esm", "position_embedding_type": "rotary"}, "c.json")

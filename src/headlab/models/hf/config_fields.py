@@ -148,10 +148,44 @@ def _check_rope(rope: object, where: str, field: str) -> None:
             raise ValueError(f"{where}: {field}.{name} must be a list of numbers, got {values!r}")
 
 
+def _reads_field(model_type: str, field: str) -> bool:
+    """Whether transformers' modelling code of ``model_type`` mentions ``field`` at all (read from
+    its source file, not imported); True where that code cannot be found (not ours to judge)."""
+    import importlib.util
+
+    name = model_type.replace("-", "_")
+    try:
+        spec = importlib.util.find_spec(f"transformers.models.{name}.modeling_{name}")
+    except (ImportError, ValueError):
+        return True
+    if spec is None or spec.origin is None:
+        return True
+    return field in Path(spec.origin).read_text(encoding="utf-8")
+
+
+def _check_positions(config: dict, where: str, prefix: str) -> None:
+    """A checkpoint asking for positions other than absolute ones (BERT's ``relative_key``) from a
+    family whose code in this transformers no longer reads the field would silently run with
+    absolute positions only: refused, naming the field."""
+    kind = config.get("position_embedding_type")
+    model_type = config.get("model_type")
+    if kind in (None, "absolute") or not isinstance(model_type, str):
+        return
+    if not _reads_field(model_type, "position_embedding_type"):
+        import transformers
+
+        raise ValueError(
+            f"{where}: {prefix}position_embedding_type {kind!r} is not run by transformers "
+            f"{transformers.__version__}'s {model_type} (absolute positions only): its results "
+            "would not be this checkpoint's"
+        )
+
+
 def check_config_fields(config: dict, path: Path | str) -> None:
     """ValueError naming ``path`` and the field for a size that is not an integer >= 1, a dtype
     that is not a floating torch dtype, a norm's epsilon that is not a finite number >= 0, a
-    pad_token_id outside the vocabulary, or rotary parameters that are not numbers, in
+    pad_token_id outside the vocabulary, rotary parameters that are not numbers, or positions
+    the family's code does not read (``position_embedding_type``), in
     ``config`` (config.json's object) and its ``text_config``."""
     where = str(path)
     parts = [(config, "")]
@@ -162,6 +196,7 @@ def check_config_fields(config: dict, path: Path | str) -> None:
         _check_dtype(part, where, prefix)
         _check_epsilons(part, where, prefix)
         _check_pad_token(part, where, prefix)
+        _check_positions(part, where, prefix)
         for field in ROPES:
             if field in part:
                 _check_rope(part[field], where, prefix + field)
