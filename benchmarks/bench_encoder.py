@@ -33,15 +33,6 @@ from side_by_side import interleaved, load_table
 BASELINE = "sentence-transformers"
 
 
-def embed(model, texts: list[str], batch_size: int) -> torch.Tensor:
-    """(n_texts, d_model) sentence embeddings, ``batch_size`` texts a forward."""
-    with torch.no_grad():
-        return torch.cat([
-            model.run(model.tokenize(texts[i : i + batch_size]))
-            for i in range(0, len(texts), batch_size)
-        ])  # fmt: skip
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n-texts", type=int, default=256)
@@ -63,7 +54,7 @@ def main(argv: list[str] | None = None) -> None:
     assert ours.pooling.max_seq_length == theirs.max_seq_length
     runs = {
         BASELINE: lambda: theirs.encode(texts, batch_size=args.batch_size, convert_to_tensor=True),
-        "headlab": lambda: embed(ours, texts, args.batch_size),
+        "headlab": lambda: ours.embed(texts, args.batch_size),
     }
     medians, seen = {}, []
     for load_ in loads(args.load):

@@ -87,3 +87,25 @@ def test_trace_head_mask_zeroes_that_head(tiny):
     assert traces[0].head_outputs[:, 1].abs().max() == 0
     assert traces[0].contributions[:, 1].abs().max() == 0
     assert math.isfinite(traces[1].weights.sum().item())
+
+
+@pytest.mark.parametrize("batch_size", [1, 2, 3, 7])
+def test_embed_batches_longest_first_and_returns_the_given_order(tiny, batch_size):
+    """``embed`` (sentence-transformers' ``encode``: batches by length) equals each text run alone,
+    row for row in the order given, with and without a head mask."""
+    texts = [TEXTS[i] for i in (4, 0, 2, 1, 3)]  # lengths out of order
+    alone = torch.cat([embed(tiny, [t]) for t in texts])
+    torch.testing.assert_close(tiny.embed(texts, batch_size), alone, rtol=1e-5, atol=1e-6)
+    mask = torch.ones(tiny.num_layers, tiny.heads_per_layer[0])
+    mask[0, 1] = 0.0
+    masked = torch.cat([embed(tiny, [t], head_mask=mask) for t in texts])
+    torch.testing.assert_close(
+        tiny.embed(texts, batch_size, head_mask=mask), masked, rtol=1e-5, atol=1e-6
+    )
+    assert not torch.allclose(masked, alone)
+
+
+def test_embed_refuses_a_batch_size_below_one_and_embeds_no_text(tiny):
+    with pytest.raises(ValueError, match="batch_size must be an integer >= 1, got 0"):
+        tiny.embed(TEXTS, 0)
+    assert tiny.embed([]).shape == (0, 15)

@@ -54,11 +54,7 @@ def _check_embeddings(ours, theirs):
 
 def embed(model, texts: list[str], max_length: int | None = None) -> torch.Tensor:
     """(n_texts, d_model) sentence embeddings of the route, four texts per batch."""
-    with torch.no_grad():
-        return torch.cat([
-            model.run(model.tokenize(texts[i : i + 4], max_length))
-            for i in range(0, len(texts), 4)
-        ])  # fmt: skip
+    return model.embed(texts, 4, max_length=max_length)
 
 
 def test_embeddings_equal_sentence_transformers(minilm, sentence_transformer):

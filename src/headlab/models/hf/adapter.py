@@ -220,6 +220,34 @@ class TransformersModel:
             return out  # (batch, pos, vocab)
         return pool(out, batch.attention_mask, self.pooling)  # (batch, hidden)
 
+    def embed(
+        self,
+        texts: list[str],
+        batch_size: int = 32,
+        *,
+        max_length: int | None = None,
+        head_mask: HeadMask = None,
+    ) -> Tensor:
+        """(n_texts, hidden) sentence embeddings of an encoder, as sentence-transformers' ``encode``
+        gives them: texts batched longest first (little padding computed), rows returned in the
+        order of ``texts``."""
+        if self.causal:
+            raise ValueError(f"{self.name} is a language model: embed is for encoders")
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+            raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+        parts = []
+        with torch.inference_mode():
+            for start in range(0, len(texts), batch_size):
+                rows = order[start : start + batch_size]
+                batch = self.tokenize([texts[i] for i in rows], max_length)
+                parts.append(self.run(batch, head_mask))  # (batch, hidden)
+        if not parts:
+            return torch.zeros(0, int(self.config.hidden_size))
+        inverse = torch.empty(len(order), dtype=torch.long)
+        inverse[torch.tensor(order)] = torch.arange(len(order))
+        return torch.cat(parts)[inverse]
+
     def run_rows(self, batch: TokenBatch, head_mask: HeadMask = None) -> HFOutputRows:
         """A causal model's body run once on ``batch``; its logits a block of positions at a
         time (``models.output_rows``), never the (batch, pos, vocab) whole."""
