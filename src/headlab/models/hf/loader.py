@@ -25,7 +25,9 @@ fit in memory (the estimate from the meta build), pickled weights, remote code w
 
 from __future__ import annotations
 
+import functools
 import os
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -202,9 +204,18 @@ def _quiet_loading() -> Iterator[None]:
     logging.disable_progress_bar()
     logging.set_verbosity_error()
     os.environ["TQDM_DISABLE"] = "1"
+    # tqdm reads TQDM_DISABLE when it is first imported (transformers imported it long before):
+    # the GGUF reader's bar is turned off on the reader itself, for the load only.
+    # (the reader module is imported by then: reading a GGUF config imports it)
+    gguf_reader = sys.modules.get("transformers.modeling_gguf_pytorch_utils")
+    bar = getattr(gguf_reader, "tqdm", None)
+    if bar is not None:
+        gguf_reader.tqdm = functools.partial(bar, disable=True)
     try:
         yield
     finally:
+        if bar is not None:
+            gguf_reader.tqdm = bar
         logging.set_verbosity(verbosity)
         if shown:
             logging.enable_progress_bar()
@@ -256,9 +267,10 @@ def load_pretrained(
                 **extra,
             )
     except (ValueError, OSError, KeyError, RuntimeError) as error:
-        raise ValueError(
-            f"{checkpoint.name}: transformers cannot load it ({first_line(error)})"
-        ) from None
+        why = first_line(error)
+        if "ignore_mismatched_sizes" in why:  # its "above report" is silenced: say what it means
+            why = "tensors whose shapes do not fit the sizes its metadata or config declares"
+        raise ValueError(f"{checkpoint.name}: transformers cannot load it ({why})") from None
     check_finite(model, str(weights))
     say_unused(info, checkpoint.name)
     return model.eval(), load_tokenizer(checkpoint, trust_remote_code), checkpoint
