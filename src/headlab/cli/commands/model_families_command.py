@@ -10,7 +10,7 @@ from headlab.cli.progress import progress
 
 
 def families(as_json: bool = AS_JSON) -> None:
-    """The transformers families that --backend transformers can run.
+    """The transformers families headlab runs (the one route: its attention inside transformers).
 
     Observed in the installed transformers: the families whose text model calls its
     AttentionInterface in one forward on the meta device (about a minute for all), then
