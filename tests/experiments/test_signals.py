@@ -190,3 +190,35 @@ def test_a_worker_that_dies_on_a_broken_connection_prints_nothing():
     )
     assert done.stdout.strip() == "WorkerDied", done.stderr
     assert done.stderr == ""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_an_import_cut_by_the_signal_ends_as_interrupted_not_a_traceback(
+    monkeypatch, capsys, signum
+):
+    """A signal inside ``import torch`` can surface later as another error (numpy's extension
+    refuses to load twice: ImportError). After a signal any error ends the command as the signal
+    does: one line, 130 or 143. Without a signal the same error is not swallowed."""
+    import headlab.cli.app
+    from headlab.cli import main
+    from headlab.results import interrupts
+
+    def cut_import(*args, **kwargs):
+        raise ImportError("cannot load module more than once per process")
+
+    monkeypatch.setattr(headlab.cli.app, "app", cut_import)
+    previous = {s: signal.getsignal(s) for s in interrupts.SIGNALS}
+    try:
+        interrupts.install(watch=False)
+        with pytest.raises(ImportError):  # no signal: the error is the command's own
+            main._run(["compare"])
+        with pytest.raises(interrupts.Interrupted):
+            interrupts.handle(int(signum), None)
+        with pytest.raises(SystemExit) as ended:
+            main._run(["compare"])
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        interrupts.install.__globals__["_state"]["received"] = False
+    assert ended.value.code == 128 + int(signum)
+    assert capsys.readouterr().err.strip() == "headlab: aborted"

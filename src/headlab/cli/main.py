@@ -73,6 +73,9 @@ def _run(argv: list[str] | None) -> None:
     except SystemExit:
         raise
     except Exception as error:
+        if interrupts.received():  # the interrupt surfaced as another error (a cut import)
+            print("headlab: aborted", file=sys.stderr)
+            sys.exit(interrupts.exit_code())
         _handle(error)
     else:
         if isinstance(code, int) and not isinstance(code, bool) and code != 0:

@@ -33,7 +33,7 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 _temporaries: set[str] = set()
 _lock = threading.Lock()
-_state: dict = {"last": int(signal.SIGINT), "news": None, "watching": False}
+_state: dict = {"last": int(signal.SIGINT), "news": None, "watching": False, "received": False}
 
 
 class Interrupted(KeyboardInterrupt):
@@ -93,6 +93,7 @@ def _reset_after_first(signum: int) -> None:
 def handle(signum: int, frame: object) -> None:
     """The Python handler of SIGINT and SIGTERM: tell the watchdog, raise ``Interrupted``."""
     _state["last"] = signum
+    _state["received"] = True
     if _state["watching"]:
         signal.signal(signum, handle)  # one-shot again for the next signal
         _reset_after_first(signum)
@@ -165,10 +166,18 @@ def _start_watchdog() -> None:
         _reset_after_first(signum)
 
 
+def received() -> bool:
+    """Whether SIGINT or SIGTERM reached ``handle`` since ``install``: then any error that follows
+    is the interrupt's (an import cut by it fails again as an ImportError: numpy's extension
+    refuses to load twice), and the command ends as interrupted."""
+    return bool(_state["received"])
+
+
 def install(watch: bool = True) -> None:
     """Handle SIGINT and SIGTERM as described in the module docstring; ``watch`` starts the
     watchdog (main thread only; once per process)."""
     _state["last"] = int(signal.SIGINT)
+    _state["received"] = False
     for signum in SIGNALS:
         signal.signal(signum, handle)
     if watch and not _state["watching"] and threading.current_thread() is threading.main_thread():
