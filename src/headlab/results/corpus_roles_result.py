@@ -153,12 +153,6 @@ class CorpusCounts:
     copy_positions: int
     correct_predictions: int
 
-    def tokens_for(self, max_positions: int, *, name: str = "max_tokens") -> int:
-        """Tokens of each text on a model of ``max_positions`` positions: ``max_tokens``, or
-        all of them; ValueError naming ``name`` when it asks for more."""
-        limit = max_positions if self.max_tokens is None else self.max_tokens
-        return check_int(name, limit, low=2, high=max_positions)
-
     def to_dict(self) -> dict:
         return asdict(self)
 
