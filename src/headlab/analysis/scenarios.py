@@ -16,6 +16,7 @@ from torch import Tensor
 from headlab.analysis.compare import Comparison, compare
 from headlab.analysis.explain import explain
 from headlab.attention.module import MultiHeadAttention
+from headlab.attention.one_thread import one_torch_thread
 from headlab.attention.sizes import FREE_HEAD_DIM, check_divides
 from headlab.limits import check_fits, check_int, check_seed
 from headlab.results.defaults import INITS
@@ -218,7 +219,13 @@ SEED_QUESTIONS = (
 def seed_comparisons(seed: int = 0, draws: int = 0) -> list[tuple[ScenarioResult, Comparison]]:
     """The three seed scenarios, each compared and explained from its own measurements, beside
     the ``Comparison`` it was reduced from (its tensors: the page draws both sides' weights);
-    with ``draws``, each set-up is also compared for seeds 0 .. draws - 1 (``over_draws``)."""
+    with ``draws``, each set-up is also compared for seeds 0 .. draws - 1 (``over_draws``). On
+    one torch thread: the set-ups are 8 x 16 matrices (``one_torch_thread``)."""
+    with one_torch_thread():
+        return _seed_comparisons(seed, draws)
+
+
+def _seed_comparisons(seed: int, draws: int) -> list[tuple[ScenarioResult, Comparison]]:
     measured = []
     for name, question, command, overrides in SEED_QUESTIONS:
         setup = CompareSetup(seed=seed, **overrides)
