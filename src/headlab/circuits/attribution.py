@@ -30,7 +30,7 @@ receiver's gradient is held over the whole length.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 
@@ -40,12 +40,13 @@ from torch import Tensor
 from headlab.attention.interventions import intervene
 from headlab.circuits.graph import LOGITS, Edge, Graph
 from headlab.circuits.metrics import Metric
+from headlab.circuits.moved import Moved, moved_hooks, sender_node
 from headlab.circuits.patching import Patcher, Progress
 from headlab.circuits.resume import Stop, hooked, until_values
 from headlab.models.hf.adapter import TransformersModel
 from headlab.results.circuit_edges import EdgeScores
 
-METHODS = ("eap", "eap-ig")
+METHODS = ("eap", "eap-ig", "eap-ig-activations", "eap-ig-senders")
 
 
 # Bytes of sender writes and receiver gradients held at once: the positions are taken a block
@@ -66,13 +67,24 @@ class _Run:
     final_grad: Tensor  # (batch, pos, embed_dim) at the last block's output
 
 
-def _gradient_run(patcher: Patcher, hidden0: Tensor, clean: bool) -> _Run:
-    """The run from ``hidden0`` (the stream entering layer 0); ``clean``: it is the clean
-    input, whose stream and head outputs the patcher holds already (not kept twice)."""
+def _gradient_run(
+    patcher: Patcher,
+    hidden: Tensor,
+    clean: bool,
+    start: int = 0,
+    moving=lambda stack: None,
+    layers: Collection[int] | None = None,
+) -> _Run:
+    """The run from ``hidden`` (the stream entering layer ``start``; the layers before it are
+    the clean run's, and no receiver may be there) with the hooks ``moving`` entered first;
+    ``clean``: it is the clean run, whose stream and head outputs the patcher holds already
+    (not kept twice). What receivers read (stream, head outputs, gradients at the sites) is
+    kept for ``layers`` alone (default: every layer from ``start``), so that the backward
+    stops at the first of them."""
     runner = patcher.runner
     n = len(runner.blocks)
-    resid: list = [None] * n
-    heads: list = [None] * n
+    resid: list = list(patcher.clean.resid[:n])
+    heads: list = list(patcher.clean.head_outputs)
     tensors: dict[tuple, Tensor] = {}
 
     def keep_site(layer, site):
@@ -84,8 +96,11 @@ def _gradient_run(patcher: Patcher, hidden0: Tensor, clean: bool) -> _Run:
         return fn
 
     def hooks(stack: ExitStack) -> None:
-        for block in runner.blocks:
+        moving(stack)
+        for block in runner.blocks[start:]:
             i = block.index
+            if layers is not None and i not in layers:
+                continue
             if not clean:
                 keep = lambda _m, a, i=i: resid.__setitem__(i, a[0].detach())  # noqa: E731
                 stack.enter_context(hooked(block.module, "pre", keep))
@@ -96,21 +111,20 @@ def _gradient_run(patcher: Patcher, hidden0: Tensor, clean: bool) -> _Run:
         stack.enter_context(hooked(runner.blocks[-1].module, "post",
                                    _keep_tensor(tensors, ("final",))))  # fmt: skip
 
-    x = hidden0.detach().requires_grad_(True)
+    x = hidden.detach().requires_grad_(True)
     with torch.enable_grad():
-        value = patcher.metric(runner.forward(0, x, 1, hooks))[0]
-        keys = [k for k in tensors if k[-1] != "head_outputs"]
+        value = patcher.metric(runner.forward(start, x, 1, hooks))[0]
+        # a cut output is a constant: the receivers that feed only it get no gradient
+        keys = [k for k, t in tensors.items() if k[-1] != "head_outputs" and t.requires_grad]
         grads = torch.autograd.grad(value, [tensors[k] for k in keys], allow_unused=True)
-    got = {
-        k: torch.zeros_like(tensors[k]) if g is None else g
-        for k, g in zip(keys, grads, strict=True)
-    }
+    got = {k: torch.zeros_like(t) for k, t in tensors.items()}
+    got.update({k: g for k, g in zip(keys, grads, strict=True) if g is not None})
     tensors.clear()  # the graph's tensors go with it
     del grads, value
     return _Run(
-        resid=patcher.clean.resid[:n] if clean else resid,
-        head_outputs=patcher.clean.head_outputs if clean else heads,
-        site_grads=[{s: got[(i, s)] for s in ("q", "k", "v")} for i in range(n)],
+        resid=resid,
+        head_outputs=heads,
+        site_grads=[{s: got.get((i, s)) for s in ("q", "k", "v")} for i in range(n)],
         mlp_grads=[got.get((i, "mlp")) for i in range(n)],
         final_grad=got[("final",)],
     )
@@ -187,36 +201,63 @@ def _rows_step(patcher: Patcher, senders: int, receivers: int) -> int:
     return max(1, min(pos, ROWS_BUDGET // max(1, per_row)))
 
 
+@dataclass
+class _Group:
+    """The edges (``indices`` into the edge list) that one node's runs score."""
+
+    node: Moved | None
+    indices: list[int]
+    senders: list[str]
+    by_layer: dict[int | None, list[int]]  # receiver layer (None: the logits) -> indices
+    keys: dict[int | None, list[tuple[str, str]]]  # receiver layer -> (receiver, input)
+    step: int  # positions per block of rows
+
+
+def _group(patcher: Patcher, edges: Sequence[Edge], node, indices, rows) -> _Group:
+    graph: Graph = patcher.graph
+    by_layer: dict[int | None, list[int]] = {}
+    for i in indices:
+        layer = None if edges[i].receiver == LOGITS else graph.node(edges[i].receiver).layer
+        by_layer.setdefault(layer, []).append(i)
+    keys = {layer: list(dict.fromkeys((edges[i].receiver, edges[i].input) for i in found))
+            for layer, found in by_layer.items()}  # fmt: skip
+    senders = list(dict.fromkeys(edges[i].sender for i in indices))
+    step = rows or _rows_step(patcher, len(senders), max(len(k) for k in keys.values()))
+    return _Group(node, list(indices), senders, by_layer, keys, step)
+
+
 def attribution_scores(
     patcher: Patcher,
     edges: Sequence[Edge],
     alphas: Sequence[float],
     progress: Progress | None = None,
     rows: int | None = None,
+    moved: Sequence[Moved | None] = (None,),
+    own: bool = False,
 ) -> Tensor:
-    """(len(edges),) float64: the mean over ``alphas`` of sum over batch, pos of
-    (write_u(corrupted) - write_u(clean)) . dm/dx_v, the gradient taken on the input
-    corrupted + alpha (clean - corrupted) of the embeddings. Per gradient run: one forward
-    and backward of the model, then a block of positions at a time, each sender's write and
-    each receiver's gradient at those positions, multiplied per receiver layer; ``rows``
-    positions per block (default: as many as fit in ROWS_BUDGET)."""
+    """(len(edges),) float64: the mean over gradient runs of sum over batch, pos of
+    (write_u(corrupted) - write_u(clean)) . dm/dx_v. One run per (``moved``, alpha): for
+    None, the input corrupted + alpha (clean - corrupted) of the embeddings; for a ``Moved``,
+    the clean input with that node's output moved there. ``own``: an edge takes only the
+    runs that move its own sender's node (``sender_node``), else every run. Per gradient
+    run: one forward and backward of the model (from the first layer that is interpolated or
+    receives), then a block of positions at a time, each sender's write and each receiver's
+    gradient at those positions, multiplied per receiver layer; ``rows`` positions per block
+    (default: as many as fit in ROWS_BUDGET)."""
     graph: Graph = patcher.graph
-    senders = list(dict.fromkeys(e.sender for e in edges))
-    row = {name: i for i, name in enumerate(senders)}
-    by_layer: dict[int | None, list[int]] = {}
-    for i, edge in enumerate(edges):
-        layer = None if edge.receiver == LOGITS else graph.node(edge.receiver).layer
-        by_layer.setdefault(layer, []).append(i)
-    keys = {layer: list(dict.fromkeys((edges[i].receiver, edges[i].input) for i in indices))
-            for layer, indices in by_layer.items()}  # fmt: skip
-    widest = max(len(k) for k in keys.values())
-    step = rows or _rows_step(patcher, len(senders), widest)
+    everything = range(len(edges))
+    if own:
+        mine = [sender_node(graph, e.sender) for e in edges]
+        groups = [_group(patcher, edges, node, [i for i in everything if mine[i] == node], rows)
+                  for node in moved if node in mine]  # fmt: skip
+    else:
+        groups = [_group(patcher, edges, node, everything, rows) for node in moved]
     clean0, corrupted0 = patcher.clean.resid[0], patcher.corrupted.resid[0]
     pos = clean0.shape[1]
     scores = torch.zeros(len(edges), dtype=torch.float64)
     # progress: per gradient run, the run itself, then each (block of rows, receiver layer)
-    blocks = -(-pos // step)
-    total, done = len(alphas) * (1 + blocks * len(by_layer)), 0
+    total = sum(len(alphas) * (1 + -(-pos // g.step) * len(g.by_layer)) for g in groups)
+    done = 0
 
     def advance() -> None:
         nonlocal done
@@ -224,26 +265,61 @@ def attribution_scores(
         if progress is not None:
             progress(done, total)
 
-    for alpha in alphas:
-        hidden0 = clean0 if alpha == 1 else corrupted0 + alpha * (clean0 - corrupted0)
-        run = _gradient_run(patcher, hidden0, clean=alpha == 1)
-        advance()
-        for start in range(0, pos, step):
-            block_rows = slice(start, min(start + step, pos))
-            writes = patcher.write_rows(senders, block_rows)
-            flat = torch.stack([writes[s].reshape(-1) for s in senders])  # (sender, b*rows*e)
-            del writes
-            for layer, indices in by_layer.items():
-                grads = _receiver_rows(patcher, run, layer, keys[layer], block_rows)
-                column = {key: j for j, key in enumerate(keys[layer])}
-                block = flat @ torch.stack([g.reshape(-1) for g in grads]).t()
-                block = block.double()
-                for i in indices:
-                    edge = edges[i]
-                    scores[i] += block[row[edge.sender], column[(edge.receiver, edge.input)]]
-                advance()
-        del run
-    return scores / len(alphas)
+    for group in groups:
+        node, step = group.node, group.step
+        # the layers before the first receiver's need no gradient: a run that changes nothing
+        # before it starts there, from the clean stream
+        first = min(len(patcher.runner.blocks) if k is None else k for k in group.by_layer)
+        row = {name: i for i, name in enumerate(group.senders)}
+        for alpha in alphas:
+            if node is None and alpha != 1:
+                hidden, start = corrupted0 + alpha * (clean0 - corrupted0), 0
+            else:
+                start = first if node is None else min(first, node.layer)
+                hidden = patcher.clean.resid[start]
+            run = _gradient_run(patcher, hidden, node is None and alpha == 1, start,
+                                moved_hooks(patcher, node, alpha), set(group.by_layer))  # fmt: skip
+            advance()
+            for begin in range(0, pos, step):
+                block_rows = slice(begin, min(begin + step, pos))
+                writes = patcher.write_rows(group.senders, block_rows)
+                flat = torch.stack([writes[s].reshape(-1) for s in group.senders])
+                del writes  # flat: (sender, batch * rows * embed_dim)
+                for layer, indices in group.by_layer.items():
+                    keys = group.keys[layer]
+                    grads = _receiver_rows(patcher, run, layer, keys, block_rows)
+                    column = {key: j for j, key in enumerate(keys)}
+                    block = flat @ torch.stack([g.reshape(-1) for g in grads]).t()
+                    block = block.double()
+                    for i in indices:
+                        edge = edges[i]
+                        scores[i] += block[row[edge.sender], column[(edge.receiver, edge.input)]]
+                    advance()
+            del run
+    return scores / (len(alphas) * (1 if own else len(moved)))
+
+
+def activation_scores(
+    patcher: Patcher,
+    edges: Sequence[Edge],
+    steps: int,
+    hanna: bool,
+    progress: Progress | None = None,
+) -> Tensor:
+    """EAP-IG on the activations, alpha = k / steps for k = 1 .. steps (the schedule of Hanna
+    et al.'s ``get_scores_ig_activations``), one node moved at a time: the embeddings, each
+    layer's attention (all its heads) and each MLP. ``hanna``: as they do, the moved output
+    is cut from the gradient and every edge is averaged over every node's runs (not exact on
+    a model whose other parts are linear: a run cuts the paths through its node); else each
+    edge over the runs of its own sender's node, the gradient flowing through it (exact on
+    such a model)."""
+    nodes: list[Moved | None] = [None]
+    for block in patcher.runner.blocks:
+        nodes.append(Moved("attention", block.index, hanna))
+        if block.mlp is not None:
+            nodes.append(Moved("mlp", block.index, hanna))
+    alphas = [k / steps for k in range(1, steps + 1)]
+    return attribution_scores(patcher, edges, alphas, progress, moved=nodes, own=not hanna)
 
 
 def edge_attribution(
@@ -265,15 +341,19 @@ def edge_attribution(
     the gradient runs and, within each, the (block of positions, receiver layer) products."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
-    if method == "eap-ig" and (not isinstance(steps, int) or steps < 1):
+    if method != "eap" and (not isinstance(steps, int) or steps < 1):
         raise ValueError(f"steps must be an integer >= 1, got {steps!r}")
     patcher = patcher or Patcher(model, clean, corrupted, metric, attention_mask)
     graph = patcher.graph
     names = list(edges) if edges is not None else [e.name for e in graph.edges]
     parsed = [graph.edge(n) for n in names]
-    # EAP-IG as Hanna et al.'s get_scores_eap_ig: k = 0 .. steps - 1 (corrupted in, clean out)
-    alphas = [1.0] if method == "eap" else [k / steps for k in range(steps)]
-    scores = attribution_scores(patcher, parsed, alphas, progress)
+    if method == "eap":
+        scores = attribution_scores(patcher, parsed, [1.0], progress)
+    elif method == "eap-ig":  # Hanna et al.'s get_scores_eap_ig: k = 0 .. steps - 1
+        scores = attribution_scores(patcher, parsed, [k / steps for k in range(steps)], progress)
+    else:
+        scores = activation_scores(patcher, parsed, steps, method == "eap-ig-activations",
+                                   progress)  # fmt: skip
     return EdgeScores(
         method=method,
         metric=metric.kind,
