@@ -231,6 +231,7 @@ INTERMEDIATES = {  # inputs, plans and pieces one analysis hands another; never 
     "LayerShape": "a layer's head counts and widths",
     "Block": "a model's block modules (nn.Module)",
     "Cache": "one full run's activations, tensors",
+    "Moved": "the node an integrated-gradients run moves (an option of the run)",
 }
 ANALYSES = ("analyses",)
 
