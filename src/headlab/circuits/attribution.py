@@ -13,9 +13,13 @@ logits. The writes are the exact per-sender differences of path patching (patchi
 metric is a mean over the batch, so a score is in the metric's units, comparable with path
 patching's effect of the same edge.
 
-EAP takes the gradient on the clean input: one forward and one backward of the model, plus, per
-layer, one backward through the short map from the stream to q, k, v (every receiver of the layer
-at once, stacked on the batch axis) and one through the MLP. EAP-IG averages the gradient over
+EAP takes the gradient on the clean input: one forward and one backward of the model, which
+keeps the metric's gradient where each receiver reads: at the q, k, v projections' outputs
+(receiver_grads.py takes each receiver's d_head columns back to the stream through its rows of
+W and the norm's transpose, no backward; the generic path, one backward per receiver from its
+site, where a layer's check refuses that), at each MLP's input (taken back to the stream
+with the layer's heads held: through its norm, not the MLP) and at the final norm's input.
+EAP-IG averages the gradient over
 ``steps`` inputs on the line from the corrupted to the clean input embeddings, as Hanna et al.'s
 ``get_scores_eap_ig`` does: alpha = k / steps, k = 0 .. steps - 1 (alpha = 0 is the corrupted
 input; the clean one is not among them): ``steps`` times EAP's cost.
@@ -41,7 +45,13 @@ from headlab.attention.interventions import intervene
 from headlab.circuits.graph import LOGITS, Edge, Graph
 from headlab.circuits.metrics import Metric
 from headlab.circuits.patching import Patcher, Progress
-from headlab.circuits.resume import Stop, hooked, until_values
+from headlab.circuits.receiver_grads import (
+    Receiver,
+    SlicedReceivers,
+    site_input_grads,
+    sliced_receivers,
+)
+from headlab.circuits.resume import Stop, hooked
 from headlab.models.hf.adapter import TransformersModel
 from headlab.results.circuit_edges import EdgeScores
 
@@ -57,18 +67,39 @@ ROWS_BUDGET = 256 * 2**20
 @dataclass
 class _Run:
     """One forward and backward: the stream entering each block, each layer's head outputs,
-    and the metric's gradient at every site a receiver reads."""
+    and the metric's gradient where each receiver layer's inputs are read."""
 
     resid: list[Tensor]
     head_outputs: list[Tensor]
-    site_grads: list[dict[str, Tensor]]  # per layer: q (batch, head, pos, d_head), k, v
-    mlp_grads: list[Tensor | None]  # per layer: (batch, pos, embed_dim) at the MLP's output
+    site_grads: list[dict[str, Tensor]]  # per layer (generic path): q (batch, head, pos, d_head)
+    output_grads: list[list[Tensor]]  # per layer (sliced path): per projection (batch, pos, out)
+    mlp_grads: list[Tensor | None]  # per layer: (batch, pos, embed_dim) at the MLP's input
     final_grad: Tensor  # (batch, pos, embed_dim) at the last block's output
 
 
-def _gradient_run(patcher: Patcher, hidden0: Tensor, clean: bool) -> _Run:
+def _mlp_input(store: dict, key: tuple):
+    """A pre-hook that hands the MLP a view of its input and keeps it: the gradient at the view
+    is the gradient through the MLP alone (where attention reads the same tensor, GPT-J)."""
+
+    def hook(_module, args, kwargs):
+        if args:
+            store[key] = args[0].view_as(args[0])
+            return (store[key], *args[1:]), kwargs
+        name = next(iter(kwargs))
+        store[key] = kwargs[name].view_as(kwargs[name])
+        return args, {**kwargs, name: store[key]}
+
+    return hook
+
+
+def _gradient_run(
+    patcher: Patcher, hidden0: Tensor, clean: bool, plans: dict[int, SlicedReceivers | None],
+    mlps: set[int],
+) -> _Run:  # fmt: skip
     """The run from ``hidden0`` (the stream entering layer 0); ``clean``: it is the clean
-    input, whose stream and head outputs the patcher holds already (not kept twice)."""
+    input, whose stream and head outputs the patcher holds already (not kept twice). plans:
+    per layer with attention receivers, its sliced path (None: the generic one, from the
+    sites); mlps: the layers whose MLP receives."""
     runner = patcher.runner
     n = len(runner.blocks)
     resid: list = [None] * n
@@ -89,10 +120,20 @@ def _gradient_run(patcher: Patcher, hidden0: Tensor, clean: bool) -> _Run:
             if not clean:
                 keep = lambda _m, a, i=i: resid.__setitem__(i, a[0].detach())  # noqa: E731
                 stack.enter_context(hooked(block.module, "pre", keep))
-            for site in ("q", "k", "v", "head_outputs"):
-                stack.enter_context(intervene(block.attention, site, keep_site(i, site)))
-            if block.mlp is not None:
-                stack.enter_context(hooked(block.mlp, "post", _keep_tensor(tensors, (i, "mlp"))))
+                stack.enter_context(intervene(block.attention, "head_outputs",
+                                              keep_site(i, "head_outputs")))  # fmt: skip
+            plan = plans.get(i, False)
+            if plan is None:
+                for site in ("q", "k", "v"):
+                    stack.enter_context(intervene(block.attention, site, keep_site(i, site)))
+            elif plan:
+                for j, module in enumerate(plan.modules):
+                    stack.enter_context(hooked(module, "post", _keep_tensor(tensors, (i, j))))
+            if i in mlps:
+                handle = block.mlp.register_forward_pre_hook(
+                    _mlp_input(tensors, (i, "mlp")), with_kwargs=True
+                )
+                stack.callback(handle.remove)
         stack.enter_context(hooked(runner.blocks[-1].module, "post",
                                    _keep_tensor(tensors, ("final",))))  # fmt: skip
 
@@ -107,10 +148,14 @@ def _gradient_run(patcher: Patcher, hidden0: Tensor, clean: bool) -> _Run:
     }
     tensors.clear()  # the graph's tensors go with it
     del grads, value
+    site_grads = [{s: got[(i, s)] for s in ("q", "k", "v") if (i, s) in got} for i in range(n)]
+    output_grads = [[got[(i, j)] for j in range(len(plans[i].modules))] if plans.get(i) else []
+                    for i in range(n)]  # fmt: skip
     return _Run(
         resid=patcher.clean.resid[:n] if clean else resid,
         head_outputs=patcher.clean.head_outputs if clean else heads,
-        site_grads=[{s: got[(i, s)] for s in ("q", "k", "v")} for i in range(n)],
+        site_grads=site_grads,
+        output_grads=output_grads,
         mlp_grads=[got.get((i, "mlp")) for i in range(n)],
         final_grad=got[("final",)],
     )
@@ -124,29 +169,23 @@ def _keep_tensor(store: dict, key: tuple):
 
 
 def _attention_input_grads(
-    patcher: Patcher, run: _Run, layer: int, receivers: list[tuple[str, int]], rows: slice
-) -> list[Tensor]:
+    patcher: Patcher, run: _Run, layer: int, receivers: list[Receiver],
+    plan: SlicedReceivers | None, rows: slice,
+) -> list[Tensor]:  # fmt: skip
     """dm/dx_v at the positions ``rows`` for each of ``receivers`` ((site, head or group) of
-    ``layer``), each (batch, rows, embed_dim): one forward of the map from the stream to q, k,
-    v (which acts on each position alone), then one backward per receiver, batched (each with
-    the metric's gradient at its own head of its own site, zero elsewhere)."""
-    block = patcher.runner.blocks[layer]
-    x = run.resid[layer][:, rows].clone().requires_grad_(True)
-    seen: dict[str, Tensor] = {}
-    with torch.enable_grad():
-        patcher.runner.forward(layer, x, 1, until_values(block.attention, seen), rows)
-        sites = sorted({site for site, _ in receivers})
-        upstream = {s: seen[s].new_zeros(len(receivers), *seen[s].shape) for s in sites}
-        for c, (site, i) in enumerate(receivers):  # (receiver, batch, head, rows, d_head)
-            upstream[site][c, :, i] = run.site_grads[layer][site][:, i, rows]
-        outputs, grads = [seen[s] for s in sites], [upstream[s] for s in sites]
-        (gx,) = torch.autograd.grad(outputs, x, grads, is_grads_batched=True)
-    return list(gx)
+    ``layer``), each (batch, rows, embed_dim): the sliced path where ``plan`` is one, else the
+    generic (receiver_grads.py)."""
+    x = run.resid[layer][:, rows]
+    if plan is not None:
+        return list(plan.grads(x, [g[:, rows] for g in run.output_grads[layer]]))
+    site_grads = {s: g[:, :, rows] for s, g in run.site_grads[layer].items()}
+    return list(site_input_grads(patcher.runner, layer, x, rows, site_grads, receivers))
 
 
 def _mlp_input_grad(patcher: Patcher, run: _Run, layer: int, rows: slice) -> Tensor:
-    """dm/dx at ``rows`` through layer ``layer``'s MLP alone (its heads held at this run's
-    outputs)."""
+    """dm/dx at ``rows`` through layer ``layer``'s MLP alone: the run's gradient at the MLP's
+    input taken back to the stream entering the layer (its heads held at this run's outputs):
+    the block runs up to the MLP's input, nothing of the MLP itself."""
     block = patcher.runner.blocks[layer]
     x = run.resid[layer][:, rows].clone().requires_grad_(True)
     frozen = run.head_outputs[layer][:, :, rows]
@@ -154,29 +193,34 @@ def _mlp_input_grad(patcher: Patcher, run: _Run, layer: int, rows: slice) -> Ten
     def hooks(stack: ExitStack) -> None:
         stack.enter_context(intervene(block.attention, "head_outputs", lambda t: frozen))
 
-        def stop(_module, _args, output):
-            raise Stop(output if isinstance(output, Tensor) else output[0])
+        def stop(_module, args, kwargs):
+            raise Stop(args[0] if args else next(iter(kwargs.values())))
 
-        stack.enter_context(hooked(block.mlp, "post", stop))
+        handle = block.mlp.register_forward_pre_hook(stop, with_kwargs=True)
+        stack.callback(handle.remove)
 
     with torch.enable_grad():
-        out = patcher.runner.forward(layer, x, 1, hooks, rows)
-        (gx,) = torch.autograd.grad(out, x, grad_outputs=run.mlp_grads[layer][:, rows])
+        into = patcher.runner.forward(layer, x, 1, hooks, rows)
+        (gx,) = torch.autograd.grad(into, x, grad_outputs=run.mlp_grads[layer][:, rows])
     return gx
 
 
 def _receiver_rows(
-    patcher: Patcher, run: _Run, layer: int | None, keys: list[tuple[str, str]], rows: slice
-) -> list[Tensor]:
+    patcher: Patcher, run: _Run, layer: int | None, keys: list[tuple[str, str]],
+    plan: SlicedReceivers | None, rows: slice,
+) -> list[Tensor]:  # fmt: skip
     """dm/dx_v at ``rows`` for the receiver inputs ``keys`` of ``layer`` (None: the logits)."""
     if layer is None:
         return [run.final_grad[:, rows]]
-    graph: Graph = patcher.graph
-    attention = [(s, graph.node(r).index) for r, s in keys if s != "in"]
-    grads = iter(_attention_input_grads(patcher, run, layer, attention, rows) if attention
-                 else [])  # fmt: skip
+    attention = _attention_receivers(patcher.graph, keys)
+    grads = iter(_attention_input_grads(patcher, run, layer, attention, plan, rows)
+                 if attention else [])  # fmt: skip
     return [_mlp_input_grad(patcher, run, layer, rows) if s == "in" else next(grads)
             for _, s in keys]  # fmt: skip
+
+
+def _attention_receivers(graph: Graph, keys: list[tuple[str, str]]) -> list[Receiver]:
+    return [(s, graph.node(r).index) for r, s in keys if s != "in"]
 
 
 def _rows_step(patcher: Patcher, senders: int, receivers: int) -> int:
@@ -201,7 +245,8 @@ def attribution_scores(
     each receiver's gradient at those positions, multiplied per receiver layer; ``rows``
     positions per block (default: as many as fit in ROWS_BUDGET)."""
     graph: Graph = patcher.graph
-    senders = list(dict.fromkeys(e.sender for e in edges))
+    order = {node.name: i for i, node in enumerate(graph.nodes)}  # the order they write
+    senders = sorted(dict.fromkeys(e.sender for e in edges), key=order.__getitem__)
     row = {name: i for i, name in enumerate(senders)}
     by_layer: dict[int | None, list[int]] = {}
     for i, edge in enumerate(edges):
@@ -209,11 +254,24 @@ def attribution_scores(
         by_layer.setdefault(layer, []).append(i)
     keys = {layer: list(dict.fromkeys((edges[i].receiver, edges[i].input) for i in indices))
             for layer, indices in by_layer.items()}  # fmt: skip
+    # a receiver layer's senders all write before it: the first ``reach`` rows of the writes
+    reach = {layer: 1 + max(row[edges[i].sender] for i in indices)
+             for layer, indices in by_layer.items()}  # fmt: skip
+    plans = {
+        layer: sliced_receivers(patcher.runner, layer, _attention_receivers(graph, keys[layer]),
+                                patcher.clean.resid[layer])
+        for layer in by_layer
+        if layer is not None and _attention_receivers(graph, keys[layer])
+    }  # fmt: skip
+    mlps = {layer for layer in by_layer if layer is not None
+            and any(s == "in" for _, s in keys[layer])}  # fmt: skip
     widest = max(len(k) for k in keys.values())
     step = rows or _rows_step(patcher, len(senders), widest)
     clean0, corrupted0 = patcher.clean.resid[0], patcher.corrupted.resid[0]
     pos = clean0.shape[1]
-    scores = torch.zeros(len(edges), dtype=torch.float64)
+    # per receiver layer: (sender, receiver input) sums over the runs and blocks of rows
+    totals = {layer: torch.zeros(reach[layer], len(keys[layer]), dtype=torch.float64)
+              for layer in by_layer}  # fmt: skip
     # progress: per gradient run, the run itself, then each (block of rows, receiver layer)
     blocks = -(-pos // step)
     total, done = len(alphas) * (1 + blocks * len(by_layer)), 0
@@ -226,23 +284,27 @@ def attribution_scores(
 
     for alpha in alphas:
         hidden0 = clean0 if alpha == 1 else corrupted0 + alpha * (clean0 - corrupted0)
-        run = _gradient_run(patcher, hidden0, clean=alpha == 1)
+        run = _gradient_run(patcher, hidden0, alpha == 1, plans, mlps)
         advance()
         for start in range(0, pos, step):
             block_rows = slice(start, min(start + step, pos))
             writes = patcher.write_rows(senders, block_rows)
             flat = torch.stack([writes[s].reshape(-1) for s in senders])  # (sender, b*rows*e)
             del writes
-            for layer, indices in by_layer.items():
-                grads = _receiver_rows(patcher, run, layer, keys[layer], block_rows)
-                column = {key: j for j, key in enumerate(keys[layer])}
-                block = flat @ torch.stack([g.reshape(-1) for g in grads]).t()
-                block = block.double()
-                for i in indices:
-                    edge = edges[i]
-                    scores[i] += block[row[edge.sender], column[(edge.receiver, edge.input)]]
+            for layer in by_layer:
+                grads = _receiver_rows(patcher, run, layer, keys[layer], plans.get(layer),
+                                       block_rows)  # fmt: skip
+                block = flat[: reach[layer]] @ torch.stack([g.reshape(-1) for g in grads]).t()
+                totals[layer] += block.double()
+                del grads, block
                 advance()
         del run
+    scores = torch.zeros(len(edges), dtype=torch.float64)
+    for layer, indices in by_layer.items():
+        column = {key: j for j, key in enumerate(keys[layer])}
+        senders_at = torch.tensor([row[edges[i].sender] for i in indices])
+        columns_at = torch.tensor([column[(edges[i].receiver, edges[i].input)] for i in indices])
+        scores[indices] = totals[layer][senders_at, columns_at]
     return scores / len(alphas)
 
 
