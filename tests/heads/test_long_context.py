@@ -80,7 +80,7 @@ def test_a_text_longer_than_asked_is_cut_and_says_so(tiny_llama):
     result = long_text_statistics(tiny_llama, words(50), max_tokens=19)
     assert len(result.tokens) == 19 and result.text_tokens == 50 and result.truncated
     assert result.received.shape == (3, 6, 19)
-    document = result.to_dict(special=[0])
+    document = result.result(special=[0]).to_dict()
     assert document["context"] == {"n_tokens": 19, "text_tokens": 50, "truncated": True}
 
 

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from headlab.attention.module import MultiHeadAttention
+from headlab.attention.one_thread import one_torch_thread
 from headlab.limits import check_int, check_seed, check_sizes
 from headlab.results.expressivity_result import ExpressivityResult, PatternRow, RankRow
 
@@ -186,12 +187,8 @@ def measure_expressivity(
     d_model and ``heads`` heads of d_model / heads. ``on_step(done, total)`` reports progress.
     """
     config = config or ExpressivityConfig()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # small matrices: one thread is faster than several on shared cores
-    try:
+    with one_torch_thread():  # small matrices: one thread is faster on shared cores
         return _measure(config, model_patterns, model_name, on_step)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _measure(

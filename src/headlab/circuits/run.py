@@ -10,7 +10,8 @@ every input is checked before the long part starts:
 
 Methods: "composition" (Elhage et al.'s weight-based scores, ``circuits/composition.py``, of
 every head -> later head edge: q into the head, k and v into its K/V group in a GQA layer),
-"path-patching" (exact, ``circuits/patching.py``), "eap" and "eap-ig" (``circuits/attribution.py``).
+"path-patching" (exact, ``circuits/patching.py``), "eap" and the "eap-ig" variants
+(``circuits/attribution.py``).
 """
 
 from __future__ import annotations
@@ -135,7 +136,7 @@ def run_circuits(
         model=model.name,
         task=pairs.task,
         method=request.method,
-        steps=request.steps if request.method == "eap-ig" else None,
+        steps=request.steps if request.method.startswith("eap-ig") else None,
         top=request.top,
         performance=performance,
         heads_per_layer=[s.num_heads for s in layers],

@@ -28,8 +28,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-import torch
-
+from headlab.attention.one_thread import one_torch_thread
 from headlab.experiments.executors import run_jobs
 from headlab.heads.corpus_sums import corpus_result, document_sums, merge_sums
 from headlab.models.interface import HeadModel
@@ -189,15 +188,11 @@ def run_document(job: DocumentJob, report: object = None) -> DocumentResult:
     """The executor's job function: one document's sums (``report`` is unused: a pass has no
     events). One torch thread, wherever it runs: a reduction split across threads may add in
     another order, and the sums must not depend on where the document ran."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with one_torch_thread():
         model, loaded = _model(job.source)
         start = time.perf_counter()
         sums = document_sums(model, job.document.text, job.options)
         seconds = time.perf_counter() - start
-    finally:
-        torch.set_num_threads(threads)
     return DocumentResult(job, sums, seconds, os.getpid(), loaded)
 
 

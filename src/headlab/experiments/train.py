@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from headlab.analysis.params import parameter_count
+from headlab.attention.one_thread import one_torch_thread
 from headlab.experiments.sweep_tasks import Batch, generate, get_task
 from headlab.experiments.tiny_transformer import TinyTransformer, attention_entropy
 from headlab.results.run_config import RunConfig
@@ -48,9 +49,7 @@ def run_one(
     outputs; evaluation on eval_size fixed held-out examples.
     """
     start = time.perf_counter()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # runs are parallel across processes, not inside one
-    try:
+    with one_torch_thread():  # runs are parallel across processes, not inside one
         torch.manual_seed(config.seed)
         np.random.seed(config.seed)
         random.seed(config.seed)
@@ -92,5 +91,4 @@ def run_one(
             params=parameter_count(model),
             seconds=round(time.perf_counter() - start, 3),
         )
-    finally:
-        torch.set_num_threads(threads)
+

@@ -58,7 +58,13 @@ TOP_KEYS_KEPT = 5  # of those, the positions a results file lists per head
 
 @dataclass(frozen=True)
 class LongContextStatistics:
-    """statistics: as ``head_statistics`` gives (n_texts = 1);
+    """What ``long_text_statistics`` measured, a tensor included; ``result()`` is the plain
+    result (``results.long_context_result.LongContextResult``, what the results file holds).
+    Not itself a result: ``received`` is the measurement the heavy hitters are reduced from
+    (apart from any special positions, ``heavy_hitters``), 8 MiB a layer at 8192 tokens, and the
+    reduction is torch's (its sums and ``topk``), so it stays beside the analysis.
+
+    statistics: as ``head_statistics`` gives (n_texts = 1);
     received: (layer, head, k_pos) float64, attention each key receives summed over queries;
     tokens: the text's token strings as analysed; text_tokens: the text's length before the cut;
     special: the model's special key positions in this text (the first token, and any other
@@ -97,9 +103,6 @@ class LongContextStatistics:
         heavy = HeavyHitters(share.tolist(), top[..., :TOP_KEYS_KEPT].tolist(), list(special))
         findings = long_context_findings(self.statistics, share)
         return LongContextResult(self.statistics, context, heavy, findings, self.roles, self.maps)
-
-    def to_dict(self, special: list[int] | None = None) -> dict:
-        return self.result(special).to_dict()
 
 
 

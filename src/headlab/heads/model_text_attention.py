@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from headlab.attention.one_thread import one_torch_thread
 from headlab.heads.tracing import attention_weights
 from headlab.limits import check_fits, check_int
 from headlab.models.interface import HeadModel
@@ -57,10 +58,14 @@ def model_text_attention(
     tokens = list(batch.tokens[0])
     check_fits(f"attention of {len(tokens)} tokens", _trace_bytes(model, len(tokens)))
     heads = model.heads_per_layer[0]
-    views = [
-        AttentionView(f"{heads} heads", _weights(model, batch)),
-        AttentionView("1 head, same weights", _weights(model.with_head_view(1), batch)),
-    ]
+    # At most MAX_TOKENS tokens of one text: small matrices, whose ops on torch's threads wait in
+    # barriers while another process holds a core (MiniLM at 256 tokens with other work running:
+    # 1.9-2.2 s on 2 threads, 0.14-0.2 s on one; docs/benchmarks.md, report).
+    with one_torch_thread():
+        views = [
+            AttentionView(f"{heads} heads", _weights(model, batch)),
+            AttentionView("1 head, same weights", _weights(model.with_head_view(1), batch)),
+        ]
     total = max(len(tokens), model.count_tokens(text))
     return TextAttention(tokens, views, total, _cut_reason(model, max_tokens, total))
 

@@ -15,7 +15,9 @@ from headlab.results.circuit_edges import EdgeScores, FaithfulnessCurve
 from headlab.results.circuit_tasks import TaskPerformance
 from headlab.results.schema import Fields, is_int, problem
 
-RUN_METHODS = ("composition", "path-patching", "eap", "eap-ig")
+RUN_METHODS = (
+    "composition", "path-patching", "eap", "eap-ig", "eap-ig-activations", "eap-ig-senders"
+)
 
 
 @dataclass(frozen=True)

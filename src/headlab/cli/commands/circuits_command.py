@@ -42,7 +42,8 @@ def circuits(
     ),
     pairs: Path | None = PAIRS,
     method: str = typer.Option(
-        "eap", "--method", help="composition, path-patching, eap or eap-ig."
+        "eap", "--method", help="composition, path-patching, eap, eap-ig (on the inputs), "
+        "eap-ig-activations (Hanna et al.'s) or eap-ig-senders (each sender's activations)."
     ),
     steps: int = typer.Option(5, "--steps", help="EAP-IG's interpolation steps m."),
     top: int = typer.Option(20, "--top", help="Edges in the circuit (the top n by |score|)."),
