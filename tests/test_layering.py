@@ -199,9 +199,6 @@ def test_the_root_holds_only_what_belongs_to_no_layer() -> None:
 # torch), or one named here with why it is not a result. A new one fails until it is decided.
 MEASUREMENTS = {  # the measurement, tensors included; its ``result()`` is the results type
     "Comparison": "compare's outputs, weights and finding rows; result(): ComparisonResult",
-    "LongContextStatistics": "the (layer, head, k_pos) attention each key receives, from which "
-    "result(special) reduces the heavy hitters apart from any special positions: "
-    "LongContextResult",
 }
 INTERMEDIATES = {  # inputs, plans and pieces one analysis hands another; never printed as such
     "Finding": "one finding with its (batch, q_pos) rows; row(): FindingRow",
@@ -326,7 +323,7 @@ def test_the_lists_above_are_still_true() -> None:
 
 
 def test_a_measurement_gives_its_result_as_a_results_type() -> None:
-    """``Comparison.result()`` and ``LongContextStatistics.result()`` return a results type."""
+    """``Comparison.result()`` returns a results type."""
     defined = dataclasses_defined()
     for name in MEASUREMENTS:
         (module,) = defined[name]
