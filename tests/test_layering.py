@@ -229,6 +229,8 @@ INTERMEDIATES = {  # inputs, plans and pieces one analysis hands another; never 
     "Block": "a model's block modules (nn.Module)",
     "Cache": "one full run's activations, tensors",
     "Moved": "the node an integrated-gradients run moves (an option of the run)",
+    "SlicedReceivers": "one layer's receivers' W rows and norm, tensors (edge attribution)",
+    "GradientRun": "one forward and backward's kept gradients, tensors (edge attribution)",
 }
 ANALYSES = ("analyses",)
 
