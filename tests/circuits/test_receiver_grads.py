@@ -51,7 +51,7 @@ def test_sliced_gradients_equal_autograd(family):
     layer = 1
     receivers = _receivers(patcher.runner.blocks[layer].attention)
     stream = patcher.clean.resid[layer]
-    plan = sliced_receivers(patcher.runner, layer, receivers, stream)
+    plan = sliced_receivers(patcher.runner, layer, receivers)
     assert plan is not None and plan.centred is NORMS[family]
     rows = slice(0, LENGTH)
     x = stream[:, rows]
@@ -90,17 +90,15 @@ def test_the_check_refuses_rows_that_are_not_the_heads():
     patcher = _patcher("llama")
     attention = patcher.runner.blocks[1].attention
     receivers = _receivers(attention)
-    stream = patcher.clean.resid[1]
-    assert sliced_receivers(patcher.runner, 1, receivers, stream) is not None
+    assert sliced_receivers(patcher.runner, 1, receivers) is not None
     rows = attention.query.rows
     d = attention.head_dim
     rolled = rows[d:] + rows[:d]  # head h's rows read as head h - 1's
     attention.query = dataclasses.replace(attention.query, rows=rolled)
-    assert sliced_receivers(patcher.runner, 1, receivers, stream) is None
+    assert sliced_receivers(patcher.runner, 1, receivers) is None
 
 
 def test_queries_after_a_norm_take_the_generic_path():
     patcher = _patcher("qwen3")
     attention = patcher.runner.blocks[1].attention
-    assert sliced_receivers(patcher.runner, 1, _receivers(attention),
-                            patcher.clean.resid[1]) is None  # fmt: skip
+    assert sliced_receivers(patcher.runner, 1, _receivers(attention)) is None

@@ -57,7 +57,7 @@ def _grad_document() -> dict:
         (lambda d: d["sides"][0]["coupling"].pop(), r"grad.sides\[0\].coupling: expected 3 x 3 "
          r"\(block x block\) numbers, got \"2 rows\""),
         (lambda d: d["sides"][1]["coupling"][2].append(0.5), r"grad.sides\[1\].coupling\[2\]: "
-         r"expected 3 numbers \(block\), got \["),
+         r"expected 3 numbers \(a 3 x 3 matrix\), got \["),
         (lambda d: d["sides"][0]["head_gradient_norms"]["w_k"].pop(), r"grad.sides\[0\]"
          r".head_gradient_norms.w_k: expected 3 numbers >= 0 \(head\)"),
         (lambda d: d["sides"][0].update(kind="x"), r"grad.sides\[0\].kind: expected \"\" or "),

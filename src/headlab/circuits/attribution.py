@@ -40,12 +40,18 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from headlab.circuits.gradient_run import attention_receivers, gradient_run, receiver_rows
+from headlab.circuits.gradient_run import (
+    attention_receivers,
+    clean_gradient_run,
+    gradient_run,
+    receiver_rows,
+)
 from headlab.circuits.graph import LOGITS, Edge, Graph
 from headlab.circuits.metrics import Metric
 from headlab.circuits.moved import Moved, moved_hooks, sender_node
 from headlab.circuits.patching import Patcher, Progress
-from headlab.circuits.receiver_grads import SlicedReceivers, sliced_receivers
+from headlab.circuits.receiver_grads import sliced_receivers
+from headlab.circuits.resume import Cache, Runner
 from headlab.models.hf.adapter import TransformersModel
 from headlab.results.circuit_edges import EdgeScores
 
@@ -80,14 +86,21 @@ class _Group:
     reach: dict[int | None, int]
 
 
-def _group(patcher: Patcher, edges: Sequence[Edge], node, indices, rows) -> _Group:
-    graph: Graph = patcher.graph
+def _receiver_keys(graph: Graph, edges: Sequence[Edge], indices) -> tuple[dict, dict]:
+    """Of the edges ``indices``: receiver layer (None: the logits) -> their indices, and ->
+    the (receiver, input) pairs they reach."""
     by_layer: dict[int | None, list[int]] = {}
     for i in indices:
         layer = None if edges[i].receiver == LOGITS else graph.node(edges[i].receiver).layer
         by_layer.setdefault(layer, []).append(i)
     keys = {layer: list(dict.fromkeys((edges[i].receiver, edges[i].input) for i in found))
             for layer, found in by_layer.items()}  # fmt: skip
+    return by_layer, keys
+
+
+def _group(patcher: Patcher, edges: Sequence[Edge], node, indices, rows) -> _Group:
+    graph: Graph = patcher.graph
+    by_layer, keys = _receiver_keys(graph, edges, indices)
     order = {node.name: i for i, node in enumerate(graph.nodes)}  # the order they write
     senders = sorted(dict.fromkeys(edges[i].sender for i in indices), key=order.__getitem__)
     row = {name: i for i, name in enumerate(senders)}
@@ -97,20 +110,36 @@ def _group(patcher: Patcher, edges: Sequence[Edge], node, indices, rows) -> _Gro
     return _Group(node, list(indices), senders, by_layer, keys, step, reach)
 
 
-def _plans(patcher: Patcher, group: _Group, known: dict) -> dict[int, SlicedReceivers | None]:
-    """Per receiver layer of ``group`` with attention receivers, its sliced path or None
-    (receiver_grads.py), each observed once (``known``: by layer and receivers)."""
+def _plans(runner: Runner, graph: Graph, keys: dict, known: dict) -> dict:
+    """Per receiver layer in ``keys`` (layer -> (receiver, input)) with attention receivers,
+    its sliced path or None (receiver_grads.py), each observed once (``known``: by layer and
+    receivers)."""
     plans = {}
-    for layer, keys in group.keys.items():
-        receivers = attention_receivers(patcher.graph, keys)
+    for layer, found in keys.items():
+        receivers = attention_receivers(graph, found)
         if layer is None or not receivers:
             continue
         key = (layer, tuple(receivers))
         if key not in known:
-            known[key] = sliced_receivers(patcher.runner, layer, receivers,
-                                          patcher.clean.resid[layer])  # fmt: skip
+            known[key] = sliced_receivers(runner, layer, receivers)
         plans[layer] = known[key]
     return plans
+
+
+def _clean_run(metric: Metric, names: Sequence[str] | None, prepared: dict):
+    """``Patcher``'s clean_run for EAP: the gradient run on the clean input makes the clean
+    Cache (one forward fewer); the run and its plans go to ``prepared``."""
+
+    def run(runner: Runner, graph: Graph) -> Cache:
+        edges = list(graph.edges) if names is None else [graph.edge(n) for n in names]
+        keys = _receiver_keys(graph, edges, range(len(edges)))[1]
+        known: dict = {}
+        plans = _plans(runner, graph, keys, known)
+        gradient, cache = clean_gradient_run(runner, metric, set(keys), plans)
+        prepared.update(run=gradient, known=known)
+        return cache
+
+    return run
 
 
 def attribution_scores(
@@ -121,6 +150,7 @@ def attribution_scores(
     rows: int | None = None,
     moved: Sequence[Moved | None] = (None,),
     own: bool = False,
+    prepared: dict | None = None,
 ) -> Tensor:
     """(len(edges),) float64: the mean over gradient runs of sum over batch, pos of
     (write_u(corrupted) - write_u(clean)) . dm/dx_v. One run per (``moved``, alpha): for
@@ -130,7 +160,8 @@ def attribution_scores(
     run: one forward and backward of the model (from the first layer that is interpolated or
     receives), then a block of positions at a time, each sender's write and each receiver's
     gradient at those positions, multiplied per receiver layer; ``rows`` positions per block
-    (default: as many as fit in ROWS_BUDGET)."""
+    (default: as many as fit in ROWS_BUDGET). prepared: the clean input's run already made
+    (``_clean_run``), with its plans."""
     graph: Graph = patcher.graph
     everything = range(len(edges))
     if own:
@@ -142,7 +173,8 @@ def attribution_scores(
     clean0, corrupted0 = patcher.clean.resid[0], patcher.corrupted.resid[0]
     pos = clean0.shape[1]
     scores = torch.zeros(len(edges), dtype=torch.float64)
-    known: dict = {}
+    prepared = dict(prepared or {})
+    known: dict = prepared.pop("known", {})
     # progress: per gradient run, the run itself, then each (block of rows, receiver layer)
     total = sum(len(alphas) * (1 + -(-pos // g.step) * len(g.by_layer)) for g in groups)
     done = 0
@@ -158,7 +190,7 @@ def attribution_scores(
         # the layers before the first receiver's need no gradient: a run that changes nothing
         # before it starts there, from the clean stream
         first = min(len(patcher.runner.blocks) if k is None else k for k in group.by_layer)
-        plans = _plans(patcher, group, known)
+        plans = _plans(patcher.runner, graph, group.keys, known)
         # per receiver layer: (sender, receiver input) sums over the runs and blocks of rows
         totals = {layer: torch.zeros(group.reach[layer], len(keys), dtype=torch.float64)
                   for layer, keys in group.keys.items()}  # fmt: skip
@@ -168,9 +200,12 @@ def attribution_scores(
             else:
                 start = first if node is None else min(first, node.layer)
                 hidden = patcher.clean.resid[start]
-            run = gradient_run(patcher, hidden, node is None and alpha == 1, start,
-                                moved_hooks(patcher, node, alpha), set(group.by_layer),
-                                plans)  # fmt: skip
+            if node is None and alpha == 1 and "run" in prepared:
+                run = prepared.pop("run")
+            else:
+                run = gradient_run(patcher, hidden, node is None and alpha == 1, start,
+                                   moved_hooks(patcher, node, alpha), set(group.by_layer),
+                                   plans)  # fmt: skip
             advance()
             for begin in range(0, pos, step):
                 block_rows = slice(begin, min(begin + step, pos))
@@ -241,12 +276,16 @@ def edge_attribution(
         raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
     if method != "eap" and (not isinstance(steps, int) or steps < 1):
         raise ValueError(f"steps must be an integer >= 1, got {steps!r}")
+    prepared: dict = {}
+    if patcher is None and method == "eap" and metric.kind != "kl":  # KL needs the clean logits
+        clean_run = _clean_run(metric, edges, prepared)
+        patcher = Patcher(model, clean, corrupted, metric, attention_mask, clean_run)
     patcher = patcher or Patcher(model, clean, corrupted, metric, attention_mask)
     graph = patcher.graph
     names = list(edges) if edges is not None else [e.name for e in graph.edges]
     parsed = [graph.edge(n) for n in names]
     if method == "eap":
-        scores = attribution_scores(patcher, parsed, [1.0], progress)
+        scores = attribution_scores(patcher, parsed, [1.0], progress, prepared=prepared)
     elif method == "eap-ig":  # Hanna et al.'s get_scores_eap_ig: k = 0 .. steps - 1
         scores = attribution_scores(patcher, parsed, [k / steps for k in range(steps)], progress)
     else:

@@ -19,10 +19,11 @@ import torch
 from torch import Tensor
 
 from headlab.attention.interventions import intervene
+from headlab.circuits.blocks import first_tensor
 from headlab.circuits.graph import Graph
 from headlab.circuits.patching import Patcher
 from headlab.circuits.receiver_grads import Receiver, SlicedReceivers, site_input_grads
-from headlab.circuits.resume import Stop, hooked
+from headlab.circuits.resume import Cache, Runner, Stop, hooked
 
 
 @dataclass
@@ -70,20 +71,60 @@ def gradient_run(
     stops at the first of them. plans: per layer, its receivers' sliced path (receiver_grads.py:
     the gradient kept at the projections' outputs), None or absent: the generic one (at the
     sites)."""
-    plans = plans or {}
-    runner = patcher.runner
-    n = len(runner.blocks)
+    n = len(patcher.runner.blocks)
     resid: list = list(patcher.clean.resid[:n])
     heads: list = list(patcher.clean.head_outputs)
+    kept = None if clean else (resid, heads)
+    got = _backward(patcher.runner, patcher.metric, hidden, start, moving, layers, plans or {},
+                    kept)  # fmt: skip
+    return _assembled(got, resid, heads, plans or {})
+
+
+def clean_gradient_run(
+    runner: Runner, metric, layers: Collection[int], plans: dict[int, SlicedReceivers | None]
+) -> tuple[GradientRun, Cache]:
+    """EAP's run on the clean input, from layer 0, keeping also what ``Runner.cache`` keeps
+    (the stream entering each block and leaving the last, head outputs, MLP outputs, the
+    metric's logits): the clean Cache without a forward of its own, its tensors those of the
+    run (nothing held twice)."""
+    n = len(runner.blocks)
+    resid: list = [None] * (n + 1)
+    heads: list = [None] * n
+    mlp: list = [None] * n
+    logits: list[Tensor] = []
+
+    def keeping(stack: ExitStack) -> None:
+        for block in runner.blocks:
+            i = block.index
+            keep = lambda _m, a, i=i: resid.__setitem__(i, a[0].detach())  # noqa: E731
+            stack.enter_context(hooked(block.module, "pre", keep))
+            head = lambda t, i=i: heads.__setitem__(i, t.detach())  # noqa: E731
+            stack.enter_context(intervene(block.attention, "head_outputs", head))
+            if block.mlp is not None:
+                out = lambda _m, _a, o, i=i: mlp.__setitem__(i, first_tensor(o).detach())  # noqa: E731
+                stack.enter_context(hooked(block.mlp, "post", out))
+        last = lambda _m, _a, o: resid.__setitem__(n, first_tensor(o).detach())  # noqa: E731
+        stack.enter_context(hooked(runner.blocks[-1].module, "post", last))
+
+    def measured(values: Tensor) -> Tensor:
+        logits.append(values.detach())
+        return metric(values)
+
+    got = _backward(runner, measured, runner.stream_in(), 0, keeping, layers, plans, None)
+    cache = Cache(resid, heads, mlp, logits[0])
+    return _assembled(got, resid[:n], heads, plans), cache
+
+
+def _backward(
+    runner: Runner, metric, hidden: Tensor, start: int, moving, layers: Collection[int] | None,
+    plans: dict[int, SlicedReceivers | None], kept: tuple[list, list] | None,
+) -> dict[tuple, Tensor]:  # fmt: skip
+    """One forward from ``hidden`` at layer ``start`` and the backward of ``metric``: the
+    gradients gradient_run keeps, by (layer, site or projection or "mlp") and ("final",).
+    kept: the lists where the stream entering each block and the head outputs go (None: they
+    are the clean run's, kept already)."""
     tensors: dict[tuple, Tensor] = {}
-
-    def keep_site(layer, site):
-        def fn(t: Tensor) -> None:
-            tensors[(layer, site)] = t
-            if site == "head_outputs" and not clean:
-                heads[layer] = t.detach()
-
-        return fn
+    resid, heads = kept if kept is not None else ([], [])
 
     def hooks(stack: ExitStack) -> None:
         moving(stack)
@@ -91,15 +132,16 @@ def gradient_run(
             i = block.index
             if layers is not None and i not in layers:
                 continue
-            if not clean:
+            if kept is not None:
                 keep = lambda _m, a, i=i: resid.__setitem__(i, a[0].detach())  # noqa: E731
                 stack.enter_context(hooked(block.module, "pre", keep))
-                stack.enter_context(intervene(block.attention, "head_outputs",
-                                              keep_site(i, "head_outputs")))  # fmt: skip
+                head = lambda t, i=i: heads.__setitem__(i, t.detach())  # noqa: E731
+                stack.enter_context(intervene(block.attention, "head_outputs", head))
             plan = plans.get(i)
             if plan is None:
                 for site in ("q", "k", "v"):
-                    stack.enter_context(intervene(block.attention, site, keep_site(i, site)))
+                    keep_site = lambda t, key=(i, site): tensors.__setitem__(key, t)  # noqa: E731
+                    stack.enter_context(intervene(block.attention, site, keep_site))
             else:
                 for j, module in enumerate(plan.modules):
                     stack.enter_context(hooked(module, "post", _keep_tensor(tensors, (i, j))))
@@ -113,15 +155,20 @@ def gradient_run(
 
     x = hidden.detach().requires_grad_(True)
     with torch.enable_grad():
-        value = patcher.metric(runner.forward(start, x, 1, hooks))[0]
+        value = metric(runner.forward(start, x, 1, hooks))[0]
         # a cut output is a constant: the receivers that feed only it get no gradient
-        keys = [k for k, t in tensors.items() if k[-1] != "head_outputs" and t.requires_grad]
+        keys = [k for k, t in tensors.items() if t.requires_grad]
         grads = torch.autograd.grad(value, [tensors[k] for k in keys], allow_unused=True)
     got = {k: g for k, g in zip(keys, grads, strict=True) if g is not None}
-    got.update({k: torch.zeros_like(t) for k, t in tensors.items()
-                if k[-1] != "head_outputs" and k not in got})  # fmt: skip
+    got.update({k: torch.zeros_like(t) for k, t in tensors.items() if k not in got})
     tensors.clear()  # the graph's tensors go with it
-    del grads, value
+    return got
+
+
+def _assembled(
+    got: dict[tuple, Tensor], resid: list, heads: list, plans: dict[int, SlicedReceivers | None]
+) -> GradientRun:
+    n = len(heads)
     output_grads = [[got[(i, j)] for j in range(len(plans[i].modules))] if plans.get(i) else []
                     for i in range(n)]  # fmt: skip
     return GradientRun(
@@ -196,4 +243,6 @@ def attention_receivers(graph: Graph, keys: list[tuple[str, str]]) -> list[Recei
     return [(s, graph.node(r).index) for r, s in keys if s != "in"]
 
 
-__all__ = ["GradientRun", "attention_receivers", "gradient_run", "receiver_rows"]
+__all__ = [
+    "GradientRun", "attention_receivers", "clean_gradient_run", "gradient_run", "receiver_rows",
+]  # fmt: skip

@@ -22,10 +22,10 @@ do not mix), and the rest is linear algebra on d_head-wide slices, no backward:
 for the norm in front n = g * (x - [mean x]) / s + b (x^ = (x - [mean x]) / s, d = embed_dim;
 the bracketed terms for LayerNorm, none for RMSNorm); 1/s is read from the norm's own output at
 each position, so its epsilon needs no knowing. Whether a layer may take it (and which norm it
-has) is observed once per layer, on ``CHECK_ROWS`` positions with random gradients at the
-sites, against the generic path (as ``Patcher.writes_are_linear`` observes the writes); where
-it does not agree (QK-norm over all heads at once, a norm of another form, a head view), the
-layer takes the generic path.
+has) is observed once per layer, on ``CHECK_ROWS`` positions of a random stream with random
+gradients at the sites (every map here acts on each position alone), against the generic path
+(as ``Patcher.writes_are_linear`` observes the writes); where it does not agree (QK-norm over
+all heads at once, a norm of another form, a head view), the layer takes the generic path.
 """
 
 from __future__ import annotations
@@ -175,20 +175,22 @@ def output_grads_at(
 
 
 def sliced_receivers(
-    runner: Runner, layer: int, receivers: list[Receiver], stream: Tensor
+    runner: Runner, layer: int, receivers: list[Receiver]
 ) -> SlicedReceivers | None:
     """The sliced path for ``receivers`` of ``layer`` where it gives the generic path's
-    gradients (observed on ``CHECK_ROWS`` positions of ``stream``, (batch, pos, embed_dim) the
-    stream entering the layer, with random gradients at the sites), else None."""
+    gradients (observed on ``CHECK_ROWS`` positions of a random stream, with random gradients
+    at the sites), else None."""
     plan = _plan(runner, layer, receivers)
     if plan is None:
         return None
-    rows = slice(0, min(CHECK_ROWS, stream.shape[1]))
-    x = stream[:, rows]
+    rows = slice(0, min(CHECK_ROWS, runner.ids.shape[1]))
+    generator = torch.Generator().manual_seed(0)
+    width = plan.weights.shape[-1]
+    x = torch.randn(runner.batch, rows.stop, width, generator=generator, dtype=torch.float64)
+    x = x.to(plan.weights)
     seen: dict[str, Tensor] = {}
     with torch.no_grad():
         runner.forward(layer, x, 1, until_values(runner.blocks[layer].attention, seen), rows)
-    generator = torch.Generator().manual_seed(0)
     site_grads = {
         s: torch.randn(seen[s].shape, generator=generator, dtype=torch.float64).to(seen[s])
         for s in sorted({site for site, _ in receivers})

@@ -24,7 +24,7 @@ def _square(f: Fields, key: str, size: int | None = None) -> list[list[float]]:
     for i, row in enumerate(rows):
         where = f"{f.at(key)}[{i}]"
         if not isinstance(row, list) or len(row) != size:
-            raise problem(where, f"{size} numbers (block)", row)
+            raise problem(where, f"{size} numbers (a {size} x {size} matrix)", row)
         for j, v in enumerate(row):
             if not is_number(v):
                 raise problem(f"{where}[{j}]", "a finite number", v)
