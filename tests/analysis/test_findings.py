@@ -78,7 +78,7 @@ def test_uniform_gives_equal_outputs_but_unequal_gradients():
     assert not c.gradients_equal
     assert c.gradient_diffs["in_proj_weight"] > 1e-3
     assert "gradients do not" in c.findings[0].detail
-    assert "gradients of the shared weights differ" in explain(c)
+    assert "gradients of the shared weights differ" in explain(c.result())
 
 
 def test_identical_values():
@@ -98,7 +98,8 @@ def test_partition_is_the_general_case():
 
 def test_to_dict_has_exactly_the_documented_fields():
     m = _module()
-    doc = json.loads(json.dumps(compare(m, m.with_num_heads(2), _x(LQ, 1)).to_dict()))
+    result = compare(m, m.with_num_heads(2), _x(LQ, 1)).result()
+    doc = json.loads(json.dumps(result.to_dict()))
     assert set(doc) == {
         "verdict",
         "identical",
@@ -119,7 +120,7 @@ def test_to_dict_has_exactly_the_documented_fields():
 def test_explanation_is_written_from_the_numbers():
     m = _module()
     c = compare(m, m.with_num_heads(1), _x(LQ, 1))
-    text = explain(c)
+    text = explain(c.result())
     assert f"{c.max_abs_diff:.3g}" in text and f"{c.rel_diff:.3g}" in text
     assert "4 heads of 3 and 1 head of 12" in text
     assert f"{c.params['a']:,}" in text
@@ -157,7 +158,7 @@ def test_the_prose_is_written_from_the_measures():
     text = describe(finding.code, changed)
     assert "the 99 softmaxes" in text and "(mean 0.12)" in text
     assert finding.detail == describe(finding.code, finding.measures)
-    assert f"{finding.detail}." in explain(c)
+    assert f"{finding.detail}." in explain(c.result())
     with pytest.raises(ValueError, match="code must be a finding code, got 'nope'"):
         describe("nope", {})
 

@@ -85,11 +85,11 @@ def test_run_seed_scenarios_answers_each_thread(seed):
     results = run_seed_scenarios(seed=seed)
     assert [r.name for r in results] == ["rand", "ones", "scaled"]
     for r in results:
-        assert r.command.startswith("headlab compare") and r.setup.seed == seed
+        assert r.command.startswith("headlab compare") and r.setup["seed"] == seed
         assert r.explanation == explain(r.comparison)
         assert r.to_dict()["comparison"] == r.comparison.to_dict()
         # the verdict agrees with the two sides computed by hand (float32 rounding aside)
-        diff, scale = hand_difference(r.setup)
+        diff, scale = hand_difference(CompareSetup(**r.setup))
         tolerance = 1e-4 * scale
         assert r.comparison.max_abs_diff == pytest.approx(diff, abs=tolerance)
         assert (r.comparison.verdict == "different") == (diff > tolerance)
@@ -101,7 +101,7 @@ def test_the_public_names_are_importable_from_the_package():
     m = headlab.MultiHeadAttention(12, 3, batch_first=True)
     x = torch.randn(2, 5, 12)
     c = headlab.compare(m, m.with_num_heads(1), x)
-    assert isinstance(c, headlab.Comparison) and headlab.explain(c)
+    assert isinstance(c, headlab.Comparison) and headlab.explain(c.result())
     assert headlab.parameter_count(m) == 4 * 12 * 12 + 4 * 12
     assert headlab.gradient_coupling(m, x).shape == (3, 3)
 

@@ -2,8 +2,10 @@
 
 - A model whose every other part is linear (a tiny Llama with its norms removed, its MLP one
   linear map and W_Q = W_K = 0, so that attention is a fixed causal average; logit difference is
-  linear in the logits): every edge's attribution equals its exact effect, for EAP and EAP-IG,
-  and EAP's scores of the edges into the logits sum to the total effect.
+  linear in the logits): every edge's attribution equals its exact effect, for EAP, EAP-IG on
+  the inputs and on each sender's activations, and EAP's scores of the edges into the logits
+  sum to the total effect. Hanna et al.'s EAP-IG on the activations is not exact there (its
+  runs cut the gradient at the node they move): exact into the logits only.
 - Any model: EAP is the derivative of path patching in the size of the sender's write; central
   finite differences of exact patching give it (Richardson-extrapolated), through QK-norm
   (Qwen3), post-norms and soft-cap (Gemma 2), GQA (Llama), fused projections (GPT-2, GPT-NeoX).
@@ -59,7 +61,7 @@ def test_linear_model_attribution_is_exact():
     exact = patcher.effects(names)
     scale = float(exact.abs().max())
     assert scale > 1e-2
-    for method in ("eap", "eap-ig"):
+    for method in ("eap", "eap-ig", "eap-ig-senders"):
         scores = edge_attribution(model, clean, corrupted, metric, method=method, steps=3,
                                   patcher=patcher)  # fmt: skip
         got = torch.tensor(scores.scores, dtype=torch.float64)
@@ -68,6 +70,12 @@ def test_linear_model_attribution_is_exact():
                           if e.endswith("->logits"))  # fmt: skip
         total = patcher.corrupted_value - patcher.clean_value
         assert into_logits == pytest.approx(total, abs=1e-4 * abs(total))
+    hanna = edge_attribution(model, clean, corrupted, metric, method="eap-ig-activations",
+                             steps=3, patcher=patcher)  # fmt: skip
+    got = torch.tensor(hanna.scores, dtype=torch.float64)
+    logits = torch.tensor([n.endswith("->logits") for n in names])
+    torch.testing.assert_close(got[logits], exact[logits], rtol=0, atol=1e-4 * scale)
+    assert float((got - exact).abs().max()) > 0.05 * scale
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen3", "gemma2", "gpt2", "gpt_neox"])
@@ -118,7 +126,8 @@ def test_agreement_with_patching_on_every_edge(family):
 def test_bad_method_and_steps():
     clean, corrupted, metric = _task()
     model = attach(build("llama"))
-    with pytest.raises(ValueError, match="method must be one of eap, eap-ig, got 'ig'"):
+    methods = "eap, eap-ig, eap-ig-activations, eap-ig-senders"
+    with pytest.raises(ValueError, match=f"method must be one of {methods}, got 'ig'"):
         edge_attribution(model, clean, corrupted, metric, method="ig")
     with pytest.raises(ValueError, match="steps must be an integer >= 1, got 0"):
         edge_attribution(model, clean, corrupted, metric, method="eap-ig", steps=0)

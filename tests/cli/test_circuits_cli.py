@@ -54,6 +54,7 @@ def _expected(tiny_dir, method: str, steps: int = 5):
 
 @pytest.mark.parametrize(("method", "extra"), [
     ("eap", []), ("eap-ig", ["--steps", "3"]), ("path-patching", []), ("composition", []),
+    ("eap-ig-senders", ["--steps", "3"]),
 ])  # fmt: skip
 def test_each_method_end_to_end(tiny_dir, tmp_path, capsys, method, extra):
     out, figure = tmp_path / "c.json", tmp_path / "c.png"
@@ -67,7 +68,7 @@ def test_each_method_end_to_end(tiny_dir, tmp_path, capsys, method, extra):
     assert "…" not in stdout
     result = _read(out)
     assert CircuitRun.from_dict(result.to_dict()) == result
-    steps = 3 if method == "eap-ig" else 5
+    steps = 3 if method.startswith("eap-ig") else 5
     want = _expected(tiny_dir, method, steps)
     assert result.scores.edges == want.scores.edges
     assert result.scores.scores == pytest.approx(want.scores.scores, rel=1e-6, abs=1e-9)
@@ -107,7 +108,7 @@ def one_line(argv, capsys, message):
 
 @pytest.mark.parametrize(("extra", "message"), [
     (["--task", "sorting"], "--task must be one of induction, copy, ioi, greater-than"),
-    (["--method", "acdc"], "--method must be one of composition, path-patching, eap, eap-ig"),
+    (["--method", "acdc"], "--method must be one of composition, path-patching, eap, eap-ig,"),
     (["--method", "eap-ig", "--steps", "0"], "--steps must be between 1"),
     (["--top", "0"], "--top must be between 1"),
     (["--task", "ioi", "--length", "5"], "length applies to induction and copy only"),

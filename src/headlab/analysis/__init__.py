@@ -3,25 +3,23 @@
 from headlab.analysis.compare import Comparison, compare
 from headlab.analysis.coupling import coupling_summary, gradient_coupling, head_gradient_norms
 from headlab.analysis.explain import explain
-from headlab.analysis.findings import CODES, Finding
+from headlab.analysis.findings import Finding
 from headlab.analysis.params import parameter_count, parameter_table
-from headlab.analysis.scenarios import (
-    CompareSetup,
-    ScenarioResult,
-    build,
-    run_seed_scenarios,
-    run_setup,
-)
+from headlab.analysis.scenarios import CompareSetup, build, run_seed_scenarios, run_setup
+from headlab.results.comparison_result import CODES, ComparisonResult, FindingRow
 from headlab.results.coupling_result import CouplingMatrix, CouplingSummary, HeadGradientNorms
 from headlab.results.param_rows import ParamRow
+from headlab.results.scenario_result import ScenarioResult
 
 __all__ = [
     "CODES",
     "CompareSetup",
     "Comparison",
+    "ComparisonResult",
     "CouplingMatrix",
     "CouplingSummary",
     "Finding",
+    "FindingRow",
     "HeadGradientNorms",
     "ParamRow",
     "ScenarioResult",

@@ -4,7 +4,12 @@ Typical use is a module against the same weights viewed with another head count:
 
     m = MultiHeadAttention(512, 8, batch_first=True)
     c = compare(m, m.with_num_heads(1), x)
-    c.verdict, c.findings, explain(c)
+    c.verdict, c.findings, explain(c.result())
+
+``compare`` returns the measurement, tensors included (both sides' outputs and weights, the rows
+each finding covers); ``Comparison.result()`` is what it says as plain data
+(``headlab.results.comparison_result.ComparisonResult``: the ``--json`` document and what the
+explanation reads), which the CLI prints and ``explain`` reads.
 """
 
 from __future__ import annotations
@@ -18,13 +23,15 @@ from headlab.analysis.findings import Finding, SideFacts, diagnose, side_facts
 from headlab.analysis.params import parameter_count
 from headlab.analysis.row_gradients import row_gradients
 from headlab.attention.module import MultiHeadAttention
+from headlab.results.comparison_result import ComparedSides, ComparisonResult
 
 CLOSE_EPS_FACTOR = 1e3  # "close": allclose with rtol = atol = 1e3 * machine epsilon of the dtype
 
 
 @dataclass(frozen=True)
 class Comparison:
-    """What ``compare`` measured. Tensors are batch first: output (batch, q_pos, embed_dim),
+    """What ``compare`` measured, tensors included (``result()`` is the plain result). Tensors
+    are batch first: output (batch, q_pos, embed_dim),
     weights (batch, head, q_pos, k_pos), rows_equal (batch, q_pos).
 
     verdict: "identical" (bit for bit), "close" (within 1e3 machine epsilons) or "different".
@@ -50,17 +57,28 @@ class Comparison:
     params: dict[str, int]
     findings: list[Finding] = field(default_factory=list)
 
-    def to_dict(self) -> dict[str, object]:
-        """Plain JSON-ready data (the documented schema of ``headlab compare --json``)."""
-        return {
-            "verdict": self.verdict,
-            "identical": self.identical,
-            "max_abs_diff": self.max_abs_diff,
-            "rel_diff": self.rel_diff,
-            "gradients_equal": self.gradients_equal,
-            "findings": [f.to_dict() for f in self.findings],
-            "params": dict(self.params),
-        }
+    def result(self) -> ComparisonResult:
+        """What the comparison says, as plain data: the ``--json`` document and the sides' sizes,
+        row counts and gradient differences that ``explain`` reads."""
+        sides = ComparedSides(
+            heads_a=self.heads_a,
+            head_dim_a=self.head_dim_a,
+            heads_b=self.heads_b,
+            head_dim_b=self.head_dim_b,
+            rows=self.rows_equal.numel(),
+            equal_rows=int(self.rows_equal.sum()),
+            gradient_diffs=dict(self.gradient_diffs),
+        )
+        return ComparisonResult(
+            verdict=self.verdict,
+            identical=self.identical,
+            max_abs_diff=self.max_abs_diff,
+            rel_diff=self.rel_diff,
+            gradients_equal=self.gradients_equal,
+            findings=[f.row() for f in self.findings],
+            params=dict(self.params),
+            sides=sides,
+        )
 
 
 def _tolerance(dtype: torch.dtype) -> float:

@@ -1,12 +1,12 @@
-"""A plain-language answer written from a Comparison's measured numbers and its findings'."""
+"""A plain-language answer written from a comparison's result (``Comparison.result()``): its
+measured numbers and its findings'. Reads only the plain result, no tensors."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:  # pragma: no cover (findings import this module: no import of compare here)
-    from headlab.analysis.compare import Comparison
+from headlab.results.comparison_result import ComparisonResult
 
 
 def _g(x: float | None) -> str:
@@ -71,15 +71,23 @@ def _side(heads: int, head_dim: int) -> str:
     return f"{heads} head{'s' if heads != 1 else ''} of {head_dim}"
 
 
-def explain(c: Comparison, *, findings: bool = True) -> str:
+def explain(c: ComparisonResult, *, findings: bool = True) -> str:
     """What differs, why, with the figures: one paragraph per point, no canned verdicts.
 
-    Each finding's sentence is written from its ``measures``; ``findings=False`` leaves them out
-    for a caller that shows the findings itself (``headlab compare`` prints them as a table).
+    ``c`` is ``Comparison.result()``: a result read back from a ``--json`` document has no
+    ``sides`` (head counts and sizes, row counts, gradient differences) and is refused with a
+    ValueError. Each finding's sentence is written from its ``measures``; ``findings=False``
+    leaves them out for a caller that shows the findings itself (``headlab compare`` prints them
+    as a table).
     """
-    a, b = _side(c.heads_a, c.head_dim_a), _side(c.heads_b, c.head_dim_b)
-    rows = c.rows_equal.numel()
-    equal_rows = int(c.rows_equal.sum())
+    sides = c.sides
+    if sides is None:
+        raise ValueError(
+            "explain needs the sides of the comparison (head counts, row counts, gradient "
+            "differences), got a result without them (a --json document): use Comparison.result()"
+        )
+    a, b = _side(sides.heads_a, sides.head_dim_a), _side(sides.heads_b, sides.head_dim_b)
+    rows, equal_rows = sides.rows, sides.equal_rows
     lines = []
     if c.identical:
         lines.append(
@@ -102,8 +110,9 @@ def explain(c: Comparison, *, findings: bool = True) -> str:
             "The gradients of the shared weights coincide too, for the same upstream gradient."
         )
     else:
-        worst = max(c.gradient_diffs, key=c.gradient_diffs.get, default=None)
-        where = f" (largest in {worst}: {c.gradient_diffs[worst]:.3g})" if worst else ""
+        diffs = sides.gradient_diffs
+        worst = max(diffs, key=diffs.get, default=None)
+        where = f" (largest in {worst}: {diffs[worst]:.3g})" if worst else ""
         also = "Even so, the" if c.identical or c.verdict == "close" else "The"
         lines.append(
             f"{also} gradients of the shared weights differ{where}: training would move the two "

@@ -33,30 +33,21 @@ from torch import Tensor
 
 from headlab.analysis.explain import describe
 from headlab.attention.trace import AttentionTrace
+from headlab.results.comparison_result import FindingRow, Measure
 
 SATURATION = 1e-6  # weight a "one-hot" row may leave off its top key
 UNIFORM_TOL = 1e-6  # largest deviation from 1/n_visible that still counts as uniform
-CODES = (
-    "same_config",
-    "single_key",
-    "saturated_same_key",
-    "uniform",
-    "identical_values",
-    "partition",
-)
-
-
-Measure = int | float | bool | list[float] | None
 
 
 @dataclass(frozen=True)
 class Finding:
-    """One explanation: its code, the share of query rows it covers and its measured numbers.
+    """One explanation as measured: its code, the share of query rows it covers, those rows and
+    its measured numbers (``row()`` is the plain result, ``results.comparison_result.FindingRow``).
 
     measures: the numbers behind the finding, by name (``rows`` and ``of_rows`` for every code
     but same_config; see ``headlab.analysis.explain.describe`` for the rest); None where a
     number is undefined (no gap between two keys when a row has one). detail: the sentence
-    written from them. rows: (batch, q_pos) bool, the rows it covers (not serialised).
+    written from them. rows: (batch, q_pos) bool, the rows it covers (not in the plain row).
     """
 
     code: str
@@ -68,13 +59,9 @@ class Finding:
     def detail(self) -> str:
         return describe(self.code, self.measures)
 
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "code": self.code,
-            "fraction": self.fraction,
-            "detail": self.detail,
-            "measures": self.measures,
-        }
+    def row(self) -> FindingRow:
+        """The finding as plain data (without its rows)."""
+        return FindingRow(self.code, self.fraction, self.detail, self.measures)
 
 
 def _number(x: float) -> float | None:

@@ -1,5 +1,6 @@
-"""The seed scenarios as the page shows them: ``analysis.run_seed_scenarios`` turned into plain
-data, with the per-head weights of both sides as heatmap data."""
+"""The seed scenarios as the page shows them: ``analysis.scenarios.seed_comparisons`` turned into
+plain data (each ``ScenarioResult``), with the per-head weights of both sides (read from the
+``Comparison`` beside it) as heatmap data."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import functools
 import numpy as np
 import torch
 
-from headlab.analysis import run_seed_scenarios
+from headlab.analysis.scenarios import seed_comparisons
 from headlab.results.attention_views import AttentionView
 from headlab.results.explorers import heatmap_data
 
@@ -19,8 +20,8 @@ DRAWS = 10  # each seed set-up is also measured over seeds 0 .. DRAWS - 1 (a few
 def seed_scenarios(seed: int = 0) -> list[dict]:
     """[{name, question, command, result, explanation, draws, heatmap}], a fresh copy each call.
 
-    ``result`` is ``Comparison.to_dict()``; ``heatmap`` the per-head weights of both sides
-    (first batch element) as heatmap data.
+    ``result`` is ``ComparisonResult.to_dict()`` (the ``--json`` document); ``heatmap`` the
+    per-head weights of both sides (first batch element) as heatmap data.
     """
     return copy.deepcopy(_seed_scenarios(seed))
 
@@ -29,8 +30,7 @@ def seed_scenarios(seed: int = 0) -> list[dict]:
 @functools.lru_cache(maxsize=4)
 def _seed_scenarios(seed: int) -> list[dict]:
     out = []
-    for scenario in run_seed_scenarios(seed=seed, draws=DRAWS):
-        comparison = scenario.comparison
+    for scenario, comparison in seed_comparisons(seed=seed, draws=DRAWS):
         w_a = _numpy(comparison.weights_a)[0]  # (head_a, q_pos, k_pos)
         w_b = _numpy(comparison.weights_b)[0]
         tokens = [f"x{i}" for i in range(w_a.shape[-1])]
@@ -43,7 +43,7 @@ def _seed_scenarios(seed: int) -> list[dict]:
                 "name": scenario.name,
                 "question": scenario.question,
                 "command": scenario.command,
-                "result": comparison.to_dict(),
+                "result": scenario.comparison.to_dict(),
                 "explanation": scenario.explanation,
                 "draws": None if scenario.draws is None else scenario.draws.to_dict(),
                 "heatmap": heatmap_data(

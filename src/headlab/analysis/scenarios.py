@@ -21,6 +21,7 @@ from headlab.attention.sizes import FREE_HEAD_DIM, check_divides
 from headlab.limits import check_fits, check_int, check_seed
 from headlab.results.defaults import INITS
 from headlab.results.draw_summary import DrawSummary
+from headlab.results.scenario_result import ScenarioResult
 
 # What torch adds on the first autograd call and the allocator keeps (measured: about 90 MiB at
 # seq_len 500, see docs/answers.md).
@@ -189,30 +190,6 @@ def run_setup(setup: CompareSetup) -> Comparison:
     return compare(a, b, x, is_causal=setup.causal)
 
 
-@dataclass(frozen=True)
-class ScenarioResult:
-    """A seed question, the command that answers it, and the measured answer."""
-
-    name: str
-    question: str
-    command: str
-    setup: CompareSetup
-    comparison: Comparison
-    explanation: str
-    draws: DrawSummary | None = None
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "name": self.name,
-            "question": self.question,
-            "command": self.command,
-            "setup": self.setup.to_dict(),
-            "comparison": self.comparison.to_dict(),
-            "explanation": self.explanation,
-            "draws": None if self.draws is None else self.draws.to_dict(),
-        }
-
-
 SEED_QUESTIONS = (
     (
         "rand",
@@ -239,31 +216,32 @@ SEED_QUESTIONS = (
 )
 
 
-def run_seed_scenarios(seed: int = 0, draws: int = 0) -> list[ScenarioResult]:
-    """The three seed scenarios, each compared and explained from its own measurements; with
-    ``draws``, each set-up is also compared for seeds 0 .. draws - 1 (``over_draws``). On one
-    torch thread: the set-ups are 8 x 16 matrices (``one_torch_thread``)."""
+def seed_comparisons(seed: int = 0, draws: int = 0) -> list[tuple[ScenarioResult, Comparison]]:
+    """The three seed scenarios, each compared and explained from its own measurements, beside
+    the ``Comparison`` it was reduced from (its tensors: the page draws both sides' weights);
+    with ``draws``, each set-up is also compared for seeds 0 .. draws - 1 (``over_draws``). On
+    one torch thread: the set-ups are 8 x 16 matrices (``one_torch_thread``)."""
     with one_torch_thread():
-        return _seed_scenarios(seed, draws)
+        return _seed_comparisons(seed, draws)
 
 
-def _seed_scenarios(seed: int, draws: int) -> list[ScenarioResult]:
-    results = []
+def _seed_comparisons(seed: int, draws: int) -> list[tuple[ScenarioResult, Comparison]]:
+    measured = []
     for name, question, command, overrides in SEED_QUESTIONS:
         setup = CompareSetup(seed=seed, **overrides)
         comparison = run_setup(setup)
-        results.append(
-            ScenarioResult(
-                name,
-                question,
-                command,
-                setup,
-                comparison,
-                explain(comparison),
-                over_draws(overrides, range(draws)) if draws else None,
-            )
+        result = comparison.result()
+        summary = over_draws(overrides, range(draws)) if draws else None
+        scenario = ScenarioResult(
+            name, question, command, setup.to_dict(), result, explain(result), summary
         )
-    return results
+        measured.append((scenario, comparison))
+    return measured
+
+
+def run_seed_scenarios(seed: int = 0, draws: int = 0) -> list[ScenarioResult]:
+    """The three seed scenarios' results (``seed_comparisons`` without the measurements)."""
+    return [scenario for scenario, _ in seed_comparisons(seed, draws)]
 
 
 def over_draws(overrides: dict, seeds: range = range(10)) -> DrawSummary:
@@ -271,10 +249,9 @@ def over_draws(overrides: dict, seeds: range = range(10)) -> DrawSummary:
     which draws come out identical, and which finding explains the most rows of each draw."""
     identical, findings = [], {}
     for seed in seeds:
-        comparison = run_setup(CompareSetup(seed=seed, **overrides))
-        if comparison.identical:
+        result = run_setup(CompareSetup(seed=seed, **overrides)).result()
+        if result.identical:
             identical.append(seed)
-        if comparison.findings:
-            top = max(comparison.findings, key=lambda f: f.fraction).code
-            findings[top] = findings.get(top, 0) + 1
+        if result.top_code is not None:
+            findings[result.top_code] = findings.get(result.top_code, 0) + 1
     return DrawSummary(list(seeds), identical, findings)

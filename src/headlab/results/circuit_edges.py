@@ -14,7 +14,9 @@ from dataclasses import asdict, dataclass
 
 from headlab.results.schema import Fields, is_int, problem
 
-EDGE_METHODS = ("path_patching", "eap", "eap-ig", "composition")
+EDGE_METHODS = (
+    "path_patching", "eap", "eap-ig", "eap-ig-activations", "eap-ig-senders", "composition"
+)
 
 
 def _strings(fields: Fields, key: str) -> list[str]:
@@ -27,8 +29,9 @@ def _strings(fields: Fields, key: str) -> list[str]:
 
 @dataclass(frozen=True)
 class EdgeScores:
-    """``method`` ("path_patching", "eap", "eap-ig", or "composition": weight-based scores of
-    the head-to-head edges, ``circuits.run``), the ``metric`` kind, ``edges`` and their
+    """``method`` ("path_patching", an attribution (``circuits.attribution.METHODS``), or
+    "composition": weight-based scores of the head-to-head edges, ``circuits.run``), the
+    ``metric`` kind, ``edges`` and their
     ``scores`` (the change in the metric when the edge is patched, or its attribution), the
     metric on the clean and the corrupted runs."""
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from headlab.results.schema import Fields, problem
+
 
 @dataclass(frozen=True)
 class DrawSummary:
@@ -48,3 +50,25 @@ class DrawSummary:
             "findings": self.findings,
             "sentence": self.sentence(),
         }
+
+    @classmethod
+    def from_dict(cls, f: Fields) -> DrawSummary:
+        """ValueError naming the field unless the seeds are distinct non-negative integers, the
+        identical ones among them and the counts of the findings add up to the draws (the
+        share and the sentence are derived, so not read)."""
+        seeds = [_seed(f, "seeds", i, v) for i, v in enumerate(f.list("seeds", nonempty=True))]
+        identical = [_seed(f, "identical", i, v) for i, v in enumerate(f.list("identical"))]
+        for i, seed in enumerate(identical):
+            if seed not in seeds:
+                raise problem(f"{f.at('identical')}[{i}]", "one of the seeds", seed)
+        counts = f.object("findings")
+        findings = {code: counts.int(code, 1, len(seeds)) for code in counts.data}
+        if sum(findings.values()) > len(seeds):
+            raise problem(f.at("findings"), f"at most {len(seeds)} draws in all", findings)
+        return cls(seeds, identical, findings)
+
+
+def _seed(f: Fields, key: str, i: int, value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise problem(f"{f.at(key)}[{i}]", "a seed (an integer >= 0)", value)
+    return value

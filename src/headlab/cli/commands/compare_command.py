@@ -62,24 +62,24 @@ def compare(
             kv_heads=kv_heads,
             head_dim=head_dim,
         )
-        comparison = run_setup(setup)
+        result = run_setup(setup).result()
     if as_json:
-        print_json(comparison.to_dict(), indent=2)
+        print_json(result.to_dict(), indent=2)
         return
     console = Console()
     console.print(
-        f"[bold]verdict:[/bold] {comparison.verdict}   "
-        f"(max |diff| {comparison.max_abs_diff:.3g}, relative {comparison.rel_diff:.3g}, "
-        f"gradients equal: {comparison.gradients_equal})"
+        f"[bold]verdict:[/bold] {result.verdict}   "
+        f"(max |diff| {result.max_abs_diff:.3g}, relative {result.rel_diff:.3g}, "
+        f"gradients equal: {result.gradients_equal})"
     )
     table = Table(title="findings (share of query rows each explains)")
     table.add_column("code")
     table.add_column("rows", justify="right")
     table.add_column("detail", overflow="fold")
-    for f in comparison.findings:
+    for f in result.findings:
         table.add_row(f.code, f"{f.fraction:.0%}", f.detail)
     console.print(table)
-    console.print(explain(comparison, findings=False), highlight=False)  # findings: the table
+    console.print(explain(result, findings=False), highlight=False)  # findings: the table
 
 
 def register(app: typer.Typer) -> None:
