@@ -237,18 +237,22 @@ def test_heads_of_minilm_with_a_backend_value_runs(capsys, tmp_path):
      ["circuits", "--task", "induction"]],
 )  # fmt: skip
 def test_a_folder_without_a_tokenizer_is_refused_before_its_weights_load(
-    hf_dirs, tmp_path, capsys, command
+    hf_dirs, tmp_path, capsys, monkeypatch, command
 ):
     """Every command that opens a model reads text: a folder without tokenizer files was refused
-    only once its weights had loaded. Here its weights are not safetensors at all, so the
-    tokenizer line proves the check ran first."""
+    only once its weights had loaded. transformers' from_pretrained fails here if it is reached,
+    so the tokenizer line proves the check ran first."""
     import shutil
 
+    import transformers
+
+    def never(cls, *args, **kwargs):
+        raise AssertionError("the weights were loaded before the tokenizer was checked")
+
+    monkeypatch.setattr(transformers.PreTrainedModel, "from_pretrained", classmethod(never))
     folder = tmp_path / "no-tokenizer"
     shutil.copytree(hf_dirs["llama"], folder)
     (folder / "tokenizer.json").unlink()
-    for weights in folder.glob("*.safetensors"):
-        weights.write_bytes(b"not weights at all")
     code, printed, err = run([*command, "--model", str(folder)], capsys)
     assert code == 2 and printed == "" and len(err.strip().splitlines()) == 1, err
     assert "no-tokenizer has no tokenizer to read text with" in err

@@ -244,8 +244,6 @@ def load_pretrained(
     if checkpoint.gguf is not None:
         require_accelerate(checkpoint.name)
     config = read_config(checkpoint, trust_remote_code)
-    if reads_text:
-        check_reads_text(checkpoint)
     held = checkpoint_shapes(checkpoint.folder, checkpoint.gguf)  # None: fetched later
     check_layers_held(config, held, checkpoint.name)
     plan = plan_model(config, checkpoint.name, trust_remote_code)
@@ -253,7 +251,7 @@ def load_pretrained(
     check_memory(plan, dtype, checkpoint.name)
     checkpoint = fetch_rest(checkpoint, trust_remote_code)
     check_weights(checkpoint)
-    if reads_text:  # a hub checkpoint's files are here now
+    if reads_text:  # after the config's and the family's checks (a hub's files are here now)
         check_reads_text(checkpoint)
     if held is None:  # a hub checkpoint: its weights are here now
         held = checkpoint_shapes(checkpoint.folder, checkpoint.gguf)
