@@ -6,6 +6,10 @@ query chunk by chunk, reduces each chunk to per-head sums and hands them back, t
 intervention the layer has (an ablated head is measured ablated). Works for any model behind
 ``HeadModel``: the model computes its own masks (padding, causal) and passes them to its
 attention as usual.
+
+After the forward, the C heap's free pages go back to the system (``attention.freed_memory``):
+the chunks' temporaries, freed, would otherwise stay resident through the logits computed next
+(0.7 GiB of SmolLM2's forward at 8192 tokens, measured, docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from contextlib import ExitStack
 import torch
 from torch import Tensor
 
+from headlab.attention.freed_memory import return_freed_memory
 from headlab.attention.streaming_sums import CHUNK_ELEMENTS, HeadSums, StatisticsRequest, observing
 from headlab.models.interface import HeadMask, HeadModel, TokenBatch
 from headlab.models.output_rows import OutputRows, output_rows
@@ -71,6 +76,7 @@ def model_head_sums(
             output = output_rows(model, batch, head_mask)
         else:
             output = model.run(batch, head_mask)
+    return_freed_memory()  # the forward's temporaries, before the caller's logits
     calls = [len(c) for c in collected]
     if any(n != 1 for n in calls):
         raise ValueError(f"expected one attention call per layer, got {calls}")
