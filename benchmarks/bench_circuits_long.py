@@ -17,9 +17,16 @@ call, the call's wall time; a warm-up call at 64 tokens first):
   corrupted runs) included.
 - ``patch``: exact path patching (``Patcher.effects``) of ``--edges`` edges into the K input of
   18.g2 from the heads of layers 16 and 17, the ``Patcher`` included.
+- ``sdpa-loss``: the same model on transformers' SDPA, forward and backward of its own
+  next-token loss (``labels=``: every position's logits) on the first ``length`` tokens of
+  headlab's long document, the gradient taken at the input embeddings.
+- ``michel``: what Michel et al.'s importance (``heads.importance.head_importance``) does per
+  batch, on that one text: the model's own objective (``TransformersModel.objective``: the
+  block-wise next-token loss of ``block_logits``) and its gradient at the head mask xi.
 
-The table gives each way's seconds and peak, and eap's and patch's ratios to sdpa at the same
-length against the issue's bounds (1.5x memory, 2x time); the load average is printed.
+The table gives each way's seconds and peak, and the ratios to its baseline at the same length
+(eap and patch: sdpa; michel: sdpa-loss) against the issue's bounds (1.5x memory, 2x time); the
+load average is printed.
 """
 
 from __future__ import annotations
@@ -32,7 +39,8 @@ import sys
 from fresh_process import run_child
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-WAYS = ("sdpa", "eap", "patch")
+WAYS = ("sdpa", "eap", "patch", "sdpa-loss", "michel")
+BASELINE = {"eap": "sdpa", "patch": "sdpa", "michel": "sdpa-loss"}
 BOUNDS = {"memory": 1.5, "time": 2.0}
 
 
@@ -57,10 +65,20 @@ def child(way: str, length: int, edges: int) -> dict:
     hf.requires_grad_(False)
     tasks = {n: _task(model, n) for n in (64, length)}
     names = [f"{layer}.{h}->18.g2<k>" for layer in (16, 17) for h in range(9)][:edges]
-    if way == "sdpa":  # the same weights on transformers' own attention
+    if way.startswith("sdpa"):  # the same weights on transformers' own attention
         hf.set_attn_implementation("sdpa")
+    document = headlab.models.long_document()
+    xi = [torch.ones(h, requires_grad=True) for h in model.heads_per_layer]
 
     def step(n: int):
+        if way == "michel":
+            loss = model.objective([document], xi, max_length=n)
+            return torch.autograd.grad(loss, xi)
+        if way == "sdpa-loss":
+            ids = model.tokenize([document], n).input_ids
+            embeds = hf.get_input_embeddings()(ids).detach().requires_grad_(True)
+            loss = hf(inputs_embeds=embeds, labels=ids, use_cache=False).loss
+            return torch.autograd.grad(loss, embeds)
         clean, corrupted, metric = tasks[n]
         if way == "eap":
             return edge_attribution(model, clean, corrupted, metric)
@@ -90,10 +108,10 @@ def main(argv: list[str] | None = None) -> int:
     if not 1 <= args.edges <= 18:
         parser.error(f"--edges must be between 1 and 18, got {args.edges}")
     print(f"load average before: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
-    print("| tokens | way | seconds | / sdpa | peak above start (MiB) | / sdpa |")
+    print("| tokens | way | seconds | / base | peak above start (MiB) | / base |")
     print("| --- | --- | --- | --- | --- | --- |")
     for length in args.lengths:
-        base = None
+        base = {}
         for way in args.ways:
             command = [sys.executable, __file__, "--child", way, str(length),
                        "--edges", str(args.edges)]  # fmt: skip
@@ -103,10 +121,10 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             mib = (row["peak"] - row["before"]) / 2**20
             ratios = ["", ""]
-            if way == "sdpa":
-                base = (row["seconds"], mib)
-            elif base is not None:
-                ratios = [f"{row['seconds'] / base[0]:.2f}", f"{mib / base[1]:.2f}"]
+            base[way] = (row["seconds"], mib)
+            if BASELINE.get(way) in base:
+                seconds, memory = base[BASELINE[way]]
+                ratios = [f"{row['seconds'] / seconds:.2f}", f"{mib / memory:.2f}"]
             print(f"| {length} | {way} | {row['seconds']:.1f} | {ratios[0]} | {mib:.0f} | "
                   f"{ratios[1]} |", flush=True)  # fmt: skip
     print(f"load average after: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")

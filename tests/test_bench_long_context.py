@@ -127,6 +127,25 @@ def test_verdicts_hold_each_compared_route_to_the_bounds():
     ]
 
 
+def test_model_heads_is_held_to_the_body_forward_whatever_the_baseline():
+    gib = 2**30
+    rows = [
+        {"route": "sdpa", "length": 8192, "seconds": 20.0, "peak": 3.0 * gib},
+        {"route": "sdpa-body", "length": 8192, "seconds": 16.0, "peak": 2.0 * gib},
+        {"route": "heads", "length": 8192, "seconds": 48.0, "peak": 2.5 * gib},
+        {"route": "heads", "length": 2048, "seconds": 8.0, "peak": 1.5 * gib},
+    ]
+    assert bench.baseline(["sdpa-body", "heads"]) == "sdpa-body"
+    assert bench.verdicts(rows, "sdpa", (1.3, 2.0)) == [
+        "heads at 8192: peak 1.25x sdpa-body (bound 1.2x), time 3.00x: OVER",
+        "heads at 2048: not compared (no sdpa-body)",
+    ]
+    rows[2]["peak"] = 2.3 * gib
+    assert bench.verdicts(rows[1:3], "sdpa-body", (1.3, 2.0)) == [
+        "heads at 8192: peak 1.15x sdpa-body (bound 1.2x), time 3.00x: within"
+    ]
+
+
 def test_the_table_shows_a_failed_route_as_failed():
     lines = bench.table(ROWS, "sdpa")
     assert lines[0] == (

@@ -15,6 +15,12 @@ The root holds only what every layer uses and no layer owns: ``limits`` (the siz
 checks every entry point makes) and ``notices`` (the base class of headlab's warnings). They
 import nothing from headlab; ``test_the_root_holds_only_what_belongs_to_no_layer`` keeps it so.
 
+What the analyses return is read from their annotations: a dataclass a public function or method
+of the analysis layers returns is defined in ``headlab.results``, or is named in ``MEASUREMENTS``
+(tensors included; its ``result()`` is the results type) or ``INTERMEDIATES`` (inputs, plans and
+pieces one analysis hands another) with why. No dataclass outside results serialises itself but
+the typed requests whose ``to_dict`` a result records.
+
 The report renders results files: nothing it imports, however indirectly, imports torch. The
 graph's answer is checked against Python's own: importing every report module in a fresh
 interpreter leaves torch out of ``sys.modules``.
@@ -186,3 +192,159 @@ def test_the_root_holds_only_what_belongs_to_no_layer() -> None:
     at_root = {m for m in MODULES if layer(m) == "root"}
     assert at_root == ROOT
     assert {t for m in ROOT for t in imports(m) if t.startswith("headlab")} == set()
+
+
+# What the analyses return. A public function or method of the analysis layers that returns a
+# dataclass returns one of ``headlab.results`` (plain data with ``to_dict``/``from_dict``, no
+# torch), or one named here with why it is not a result. A new one fails until it is decided.
+MEASUREMENTS = {  # the measurement, tensors included; its ``result()`` is the results type
+    "Comparison": "compare's outputs, weights and finding rows; result(): ComparisonResult",
+}
+INTERMEDIATES = {  # inputs, plans and pieces one analysis hands another; never printed as such
+    "Finding": "one finding with its (batch, q_pos) rows; row(): FindingRow",
+    "SideFacts": "what the findings read of one side's trace, tensors",
+    "HeadSums": "one layer's streamed sums, tensors, reduced into HeadStatistics",
+    "TextPass": "one streaming pass's sums, tensors",
+    "TokenBatch": "a tokenized input (models' interface)",
+    "Evaluation": "one held-out run of kv_budget, read into its KVBudget rows",
+    "CopyTask": "an input text with a known repeat",
+    "Reference": "the unpruned model's outputs, tensors, that quality is measured against",
+    "Batch": "a toy task's tokens and labels, tensors",
+    "TaskSpec": "a toy task's shapes",
+    "SweepPlan": "what a sweep will run (configs, the output file)",
+    "ModelSource": "what a corpus worker loads (a request)",
+    "Document": "one input text of a corpus",
+    "DocumentResult": "a corpus worker's event (job, pid, seconds); its stored part, row(), "
+    "holds DocumentSums",
+    "CorpusPlan": "what a corpus run will do (jobs, the output file)",
+    "Metric": "what a circuit metric reads, tensors",
+    "LayerWeights": "one layer's per-head matrices, tensors",
+    "TaskPairs": "clean and corrupted token ids, tensors",
+    "PairRow": "one line of a task's pairs file, as read",
+    "Prepared": "a checked circuit request with its pairs and graph",
+    "Graph": "the nodes and edges of a model's circuit graph",
+    "Node": "a node of the circuit graph",
+    "Edge": "an edge of the circuit graph",
+    "LayerShape": "a layer's head counts and widths",
+    "Block": "a model's block modules (nn.Module)",
+    "Cache": "one full run's activations, tensors",
+    "Moved": "the node an integrated-gradients run moves (an option of the run)",
+    "SlicedReceivers": "one layer's receivers' W rows and norm, tensors (edge attribution)",
+    "GradientRun": "one forward and backward's kept gradients, tensors (edge attribution)",
+}
+ANALYSES = ("analyses",)
+
+
+def dataclasses_defined() -> dict[str, set[str]]:
+    """Dataclass name -> the modules that define one of that name."""
+    found: dict[str, set[str]] = {}
+    for module, path in MODULES.items():
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.ClassDef) and any(
+                "dataclass" in ast.unparse(d) for d in node.decorator_list
+            ):
+                found.setdefault(node.name, set()).add(module)
+    return found
+
+
+def where_named(module: str) -> dict[str, str]:
+    """Name -> the module it comes from, for the names ``module`` defines or imports by name
+    (``from headlab.x import Name``, at any depth, ``TYPE_CHECKING`` blocks included)."""
+    tree = ast.parse(MODULES[module].read_text(encoding="utf-8"))
+    names = {
+        node.name: module
+        for node in tree.body
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef))
+    }
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("headlab"):
+            for alias in node.names:
+                names[alias.asname or alias.name] = node.module
+    return names
+
+
+def public_returns(module: str):
+    """(qualified name, names in its return annotation) of every public function and public
+    method of a public class at the top of ``module``."""
+    tree = ast.parse(MODULES[module].read_text(encoding="utf-8"))
+    for node in tree.body:
+        functions = [(node.name, node)] if isinstance(node, ast.FunctionDef) else []
+        if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+            functions = [(f"{node.name}.{f.name}", f) for f in node.body
+                         if isinstance(f, ast.FunctionDef)]  # fmt: skip
+        for name, function in functions:
+            if name.split(".")[-1].startswith("_") or function.returns is None:
+                continue
+            returned = function.returns
+            if isinstance(returned, ast.Constant) and isinstance(returned.value, str):
+                returned = ast.parse(returned.value, mode="eval").body
+            yield name, {n.id for n in ast.walk(returned) if isinstance(n, ast.Name)}
+
+
+def analysis_returns() -> list[tuple[str, str, str]]:
+    """(function, dataclass, its module) for every dataclass a public analysis returns."""
+    defined = dataclasses_defined()
+    out = []
+    for module in MODULES:
+        if layer(module) not in ANALYSES:
+            continue
+        named = where_named(module)
+        for function, names in public_returns(module):
+            for name in sorted(names & set(defined)):
+                source = named.get(name)  # a package's re-export: the one module defining it
+                home = source if source in defined[name] else min(defined[name])
+                out.append((f"{module}.{function}", name, home))
+    return out
+
+
+def test_public_analyses_return_result_types() -> None:
+    """Every dataclass a public analysis function returns is defined in ``headlab.results``,
+    or is a measurement whose ``result()`` is, or an intermediate named above with its reason."""
+    known = set(MEASUREMENTS) | set(INTERMEDIATES)
+    wrong = [
+        f"{function} returns {name} ({home}): move it to headlab.results, or say why not"
+        for function, name, home in analysis_returns()
+        if layer(home) != "results" and name not in known
+    ]
+    assert wrong == []
+
+
+def test_the_lists_above_are_still_true() -> None:
+    """A name listed as not a result is still returned by an analysis and still lives outside
+    results (a type that moved to results, or is no longer returned, leaves the lists)."""
+    returns = analysis_returns()
+    assert ("headlab.analysis.compare.compare", "Comparison", "headlab.analysis.compare") in returns
+    grad = ("headlab.analysis.grad.coupling_comparison", "CouplingComparison")
+    assert (*grad, "headlab.results.coupling_result") in returns  # the reader sees results too
+    returned = {name: home for _, name, home in returns}
+    listed = set(MEASUREMENTS) | set(INTERMEDIATES)
+    assert sorted(listed - set(returned)) == []
+    assert sorted(n for n in listed if layer(returned[n]) == "results") == []
+
+
+def test_a_measurement_gives_its_result_as_a_results_type() -> None:
+    """``Comparison.result()`` returns a results type."""
+    defined = dataclasses_defined()
+    for name in MEASUREMENTS:
+        (module,) = defined[name]
+        returns = dict(public_returns(module))
+        (result,) = returns[f"{name}.result"]
+        assert layer(where_named(module)[result]) == "results", f"{name}.result() -> {result}"
+
+
+def test_only_results_and_requests_serialise() -> None:
+    """A dataclass outside ``headlab.results`` with ``to_dict``/``from_dict`` is a typed request
+    whose ``to_dict`` a result records as its set-up, not a result in the wrong place."""
+    requests = {"CompareSetup", "TaskRequest"}
+    serialising = set()
+    for module, path in MODULES.items():
+        if layer(module) == "results":
+            continue
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.ClassDef) and any(
+                "dataclass" in ast.unparse(d) for d in node.decorator_list
+            ):
+                methods = {f.name for f in node.body if isinstance(f, ast.FunctionDef)}
+                if methods & {"to_dict", "from_dict"}:
+                    serialising.add(node.name)
+    assert sorted(serialising - requests) == []

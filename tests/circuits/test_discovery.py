@@ -10,7 +10,7 @@ from test_path_patching import sharp
 
 from headlab.circuits.circuit_patching import CircuitPatcher
 from headlab.circuits.discovery import greedy_edges, top_edges
-from headlab.circuits.faithfulness import faithfulness, faithfulness_curve
+from headlab.circuits.faithfulness import faithfulness, faithfulness_curve, faithfulness_curves
 from headlab.circuits.graph import Graph, LayerShape
 from headlab.circuits.patching import Patcher
 from headlab.models.hf import attach
@@ -58,6 +58,8 @@ def test_faithfulness_ends_and_areas(tmp_path):
     circuits = CircuitPatcher(patcher)
     every = [e.name for e in patcher.graph.edges]
     assert faithfulness(circuits, [every, []]) == pytest.approx([1.0, 0.0], abs=1e-5)
+    # every edge kept is taken as the clean run without a run: it is one
+    assert float(circuits.metric([set()])[0]) == pytest.approx(patcher.clean_value, abs=1e-5)
     effects = patcher.effects(every)
     scores = EdgeScores("path_patching", "logit_diff", every, effects.tolist(),
                         patcher.clean_value, patcher.corrupted_value)  # fmt: skip
@@ -81,3 +83,25 @@ def test_faithfulness_ends_and_areas(tmp_path):
         faithfulness_curve(circuits, scores, (0.5, 0.2))
     with pytest.raises(ValueError, match="seeds must be an integer >= 1, got 0"):
         faithfulness_curve(circuits, scores, seeds=0)
+
+
+def test_curves_share_their_random_circuits():
+    clean, corrupted, metric = _task()
+    patcher = Patcher(attach(sharp("llama")), clean, corrupted, metric)
+    circuits = CircuitPatcher(patcher)
+    every = [e.name for e in patcher.graph.edges]
+    scores = EdgeScores("path_patching", "logit_diff", every, patcher.effects(every).tolist(),
+                        patcher.clean_value, patcher.corrupted_value)  # fmt: skip
+    fractions = (0.1, 0.3, 1.0)
+    top, grown = faithfulness_curves(circuits, scores, ("top", "greedy"), fractions, seeds=2)
+    alone = [faithfulness_curve(circuits, scores, fractions, seeds=2, greedy=g)
+             for g in (False, True)]  # fmt: skip
+    for both, one in zip((top, grown), alone, strict=True):
+        assert both.selection == one.selection
+        assert both.faithfulness == pytest.approx(one.faithfulness, abs=1e-6)
+        for row, want in zip(both.random, one.random, strict=True):
+            assert row == pytest.approx(want, abs=1e-6)
+        assert both.cpr == pytest.approx(one.cpr, abs=1e-6)
+    assert top.random == grown.random  # measured once, in the same runs
+    with pytest.raises(ValueError, match=r"selections must be distinct of top, greedy"):
+        faithfulness_curves(circuits, scores, ("top", "top"))

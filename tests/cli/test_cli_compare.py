@@ -150,3 +150,38 @@ def test_a_refusal_names_what_dominates_the_estimate(capsys, argv, advice, not_a
     assert code == 2 and "more than half of this machine's" in err, err
     said = err.split("refused before starting; ")[1]
     assert said.startswith(advice) and not_advice not in said, err
+
+
+def test_compare_prints_only_the_plain_result(capsys, monkeypatch):
+    """The command reads the ``ComparisonResult`` and nothing else of the measurement: a stand-in
+    whose only member is ``result()`` (no tensors, no findings with rows) prints the same table,
+    explanation and document as the real comparison of the same set-up."""
+    import headlab.analysis.scenarios as scenarios
+
+    argv = ["compare", "--d-model", "15", "--heads", "5", "--seq-len", "7", "--causal"]
+    real = [run(argv, capsys), run([*argv, "--json"], capsys)]
+    measured = scenarios.run_setup
+
+    class OnlyTheResult:
+        def __init__(self, setup):
+            self._result = measured(setup).result()
+
+        def result(self):
+            return self._result
+
+    monkeypatch.setattr(scenarios, "run_setup", OnlyTheResult)
+    assert [run(argv, capsys), run([*argv, "--json"], capsys)] == real
+    assert real[0][0] == 0 and "5 heads of 3 and 1 head of 15" in " ".join(real[0][1].split())
+
+
+def test_grad_prints_the_typed_result_as_its_document_says(capsys):
+    """The table's numbers are the ``--json`` document's (``CouplingComparison.to_dict``)."""
+    argv = ["grad", "--d-model", "15", "--heads", "5", "--seq-len", "7"]
+    code, out, _ = run([*argv, "--json"], capsys)
+    document = json.loads(out)
+    code_table, table, _ = run(argv, capsys)
+    assert code == code_table == 0
+    for side in document["sides"]:
+        assert f"off-diagonal max {side['off_diagonal_max']:.3g}" in table
+        norms = " ".join(f"{v:.3g}" for v in side["head_gradient_norms"]["w_q"])
+        assert f"W_Q: {norms}" in " ".join(table.split())

@@ -229,3 +229,31 @@ def test_heads_of_minilm_with_a_backend_value_runs(capsys, tmp_path):
     assert err.count("\n") == 1 and "backend 'transformers' no longer chooses anything" in err
     document = json.loads(printed)
     assert len(document["metrics"]["cls"]) == 6 and len(document["metrics"]["cls"][0]) == 12
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["model", "heads", "--n-texts", "2"], ["model", "generate", "w3"],
+     ["circuits", "--task", "induction"]],
+)  # fmt: skip
+def test_a_folder_without_a_tokenizer_is_refused_before_its_weights_load(
+    hf_dirs, tmp_path, capsys, monkeypatch, command
+):
+    """Every command that opens a model reads text: a folder without tokenizer files was refused
+    only once its weights had loaded. transformers' from_pretrained fails here if it is reached,
+    so the tokenizer line proves the check ran first."""
+    import shutil
+
+    import transformers
+
+    def never(cls, *args, **kwargs):
+        raise AssertionError("the weights were loaded before the tokenizer was checked")
+
+    monkeypatch.setattr(transformers.PreTrainedModel, "from_pretrained", classmethod(never))
+    folder = tmp_path / "no-tokenizer"
+    shutil.copytree(hf_dirs["llama"], folder)
+    (folder / "tokenizer.json").unlink()
+    code, printed, err = run([*command, "--model", str(folder)], capsys)
+    assert code == 2 and printed == "" and len(err.strip().splitlines()) == 1, err
+    assert "no-tokenizer has no tokenizer to read text with" in err
+    assert "holds no tokenizer.json or tokenizer_config.json" in err

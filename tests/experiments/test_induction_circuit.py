@@ -13,6 +13,7 @@ import transformers
 
 from headlab.experiments.induction_circuit import (
     FormationConfig,
+    induction_formation,
     k_edges,
     measure,
     task_pairs,
@@ -245,6 +246,9 @@ def test_result_refuses_a_broken_file():
         (["--heads", "3"], "--heads must divide d_model 64, got 3"),
         (["--every", "0"], "--every must be between 1 and 800, got 0"),
         (["--heads", ""], "--heads must name at least one head count"),
+        (["--seed", "1,1"], "--seed must name distinct seeds, got [1, 1]"),
+        (["--seed", "0,-2"], "--seed values must be >= 0, got -2"),
+        (["--seed", "a"], "--seed takes comma-separated integers, got 'a'"),
     ],
 )
 def test_cli_bad_input_is_one_line(args, message, capsys):
@@ -255,3 +259,25 @@ def test_cli_bad_input_is_one_line(args, message, capsys):
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip()
     assert message in err and "\n" not in err
+
+
+def test_several_seeds_train_one_run_each(monkeypatch):
+    """Each (head count, seed) is one ``train_and_measure`` run, head count first; every config
+    is checked before any run."""
+    trained = []
+
+    def fake(config, progress=None):
+        trained.append((config.heads, config.seed))
+        return f"run {config.heads} {config.seed}"
+
+    monkeypatch.setattr("headlab.experiments.induction_circuit.train_and_measure", fake)
+    result = induction_formation([1, 8], steps=10, every=5, seed=[2, 0, 5])
+    assert trained == [(1, 2), (1, 0), (1, 5), (8, 2), (8, 0), (8, 5)]
+    assert result.runs == [f"run {h} {s}" for h, s in trained]
+    assert induction_formation([1], steps=10, every=5, seed=3).runs == ["run 1 3"]
+    trained.clear()
+    with pytest.raises(ValueError, match="heads must divide d_model 64, got 3"):
+        induction_formation([1, 3], steps=10, every=5, seed=[0, 1])
+    with pytest.raises(ValueError, match=r"seed must name distinct seeds, got \[1, 1\]"):
+        induction_formation([1], steps=10, seed=[1, 1])
+    assert trained == []  # refused before any run

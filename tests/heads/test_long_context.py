@@ -11,6 +11,8 @@ import torch
 
 from headlab.heads.long_context import (
     SINK_THRESHOLD,
+    TOP_KEYS_KEPT,
+    heavy_hitters,
     long_context_findings,
     long_text_statistics,
 )
@@ -64,7 +66,7 @@ def test_llama_statistics_equal_the_traced_weights(tiny_llama, chunk_elements):
     result = long_text_statistics(tiny_llama, text, chunk_elements=chunk_elements)
     expected, received = traced_means(tiny_llama, tiny_llama.tokenize([text]))
     assert_means_equal(result, expected)
-    torch.testing.assert_close(result.received, received, atol=1e-5, rtol=1e-6)
+    torch.testing.assert_close(torch.from_numpy(result.received), received, atol=1e-5, rtol=1e-6)
     assert not result.truncated and len(result.tokens) == 61
 
 
@@ -73,29 +75,46 @@ def test_bert_statistics_equal_the_traced_weights(tiny):
     result = long_text_statistics(tiny, text)
     expected, received = traced_means(tiny, tiny.tokenize([text], tiny.max_positions))
     assert_means_equal(result, expected)
-    torch.testing.assert_close(result.received, received, atol=1e-5, rtol=1e-6)
+    torch.testing.assert_close(torch.from_numpy(result.received), received, atol=1e-5, rtol=1e-6)
 
 
 def test_a_text_longer_than_asked_is_cut_and_says_so(tiny_llama):
     result = long_text_statistics(tiny_llama, words(50), max_tokens=19)
     assert len(result.tokens) == 19 and result.text_tokens == 50 and result.truncated
     assert result.received.shape == (3, 6, 19)
-    document = result.to_dict(special=[0])
+    document = result.result().to_dict()
     assert document["context"] == {"n_tokens": 19, "text_tokens": 50, "truncated": True}
 
 
 def test_heavy_hitters_leave_out_the_special_positions(tiny_llama):
     result = long_text_statistics(tiny_llama, words(40))
-    share, top = result.heavy_hitters(special=[0])
+    received = torch.from_numpy(result.received)  # (layer, head, k_pos)
+    share, top = heavy_hitters(received, [0])
     assert share.shape == (3, 6) and top.shape == (3, 6, 1)
     assert (top != 0).all()
-    expected = result.received[..., 1:].amax(-1) / result.received[..., 1:].sum(-1)
+    expected = received[..., 1:].amax(-1) / received[..., 1:].sum(-1)
     torch.testing.assert_close(share, expected)
+
+
+def test_the_result_holds_the_heavy_hitters_apart_from_the_models_special_positions(tiny_llama):
+    """What ``long_text_statistics`` returns is plain data (no tensor): its heavy hitters are
+    ``heavy_hitters`` of its own ``received`` apart from its ``special`` positions (the first
+    token of a Llama), written in the results file as they are."""
+    result = long_text_statistics(tiny_llama, words(40))
+    assert result.special == [0]
+    share, top = heavy_hitters(torch.from_numpy(result.received), result.special)
+    document = result.result()
+    assert document.heavy_hitters.top_share == share.tolist()
+    assert document.heavy_hitters.top_keys == top[..., :TOP_KEYS_KEPT].tolist()
+    assert document.heavy_hitters.excluded_positions == [0]
+    assert document.findings == long_context_findings(result.statistics, share)
+    assert document.context.n_tokens == len(result.tokens) == result.received.shape[-1]
+    assert not any(isinstance(v, torch.Tensor) for v in vars(result).values())
 
 
 def test_findings_count_the_sinks(tiny_llama):
     result = long_text_statistics(tiny_llama, words(40))
-    share, _ = result.heavy_hitters(special=[0])
+    share, _ = heavy_hitters(torch.from_numpy(result.received), [0])
     findings = long_context_findings(result.statistics, share)
     first = torch.tensor(result.statistics.metrics["first"])
     assert findings.sinks == int((first > SINK_THRESHOLD).sum())
@@ -132,7 +151,7 @@ def test_smollm2_statistics_equal_the_traced_weights(smollm2, n_tokens):
     assert len(result.tokens) == n_tokens and result.truncated
     expected, received = traced_means(smollm2, smollm2.tokenize([long_document()], n_tokens))
     assert_means_equal(result, expected)
-    torch.testing.assert_close(result.received, received, atol=1e-3, rtol=1e-5)
+    torch.testing.assert_close(torch.from_numpy(result.received), received, atol=1e-3, rtol=1e-5)
 
 
 @pytest.mark.model
@@ -143,4 +162,4 @@ def test_minilm_statistics_equal_the_traced_weights(minilm):
     assert len(result.tokens) == 512 and result.truncated
     expected, received = traced_means(minilm, minilm.tokenize([long_document()], 512))
     assert_means_equal(result, expected)
-    torch.testing.assert_close(result.received, received, atol=1e-3, rtol=1e-5)
+    torch.testing.assert_close(torch.from_numpy(result.received), received, atol=1e-3, rtol=1e-5)

@@ -299,7 +299,8 @@ def test_long_text_roles_equal_the_full_eager_weights(name, hf_loaded, hf_eager,
         for metric, (got, want) in checks.items():
             torch.testing.assert_close(torch.tensor(got, dtype=torch.float64), want, atol=1e-5,
                                        rtol=1e-5, msg=metric)  # fmt: skip
-        torch.testing.assert_close(result.received[layer], w.sum(1), atol=1e-5, rtol=1e-6)
+        received = torch.from_numpy(result.received[layer])  # (head, k_pos)
+        torch.testing.assert_close(received, w.sum(1), atol=1e-5, rtol=1e-6)
 
 
 @pytest.mark.parametrize("name", ["llama", "gemma2", "gpt_oss", "bert"])

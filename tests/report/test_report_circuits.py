@@ -94,3 +94,22 @@ def test_the_results_type_reads_without_torch(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], env={"PYTHONPATH": str(src)},
                           capture_output=True, text=True)  # fmt: skip
     assert done.returncode == 0, done.stderr
+
+
+def test_top_and_greedy_curves_in_one_figure():
+    from headlab.report.circuit_figures import faithfulness_curves_figure
+    from headlab.results.circuit_edges import FaithfulnessCurve
+
+    def curve(selection, values, cpr):
+        return FaithfulnessCurve("eap", selection, "logprob", 200, [0.01, 0.1, 1.0], [2, 20, 200],
+                                 values, [[0.0, 0.1], [0.2, 0.3], [1.0, 1.0]], cpr, 1 - cpr,
+                                 [0.3, 0.35], [0.7, 0.65])  # fmt: skip
+
+    curves = [curve("top", [0.1, 0.5, 1.0], 0.6), curve("greedy", [0.3, 0.7, 1.0], 0.8)]
+    ax = faithfulness_curves_figure(curves, "t").axes[0]
+    drawn = {line.get_label(): list(line.get_ydata()) for line in ax.get_lines()}
+    assert drawn["top eap: CPR 0.600, CMD 0.400"] == [0.1, 0.5, 1.0]
+    assert drawn["greedy eap: CPR 0.800, CMD 0.200"] == [0.3, 0.7, 1.0]
+    assert drawn["random mean: CPR 0.325, CMD 0.675"] == pytest.approx([0.05, 0.25, 1.0])
+    with pytest.raises(ValueError, match="no faithfulness curve"):
+        faithfulness_curves_figure([], "t")

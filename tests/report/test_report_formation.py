@@ -126,3 +126,36 @@ def _render_circuits(circuits: dict) -> str:
     head = source[: source.index("<header")]
     start, end = source.index('<section id="circuits">'), source.index("</main>")
     return env.from_string(head + source[start:end]).render(s=circuits)
+
+
+def _seeded() -> dict:
+    """The document with h = 1 trained on a second seed that jumps later, and h = 8's flat run
+    on a second seed too."""
+    document = _document()
+    late = [_point(50, 0.07, 0.13, 0.0), _point(100, 0.1, 0.14, -0.01),
+            _point(150, 0.3, 0.2, -0.1), _point(200, 0.6, 0.3, -1.0)]  # fmt: skip
+    first, flat = document["runs"]
+    document["runs"] = [first, {**first, "seed": 1, "checkpoints": late, "k_edges": None,
+                                "faithfulness": None}, flat, {**flat, "seed": 4}]  # fmt: skip
+    return document
+
+
+def test_seeds_give_each_jump_and_their_spread(tmp_path):
+    result = InductionFormation.from_dict(_seeded())
+    assert result.jump_steps() == {1: [(0, 150), (1, 200)], 8: [(0, None), (4, None)]}
+    _write(tmp_path, _seeded())
+    part = circuits_sections(tmp_path, {})["formation"]
+    assert part["seeds"] == 3
+    assert part["jumps"] == [
+        "h = 1: step 150 (seed 0), 200 (seed 1); mean 175, range 150-200 (2 of 2 seeds)",
+        "h = 8: none in 2 seeds",
+    ]
+    assert [(row["heads"], row["seed"]) for row in part["rows"]] == [(1, 0), (1, 1), (8, 0),
+                                                                     (8, 4)]  # fmt: skip
+    page = _render_circuits({"circuits": circuits_sections(tmp_path, {}), "empty": {},
+                             "results_dir": "r"})  # fmt: skip
+    assert 'data-testid="formation-jumps"' in page and "<th>seed</th>" in page
+    assert "mean 175, range 150-200" in page
+    _write(tmp_path, _document())  # one seed: no seed column, no spread
+    part = circuits_sections(tmp_path, {})["formation"]
+    assert part["jumps"] == [] and part["seeds"] == 1

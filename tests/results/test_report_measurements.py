@@ -14,8 +14,11 @@ from hypothesis import strategies as st
 
 from headlab.results.attention_views import AttentionView
 from headlab.results.binning import bin_edges
+from headlab.results.comparison_result import ComparisonResult, FindingRow
+from headlab.results.coupling_result import CouplingMatrix, CouplingSummary
 from headlab.results.explorers import decoded_views, heatmap_data
 from headlab.results.json_store import read_result, write_result
+from headlab.results.param_rows import ParamRow
 from headlab.results.report_measurements import ReportMeasurements
 
 
@@ -23,6 +26,12 @@ def weights(layers: int, heads: int, n: int, seed: int) -> np.ndarray:
     """(layer, head, q_pos, k_pos) rows that sum to one, float64."""
     raw = np.random.default_rng(seed).random((layers, heads, n, n)) + 1e-3
     return raw / raw.sum(-1, keepdims=True)
+
+
+MATRIX = [[1.0, 0.25], [0.25, 1.0]]
+COMPARED = ComparisonResult("close", False, 1e-5, 2e-6, True,
+                            [FindingRow("partition", 1.0, "d", {"rows": 10, "of_rows": 10})],
+                            {"a": 624, "b": 624})  # fmt: skip
 
 
 def measurements(n: int = 7) -> ReportMeasurements:
@@ -36,10 +45,10 @@ def measurements(n: int = 7) -> ReportMeasurements:
         explorers={"text": text, "scenario-0": scenario},
         scenarios=[
             {"name": "a", "question": "q?", "command": "headlab compare", "explanation": "e",
-             "explorer": "scenario-0", "result": {"verdict": "close"}, "draws": None}
+             "explorer": "scenario-0", "result": COMPARED.to_dict(), "draws": None}
         ],
-        params=[{"num_heads": 2, "params": 1049600}],
-        coupling={"d_model": 12, "matrices": [{"matrix": [[1.0, 0.25], [0.25, 1.0]]}]},
+        params=[ParamRow(2, 2, 6, 156, 312, 156, 624, 0).to_dict()],
+        coupling=CouplingSummary(12, 2, 5, [CouplingMatrix("c", np.array(MATRIX), 0.25)]).to_dict(),
         model_problem="the model minilm could not be loaded: no weights",
     )
 
@@ -83,8 +92,14 @@ def test_decoded_views_are_the_binned_weights_to_the_uint16_step(n, max_bins, he
         (lambda d: d["explorers"]["text"].update(edges=[0, 3, 2, 7]),
          r"explorers\.text\.edges: expected 8 increasing positions from 0 to 7"),
         (lambda d: d.update(num_tokens=0), r"num_tokens: expected an integer >= 1, got 0"),
-        (lambda d: d["coupling"]["matrices"][0].update(matrix=[[1.0, "x"]]),
+        (lambda d: d["coupling"]["matrices"][0].update(matrix=[[1.0, "x"], [0.25, 1.0]]),
          r"coupling\.matrices\[0\]\.matrix\[0\]\[1\]: expected a finite number"),
+        (lambda d: d["coupling"]["matrices"][0]["matrix"].pop(),
+         r"coupling\.matrices\[0\]\.matrix\[0\]: expected 1 numbers \(a 1 x 1 matrix\)"),
+        (lambda d: d["scenarios"][0]["result"].update(verdict="same"),
+         r"scenarios\[0\]\.result\.verdict: expected one of identical, close, different"),
+        (lambda d: d["params"][0].update(total=7),
+         r"params\[0\]\.total: expected q_proj \+ kv_proj \+ out_proj = 624, got 7"),
     ],
 )
 def test_a_file_off_its_schema_is_refused_naming_the_field(tmp_path, edit, message):

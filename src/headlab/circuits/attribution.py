@@ -13,9 +13,13 @@ logits. The writes are the exact per-sender differences of path patching (patchi
 metric is a mean over the batch, so a score is in the metric's units, comparable with path
 patching's effect of the same edge.
 
-EAP takes the gradient on the clean input: one forward and one backward of the model, plus, per
-layer, one backward through the short map from the stream to q, k, v (every receiver of the layer
-at once, stacked on the batch axis) and one through the MLP. EAP-IG averages the gradient over
+EAP takes the gradient on the clean input: one forward and one backward of the model, which
+keeps the metric's gradient where each receiver reads: at the q, k, v projections' outputs
+(receiver_grads.py takes each receiver's d_head columns back to the stream through its rows of
+W and the norm's transpose, no backward; the generic path, one backward per receiver from its
+site, where a layer's check refuses that), at each MLP's input (taken back to the stream
+with the layer's heads held: through its norm, not the MLP) and at the final norm's input.
+EAP-IG averages the gradient over
 ``steps`` inputs on the line from the corrupted to the clean input embeddings, as Hanna et al.'s
 ``get_scores_eap_ig`` does: alpha = k / steps, k = 0 .. steps - 1 (alpha = 0 is the corrupted
 input; the clean one is not among them): ``steps`` times EAP's cost.
@@ -30,19 +34,24 @@ receiver's gradient is held over the whole length.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
-from contextlib import ExitStack
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from headlab.attention.interventions import intervene
+from headlab.circuits.gradient_run import (
+    attention_receivers,
+    clean_gradient_run,
+    gradient_run,
+    receiver_rows,
+)
 from headlab.circuits.graph import LOGITS, Edge, Graph
 from headlab.circuits.metrics import Metric
 from headlab.circuits.moved import Moved, moved_hooks, sender_node
 from headlab.circuits.patching import Patcher, Progress
-from headlab.circuits.resume import Stop, hooked, until_values
+from headlab.circuits.receiver_grads import sliced_receivers
+from headlab.circuits.resume import Cache, Runner
 from headlab.models.hf.adapter import TransformersModel
 from headlab.results.circuit_edges import EdgeScores
 
@@ -53,144 +62,12 @@ METHODS = ("eap", "eap-ig", "eap-ig-activations", "eap-ig-senders")
 # of rows at a time, so that neither every sender's write nor every receiver's gradient is ever
 # held over the whole length (at 8192 tokens on SmolLM2 each would be 6 to 9 GB).
 ROWS_BUDGET = 256 * 2**20
-
-
-@dataclass
-class _Run:
-    """One forward and backward: the stream entering each block, each layer's head outputs,
-    and the metric's gradient at every site a receiver reads."""
-
-    resid: list[Tensor]
-    head_outputs: list[Tensor]
-    site_grads: list[dict[str, Tensor]]  # per layer: q (batch, head, pos, d_head), k, v
-    mlp_grads: list[Tensor | None]  # per layer: (batch, pos, embed_dim) at the MLP's output
-    final_grad: Tensor  # (batch, pos, embed_dim) at the last block's output
-
-
-def _gradient_run(
-    patcher: Patcher,
-    hidden: Tensor,
-    clean: bool,
-    start: int = 0,
-    moving=lambda stack: None,
-    layers: Collection[int] | None = None,
-) -> _Run:
-    """The run from ``hidden`` (the stream entering layer ``start``; the layers before it are
-    the clean run's, and no receiver may be there) with the hooks ``moving`` entered first;
-    ``clean``: it is the clean run, whose stream and head outputs the patcher holds already
-    (not kept twice). What receivers read (stream, head outputs, gradients at the sites) is
-    kept for ``layers`` alone (default: every layer from ``start``), so that the backward
-    stops at the first of them."""
-    runner = patcher.runner
-    n = len(runner.blocks)
-    resid: list = list(patcher.clean.resid[:n])
-    heads: list = list(patcher.clean.head_outputs)
-    tensors: dict[tuple, Tensor] = {}
-
-    def keep_site(layer, site):
-        def fn(t: Tensor) -> None:
-            tensors[(layer, site)] = t
-            if site == "head_outputs" and not clean:
-                heads[layer] = t.detach()
-
-        return fn
-
-    def hooks(stack: ExitStack) -> None:
-        moving(stack)
-        for block in runner.blocks[start:]:
-            i = block.index
-            if layers is not None and i not in layers:
-                continue
-            if not clean:
-                keep = lambda _m, a, i=i: resid.__setitem__(i, a[0].detach())  # noqa: E731
-                stack.enter_context(hooked(block.module, "pre", keep))
-            for site in ("q", "k", "v", "head_outputs"):
-                stack.enter_context(intervene(block.attention, site, keep_site(i, site)))
-            if block.mlp is not None:
-                stack.enter_context(hooked(block.mlp, "post", _keep_tensor(tensors, (i, "mlp"))))
-        stack.enter_context(hooked(runner.blocks[-1].module, "post",
-                                   _keep_tensor(tensors, ("final",))))  # fmt: skip
-
-    x = hidden.detach().requires_grad_(True)
-    with torch.enable_grad():
-        value = patcher.metric(runner.forward(start, x, 1, hooks))[0]
-        # a cut output is a constant: the receivers that feed only it get no gradient
-        keys = [k for k, t in tensors.items() if k[-1] != "head_outputs" and t.requires_grad]
-        grads = torch.autograd.grad(value, [tensors[k] for k in keys], allow_unused=True)
-    got = {k: torch.zeros_like(t) for k, t in tensors.items()}
-    got.update({k: g for k, g in zip(keys, grads, strict=True) if g is not None})
-    tensors.clear()  # the graph's tensors go with it
-    del grads, value
-    return _Run(
-        resid=resid,
-        head_outputs=heads,
-        site_grads=[{s: got.get((i, s)) for s in ("q", "k", "v")} for i in range(n)],
-        mlp_grads=[got.get((i, "mlp")) for i in range(n)],
-        final_grad=got[("final",)],
-    )
-
-
-def _keep_tensor(store: dict, key: tuple):
-    def hook(_module, _args, output):
-        store[key] = output if isinstance(output, Tensor) else output[0]
-
-    return hook
-
-
-def _attention_input_grads(
-    patcher: Patcher, run: _Run, layer: int, receivers: list[tuple[str, int]], rows: slice
-) -> list[Tensor]:
-    """dm/dx_v at the positions ``rows`` for each of ``receivers`` ((site, head or group) of
-    ``layer``), each (batch, rows, embed_dim): one forward of the map from the stream to q, k,
-    v (which acts on each position alone), then one backward per receiver, batched (each with
-    the metric's gradient at its own head of its own site, zero elsewhere)."""
-    block = patcher.runner.blocks[layer]
-    x = run.resid[layer][:, rows].clone().requires_grad_(True)
-    seen: dict[str, Tensor] = {}
-    with torch.enable_grad():
-        patcher.runner.forward(layer, x, 1, until_values(block.attention, seen), rows)
-        sites = sorted({site for site, _ in receivers})
-        upstream = {s: seen[s].new_zeros(len(receivers), *seen[s].shape) for s in sites}
-        for c, (site, i) in enumerate(receivers):  # (receiver, batch, head, rows, d_head)
-            upstream[site][c, :, i] = run.site_grads[layer][site][:, i, rows]
-        outputs, grads = [seen[s] for s in sites], [upstream[s] for s in sites]
-        (gx,) = torch.autograd.grad(outputs, x, grads, is_grads_batched=True)
-    return list(gx)
-
-
-def _mlp_input_grad(patcher: Patcher, run: _Run, layer: int, rows: slice) -> Tensor:
-    """dm/dx at ``rows`` through layer ``layer``'s MLP alone (its heads held at this run's
-    outputs)."""
-    block = patcher.runner.blocks[layer]
-    x = run.resid[layer][:, rows].clone().requires_grad_(True)
-    frozen = run.head_outputs[layer][:, :, rows]
-
-    def hooks(stack: ExitStack) -> None:
-        stack.enter_context(intervene(block.attention, "head_outputs", lambda t: frozen))
-
-        def stop(_module, _args, output):
-            raise Stop(output if isinstance(output, Tensor) else output[0])
-
-        stack.enter_context(hooked(block.mlp, "post", stop))
-
-    with torch.enable_grad():
-        out = patcher.runner.forward(layer, x, 1, hooks, rows)
-        (gx,) = torch.autograd.grad(out, x, grad_outputs=run.mlp_grads[layer][:, rows])
-    return gx
-
-
-def _receiver_rows(
-    patcher: Patcher, run: _Run, layer: int | None, keys: list[tuple[str, str]], rows: slice
-) -> list[Tensor]:
-    """dm/dx_v at ``rows`` for the receiver inputs ``keys`` of ``layer`` (None: the logits)."""
-    if layer is None:
-        return [run.final_grad[:, rows]]
-    graph: Graph = patcher.graph
-    attention = [(s, graph.node(r).index) for r, s in keys if s != "in"]
-    grads = iter(_attention_input_grads(patcher, run, layer, attention, rows) if attention
-                 else [])  # fmt: skip
-    return [_mlp_input_grad(patcher, run, layer, rows) if s == "in" else next(grads)
-            for _, s in keys]  # fmt: skip
+# Receiver layers whose gradients one product takes at once: a product of the writes with one
+# layer's ~16 receivers reads every write for little arithmetic (memory-bound); 8 layers' at once
+# are ~8x the arithmetic per read, while the senders are still cut to those before the last
+# of them (measured on 2 cores at SmolLM2's sizes: 0.5 s per block of rows with all 30 layers
+# in one product, 1.0-1.2 s with one product per layer).
+LAYERS_PER_PRODUCT = 8
 
 
 def _rows_step(patcher: Patcher, senders: int, receivers: int) -> int:
@@ -211,19 +88,74 @@ class _Group:
     by_layer: dict[int | None, list[int]]  # receiver layer (None: the logits) -> indices
     keys: dict[int | None, list[tuple[str, str]]]  # receiver layer -> (receiver, input)
     step: int  # positions per block of rows
+    # a receiver layer's senders all write before it: the first ``reach`` of ``senders``
+    reach: dict[int | None, int]
+    chunks: list[list[int | None]]  # the receiver layers each product takes
 
 
-def _group(patcher: Patcher, edges: Sequence[Edge], node, indices, rows) -> _Group:
-    graph: Graph = patcher.graph
+def _receiver_keys(graph: Graph, edges: Sequence[Edge], indices) -> tuple[dict, dict]:
+    """Of the edges ``indices``: receiver layer (None: the logits) -> their indices, and ->
+    the (receiver, input) pairs they reach."""
     by_layer: dict[int | None, list[int]] = {}
     for i in indices:
         layer = None if edges[i].receiver == LOGITS else graph.node(edges[i].receiver).layer
         by_layer.setdefault(layer, []).append(i)
     keys = {layer: list(dict.fromkeys((edges[i].receiver, edges[i].input) for i in found))
             for layer, found in by_layer.items()}  # fmt: skip
-    senders = list(dict.fromkeys(edges[i].sender for i in indices))
-    step = rows or _rows_step(patcher, len(senders), max(len(k) for k in keys.values()))
-    return _Group(node, list(indices), senders, by_layer, keys, step)
+    return by_layer, keys
+
+
+def _group(patcher: Patcher, edges: Sequence[Edge], node, indices, rows) -> _Group:
+    graph: Graph = patcher.graph
+    by_layer, keys = _receiver_keys(graph, edges, indices)
+    order = {node.name: i for i, node in enumerate(graph.nodes)}  # the order they write
+    senders = sorted(dict.fromkeys(edges[i].sender for i in indices), key=order.__getitem__)
+    row = {name: i for i, name in enumerate(senders)}
+    reach = {layer: 1 + max(row[edges[i].sender] for i in found)
+             for layer, found in by_layer.items()}  # fmt: skip
+    chunks = _chunks(list(keys))
+    widest = max(sum(len(keys[layer]) for layer in chunk) for chunk in chunks)
+    step = rows or _rows_step(patcher, len(senders), widest)
+    return _Group(node, list(indices), senders, by_layer, keys, step, reach, chunks)
+
+
+def _chunks(layers: list[int | None]) -> list[list[int | None]]:
+    """The receiver layers in order (the logits last), ``LAYERS_PER_PRODUCT`` at a time."""
+    ordered = sorted(layers, key=lambda layer: float("inf") if layer is None else layer)
+    return [ordered[i : i + LAYERS_PER_PRODUCT]
+            for i in range(0, len(ordered), LAYERS_PER_PRODUCT)]  # fmt: skip
+
+
+def _plans(runner: Runner, graph: Graph, keys: dict, known: dict) -> dict:
+    """Per receiver layer in ``keys`` (layer -> (receiver, input)) with attention receivers,
+    its sliced path or None (receiver_grads.py), each observed once (``known``: by layer and
+    receivers)."""
+    plans = {}
+    for layer, found in keys.items():
+        receivers = attention_receivers(graph, found)
+        if layer is None or not receivers:
+            continue
+        key = (layer, tuple(receivers))
+        if key not in known:
+            known[key] = sliced_receivers(runner, layer, receivers)
+        plans[layer] = known[key]
+    return plans
+
+
+def _clean_run(metric: Metric, names: Sequence[str] | None, prepared: dict):
+    """``Patcher``'s clean_run for EAP: the gradient run on the clean input makes the clean
+    Cache (one forward fewer); the run and its plans go to ``prepared``."""
+
+    def run(runner: Runner, graph: Graph) -> Cache:
+        edges = list(graph.edges) if names is None else [graph.edge(n) for n in names]
+        keys = _receiver_keys(graph, edges, range(len(edges)))[1]
+        known: dict = {}
+        plans = _plans(runner, graph, keys, known)
+        gradient, cache = clean_gradient_run(runner, metric, set(keys), plans)
+        prepared.update(run=gradient, known=known)
+        return cache
+
+    return run
 
 
 def attribution_scores(
@@ -234,6 +166,7 @@ def attribution_scores(
     rows: int | None = None,
     moved: Sequence[Moved | None] = (None,),
     own: bool = False,
+    prepared: dict | None = None,
 ) -> Tensor:
     """(len(edges),) float64: the mean over gradient runs of sum over batch, pos of
     (write_u(corrupted) - write_u(clean)) . dm/dx_v. One run per (``moved``, alpha): for
@@ -243,7 +176,8 @@ def attribution_scores(
     run: one forward and backward of the model (from the first layer that is interpolated or
     receives), then a block of positions at a time, each sender's write and each receiver's
     gradient at those positions, multiplied per receiver layer; ``rows`` positions per block
-    (default: as many as fit in ROWS_BUDGET)."""
+    (default: as many as fit in ROWS_BUDGET). prepared: the clean input's run already made
+    (``_clean_run``), with its plans."""
     graph: Graph = patcher.graph
     everything = range(len(edges))
     if own:
@@ -255,6 +189,8 @@ def attribution_scores(
     clean0, corrupted0 = patcher.clean.resid[0], patcher.corrupted.resid[0]
     pos = clean0.shape[1]
     scores = torch.zeros(len(edges), dtype=torch.float64)
+    prepared = dict(prepared or {})
+    known: dict = prepared.pop("known", {})
     # progress: per gradient run, the run itself, then each (block of rows, receiver layer)
     total = sum(len(alphas) * (1 + -(-pos // g.step) * len(g.by_layer)) for g in groups)
     done = 0
@@ -270,32 +206,54 @@ def attribution_scores(
         # the layers before the first receiver's need no gradient: a run that changes nothing
         # before it starts there, from the clean stream
         first = min(len(patcher.runner.blocks) if k is None else k for k in group.by_layer)
-        row = {name: i for i, name in enumerate(group.senders)}
+        plans = _plans(patcher.runner, graph, group.keys, known)
+        # per receiver layer: (sender, receiver input) sums over the runs and blocks of rows
+        totals = {layer: torch.zeros(group.reach[layer], len(keys), dtype=torch.float64)
+                  for layer, keys in group.keys.items()}  # fmt: skip
         for alpha in alphas:
             if node is None and alpha != 1:
                 hidden, start = corrupted0 + alpha * (clean0 - corrupted0), 0
             else:
                 start = first if node is None else min(first, node.layer)
                 hidden = patcher.clean.resid[start]
-            run = _gradient_run(patcher, hidden, node is None and alpha == 1, start,
-                                moved_hooks(patcher, node, alpha), set(group.by_layer))  # fmt: skip
+            if node is None and alpha == 1 and "run" in prepared:
+                run = prepared.pop("run")
+            else:
+                run = gradient_run(patcher, hidden, node is None and alpha == 1, start,
+                                   moved_hooks(patcher, node, alpha), set(group.by_layer),
+                                   plans)  # fmt: skip
             advance()
             for begin in range(0, pos, step):
                 block_rows = slice(begin, min(begin + step, pos))
                 writes = patcher.write_rows(group.senders, block_rows)
                 flat = torch.stack([writes[s].reshape(-1) for s in group.senders])
                 del writes  # flat: (sender, batch * rows * embed_dim)
-                for layer, indices in group.by_layer.items():
-                    keys = group.keys[layer]
-                    grads = _receiver_rows(patcher, run, layer, keys, block_rows)
-                    column = {key: j for j, key in enumerate(keys)}
-                    block = flat @ torch.stack([g.reshape(-1) for g in grads]).t()
-                    block = block.double()
-                    for i in indices:
-                        edge = edges[i]
-                        scores[i] += block[row[edge.sender], column[(edge.receiver, edge.input)]]
-                    advance()
+                for chunk in group.chunks:
+                    width = sum(len(group.keys[layer]) for layer in chunk)
+                    grads = flat.new_empty(width, flat.shape[1])  # (receiver, b * rows * e)
+                    at = 0
+                    for layer in chunk:
+                        for g in receiver_rows(patcher, run, layer, group.keys[layer],
+                                               plans.get(layer), block_rows):  # fmt: skip
+                            grads[at].copy_(g.reshape(-1))
+                            at += 1
+                        advance()
+                    reach = max(group.reach[layer] for layer in chunk)
+                    block = (flat[:reach] @ grads.t()).double()  # (sender, receiver)
+                    at = 0
+                    for layer in chunk:
+                        count = len(group.keys[layer])
+                        totals[layer] += block[: group.reach[layer], at : at + count]
+                        at += count
+                    del grads, block
             del run
+        row = {name: i for i, name in enumerate(group.senders)}
+        for layer, indices in group.by_layer.items():
+            column = {key: j for j, key in enumerate(group.keys[layer])}
+            at_row = torch.tensor([row[edges[i].sender] for i in indices])
+            at_column = torch.tensor([column[(edges[i].receiver, edges[i].input)]
+                                      for i in indices])  # fmt: skip
+            scores[indices] += totals[layer][at_row, at_column]
     return scores / (len(alphas) * (1 if own else len(moved)))
 
 
@@ -343,12 +301,16 @@ def edge_attribution(
         raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
     if method != "eap" and (not isinstance(steps, int) or steps < 1):
         raise ValueError(f"steps must be an integer >= 1, got {steps!r}")
+    prepared: dict = {}
+    if patcher is None and method == "eap" and metric.kind != "kl":  # KL needs the clean logits
+        clean_run = _clean_run(metric, edges, prepared)
+        patcher = Patcher(model, clean, corrupted, metric, attention_mask, clean_run)
     patcher = patcher or Patcher(model, clean, corrupted, metric, attention_mask)
     graph = patcher.graph
     names = list(edges) if edges is not None else [e.name for e in graph.edges]
     parsed = [graph.edge(n) for n in names]
     if method == "eap":
-        scores = attribution_scores(patcher, parsed, [1.0], progress)
+        scores = attribution_scores(patcher, parsed, [1.0], progress, prepared=prepared)
     elif method == "eap-ig":  # Hanna et al.'s get_scores_eap_ig: k = 0 .. steps - 1
         scores = attribution_scores(patcher, parsed, [k / steps for k in range(steps)], progress)
     else:

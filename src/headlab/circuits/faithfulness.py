@@ -10,6 +10,15 @@ faithfulness and that of ``seeds`` random circuits of each size; the areas under
 trapezoid rule over the fraction of edges, are MIB's circuit performance ratio (CPR, the area
 under f: higher is better) and circuit-model distance (CMD, the area under |1 - f|: lower is
 better).
+
+These are MIB's definitions (hannamw/MIB-circuit-track, ``evaluate_area_under_curve``): its
+fractions, faithfulness normalised by the clean and corrupted metric, and the trapezoid rule
+over the fraction of edges itself (its default ``log_scale=False``). Two differences, chosen:
+a size is ``round(fraction * edges)`` (at least 1) where MIB takes ``int()``, and a circuit is
+the chosen edges as they are, where MIB prunes edges that no longer reach both the input and
+the logits (``prune=True``). The circuit of every edge is the clean run: its faithfulness is 1
+without a run. ``faithfulness_curves`` measures several selections (top-n and greedy) against
+the same random circuits.
 """
 
 from __future__ import annotations
@@ -38,10 +47,13 @@ def faithfulness(
             "faithfulness is undefined"
         )
     every = {e.name for e in circuits.graph.edges}
-    values: list[float] = []
-    for start in range(0, len(kept), chunk):
-        patched = [every - set(c) for c in kept[start : start + chunk]]
-        values += [(float(m) - p.corrupted_value) / gap for m in circuits.metric(patched)]
+    patched = [every - set(c) for c in kept]
+    to_run = [i for i, edges in enumerate(patched) if edges]  # nothing patched: the clean run
+    values = [1.0] * len(kept)
+    for start in range(0, len(to_run), chunk):
+        rows = to_run[start : start + chunk]
+        for i, m in zip(rows, circuits.metric([patched[i] for i in rows]), strict=True):
+            values[i] = (float(m) - p.corrupted_value) / gap
     return values
 
 
@@ -59,42 +71,71 @@ def faithfulness_curve(
 ) -> FaithfulnessCurve:
     """The curve of the module docstring for the circuits ``scores`` picks (top-n, or greedy).
     ValueError for fractions outside (0, 1] or not increasing, seeds < 1."""
+    selection = "greedy" if greedy else "top"
+    return faithfulness_curves(circuits, scores, (selection,), fractions, seeds, progress)[0]
+
+
+def faithfulness_curves(
+    circuits: CircuitPatcher,
+    scores: EdgeScores,
+    selections: Sequence[str] = ("top", "greedy"),
+    fractions: Sequence[float] = MIB_FRACTIONS,
+    seeds: int = 3,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[FaithfulnessCurve]:
+    """One curve per selection ("top" or "greedy"), all against the same random circuits
+    (measured once, in the same runs). ValueError for fractions outside (0, 1] or not
+    increasing, seeds < 1, an unknown or repeated selection."""
     if not fractions or any(not 0 < f <= 1 for f in fractions) or list(fractions) != sorted(
         set(fractions)
     ):
         raise ValueError(f"fractions must increase within (0, 1], got {list(fractions)}")
     if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
         raise ValueError(f"seeds must be an integer >= 1, got {seeds!r}")
+    if not selections or len(set(selections)) != len(selections) or any(
+        s not in ("top", "greedy") for s in selections
+    ):
+        raise ValueError(f"selections must be distinct of top, greedy, got {list(selections)}")
     edges = [e.name for e in circuits.graph.edges]
     total = len(edges)
     sizes = [max(1, round(f * total)) for f in fractions]
-    found, randoms = [], []
+    found: list[list[float]] = [[] for _ in selections]
+    randoms = []
     for i, n in enumerate(sizes):
-        pick = greedy_edges(scores, circuits.graph, n) if greedy else top_edges(scores, n)
+        picks = [
+            greedy_edges(scores, circuits.graph, n) if s == "greedy" else top_edges(scores, n)
+            for s in selections
+        ]
         draws = []
         for seed in range(seeds):
             order = torch.randperm(total, generator=torch.Generator().manual_seed(seed * 7919 + n))
             draws.append([edges[j] for j in order[:n].tolist()])
-        values = faithfulness(circuits, [pick, *draws])
-        found.append(values[0])
-        randoms.append(values[1:])
+        values = faithfulness(circuits, [*picks, *draws])
+        for k in range(len(selections)):
+            found[k].append(values[k])
+        randoms.append(values[len(selections) :])
         if progress is not None:
             progress(i + 1, len(sizes))
     x = list(fractions)
-    return FaithfulnessCurve(
-        method=scores.method,
-        selection="greedy" if greedy else "top",
-        metric=scores.metric,
-        edges=total,
-        fractions=x,
-        sizes=sizes,
-        faithfulness=found,
-        random=randoms,
-        cpr=_area(x, found),
-        cmd=_area(x, [abs(1 - f) for f in found]),
-        random_cpr=[_area(x, [r[s] for r in randoms]) for s in range(seeds)],
-        random_cmd=[_area(x, [abs(1 - r[s]) for r in randoms]) for s in range(seeds)],
-    )
+    random_cpr = [_area(x, [r[s] for r in randoms]) for s in range(seeds)]
+    random_cmd = [_area(x, [abs(1 - r[s]) for r in randoms]) for s in range(seeds)]
+    return [
+        FaithfulnessCurve(
+            method=scores.method,
+            selection=selection,
+            metric=scores.metric,
+            edges=total,
+            fractions=x,
+            sizes=sizes,
+            faithfulness=values,
+            random=randoms,
+            cpr=_area(x, values),
+            cmd=_area(x, [abs(1 - f) for f in values]),
+            random_cpr=random_cpr,
+            random_cmd=random_cmd,
+        )
+        for selection, values in zip(selections, found, strict=True)
+    ]
 
 
-__all__ = ["MIB_FRACTIONS", "faithfulness", "faithfulness_curve"]
+__all__ = ["MIB_FRACTIONS", "faithfulness", "faithfulness_curve", "faithfulness_curves"]

@@ -31,7 +31,7 @@ class Moved:
 
 
 def moved_hooks(patcher: Patcher, moved: Moved | None, alpha: float):
-    """Hooks for ``_gradient_run`` that move ``moved`` to ``alpha`` (None: nothing)."""
+    """Hooks for ``gradient_run`` that move ``moved`` to ``alpha`` (None: nothing)."""
     if moved is None:
         return lambda stack: None
     block = patcher.runner.blocks[moved.layer]

@@ -34,7 +34,7 @@ from torch import Tensor
 from headlab.attention.interventions import intervene
 from headlab.circuits.graph import EMBED, LOGITS, Edge, Graph
 from headlab.circuits.metrics import Metric
-from headlab.circuits.resume import Runner, Stop, hooked, replaced_output, until_values
+from headlab.circuits.resume import Cache, Runner, Stop, hooked, replaced_output, until_values
 from headlab.models.hf.adapter import TransformersModel
 from headlab.results.circuit_edges import EdgeScores
 
@@ -63,7 +63,9 @@ class Patcher:
 
     clean, corrupted: (batch, pos) int64 token ids of equal shape; attention_mask: (batch, pos),
     1 on real tokens (default: all); metric: metrics.py. ValueError for unequal shapes, a metric
-    of another batch or an answer outside the vocabulary.
+    of another batch or an answer outside the vocabulary. clean_run(runner, graph): the clean
+    run's Cache where the caller's own run of the clean input keeps it (edge attribution's
+    gradient run: one forward fewer); default ``Runner.cache``.
     """
 
     def __init__(
@@ -73,13 +75,14 @@ class Patcher:
         corrupted: Tensor,
         metric: Metric,
         attention_mask: Tensor | None = None,
+        clean_run: Callable[[Runner, Graph], Cache] | None = None,
     ) -> None:
         _check_pair(clean, corrupted, metric)
         metric.check_vocab(int(model.config.vocab_size))
         mask = torch.ones_like(clean) if attention_mask is None else attention_mask
         self.runner = Runner(model, clean, mask, metric.positions)
         self.graph = Graph.of([b.shape() for b in self.runner.blocks])
-        self.clean = self.runner.cache(clean)
+        self.clean = clean_run(self.runner, self.graph) if clean_run else self.runner.cache(clean)
         self.corrupted = self.runner.cache(corrupted)
         self.metric = metric.with_reference(self.clean.logits) if metric.kind == "kl" else metric
         self.clean_value = float(self.metric(self.clean.logits)[0])

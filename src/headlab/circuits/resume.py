@@ -160,6 +160,20 @@ class Runner:
             values.append(metric(head.logits(slice(None))))
         return torch.cat(values)
 
+    def stream_in(self) -> Tensor:
+        """(batch, pos, embed_dim) the residual stream entering block 0 on ``ids`` (the
+        family's embeddings, positions included); no block runs."""
+
+        def stop(_module, args):
+            raise Stop(args[0].detach())
+
+        with hooked(self.blocks[0].module, "pre", stop), torch.no_grad():
+            try:
+                self._call(self.ids, 1)
+            except Stop as stopped:
+                return stopped.value
+        raise RuntimeError("the model's forward never reached its first block")
+
     def cache(self, ids: Tensor) -> Cache:
         """One full run of ``ids`` (batch, pos) with everything patching reads kept."""
         n = len(self.blocks)

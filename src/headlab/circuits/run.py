@@ -25,13 +25,15 @@ from headlab.results.circuit_edges import EdgeScores
 from headlab.results.circuit_run import RUN_METHODS, CircuitRun
 
 Step = Callable[[int, int], None]
+MAX_OFFSET = 1 << 20  # the model's own positions bound it after the load (prepare)
 
 
 @dataclass(frozen=True)
 class CircuitRequest:
     """``task`` (its pairs), ``method`` (one of ``RUN_METHODS``), the circuit's ``top`` edges,
     EAP-IG's ``steps`` m, whether to measure the ``faithfulness`` curve (against ``seeds``
-    random circuits per size). ValueError naming the option for a bad value."""
+    random circuits per size), and for "composition" the ``rotary_offsets`` of rotary-aware Q-
+    and K-composition (None: without rotary). ValueError naming the option for a bad value."""
 
     task: TaskRequest
     method: str = "eap"
@@ -39,6 +41,7 @@ class CircuitRequest:
     steps: int = 5
     faithfulness: bool = False
     seeds: int = 3
+    rotary_offsets: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.method not in RUN_METHODS:
@@ -47,6 +50,17 @@ class CircuitRequest:
         check_int("top", self.top, low=1)
         check_int("steps", self.steps, low=1, high=10_000)
         check_int("seeds", self.seeds, low=1, high=100)
+        if self.rotary_offsets is not None:
+            offsets = self.rotary_offsets
+            if self.method != "composition":
+                raise ValueError("rotary_offsets applies to method composition only, got "
+                                 f"method {self.method}")  # fmt: skip
+            if not offsets:
+                raise ValueError("rotary_offsets must name at least one offset, got none")
+            for offset in offsets:
+                check_int("rotary_offsets", offset, low=0, high=MAX_OFFSET)
+            if len(set(offsets)) != len(offsets):
+                raise ValueError(f"rotary_offsets must be distinct, got {list(offsets)}")
         if self.task.equal_lengths != needs_equal_lengths(self.method):
             raise ValueError(f"task.equal_lengths must be {needs_equal_lengths(self.method)} "
                              f"for method {self.method}")  # fmt: skip
@@ -79,6 +93,12 @@ def prepare(model, request: CircuitRequest) -> Prepared:
 
     pairs = build_pairs(request.task, model)
     task_metric(pairs).check_vocab(model.output_width)
+    if request.rotary_offsets is not None:
+        from headlab.circuits.rotary_offsets import rotations
+
+        for layer in model.attention_layers():
+            rotations(model, request.rotary_offsets, layer.head_dim)
+            break
     graph = graph_of(model)
     edges = [e.name for e in graph.edges if _scored(graph, e, request.method)]
     try:
@@ -115,7 +135,8 @@ def run_circuits(
     stage("scores")
     patcher = None
     if request.method == "composition":
-        scores = composition_edges(model, graph, prepared.edges, performance, on_step)
+        scores = composition_edges(model, graph, prepared.edges, performance, on_step,
+                                   request.rotary_offsets)  # fmt: skip
     else:
         from headlab.circuits.patching import Patcher
 
@@ -143,6 +164,7 @@ def run_circuits(
         kv_heads_per_layer=[s.num_kv_heads for s in layers],
         scores=scores,
         faithfulness=curve,
+        rotary_offsets=None if request.rotary_offsets is None else list(request.rotary_offsets),
     )
 
 
@@ -169,14 +191,17 @@ def _every_edge(scores: EdgeScores, graph) -> EdgeScores:
                       scores.clean_metric, scores.corrupted_metric)  # fmt: skip
 
 
-def composition_edges(model, graph, edges: list[str], performance, on_step=None) -> EdgeScores:
+def composition_edges(
+    model, graph, edges: list[str], performance, on_step=None, offsets=None
+) -> EdgeScores:
     """Weight-based composition of ``edges`` (head -> later head or K/V group) as EdgeScores:
     q into a head is its Q-composition, k and v into a head (no GQA) its K-, V-composition, into
-    a K/V group the group's (``k_group``, ``v_group``). An edge a layer cannot score (QK-norm
-    leaves out Q and K) scores 0."""
+    a K/V group the group's (``k_group``, ``v_group``); rotary-aware at ``offsets`` (None:
+    without rotary). An edge a layer cannot score (QK-norm leaves out Q and K) scores 0."""
     from headlab.circuits.composition import composition_scores
 
-    found = composition_scores(model, samples=16, on_layer=on_step)
+    found = composition_scores(model, samples=16, on_layer=on_step,
+                               offsets=None if offsets is None else list(offsets))  # fmt: skip
     values = []
     for name in edges:
         edge = graph.edge(name)

@@ -69,6 +69,7 @@ def open_model(source: ModelChoice, *, quiet: bool = False):
             backend=source.backend,
             download=source.download,
             trust_remote_code=source.trust_remote_code,
+            reads_text=True,  # every command that opens a model reads text
         )
 
 

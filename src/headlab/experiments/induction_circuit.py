@@ -23,7 +23,7 @@ sweep's own held-out data:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -78,6 +78,7 @@ class FormationConfig:
         if self.d_model % self.heads:
             raise ValueError(f"heads must divide d_model {self.d_model}, got {self.heads}")
         check_int("steps", self.steps, low=1, high=1_000_000)
+        check_int("seed", self.seed, low=0, high=2**32 - 1)
         check_int("every", self.every, low=1, high=self.steps)
         check_int("batch_size", self.batch_size, low=1, high=65_536)
         check_int("eval_size", self.eval_size, low=1, high=65_536)
@@ -247,16 +248,23 @@ def train_and_measure(config: FormationConfig, progress: Progress | None = None)
 
 
 def induction_formation(
-    heads: list[int], steps: int = 800, every: int = 50, seed: int = 0,
+    heads: list[int], steps: int = 800, every: int = 50, seed: int | Sequence[int] = 0,
     progress: Progress | None = None,
     lr: float = 3e-3,
 ) -> InductionFormation:
-    """One ``train_and_measure`` run per head count; every config is checked before any run."""
+    """One ``train_and_measure`` run per head count and seed (``seed``: one, or several
+    distinct), head count first; every config is checked before any run."""
     if not heads:
         raise ValueError("heads must name at least one head count, got none")
+    seeds = [seed] if isinstance(seed, int) else list(seed)
+    if not seeds:
+        raise ValueError("seed must name at least one seed, got none")
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"seed must name distinct seeds, got {seeds}")
     configs = [
-        FormationConfig(heads=h, steps=steps, every=every, seed=seed, lr=lr)
+        FormationConfig(heads=h, steps=steps, every=every, seed=s, lr=lr)
         for h in heads
+        for s in seeds
     ]
     runs = [train_and_measure(c, progress) for c in configs]
     return InductionFormation(task=INDUCTION.name, metric="logprob", runs=runs)

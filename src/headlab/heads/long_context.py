@@ -41,13 +41,12 @@ from headlab.heads.statistics import (
 from headlab.limits import check_fits, check_int
 from headlab.models.interface import HeadModel, TokenBatch
 from headlab.models.output_rows import LOGIT_ROWS, next_token_scores
-from headlab.results.attention_maps_result import AttentionMaps
-from headlab.results.head_roles import MIN_MATCH, SINKS, WINDOW, HeadRoles
+from headlab.results.head_roles import MIN_MATCH, SINKS, WINDOW
 from headlab.results.head_statistics import HeadStatistics
 from headlab.results.long_context_result import (
     HeavyHitters,
     LongContextFindings,
-    LongContextResult,
+    LongContextStatistics,
     TextContext,
 )
 
@@ -56,60 +55,16 @@ TOP_KEY_SHARE = 0.01  # the heavy hitters: the top 1% of key positions
 TOP_KEYS_KEPT = 5  # of those, the positions a results file lists per head
 
 
-@dataclass(frozen=True)
-class LongContextStatistics:
-    """statistics: as ``head_statistics`` gives (n_texts = 1);
-    received: (layer, head, k_pos) float64, attention each key receives summed over queries;
-    tokens: the text's token strings as analysed; text_tokens: the text's length before the cut;
-    special: the model's special key positions in this text (the first token, and any other
-        position the model names); roles: each head's role and scores; maps: its blocked map
-        and received profile (None when not measured).
-    """
-
-    statistics: HeadStatistics
-    received: Tensor
-    tokens: list[str]
-    text_tokens: int
-    special: list[int]
-    roles: HeadRoles | None = None
-    maps: AttentionMaps | None = None
-
-    @property
-    def truncated(self) -> bool:
-        return self.text_tokens > len(self.tokens)
-
-    def heavy_hitters(self, special: list[int] | None = None) -> tuple[Tensor, Tensor]:
-        """(share, top) with the key positions ``special`` (default: the model's) left out:
-        share (layer, head), the part of the attention to the other keys that their top 1%
-        receive; top (layer, head, n_top) those key positions, most attended first."""
-        special = self.special if special is None else special
-        received = self.received.clone()
-        received[..., special] = 0.0
-        n_top = max(1, math.ceil(TOP_KEY_SHARE * (received.shape[-1] - len(special))))
-        values, top = received.topk(n_top, dim=-1)
-        return values.sum(-1) / received.sum(-1).clamp_min(1e-30), top
-
-    def result(self, special: list[int] | None = None) -> LongContextResult:
-        """What the results file holds (the heavy hitters apart from ``special``)."""
-        special = self.special if special is None else special
-        share, top = self.heavy_hitters(special)
-        context = TextContext(len(self.tokens), self.text_tokens, self.truncated)
-        heavy = HeavyHitters(share.tolist(), top[..., :TOP_KEYS_KEPT].tolist(), list(special))
-        findings = long_context_findings(self.statistics, share)
-        return LongContextResult(self.statistics, context, heavy, findings, self.roles, self.maps)
-
-    def to_dict(self, special: list[int] | None = None) -> dict:
-        return self.result(special).to_dict()
-
-
-
-
-
-
-
-
-
-
+def heavy_hitters(received: Tensor, special: list[int]) -> tuple[Tensor, Tensor]:
+    """(share, top) of ``received`` (layer, head, k_pos), the attention each key receives, with
+    the key positions ``special`` left out: share (layer, head), the part of the attention to
+    the other keys that their top 1% receive; top (layer, head, n_top) those key positions,
+    most attended first."""
+    received = received.clone()
+    received[..., special] = 0.0
+    n_top = max(1, math.ceil(TOP_KEY_SHARE * (received.shape[-1] - len(special))))
+    values, top = received.topk(n_top, dim=-1)
+    return values.sum(-1) / received.sum(-1).clamp_min(1e-30), top
 
 
 def estimated_bytes(model: HeadModel, n_tokens: int, chunk_elements: int) -> int:
@@ -273,16 +228,20 @@ def long_text_statistics(
         torch.stack([s.blocks for s in per_layer]), per_layer[0].block_rows, received,
         block_size(n_tokens),
     )  # fmt: skip
+    share, top = heavy_hitters(received, positions)
+    heavy = HeavyHitters(share.tolist(), top[..., :TOP_KEYS_KEPT].tolist(), list(positions))
+    findings = long_context_findings(statistics, share)
     return LongContextStatistics(
-        statistics, received, run.batch.tokens[0], run.text_tokens, positions, roles, maps
-    )
+        statistics, received.numpy(), run.batch.tokens[0], run.text_tokens, positions, heavy,
+        findings, roles, maps,
+    )  # fmt: skip
 
 
 def long_context_findings(
     statistics: HeadStatistics, share: Tensor, count: int = 5
 ) -> LongContextFindings:
     """The sink share, each layer's mean attention distance, the ``count`` most concentrated
-    heads (by ``share``, (layer, head): ``LongContextStatistics.heavy_hitters``)."""
+    heads (by ``share``, (layer, head): ``heavy_hitters``)."""
     first = statistics.metrics[statistics.first_token]
     heads = sum(len(row) for row in first)
     sinks = sum(v > SINK_THRESHOLD for row in first for v in row)

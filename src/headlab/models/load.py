@@ -66,6 +66,7 @@ def load(
     backend: str | None = None,
     download: bool = False,
     trust_remote_code: bool = False,
+    reads_text: bool = False,
 ):
     """A model behind ``HeadModel``: "minilm" (default; the packaged all-MiniLM-L6-v2 encoder),
     "smollm2" (the packaged SmolLM2-135M-Instruct decoder, read from its one-time safetensors
@@ -75,6 +76,8 @@ def load(
 
     backend: accepted for old callers, with a one-line warning that it no longer chooses
     anything. trust_remote_code: run the checkpoint's own Python code (never by default).
+    reads_text: refuse a checkpoint without a tokenizer before its weights are read (without
+    it such a checkpoint loads and runs on token ids).
 
     Raises FileNotFoundError for a missing path, ValueError naming the file for anything else
     (``models/hf/loader.py`` lists the refusals, all before any weight is read).
@@ -104,7 +107,12 @@ def load(
         model = load_transformers(converted(packaged_smollm2()))
         model.name = SMOLLM2_NAME
         return model
-    model = load_transformers(name_or_path, download=download, trust_remote_code=trust_remote_code)
+    model = load_transformers(
+        name_or_path,
+        download=download,
+        trust_remote_code=trust_remote_code,
+        reads_text=reads_text,
+    )
     check_token_ids(model)
     return model
 

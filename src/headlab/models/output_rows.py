@@ -79,8 +79,11 @@ def next_token_scores(
         block = slice(start, min(start + rows, n))
         logits = output.logits(block)  # (batch, rows, vocab)
         top1[:, block] = logits.argmax(-1)
+        wide = logits.double()  # (batch, rows, vocab)
+        del logits  # before the log-softmax makes a second float64 block: two blocks alive, not 2.5
         targets = input_ids[:, block.start + 1 : block.stop + 1]  # (batch, rows)
         losses[:, block] = F.cross_entropy(
-            logits.double().flatten(0, 1), targets.flatten(), reduction="none"
+            wide.flatten(0, 1), targets.flatten(), reduction="none"
         ).view_as(targets)
+        del wide
     return top1, losses

@@ -18,6 +18,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import FancyBboxPatch
 
 from headlab.report.figures import COLOURS, GRID, INK, legend_outside, style_axes
+from headlab.results.circuit_edges import FaithfulnessCurve
 from headlab.results.circuit_run import CircuitRun
 
 POSITIVE, NEGATIVE = COLOURS[0], COLOURS[1]
@@ -123,32 +124,46 @@ def faithfulness_figure(run: CircuitRun) -> Figure:
     curve = run.faithfulness
     if curve is None:
         raise ValueError("the run has no faithfulness curve (run it with --faithfulness-figure)")
+    return faithfulness_curves_figure(
+        [curve], f"{run.model}, {run.task}: the circuit against random circuits of its size"
+    )
+
+
+def faithfulness_curves_figure(curves: list[FaithfulnessCurve], title: str) -> Figure:
+    """The curves (say top-n and greedy, of one graph) over the fraction of edges kept (log
+    axis), against the random circuits of the first (each seed, and their mean), with MIB's CPR
+    and CMD in the legend."""
+    if not curves:
+        raise ValueError("no faithfulness curve to draw")
     fig = Figure(figsize=(7.5, 3.6), layout="constrained")
     ax = fig.add_subplot(1, 1, 1)
-    x = [100 * f for f in curve.fractions]
-    seeds = len(curve.random_cpr)
+    first = curves[0]
+    x = [100 * f for f in first.fractions]
+    seeds = len(first.random_cpr)
     for s in range(seeds):
-        ax.plot(x, [r[s] for r in curve.random], color="#9aa5b1", linewidth=0.8, alpha=0.7,
+        ax.plot(x, [r[s] for r in first.random], color="#9aa5b1", linewidth=0.8, alpha=0.7,
                 label="random circuits" if s == 0 else None)  # fmt: skip
-    mean = [sum(r) / len(r) for r in curve.random]
-    random_cpr = sum(curve.random_cpr) / seeds
-    random_cmd = sum(curve.random_cmd) / seeds
+    mean = [sum(r) / len(r) for r in first.random]
+    random_cpr = sum(first.random_cpr) / seeds
+    random_cmd = sum(first.random_cmd) / seeds
     ax.plot(x, mean, "o--", color=COLOURS[5], markersize=3,
             label=f"random mean: CPR {random_cpr:.3f}, CMD {random_cmd:.3f}")  # fmt: skip
-    ax.plot(x, curve.faithfulness, "o-", color=POSITIVE, markersize=4,
-            label=f"{curve.selection} {curve.method}: CPR {curve.cpr:.3f}, CMD {curve.cmd:.3f}")
+    for n, curve in enumerate(curves):
+        ax.plot([100 * f for f in curve.fractions], curve.faithfulness,
+                "o-" if n == 0 else "s-", color=(POSITIVE, NEGATIVE, COLOURS[2])[n % 3],
+                markersize=4, label=f"{curve.selection} {curve.method}: CPR {curve.cpr:.3f}, "
+                f"CMD {curve.cmd:.3f}")  # fmt: skip
     ax.axhline(1.0, color=INK, linewidth=0.6)
     ax.axhline(0.0, color=INK, linewidth=0.6)
     ax.set_xscale("log")
     ax.set_xticks(x, [f"{v:g}%" for v in x], fontsize=7)
     ax.minorticks_off()
-    ax.set_xlabel(f"edges kept (of {curve.edges})", color=INK)
+    ax.set_xlabel(f"edges kept (of {first.edges})", color=INK)
     ax.set_ylabel("faithfulness", color=INK)
-    ax.set_title(f"{run.model}, {run.task}: the circuit against random circuits of its size",
-                 fontsize=9, color=INK, loc="left")  # fmt: skip
+    ax.set_title(title, fontsize=9, color=INK, loc="left")
     style_axes(ax)
     legend_outside(ax, fontsize=7)
     return fig
 
 
-__all__ = ["circuit_graph_figure", "faithfulness_figure"]
+__all__ = ["circuit_graph_figure", "faithfulness_curves_figure", "faithfulness_figure"]

@@ -15,7 +15,7 @@ from headlab.results.induction_circuit_result import FormationRun, InductionForm
 from headlab.results.json_store import read_result
 
 FILE = "induction-circuit.json"
-COMMAND = "headlab formation --heads 1,8 --steps 2400 --every 50"
+COMMAND = "headlab formation --heads 1,8 --steps 2400 --every 50 --seed 0,1,2"
 
 
 def formation_section(directory: Path, pngs: dict[str, bytes]) -> dict:
@@ -34,6 +34,7 @@ def _row(run: FormationRun) -> dict:
     last, strongest = run.checkpoints[-1], run.strongest_edge()
     row = {
         "heads": run.heads,
+        "seed": run.seed,
         "steps": run.steps,
         "final": f"{last.accuracy:.3f}",
         "edge": last.edge,
@@ -75,6 +76,17 @@ def _row(run: FormationRun) -> dict:
     return row
 
 
+def jump_text(found: list[tuple[int, int | None]]) -> str:
+    """One head count's phase changes over seeds (``InductionFormation.jump_steps``): 'step 350
+    (seed 0), 300 (seed 1), 350 (seed 2); mean 333, range 300-350 (3 of 3 seeds)'."""
+    each = ", ".join(f"{'none' if step is None else step} (seed {seed})" for seed, step in found)
+    steps = [step for _, step in found if step is not None]
+    if not steps:
+        return f"none in {len(found)} seed" + "s" * (len(found) != 1)
+    spread = f"; mean {sum(steps) / len(steps):.0f}, range {min(steps)}-{max(steps)}"
+    return f"step {each}{spread} ({len(steps)} of {len(found)} seeds)"
+
+
 def _two(value: float) -> str:
     """Two decimals, without the sign of a value that rounds to zero."""
     return f"{value:.2f}".replace("-0.00", "0.00")
@@ -98,9 +110,15 @@ def _part(path: Path, pngs: dict[str, bytes]) -> dict | None:
     except (KeyError, IndexError, TypeError, ValueError) as error:
         raise ValueError(f"{path}: not a formation results file ({error})") from None
     pngs["induction_circuit.png"] = png
+    jumps = result.jump_steps()
+    seeds = {run.seed for run in result.runs}
     return {
+        "seeds": len(seeds),
+        "jumps": [f"h = {h}: {jump_text(found)}" for h, found in jumps.items()]
+        if len(seeds) > 1 else [],
         "title": "When the induction circuit forms (the sweep's 2-layer models)",
-        "models": [f"h = {run.heads}: {run.model}" for run in result.runs],
+        "models": [f"h = {run.heads}" + (f", seed {run.seed}" if len(seeds) > 1 else "")
+                   + f": {run.model}" for run in result.runs],
         "rows": [_row(run) for run in result.runs],
         "image": "data:image/png;base64," + base64.b64encode(png).decode("ascii"),
         "command": COMMAND,

@@ -16,28 +16,44 @@ from headlab.results.output_policy import Kind
 
 INDUCTION_CIRCUIT_FIGURE_KIND = Kind.png("induction-circuit")
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e")
+MARKERS = ("o", "s", "^", "D", "v")
 
 
 def formation_figure(result: InductionFormation) -> Figure:
-    """Three panels sharing the step axis: accuracy, K-composition, patching effect."""
+    """Three panels sharing the step axis: accuracy, K-composition, patching effect. One colour
+    per head count; with several seeds, each seed its own marker (the seeds' lines labelled in
+    the accuracy panel, the measures once per head count)."""
     fig = Figure(figsize=(9.0, 7.0), layout="constrained")
     axes = fig.subplots(3, 1, sharex=True)
-    for n, run in enumerate(result.runs):
-        color = COLORS[n % len(COLORS)]
+    counts = list(dict.fromkeys(run.heads for run in result.runs))
+    several = len({run.seed for run in result.runs}) > 1
+    seen: dict[int, int] = {}
+    for run in result.runs:
+        color = COLORS[counts.index(run.heads) % len(COLORS)]
+        nth = seen[run.heads] = seen.get(run.heads, -1) + 1
+        marker = MARKERS[nth % len(MARKERS)]
+        first = nth == 0
         steps = [c.step for c in run.checkpoints]
         label = f"h = {run.heads}"
-        axes[0].plot(steps, [c.accuracy for c in run.checkpoints], "o-", ms=3, color=color,
-                     label=label)  # fmt: skip
-        axes[1].plot(steps, [c.k_composition for c in run.checkpoints], "o-", ms=3, color=color,
-                     label=f"{label}: best prev-token -> best induction head")  # fmt: skip
-        axes[1].plot(steps, [c.k_baseline for c in run.checkpoints], "--", color=color,
-                     label=f"{label}: random baseline")  # fmt: skip
-        axes[2].plot(steps, [c.patching_effect for c in run.checkpoints], "o-", ms=3,
-                     color=color, label=f"{label}: the pair's edge")  # fmt: skip
+        axes[0].plot(steps, [c.accuracy for c in run.checkpoints], marker=marker, ms=3,
+                     color=color, alpha=1.0 if first else 0.75,
+                     label=f"{label}, seed {run.seed}" if several else label)  # fmt: skip
+        axes[1].plot(steps, [c.k_composition for c in run.checkpoints], marker=marker, ms=3,
+                     color=color, alpha=1.0 if first else 0.75,
+                     label=f"{label}: best prev-token -> best induction head" if first
+                     else None)  # fmt: skip
+        if first:
+            axes[1].plot(steps, [c.k_baseline for c in run.checkpoints], "--", color=color,
+                         label=f"{label}: random baseline")  # fmt: skip
+        axes[2].plot(steps, [c.patching_effect for c in run.checkpoints], marker=marker, ms=3,
+                     color=color, alpha=1.0 if first else 0.75,
+                     label=f"{label}: the pair's edge" if first else None)  # fmt: skip
         paths = [(c.step, c.k_path_effect) for c in run.checkpoints if c.k_path_effect is not None]
         if paths:
             axes[2].plot(*zip(*paths, strict=True), "--", color=color,
-                         label=f"{label}: every layer 0 -> layer 1 K edge")  # fmt: skip
+                         alpha=1.0 if first else 0.75,
+                         label=f"{label}: every layer 0 -> layer 1 K edge" if first
+                         else None)  # fmt: skip
     axes[0].set_ylabel("accuracy (held out)")
     axes[0].set_ylim(-0.02, 1.02)
     axes[1].set_ylabel("K-composition")
@@ -49,7 +65,10 @@ def formation_figure(result: InductionFormation) -> Figure:
     legend_outside(axes[0])
     legend_outside(axes[1])
     legend_outside(axes[2])
-    axes[0].set_title("Induction circuit forming: the sweep's 2-layer models, induction task")
+    seeds = sorted({run.seed for run in result.runs})
+    which = f"seeds {', '.join(map(str, seeds))}" if several else f"seed {seeds[0]}"
+    axes[0].set_title(f"Induction circuit forming: the sweep's 2-layer models ({which})",
+                      loc="left")  # fmt: skip
     return fig
 
 

@@ -25,7 +25,9 @@ class CircuitRun:
     """``model`` on ``task`` by ``method`` (one of ``RUN_METHODS``; ``steps``: EAP-IG's m, else
     None): ``performance`` first, then ``scores`` of every edge the method scores, the circuit
     of the ``top`` largest |scores|, ``heads_per_layer`` and ``kv_heads_per_layer`` of the
-    model, and ``faithfulness`` (None when not measured)."""
+    model, ``faithfulness`` (None when not measured), and for "composition" the relative
+    ``rotary_offsets`` its Q and K scores were taken at (None: without rotary; a file without
+    the field is read as None)."""
 
     KIND = "circuits"
 
@@ -39,6 +41,7 @@ class CircuitRun:
     kv_heads_per_layer: list[int]
     scores: EdgeScores
     faithfulness: FaithfulnessCurve | None = None
+    rotary_offsets: list[int] | None = None
 
     def top_edges(self) -> list[tuple[str, float]]:
         """The circuit: the ``top`` edges of largest |score|, largest first."""
@@ -56,6 +59,7 @@ class CircuitRun:
             "kv_heads_per_layer": list(self.kv_heads_per_layer),
             "scores": self.scores.to_dict(),
             "faithfulness": None if self.faithfulness is None else self.faithfulness.to_dict(),
+            "rotary_offsets": None if self.rotary_offsets is None else list(self.rotary_offsets),
         }
 
     @classmethod
@@ -74,6 +78,14 @@ class CircuitRun:
         scores = EdgeScores.from_dict(fields.object("scores").data, fields.at("scores"))
         top = fields.int("top", 1, max(1, len(scores.edges)))
         curve = fields.data.get("faithfulness")
+        offsets = fields.data.get("rotary_offsets")
+        if offsets is not None:
+            offsets = fields.list("rotary_offsets", nonempty=True)
+            for i, v in enumerate(offsets):
+                if not is_int(v) or v < 0:
+                    raise problem(f"{fields.at('rotary_offsets')}[{i}]", "an integer >= 0", v)
+            if method != "composition":
+                raise problem(fields.at("rotary_offsets"), "null for method " + method, offsets)
         return cls(
             model=fields.str("model"),
             task=fields.str("task"),
@@ -91,6 +103,7 @@ class CircuitRun:
             else FaithfulnessCurve.from_dict(
                 fields.object("faithfulness").data, fields.at("faithfulness")
             ),
+            rotary_offsets=offsets,
         )
 
 

@@ -35,7 +35,7 @@ def _is_float(value: object) -> bool:
 def _is_measure(value: object) -> bool:
     if value is None or isinstance(value, bool) or _is_float(value):
         return True
-    return isinstance(value, list) and all(_is_float(v) and not isinstance(v, bool) for v in value)
+    return isinstance(value, list) and all(_is_float(v) for v in value)
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,7 @@ class ComparedSides:
         equal_rows = f.int("equal_rows", 0, rows)
         diffs = f.object("gradient_diffs")
         for name, value in diffs.data.items():
-            if not _is_float(value) or isinstance(value, bool):
+            if not _is_float(value):
                 raise problem(diffs.at(name), "a number", value)
         return cls(*sizes, rows, equal_rows, {k: float(v) for k, v in diffs.data.items()})
 

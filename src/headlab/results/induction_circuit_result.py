@@ -176,7 +176,7 @@ class FormationRun:
 
 @dataclass(frozen=True)
 class InductionFormation:
-    """``runs``: one ``FormationRun`` per head count, on ``task`` (its ``metric``)."""
+    """``runs``: one ``FormationRun`` per head count and seed, on ``task`` (its ``metric``)."""
 
     KIND = "induction-circuit"
 
@@ -186,6 +186,17 @@ class InductionFormation:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    def jump_steps(self, level: float = 0.5) -> dict[int, list[tuple[int, int | None]]]:
+        """Per head count (in the runs' order), each run's (seed, the first checkpoint step at
+        or above ``level`` accuracy after one below it, None where there is none): where each
+        seed's phase change is."""
+        found: dict[int, list[tuple[int, int | None]]] = {}
+        for run in self.runs:
+            jump = run.phase_change(level)
+            found.setdefault(run.heads, []).append((run.seed, None if jump is None else
+                                                    jump[1].step))  # fmt: skip
+        return found
 
     @classmethod
     def from_dict(cls, data: dict, where: str = "induction-circuit") -> InductionFormation:

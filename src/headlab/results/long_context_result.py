@@ -1,11 +1,15 @@
 """The ``model-long-context`` results file: one long text's head statistics, heavy hitters,
-findings, roles and maps (``headlab.heads.long_context`` measures them).
+findings, roles and maps (``headlab.heads.long_context`` measures them), and
+``LongContextStatistics``, what ``long_text_statistics`` returns: that file's content
+(``result()``) with the tokens and the attention each key receives beside it.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from typing import ClassVar
+
+import numpy as np
 
 from headlab.results.attention_maps_result import AttentionMaps
 from headlab.results.head_roles import HeadRoles
@@ -165,3 +169,43 @@ class LongContextResult:
             maps = AttentionMaps.from_dict(f.object("maps"), layers, heads)
             maps.check_length(context.n_tokens, f.at("maps"))
         return cls(statistics, context, heavy, findings, roles, maps)
+
+
+@dataclass(frozen=True, eq=False)  # eq: a NumPy array has no single truth value
+class LongContextStatistics:
+    """What ``headlab.heads.long_context.long_text_statistics`` measured on one text, as plain
+    data. ``result()`` is what the results file holds (``LongContextResult``: written with its
+    ``to_dict``, read with its ``from_dict``); the tokens and ``received`` are not written.
+
+    statistics: as ``head_statistics`` gives (n_texts = 1); received: (layer, head, k_pos)
+    float64, the attention each key receives summed over the queries (``heads.long_context
+    .heavy_hitters`` reduces it, apart from any key positions); tokens: the text's token
+    strings as analysed; text_tokens: the text's length before the cut; special: the model's
+    special key positions in this text (the first token, and any other position the model
+    names); heavy_hitters and findings: the heavy hitters apart from ``special`` and what the
+    literature reports of them; roles: each head's role and scores; maps: its blocked map and
+    received profile (None when not measured).
+    """
+
+    statistics: HeadStatistics
+    received: np.ndarray
+    tokens: list[str]
+    text_tokens: int
+    special: list[int]
+    heavy_hitters: HeavyHitters
+    findings: LongContextFindings
+    roles: HeadRoles | None = None
+    maps: AttentionMaps | None = None
+
+    @property
+    def truncated(self) -> bool:
+        return self.text_tokens > len(self.tokens)
+
+    @property
+    def context(self) -> TextContext:
+        return TextContext(len(self.tokens), self.text_tokens, self.truncated)
+
+    def result(self) -> LongContextResult:
+        """What the results file holds."""
+        return LongContextResult(self.statistics, self.context, self.heavy_hitters,
+                                 self.findings, self.roles, self.maps)  # fmt: skip

@@ -15,9 +15,12 @@ from pathlib import Path
 from typing import ClassVar
 
 from headlab.results.binning import MAX_BINS
+from headlab.results.comparison_result import ComparisonResult
+from headlab.results.coupling_result import CouplingSummary
 from headlab.results.defaults import DEFAULT_TEXT
 from headlab.results.explorers import check_explorer
 from headlab.results.locations import RESULTS_DIR
+from headlab.results.param_rows import ParamRow
 from headlab.results.schema import Fields, problem
 
 DEFAULT_MODEL = "minilm"
@@ -61,8 +64,10 @@ class ReportMeasurements:
     text: the text as shown (its first ``num_tokens`` words of ``total_words``); explorers: the
     heatmap explorers by name ("text", "model" when a model was shown, "scenario-<i>"), each as
     ``headlab.results.explorers.heatmap_data`` gives it; model_name, or model_problem (why the
-    default model could not be loaded); scenarios: the seed scenarios, each naming its explorer;
-    params: the parameter table's rows; coupling: ``CouplingSummary.to_dict()``.
+    default model could not be loaded); scenarios: the seed scenarios, each naming its explorer,
+    its "result" a ``ComparisonResult`` document; params: the parameter table's rows
+    (``ParamRow.to_dict()``); coupling: ``CouplingSummary.to_dict()``. ``from_dict`` reads each
+    through its type's ``from_dict`` and keeps the documents as they are.
     """
 
     KIND: ClassVar[str] = "report-measurements"
@@ -110,12 +115,15 @@ class ReportMeasurements:
             if scenario.data["explorer"] not in checked:
                 raise problem(scenario.at("explorer"), "the name of an explorer",
                               scenario.data["explorer"])  # fmt: skip
-            scenario.object("result", nonempty=True)
+            ComparisonResult.from_dict(scenario.object("result").data, scenario.at("result"))
         coupling = f.object("coupling", nonempty=True)
-        for matrix in coupling.objects("matrices", nonempty=True):
-            matrix.grid("matrix")
+        coupling.objects("matrices", nonempty=True)
+        CouplingSummary.from_dict(coupling.data, f.at("coupling"))
         names = [None if data.get(key) is None else f.str(key)
                  for key in ("model_name", "model_problem")]  # fmt: skip
-        params = [row.data for row in f.objects("params")]
+        params = f.objects("params")
+        for row in params:
+            ParamRow.from_dict(row)  # checked; the page keeps the document as it is
         return cls(f.str("text"), num_tokens, f.int("total_words", num_tokens), checked,
-                   [s.data for s in scenarios], params, coupling.data, *names)  # fmt: skip
+                   [s.data for s in scenarios], [row.data for row in params], coupling.data,
+                   *names)  # fmt: skip

@@ -11,10 +11,16 @@ import statistics
 from dataclasses import asdict, dataclass
 
 from headlab.results.jsonl_store import final_rows
+from headlab.results.schema import Fields, problem
+
+ATTENTIONS = ("plain", "talking-heads")
 
 
 @dataclass(frozen=True)
 class SummaryRow:
+    """One head configuration of a task over its seeds: the parameter count, the mean and the
+    sample standard deviation of the final loss and accuracy, the mean per-head entropy."""
+
     task: str
     num_heads: int
     num_kv_heads: int
@@ -30,6 +36,34 @@ class SummaryRow:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, f: Fields) -> SummaryRow:
+        """ValueError naming the field unless the sizes are >= 1, the K/V heads divide the
+        heads, the statistics are finite (accuracy in [0, 1], standard deviations >= 0); a row
+        without ``attention`` is of plain heads."""
+        heads, kv_heads = f.size("num_heads"), f.size("num_kv_heads")
+        if heads % kv_heads:
+            raise problem(f.at("num_kv_heads"), f"a divisor of {heads} heads", kv_heads)
+        entropy = None if f.data.get("entropy_mean") is None else f.number("entropy_mean", 0.0)
+        attention = "plain"  # rows written before talking heads have no "attention"
+        if "attention" in f.data:
+            attention = f.get("attention", f"one of {', '.join(ATTENTIONS)}",
+                              lambda v: v in ATTENTIONS)  # fmt: skip
+        return cls(
+            task=f.str("task"),
+            num_heads=heads,
+            num_kv_heads=kv_heads,
+            head_dim=f.size("head_dim"),
+            params=f.int("params", 1),
+            seeds=f.int("seeds", 1),
+            loss_mean=f.number("loss_mean"),
+            loss_std=f.number("loss_std", 0.0),
+            accuracy_mean=f.number("accuracy_mean", 0.0, 1.0),
+            accuracy_std=f.number("accuracy_std", 0.0),
+            entropy_mean=entropy,
+            attention=attention,
+        )
 
 
 def _std(values: list[float]) -> float:

@@ -17,7 +17,7 @@ from rich.text import Text
 
 from headlab.cli.model_source import ModelChoice, model_source, open_model
 from headlab.cli.outputs import AS_JSON, FORCE, an_input, claim, write_outputs, writing
-from headlab.cli.parsing import flags
+from headlab.cli.parsing import flags, int_list
 from headlab.cli.progress import progress
 from headlab.cli.tables import fitted_tables
 from headlab.results.locations import RESULTS_DIR
@@ -28,6 +28,12 @@ CURVE_FIGURE = typer.Option(
     None,
     "--faithfulness-figure",
     help="Measure the faithfulness curve against random circuits and write it (PNG).",
+)
+ROTARY_OFFSETS = typer.Option(
+    "", "--rotary-offsets",
+    help="With --method composition: Q- and K-composition with rotary at these relative "
+    "offsets (comma-separated: the key that many positions before the query; 1 for a "
+    "previous-token head, the repeat's distance for an induction head). Default: without rotary.",
 )
 PAIRS = typer.Option(
     None, "--pairs", help="Your own JSONL of clean/corrupted pairs (instead of --task).",
@@ -46,6 +52,7 @@ def circuits(
         "eap-ig-activations (Hanna et al.'s) or eap-ig-senders (each sender's activations)."
     ),
     steps: int = typer.Option(5, "--steps", help="EAP-IG's interpolation steps m."),
+    rotary_offsets: str = ROTARY_OFFSETS,
     top: int = typer.Option(20, "--top", help="Edges in the circuit (the top n by |score|)."),
     n_pairs: int = typer.Option(8, "--n-pairs", help="Pairs of the built-in task."),
     length: int | None = typer.Option(
@@ -70,7 +77,9 @@ def circuits(
 
     if pairs is not None and task is not None:
         raise ValueError(f"pass --task or --pairs, not both (got --task {task} and --pairs)")
-    with flags("method", "steps", "top", "n_pairs", "length", "seed", "task", pairs_file="--pairs"):
+    offsets = int_list(rotary_offsets, "--rotary-offsets", low=0)
+    with flags("method", "steps", "top", "n_pairs", "length", "seed", "task", "rotary_offsets",
+               pairs_file="--pairs"):  # fmt: skip
         request = CircuitRequest(
             TaskRequest(
                 task="pairs" if pairs is not None else task or "induction",
@@ -84,6 +93,7 @@ def circuits(
             top=top,
             steps=steps,
             faithfulness=faithfulness_figure is not None,
+            rotary_offsets=None if offsets is None else tuple(offsets),
         )
     if pairs is not None:  # the file's own problems, before the model loads
         from headlab.circuits.tasks_pairs import read_pairs
@@ -94,7 +104,7 @@ def circuits(
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing more is fetched, even with --download
     from headlab.circuits.run import prepare, run_circuits
 
-    with flags("top", pairs_file="--pairs"):
+    with flags("top", pairs_file="--pairs", offsets="--rotary-offsets"):
         prepared = prepare(loaded, request)
     described = f"circuits: {request.method} on {request.task.task}"
     with progress(described, None, quiet=as_json) as update:
@@ -160,7 +170,10 @@ def _print(result) -> None:
     columns = ["#", "sender", "receiver", "input", "score"]
     for table in fitted_tables(title, columns, rows, keys=1, left=["sender", "receiver", "input"]):
         console.print(table)
-    what = ("composition score (0..1, weights only)" if result.method == "composition" else
+    rotary = ("without rotary" if result.rotary_offsets is None else "rotary at offsets "
+              + ", ".join(str(o) for o in result.rotary_offsets))  # fmt: skip
+    what = (f"composition score (0..1, weights only, {rotary})"
+            if result.method == "composition" else
             f"change in {scores.metric} (clean {scores.clean_metric:.4g}, corrupted "
             f"{scores.corrupted_metric:.4g})")  # fmt: skip
     console.print(Text(f"score: {what}"))

@@ -23,7 +23,10 @@ def induction_circuit(
     heads: str = typer.Option("1,8", "--heads", help="Heads per layer, comma separated."),
     steps: int = typer.Option(800, "--steps", help="Training steps of each run."),
     every: int = typer.Option(50, "--every", help="Measure every this many steps."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the model, the data and the detectors."),
+    seed: str = typer.Option(
+        "0", "--seed", help="Seed of the model, the data and the detectors; several, comma "
+        "separated (0,1,2), train one run per seed and head count."
+    ),
     lr: float = typer.Option(3e-3, "--lr", help="Peak learning rate (the sweep's 3e-3)."),
     out: Path = OUT,
     figure: Path = FIGURE,
@@ -37,43 +40,58 @@ def induction_circuit(
     from headlab.cli.progress import progress
     from headlab.cli.tables import fitted_tables
     from headlab.experiments.induction_circuit import FormationConfig, induction_formation
+    from headlab.report.formation_section import jump_text
     from headlab.report.induction_circuit_figures import formation_figure
 
     counts = int_list(heads, "--heads") or []
+    seeds = int_list(seed, "--seed", low=0) or []
     with flags("heads", "steps", "every", "seed", "lr"):
         if not counts:
             raise ValueError("heads must name at least one head count, got none")
+        if not seeds or len(set(seeds)) != len(seeds):
+            raise ValueError(f"seed must name distinct seeds, got {seeds}")
         for h in counts:
-            FormationConfig(heads=h, steps=steps, every=every, seed=seed, lr=lr)
+            for s in seeds:
+                FormationConfig(heads=h, steps=steps, every=every, seed=s, lr=lr)
     claim(KIND, out, force=force, figure=figure)
-    total = steps * len(counts)
+    total = steps * len(counts) * len(seeds)
     with progress("training and measuring", total, quiet=as_json) as update:
-        done = {h: 0 for h in counts}
+        finished = [0]  # steps of the runs finished
 
         def on_step(h: int, step: int, _steps: int) -> None:
-            done[h] = step
-            update(done=sum(done.values()), detail=f"h = {h}, step {step}")
+            update(done=finished[0] + step, detail=f"h = {h}, step {step}")
+            if step == steps:
+                finished[0] += steps
 
-        result = induction_formation(counts, steps, every, seed, on_step, lr=lr)
+        result = induction_formation(counts, steps, every, seeds, on_step, lr=lr)
     written = write_outputs(KIND, result, out, figure=figure, draw=formation_figure,
                             force=force, as_json=as_json)  # fmt: skip
     if written is None:
         return
+    several = len(seeds) > 1
     columns = ["h", "step", "loss", "acc", "prev", "ind", "K-comp", "base", "patch", "K path"]
+    if several:
+        columns[1:1] = ["seed"]
     cells = [
-        [str(run.heads), str(c.step), f"{c.loss:.3f}", f"{c.accuracy:.3f}",
+        [str(run.heads), *([str(run.seed)] if several else []), str(c.step),
+         f"{c.loss:.3f}", f"{c.accuracy:.3f}",
          f"0.{c.previous_head}", f"1.{c.induction_head}", f"{c.k_composition:.3f}",
          f"{c.k_baseline:.3f}", f"{c.patching_effect:+.3f}", f"{c.k_path_effect:+.3f}"]
         for run in result.runs
         for c in run.checkpoints
     ]  # fmt: skip
     title = "Induction circuit over training (patch, K path: change in log p(answer))"
-    Console().print(*fitted_tables(title, columns, cells, keys=2))
+    Console().print(*fitted_tables(title, columns, cells, keys=3 if several else 2))
+    if several:
+        print("Phase change (the first checkpoint at accuracy >= 0.5), per seed:")
+        for h, found in result.jump_steps().items():
+            print(f"  h = {h}: " + jump_text(found))
     for run in result.runs:
         if run.k_edges is not None:
             k = run.k_edges
             top = ", ".join(f"{e[:-3]} {v:+.3g}" for e, v in k.top("exact"))
-            print(f"h = {run.heads}: {len(k.edges)} K edges at the end, top 3 by exact patching:")
+            who = f"h = {run.heads}" + (f", seed {run.seed}" if several else "")
+            print(f"{who}: {len(k.edges)} K edges at the end, top 3 by exact patching:")
             print(f"  {top}")
             curve = run.faithfulness
             if curve is not None:

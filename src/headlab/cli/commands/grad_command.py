@@ -61,21 +61,21 @@ def grad(
             kv_heads=kv_heads,
             head_dim=head_dim,
         )
-        doc = coupling_comparison(setup, talking_heads).to_dict()
-    blocks = doc["blocks"]
+        result = coupling_comparison(setup, talking_heads)
     if as_json:
-        print_json(doc, indent=2)
+        print_json(result.to_dict(), indent=2)
         return
     console = Console()
-    for side in doc["sides"]:
+    blocks = result.blocks
+    for side in result.sides:
         title = (
-            f"{side['num_heads']} head(s){side['kind']}: coupling of {blocks} blocks "
-            f"(off-diagonal max {side['off_diagonal_max']:.3g})"
+            f"{side.num_heads} head(s){side.kind}: coupling of {blocks} blocks "
+            f"(off-diagonal max {side.off_diagonal_max:.3g})"
         )
         columns = ["block i \\ changed j", *map(str, range(blocks))]
-        rows = [[str(i), *(f"{v:.3g}" for v in row)] for i, row in enumerate(side["coupling"])]
+        rows = [[str(i), *(f"{v:.3g}" for v in row)] for i, row in enumerate(side.coupling)]
         console.print(*fitted_tables(title, columns, rows))
-        norms = side["head_gradient_norms"]
+        norms = side.head_gradient_norms
         console.print(
             "per-head gradient norms  W_Q: "
             + " ".join(f"{v:.3g}" for v in norms["w_q"])

@@ -59,11 +59,13 @@ def load_transformers(
     download: bool = False,
     trust_remote_code: bool = False,
     dtype: torch.dtype = torch.float32,
+    reads_text: bool = False,
 ) -> TransformersModel:
     """A checkpoint (folder, .gguf file, or hub id in the local cache; fetched only with
     ``download=True``) loaded by transformers on headlab's attention. See loader.py for what is
     refused, before any weight is read; without transformers, one line naming what to install."""
     require_transformers()
+    from headlab.models.hf.checkpoint import missing_tokenizer
     from headlab.models.hf.layer import keep_all
     from headlab.models.hf.loader import load_pretrained
     from headlab.models.hf.probe_cache import probed_layers
@@ -71,15 +73,14 @@ def load_transformers(
     from headlab.models.pooling import read_pooling_config
 
     model, tokenizer, checkpoint = load_pretrained(
-        source, download=download, trust_remote_code=trust_remote_code, dtype=dtype
-    )
+        source, download=download, trust_remote_code=trust_remote_code, dtype=dtype,
+        reads_text=reads_text,
+    )  # fmt: skip
     causal = _causal(model)
     keep_all(model, probed_layers(model, model_family(model)))  # the adapter finds them there
     wrapped = TransformersModel(checkpoint.name, model, tokenizer, causal=causal)
     if tokenizer is None:  # said in the words of a command too, which has no attach
-        wrapped.no_tokenizer = (
-            f"its folder {checkpoint.folder} holds no tokenizer.json or tokenizer_config.json"
-        )
+        wrapped.no_tokenizer = missing_tokenizer(checkpoint) or "its checkpoint has none"
     if not causal and checkpoint.gguf is None:
         wrapped.pooling = read_pooling_config(checkpoint.folder, wrapped.max_positions)
     return wrapped

@@ -35,7 +35,7 @@ from headlab.attention.functional import merge_heads
 from headlab.attention.interventions import SITES, record
 from headlab.attention.trace import AttentionTrace
 from headlab.limits import check_int, check_prompt
-from headlab.models.hf import block_logits, variants
+from headlab.models.hf import block_logits, edits, variants
 from headlab.models.hf.block_logits import HFOutputRows, body_states
 from headlab.models.hf.hybrid import layer_note
 from headlab.models.hf.layer import (
@@ -290,6 +290,9 @@ class TransformersModel:
             output = self.run(batch, head_mask)
         traces = []
         for layer, recording in zip(self.layers, recordings, strict=True):
+            if isinstance(layer.module, edits.NoHeads):  # every head removed: nothing recorded
+                traces.append(edits.no_heads_trace(layer, *batch.input_ids.shape))
+                continue
             if layer.output is None:
                 raise ValueError(f"layer {layer.path} has no output projection to trace through")
             head_out = recording["head_outputs"]  # (batch, head, q_pos, d_head)

@@ -137,6 +137,25 @@ def locate(source: str | Path, *, download: bool = False) -> Checkpoint:
     raise FileNotFoundError(f"{source}: no such file or folder (nor a hub id owner/name)")
 
 
+def missing_tokenizer(checkpoint: Checkpoint) -> str | None:
+    """Why a local checkpoint has no tokenizer (its folder holds neither tokenizer file), or
+    None: it has one, it is a GGUF file (which carries its own), or a hub id still to fetch."""
+    if checkpoint.gguf is not None or checkpoint.to_fetch is not None:
+        return None
+    folder = checkpoint.folder
+    if (folder / "tokenizer.json").is_file() or (folder / "tokenizer_config.json").is_file():
+        return None
+    return f"its folder {folder} holds no tokenizer.json or tokenizer_config.json"
+
+
+def check_reads_text(checkpoint: Checkpoint) -> None:
+    """ValueError for a checkpoint without a tokenizer (``missing_tokenizer``), for a caller that
+    reads text: said before its weights are read."""
+    why = missing_tokenizer(checkpoint)
+    if why is not None:
+        raise ValueError(f"{checkpoint.name} has no tokenizer to read text with: {why}")
+
+
 def consent(trust_remote_code: object) -> bool:
     """``trust_remote_code`` as a bool: only ``True`` lets a checkpoint's own Python code run,
     ``False`` refuses it, and anything else (``"no"``, ``1``, ``None``) is a TypeError rather than

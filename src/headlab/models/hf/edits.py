@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from headlab.attention.trace import AttentionTrace
 from headlab.models.hf.layer import HFAttentionLayer
 from headlab.models.hf.tree import replaced
 
@@ -40,13 +41,36 @@ class NoHeads(nn.Module):
     """An attention module with every head removed: it outputs what its output projection makes
     of no heads (the bias, or zeros), and (batch, pos, 0) when that projection sits outside it."""
 
-    def __init__(self, output: nn.Linear | None) -> None:
+    def __init__(self, output: nn.Linear | None, outside_bias: Tensor | None = None) -> None:
         super().__init__()
         self.output = output
+        # what the output projection outside it adds (its bias; None: nothing), for the trace
+        self.register_buffer("outside_bias", outside_bias, persistent=False)
 
     def forward(self, hidden_states: Tensor, *args: object, **kwargs: object):
         empty = hidden_states.new_zeros(*hidden_states.shape[:-1], 0)  # (batch, pos, 0)
         return (empty if self.output is None else self.output(empty)), None
+
+
+def no_heads_trace(layer: HFAttentionLayer, batch: int, pos: int) -> AttentionTrace:
+    """The trace of a layer whose every head was removed (its module a ``NoHeads``): no heads in
+    any site (head axes of size 0), and the output the module adds, the same on every position
+    (its output projection's bias, or zeros)."""
+    module = layer.module
+    hidden = torch.zeros(batch, pos, layer.embed_dim)  # NoHeads reads only the shape
+    with torch.no_grad():
+        output = module(hidden)[0]
+    if module.output is None:  # W_O sits outside the module: what it adds is its bias
+        bias = module.outside_bias
+        output = hidden if bias is None else hidden + bias.to(hidden.dtype)
+    d = layer.head_dim
+
+    def none(*shape: int) -> Tensor:
+        return hidden.new_zeros(batch, 0, pos, *shape)  # (batch, head=0, q_pos, ...)
+
+    return AttentionTrace(q=none(d), k=none(d), v=none(d), scores=none(pos), weights=none(pos),
+                          head_outputs=none(d), contributions=none(layer.embed_dim),
+                          output=output)  # fmt: skip
 
 
 def _refuse(layer: HFAttentionLayer, what: str) -> ValueError:
@@ -132,9 +156,11 @@ def without_heads(layer: HFAttentionLayer, remove: Iterable[int]) -> Removal:
         _check_output(layer)
         inside = output.path.startswith(layer.path + ".")
         out = _columns(output.module, []) if inside else None
+        bias = None
         if not inside:
             new[output.path] = _columns(output.module, [])
-        new[layer.path] = NoHeads(out)
+            bias = None if output.module.bias is None else output.module.bias.detach().clone()
+        new[layer.path] = NoHeads(out, bias)
         return Removal(new, 0, 0)
     kv_rows, copies = kept_kv(heads, kv_heads, keep)
     copied = 0

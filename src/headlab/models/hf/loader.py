@@ -38,6 +38,7 @@ from headlab.limits import check_fits
 from headlab.models.hf.checkpoint import (
     LIST_HINT,
     Checkpoint,
+    check_reads_text,
     check_weights,
     consent,
     fetch_rest,
@@ -231,10 +232,13 @@ def load_pretrained(
     download: bool = False,
     trust_remote_code: bool = False,
     dtype: torch.dtype = torch.float32,
+    reads_text: bool = False,
 ):
     """(model, tokenizer or None, checkpoint): the checkpoint ``source`` names, loaded by
     transformers with ``attn_implementation="headlab"``, in eval mode. TypeError when
-    ``trust_remote_code`` is neither True nor False (``consent``)."""
+    ``trust_remote_code`` is neither True nor False (``consent``); with ``reads_text``, a
+    ValueError for a checkpoint without a tokenizer, after every other check and before the
+    weights are read."""
     trust_remote_code = consent(trust_remote_code)
     checkpoint = locate(source, download=download)
     if checkpoint.gguf is not None:
@@ -247,6 +251,8 @@ def load_pretrained(
     check_memory(plan, dtype, checkpoint.name)
     checkpoint = fetch_rest(checkpoint, trust_remote_code)
     check_weights(checkpoint)
+    if reads_text:  # after the config's and the family's checks (a hub's files are here now)
+        check_reads_text(checkpoint)
     if held is None:  # a hub checkpoint: its weights are here now
         held = checkpoint_shapes(checkpoint.folder, checkpoint.gguf)
     weights = checkpoint.folder / (checkpoint.gguf or "")
