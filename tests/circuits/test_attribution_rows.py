@@ -12,6 +12,8 @@ whole length at once (where both fit), and through the kernel's recomputing back
   soft-cap), and the recomputed path is the one that ran.
 - Path patching's test of whether writes are linear, on a prefix of positions, answers as on
   the whole length.
+- The products of the writes with the receivers' gradients, taken one or two receiver layers
+  at a time, give the scores of all layers in one product.
 """
 
 import pytest
@@ -20,6 +22,7 @@ from test_attribution import _task
 from test_path_patching import sharp
 
 import headlab.attention.kernel as kernel
+import headlab.circuits.attribution as attribution
 import headlab.circuits.patching as patching
 from headlab.attention.chunked import RecomputedAttention
 from headlab.circuits.attribution import attribution_scores
@@ -74,3 +77,17 @@ def test_linearity_is_seen_on_a_prefix(family, linear, monkeypatch):
     model = attach(sharp(family))
     monkeypatch.setattr(patching, "LINEARITY_ROWS", 3)
     assert Patcher(model, clean, corrupted, metric).writes_are_linear() is linear
+
+
+@pytest.mark.parametrize("per_product", [1, 2])
+def test_products_of_fewer_layers_give_the_same_scores(per_product, monkeypatch):
+    """The writes times the receivers' gradients, a few receiver layers per product (each cut
+    to the senders before its last layer), equal every layer in one product."""
+    task = _task(length=LENGTH)
+    model = attach(sharp("llama").double())
+    whole = _scores(model, task, 5)
+    monkeypatch.setattr(attribution, "LAYERS_PER_PRODUCT", per_product)
+    got = _scores(model, task, 5)
+    scale = float(whole.abs().max())
+    assert scale > 1e-3
+    torch.testing.assert_close(got, whole, rtol=0, atol=1e-9 * scale)

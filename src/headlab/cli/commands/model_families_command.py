@@ -15,18 +15,17 @@ def families(as_json: bool = AS_JSON) -> None:
     Observed in the installed transformers: the families whose text model calls its
     AttentionInterface in one forward on the meta device (about a minute for all), then
     those whose default config showed nothing, and why."""
-    from headlab.models.hf.families import observe_families, unobserved_families
+    from headlab.models.hf.families import family_support
     from headlab.models.hf.requirements import require_transformers
 
     require_transformers()
     with progress("observing each family's forward", None, quiet=as_json) as update:
-        seen = observe_families(on_step=update)
-    names = [family for family, observed in seen.items() if observed.calls]
-    unobserved = unobserved_families(seen)
+        support = family_support(on_step=update)
     if as_json:
-        print_json({"families": names, "not_observed": unobserved})
+        print_json(support.to_dict())
         return
-    print("\n".join(names))
+    print("\n".join(support.families))
+    unobserved = support.not_observed
     if unobserved:
         print(f"not observed ({len(unobserved)}; a checkpoint's own config may still run):")
         print("\n".join(f"  {family}: {why}"[:80] for family, why in unobserved.items()))

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-
 import typer
 
 from headlab.cli.model_options import AS_JSON
@@ -25,7 +23,8 @@ def generate(
     as_json: bool = AS_JSON,
 ) -> None:
     """Greedy continuation of PROMPT by a decoder (no sampling: the same output every time)."""
-    from headlab.heads.ablation import ablated, check_heads, group_heads, parse_ablation
+    from headlab.heads.ablation import group_heads, parse_ablation
+    from headlab.heads.generation import generate_text
     from headlab.heads.requests import GenerationRequest
 
     with flags("max_new_tokens"):  # before the model loads (SmolLM2: seconds to load)
@@ -34,29 +33,16 @@ def generate(
     if heads is not None:
         with flags(heads="--ablate"):
             chosen, groups = parse_ablation(heads)
-    from headlab.models import LanguageModel
-
     loaded = open_model(source, quiet=as_json)
-    if not isinstance(loaded, LanguageModel):
-        raise ValueError(f"--model must be a language model (it generates), got {loaded.name}")
-    text = loaded.chat_prompt(prompt) if request.chat else prompt
-    if heads is not None:
-        with flags(heads="--ablate"):
-            chosen = sorted({*chosen, *group_heads(loaded, groups)})
-            check_heads(loaded, chosen)
-    with (
-        ablated(loaded, chosen) if chosen else contextlib.nullcontext(),
-        progress("generating: tokens", max_new_tokens, quiet=as_json) as update,
-    ):
-        new = loaded.generate(text, request.max_new_tokens, on_token=update)
-    shown = loaded.decode(new, skip_special=True)  # no <|im_end|>: new_ids keep every token
+    with flags("model", heads="--ablate"):
+        if groups:
+            chosen = [*chosen, *group_heads(loaded, groups)]
+        with progress("generating: tokens", max_new_tokens, quiet=as_json) as update:
+            result = generate_text(loaded, request, chosen, on_token=update)
     if as_json:
-        doc = {"model": loaded.name, "prompt": prompt, "new_ids": new, "text": shown}
-        if chosen:
-            doc["ablated"] = [list(h) for h in chosen]
-        print_json(doc, ensure_ascii=False)
+        print_json(result.to_dict(), ensure_ascii=False)
         return
-    print(shown)  # and a newline: the shell's prompt starts on a line of its own
+    print(result.text)  # and a newline: the shell's prompt starts on a line of its own
 
 
 def register(group: typer.Typer) -> None:

@@ -26,6 +26,7 @@ from headlab.models.hf.observe import (
     observe,
     picks_its_own_attention,
 )
+from headlab.results.family_support import FamilySupport
 
 ENCODER_DECODER = "an encoder-decoder"
 
@@ -134,6 +135,14 @@ def supported_families(on_step: Callable[[int, int, str], None] | None = None) -
     """The model_types of this transformers whose text models headlab's attention can run
     (``observe_families``: a call was seen), sorted."""
     return [family for family, seen in observe_families(on_step).items() if seen.calls]
+
+
+def family_support(on_step: Callable[[int, int, str], None] | None = None) -> FamilySupport:
+    """The families whose text model calls headlab's attention (``observe_families``), and why
+    each other one showed nothing (``unobserved_families``)."""
+    seen = observe_families(on_step)
+    calls = [family for family, observed in seen.items() if observed.calls]
+    return FamilySupport(calls, unobserved_families(seen))
 
 
 def unobserved_families(seen: dict[str, Observation]) -> dict[str, str]:
