@@ -132,6 +132,27 @@ def test_statistics_equal_eager_weights(name, hf_loaded, hf_eager):
     assert_statistics_equal_eager(hf_loaded(name), hf_eager(name), *padded(4))
 
 
+def test_statistics_stay_those_of_eager_when_freed_memory_goes_back_after_each_layer(
+    hf_loaded, hf_eager, monkeypatch
+):
+    # A budget of 0: a return after every layer that grew at all, and one after the forward.
+    import headlab.attention.freed_memory as freed_memory
+    import headlab.heads.model_head_sums as head_sums
+
+    returns = []
+    real = freed_memory.return_freed_memory
+
+    def counted() -> bool:
+        returns.append(1)
+        return real()
+
+    monkeypatch.setattr(head_sums, "FREED_BUDGET", 0)
+    monkeypatch.setattr(freed_memory, "return_freed_memory", counted)
+    monkeypatch.setattr(head_sums, "return_freed_memory", counted)
+    assert_statistics_equal_eager(hf_loaded("llama"), hf_eager("llama"), *padded(5))
+    assert returns  # at least the one after the forward
+
+
 @pytest.mark.parametrize("name", FAMILIES)
 def test_detectors_equal_eager_weights(name, hf_loaded, hf_eager):
     assert_detectors_equal_eager(hf_loaded(name), hf_eager(name))
