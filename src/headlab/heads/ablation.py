@@ -22,6 +22,7 @@ import torch
 
 from headlab.attention.interventions import AblationMode, ablate, mean_head_output, record
 from headlab.heads.importance import even_batches
+from headlab.heads.requests import CorpusRequest, corpus_texts
 from headlab.models.interface import HeadModel
 from headlab.models.objectives import describe
 from headlab.results.ablation_result import AblationResult, Group, Head
@@ -169,13 +170,13 @@ def mean_objective(
 
 def ablation_effect(
     model: HeadModel,
-    texts: list[str],
+    texts: list[str] | CorpusRequest,
     heads: Sequence[Head],
     *,
     mode: AblationMode = "zero",
     reference_texts: list[str] | None = None,
     batch_size: int = 32,
-    max_length: int = 128,
+    max_length: int | None = None,
     on_step: Callable[[int, int], None] | None = None,
     kv_groups: Sequence[Group] = (),
 ) -> AblationResult:
@@ -188,6 +189,7 @@ def ablation_effect(
     ``on_step(done, 2)`` after the baseline pass and after the ablated one.
     Raises ValueError for unknown heads, too few texts or a bad mode.
     """
+    texts, max_length = corpus_texts(texts, max_length, model.max_positions)
     check_mode(mode)
     objective = describe(model)  # ValueError for a model without an objective
     usable = [t for t in texts if len(t.split()) >= 2]

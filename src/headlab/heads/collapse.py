@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from headlab.heads.quality import measures, reference
+from headlab.heads.requests import CorpusRequest, corpus_texts
 from headlab.models.interface import HeadModel
 from headlab.results.collapse_result import CollapseResult, CollapseRow
 
@@ -52,18 +53,19 @@ def collapsed(model: HeadModel, num_heads: int, layers: list[int] | None = None)
 
 def collapse_heads(
     model: HeadModel,
-    texts: list[str],
+    texts: list[str] | CorpusRequest,
     head_counts: tuple[int, ...] | None = None,
     *,
     per_layer_heads: int = 1,
     batch_size: int = 32,
-    max_length: int = 128,
+    max_length: int | None = None,
     on_step: Callable[[int, int], None] | None = None,
 ) -> CollapseResult:
     """Run ``texts`` with every layer viewed as each of ``head_counts`` heads (default: all that
     divide), then with one layer at a time viewed as ``per_layer_heads``; compare each with the
     original. ``on_step(done, total)`` after each model run (``collapse_steps``). Needs at
     least 2 texts. Raises ValueError for a count that does not divide, before any work."""
+    texts, max_length = corpus_texts(texts, max_length, model.max_positions)
     if len(texts) < 2:
         raise ValueError(f"expected at least 2 texts, got {len(texts)}")
     counts = collapse_head_counts(model) if head_counts is None else tuple(head_counts)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch
 
+from headlab.heads.requests import CorpusRequest, corpus_texts
 from headlab.limits import check_finite
 from headlab.models.interface import HeadModel
 from headlab.models.objectives import (
@@ -56,11 +57,11 @@ def check_temperature(temperature: float) -> float:
 
 def head_importance(
     model: HeadModel,
-    texts: list[str],
+    texts: list[str] | CorpusRequest,
     *,
     batch_size: int = 32,
     temperature: float = TEMPERATURE,
-    max_length: int = 128,
+    max_length: int | None = None,
     on_batch=None,
 ) -> ImportanceResult:
     """Michel et al.'s importance of every head of ``model`` over ``texts`` (see module doc).
@@ -69,6 +70,7 @@ def head_importance(
     fewer than 2 words are skipped; at least 2 usable texts are needed (ValueError).
     ``temperature`` is the encoders' InfoNCE temperature. on_batch(done, total): progress.
     """
+    texts, max_length = corpus_texts(texts, max_length, model.max_positions)
     check_temperature(temperature)
     objective = describe(model, temperature)  # ValueError for a model without one
     usable = [t for t in texts if len(t.split()) >= 2]

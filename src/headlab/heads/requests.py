@@ -3,7 +3,9 @@ loads: each bound is written here once, and the CLI maps a field's name to its o
 (``headlab.cli.parsing.flags``).
 
 ``CorpusRequest``: the many short texts of ``model heads``, ``collapse``, ``importance``,
-``prune``, ``ablate`` and ``redundancy``. ``GenerationRequest``: a greedy continuation.
+``prune``, ``ablate`` and ``redundancy``; ``head_statistics``, ``collapse_heads``,
+``head_importance`` and ``ablation_effect`` take one in place of their list of texts
+(``corpus_texts``). ``GenerationRequest``: a greedy continuation.
 The rest of the model's own limits (its positions) are checked once it is loaded
 (``CorpusRequest.length_for``).
 """
@@ -52,6 +54,20 @@ class CorpusRequest:
         if length is None:
             length = min(self.default_length, max_positions)
         return check_int("max_length", length, low=2, high=max_positions)
+
+
+def corpus_texts(
+    texts: list[str] | CorpusRequest, max_length: int | None, max_positions: int
+) -> tuple[list[str], int]:
+    """What an analysis over many texts runs on: (texts, tokens per text). A ``CorpusRequest``
+    is read and its length fitted to the model (``length_for``); a list is taken as it is, with
+    ``max_length`` (None: DEFAULT_LENGTH, as before requests). ValueError for a request beside a
+    ``max_length`` of its own."""
+    if not isinstance(texts, CorpusRequest):
+        return texts, DEFAULT_LENGTH if max_length is None else max_length
+    if max_length is not None:
+        raise ValueError("max_length is the request's own: pass it in the CorpusRequest")
+    return texts.texts(), texts.length_for(max_positions)
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from torch import Tensor
 
 from headlab.attention.streaming_sums import CHUNK_ELEMENTS, HeadSums
 from headlab.heads.model_head_sums import model_head_sums
+from headlab.heads.requests import CorpusRequest, corpus_texts
 from headlab.models.interface import HeadModel
 from headlab.results.head_statistics import PLAIN_METRICS, HeadStatistics
 
@@ -108,10 +109,10 @@ def per_head_means(layers: list[list[HeadSums]], names: tuple[str, ...]) -> dict
 
 def head_statistics(
     model: HeadModel,
-    texts: list[str],
+    texts: list[str] | CorpusRequest,
     *,
     batch_size: int = 16,
-    max_length: int = 128,
+    max_length: int | None = None,
     detector_length: int = 0,
     chunk_elements: int = CHUNK_ELEMENTS,
     on_batch=None,
@@ -126,6 +127,7 @@ def head_statistics(
     length fits the model. on_batch: called with the number of texts done after each batch
     (progress). Needs at least one text.
     """
+    texts, max_length = corpus_texts(texts, max_length, model.max_positions)
     if not texts:
         raise ValueError("expected at least one text, got none")
     if detector_length and model.causal:
