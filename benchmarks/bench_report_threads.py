@@ -6,9 +6,10 @@
 What `headlab report` measures besides reading results: the seed scenarios (33 compares of
 8 x 16 set-ups with their gradients) and a model's attention on one text (MiniLM at 256 tokens,
 the report's cut; SmolLM2 at 1024, the most ``model_text_attention`` takes). Each runs once on
-torch's own threads and once inside ``one_torch_thread`` (what headlab does), alternating round by
-round (``side_by_side.interleaved``); ratio = torch's threads' median / one thread's, under the
-same load (> 1: one thread is faster). ``--load busy`` adds one competing CPU-bound process.
+torch's own threads, once inside ``one_torch_thread()`` and once as headlab runs it
+(``one_torch_thread(when_busy=True)``: one thread only while another process competes),
+alternating round by round (``side_by_side.interleaved``); ratio = torch's threads' median / the
+way's, under the same load (> 1: faster). ``--load busy`` adds one competing CPU-bound process.
 """
 
 from __future__ import annotations
@@ -40,7 +41,10 @@ def _on(way: str, work):
     """``work`` with headlab's one-thread blocks as they are, or turned off (torch's threads)."""
 
     def run():
-        block = one_torch_thread if way == "one thread" else contextlib.nullcontext
+        block = {  # called as headlab calls it, one_torch_thread(when_busy=True)
+            "one thread": lambda **_: one_torch_thread(),
+            "headlab (one when busy)": one_torch_thread,
+        }.get(way, lambda **_: contextlib.nullcontext())
         scenarios.one_torch_thread = text_attention.one_torch_thread = block
         try:
             return work()
@@ -66,7 +70,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"machine: {platform.processor() or platform.machine()}, torch threads "
           f"{torch.get_num_threads()}, torch {torch.__version__}")  # fmt: skip
     for what, work in works.items():
-        runs = {way: _on(way, work) for way in (BASELINE, "one thread")}
+        runs = {way: _on(way, work) for way in (BASELINE, "one thread", "headlab (one when busy)")}
         medians, seen = {}, []
         for load_ in loads(args.load):
             with competing(load_):

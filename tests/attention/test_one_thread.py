@@ -26,9 +26,26 @@ def test_the_count_is_restored_after_an_error(two_threads):
     assert torch.get_num_threads() == 2
 
 
-def test_the_seed_scenarios_run_on_one_thread_and_restore_the_count(two_threads, monkeypatch):
-    import headlab.analysis.scenarios as scenarios
+@pytest.mark.parametrize("busy", [True, False])
+def test_when_busy_takes_one_thread_only_while_another_process_competes(
+    two_threads, monkeypatch, busy
+):
+    import headlab.attention.workers as workers
 
+    monkeypatch.setattr(workers, "competing", lambda: busy)
+    with one_torch_thread(when_busy=True):
+        assert torch.get_num_threads() == (1 if busy else 2)
+    assert torch.get_num_threads() == 2
+
+
+@pytest.mark.parametrize("busy", [True, False])
+def test_the_seed_scenarios_take_one_thread_when_busy_and_restore_the_count(
+    two_threads, monkeypatch, busy
+):
+    import headlab.analysis.scenarios as scenarios
+    import headlab.attention.workers as workers
+
+    monkeypatch.setattr(workers, "competing", lambda: busy)
     seen = []
     original = scenarios.run_setup
 
@@ -38,5 +55,5 @@ def test_the_seed_scenarios_run_on_one_thread_and_restore_the_count(two_threads,
 
     monkeypatch.setattr(scenarios, "run_setup", spying)
     scenarios.run_seed_scenarios(seed=0, draws=0)
-    assert seen and set(seen) == {1}
+    assert seen and set(seen) == {1 if busy else 2}
     assert torch.get_num_threads() == 2

@@ -220,8 +220,9 @@ def seed_comparisons(seed: int = 0, draws: int = 0) -> list[tuple[ScenarioResult
     """The three seed scenarios, each compared and explained from its own measurements, beside
     the ``Comparison`` it was reduced from (its tensors: the page draws both sides' weights);
     with ``draws``, each set-up is also compared for seeds 0 .. draws - 1 (``over_draws``). On
-    one torch thread: the set-ups are 8 x 16 matrices (``one_torch_thread``)."""
-    with one_torch_thread():
+    one torch thread while another process competes for the cores: the set-ups are 8 x 16
+    matrices (``one_torch_thread``)."""
+    with one_torch_thread(when_busy=True):
         return _seed_comparisons(seed, draws)
 
 

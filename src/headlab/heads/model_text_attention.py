@@ -59,9 +59,9 @@ def model_text_attention(
     check_fits(f"attention of {len(tokens)} tokens", _trace_bytes(model, len(tokens)))
     heads = model.heads_per_layer[0]
     # At most MAX_TOKENS tokens of one text: small matrices, whose ops on torch's threads wait in
-    # barriers while another process holds a core (MiniLM at 256 tokens with other work running:
-    # 1.9-2.2 s on 2 threads, 0.14-0.2 s on one; docs/benchmarks.md, report).
-    with one_torch_thread():
+    # barriers while another process holds a core (MiniLM at 256 tokens beside one: 1.10 s on
+    # 2 threads, 0.15 s on one; idle: 0.09 s and 0.14 s; one_torch_thread).
+    with one_torch_thread(when_busy=True):
         views = [
             AttentionView(f"{heads} heads", _weights(model, batch)),
             AttentionView("1 head, same weights", _weights(model.with_head_view(1), batch)),
