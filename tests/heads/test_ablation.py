@@ -89,7 +89,7 @@ def test_bad_heads(tiny, heads, match):
 
 
 def test_a_bad_mode_is_refused_before_any_work():
-    from headlab.heads.ablation import check_mode
+    from headlab.heads.requests import check_mode
 
     for mode in ("zero", "mean", "resample"):
         check_mode(mode)

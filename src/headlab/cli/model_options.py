@@ -5,6 +5,7 @@ loads."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import typer
@@ -59,3 +60,11 @@ def load_with_texts(source: ModelChoice, request, *, quiet: bool):
     loaded = open_model(source, quiet=quiet)
     with flags(*CORPUS_FLAGS):
         return loaded, texts, request.length_for(loaded.max_positions)
+
+
+def load_for(source: ModelChoice, request, *, quiet: bool):
+    """(model, request, max_length) for an analysis request over a ``CorpusRequest``
+    (``headlab.heads.requests``): its texts read before the model loads and put in the
+    request's corpus, the length checked against the model's positions once it has."""
+    loaded, texts, max_length = load_with_texts(source, request.corpus, quiet=quiet)
+    return loaded, replace(request, corpus=tuple(texts)), max_length

@@ -8,9 +8,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 
-def int_list(text: str, option: str, low: int = 1) -> list[int] | None:
+def int_list(text: str, option: str, low: int | None = 1) -> list[int] | None:
     """'1,2,4' -> [1, 2, 4]; '' -> None. ValueError names the option and the bad item (not an
-    integer, or below ``low``)."""
+    integer, or below ``low``; None: any integer, the library's request checks them)."""
     if not text.strip():
         return None
     values = []
@@ -19,7 +19,7 @@ def int_list(text: str, option: str, low: int = 1) -> list[int] | None:
             value = int(item)
         except ValueError:
             raise ValueError(f"{option} takes comma-separated integers, got {item!r}") from None
-        if value < low:
+        if low is not None and value < low:
             least = "positive" if low == 1 else f">= {low}"
             raise ValueError(f"{option} values must be {least}, got {value}")
         values.append(value)

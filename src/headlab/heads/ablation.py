@@ -22,7 +22,7 @@ import torch
 
 from headlab.attention.interventions import AblationMode, ablate, mean_head_output, record
 from headlab.heads.importance import even_batches
-from headlab.heads.requests import CorpusRequest, corpus_texts
+from headlab.heads.requests import AblationRequest, Texts, analysis_request, corpus_texts
 from headlab.models.interface import HeadModel
 from headlab.models.objectives import describe
 from headlab.results.ablation_result import AblationResult, Group, Head
@@ -77,15 +77,6 @@ def group_heads(model: HeadModel, groups: Sequence[Group]) -> list[Head]:
             raise ValueError(f"heads {layer}.kv{group}: {error}") from None
         heads.extend((layer, h) for h in chosen)
     return heads
-
-
-MODES = ("zero", "mean", "resample")
-
-
-def check_mode(mode: str) -> None:
-    """ValueError unless ``mode`` is one of MODES (checked before any work)."""
-    if mode not in MODES:
-        raise ValueError(f"mode must be zero, mean or resample, got {mode!r}")
 
 
 def check_heads(model: HeadModel, heads: Sequence[Head]) -> None:
@@ -170,17 +161,18 @@ def mean_objective(
 
 def ablation_effect(
     model: HeadModel,
-    texts: list[str] | CorpusRequest,
-    heads: Sequence[Head],
+    texts: AblationRequest | Texts,
+    heads: Sequence[Head] | None = None,
     *,
-    mode: AblationMode = "zero",
+    mode: AblationMode | None = None,
     reference_texts: list[str] | None = None,
-    batch_size: int = 32,
+    batch_size: int | None = None,
     max_length: int | None = None,
     on_step: Callable[[int, int], None] | None = None,
-    kv_groups: Sequence[Group] = (),
+    kv_groups: Sequence[Group] | None = None,
 ) -> AblationResult:
-    """The objective over ``texts`` with and without ``heads`` ablated, on the same batches.
+    """The objective over ``texts`` with and without ``heads`` ablated, on the same batches:
+    an ``AblationRequest``, or its corpus with its options as keywords (None: its default).
     ``kv_groups`` (layer, group) ablate every query head of those K/V groups too (the result
     lists them as heads).
 
@@ -189,17 +181,16 @@ def ablation_effect(
     ``on_step(done, 2)`` after the baseline pass and after the ablated one.
     Raises ValueError for unknown heads, too few texts or a bad mode.
     """
-    texts, max_length = corpus_texts(texts, max_length, model.max_positions)
-    check_mode(mode)
+    options = {"heads": heads, "kv_groups": kv_groups, "mode": mode, "batch_size": batch_size}
+    request = analysis_request(AblationRequest, texts, **options)
+    texts, max_length = corpus_texts(request.corpus, max_length, model.max_positions)
+    mode, batch_size, heads = request.mode, request.batch_size, list(request.heads)
     objective = describe(model)  # ValueError for a model without an objective
     usable = [t for t in texts if len(t.split()) >= 2]
-    if len(usable) < 2 or batch_size < 2:
-        raise ValueError(
-            f"need at least 2 texts of 2+ words and batch_size >= 2, got {len(usable)} texts "
-            f"and batch_size={batch_size}"
-        )
-    if kv_groups:
-        heads = sorted({*map(tuple, heads), *group_heads(model, kv_groups)})
+    if len(usable) < 2:
+        raise ValueError(f"need at least 2 texts of 2+ words, got {len(usable)}")
+    if request.kv_groups:
+        heads = sorted({*heads, *group_heads(model, request.kv_groups)})
     check_heads(model, heads)
     baseline = mean_objective(model, usable, batch_size=batch_size, max_length=max_length)
     if on_step is not None:

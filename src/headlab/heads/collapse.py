@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from headlab.heads.quality import measures, reference
-from headlab.heads.requests import CorpusRequest, corpus_texts
+from headlab.heads.requests import CollapseRequest, Texts, analysis_request, corpus_texts
 from headlab.models.interface import HeadModel
 from headlab.results.collapse_result import CollapseResult, CollapseRow
 
@@ -53,22 +53,26 @@ def collapsed(model: HeadModel, num_heads: int, layers: list[int] | None = None)
 
 def collapse_heads(
     model: HeadModel,
-    texts: list[str] | CorpusRequest,
+    texts: CollapseRequest | Texts,
     head_counts: tuple[int, ...] | None = None,
     *,
-    per_layer_heads: int = 1,
-    batch_size: int = 32,
+    per_layer_heads: int | None = None,
+    batch_size: int | None = None,
     max_length: int | None = None,
     on_step: Callable[[int, int], None] | None = None,
 ) -> CollapseResult:
     """Run ``texts`` with every layer viewed as each of ``head_counts`` heads (default: all that
     divide), then with one layer at a time viewed as ``per_layer_heads``; compare each with the
-    original. ``on_step(done, total)`` after each model run (``collapse_steps``). Needs at
-    least 2 texts. Raises ValueError for a count that does not divide, before any work."""
-    texts, max_length = corpus_texts(texts, max_length, model.max_positions)
+    original: a ``CollapseRequest``, or its corpus with its options (None: its default).
+    ``on_step(done, total)`` after each model run (``collapse_steps``). Needs at least 2 texts.
+    Raises ValueError for a count that does not divide, before any work."""
+    options = {"per_layer_heads": per_layer_heads, "batch_size": batch_size}
+    request = analysis_request(CollapseRequest, texts, head_counts=head_counts, **options)
+    texts, max_length = corpus_texts(request.corpus, max_length, model.max_positions)
     if len(texts) < 2:
         raise ValueError(f"expected at least 2 texts, got {len(texts)}")
-    counts = collapse_head_counts(model) if head_counts is None else tuple(head_counts)
+    per_layer_heads, batch_size = request.per_layer_heads, request.batch_size
+    counts = request.head_counts or collapse_head_counts(model)
     check_head_counts(model, counts)
     check_head_counts(model, (per_layer_heads,), "per_layer_heads")
     total = collapse_steps(model, counts)

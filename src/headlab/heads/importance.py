@@ -13,8 +13,12 @@ from __future__ import annotations
 
 import torch
 
-from headlab.heads.requests import CorpusRequest, corpus_texts
-from headlab.limits import check_finite
+from headlab.heads.requests import (
+    ImportanceRequest,
+    Texts,
+    analysis_request,
+    corpus_texts,
+)
 from headlab.models.interface import HeadModel
 from headlab.models.objectives import (
     CONTRASTIVE,
@@ -50,35 +54,32 @@ def even_batches(n: int, batch_size: int) -> list[range]:
     return [range(bounds[i], bounds[i + 1]) for i in range(count)]
 
 
-def check_temperature(temperature: float) -> float:
-    """The InfoNCE temperature: a finite number > 0 (ValueError naming ``temperature``)."""
-    return check_finite("temperature", temperature, positive=True)
-
-
 def head_importance(
     model: HeadModel,
-    texts: list[str] | CorpusRequest,
+    texts: ImportanceRequest | Texts,
     *,
-    batch_size: int = 32,
-    temperature: float = TEMPERATURE,
+    batch_size: int | None = None,
+    temperature: float | None = None,
     max_length: int | None = None,
     on_batch=None,
 ) -> ImportanceResult:
-    """Michel et al.'s importance of every head of ``model`` over ``texts`` (see module doc).
+    """Michel et al.'s importance of every head of ``model`` over ``texts`` (see module doc):
+    an ``ImportanceRequest``, or its corpus with its options as keywords (None: its default).
 
     Only the head-mask gradient is computed (the parameters are frozen meanwhile). Texts with
     fewer than 2 words are skipped; at least 2 usable texts are needed (ValueError).
     ``temperature`` is the encoders' InfoNCE temperature. on_batch(done, total): progress.
     """
-    texts, max_length = corpus_texts(texts, max_length, model.max_positions)
-    check_temperature(temperature)
+    request = analysis_request(
+        ImportanceRequest, texts, batch_size=batch_size, temperature=temperature
+    )
+    texts, max_length = corpus_texts(request.corpus, max_length, model.max_positions)
+    batch_size = request.batch_size
+    temperature = TEMPERATURE if request.temperature is None else request.temperature
     objective = describe(model, temperature)  # ValueError for a model without one
     usable = [t for t in texts if len(t.split()) >= 2]
-    if len(usable) < 2 or batch_size < 2:
-        raise ValueError(
-            f"need at least 2 texts of 2+ words and batch_size >= 2, got {len(usable)} texts "
-            f"and batch_size={batch_size}"
-        )
+    if len(usable) < 2:
+        raise ValueError(f"need at least 2 texts of 2+ words, got {len(usable)}")
     params = list(model.parameters())
     dtype = params[0].dtype
     xi = [torch.ones(h, dtype=dtype, requires_grad=True) for h in model.heads_per_layer]

@@ -15,7 +15,7 @@ from headlab.cli.model_options import (
     N_TEXTS,
     claim_analysis,
     corpus_request,
-    load_with_texts,
+    load_for,
     out_option,
 )
 from headlab.cli.model_source import ModelChoice, model_source
@@ -45,20 +45,18 @@ def ablate(
     force: bool = FORCE,
 ) -> None:
     """The model's loss with and without the --ablate heads (their outputs before W_O)."""
-    from headlab.heads.ablation import ablation_effect, check_mode, parse_ablation
+    from headlab.heads.ablation import ablation_effect, parse_ablation
+    from headlab.heads.requests import AblationRequest
 
+    texts = corpus_request(corpus, n_texts, max_length)
     with flags("mode", heads="--ablate"):
         chosen, groups = parse_ablation(heads)
-        check_mode(mode)
-    request = corpus_request(corpus, n_texts, max_length)
+        request = AblationRequest(tuple(chosen), tuple(groups), mode, texts)
     claim_analysis("ablate", out, force)
-    loaded, texts, max_length = load_with_texts(source, request, quiet=as_json)
+    loaded, request, max_length = load_for(source, request, quiet=as_json)
     # ablation_effect checks the heads against the model before its first pass
     with flags(heads="--ablate"), progress("ablation: passes", 2, quiet=as_json) as update:
-        result = ablation_effect(
-            loaded, texts, chosen, mode=mode, max_length=max_length, on_step=update,
-            kv_groups=groups,
-        )  # fmt: skip
+        result = ablation_effect(loaded, request, max_length=max_length, on_step=update)
     row = [
         ",".join(f"{l}.{h}" for l, h in result.heads),
         result.mode,

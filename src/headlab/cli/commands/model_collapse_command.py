@@ -14,7 +14,7 @@ from headlab.cli.model_options import (
     N_TEXTS,
     claim_analysis,
     corpus_request,
-    load_with_texts,
+    load_for,
     out_option,
 )
 from headlab.cli.model_source import ModelChoice, model_source
@@ -44,18 +44,19 @@ def collapse(
     force: bool = FORCE,
 ) -> None:
     """The same weights viewed with fewer heads: all layers, then one layer at a time."""
-    from headlab.heads import check_head_counts, collapse_heads
+    from headlab.heads import collapse_heads
+    from headlab.heads.requests import CollapseRequest
 
-    chosen = int_list(heads, "--heads")
-    request = corpus_request(corpus, n_texts, max_length)
+    chosen = int_list(heads, "--heads", low=None)  # the request checks the counts
+    texts = corpus_request(corpus, n_texts, max_length)
+    with flags(head_counts="--heads"):
+        request = CollapseRequest(texts, None if chosen is None else tuple(chosen))
     claim_analysis("collapse", out, force)
-    loaded, texts, max_length = load_with_texts(source, request, quiet=as_json)
-    counts = None if chosen is None else tuple(chosen)
-    if counts is not None:
-        with flags(head_counts="--heads"):
-            check_head_counts(loaded, counts)
-    with progress("collapse: model runs", None, quiet=as_json) as update:
-        result = collapse_heads(loaded, texts, counts, max_length=max_length, on_step=update)
+    loaded, request, max_length = load_for(source, request, quiet=as_json)
+    # collapse_heads checks that each count divides the model's heads before its first run
+    progress_bar = progress("collapse: model runs", None, quiet=as_json)
+    with flags(head_counts="--heads"), progress_bar as update:
+        result = collapse_heads(loaded, request, max_length=max_length, on_step=update)
     names = list(result.all_layers[0].measures)
     rows = [
         ["all" if r.layer is None else str(r.layer), str(r.num_heads)]

@@ -15,7 +15,7 @@ from headlab.cli.model_options import (
     N_TEXTS,
     claim_analysis,
     corpus_request,
-    load_with_texts,
+    load_for,
     out_option,
 )
 from headlab.cli.model_source import ModelChoice, model_source
@@ -38,21 +38,15 @@ def importance(
 ) -> None:
     """Michel et al. head importance E|dL/d xi_h| (decoders: next-token cross-entropy)."""
     from headlab.heads import head_importance
-    from headlab.heads.importance import check_temperature
+    from headlab.heads.requests import ImportanceRequest
 
+    texts = corpus_request(corpus, n_texts, max_length)
     with flags("temperature"):
-        check_temperature(temperature)
-    request = corpus_request(corpus, n_texts, max_length)
+        request = ImportanceRequest(texts, temperature)
     claim_analysis("importance", out, force)
-    loaded, texts, max_length = load_with_texts(source, request, quiet=as_json)
+    loaded, request, max_length = load_for(source, request, quiet=as_json)
     with progress("importance: batches", None, quiet=as_json) as update:
-        result = head_importance(
-            loaded,
-            texts,
-            temperature=temperature,
-            max_length=max_length,
-            on_batch=update,
-        )
+        result = head_importance(loaded, request, max_length=max_length, on_batch=update)
     title = f"Importance (normalised per layer), {result.model}, {result.n_texts} texts"
     emit_result(result, out, force, as_json, head_grid(title, result.importance))
 
