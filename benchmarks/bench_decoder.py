@@ -18,13 +18,12 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import statistics
 import time
 
 import torch
 
-from machine_load import add_load_argument, competing, load_average, loads
-from side_by_side import interleaved, load_table
+from machine_load import add_load_argument
+from side_by_side import load_table, medians_per_load
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -65,13 +64,8 @@ def main(argv: list[str] | None = None) -> None:
         generator=torch.Generator().manual_seed(0),
     )
     runs = {"headlab": lambda: ours.model(ids), BASELINE: lambda: theirs(ids).logits}
-    medians, seen = {}, []
-    for load_ in loads(args.load):
-        with competing(load_), torch.inference_mode():
-            before = load_average()
-            times = interleaved(runs, args.repeats, warmup=1)
-            seen.append(f"{load_} {before:.1f} to {load_average():.1f}")
-        medians |= {(load_, name): statistics.median(t) for name, t in times.items()}
+    with torch.inference_mode():
+        medians, seen = medians_per_load(runs, args.load, args.repeats)
     print(
         f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
         f"torch {torch.__version__}, threads {torch.get_num_threads()}, "

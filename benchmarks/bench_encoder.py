@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import statistics
 import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -27,8 +26,8 @@ import torch
 
 from headlab.heads import head_importance
 from headlab.models import default_corpus, default_model_dir, load
-from machine_load import add_load_argument, competing, load_average, loads
-from side_by_side import interleaved, load_table
+from machine_load import add_load_argument
+from side_by_side import load_table, medians_per_load
 
 BASELINE = "sentence-transformers"
 
@@ -56,13 +55,7 @@ def main(argv: list[str] | None = None) -> None:
         BASELINE: lambda: theirs.encode(texts, batch_size=args.batch_size, convert_to_tensor=True),
         "headlab": lambda: ours.embed(texts, args.batch_size),
     }
-    medians, seen = {}, []
-    for load_ in loads(args.load):
-        with competing(load_):
-            before = load_average()
-            times = interleaved(runs, args.repeats, warmup=1)
-            seen.append(f"{load_} {before:.1f} to {load_average():.1f}")
-        medians |= {(load_, name): statistics.median(t) for name, t in times.items()}
+    medians, seen = medians_per_load(runs, args.load, args.repeats)
 
     print(f"machine: {platform.processor() or platform.machine()}, torch threads "
           f"{torch.get_num_threads()}, torch {torch.__version__}, "

@@ -19,7 +19,6 @@ import contextlib
 import functools
 import os
 import platform
-import statistics
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -29,8 +28,8 @@ import headlab.analysis.scenarios as scenarios
 import headlab.heads.model_text_attention as text_attention
 from headlab.attention.one_thread import one_torch_thread
 from headlab.models import load
-from machine_load import add_load_argument, competing, load_average, loads
-from side_by_side import interleaved, load_table
+from machine_load import add_load_argument
+from side_by_side import load_table, medians_per_load
 
 BASELINE = "torch's threads"
 TEXT = " ".join(["The quick brown fox jumps over the lazy dog near the river bank."] * 120)
@@ -71,13 +70,7 @@ def main(argv: list[str] | None = None) -> None:
           f"{torch.get_num_threads()}, torch {torch.__version__}")  # fmt: skip
     for what, work in works.items():
         runs = {way: _on(way, work) for way in (BASELINE, "one thread", "headlab (one when busy)")}
-        medians, seen = {}, []
-        for load_ in loads(args.load):
-            with competing(load_):
-                before = load_average()
-                times = interleaved(runs, args.repeats, warmup=1)
-                seen.append(f"{load_} {before:.1f} to {load_average():.1f}")
-            medians |= {(load_, name): statistics.median(t) for name, t in times.items()}
+        medians, seen = medians_per_load(runs, args.load, args.repeats)
         print(f"\n{what}, median of {args.repeats}, load average {', '.join(seen)}\n")
         print("\n".join(load_table(medians, BASELINE, 1, "calls")))
 

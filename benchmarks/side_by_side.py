@@ -63,3 +63,24 @@ def load_table(
         ratio = medians[(load, baseline)] / ms
         lines.append(f"| {load} | {name} | {ms:.0f} | {work / ms * 1e3:.1f} | {ratio:.2f}x |")
     return lines
+
+
+def medians_per_load(
+    steps: dict[str, Callable[[], object]], choice: str, repeats: int, warmup: int = 1
+) -> tuple[dict[tuple[str, str], float], list[str]]:
+    """(load, name) -> median ms of ``interleaved`` for every load of ``--load choice`` (busy:
+    one competing process, ``machine_load.competing``), and a line per load of the load average
+    before and after it, for the printed header."""
+    import statistics
+
+    from machine_load import competing, load_average, loads
+
+    medians: dict[tuple[str, str], float] = {}
+    seen = []
+    for load in loads(choice):
+        with competing(load):
+            before = load_average()
+            times = interleaved(steps, repeats, warmup)
+            seen.append(f"{load} {before:.1f} to {load_average():.1f}")
+        medians |= {(load, name): statistics.median(t) for name, t in times.items()}
+    return medians, seen
