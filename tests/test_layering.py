@@ -201,6 +201,7 @@ MEASUREMENTS = {  # the measurement, tensors included; its ``result()`` is the r
     "Comparison": "compare's outputs, weights and finding rows; result(): ComparisonResult",
 }
 INTERMEDIATES = {  # inputs, plans and pieces one analysis hands another; never printed as such
+    "KeySpec": "which keys a score split explains, parsed from the CLI's --keys before loading",
     "Finding": "one finding with its (batch, q_pos) rows; row(): FindingRow",
     "SideFacts": "what the findings read of one side's trace, tensors",
     "HeadSums": "one layer's streamed sums, tensors, reduced into HeadStatistics",

@@ -1,0 +1,159 @@
+"""The result of ``headlab.circuits.score_split``: why a head attends where it does.
+
+``ScoreSplitResult`` (KIND "score-split"): for one head (``layer``, ``head``, its K/V group
+``kv_group``) of ``model`` on the text ``tokens``, one ``PairSplit`` per chosen (query, key)
+pair. A pair's kernel ``score`` is ``raw + softcap_term + bias_term``; ``raw`` = scale * q . k is
+the sum of its pair matrix over every (query-side, key-side) component (``components``; the
+query side and the key side each add the q/k maps' constant "qk-bias"). A pair keeps:
+
+- ``query_marginal`` and ``key_marginal``: the pair matrix summed over the other side, one value
+  per component (each list sums to ``raw``);
+- ``pair_rows`` x ``pair_cols`` and ``pair``: the pair matrix on the components that matter most
+  on each side, with a last row and column "rest" for all the others (it still sums to ``raw``);
+- ``sources``: for the head components that add most to the key side, that head's key-side term
+  split by the source position it read (``SourceSplit``: positions, values; the values sum to
+  the component's key-side term).
+
+``frozen``: the norms are held at the run's scales (the split is exact given them); ``recomputed``
+per pair, where measured: per key-side component, the score's change when that component is
+taken out of the key input with the norms recomputed (vs the frozen term). Plain data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from headlab.results.schema import Fields
+
+REST = "rest"
+
+
+@dataclass(frozen=True)
+class SourceSplit:
+    """A head component's key-side term split by the positions it read."""
+
+    component: str
+    positions: list[int]
+    values: list[float]
+
+    def to_dict(self) -> dict:
+        return {"component": self.component, "positions": list(self.positions),
+                "values": list(self.values)}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, data: dict, where: str = "source") -> SourceSplit:
+        fields = Fields(data, where)
+        positions = [int(p) for p in fields.list("positions")]
+        values = fields.numbers("values")
+        if len(positions) != len(values):
+            raise ValueError(f"{where}: positions and values must have one length")
+        return cls(fields.str("component"), positions, values)
+
+
+@dataclass(frozen=True)
+class PairSplit:
+    """One (query, key) pair of text ``batch`` (see the module docstring)."""
+
+    batch: int
+    query: int
+    key: int
+    score: float | None
+    raw: float
+    softcap_term: float
+    bias_term: float | None
+    query_marginal: list[float]
+    key_marginal: list[float]
+    pair_rows: list[str]
+    pair_cols: list[str]
+    pair: list[list[float]]
+    sources: list[SourceSplit] = field(default_factory=list)
+    recomputed: list[float] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {
+            "batch": self.batch, "query": self.query, "key": self.key, "score": self.score,
+            "raw": self.raw, "softcap_term": self.softcap_term, "bias_term": self.bias_term,
+            "query_marginal": list(self.query_marginal), "key_marginal": list(self.key_marginal),
+            "pair_rows": list(self.pair_rows), "pair_cols": list(self.pair_cols),
+            "pair": [list(r) for r in self.pair],
+            "sources": [s.to_dict() for s in self.sources],
+            "recomputed": list(self.recomputed),
+        }  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, data: dict, where: str = "pair") -> PairSplit:
+        fields = Fields(data, where)
+        optional = {k: (None if data.get(k) is None else fields.number(k))
+                    for k in ("score", "bias_term")}  # fmt: skip
+        rows, cols = fields.list("pair_rows"), fields.list("pair_cols")
+        return cls(
+            batch=fields.int("batch"), query=fields.int("query"), key=fields.int("key"),
+            raw=fields.number("raw"), softcap_term=fields.number("softcap_term"),
+            query_marginal=fields.numbers("query_marginal"),
+            key_marginal=fields.numbers("key_marginal"),
+            pair_rows=[str(r) for r in rows], pair_cols=[str(c) for c in cols],
+            pair=fields.grid("pair", len(rows), len(cols)),
+            sources=[SourceSplit.from_dict(s.data, s.where) for s in fields.objects("sources")],
+            recomputed=fields.numbers("recomputed") if "recomputed" in data else [],
+            **optional,
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ScoreSplitResult:
+    """See the module docstring. ``keys``: how the keys were chosen ("attended", "top-3",
+    "induction", ...); ``components``: the components of both sides (the query side's and the
+    key side's marginals are indexed by it)."""
+
+    KIND = "score-split"
+
+    model: str
+    layer: int
+    head: int
+    kv_group: int
+    keys: str
+    tokens: list[list[str]]
+    components: list[str]
+    scale: float
+    softcap: float | None
+    pairs: list[PairSplit]
+    frozen: str = "norm scales held at the run's values (one per position, and per head)"
+
+    def key_shares(self) -> dict[str, float]:
+        """Each component's key-side term summed over the pairs."""
+        out = dict.fromkeys(self.components, 0.0)
+        for pair in self.pairs:
+            for name, value in zip(self.components, pair.key_marginal, strict=True):
+                out[name] += value
+        return out
+
+    def to_dict(self) -> dict:
+        return {
+            "model": self.model, "layer": self.layer, "head": self.head,
+            "kv_group": self.kv_group, "keys": self.keys,
+            "tokens": [list(t) for t in self.tokens], "components": list(self.components),
+            "scale": self.scale, "softcap": self.softcap,
+            "pairs": [p.to_dict() for p in self.pairs], "frozen": self.frozen,
+        }  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, data: dict, where: str = KIND) -> ScoreSplitResult:
+        fields = Fields(data, where)
+        components = [str(c) for c in fields.list("components", nonempty=True)]
+        pairs = [PairSplit.from_dict(p.data, p.where) for p in fields.objects("pairs")]
+        for pair in pairs:
+            for side in (pair.query_marginal, pair.key_marginal):
+                if len(side) != len(components):
+                    raise ValueError(f"{where}: a marginal has {len(side)} values for "
+                                     f"{len(components)} components")  # fmt: skip
+        return cls(
+            model=fields.str("model"), layer=fields.int("layer"), head=fields.int("head"),
+            kv_group=fields.int("kv_group"), keys=fields.str("keys"),
+            tokens=[[str(t) for t in row] for row in fields.list("tokens")],
+            components=components, scale=fields.number("scale"),
+            softcap=None if data.get("softcap") is None else fields.number("softcap"),
+            pairs=pairs, frozen=fields.str("frozen"),
+        )  # fmt: skip
+
+
+__all__ = ["REST", "PairSplit", "ScoreSplitResult", "SourceSplit"]
