@@ -31,6 +31,7 @@ from headlab.cli.commands import (
     sweep_command,
     sweep_plot_command,
     sweep_summary_command,
+    why_attends_command,
 )
 
 app = typer.Typer(
@@ -125,7 +126,7 @@ sweep_app = typer.Typer(
 GROUPS = {
     app: (circuits_command, compare_command, grad_command, expressivity_command,
           formation_command, params_command, redundancy_command, report_command,
-          specialisation_command),
+          specialisation_command, why_attends_command),
     model_app: (model_heads_command, model_collapse_command, model_importance_command,
                 model_prune_command, model_ablate_command, model_generate_command,
                 model_families_command, model_roles_command, model_kv_budget_command),

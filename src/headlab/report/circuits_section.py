@@ -11,6 +11,7 @@ from headlab.report import figures
 from headlab.report.circuit_figures import circuit_graph_figure, faithfulness_figure
 from headlab.report.formation_section import formation_section
 from headlab.report.reading import Skipped, skipping
+from headlab.report.score_split_section import score_split_section
 from headlab.results.circuit_run import CircuitRun
 from headlab.results.json_store import read_result
 
@@ -31,7 +32,8 @@ def circuits_sections(directory: Path, pngs: dict[str, bytes]) -> dict:
     if part is None or isinstance(part, Skipped):
         missing = part.part(COMMAND) if part else {"missing": COMMAND, "file": str(path)}
         part = {"title": "Circuits", **missing}
-    return {"circuits": part, "formation": formation_section(Path(directory), pngs)}
+    return {"circuits": part, "formation": formation_section(Path(directory), pngs),
+            "attends": score_split_section(Path(directory), pngs)}  # fmt: skip
 
 
 def _part(path: Path, pngs: dict[str, bytes]) -> dict | None:

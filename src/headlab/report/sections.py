@@ -97,7 +97,7 @@ GROUPS = {
     "sweeps": ("results", ("sweep",)),
     "why": ("why", ("expressivity", "specialisation", "redundancy", "redundancy_decoder")),
     "long": ("long", ("roles", "kv_budget")),
-    "circuits": ("circuits", ("circuits", "formation")),
+    "circuits": ("circuits", ("circuits", "formation", "attends")),
 }
 
 

@@ -1,0 +1,97 @@
+"""The figure of a score split (``ScoreSplitResult``): one (query, key) pair's pair matrix as a
+heatmap, its two marginals as bars, and the source tokens of the strongest key-side head on the
+text. Draws what the result holds; measures nothing."""
+
+from __future__ import annotations
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from headlab.report.figures import style_axes
+from headlab.results.score_split_result import PairSplit, ScoreSplitResult
+
+#: Bars per side.
+BARS = 10
+#: Tokens of the text shown around the key.
+AROUND = 24
+
+
+def strongest_pair(result: ScoreSplitResult) -> PairSplit:
+    """The pair with the highest score (the first when scores are not read)."""
+    return max(result.pairs, key=lambda p: p.raw if p.score is None else p.score)
+
+
+def _bars(ax, names: list[str], values: list[float], title: str) -> None:
+    order = np.argsort(-np.abs(values))[:BARS][::-1]
+    shown = [values[i] for i in order]
+    colours = ["#c0504d" if v >= 0 else "#3a6ea5" for v in shown]  # as the heatmap: red adds
+    ax.barh(range(len(order)), shown, color=colours)
+    ax.set_yticks(range(len(order)), [names[i] for i in order], fontsize=8)
+    ax.axvline(0, color="#555", lw=0.6)
+    ax.set_title(title, fontsize=9)
+    style_axes(ax)
+
+
+def _token(text: str, most: int = 10) -> str:
+    text = text.replace("\n", "\\n").replace("$", r"\$")
+    return text if len(text) <= most else text[: most - 1] + "…"
+
+
+def score_split_figure(result: ScoreSplitResult) -> Figure:
+    pair = strongest_pair(result)
+    tokens = result.tokens[pair.batch]
+    fig = Figure(figsize=(11, 8.2))
+    grid = fig.add_gridspec(2, 3, height_ratios=[1.25, 1], hspace=0.45, wspace=0.55)
+    heat = fig.add_subplot(grid[0, 0:2])
+    matrix = np.asarray(pair.pair)
+    bound = float(np.abs(matrix).max()) or 1.0
+    image = heat.imshow(matrix, cmap="RdBu_r", vmin=-bound, vmax=bound, aspect="auto")
+    heat.set_xticks(range(len(pair.pair_cols)), pair.pair_cols, rotation=60, fontsize=7)
+    heat.set_yticks(range(len(pair.pair_rows)), pair.pair_rows, fontsize=7)
+    heat.set_xlabel("key side (what the key position's stream holds)", fontsize=8)
+    heat.set_ylabel("query side", fontsize=8)
+    fig.colorbar(image, ax=heat, fraction=0.04, pad=0.02).ax.tick_params(labelsize=7)
+    query, key = _token(tokens[pair.query]), _token(tokens[pair.key])
+    score = "" if pair.score is None else f", score {pair.score:.3g}"
+    heat.set_title(
+        f"{result.model} head {result.layer}.{result.head}: query {pair.query} '{query}' -> "
+        f"key {pair.key} '{key}' (raw {pair.raw:.3g}{score})", fontsize=9,
+    )  # fmt: skip
+    _bars(fig.add_subplot(grid[0, 2]), result.components, pair.key_marginal, "key side")
+    _bars(fig.add_subplot(grid[1, 2]), result.components, pair.query_marginal, "query side")
+    text = fig.add_subplot(grid[1, 0:2])
+    text.set_axis_off()
+    if pair.sources:
+        source = pair.sources[0]
+        _source_text(text, tokens, pair, source.component, source.positions, source.values)
+    else:
+        text.text(0, 0.5, "no head component split by source (the family's writes pass "
+                  "through a post-norm, or no head adds to the key side)", fontsize=8)  # fmt: skip
+    return fig
+
+
+def _source_text(ax, tokens, pair, component, positions, values) -> None:
+    """The tokens before the key, each shaded by what head ``component`` read there."""
+    start = max(0, pair.key + 1 - AROUND)
+    shown = [(p, v) for p, v in zip(positions, values, strict=True) if p >= start]
+    bound = max((abs(v) for _, v in shown), default=1.0) or 1.0
+    ax.set_title(
+        f"key side of head {component} at key {pair.key}, by the source token it read "
+        f"(red adds to the score, blue takes away; {sum(values):+.3g} in all)", fontsize=9,
+    )  # fmt: skip
+    x, y = 0.0, 0.85
+    for p, v in shown:
+        word = _token(tokens[p], 12)
+        width = 0.012 * len(word) + 0.02
+        if x + width > 1.0:
+            x, y = 0.0, y - 0.17
+        colour = (1, 1 - min(1, v / bound), 1 - min(1, v / bound)) if v >= 0 else (
+            1 - min(1, -v / bound), 1 - min(1, -v / bound), 1)  # fmt: skip
+        weight = "bold" if p == pair.key else "normal"
+        ax.text(x, y, word, fontsize=8, weight=weight, family="monospace",
+                bbox={"facecolor": colour, "edgecolor": "#999", "pad": 1.5, "lw": 0.3},
+                transform=ax.transAxes)  # fmt: skip
+        x += width
+
+
+__all__ = ["score_split_figure", "strongest_pair"]

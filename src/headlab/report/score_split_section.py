@@ -1,0 +1,66 @@
+"""The report's "Why a head attends where it does" part: read ``headlab why-attends``' results
+file, draw its figure (pair heatmap, marginals, source tokens) and list the strongest pair's
+top key-side and query-side components. Measures nothing; the template escapes every text."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+from headlab.report import figures
+from headlab.report.reading import Skipped, skipping
+from headlab.report.score_split_figures import score_split_figure, strongest_pair
+from headlab.results.json_store import read_result
+from headlab.results.score_split_result import ScoreSplitResult
+
+FILE = "why_attends.json"
+COMMAND = "headlab why-attends --model smollm2 --layer 9 --head 0 --keys induction"
+ROWS = 8
+
+
+def score_split_section(directory: Path, pngs: dict[str, bytes]) -> dict:
+    """The part's title, sentence, figure and rows; or {missing: command, file} (and skipped:
+    why, for a file that breaks its schema)."""
+    path = Path(directory) / FILE
+    part = skipping(path, lambda: _part(path, pngs))
+    if part is None or isinstance(part, Skipped):
+        missing = part.part(COMMAND) if part else {"missing": COMMAND, "file": str(path)}
+        return {"title": "Why a head attends where it does", **missing}
+    return part
+
+
+def _part(path: Path, pngs: dict[str, bytes]) -> dict | None:
+    result = read_result(path, ScoreSplitResult)
+    if result is None or not result.pairs:
+        return None
+    try:
+        png = figures.png_bytes(score_split_figure(result))
+    except (KeyError, IndexError, TypeError, ValueError) as error:
+        raise ValueError(f"{path}: not a why-attends results file ({error})") from None
+    pngs["why_attends.png"] = png
+    pair = strongest_pair(result)
+    tokens = result.tokens[pair.batch]
+    order = sorted(range(len(result.components)), key=lambda c: -abs(pair.key_marginal[c]))
+    rows = [{"component": result.components[c], "key": f"{pair.key_marginal[c]:+.4g}",
+             "query": f"{pair.query_marginal[c]:+.4g}"} for c in order[:ROWS]]  # fmt: skip
+    top = result.components[order[0]]
+    said = (f"Query {pair.query} ({tokens[pair.query]!r}) to key {pair.key} "
+            f"({tokens[pair.key]!r}): q.k = {pair.raw:.4g}; the key side's largest term is "
+            f"{top}'s ({pair.key_marginal[order[0]]:+.4g}).")  # fmt: skip
+    if pair.sources:
+        source = pair.sources[0]
+        best = max(zip(source.positions, source.values, strict=True), key=lambda x: x[1])
+        said += (f" Head {source.component} adds {sum(source.values):+.4g} to the key side, "
+                 f"most through the token it read at {best[0]} ({tokens[best[0]]!r}, "
+                 f"{best[1]:+.4g}).")  # fmt: skip
+    return {
+        "title": f"Why head {result.layer}.{result.head} of {result.model} attends where it "
+        f"does ({result.keys} keys, {len(result.pairs)} pairs)",
+        "answer": said,
+        "image": "data:image/png;base64," + base64.b64encode(png).decode("ascii"),
+        "rows": rows,
+        "command": COMMAND,
+    }
+
+
+__all__ = ["score_split_section"]

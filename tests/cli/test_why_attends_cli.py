@@ -1,0 +1,101 @@
+"""``headlab why-attends`` end to end on a tiny random Llama (3 query heads on 1 K/V head) with the
+circuits tests' word tokenizer: the results file equals the library's split of the same text,
+reads back through ``from_dict``, the figure is headlab's, the tables fit 80 columns, and every
+bad input is one line and exit 2, before the model loads where it can be known then."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from cli_run import run
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "circuits"))
+from task_tokenizers import tiny_llama, word_tokenizer
+
+from headlab.results.output_policy import png_text_chunks
+from headlab.results.score_split_result import ScoreSplitResult
+
+TEXT = "Mary went to the park . John went to the store . Mary went to the"
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("why_attends") / "tiny"
+    tokenizer = word_tokenizer()
+    tiny_llama(tokenizer).model.save_pretrained(folder, safe_serialization=True)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_end_to_end_equals_the_library(tiny_dir, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    out, figure = tmp_path / "w.json", tmp_path / "w.png"
+    argv = ["why-attends", "--model", str(tiny_dir), "--layer", "1", "--head", "2",
+            "--text", TEXT, "--query", "-1,-2", "--keys", "top-2", "--out", str(out),
+            "--figure", str(figure)]  # fmt: skip
+    code, printed, err = run(argv, capsys)
+    assert code == 0, err
+    data = json.loads(out.read_text())
+    assert data.pop("headlab") == "score-split"
+    got = ScoreSplitResult.from_dict(data)
+    assert [(p.query, p.key) for p in got.pairs][:2] and len(got.pairs) == 4
+    assert max(len(line) for line in printed.splitlines()) <= 80
+    assert "…" not in printed
+    assert png_text_chunks(figure.read_bytes())
+
+    from headlab.circuits.score_keys import KeySpec
+    from headlab.circuits.score_sides import Sides
+    from headlab.circuits.score_split import split_scores
+    from headlab.models import load
+
+    model = load(tiny_dir)
+    ids = model.encode(TEXT)
+    with torch.no_grad():
+        want = split_scores(Sides(model, torch.tensor([ids])), 1, 2,
+                            [len(ids) - 1, len(ids) - 2], KeySpec.parse("top-2"))  # fmt: skip
+    for a, b in zip(got.pairs, want.pairs, strict=True):
+        assert (a.query, a.key) == (b.query, b.key)
+        assert a.key_marginal == pytest.approx(b.key_marginal, abs=1e-6)
+        assert abs(sum(a.key_marginal) - a.score) <= 1e-4
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["--keys", "top-0"], "--keys top-K needs K >= 1"),
+    (["--keys", "sideways"], "--keys must be one of"),
+    (["--layer", "-1"], "--layer must be >= 0"),
+    (["--head", "-2"], "--head must be >= 0"),
+    (["--query", "3", "--keys", "5"], "key 5 comes after query 3"),
+    (["--query", "x"], "--query takes comma-separated integers"),
+])  # fmt: skip
+def test_bad_input_before_the_model_loads(tmp_path, capsys, argv, says):
+    base = {"--layer": "0", "--head": "0"}
+    for flag, value in zip(argv[::2], argv[1::2], strict=True):
+        base[flag] = value
+    flat = [x for pair in base.items() for x in pair]
+    missing = tmp_path / "no-such-model"  # never read: the input fails first
+    code, _out, err = run(["why-attends", "--model", str(missing), *flat,
+                          "--out", str(tmp_path / "w.json")], capsys)  # fmt: skip
+    assert code == 2
+    assert says in err
+    assert len(err.strip().splitlines()) == 1
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["--layer", "2", "--head", "0"], "--layer must lie in 0..1"),
+    (["--layer", "1", "--head", "3"], "--head must lie in 0..2"),
+    (["--layer", "0", "--head", "0", "--keys", "induction", "--query", "1"], "names no key"),
+    (["--layer", "0", "--head", "0", "--query", "99"], "--query must lie in"),
+])  # fmt: skip
+def test_bad_input_against_the_model(tiny_dir, tmp_path, capsys, argv, says):
+    code, _out, err = run(["why-attends", "--model", str(tiny_dir), "--text", TEXT, *argv,
+                          "--out", str(tmp_path / "w.json")], capsys)  # fmt: skip
+    assert code == 2
+    assert says in err
+    assert len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "w.json").exists()

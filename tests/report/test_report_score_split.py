@@ -1,0 +1,43 @@
+"""The report's "why a head attends" part: read through ``ScoreSplitResult``, its figure drawn,
+the strongest pair's components listed by |key-side term|, the sentence names the source token
+that the strongest key-side head read, and a missing file named with the command that makes it."""
+
+from __future__ import annotations
+
+import json
+
+from headlab.report.score_split_section import FILE, score_split_section
+from headlab.results.score_split_result import PairSplit, ScoreSplitResult, SourceSplit
+
+COMPONENTS = ["embed", "0.0", "0.1", "mlp.0", "out-bias", "qk-bias"]
+
+
+def _result() -> ScoreSplitResult:
+    key = [0.5, -0.25, 2.0, 0.125, 0.0, 0.375]
+    query = [1.0, 0.5, 0.25, 1.0, 0.0, 0.0]
+    pair = PairSplit(
+        batch=0, query=3, key=2, score=2.75, raw=2.75, softcap_term=0.0, bias_term=0.0,
+        query_marginal=query, key_marginal=key, pair_rows=["embed", "rest"],
+        pair_cols=["0.1", "rest"], pair=[[1.0, 0.0], [1.0, 0.75]],
+        sources=[SourceSplit("0.1", [0, 1, 2], [0.25, 1.5, 0.25])],
+    )  # fmt: skip
+    tokens = [["<s>", "<script>x</script>", "b", "c"]]
+    return ScoreSplitResult("fixture <b>model</b>", 1, 0, 0, "attended", tokens, COMPONENTS,
+                            0.125, None, [pair])  # fmt: skip
+
+
+def test_the_part_reads_draws_and_says(tmp_path):
+    document = {"headlab": ScoreSplitResult.KIND, **_result().to_dict()}
+    (tmp_path / FILE).write_text(json.dumps(document))
+    pngs: dict[str, bytes] = {}
+    part = score_split_section(tmp_path, pngs)
+    assert pngs["why_attends.png"].startswith(b"\x89PNG")
+    assert [row["component"] for row in part["rows"]][:3] == ["0.1", "embed", "qk-bias"]
+    assert "0.1's (+2)" in part["answer"]
+    assert "at 1 ('<script>x</script>', +1.5)" in part["answer"]
+
+
+def test_a_missing_file_names_its_command(tmp_path):
+    part = score_split_section(tmp_path, {})
+    assert part["missing"].startswith("headlab why-attends")
+
