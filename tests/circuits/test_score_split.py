@@ -169,3 +169,34 @@ def test_result_round_trips():
     again = ScoreSplitResult.from_dict(result.to_dict())
     assert again == result
     assert len(result.pairs[0].recomputed) == len(result.components)
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2", "gpt_neox", "qwen2", "phi3"])
+def test_at_length_marginals_equal_the_pair_split(family):
+    from headlab.circuits.score_marginals import attended_marginals
+    from headlab.circuits.score_sides import kernel_scale
+
+    model = _model(family)
+    sides = Sides(model, _ids(2))
+    layer = sides.layers - 1
+    clean = sides.clean_scores(layer)
+    got = attended_marginals(sides, layer, kernel_scale(clean["q"], clean["k"], clean["logits"]))
+    for head in (0, model.layers[layer].num_heads - 1):
+        split = split_scores(sides, layer, head, list(range(LENGTH)), KeySpec.parse("attended"),
+                             sources=0)  # fmt: skip
+        for pair in split.pairs:
+            assert int(got["key"][head, pair.query]) == pair.key
+            for side, want in (("key_marginal", pair.key_marginal),
+                               ("query_marginal", pair.query_marginal)):  # fmt: skip
+                want = torch.tensor(want, dtype=torch.float64)
+                assert float((got[side][head, pair.query] - want).abs().max()) <= 1e-12 * float(
+                    want.abs().max()
+                )
+
+
+def test_at_length_marginals_refuse_qk_norm():
+    from headlab.circuits.score_marginals import attended_marginals
+
+    sides = Sides(_model("qwen3"), _ids())
+    with pytest.raises(ValueError, match="no QK-norm"):
+        attended_marginals(sides, 1, 0.3)

@@ -47,7 +47,7 @@ def _centred(x: Tensor) -> Tensor:
     return x - x.mean(-1, keepdim=True)
 
 
-def _form(module: nn.Module) -> tuple[Tensor, Tensor]:
+def norm_form(module: nn.Module) -> tuple[Tensor, Tensor]:
     """The norm's scale g and shift b (width,), read from its own output."""
     weight = module.weight
     width = weight.shape[0]
@@ -56,30 +56,38 @@ def _form(module: nn.Module) -> tuple[Tensor, Tensor]:
     return norm_scale(module, width), shift[0, 0]
 
 
-def _held(x: Tensor, y: Tensor, batch: int, form: tuple[Tensor, Tensor]) -> Tensor:
-    """``y`` = module(x) for copies of the batch (the last is the real input) with every copy
-    normalised at the last copy's scales; ``form``: the module's (g, b). ValueError where the
-    module's output is no such map of its input."""
+def held_scale(
+    x: Tensor, y: Tensor, form: tuple[Tensor, Tensor]
+) -> tuple[bool, Tensor]:
+    """(centred, 1/s) of a norm of ``form`` (g, b) that gave ``y`` for ``x``: whether it
+    subtracts the mean, and (..., 1) one over each row's scale, read from its output. ValueError
+    where its output is no such map of its input."""
     g, b = form[0].to(x), form[1].to(x)
-    x0, y0 = x[-batch:], y[-batch:]
     best = None
     for centre in (False, True):
-        c0 = (_centred(x0) if centre else x0) * g
-        inv_s = ((y0 - b) * c0).sum(-1, keepdim=True) / c0.pow(2).sum(-1, keepdim=True).clamp_min(
+        c0 = (_centred(x) if centre else x) * g
+        inv_s = ((y - b) * c0).sum(-1, keepdim=True) / c0.pow(2).sum(-1, keepdim=True).clamp_min(
             torch.finfo(x.dtype).tiny
-        )  # (batch, ..., 1): 1/s of each row, read from the module's output
-        gap = float((c0 * inv_s + b - y0).abs().max())
+        )
+        gap = float((c0 * inv_s + b - y).abs().max())
         if best is None or gap < best[0]:
             best = (gap, centre, inv_s)
     gap, centre, inv_s = best
-    if gap > 1e-4 * max(float(y0.abs().max()), 1e-12):
+    if gap > 1e-4 * max(float(y.abs().max()), 1e-12):
         raise ValueError(
             f"a norm's output is not g * x / s + b with one s per row (off by {gap:.3g}): its "
             "scale cannot be held"
         )
+    return centre, inv_s
+
+
+def _held(x: Tensor, y: Tensor, batch: int, form: tuple[Tensor, Tensor]) -> Tensor:
+    """``y`` = module(x) for copies of the batch (the last is the real input) with every copy
+    normalised at the last copy's scales; ``form``: the module's (g, b)."""
+    centre, inv_s = held_scale(x[-batch:], y[-batch:], form)
     copies = x.shape[0] // batch
     scales = inv_s.repeat(copies, *([1] * (inv_s.dim() - 1)))
-    return (_centred(x) if centre else x) * g * scales + b
+    return (_centred(x) if centre else x) * form[0].to(x) * scales + form[1].to(x)
 
 
 @contextmanager
@@ -87,7 +95,7 @@ def frozen_norms(modules: Sequence[nn.Module], batch: int) -> Iterator[None]:
     """Within the block, each of ``modules`` normalises every copy at the last copy's scales
     (see the module docstring); ``batch``: the rows of one copy on the batch axis."""
 
-    forms = {id(m): _form(m) for m in modules}
+    forms = {id(m): norm_form(m) for m in modules}
 
     def hook(module, args, kwargs, output):
         x = args[0] if args else next(iter(kwargs.values()))
@@ -102,4 +110,4 @@ def frozen_norms(modules: Sequence[nn.Module], batch: int) -> Iterator[None]:
         yield
 
 
-__all__ = ["frozen_norms", "norms_of", "norms_outside"]
+__all__ = ["frozen_norms", "held_scale", "norm_form", "norms_of", "norms_outside"]

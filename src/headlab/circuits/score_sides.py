@@ -100,26 +100,34 @@ class Sides:
     def _direct_writes(self, layer: int, rows: slice) -> tuple[list[Tensor], Tensor]:
         """The writes by the formula (a head's output through its W_O slice, an MLP's output)
         and the sum of the output projections' biases."""
-        cache = self.cache
-        found = [cache.resid[0][:, rows]]
+        found = [self.cache.resid[0][:, rows]]
         biases = torch.zeros_like(found[0][0, 0])
         for block in self.runner.blocks[:layer]:
-            attention, i = block.attention, block.index
-            w_o = attention.output_weight()
-            if w_o is None:
-                raise ValueError(
-                    f"layer {i} has no output projection taking its heads' outputs unchanged: "
-                    "its heads' writes are not their own"
-                )
-            heads = cache.head_outputs[i][:, :, rows]  # (batch, head, rows, d_head)
-            w = w_o.detach().to(heads).reshape(w_o.shape[0], attention.num_heads, -1)
-            found += list(torch.einsum("bhpd,ehd->hbpe", heads, w))
-            bias = getattr(attention.output.module, "bias", None)
-            if bias is not None:
-                biases = biases + bias.detach().to(biases)
-            if block.mlp is not None:
-                found.append(cache.mlp[i][:, rows])
+            writes, bias = self.layer_writes(block.index, rows)
+            found += list(writes)
+            biases = biases + bias
         return found, biases
+
+    def layer_writes(self, index: int, rows: slice) -> tuple[Tensor, Tensor]:
+        """(head [+ mlp], batch, rows, embed_dim) layer ``index``'s writes by the formula, and
+        its output projection's bias (embed_dim,) (zeros without one)."""
+        block, cache = self.runner.blocks[index], self.cache
+        attention = block.attention
+        w_o = attention.output_weight()
+        if w_o is None:
+            raise ValueError(
+                f"layer {index} has no output projection taking its heads' outputs unchanged: "
+                "its heads' writes are not their own"
+            )
+        heads = cache.head_outputs[index][:, :, rows]  # (batch, head, rows, d_head)
+        w = w_o.detach().to(heads).reshape(w_o.shape[0], attention.num_heads, -1)
+        found = torch.einsum("bhpd,ehd->hbpe", heads, w)
+        if block.mlp is not None:
+            found = torch.cat([found, cache.mlp[index][None, :, rows]])
+        bias = getattr(attention.output.module, "bias", None)
+        bias = torch.zeros_like(heads[0, 0, 0, :1]).expand(w.shape[0]) if bias is None else \
+            bias.detach().to(heads)  # fmt: skip
+        return found, bias
 
     def _block_writes(self, block, rows: slice) -> Tensor:
         """(head [+ mlp], batch, rows, embed_dim): block ``block`` run on copies, copy c with
