@@ -200,3 +200,16 @@ def test_at_length_marginals_refuse_qk_norm():
     sides = Sides(_model("qwen3"), _ids())
     with pytest.raises(ValueError, match="no QK-norm"):
         attended_marginals(sides, 1, 0.3)
+
+
+def test_every_layer_equals_each_layer_alone():
+    from headlab.circuits.score_marginals import attended_marginals, every_layer
+
+    sides = Sides(_model("gpt_neox"), _ids(3))
+    scales = [0.25, 0.5]
+    for layer, got in enumerate(every_layer(sides, scales)):
+        alone = attended_marginals(sides, layer, scales[layer])
+        for name in ("key", "query_marginal", "key_marginal"):
+            assert torch.equal(got[name], alone[name]) or torch.allclose(
+                got[name], alone[name], rtol=0, atol=1e-13
+            )

@@ -81,21 +81,25 @@ def _pulled(parts: dict, vectors: Tensor, positions: Tensor, weight: Tensor) -> 
 
 
 def attended_marginals(
-    sides: Sides, layer: int, scale: float, progress: Callable[[int, int], None] | None = None
+    sides: Sides, layer: int, scale: float, progress: Callable[[int, int], None] | None = None,
+    writes: Tensor | None = None,
 ) -> dict[str, Tensor]:
     """Of every head of ``layer`` at every query of the one text of ``sides``: "key" (head,
     pos) the key it attends (its highest score), "query_marginal" and "key_marginal" (head,
     pos, component + 1) over ``sides.components(layer)`` then "qk-bias"; each row sums to the
-    raw score scale * q . k. ``scale``: the kernel's (score_sides.kernel_scale)."""
+    raw score scale * q . k. ``scale``: the kernel's (score_sides.kernel_scale). ``writes``:
+    (component, pos, embed_dim) the layer's writes where the caller keeps them (``every_layer``),
+    else made here."""
     if sides.runner.batch != 1:
         raise ValueError(f"marginals read one text, got a batch of {sides.runner.batch}")
     parts = _fast_parts(sides, layer)
     attention = sides.runner.blocks[layer].attention
     heads, groups, d = attention.num_heads, attention.num_kv_heads, attention.head_dim
     length = sides.runner.ids.shape[1]
-    writes = sides.writes(layer, slice(None))[:, 0]  # (component, pos, embed_dim)
-    if not sides.direct:
-        raise ValueError(f"layer {layer}: the at-length marginals need writes by the formula")
+    if writes is None:
+        writes = sides.writes(layer, slice(None))[:, 0]  # (component, pos, embed_dim)
+        if not sides.direct:
+            raise ValueError(f"layer {layer}: the at-length marginals need writes by the formula")
     turns = _turns(sides, length, d, writes.dtype)  # (offset, 2, d_head, d_head)
     q = parts["q"].view(length, heads, d).transpose(0, 1)  # (head, pos, d_head)
     k = parts["k"].view(length, groups, d).transpose(0, 1)
@@ -130,6 +134,23 @@ def attended_marginals(
     return {"key": key, "query_marginal": query_side, "key_marginal": key_side}
 
 
+def every_layer(sides: Sides, scales: list[float], progress=None):
+    """``attended_marginals`` of each layer in turn (a generator), the writes built once: each
+    layer's heads and MLP added to the held writes as the layers go (the output biases' rest
+    recomputed per layer), not remade from layer 0 for every layer."""
+    stream = sides.cache.resid
+    held = [stream[0][0]]  # the writes so far, (pos, embed_dim) each
+    for layer in range(sides.layers):
+        found = torch.stack(held)
+        rest = stream[layer][0] - found.sum(0)
+        writes = torch.cat([found, rest[None]])
+        yield attended_marginals(sides, layer, scales[layer], progress, writes)
+        del writes, found
+        if layer + 1 < sides.layers:
+            new, _ = sides.layer_writes(layer, slice(None))
+            held += list(new[:, 0])
+
+
 def _by_key(pulled: Tensor, keys: Tensor, writes: Tensor) -> Tensor:
     """(rows, component): each row's pulled vector dotted with every component's write at its
     key, the rows grouped by key so that each key's writes are read once."""
@@ -156,4 +177,4 @@ def _turns(sides: Sides, length: int, head_dim: int, dtype: torch.dtype) -> Tens
     return eye.expand(length, 2, head_dim, head_dim)
 
 
-__all__ = ["attended_marginals"]
+__all__ = ["attended_marginals", "every_layer"]
