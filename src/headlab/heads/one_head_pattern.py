@@ -1,0 +1,102 @@
+"""One head's attention over one text, at any length the model reads, as a ``HeadPattern``:
+the overview from the streaming sums' blocked map, and exact tiles within a byte budget.
+
+One forward of the model: the head's layer streams its sums (``attention.streaming_sums``) with
+``block`` = the overview's cell, and a tap keeps the head's rows of each chunk of weights as the
+kernel computes them (one (q_pos, k_pos) float32 array of the one head: 268 MB at 8192 tokens,
+checked against free memory first), from which the tiles are cut. The model's other heads and
+layers are never held.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from headlab.attention.streaming_sums import HeadSums, StatisticsRequest, observing
+from headlab.limits import check_fits, check_int
+from headlab.models.interface import HeadModel
+from headlab.results.head_pattern_result import (
+    OVERVIEW_CELLS,
+    TILE,
+    TILE_BUDGET,
+    HeadPattern,
+    PatternTile,
+    encode_floats,
+    tile_bytes,
+)
+
+
+def head_pattern(
+    model: HeadModel,
+    text: str,
+    layer: int,
+    head: int,
+    *,
+    max_tokens: int | None = None,
+    budget: int = TILE_BUDGET,
+    tile: int = TILE,
+    cells: int = OVERVIEW_CELLS,
+) -> HeadPattern:
+    """``model``'s ``head`` of ``layer`` on ``text`` (cut to ``max_tokens``, default the model's
+    limit): an overview of at most ``cells`` cells a side and exact ``tile`` x ``tile`` tiles
+    within ``budget`` bytes. ValueError for an empty text or a layer, head or max_tokens out of range;
+    MemoryError (``check_fits``) when the one head's weights would not fit in memory."""
+    check_int("layer", layer, low=0, high=model.num_layers - 1)
+    check_int("head", head, low=0, high=model.heads_per_layer[layer] - 1)
+    limit = model.max_positions if max_tokens is None else max_tokens
+    check_int("max_tokens", limit, low=2, high=model.max_positions)
+    check_int("budget", budget, low=0)
+    check_int("tile", tile)
+    check_int("cells", cells)
+    if not text.strip():
+        raise ValueError("expected a text with at least one token, got an empty text")
+    batch = model.tokenize([text], limit)
+    tokens = list(batch.tokens[0])
+    n = len(tokens)
+    check_fits(f"one head's weights on {n} tokens", 4 * n * n)
+    weights = np.zeros((n, n), dtype=np.float32)  # (q_pos, k_pos) of the one head
+    real = batch.attention_mask[0].nonzero().flatten()  # the text's positions in the batch
+
+    def keep(chunk: Tensor, rows: slice) -> None:  # chunk: (batch, head, c, keys)
+        part = chunk[0, head].float().cpu().numpy()
+        weights[rows.start : rows.stop, : part.shape[-1]] = part[:, :n]
+
+    cell = -(-n // cells)
+    found: list[HeadSums] = []
+    request = StatisticsRequest(query_mask=batch.attention_mask, block=cell, tap=keep,
+                                report=found.append)  # fmt: skip
+    with torch.no_grad(), observing(model.attention_layers()[layer], request):
+        model.run(batch)
+    if len(found) != 1 or len(real) != n:
+        raise ValueError(f"expected one call of layer {layer} on one unpadded text, got "
+                         f"{len(found)} calls and {len(real)} of {n} positions")  # fmt: skip
+    sums = found[0]
+    overview = (sums.blocks[head] / sums.block_rows.clamp_min(1)[:, None]).numpy()
+    tiles, mass = _tiles(weights, budget, tile)
+    total = max(n, model.count_tokens(text))
+    cut = "" if total <= n else f"cut to {n} of {total} tokens (max_tokens)"
+    return HeadPattern(model.name, layer, head, tokens, cell, encode_floats(overview), tile,
+                       tiles, budget, mass, total, cut)  # fmt: skip
+
+
+def _tiles(weights: np.ndarray, budget: int, tile: int) -> tuple[list[PatternTile], float]:
+    """The tiles with any weight, most attention first, while ``budget`` bytes last; and the share
+    of all the attention they hold."""
+    n = weights.shape[0]
+    starts = range(0, n, tile)
+    masses = {(q0, k0): float(weights[q0 : q0 + tile, k0 : k0 + tile].sum(dtype=np.float64))
+              for q0 in starts for k0 in starts}  # fmt: skip
+    order = sorted((key for key, m in masses.items() if m > 0), key=lambda key: (-masses[key], key))
+    total = sum(masses.values()) or 1.0
+    kept, spent, held = [], 0, 0.0
+    for q0, k0 in order:
+        block = weights[q0 : q0 + tile, k0 : k0 + tile]
+        cost = tile_bytes(tile)
+        if spent + cost > budget:
+            break
+        spent += cost
+        held += masses[(q0, k0)]
+        kept.append(PatternTile(q0, k0, *block.shape, encode_floats(block)))
+    return sorted(kept, key=lambda t: (t.q0, t.k0)), min(1.0, held / total)
