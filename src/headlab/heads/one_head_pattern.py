@@ -41,8 +41,8 @@ def head_pattern(
 ) -> HeadPattern:
     """``model``'s ``head`` of ``layer`` on ``text`` (cut to ``max_tokens``, default the model's
     limit): an overview of at most ``cells`` cells a side and exact ``tile`` x ``tile`` tiles
-    within ``budget`` bytes. ValueError for an empty text or a layer, head or max_tokens out of range;
-    MemoryError (``check_fits``) when the one head's weights would not fit in memory."""
+    within ``budget`` bytes. ValueError for an empty text, a layer, head or max_tokens out of
+    range, or when the one head's weights would not fit in memory (``check_fits``)."""
     check_int("layer", layer, low=0, high=model.num_layers - 1)
     check_int("head", head, low=0, high=model.heads_per_layer[layer] - 1)
     limit = model.max_positions if max_tokens is None else max_tokens

@@ -107,9 +107,11 @@ class HeadPattern:
 
     def __repr__(self) -> str:
         n = len(self.tokens)
-        return (f"HeadPattern({self.model!r}, layer {self.layer}, head {self.head}: {n} tokens, "
-                f"overview {self.cells}x{self.cells} cells of {self.cell}, {len(self.tiles)} "
-                f"exact {self.tile}x{self.tile} tiles holding {self.mass:.1%} of the attention)")  # fmt: skip
+        return (
+            f"HeadPattern({self.model!r}, layer {self.layer}, head {self.head}: {n} tokens, "
+            f"overview {self.cells}x{self.cells} cells of {self.cell}, {len(self.tiles)} "
+            f"exact {self.tile}x{self.tile} tiles holding {self.mass:.1%} of the attention)"
+        )
 
     def to_dict(self) -> dict:
         return {
