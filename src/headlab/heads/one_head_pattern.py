@@ -74,14 +74,14 @@ def head_pattern(
                          f"{len(found)} calls and {len(real)} of {n} positions")  # fmt: skip
     sums = found[0]
     overview = (sums.blocks[head] / sums.block_rows.clamp_min(1)[:, None]).numpy()
-    tiles, mass = _tiles(weights, budget, tile)
+    tiles, mass = tiles_within(weights, budget, tile)
     total = max(n, model.count_tokens(text))
     cut = "" if total <= n else f"cut to {n} of {total} tokens (max_tokens)"
     return HeadPattern(model.name, layer, head, tokens, cell, encode_floats(overview), tile,
                        tiles, budget, mass, total, cut)  # fmt: skip
 
 
-def _tiles(weights: np.ndarray, budget: int, tile: int) -> tuple[list[PatternTile], float]:
+def tiles_within(weights: np.ndarray, budget: int, tile: int) -> tuple[list[PatternTile], float]:
     """The tiles with any weight, most attention first, while ``budget`` bytes last; and the share
     of all the attention they hold."""
     n = weights.shape[0]
