@@ -53,6 +53,9 @@ def test_a_budget_keeps_the_tiles_with_the_most_attention(tiny_llama):
     best = sorted(masses, key=lambda key: -masses[key])[:3]
     assert sorted((t.q0, t.k0) for t in got.tiles) == sorted(best)
     assert got.mass == pytest.approx(sum(masses[k] for k in best) / 41, rel=1e-5)
+    asked = head_pattern(tiny_llama, text, 1, 2, tile=11, budget=3 * tile_bytes(11) + 5,
+                         focus=((25, 3),))  # fmt: skip
+    assert (22, 0) in [(t.q0, t.k0) for t in asked.tiles] and (22, 0) not in best
     again = HeadPattern.from_dict(got.to_dict())
     assert again.to_dict() == got.to_dict()
     assert len(repr(got)) < 200 and "3 exact 11x11 tiles" in repr(got)

@@ -82,7 +82,7 @@ def smollm2_edges(layers: int = 30, heads: int = 9, kv: int = 3) -> list[str]:
 
 
 def circuit_run(edges: list[str] | None = None, seed: int = 0, *, layers: int = 30,
-                heads: int = 9, kv: int = 3) -> CircuitRun:  # fmt: skip
+                heads: int = 9, kv: int = 3, top: int = 40) -> CircuitRun:  # fmt: skip
     edges = edges or smollm2_edges(layers, heads, kv)
     rng = np.random.default_rng(seed)
     scores = (rng.standard_normal(len(edges)) * rng.pareto(2.0, len(edges)) * 1e-3).tolist()
@@ -94,5 +94,5 @@ def circuit_run(edges: list[str] | None = None, seed: int = 0, *, layers: int = 
                               [[0.0, 0.02], [0.05, 0.01], [0.1, 0.12], [0.2, 0.25], [0.6, 0.55],
                                [1.0, 1.0]], 0.8, 0.2, [0.3, 0.31], [0.7, 0.69])  # fmt: skip
     scored = EdgeScores("eap-ig", "logprob", edges, scores, -1.0, -6.0)
-    return CircuitRun("SmolLM2-135M", "induction", "eap-ig", 5, 40, performance,
+    return CircuitRun("SmolLM2-135M", "induction", "eap-ig", 5, min(top, len(edges)), performance,
                       [heads] * layers, [kv] * layers, scored, curve)  # fmt: skip

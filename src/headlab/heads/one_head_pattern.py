@@ -38,10 +38,13 @@ def head_pattern(
     budget: int = TILE_BUDGET,
     tile: int = TILE,
     cells: int = OVERVIEW_CELLS,
+    focus: tuple[tuple[int, int], ...] = (),
 ) -> HeadPattern:
     """``model``'s ``head`` of ``layer`` on ``text`` (cut to ``max_tokens``, default the model's
     limit): an overview of at most ``cells`` cells a side and exact ``tile`` x ``tile`` tiles
-    within ``budget`` bytes. ValueError for an empty text, a layer, head or max_tokens out of
+    within ``budget`` bytes: the tiles holding the positions ``focus`` ((q_pos, k_pos) pairs:
+    blocks a reader asks to see exactly) first, then those holding the most attention.
+    ValueError for an empty text, a layer, head or max_tokens out of
     range, or when the one head's weights would not fit in memory (``check_fits``)."""
     check_int("layer", layer, low=0, high=model.num_layers - 1)
     check_int("head", head, low=0, high=model.heads_per_layer[layer] - 1)
@@ -50,6 +53,9 @@ def head_pattern(
     check_int("budget", budget, low=0)
     check_int("tile", tile)
     check_int("cells", cells)
+    for q_pos, k_pos in focus:
+        check_int("focus query position", q_pos, low=0, high=limit - 1)
+        check_int("focus key position", k_pos, low=0, high=limit - 1)
     if not text.strip():
         raise ValueError("expected a text with at least one token, got an empty text")
     batch = model.tokenize([text], limit)
@@ -74,21 +80,26 @@ def head_pattern(
                          f"{len(found)} calls and {len(real)} of {n} positions")  # fmt: skip
     sums = found[0]
     overview = (sums.blocks[head] / sums.block_rows.clamp_min(1)[:, None]).numpy()
-    tiles, mass = tiles_within(weights, budget, tile)
+    first = [(q - q % tile, k - k % tile) for q, k in focus if max(q, k) < n]
+    tiles, mass = tiles_within(weights, budget, tile, first)
     total = max(n, model.count_tokens(text))
     cut = "" if total <= n else f"cut to {n} of {total} tokens (max_tokens)"
     return HeadPattern(model.name, layer, head, tokens, cell, encode_floats(overview), tile,
                        tiles, budget, mass, total, cut)  # fmt: skip
 
 
-def tiles_within(weights: np.ndarray, budget: int, tile: int) -> tuple[list[PatternTile], float]:
-    """The tiles with any weight, most attention first, while ``budget`` bytes last; and the share
-    of all the attention they hold."""
+def tiles_within(
+    weights: np.ndarray, budget: int, tile: int, first: list[tuple[int, int]] | None = None
+) -> tuple[list[PatternTile], float]:
+    """The tiles (at tile-aligned (q0, k0)) with any weight, ``first`` first, then most attention
+    first, while ``budget`` bytes last; and the share of all the attention they hold."""
     n = weights.shape[0]
     starts = range(0, n, tile)
     masses = {(q0, k0): float(weights[q0 : q0 + tile, k0 : k0 + tile].sum(dtype=np.float64))
               for q0 in starts for k0 in starts}  # fmt: skip
-    order = sorted((key for key, m in masses.items() if m > 0), key=lambda key: (-masses[key], key))
+    asked = list(dict.fromkeys(key for key in first or [] if key in masses))
+    order = asked + sorted((key for key, m in masses.items() if m > 0 and key not in asked),
+                           key=lambda key: (-masses[key], key))  # fmt: skip
     total = sum(masses.values()) or 1.0
     kept, spent, held = [], 0, 0.0
     for q0, k0 in order:

@@ -55,9 +55,9 @@ def send_code_again() -> None:
     _SENT["code"] = False
 
 
-# The display's own script draws its display (``currentScript``'s parent, even before the page
-# attaches it, as JupyterLab renders), or every display not drawn yet where a page runs scripts
-# elsewhere (classic Notebook's jQuery); nothing before the drawers have come.
+# The display's own script draws its display (``currentScript``'s parent: JupyterLab and VS Code
+# run a copy of each script in its place), or every display not drawn yet where a page runs its
+# scripts apart (classic Notebook's jQuery); nothing before the drawers have come.
 DRAW = (
     "<script>(function (s) { var d = window.headlabDisplays, r = s && s.parentNode; if (!d) return;"
     " if (r && r.classList && r.classList.contains('hl-display')) d.draw(r); else d.drawAll();"

@@ -43,9 +43,11 @@
     ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
     return { canvas, ctx, w, h };
   }
+  // The pointer in the canvas' own CSS pixels (inside its border).
   function local(e, canvas, w, h) {
     const r = canvas.getBoundingClientRect();
-    return [((e.clientX - r.left) / r.width) * w, ((e.clientY - r.top) / r.height) * h];
+    return [((e.clientX - r.left - canvas.clientLeft) / canvas.clientWidth) * w,
+      ((e.clientY - r.top - canvas.clientTop) / canvas.clientHeight) * h];
   }
 
   let tooltip = null;
@@ -192,8 +194,10 @@
     const leftBox = el("div"), rightBox = el("div");
     leftBox.append(ov.canvas); rightBox.append(zoom.canvas, nav);
     row.append(leftBox, rightBox);
-    const text = tid(el("div", "hl-text"), "pattern-text");
-    root.append(info, row, legend("0", "largest in view", "colour: square root of the weight"), el("p", "hl-muted", "The keys in view, coloured by the weight of the query under the pointer:"), text);
+    const text = tid(el("div", "hl-text"), "pattern-text"), asked = tid(el("b"), "pattern-query");
+    const strip = el("p", "hl-muted", "The keys in view, coloured by the weight of the query under the pointer: ");
+    strip.append(asked);
+    root.append(info, row, legend("0", "largest in view", "colour: square root of the weight"), strip, text);
     const cache = new Map();
     function tileValues(q0, k0) {
       const key = q0 + "," + k0;
@@ -254,6 +258,7 @@
       where.textContent = "queries " + view.q + "\u2013" + (view.q + span - 1) + ", keys " + view.k + "\u2013" + (view.k + span - 1) + "; largest weight in view " + fmt(top);
     }
     function drawText(q) {
+      asked.textContent = q === null ? "" : "query " + q + " " + quote(d.tokens[q]);
       const spans = [];
       for (let j = 0; j < span; j++) {
         const k = view.k + j, s = el("span", k === q ? "hl-tok hl-query" : "hl-tok", d.tokens[k]);
@@ -406,7 +411,7 @@
     const controls = el("div", "hl-nav"), slider = tid(el("input"), "circuit-threshold"), count = tid(el("span", "hl-muted"), "circuit-count");
     slider.type = "range"; slider.min = 0; slider.max = 1000; slider.step = 1;
     const lg = (v) => Math.log10(Math.max(v, 1e-30)), span = Math.max(1e-9, lg(largest) - lg(smallest));
-    const toValue = (s) => 10 ** (lg(smallest) + (s / 1000) * span), toSlider = (v) => Math.round(((lg(v) - lg(smallest)) / span) * 1000);
+    const toValue = (s) => (s <= 0 ? 0 : s >= 1000 ? largest : 10 ** (lg(smallest) + (s / 1000) * span)), toSlider = (v) => Math.round(((lg(v) - lg(smallest)) / span) * 1000);
     let threshold = d.threshold, shown = 0, picked = -1;
     slider.value = Math.max(0, Math.min(1000, toSlider(threshold || smallest)));
     controls.append(el("span", null, "|score| \u2265"), slider, count);
@@ -467,7 +472,7 @@
       ctx.setLineDash([]); ctx.globalAlpha = 1;
       if (picked >= 0) { ctx.strokeStyle = "#111"; ctx.lineWidth = 2; ctx.beginPath(); ctx.arc(px[picked], py[picked], 6, 0, 2 * Math.PI); ctx.stroke(); }
       count.textContent = fmt(threshold) + ": " + shown + " of " + m + " edges" + (shown === d.top && d.threshold === threshold ? " (the circuit)" : "");
-      s.canvas.dataset.shown = shown; s.canvas.dataset.ms = (performance.now() - t0).toFixed(1);
+      s.canvas.dataset.shown = shown; s.canvas.dataset.threshold = threshold; s.canvas.dataset.ms = (performance.now() - t0).toFixed(1);
     }
     let queued = false;
     slider.addEventListener("input", () => {
