@@ -16,14 +16,19 @@ from headlab.results.head_pattern_result import encode_floats
 INPUTS = ("", "q", "k", "v")  # an edge's input, by its code in the page's arrays
 
 
-def circuit_display(run: CircuitRun, *, threshold: float | None = None) -> Display:
+def circuit_display(
+    run: CircuitRun, *, threshold: float | None = None, node: str | None = None
+) -> Display:
     """Every scored edge of ``run`` on the model's graph (layers left to right, K/V groups of
     GQA layers as boxes); edges with |score| >= ``threshold`` are drawn (default: the circuit,
-    the top ``run.top``). ValueError for a negative threshold."""
+    the top ``run.top``); ``node`` (a graph name such as "18.6") lit with its edges. ValueError
+    for a negative threshold or a node the graph does not have."""
     if threshold is not None and threshold < 0:
         raise ValueError(f"threshold must be >= 0, got {threshold}")
     where = _positions(run)
     names = list(where)
+    if node is not None and node not in where:
+        raise ValueError(f"node must be a node of the graph (such as {names[1]!r}), got {node!r}")
     index = {name: i for i, name in enumerate(names)}
     order = sorted(range(len(run.scores.edges)), key=lambda i: (-abs(run.scores.scores[i]), i))
     ends = np.zeros((2, len(order)), dtype="<u2")
@@ -45,7 +50,8 @@ def circuit_display(run: CircuitRun, *, threshold: float | None = None) -> Displ
         "model": run.model, "task": run.task, "method": run.method, "top": run.top,
         "heads_per_layer": run.heads_per_layer, "kv_heads_per_layer": run.kv_heads_per_layer,
         "nodes": names, "x": [where[n][0] for n in names], "y": [where[n][1] for n in names],
-        "count": kept, "threshold": default if threshold is None else float(threshold),
+        "picked": node, "count": kept,
+        "threshold": default if threshold is None else float(threshold),
         "senders": _b64(ends[0, :kept]), "receivers": _b64(ends[1, :kept]),
         "inputs": _b64(inputs[:kept]), "scores": encode_floats(scores[:kept]),
     }  # fmt: skip

@@ -412,7 +412,7 @@
     slider.type = "range"; slider.min = 0; slider.max = 1000; slider.step = 1;
     const lg = (v) => Math.log10(Math.max(v, 1e-30)), span = Math.max(1e-9, lg(largest) - lg(smallest));
     const toValue = (s) => (s <= 0 ? 0 : s >= 1000 ? largest : 10 ** (lg(smallest) + (s / 1000) * span)), toSlider = (v) => Math.round(((lg(v) - lg(smallest)) / span) * 1000);
-    let threshold = d.threshold, shown = 0, picked = -1;
+    let threshold = d.threshold, shown = 0, picked = d.picked ? d.nodes.indexOf(d.picked) : -1;
     slider.value = Math.max(0, Math.min(1000, toSlider(threshold || smallest)));
     controls.append(el("span", null, "|score| \u2265"), slider, count);
     const base = surface(W, H, "hl-canvas"), s = surface(W, H, "hl-canvas");
@@ -472,6 +472,7 @@
       ctx.setLineDash([]); ctx.globalAlpha = 1;
       if (picked >= 0) { ctx.strokeStyle = "#111"; ctx.lineWidth = 2; ctx.beginPath(); ctx.arc(px[picked], py[picked], 6, 0, 2 * Math.PI); ctx.stroke(); }
       count.textContent = fmt(threshold) + ": " + shown + " of " + m + " edges" + (shown === d.top && d.threshold === threshold ? " (the circuit)" : "");
+      s.canvas.dataset.picked = picked < 0 ? "" : d.nodes[picked];
       s.canvas.dataset.shown = shown; s.canvas.dataset.threshold = threshold; s.canvas.dataset.ms = (performance.now() - t0).toFixed(1);
     }
     let queued = false;
@@ -493,7 +494,7 @@
         ...(strongest >= 0 ? ["strongest: " + d.nodes[senders[strongest]] + " \u2192 " + d.nodes[receivers[strongest]] + (INPUT[inputs[strongest]] ? " <" + INPUT[inputs[strongest]] + ">" : "") + " " + fmt(scores[strongest])] : [])]);
     });
     s.canvas.addEventListener("mouseleave", untip);
-    s.canvas.addEventListener("click", (e) => { const node = nearest(e); picked = node === picked ? -1 : node; s.canvas.dataset.picked = picked < 0 ? "" : d.nodes[picked]; draw(); });
+    s.canvas.addEventListener("click", (e) => { const node = nearest(e); picked = node === picked ? -1 : node; draw(); });
     draw();
   };
 
