@@ -447,27 +447,36 @@
       const t0 = performance.now(), ctx = s.ctx;
       shown = countAbove(threshold);
       ctx.drawImage(base.canvas, 0, 0, W, H);
-      const faint = shown > 3000 ? 0.25 : shown > 300 ? 0.5 : 0.85;
-      // one path per (width bucket, sign, input): strongest buckets drawn last, on top
-      const paths = new Map();
+      // Thousands of edges: thin, solid, faint lines, stroked a few hundred segments a path
+      // (software rasterizers stroke long self-crossing paths and dashes slowly); dashes only
+      // where they can be told apart.
+      const many = shown > 2000, faint = shown > 3000 ? 0.25 : shown > 300 ? 0.5 : 0.85;
+      const paths = new Map();  // (width bucket, sign, input) -> edges; strongest drawn last
       for (let i = shown - 1; i >= 0; i--) {
         const share = Math.abs(scores[i]) / largest, w = Math.min(WIDTHS - 1, Math.floor(share * WIDTHS));
         const key = w * 8 + (scores[i] < 0 ? 4 : 0) + inputs[i];
         let list = paths.get(key); if (!list) { list = []; paths.set(key, list); }
         list.push(i);
       }
-      [...paths.keys()].sort((a, b) => a - b).forEach((key) => {
-        const w = key >> 3, sign = (key >> 2) & 1, input = key & 3, list = paths.get(key);
-        ctx.strokeStyle = SIGN[sign]; ctx.lineWidth = 0.5 + (3.5 * (w + 0.5)) / WIDTHS; ctx.setLineDash(DASH[input]);
-        ctx.globalAlpha = picked < 0 ? Math.min(1, faint + 0.1 * w) : 0.08;
-        ctx.beginPath();
-        list.forEach((i) => { ctx.moveTo(px[senders[i]], py[senders[i]]); ctx.lineTo(px[receivers[i]], py[receivers[i]]); });
-        ctx.stroke();
-        if (picked >= 0) {
-          ctx.globalAlpha = 0.95; ctx.beginPath();
-          list.forEach((i) => { if (senders[i] === picked || receivers[i] === picked) { ctx.moveTo(px[senders[i]], py[senders[i]]); ctx.lineTo(px[receivers[i]], py[receivers[i]]); } });
+      const stroke = (list, only) => {
+        for (let a = 0; a < list.length; a += 400) {
+          ctx.beginPath();
+          for (let b = a; b < Math.min(list.length, a + 400); b++) {
+            const i = list[b];
+            if (only >= 0 && senders[i] !== only && receivers[i] !== only) continue;
+            ctx.moveTo(px[senders[i]], py[senders[i]]); ctx.lineTo(px[receivers[i]], py[receivers[i]]);
+          }
           ctx.stroke();
         }
+      };
+      [...paths.keys()].sort((a, b) => a - b).forEach((key) => {
+        const w = key >> 3, sign = (key >> 2) & 1, input = key & 3, list = paths.get(key);
+        ctx.strokeStyle = SIGN[sign]; ctx.setLineDash(many ? [] : DASH[input]);
+        // many edges: one-pixel hairlines (the rasterizer's fast path), strength by opacity
+        ctx.lineWidth = many ? 1 : 0.5 + (3.5 * (w + 0.5)) / WIDTHS;
+        ctx.globalAlpha = picked < 0 ? Math.min(1, faint + (many ? 0.15 : 0.1) * w) : many ? 0.015 : 0.08;
+        stroke(list, -1);
+        if (picked >= 0) { ctx.globalAlpha = 0.95; ctx.lineWidth = 0.5 + (3.5 * (w + 0.5)) / WIDTHS; ctx.setLineDash(DASH[input]); stroke(list, picked); }
       });
       ctx.setLineDash([]); ctx.globalAlpha = 1;
       if (picked >= 0) { ctx.strokeStyle = "#111"; ctx.lineWidth = 2; ctx.beginPath(); ctx.arc(px[picked], py[picked], 6, 0, 2 * Math.PI); ctx.stroke(); }
