@@ -211,13 +211,13 @@
       const qc = Math.floor(q / cell), kc = Math.floor(k / cell), width = Math.min(cell, n - kc * cell);
       return [overview[qc * cells + kc] / width, false];
     }
-    // start where the attention is: the kept tile with the most overview mass
+    // start where the attention is: the kept tile with the most overview mass, past the sinks
     let best = null, bestMass = -1;
     d.tiles.forEach((t) => {
       let m = 0;
       for (let q = Math.floor(t.q0 / cell); q <= Math.floor((t.q0 + t.rows - 1) / cell); q++)
         for (let k = Math.floor(t.k0 / cell); k <= Math.floor((t.k0 + t.cols - 1) / cell); k++) m += overview[q * cells + k];
-      if (m > bestMass && !(t.q0 === 0 && n > T)) { bestMass = m; best = t; }
+      if (m > bestMass && !(t.k0 === 0 && n > T)) { bestMass = m; best = t; }
     });
     const view = { q: best ? best.q0 : 0, k: best ? best.k0 : 0 };
     function clamp() { view.q = Math.max(0, Math.min(n - span, Math.round(view.q))); view.k = Math.max(0, Math.min(n - span, Math.round(view.k))); }
