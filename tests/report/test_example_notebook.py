@@ -25,21 +25,40 @@ def test_the_notebook_is_committed_without_outputs():
     assert code and all(c.outputs == [] and c.execution_count is None for c in code)
 
 
+#: What nbconvert's default HTML template itself loads from the network (not headlab's).
+NBCONVERT_CDN = ("https://cdnjs.cloudflare.com/ajax/libs/mathjax/",
+                 "https://cdnjs.cloudflare.com/ajax/libs/require.js/")  # fmt: skip
+
+
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def executed() -> object:
     import nbformat
     from nbclient import NotebookClient
-    from nbconvert import HTMLExporter
 
     notebook = nbformat.read(NOTEBOOK, as_version=4)
     # The kernel inherits the offline environment (HF_HUB_OFFLINE: nothing is downloaded).
-    NotebookClient(notebook, timeout=1800, kernel_name="python3").execute()
+    NotebookClient(notebook, timeout=3600, kernel_name="python3").execute()
     errors = [o for c in notebook.cells for o in c.get("outputs", []) if o.output_type == "error"]
     assert errors == []
-    html, _ = HTMLExporter().from_notebook_node(notebook)
-    path = tmp_path_factory.mktemp("notebook") / "notebook.html"
+    return notebook
+
+
+def export(notebook: object, folder: Path, **options: str) -> Path:
+    """The notebook as nbconvert's HTMLExporter writes it (``options``: its settings)."""
+    from nbconvert import HTMLExporter
+
+    html, _ = HTMLExporter(**options).from_notebook_node(notebook)
+    path = folder / "notebook.html"
     path.write_text(html, encoding="utf-8")
     return path
+
+
+@pytest.fixture(scope="module")
+def exported(executed: object, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The export with nbconvert's own MathJax and require.js left out: a page that loads
+    nothing at all."""
+    folder = tmp_path_factory.mktemp("notebook")
+    return export(executed, folder, mathjax_url="", require_js_url="")
 
 
 @pytest.fixture(scope="module")
@@ -78,4 +97,16 @@ def test_the_exported_notebook_draws_offline(browser, exported):
     assert canvas.get_attribute("data-picked") == ""
     opened.shot("notebook.png")
     opened.assert_clean()
+    opened.close()
+
+
+def test_the_default_export_draws_with_its_own_cdn_scripts_blocked(browser, executed, tmp_path):
+    """nbconvert's default template loads MathJax and require.js from a CDN; blocked, they are
+    the only requests and the only errors, and every display draws without them."""
+    opened = Offline(browser, export(executed, tmp_path))
+    assert len(opened.blocked) == 2 and all(u.startswith(NBCONVERT_CDN) for u in opened.blocked)
+    assert opened.errors == ["Failed to load resource: net::ERR_FAILED"] * 2
+    drawn = opened.page.eval_on_selector_all(".hl-display",
+                                             "ds => ds.map(d => !!d.dataset.hlDrawn)")  # fmt: skip
+    assert drawn == [True, True, True] and opened.page.locator(".hl-error").count() == 0
     opened.close()
