@@ -133,6 +133,7 @@ def test_the_circuit_threshold_and_node_selection(browser, page_file, displays):
     assert opened.tooltip().startswith("16.0")
     canvas.click(position={"x": x, "y": y})
     assert canvas.get_attribute("data-picked") == "16.0"
+    assert "16.0 lit with 371 of its edges" in page.get_by_test_id("circuit-count").inner_text()
     opened.shot("display-circuit.png", "[data-testid=display-circuit]")
     opened.assert_clean()
     opened.close()

@@ -93,6 +93,8 @@ def test_the_exported_notebook_draws_offline(browser, exported):
 
     canvas = page.get_by_test_id("circuit-canvas")
     assert canvas.get_attribute("data-picked") == f"{layer}.{head}"  # the head, lit
+    count = page.get_by_test_id("circuit-count").inner_text()
+    assert f"{layer}.{head} lit with " in count and "(the circuit)" in count
     canvas.click(position={"x": 5, "y": 5})  # no node there: the selection is cleared
     assert canvas.get_attribute("data-picked") == ""
     opened.shot("notebook.png")

@@ -398,7 +398,7 @@
   };
 
   // ---------------------------------------------------------------- the circuit graph
-  const SIGN = ["#3b6fd8", "#e4572e"], DASH = [[], [], [6, 4], [2, 3]], INPUT = ["", "q", "k", "v"], WIDTHS = 6;
+  const SIGN = ["#3b6fd8", "#e4572e"], DASH = [[], [], [6, 4], [2, 3]], INPUT = ["", "q", "k", "v"], WIDTHS = 6, LIT = 20;
   kinds.circuit = function (root, d) {
     const senders = decode(d.senders, Uint16Array), receivers = decode(d.receivers, Uint16Array);
     const inputs = decode(d.inputs, Uint8Array), scores = decode(d.scores, Float32Array), m = d.count;
@@ -417,7 +417,7 @@
     controls.append(el("span", null, "|score| \u2265"), slider, count);
     const base = surface(W, H, "hl-canvas"), s = surface(W, H, "hl-canvas");
     tid(s.canvas, "circuit-canvas");
-    root.append(controls, s.canvas, el("p", "hl-muted", "Layers left to right (emb, then each layer's query heads as dots and its MLP as a square below; in a GQA layer a shaded box is a K/V group, whose k and v edges land on its hollow square; logits at the right). Edges: width by |score|, blue above 0, red below; into q solid, k dashed, v dotted. Point at a node for its edges; click it to keep them lit."));
+    root.append(controls, s.canvas, el("p", "hl-muted", "Layers left to right (emb, then each layer's query heads as dots and its MLP as a square below; in a GQA layer a shaded box is a K/V group, whose k and v edges land on its hollow square; logits at the right). Edges: width by |score|, blue above 0, red below; into q solid, k dashed, v dotted. Point at a node for its edges; click it to light them (its 20 strongest at least, whatever the threshold)."));
     (function () { // the graph without edges, drawn once
       const ctx = base.ctx; ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, W, H);
       d.heads_per_layer.forEach((heads, l) => {
@@ -458,12 +458,11 @@
         let list = paths.get(key); if (!list) { list = []; paths.set(key, list); }
         list.push(i);
       }
-      const stroke = (list, only) => {
+      const stroke = (list) => {
         for (let a = 0; a < list.length; a += 400) {
           ctx.beginPath();
           for (let b = a; b < Math.min(list.length, a + 400); b++) {
             const i = list[b];
-            if (only >= 0 && senders[i] !== only && receivers[i] !== only) continue;
             ctx.moveTo(px[senders[i]], py[senders[i]]); ctx.lineTo(px[receivers[i]], py[receivers[i]]);
           }
           ctx.stroke();
@@ -475,12 +474,24 @@
         // many edges: one-pixel hairlines (the rasterizer's fast path), strength by opacity
         ctx.lineWidth = many ? 1 : 0.5 + (3.5 * (w + 0.5)) / WIDTHS;
         ctx.globalAlpha = picked < 0 ? Math.min(1, faint + (many ? 0.15 : 0.1) * w) : many ? 0.015 : 0.08;
-        stroke(list, -1);
-        if (picked >= 0) { ctx.globalAlpha = 0.95; ctx.lineWidth = 0.5 + (3.5 * (w + 0.5)) / WIDTHS; ctx.setLineDash(DASH[input]); stroke(list, picked); }
+        stroke(list);
       });
+      // the picked node's edges above the threshold, and at least its LIT strongest below it
+      let lit = [];
+      if (picked >= 0) {
+        for (let i = 0; i < m && (i < shown || lit.length < LIT); i++) if (senders[i] === picked || receivers[i] === picked) lit.push(i);
+        const top = lit.length ? Math.abs(scores[lit[0]]) : 1;
+        ctx.globalAlpha = 0.9;
+        lit.slice().reverse().forEach((i) => {
+          ctx.strokeStyle = SIGN[scores[i] < 0 ? 1 : 0]; ctx.setLineDash(DASH[inputs[i]]);
+          ctx.lineWidth = 0.8 + (3.2 * Math.abs(scores[i])) / top;
+          ctx.beginPath(); ctx.moveTo(px[senders[i]], py[senders[i]]); ctx.lineTo(px[receivers[i]], py[receivers[i]]); ctx.stroke();
+        });
+      }
       ctx.setLineDash([]); ctx.globalAlpha = 1;
       if (picked >= 0) { ctx.strokeStyle = "#111"; ctx.lineWidth = 2; ctx.beginPath(); ctx.arc(px[picked], py[picked], 6, 0, 2 * Math.PI); ctx.stroke(); }
-      count.textContent = fmt(threshold) + ": " + shown + " of " + m + " edges" + (shown === d.top && d.threshold === threshold ? " (the circuit)" : "");
+      count.textContent = fmt(threshold) + ": " + shown + " of " + m + " edges" + (shown === d.top && d.threshold === threshold ? " (the circuit)" : "") +
+        (picked >= 0 ? "; " + d.nodes[picked] + " lit with " + lit.length + " of its edges (its strongest " + Math.min(LIT, lit.length) + " at least)" : "");
       s.canvas.dataset.picked = picked < 0 ? "" : d.nodes[picked];
       s.canvas.dataset.shown = shown; s.canvas.dataset.threshold = threshold; s.canvas.dataset.ms = (performance.now() - t0).toFixed(1);
     }
