@@ -92,7 +92,8 @@ def test_roles_and_plans_carry_their_results():
     kv = show(plans).data
     assert (kv["layers"], kv["groups"]) == (30, 3)
     assert [r["kind"] for r in kv["runs"]] == [r.kind for r in plans.runs]
-    assert len(repr(result)) < 200 and len(repr(plans)) < 200
+    for part in (result, plans, result.roles, result.maps, result.statistics):
+        assert len(repr(part)) < 200 and "\n" not in repr(part)  # one line in a terminal
 
 
 def test_another_type_is_refused():
