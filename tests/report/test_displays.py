@@ -110,11 +110,14 @@ def test_ipython_shows_every_results_type_through_its_display():
     from headlab.report.displays import register_formatters
 
     shell = InteractiveShell.instance()
-    register_formatters(shell)
-    run = circuit_run()
-    for result in (head_statistics(), head_pattern(300), run, run.faithfulness,
-                   long_context_result(), kv_budget_result()):  # fmt: skip
-        data, _ = shell.display_formatter.format(result)
-        assert 'class="hl-display"' in data["text/html"]
-        assert data["text/plain"] == repr(result) and len(repr(result)) < 300
+    try:
+        register_formatters(shell)
+        run = circuit_run()
+        for result in (head_statistics(), head_pattern(300), run, run.faithfulness,
+                       long_context_result(), kv_budget_result()):  # fmt: skip
+            data, _ = shell.display_formatter.format(result)
+            assert 'class="hl-display"' in data["text/html"]
+            assert data["text/plain"] == repr(result) and len(repr(result)) < 300
+    finally:
+        InteractiveShell.clear_instance()
     assert isinstance(show(run), Display)

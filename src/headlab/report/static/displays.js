@@ -369,6 +369,7 @@
     const full = d.runs.find((r) => r.kind === "full");
     let picked = d.runs.find((r) => r.kind === "chosen") || full;
     const row = el("div", "hl-row"), left = el("div"), right = tid(el("div", "hl-table-box"), "kv-table");
+    left.style.maxWidth = "340px";  // the grid is narrow: its notes wrap beside the table
     row.append(left, right); root.append(row);
     const caption = el("p", "hl-muted");
     const grid = Grid(d.layers, d.groups, (l, g) => {
