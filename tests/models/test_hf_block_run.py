@@ -6,6 +6,7 @@
   block and the MLP read from the model's declarations: ``_no_split_modules``, ``mlp``);
 - the declared parallel flag equals what the model does: the MLP's input (read by a torch hook)
   moves with the attention's output in a sequential block and not in a parallel one;
+- an encoder whose MLP is two modules (BERT) has its sites where hooks on them see them;
 - a hybrid and a block without a declared MLP are refused in one line naming what is missing.
 """
 
@@ -16,7 +17,7 @@ import torch
 from hf_families import VOCAB, build
 
 from headlab.attention.interventions import intervene
-from headlab.models.hf import attach
+from headlab.models.hf import attach, block_parts
 from headlab.models.interface import TokenBatch
 from headlab.models.run_protocol import RunnableModel, StopAt, cache
 
@@ -106,10 +107,61 @@ def test_the_declared_parallel_flag_is_what_the_model_does(family):
     assert moved is not block.parallel
 
 
-def test_a_hybrid_and_an_encoder_are_refused_in_one_line():
+def test_a_hybrid_and_a_block_without_a_declared_mlp_are_refused_in_one_line(monkeypatch):
     with pytest.raises(ValueError, match=r"blocks in .* with attention \(a hybrid\)") as error:
         attach(build("jamba")).blocks()
     assert "\n" not in str(error.value)
-    with pytest.raises(ValueError, match="none of the MLP attributes") as error:
-        attach(build("bert")).blocks()
+    monkeypatch.setattr(block_parts, "MLP_ATTRIBUTES", ())
+    with pytest.raises(ValueError, match=r"block LlamaDecoderLayer has none of the MLP") as error:
+        attach(build("llama")).blocks()
     assert "\n" not in str(error.value)
+
+
+def test_an_encoder_whose_mlp_is_two_modules():
+    """BERT's MLP is ``intermediate`` then ``output.dense`` (residual add and norm after): its
+    sites are what hooks on those modules see, and a whole run is BERT's own output."""
+    model = attach(build("bert"))
+    assert [s.name for s in model.streams()] == ["encoder"]
+    batch = _batch()
+    layer = model.model.encoder.layer[1]
+    seen = {}
+    handles = [
+        layer.register_forward_pre_hook(lambda m, a, k: seen.__setitem__(
+            "resid_in", a[0] if a else k["hidden_states"]), with_kwargs=True),
+        layer.intermediate.register_forward_pre_hook(lambda m, a: seen.__setitem__("mlp_in", a[0])),
+        layer.output.dense.register_forward_hook(lambda m, a, o: seen.__setitem__("mlp_out", o)),
+        layer.register_forward_hook(lambda m, a, o: seen.__setitem__(
+            "resid_out", o if isinstance(o, torch.Tensor) else o[0])),
+    ]  # fmt: skip
+    try:
+        with torch.no_grad():
+            want = model.model(input_ids=batch.input_ids,
+                               attention_mask=batch.attention_mask.long()).last_hidden_state
+    finally:
+        for handle in handles:
+            handle.remove()
+    kept = cache(model, batch)
+    torch.testing.assert_close(kept.final, want, rtol=1e-5, atol=1e-5)
+    for site in ("resid_in", "mlp_in", "mlp_out", "resid_out"):
+        with torch.no_grad():
+            got = model.run_blocks(batch, start=1, hidden=kept.resid[1], stop=StopAt(1, site))
+        torch.testing.assert_close(got, seen[site], rtol=1e-5, atol=1e-5)
+
+
+def test_a_variant_has_its_own_block_sites():
+    """A variant (heads removed from block 0) has its own view of block 0, which shares the
+    original's MLP module but not its sites: an intervention on one model's block 0 leaves the
+    other's run as it was (block 1, unchanged, is one module and one set of sites for both, as
+    its attention is)."""
+    model = attach(build("llama"))
+    variant = model.without_heads({0: [1]})
+    batch = _batch()
+    with torch.no_grad():
+        before = variant.run_blocks(batch)
+        assert variant.blocks()[1].sites is model.blocks()[1].sites
+        with intervene(model.blocks()[0], "mlp_out", lambda t: 0 * t):
+            assert torch.equal(variant.run_blocks(batch), before)
+            changed = model.run_blocks(batch)
+        with intervene(variant.blocks()[0], "mlp_out", lambda t: 0 * t):
+            assert not torch.allclose(variant.run_blocks(batch), before)
+        assert not torch.allclose(changed, model.run_blocks(batch))
