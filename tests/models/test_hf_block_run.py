@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import transformers
 from hf_families import VOCAB, build
 
 from headlab.attention.interventions import intervene
@@ -88,9 +89,21 @@ def test_the_protocol_equals_transformers(family):
     assert all("forward" not in vars(p.module) for p in model._block_parts()[1])
 
 
-@pytest.mark.parametrize("family", ["llama", "gpt2", "gpt_neox", "phi3"])
+def _parallel_family(name: str):
+    """Tiny random models of the families parallel by their code alone (no config switch)."""
+    torch.manual_seed(0)
+    sizes = {"vocab_size": VOCAB}
+    if name == "phi":
+        config = transformers.PhiConfig(hidden_size=32, num_attention_heads=4,
+                                        num_hidden_layers=2, intermediate_size=37, **sizes)
+        return transformers.PhiForCausalLM(config).eval()
+    config = transformers.GPTJConfig(n_embd=32, n_head=4, n_layer=2, rotary_dim=4, **sizes)
+    return transformers.GPTJForCausalLM(config).eval()
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2", "gpt_neox", "phi3", "phi", "gptj"])
 def test_the_declared_parallel_flag_is_what_the_model_does(family):
-    model = attach(build(family))
+    model = attach(_parallel_family(family) if family in ("phi", "gptj") else build(family))
     block = model.blocks()[1]
     mlp = model.model.get_submodule(model._block_parts()[1][1].path).mlp
     batch = _batch()
