@@ -7,11 +7,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from headlab.attention.interventions import record
+from headlab.attention.interventions import intervene, record
 from headlab.attention.sites import BLOCK_SITES, Sites
 from headlab.models.interface import TokenBatch
 from headlab.models.run_protocol import Block, RunnableModel, StopAt, Stream, cache
-from toy_family import Toy
+from toy_family import D, H, Toy
+from toy_seq2seq import ENCODER, ToySeq2Seq
 
 
 def _batch() -> TokenBatch:
@@ -63,3 +64,39 @@ def test_a_stop_at_each_site_is_what_the_whole_run_saw(mlp):
         toy.run_blocks(batch, start=3, hidden=kept.resid[0])
     with pytest.raises(ValueError, match="has no cross-attention"):
         toy.run_blocks(batch, stop=StopAt(0, "q", cross=True))
+
+
+def test_two_streams_fit_the_protocol():
+    """The toy encoder-decoder: its decoder blocks' cross-attention reads the encoder's final
+    states at its key and value inputs; a run that starts in the decoder with the encoder's
+    states as its source gives the whole run's output; an intervention in the encoder reaches
+    the decoder through the cross-attention."""
+    model = ToySeq2Seq(seed=2)
+    assert isinstance(model, RunnableModel)
+    assert [s.name for s in model.streams()] == ["encoder", "decoder"]
+    blocks = model.blocks()
+    assert [(b.stream, b.reads) for b in blocks] == [("encoder", None)] * ENCODER + [
+        ("decoder", "encoder")] * (len(blocks) - ENCODER)  # fmt: skip
+    source = _batch()
+    target = TokenBatch(source.input_ids.flip(1)[:, :5], source.attention_mask[:, :5], [])
+    inputs = {"encoder": source, "decoder": target}
+    kept = cache(model, inputs)
+    memory = kept.streams_out["encoder"]
+    with torch.no_grad():
+        out = model.run_blocks(inputs, stop=StopAt(ENCODER - 1, "resid_out"))
+    torch.testing.assert_close(memory, out)
+    for block in blocks[ENCODER:]:
+        with torch.no_grad():
+            keys = model.run_blocks(inputs, stop=StopAt(block.index, "k", cross=True))
+        w_k = block.cross_attention.k.weight  # (head * d_head, d_model)
+        want = (memory @ w_k.T).view(2, 6, H, D).transpose(1, 2)  # (batch, head, k_pos, d_head)
+        torch.testing.assert_close(keys, want)
+        with torch.no_grad():
+            again = model.run_blocks(inputs, start=block.index, hidden=kept.resid[block.index],
+                                     sources={"encoder": memory})  # fmt: skip
+        torch.testing.assert_close(again, kept.final)
+    with pytest.raises(ValueError, match="needs the encoder's states"):
+        model.run_blocks(inputs, start=ENCODER, hidden=kept.resid[ENCODER])
+    with torch.no_grad(), intervene(blocks[0], "mlp_out", lambda t: 0 * t):
+        moved = model.run_blocks(inputs)
+    assert not torch.allclose(moved, kept.final)

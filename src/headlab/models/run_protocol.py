@@ -3,7 +3,7 @@
 The analyses that follow the residual stream (``circuits``, and any analysis that patches a
 block's input or output) ask a model for this and nothing else; every model kind implements it
 once, in ``models/`` (the transformers route in ``models/hf/block_run.py``; the tests' toy family
-in tests/toy_family.py). Shapes use ``batch, pos, head, kv_head, d_head, d_model``.
+in tests/toy_family.py and their toy encoder-decoder, with two streams, in tests/toy_seq2seq.py). Shapes use ``batch, pos, head, kv_head, d_head, d_model``.
 
 Streams (``Stream``): the token sequences a model's residual streams run over. A decoder or an
 encoder has one ("text"); an encoder-decoder two (its encoder's and its decoder's); a vision
@@ -51,6 +51,8 @@ from headlab.models.interface import AttentionLayer, TokenBatch
 STREAM_KINDS = ("text", "patches", "audio")
 #: Interventions entered into the run's ExitStack (removed when the run ends).
 Interventions = Callable[[ExitStack], None]
+#: A run's input: the batch of its one stream, or one batch per stream (stream name -> batch).
+Inputs = TokenBatch | Mapping[str, TokenBatch]
 
 
 @dataclass(frozen=True)
@@ -139,7 +141,7 @@ class RunnableModel(Protocol):
 
     def run_blocks(
         self,
-        batch: TokenBatch,
+        batch: Inputs,
         *,
         start: int = 0,
         hidden: Tensor | None = None,
@@ -150,7 +152,8 @@ class RunnableModel(Protocol):
         interventions: Interventions | None = None,
         sources: Mapping[str, Tensor] | None = None,
     ) -> Tensor:
-        """One run of ``copies`` copies of ``batch`` (module docstring). hidden: the resid_in of
+        """One run of ``copies`` copies of ``batch`` (module docstring; a model with several
+        streams takes one batch per stream, by name). hidden: the resid_in of
         block ``start`` (copies * batch, pos, d_model), or with ``start`` = the block count the
         stream leaving the last block; None: the model's own embeddings. rows: only the
         positions rows.start .. rows.stop - 1, at their own positions (for the maps that act on
@@ -229,21 +232,25 @@ class RunCache:
     """One whole run (``cache``): resid, the stream entering each block and leaving the last
     (blocks + 1 tensors (batch, pos, d_model)); head_outputs, per block (batch, head, pos,
     d_head); mlp, per block (batch, pos, d_model) or None; final, the final states at the kept
-    positions (batch, n_kept, d_model)."""
+    positions (batch, n_kept, d_model); streams_out: each stream's states leaving its last block
+    (what a cross-attention of a later stream reads: ``run_blocks``' ``sources``)."""
 
     resid: list[Tensor]
     head_outputs: list[Tensor]
     mlp: list[Tensor | None]
     final: Tensor
+    streams_out: dict[str, Tensor]
 
 
-def cache(model: RunnableModel, batch: TokenBatch, keep: Tensor | None = None) -> RunCache:
+def cache(model: RunnableModel, batch: Inputs, keep: Tensor | None = None) -> RunCache:
     """One whole run of ``batch`` without autograd, keeping what ``RunCache`` holds."""
     blocks = model.blocks()
     n = len(blocks)
     resid: list = [None] * (n + 1)
     heads: list = [None] * n
     mlp: list = [None] * n
+    streams_out: dict[str, Tensor] = {}
+    last = {block.stream: block for block in blocks}  # each stream's last block
 
     def keeping(stack: ExitStack) -> None:
         for block in blocks:
@@ -253,10 +260,13 @@ def cache(model: RunnableModel, batch: TokenBatch, keep: Tensor | None = None) -
             if block.has_mlp:
                 stack.enter_context(intervene(block, "mlp_out", _into(mlp, i)))
         stack.enter_context(intervene(blocks[-1], "resid_out", _into(resid, n)))
+        for name, block in last.items():
+            keep_out = lambda t, name=name: streams_out.__setitem__(name, t.detach())  # noqa: E731
+            stack.enter_context(intervene(block, "resid_out", keep_out))
 
     with torch.no_grad():
         final = model.run_blocks(batch, keep=keep, interventions=keeping)
-    return RunCache(resid, heads, mlp, final)
+    return RunCache(resid, heads, mlp, final, streams_out)
 
 
 @contextmanager
@@ -288,7 +298,7 @@ def _into(store: list, index: int) -> Callable[[Tensor], None]:
 
 
 __all__ = [
-    "STREAM_KINDS", "Block", "BlockAttention", "Interventions", "RunCache", "RunnableModel",
-    "StopAt", "Stream", "cache", "check_start", "given_stream", "kept_outputs", "stop_target",
-    "stopped_run",
+    "STREAM_KINDS", "Block", "BlockAttention", "Inputs", "Interventions", "RunCache",
+    "RunnableModel", "StopAt", "Stream", "cache", "check_start", "given_stream", "kept_outputs",
+    "stop_target", "stopped_run",
 ]  # fmt: skip
