@@ -3,7 +3,8 @@
 The analyses that follow the residual stream (``circuits``, and any analysis that patches a
 block's input or output) ask a model for this and nothing else; every model kind implements it
 once, in ``models/`` (the transformers route in ``models/hf/block_run.py``; the tests' toy family
-in tests/toy_family.py and their toy encoder-decoder, with two streams, in tests/toy_seq2seq.py). Shapes use ``batch, pos, head, kv_head, d_head, d_model``.
+in tests/toy_family.py and their toy encoder-decoder, with two streams, in tests/toy_seq2seq.py).
+Shapes use ``batch, pos, head, kv_head, d_head, d_model``.
 
 Streams (``Stream``): the token sequences a model's residual streams run over. A decoder or an
 encoder has one ("text"); an encoder-decoder two (its encoder's and its decoder's); a vision
