@@ -88,3 +88,15 @@ def test_families(family, parallel, grouped):
 def test_encoder_refused():
     with pytest.raises(ValueError, match="not a decoder"):
         circuit_blocks(attach(build("bert")))
+
+
+def test_a_model_without_the_run_protocol_is_refused_in_one_line():
+    from toy_family import Toy
+
+    class Bare:
+        name, causal = "bare", True
+
+    with pytest.raises(ValueError, match="bare does not give its blocks") as error:
+        graph_of(Bare())
+    assert "\n" not in str(error.value)
+    assert len(graph_of(Toy.build(mlp=True)).layers) == 2
