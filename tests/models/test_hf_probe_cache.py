@@ -76,38 +76,54 @@ def test_a_cached_entry_gives_what_the_probe_finds(name, tmp_path, monkeypatch) 
     assert [_facts(layer) for layer in second] == want
 
 
+def _first(entry: dict) -> dict:
+    return entry["templates"][0]
+
+
 def _rows_beyond_the_weight(entry: dict) -> None:
-    entry["layers"][0]["query"]["offsets"][-1] = 10_000
+    _first(entry)["query"]["offsets"][-1] = 10_000
 
 
 def _a_path_that_is_not_there(entry: dict) -> None:
-    entry["layers"][1]["query"]["path"] = "model.layers.7.self_attn.q_proj"
+    _first(entry)["query"]["path"] = [0, "q_nowhere"]
 
 
 def _another_module(entry: dict) -> None:
-    entry["layers"][0]["key"]["path"] = "model.layers.0.self_attn.v_proj"
+    _first(entry)["key"]["path"] = [0, "v_proj"]
 
 
 def _another_layout(entry: dict) -> None:
-    entry["layers"][0]["query"]["transposed"] = True
+    _first(entry)["query"]["transposed"] = True
 
 
 def _heads_swapped(entry: dict) -> None:
-    offsets = entry["layers"][1]["query"]["offsets"]
+    offsets = _first(entry)["query"]["offsets"]
     offsets[0], offsets[1] = offsets[1], offsets[0]
 
 
 def _two_heads_on_one_slice(entry: dict) -> None:
-    offsets = entry["layers"][1]["query"]["offsets"]
+    offsets = _first(entry)["query"]["offsets"]
     offsets[1] = offsets[0]
 
 
-def _a_layer_too_many(entry: dict) -> None:
-    entry["layers"].append(entry["layers"][0])
+def _a_class_not_held(entry: dict) -> None:
+    entry["templates"].append({**_first(entry), "class": "GPT2Attention"})
 
 
 def _a_head_too_few(entry: dict) -> None:
-    entry["layers"][0]["value"]["offsets"].pop()
+    _first(entry)["value"]["offsets"].pop()
+
+
+def _another_size(entry: dict) -> None:
+    _first(entry)["num_kv_heads"] = 3
+
+
+def _another_norm(entry: dict) -> None:
+    _first(entry)["input_norm"] = [1, "post_attention_layernorm"]
+
+
+def _no_output(entry: dict) -> None:
+    _first(entry)["output"] = None
 
 
 def _not_json(entry: dict) -> str:
@@ -115,11 +131,11 @@ def _not_json(entry: dict) -> str:
 
 
 def _keys_missing(entry: dict) -> None:
-    del entry["layers"][0]["query"]
+    del _first(entry)["query"]
 
 
 def _a_huge_number(entry: dict) -> None:
-    entry["layers"][1]["query"]["offsets"][0] = 10**30
+    _first(entry)["query"]["offsets"][0] = 10**30
 
 
 def _nested_without_end(entry: dict) -> str:
@@ -127,12 +143,12 @@ def _nested_without_end(entry: dict) -> str:
 
 
 def _wrong_types(entry: dict) -> None:
-    entry["layers"][0]["query"]["transposed"] = "no"
-    entry["layers"][0]["key"]["offsets"] = ["0", "8"]
+    _first(entry)["query"]["transposed"] = "no"
+    _first(entry)["key"]["offsets"] = ["0", "8"]
 
 
 def _a_list(entry: dict) -> str:
-    return json.dumps(entry["layers"])
+    return json.dumps(entry["templates"])
 
 
 DAMAGES = [
@@ -142,8 +158,11 @@ DAMAGES = [
     _another_layout,
     _heads_swapped,
     _two_heads_on_one_slice,
-    _a_layer_too_many,
+    _a_class_not_held,
     _a_head_too_few,
+    _another_size,
+    _another_norm,
+    _no_output,
     _not_json,
     _keys_missing,
     _a_huge_number,
@@ -169,28 +188,38 @@ def test_an_entry_that_fails_its_check_is_discarded_and_rebuilt(damage, tmp_path
         assert [_facts(layer) for layer in probed_layers(model, "llama", root=tmp_path)] == want
     assert len(notices) == 1 and str(path) in str(notices[0].message)
     rewritten = json.loads(path.read_text())  # rewritten with what the probe found
-    assert rewritten["layers"][1]["query"]["offsets"] == [0, 8, 16, 24, 32, 40]
+    assert _first(rewritten)["query"]["offsets"] == [0, 8, 16, 24, 32, 40]
     assert not list((tmp_path / FOLDER).glob(".tmp-*"))
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the rewritten entry passes: no notice
         probed_layers(model, "llama", root=tmp_path)
 
 
-@pytest.mark.parametrize("name", ["llama", "phi3", "gpt_neox", "gpt2"])
-def test_an_entry_that_passes_is_checked_without_searching(name, tmp_path, monkeypatch) -> None:
-    """The claims are checked on the probe's forward; the search (``_slice``) never runs."""
+@pytest.mark.parametrize("name", ["llama", "phi3", "gpt_neox", "gpt2", "bert", "jamba"])
+def test_an_entry_that_passes_is_checked_by_a_probe_of_one_layer(name, tmp_path, monkeypatch):
+    """The claims are checked on a forward stopped after the first attention layer (one call
+    of the attention function); the search (``_slice``) never runs."""
     model = _on_headlab(name)
     want = [_facts(layer) for layer in probe(model, name)]
     probed_layers(model, name, root=tmp_path)
+    calls = []
+    first_calls = probe_module._first_calls
+
+    def counted(recorder, family):
+        calls.append(len(recorder.calls))
+        return first_calls(recorder, family)
+
     with monkeypatch.context() as patch:
         patch.setattr(probe_module, "_slice", _no_probe)
+        patch.setattr(probe_module, "_first_calls", counted)
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             assert [_facts(layer) for layer in probed_layers(model, name, root=tmp_path)] == want
+    assert calls == [1]
 
 
 def test_swapped_heads_in_the_entry_do_not_swap_composition_scores(tmp_path) -> None:
-    """The issue's case, end to end: heads 0 and 1 of layer 1 swapped in the entry; the
+    """The issue's case, end to end: heads 0 and 1 swapped in the entry; the
     composition scores read from a model whose layers came through the cache are those of a
     fresh probe."""
     from headlab.circuits.composition import composition_scores

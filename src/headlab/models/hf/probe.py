@@ -17,11 +17,12 @@ No family is named: ``probe(model)`` runs a forward of three tokens with a recor
   projection and the attention (QK-norm) leaves no such slice: then there is no W_Q, and
   ``HFAttentionLayer.query_key_weights`` says why.
 
-Claims (``probe_checking``): where a cached entry (probe_cache.py) says each head's rows are,
-the same observed forward checks it instead of searching: the named module sits inside the
-attention module, its layout is the observed one, and at each head's claimed offset its output
-*is* that head's query (key, value), the heads' rows apart. A claim that holds gives what the
-search gives wherever the weights tell the heads apart; one that does not is searched, and said.
+Claims (``probe_first``): where a cached entry (probe_cache.py) says each head's rows are, a
+forward observed up to the first layer of each attention class checks it instead of searching:
+the named module sits inside the attention module, its layout is the observed one, and at each
+head's claimed offset its output *is* that head's query (key, value), the heads' rows apart. A
+claim that holds gives what the search gives wherever the weights tell the heads apart; one that
+does not is searched, and said.
 """
 
 from __future__ import annotations
@@ -70,6 +71,8 @@ class Recorder:
     seen: dict[int, Seen] = field(default_factory=dict)
     #: id -> (module, its output's first row) for each module with a 1-D weight (norms)
     norms: dict[int, tuple[nn.Module, Tensor]] = field(default_factory=dict)
+    #: the attention classes still to be seen (called, output read) before the forward may stop
+    wanted: set[type] | None = None
 
     def attention(
         self, module: nn.Module, query: Tensor, key: Tensor, value: Tensor, returned: Tensor
@@ -93,6 +96,10 @@ class Recorder:
         for call in self.calls:
             if call.output is None and _same_memory(x, call.returned):
                 call.output = (module, transposed)
+                if self.wanted is not None:
+                    self.wanted.discard(type(call.module))
+                    if not self.wanted:
+                        raise _Enough
         if id(module) not in self.seen and x.numel():
             rows_x, rows_y = x.reshape(-1, x.shape[-1]), y.reshape(-1, y.shape[-1])
             self.seen[id(module)] = Seen(rows_x[0].detach().clone(), rows_y[0].detach().clone(),
@@ -215,21 +222,39 @@ def probe(model: nn.Module, family: str, tokens: int = 3) -> list[HFAttentionLay
     """Each attention module of ``model`` (loaded on headlab's attention) as an
     HFAttentionLayer, in the order a forward calls them. Raises ValueError when no module calls
     the attention function."""
-    return probe_checking(model, family, None, tokens)[0]
+    paths = {id(m): name for name, m in model.named_modules()}
+    recorder = _observe(model, tokens)
+    config, modules = model.config.get_text_config(), dict(model.named_modules())
+    return [_layer(call, recorder, paths, family, config, None, modules)[0]
+            for call in _first_calls(recorder, family)]  # fmt: skip
 
 
 #: The three projections a claim may name, in an entry's order.
 CLAIMED = ("query", "key", "value")
 
 
-def probe_checking(
-    model: nn.Module, family: str, claims: list[dict[str, Claim | None]] | None, tokens: int = 3
-) -> tuple[list[HFAttentionLayer], str | None]:
-    """``probe``, checking ``claims`` (one dict per layer, keyed by ``CLAIMED``) on the same
-    forward instead of searching: (layers, why a claim failed or None). A claim that fails is
-    searched; so is every projection without one."""
+def probe_first(
+    model: nn.Module, family: str, claims: dict[type, dict[str, Claim | None]], tokens: int = 3
+) -> tuple[dict[type, HFAttentionLayer], str | None]:
+    """The first attention layer of each class in ``claims``, its query, key and value claims
+    checked on the observed forward instead of searched (a claim that fails, or None, is
+    searched): (class -> layer, why a claim failed or None). The forward stops once each of
+    these layers has been called and its output read: a probe of one layer per class."""
     paths = {id(m): name for name, m in model.named_modules()}
-    recorder = _observe(model, tokens)
+    recorder = _observe(model, tokens, wanted=set(claims))
+    config, modules = model.config.get_text_config(), dict(model.named_modules())
+    found, refuted = {}, None
+    for call in _first_calls(recorder, family):
+        cls = type(call.module)
+        if cls in claims and cls not in found:
+            found[cls], why = _layer(call, recorder, paths, family, config, claims[cls], modules)
+            refuted = refuted or (why and f"{paths[id(call.module)]}: {why}")
+    missing = [cls.__qualname__ for cls in claims if cls not in found]
+    return found, refuted or (missing and f"no call of {', '.join(missing)}") or None
+
+
+def _first_calls(recorder: Recorder, family: str) -> list[Call]:
+    """Each attention module's first call, in call order; ValueError when there is none."""
     if not recorder.calls:
         raise ValueError(f"family {family!r}: no module called headlab's attention function")
     calls, seen_modules = [], set()
@@ -237,23 +262,17 @@ def probe_checking(
         if id(call.module) not in seen_modules:
             seen_modules.add(id(call.module))
             calls.append(call)
-    config = model.config.get_text_config()
-    refuted = None
-    if claims is not None and len(claims) != len(calls):
-        refuted, claims = f"{len(claims)} layers for the model's {len(calls)}", None
-    modules = dict(model.named_modules())
-    layers = []
-    for index, call in enumerate(calls):
-        layer, why = _layer(call, recorder, paths, family, config,
-                            None if claims is None else claims[index], modules)  # fmt: skip
-        refuted = refuted or (why and f"layer {index}: {why}")
-        layers.append(layer)
-    return layers, refuted
+    return calls
 
 
-def _observe(model: nn.Module, tokens: int) -> Recorder:
-    """One forward of ``tokens`` tokens, observed (see the module docstring)."""
-    recorder = Recorder()
+class _Enough(Exception):
+    """Raised from a hook to stop a forward that has shown all that is wanted."""
+
+
+def _observe(model: nn.Module, tokens: int, wanted: set[type] | None = None) -> Recorder:
+    """One forward of ``tokens`` tokens, observed (see the module docstring); with ``wanted``,
+    stopped once a module of each of these classes has been called and its output read."""
+    recorder = Recorder(wanted=None if wanted is None else set(wanted))
     hooks = []
 
     def hook(module: nn.Module, args: tuple, output: object) -> None:
@@ -277,6 +296,8 @@ def _observe(model: nn.Module, tokens: int) -> Recorder:
     try:
         with torch.no_grad():
             model(input_ids=ids, attention_mask=torch.ones_like(ids))
+    except _Enough:
+        pass
     finally:
         RECORDER.reset(token)
         for handle in hooks:

@@ -7,24 +7,26 @@ depends on the code that runs (transformers' class for the config) and the model
 on the weights' values (but see below), so ``probed_layers`` keeps it as JSON, one small file per
 
     key = SHA-256 of (FORMAT, the source of the code that probes (probe.py, observe.py,
-          layer.py), transformers' and torch's versions, the model's class, its config without
-          the folder's name, every module's name and class, every parameter's name, shape and
-          dtype)
+          layer.py, probe_template.py), transformers' and torch's versions, the model's class,
+          its config without the folder's name, every module's name and class, every
+          parameter's name, shape and dtype)
 
 in ``<headlab's cache>/probes/<key>.json`` (``gguf_cache.cache_root``: ``$HEADLAB_CACHE`` or the
 platform's cache folder; a few kB per model, written atomically: a temporary file renamed into
 place).
 
-An entry holds only what the probe's search finds (``probe.Claim``: for each layer's query,
-key and value, the module, its layout and each head's first row); everything else (the layers,
-their sizes, the output projection, the norm) is read from the probe's forward itself, which
-runs at every load (three tokens). The entry is an input like any other: read by the bounded,
-typed reader (``cache_files.read_entry``; a wrong type, a huge number, a deep nesting fail
-there), then every claim is checked on that forward: the module is inside the attention module,
-and at each head's offset its output is that head's query (key, value), the heads' rows apart.
-So an entry that passes gives what the search would give wherever the weights tell the heads
-apart (permuted heads, two heads on one slice, another module all fail); one that fails is
-discarded with one ``CacheNotice``, searched, and written again. The search is what is saved.
+An entry holds one template per attention class (probe_template.py: the first layer's sizes,
+output projection, norm, and each head's first query, key and value row, every path relative to
+the layer's own). It is an input like any other: read by the bounded, typed reader
+(``cache_files.read_entry``; a wrong type, a huge number, a deep nesting fail there), then
+checked on the model by a probe of one layer per class: a forward stopped after the first layer
+of each class checks the template's claims there (the module is inside the attention module, and
+at each head's offset its output *is* that head's query, key or value, the heads' rows apart),
+and that layer must give the template again; every other layer of the class is that layer moved
+to its own path, its modules shaped as the first's. So an entry that passes gives what the
+search gives wherever the weights tell the heads apart (permuted heads, two heads on one slice,
+another module all fail); one that fails is discarded with one ``CacheNotice``, probed, and
+written again. What is saved: the forward past the first layer, and the search.
 
 A finding that only these weights' values decide (two heads matched to one slice, as zero or
 copied weights make them) is not kept; a cache that cannot be written costs only the search.
@@ -39,31 +41,22 @@ import contextlib
 import functools
 import hashlib
 import json
-from dataclasses import asdict
 from pathlib import Path
 
 from torch import nn
 
-from headlab.models.cache_files import (
-    BadEntry,
-    discarded,
-    expect,
-    expect_int,
-    read_entry,
-    write_entry,
-)
+from headlab.models.cache_files import BadEntry, discarded, expect, read_entry, write_entry
 from headlab.models.hf.layer import HFAttentionLayer, Projection
-from headlab.models.hf.probe import CLAIMED, Claim, claim_of, probe, probe_checking
+from headlab.models.hf.probe import probe
+from headlab.models.hf.probe_template import check_templates, checked_layers, to_entry
 
 FORMAT = 2  # bump it when how an entry is written changes (a change of the probe's code is keyed)
 #: The modules whose code decides what the probe finds: their source is part of every key, so an
 #: entry written by an older probe is never read back by a newer one.
-PROBE_CODE = ("probe.py", "observe.py", "layer.py")
+PROBE_CODE = ("probe.py", "observe.py", "layer.py", "probe_template.py")
 FOLDER = "probes"
 #: Config entries that name where the checkpoint was read, not what it is.
 WHERE = ("_name_or_path", "_commit_hash")
-MAX_HEADS = 2**16  # offsets per projection an entry may name
-MAX_ROWS = 2**40  # a row index an entry may name (checked against the weight later)
 
 
 def probe_key(model: nn.Module) -> str | None:
@@ -98,87 +91,47 @@ def _probe_code() -> str:
     return digest.hexdigest()
 
 
-def to_entry(layers: list[HFAttentionLayer]) -> dict:
-    """The entry of ``layers``: for each layer, where each head's query, key and value rows
-    are (``probe.Claim``: the module's path, its layout, each head's first row), or null where
-    the probe found none (searched again at every check)."""
-    claims = [
-        {
-            name: None if claim is None else asdict(claim)
-            for name, claim in zip(
-                CLAIMED,
-                (claim_of(layer.query, layer.num_heads), claim_of(layer.key, layer.num_kv_heads),
-                 claim_of(layer.value, layer.num_kv_heads)),
-                strict=True,
-            )
-        }
-        for layer in layers
-    ]  # fmt: skip
-    return {"format": FORMAT, "layers": claims}
-
-
-def _claim(value: object, what: str) -> Claim | None:
-    if value is None:
-        return None
-    path = expect(value, "path", str)
-    offsets = expect(value, "offsets", list)
-    if not offsets or len(path) > 1000 or len(offsets) > MAX_HEADS:
-        raise BadEntry(f"{what}: expected a module path and 1 to {MAX_HEADS} offsets")
-    rows = tuple(expect_int(o, f"{what}'s offsets", 0, MAX_ROWS) for o in offsets)
-    return Claim(path, expect(value, "transposed", bool), rows)
-
-
-def read_claims(path: Path) -> list[dict[str, Claim | None]]:
-    """The claims of the entry at ``path``, read bounded and checked by type and range;
-    FileNotFoundError, or BadEntry saying what is wrong."""
+def read_templates(path: Path) -> list[dict]:
+    """The templates of the entry at ``path`` (probe_template.py), read bounded and checked by
+    type and range; FileNotFoundError, or BadEntry saying what is wrong."""
     document = read_entry(path)
     if expect(document, "format", int) != FORMAT:
         raise BadEntry(f"format {document['format']}, expected {FORMAT}")
-    layers = expect(document, "layers", list)
-    if not layers:
-        raise BadEntry("no layers")
-    return [
-        {name: _claim(expect(layer, name, (dict, type(None))), f"layer {i}'s {name}")
-         for name in CLAIMED}
-        for i, layer in enumerate(layers)
-    ]  # fmt: skip
+    return check_templates(expect(document, "templates", list))
 
 
 def probed_layers(
     model: nn.Module, family: str, root: Path | None = None
 ) -> list[HFAttentionLayer]:
-    """``probe(model, family)``, checking the claims of the cache's entry on the probe's
-    forward instead of searching when this model's code and shapes were probed before (see the
-    module docstring); ``root``: the cache folder (default ``gguf_cache.cache_root()``). An
-    entry that cannot be read or whose claims fail is discarded with one ``CacheNotice`` and
-    written again. Raises what ``probe`` raises."""
+    """``probe(model, family)``, or, when this model's code and shapes were probed before, the
+    layers of the cache's entry checked by a probe of one layer per class (see the module
+    docstring); ``root``: the cache folder (default ``gguf_cache.cache_root()``). An entry that
+    cannot be read or does not pass is discarded with one ``CacheNotice``, probed and written
+    again. Raises what ``probe`` raises."""
     from headlab.models.gguf_cache import cache_root
 
     key = probe_key(model)
     if key is None:
         return probe(model, family)
     path = (cache_root() if root is None else Path(root)) / FOLDER / f"{key}.json"
-    claims, why = None, None
     try:
-        claims = read_claims(path)
+        return checked_layers(model, family, read_templates(path))
     except FileNotFoundError:
         pass
     except BadEntry as error:
-        why = str(error)
-    layers, refuted = probe_checking(model, family, claims)
-    why = why or refuted
-    if why is not None:
-        discarded("the probe cache entry", path, why)
-    if (claims is None or why is not None) and distinct(layers):
-        _write(path, layers)
+        discarded("the probe cache entry", path, str(error))
+    layers = probe(model, family)
+    templates = to_entry(model, layers) if distinct(layers) else None
+    if templates is not None:
+        _write(path, {"format": FORMAT, "templates": templates})
     return layers
 
 
-def _write(path: Path, layers: list[HFAttentionLayer]) -> None:
-    """The entry of ``layers`` written atomically; nothing when the cache cannot be written."""
+def _write(path: Path, entry: dict) -> None:
+    """``entry`` written atomically; nothing when the cache cannot be written."""
     with contextlib.suppress(OSError):
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_entry(path, to_entry(layers))
+        write_entry(path, entry)
 
 
 def distinct(layers: list[HFAttentionLayer]) -> bool:
