@@ -112,3 +112,28 @@ def test_a_prepared_mask_is_returned_as_it_is_when_it_describes_the_call():
     with pytest.raises(ValueError, match=r"describes .* = \(2, 3, 11, 5, 0\), the model's call "
                        r"\(2, 1, 11, 5, 0\)"):  # fmt: skip
         headlab_mask(batch_size=2, q_length=1, kv_length=11, q_offset=5, attention_mask=prepared)
+
+
+@pytest.mark.parametrize("name", ["llama", "gpt_neox"])
+def test_generate_from_embeddings_with_a_static_cache_gives_sdpas_tokens(name, models):
+    """As transformers' ``test_generate_from_inputs_embeds_with_static_cache``: the prompt as
+    embeddings, the mask prepared in advance from them."""
+    model = models(name)
+    ids = torch.randint(3, VOCAB, (2, 5), generator=torch.Generator().manual_seed(3))
+    embeds = model.get_input_embeddings()(ids).detach()
+    outputs = {}
+    try:
+        for implementation in ("sdpa", "headlab"):
+            model.set_attn_implementation(implementation)
+            with torch.no_grad():
+                outputs[implementation] = model.generate(
+                    inputs_embeds=embeds, attention_mask=torch.ones_like(ids),
+                    max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,
+                    cache_implementation="static", return_dict_in_generate=True,
+                    output_scores=True,
+                )  # fmt: skip
+    finally:
+        model.set_attn_implementation("sdpa")
+    assert outputs["headlab"].sequences.tolist() == outputs["sdpa"].sequences.tolist()
+    for ours, theirs in zip(outputs["headlab"].scores, outputs["sdpa"].scores, strict=True):
+        torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
