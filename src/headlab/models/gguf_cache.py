@@ -47,14 +47,13 @@ import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
-from headlab.models.cache_files import BadEntry, expect, expect_int, read_entry, write_entry
+from headlab.models.cache_files import BadEntry, write_entry
+from headlab.models.gguf_manifest import FORMAT, MANIFEST, read_manifest
 from headlab.notices import CacheNotice
 
 CACHE_ENV = "HEADLAB_CACHE"
-MANIFEST = "headlab-manifest.json"
 #: headlab's mark in every folder it writes, first: a folder without it is never deleted
 MARK = ".headlab-conversion"
-FORMAT = 2  # bump it when what a converted folder holds changes: older folders are rebuilt
 
 
 def cache_root() -> Path:
@@ -118,7 +117,6 @@ def file_digest(path: Path) -> str:
 
 #: A file changed this close to the recording of its stat is hashed at every check ("racy").
 RACY_NS = 2_000_000_000
-_NS = 2**64  # a bound on every size, time (ns) and inode a manifest records
 
 
 def _stat_facts(path: Path) -> list[int]:
@@ -146,39 +144,6 @@ def _write_manifest(folder: Path, manifest: dict) -> None:
     """``manifest`` (stamped now) written atomically into ``folder``; OSError propagates."""
     manifest["stat_ns"] = time.time_ns()
     write_entry(folder / MANIFEST, manifest)
-
-
-def _facts(facts: object, what: str) -> None:
-    """BadEntry unless ``facts`` is a dict of a SHA-256 and (where recorded) a size and a
-    stat of four integers."""
-    expect(facts, "sha256", str)
-    if isinstance(facts, dict) and "size" in facts:
-        expect_int(facts["size"], f"{what}'s size", 0, _NS)
-    if isinstance(facts, dict) and "stat" in facts:
-        recorded = expect(facts, "stat", list)
-        if len(recorded) != 4:
-            raise BadEntry(f"{what}'s stat: expected 4 integers, got {len(recorded)} values")
-        for value in recorded:
-            expect_int(value, f"{what}'s stat", 0, _NS)
-
-
-def read_manifest(folder: Path) -> dict:
-    """``folder``'s manifest, read bounded and checked field by field; FileNotFoundError, or
-    BadEntry saying what is wrong."""
-    manifest = read_entry(folder / MANIFEST)
-    if expect(manifest, "format", int) != FORMAT:
-        raise BadEntry(f"format {manifest['format']}, expected {FORMAT}")
-    expect_int(manifest.get("stat_ns"), "stat_ns", 0, _NS)
-    _facts(expect(manifest, "source", dict), "the GGUF")
-    files = expect(manifest, "files", dict)
-    if not files:
-        raise BadEntry("it lists no files")
-    for name, facts in files.items():
-        if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9._+-]*", name) or len(name) > 255:
-            raise BadEntry(f"{name[:40]!r} is not a file name")
-        _facts(facts, name)
-        expect(facts, "size", int)
-    return manifest
 
 
 def stale_reason(folder: Path, gguf: Path) -> str | None:

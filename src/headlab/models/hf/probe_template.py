@@ -117,11 +117,13 @@ def check_templates(values: list) -> list[dict]:
         for size in ("num_heads", "num_kv_heads", "head_dim", "embed_dim"):
             made[size] = expect_int(expect(value, size, int), f"{name}'s {size}", 1, MAX_ROWS)
         output = expect(value, "output", (dict, type(None)))
-        made["output"] = output and {
-            "path": _check_relative(expect(output, "path", list), f"{name}'s output"),
-            "transposed": expect(output, "transposed", bool),
-            "width": expect_int(expect(output, "width", int), f"{name}'s output", 1, MAX_ROWS),
-        }
+        made["output"] = None
+        if output is not None:
+            made["output"] = {
+                "path": _check_relative(expect(output, "path", list), f"{name}'s output"),
+                "transposed": expect(output, "transposed", bool),
+                "width": expect_int(expect(output, "width", int), f"{name}'s output", 1, MAX_ROWS),
+            }
         for part in CLAIMED:
             made[part] = _check_claim(expect(value, part, (dict, type(None))), f"{name}'s {part}")
         norm = expect(value, "input_norm", (list, type(None)))
