@@ -37,10 +37,12 @@ def norms_of(module: nn.Module) -> list[nn.Module]:
     ]
 
 
-def norms_outside(block) -> list[nn.Module]:
-    """The norms of a circuits ``Block`` (blocks.py) outside its MLP."""
-    inside = {id(m) for m in norms_of(block.mlp)} if block.mlp is not None else set()
-    return [m for m in norms_of(block.module) if id(m) not in inside]
+def norms_outside(parts) -> list[nn.Module]:
+    """The norms of a block's modules (the transformers route's ``HFBlockParts``) outside its
+    MLP."""
+    inside = {id(m) for mlp in (parts.mlp_in, parts.mlp_out) if mlp is not None
+              for m in norms_of(mlp)}  # fmt: skip
+    return [m for m in norms_of(parts.module) if id(m) not in inside]
 
 
 def _centred(x: Tensor) -> Tensor:

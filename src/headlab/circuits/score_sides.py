@@ -36,8 +36,10 @@ from torch import Tensor
 from headlab.attention.interventions import intervene, record
 from headlab.circuits.frozen_norms import frozen_norms, norms_of, norms_outside
 from headlab.circuits.graph import EMBED, head_name, mlp_name
-from headlab.circuits.resume import Cache, Runner, Stop, hooked, replaced_output, until_values
+from headlab.circuits.resume import Cache, Runner
 from headlab.models.hf.adapter import TransformersModel
+from headlab.models.hf.block_parts import hf_blocks
+from headlab.models.run_protocol import StopAt
 
 #: The stream's own constant (output projections' biases) and the q/k maps' constant.
 OUT_BIAS = "out-bias"
@@ -75,7 +77,7 @@ class Sides:
         names = [EMBED]
         for block in self.runner.blocks[:layer]:
             names += [head_name(block.index, h) for h in range(block.attention.num_heads)]
-            names += [mlp_name(block.index)] if block.mlp is not None else []
+            names += [mlp_name(block.index)] if block.has_mlp else []
         return [*names, OUT_BIAS]
 
     def writes(self, layer: int, rows: slice) -> Tensor:
@@ -122,7 +124,7 @@ class Sides:
         heads = cache.head_outputs[index][:, :, rows]  # (batch, head, rows, d_head)
         w = w_o.detach().to(heads).reshape(w_o.shape[0], attention.num_heads, -1)
         found = torch.einsum("bhpd,ehd->hbpe", heads, w)
-        if block.mlp is not None:
+        if block.has_mlp:
             found = torch.cat([found, cache.mlp[index][None, :, rows]])
         bias = getattr(attention.output.module, "bias", None)
         bias = torch.zeros_like(heads[0, 0, 0, :1]).expand(w.shape[0]) if bias is None else \
@@ -130,14 +132,14 @@ class Sides:
         return found, bias
 
     def _block_writes(self, block, rows: slice) -> Tensor:
-        """(head [+ mlp], batch, rows, embed_dim): block ``block`` run on copies, copy c with
+        """(head [+ mlp], batch, rows, d_model): block ``block`` run on copies, copy c with
         only head c's output (or only the MLP's) and a zero stream, then a zero copy and the
         real run (last), every norm of the block held at the real run's scales: each write is
         its copy's output minus the zero copy's (whose output, the biases, goes to the rest)."""
         i, cache = block.index, self.cache
         heads = cache.head_outputs[i][:, :, rows]
         b, count = heads.shape[0], block.attention.num_heads
-        parts = count + (block.mlp is not None)
+        parts = count + block.has_mlp
         copies = parts + 2
         one_hot = heads.new_zeros(copies, *heads.shape)
         for h in range(count):
@@ -147,30 +149,33 @@ class Sides:
         def keep_heads(_t: Tensor) -> Tensor:
             return one_hot.flatten(0, 1)
 
-        def keep_mlp(_module, _args, output):
+        def keep_mlp(_t: Tensor) -> Tensor:
             value = cache.mlp[i][:, rows]
             out = value.new_zeros(copies, *value.shape)
             out[-1] = value
-            if block.mlp is not None:
+            if block.has_mlp:
                 out[count] = value
-            return replaced_output(output, out.flatten(0, 1))
-
-        def stop(_module, _args, output):
-            raise Stop(output if isinstance(output, Tensor) else output[0])
+            return out.flatten(0, 1)
 
         def hooks(stack: ExitStack) -> None:
-            stack.enter_context(frozen_norms(norms_outside(block), b))
+            stack.enter_context(frozen_norms(self._block_norms(i), b))
             stack.enter_context(intervene(block.attention, "head_outputs", keep_heads))
-            if block.mlp is not None:
-                stack.enter_context(hooked(block.mlp, "post", keep_mlp))
-            stack.enter_context(hooked(block.module, "post", stop))
+            if block.has_mlp:
+                stack.enter_context(intervene(block, "mlp_out", keep_mlp))
 
         stream = cache.resid[i][:, rows]
         hidden = torch.cat([stream.new_zeros(copies - 1, *stream.shape), stream[None]])
         with torch.no_grad():
-            out = self.runner.forward(i, hidden.flatten(0, 1), copies, hooks, rows)
+            out = self.runner.forward(i, hidden.flatten(0, 1), copies, hooks, rows,
+                                      StopAt(i, "resid_out"))  # fmt: skip
         out = out.unflatten(0, (copies, b))
         return out[:parts] - out[parts]
+
+    def _block_norms(self, index: int) -> list:
+        """The norms of block ``index`` outside its MLP (the family's modules)."""
+        model = self.runner.model
+        _, parts = hf_blocks(model.name, model.model, model.layers, model.causal)
+        return norms_outside(parts[index])
 
     def side_terms(
         self, layer: int, rows: slice, writes: Tensor | None = None
@@ -200,14 +205,12 @@ class Sides:
         b = stream.shape[0]
         hidden = torch.cat([part.flatten(0, 1), torch.zeros_like(stream), stream])
         copies = part.shape[0] + 2
-        seen: dict[str, Tensor] = {}
 
         def hooks(stack: ExitStack) -> None:
             stack.enter_context(frozen_norms(qk_norms(block), b))
-            until_values(block.attention, seen)(stack)
 
         with torch.no_grad():
-            self.runner.forward(layer, hidden, copies, hooks, rows)
+            seen = self.runner.values(layer, hidden, copies, hooks, rows)
         q = seen["q"].unflatten(0, (copies, b))
         k = seen["k"].unflatten(0, (copies, b))
         return q[:-1], k[:-1]
@@ -215,24 +218,19 @@ class Sides:
     def clean_qk(self, layer: int) -> tuple[Tensor, Tensor]:
         """The layer's q (batch, head, pos, d_head) and k (batch, kv_head, pos, d_head) on the
         text, as the kernel receives them."""
-        seen: dict[str, Tensor] = {}
-        block = self.runner.blocks[layer]
         with torch.no_grad():
-            self.runner.forward(layer, self.cache.resid[layer], 1,
-                                until_values(block.attention, seen))  # fmt: skip
+            seen = self.runner.values(layer, self.cache.resid[layer], 1)
         return seen["q"], seen["k"]
 
     def recomputed_k(self, layer: int, rows: slice, inputs: Tensor) -> Tensor:
         """(copy + 1, batch, kv_head, rows, d_head): the k of each of ``inputs`` (copy, batch,
         rows, embed_dim), streams at ``rows``, with the norms computing their own scales, then
         the real stream's."""
-        block = self.runner.blocks[layer]
         stream = self.cache.resid[layer][:, rows]
         hidden = torch.cat([inputs.flatten(0, 1), stream])
         copies = inputs.shape[0] + 1
-        seen: dict[str, Tensor] = {}
         with torch.no_grad():
-            self.runner.forward(layer, hidden, copies, until_values(block.attention, seen), rows)
+            seen = self.runner.values(layer, hidden, copies, None, rows)
         return seen["k"].unflatten(0, (copies, stream.shape[0]))
 
     def clean_scores(
@@ -251,23 +249,20 @@ class Sides:
         def keep_logits(t: Tensor) -> None:
             logits.append(t.detach())
 
+        kept: dict = {}
+
         def hooks(stack: ExitStack) -> None:
             if held:
                 stack.enter_context(frozen_norms(qk_norms(block), self.runner.batch))
-            recording = stack.enter_context(record(attention, ["q", "k", "scores"]))
+            kept["r"] = stack.enter_context(record(attention, ["q", "k", "scores"]))
             attention.sites.add("logits", keep_logits)
             stack.callback(attention.sites.remove, "logits", keep_logits)
 
-            def stop(_t: Tensor) -> None:
-                raise Stop(recording)
-
-            stack.enter_context(intervene(attention, "weights", stop))
-
         stream = self.cache.resid[layer]
         with torch.no_grad():
-            recording = self.runner.forward(
-                layer, stream if rows is None else stream[:, rows], 1, hooks, rows
-            )
+            self.runner.forward(layer, stream if rows is None else stream[:, rows], 1, hooks,
+                                rows, StopAt(layer, "weights"))  # fmt: skip
+        recording = kept["r"]
         return {"q": recording["q"], "k": recording["k"], "logits": logits[-1],
                 "scores": recording["scores"]}  # fmt: skip
 

@@ -20,10 +20,10 @@ from contextlib import ExitStack
 import torch
 from torch import Tensor
 
-from headlab.attention.interventions import intervene, record
-from headlab.circuits.resume import Stop
+from headlab.attention.interventions import record
 from headlab.circuits.score_keys import KeySpec, keys_for
 from headlab.circuits.score_sides import QK_BIAS, Sides, capped, kernel_scale, softcap_of
+from headlab.models.run_protocol import StopAt
 from headlab.results.score_split_result import REST, PairSplit, ScoreSplitResult, SourceSplit
 
 #: Texts up to this length read the kernel's own scores (bias and mask included) for the layer.
@@ -95,16 +95,15 @@ def layer_pattern(sides: Sides, layer: int) -> tuple[Tensor, Tensor]:
     text, from the kernel (one layer's whole pattern: for texts the memory allows)."""
     attention = sides.runner.blocks[layer].attention
 
+    kept: dict = {}
+
     def hooks(stack: ExitStack) -> None:
-        recording = stack.enter_context(record(attention, ["v", "weights"]))
-
-        def stop(_t: Tensor) -> None:
-            raise Stop(recording)
-
-        stack.enter_context(intervene(attention, "head_outputs", stop))
+        kept["r"] = stack.enter_context(record(attention, ["v", "weights"]))
 
     with torch.no_grad():
-        got = sides.runner.forward(layer, sides.cache.resid[layer], 1, hooks)
+        sides.runner.forward(layer, sides.cache.resid[layer], 1, hooks,
+                             stop=StopAt(layer, "head_outputs"))  # fmt: skip
+    got = kept["r"]
     return got["weights"][0], got["v"][0]
 
 
