@@ -113,7 +113,7 @@ def sink() -> dict:
     queries = list(range(len(ids) - 8, len(ids)))
     out = {"tokens": len(ids), "first_token": model.decode(ids[:1]), "layers": {}}
     with torch.no_grad():
-        for layer in (2, 6, 10, 14, 18, 22, 26, 29):
+        for layer in (4, 14, 24):
             total: dict[str, float] = defaultdict(float)
             other: dict[str, float] = defaultdict(float)
             weights = []
