@@ -162,10 +162,13 @@ def _projection(
     return NO_SLICE
 
 
-def probe(model: nn.Module, family: str, tokens: int = 3) -> list[HFAttentionLayer]:
+def probe(
+    model: nn.Module, family: str, tokens: int = 3, inputs: dict | None = None
+) -> list[HFAttentionLayer]:
     """Each attention module of ``model`` (loaded on headlab's attention) as an
-    HFAttentionLayer, in the order a forward calls them. Raises ValueError when no module calls
-    the attention function."""
+    HFAttentionLayer, in the order a forward calls them. ``inputs``: the forward's keywords
+    (default: ``tokens`` token ids; an encoder-decoder or an image model passes its own).
+    Raises ValueError when no module calls the attention function."""
     paths = {id(m): name for name, m in model.named_modules()}
     recorder = Recorder()
     hooks = []
@@ -186,11 +189,13 @@ def probe(model: nn.Module, family: str, tokens: int = 3) -> list[HFAttentionLay
             hooks.append(module.register_forward_hook(norm_hook))
     config = model.config.get_text_config()
     device = next(model.parameters()).device
-    ids = (torch.arange(1, tokens + 1, device=device) % int(config.vocab_size))[None]
+    if inputs is None:
+        ids = (torch.arange(1, tokens + 1, device=device) % int(config.vocab_size))[None]
+        inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
     token = RECORDER.set(recorder)
     try:
         with torch.no_grad():
-            model(input_ids=ids, attention_mask=torch.ones_like(ids))
+            model(**inputs)
     finally:
         RECORDER.reset(token)
         for handle in hooks:
