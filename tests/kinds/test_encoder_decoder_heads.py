@@ -162,7 +162,7 @@ def test_greedy_generation_equals_eager_with_and_without_an_ablated_head(pair):
 
 
 def test_attention_kinds_are_found_by_lengths_not_names(pair):
-    kind, eager, model = pair
+    _, eager, model = pair
     config = eager.config
     encoder_layers = getattr(config, "encoder_layers", None) or config.num_layers
     decoder_layers = getattr(config, "decoder_layers", None) or config.num_decoder_layers
