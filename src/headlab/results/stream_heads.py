@@ -2,6 +2,8 @@
 
 ``EncoderDecoderHeads`` (``model heads`` of an encoder-decoder, the ``model-heads-encoder-decoder``
 file): one ``HeadStatistics`` per attention kind ("encoder", "decoder", "cross"), kept apart.
+``VisionHeads`` (``model heads`` of an image model, the ``model-heads-vision`` file): per-head
+statistics over patches and the high-norm tokens.
 ``KindAblation`` (``model ablate`` of an encoder-decoder or an image model, the
 ``model-ablate-kind`` file): the objective with and without heads of one kind.
 Measured by ``headlab.heads.encoder_decoder_heads`` and ``headlab.heads.vision_heads``.
@@ -13,7 +15,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from headlab.results.head_statistics import HeadStatistics
-from headlab.results.schema import Fields, is_int, problem
+from headlab.results.schema import Fields, is_int, is_number, problem
 
 Head = tuple[int, int]  # (layer, head)
 
@@ -91,3 +93,77 @@ class KindAblation:
             heads.append((pair[0], pair[1]))
         return cls(f.str("model"), f.int("n_inputs"), f.str("kind"), f.str("objective"), heads,
                    f.number("baseline"), f.number("ablated"))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class VisionHeads:
+    """Per-head statistics of an image encoder over ``n_images`` images and its high-norm
+    tokens (``headlab.heads.vision_heads`` describes them).
+
+    grid: (rows, cols) of patches; registers: the register tokens' positions; threshold: the
+    multiple of the median patch norm above which a patch token is high-norm; metrics[name]:
+    (layer, head) grids; norm_ratios: (image, layer + 1, token) each token's norm over its
+    image's median patch norm at each block's input and the output (empty when the images
+    have different token counts, with a note).
+    """
+
+    KIND: ClassVar[str] = "model-heads-vision"
+
+    model: str
+    n_images: int
+    num_layers: int
+    num_heads: int
+    grid: list[int]
+    registers: list[int]
+    threshold: float
+    metrics: dict[str, list[list[float]]]
+    norm_ratios: list[list[list[float]]]
+    notes: list[str]
+
+    def high_norm_tokens(self, layer: int) -> list[list[int]]:
+        """Each image's high-norm patch tokens at ``layer``'s input (``num_layers``: output)."""
+        first = 1 + len(self.registers)
+        return [[t for t, r in enumerate(image[layer]) if t >= first and r > self.threshold]
+                for image in self.norm_ratios]  # fmt: skip
+
+    def to_dict(self) -> dict:
+        return {
+            "model": self.model,
+            "n_images": self.n_images,
+            "num_layers": self.num_layers,
+            "num_heads": self.num_heads,
+            "grid": self.grid,
+            "registers": self.registers,
+            "threshold": self.threshold,
+            "metrics": self.metrics,
+            "norm_ratios": self.norm_ratios,
+            "notes": self.notes,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict, where: str = "model-heads-vision") -> VisionHeads:
+        """The inverse of ``to_dict``; ValueError naming the field that does not fit."""
+        f = Fields(data, where)
+        layers, heads = f.size("num_layers"), f.size("num_heads")
+        group = f.object("metrics", nonempty=True)
+        metrics = {str(k): group.grid(k, layers, heads) for k in group.data}
+        grid = f.get("grid", "[rows, cols]", lambda v: isinstance(v, list) and len(v) == 2
+                     and all(is_int(x) and x >= 1 for x in v))  # fmt: skip
+        registers = f.get("registers", "a list of token positions",
+                          lambda v: isinstance(v, list) and all(is_int(x) for x in v))  # fmt: skip
+        ratios = f.get("norm_ratios", "(image, layer + 1, token) numbers", _cube(layers + 1))
+        notes = f.get("notes", "a list of strings",
+                      lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v))  # fmt: skip
+        return cls(f.str("model"), f.int("n_images"), layers, heads, grid, registers,
+                   f.number("threshold", low=1.0), metrics, ratios, notes)  # fmt: skip
+
+
+def _cube(layers: int):
+    def ok(value: object) -> bool:
+        return isinstance(value, list) and all(
+            isinstance(image, list) and len(image) == layers
+            and all(isinstance(row, list) and all(is_number(x) for x in row) for row in image)
+            for image in value
+        )  # fmt: skip
+
+    return ok
