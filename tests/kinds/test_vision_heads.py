@@ -56,7 +56,8 @@ def test_vision_statistics_equal_eager_weights_by_brute_force(pair):
         assert stats.high_norm_tokens(layer) == high
         for head in range(w.shape[1]):
             rows = w[:, head]  # (batch, q_pos, k_pos)
-            want = {"cls": rows[..., 0].mean(), "entropy": -(rows * rows.log()).sum(-1).mean(), "max_weight": rows.amax(-1).mean(),
+            want = {"cls": rows[..., 0].mean(), "max_weight": rows.amax(-1).mean(),
+                    "entropy": -(rows * rows.log()).sum(-1).mean(),
                     "high_norm": torch.stack([rows[b][:, high[b]].sum(-1).mean()
                                               for b in range(2)]).mean()}  # fmt: skip
             if registers:

@@ -81,7 +81,7 @@ def vision_statistics(
     if not pixel_batches:
         raise ValueError("expected at least one image, got none")
     if not threshold > 1:
-        raise ValueError(f"threshold must be above 1 (a multiple of the median norm), got {threshold}")
+        raise ValueError(f"threshold must be above 1 (times the median norm), got {threshold}")
     sums: dict[str, Tensor] = {}
     ratios: list[Tensor] = []
     images = 0

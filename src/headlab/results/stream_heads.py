@@ -152,8 +152,7 @@ class VisionHeads:
         registers = f.get("registers", "a list of token positions",
                           lambda v: isinstance(v, list) and all(is_int(x) for x in v))  # fmt: skip
         ratios = f.get("norm_ratios", "(image, layer + 1, token) numbers", _cube(layers + 1))
-        notes = f.get("notes", "a list of strings",
-                      lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v))  # fmt: skip
+        notes = f.get("notes", "a list of strings", _strings)
         return cls(f.str("model"), f.int("n_images"), layers, heads, grid, registers,
                    f.number("threshold", low=1.0), metrics, ratios, notes)  # fmt: skip
 
@@ -167,3 +166,7 @@ def _cube(layers: int):
         )  # fmt: skip
 
     return ok
+
+
+def _strings(value: object) -> bool:
+    return isinstance(value, list) and all(isinstance(x, str) for x in value)
