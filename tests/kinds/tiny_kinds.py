@@ -76,3 +76,40 @@ def twins(kind: str, seed: int = 0):
     ours = copy.deepcopy(eager)
     ours.set_attn_implementation(register())
     return eager, ours
+
+
+ALPHABET = "abcdefghijklmnopqrstuvwxyz .,!?"
+
+
+def char_tokenizer(end: str | None = "</s>"):
+    """A tokenizer of one token a character of ``ALPHABET`` (ids 3...), with <pad> 0, </s> 1 and
+    <unk> 2, </s> appended to every text when ``end``."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<pad>": 0, "</s>": 1, "<unk>": 2}
+    vocab.update({c: 3 + i for i, c in enumerate(ALPHABET)})
+    tokenizer = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Split("", "isolated")
+    if end is not None:
+        tokenizer.post_processor = processors.TemplateProcessing(
+            single=f"$A {end}", special_tokens=[(end, vocab[end])]
+        )
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, pad_token="<pad>",
+                                   eos_token="</s>", unk_token="<unk>")  # fmt: skip
+
+
+def saved(kind: str, folder):
+    """The tiny model ``kind`` (headlab's twin's weights) saved to ``folder`` with what it reads
+    with: a character tokenizer, Whisper's feature extractor, or an image processor."""
+    from transformers import ViTImageProcessor
+
+    _, model = twins(kind)
+    model.save_pretrained(folder, safe_serialization=True)
+    if kind in VISION:
+        ViTImageProcessor(size={"height": 35, "width": 35}).save_pretrained(folder)
+        return folder
+    char_tokenizer().save_pretrained(folder)
+    if kind == "whisper":
+        whisper_features().save_pretrained(folder)
+    return folder

@@ -93,6 +93,8 @@ def encoder_decoder_statistics(
         wanted = SELF_METRICS
         if kind == "cross":
             wanted = tuple(m for m in SELF_METRICS if m not in ("self", "prev", "distance"))
+        held = layers[0][0].sums  # "last" only where the kind has a source's last token
+        wanted = tuple(m for m in wanted if m != "last" or m in held)
         names, notes = measured(wanted, [calls[0].sums for calls in layers])
         if kind == "cross":
             notes.append(ACROSS)

@@ -38,6 +38,8 @@ from headlab.heads.encoder_decoder_heads import check_heads, zero_masks
 from headlab.models.hf.vision import TokenLayout, VisionModel
 from headlab.results.stream_heads import KindAblation, VisionHeads
 
+#: The statistics per head, in table order ("registers" only in a model with registers).
+VISION_METRICS = ("entropy", "max_weight", "cls", "registers", "high_norm", "patch_distance")
 #: A token this many times the median patch norm (or more) is a high-norm token.
 THRESHOLD = 4.0
 OBJECTIVE = "1 - cosine of the class token's output state (0 without ablation)"

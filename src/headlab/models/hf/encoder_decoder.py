@@ -229,21 +229,30 @@ class EncoderDecoderModel:
         return losses[counted].mean()
 
     def generate(
-        self, source: SourceBatch, max_new_tokens: int = 32, head_masks: Mapping | None = None
-    ) -> list[list[int]]:
-        """Greedy new ids of each source (the model's own ``generate`` and cache), the start
-        token and the ids the model forces left out; the head masks act in every step."""
+        self, source: SourceBatch, max_new_tokens: int = 32, head_masks: Mapping | None = None,
+        prompt: str = "",
+    ) -> list[list[int]]:  # fmt: skip
+        """Greedy new ids of each source (the model's own ``generate`` and cache) after the start
+        token and the decoder ``prompt`` (text, through the tokenizer without special tokens),
+        up to and with the end token; the head masks act in every step."""
+        keywords = {}
+        given = [self.start_id()]
+        if prompt:
+            given += list(self._need_tokenizer()(prompt, add_special_tokens=False)["input_ids"])
+            batch = source.mask.shape[0]
+            keywords["decoder_input_ids"] = torch.tensor([given] * batch)
         with self.masked(head_masks), torch.no_grad():
             out = self.model.generate(**source.inputs, max_new_tokens=max_new_tokens,
-                                      do_sample=False, num_beams=1)  # fmt: skip
+                                      do_sample=False, num_beams=1, **keywords)  # fmt: skip
         sequences = out if isinstance(out, Tensor) else out.sequences
         eos = getattr(self.model.generation_config, "eos_token_id", None)
         ends = set(eos if isinstance(eos, list) else [eos]) - {None}
         rows = []
         for row in sequences.tolist():
-            row = row[1:] if row and row[0] == self.start_id() else row
+            if row[: len(given)] == given:
+                row = row[len(given) :]
             cut = next((i for i, t in enumerate(row) if t in ends), len(row))
-            rows.append(row[: cut + 1] if cut < len(row) else row)
+            rows.append(row[: cut + 1])
         return rows
 
     def decode(self, ids: list[int], skip_special: bool = True) -> str:
