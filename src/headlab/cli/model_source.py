@@ -61,7 +61,10 @@ def open_model(source: ModelChoice, *, quiet: bool = False):
     ``quiet``, --json); offline unless --download. Its errors name the flags."""
     hub_access(source.download)
     from headlab.models import load
+    from headlab.models.hf.kinds_loader import refuse_other_kinds
 
+    with flags("model"):  # from the config alone, before any weight is read
+        refuse_other_kinds(source.name_or_path)
     names = ("model", "backend", "download", "trust_remote_code")
     with flags(*names), progress("loading the model", None, quiet=quiet):
         return load(

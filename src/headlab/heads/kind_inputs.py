@@ -55,13 +55,14 @@ class KindInputs:
             raise ValueError("pass --source-text or --audio, not both")
         if self.images and (self.source_texts or self.waveforms or self.target_texts):
             raise ValueError("--image is for image models; leave out the source and target")
+        if asked != kind and asked != "text":
+            article = "an" if kind[0] in "aeiou" else "a"
+            raise ValueError(f"{name} is {article} {kind} model, which reads {READS[kind]}; "
+                             f"got {READS[asked]}")  # fmt: skip
         if kind == "encoder-decoder" and not (self.source_texts or self.waveforms):
             what = "a decoder prompt" if self.prompt else "this command"
             raise ValueError(f"{name} is an encoder-decoder: {what} needs a source: pass "
                              "--source-text TEXT (or --audio FILE.wav for Whisper)")  # fmt: skip
-        if asked != kind and asked != "text":
-            raise ValueError(f"{name} is a {kind} model, which reads {READS[kind]}; got "
-                             f"{READS[asked]}")  # fmt: skip
         if asked == "text" and kind == "vision":
             raise ValueError(f"{name} is an image model: pass --image (a file or a folder); "
                              "text-only commands do not run on it")  # fmt: skip

@@ -162,3 +162,25 @@ def load_vision(source, *, download: bool = False):
     check_weights(checkpoint)
     model = _pretrained(model_class, checkpoint, config)
     return VisionModel(checkpoint.name, model, _preprocessor("AutoImageProcessor", checkpoint))
+
+
+def refuse_other_kinds(source, command: str = "this command") -> None:
+    """ValueError in one line, from the config alone, when ``source`` is an encoder-decoder or
+    an image model: ``command`` reads one text stream (say so before any weight is read)."""
+    from pathlib import Path
+
+    from headlab.models.hf.checkpoint import declared_config
+
+    config = declared_config(source)
+    kind = declared_kind(config)
+    if kind == "text":
+        return
+    name = Path(str(source)).name or str(source)
+    family = config.get("model_type", "?")
+    if kind == "vision":
+        raise ValueError(f"{name}: family {family!r} is an image model (it reads pixel_values, "
+                         f"not text): {command} reads text; image models run in `headlab model "
+                         "heads --image` and `model ablate --image`")  # fmt: skip
+    raise ValueError(f"{name}: family {family!r} is an encoder-decoder: {command} reads one "
+                     "text stream; encoder-decoders run in `headlab model heads`, `ablate` and "
+                     "`generate` with --source-text (or --audio)")  # fmt: skip
