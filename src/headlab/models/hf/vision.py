@@ -65,10 +65,24 @@ class VisionModel:
         found = [layer_of(m) for m in self.model.modules()]
         layers = [layer for layer in found if layer is not None]
         if not layers:
-            blank = torch.zeros(1, int(self.config.num_channels), *self.image_size())
-            inputs = {"pixel_values": blank.to(next(model.parameters()).device)}
+            inputs = self._probe_inputs()
             layers = keep_all(self.model, probe(self.model, self.family, inputs=inputs))
         self.layers: list[HFAttentionLayer] = layers
+
+    def _probe_inputs(self) -> dict:
+        """A blank image for the probe: 2 x 2 patches where the model interpolates its position
+        embeddings (DINOv2 always; ViT and CLIP when asked), else the model's own size."""
+        import inspect
+
+        size = self.image_size()
+        asks = "interpolate_pos_encoding" in inspect.signature(self.model.forward).parameters
+        if asks or self.family.startswith("dinov2"):
+            size = (2 * self.patch_size, 2 * self.patch_size)
+        blank = torch.zeros(1, int(self.config.num_channels), *size)
+        inputs = {"pixel_values": blank.to(next(self.model.parameters()).device)}
+        if asks:
+            inputs["interpolate_pos_encoding"] = True
+        return inputs
 
     @property
     def num_layers(self) -> int:
