@@ -130,7 +130,9 @@ def bench_family(family: str, repeats: int) -> str:
                  "statistics": lambda: vision_statistics(ours, [x])}  # fmt: skip
         parity = _vision_parity(ours, eager, x)
     else:
-        mask = x.get("attention_mask", torch.ones(1, ours.config.max_source_positions))
+        mask = x.get("attention_mask")
+        if mask is None:  # audio: every encoder position
+            mask = torch.ones(1, ours.config.max_source_positions)
         source = SourceBatch(x, mask.bool(), [])
         start = torch.full((target.shape[0], 1), ours.start_id())
         ids = torch.cat([start, target], dim=1)
