@@ -27,10 +27,11 @@ IMAGE = typer.Option(None, "--image", callback=an_input,
                      help="An image file or a folder of them (image models).")  # fmt: skip
 AUDIO = typer.Option(None, "--audio", callback=an_input,
                      help="A PCM WAV file at the model's sampling rate (Whisper).")  # fmt: skip
-SOURCE_TEXT = typer.Option(None, "--source-text", help="A source text for an encoder-decoder "
-                           "(repeat for more).")  # fmt: skip
-TARGET_TEXT = typer.Option(None, "--target-text", help="The target of each --source-text "
-                           "[default: the model's own greedy output].")  # fmt: skip
+SOURCE_TEXT = typer.Option(None, "--source-text", metavar="<str>",
+                           help="A source text for an encoder-decoder (repeat for more).")
+TARGET_TEXT = typer.Option(None, "--target-text", metavar="<str>",
+                           help="The target of each --source-text [default: the model's own "
+                           "greedy output].")
 ATTENTION = typer.Option(None, "--attention", help="The attention kind of the --ablate heads: "
                          "encoder, decoder or cross [default: cross; images: encoder].")
 
