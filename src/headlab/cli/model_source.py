@@ -88,6 +88,18 @@ def open_model(source: ModelChoice, *, quiet: bool = False):
         )
 
 
+def preview_model(source: ModelChoice, *, quiet: bool = False):
+    """``headlab.models.preview.preview`` with the command's options (its config and tokenizer,
+    no weight), under a progress pulse; offline unless --download. Its errors name the flags."""
+    hub_access(source.download)
+    from headlab.models.preview import preview
+
+    names = ("model", "backend", "download", "trust_remote_code")
+    with flags(*names), progress("reading the model's config", None, quiet=quiet):
+        return preview(source.name_or_path, download=source.download,
+                       trust_remote_code=source.trust_remote_code)  # fmt: skip
+
+
 def _options(default: str | None, help: str, folder: bool, backend: bool) -> list:
     """(name, annotation, typer option) of each option of the group, in the order shown."""
     options = [("model", str | None, typer.Option(default, "--model", help=help))]
