@@ -16,8 +16,10 @@ request that checks itself; its errors name the option) -> ``TaskPairs`` (token 
     pairs         the user's own JSONL of clean and corrupted texts with answer tokens
                   (``tasks_pairs``)
 
-Built-in tasks are built in ``tasks_builtin``. Shapes: ``batch, pos``. Clean and corrupted have
-the same length in every built-in task (a pair whose lengths differ is refused or redrawn).
+Built-in tasks are built in ``tasks_builtin``; the pairs themselves (``TaskPairs``) are in
+``clean_corrupted``, which both builders import (no import circle). Shapes: ``batch, pos``.
+Clean and corrupted have the same length in every built-in task (a pair whose lengths differ is
+refused or redrawn).
 """
 
 from __future__ import annotations
@@ -25,13 +27,15 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import torch
-from torch import Tensor
-
+from headlab.circuits.clean_corrupted import (
+    METRICS,
+    TaskPairs,
+    check_positions,
+    last_position_answers,
+)
 from headlab.limits import check_int, check_seed
 
 TASKS = ("induction", "copy", "ioi", "greater-than", "pairs")
-METRICS = ("logprob", "logit_diff", "prob_diff")
 #: the default ``length`` of each task that has one (tokens of r; tokens of the copy text)
 DEFAULT_LENGTHS = {"induction": 40, "copy": 512}
 
@@ -75,77 +79,6 @@ class TaskRequest:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-@dataclass(frozen=True)
-class TaskPairs:
-    """Clean and corrupted token ids and what the metric reads.
-
-    clean, corrupted: (batch, pos) int64 (equal shapes; padded on the right with ``pad_id``
-    where ``lengths`` differ, only for pairs that allow it); mask: (batch, pos) bool, the
-    positions whose next-token logits the metric reads; answers: (batch, pos) int64, the token
-    counted at each such position (0 elsewhere); wrong: (batch, pos) int64, the token subtracted
-    (logit_diff), or None; candidates, signs: (batch, n) int64 / float, the tokens summed with
-    sign +1 or -1 (prob_diff: the year tokens above and at or below YY), or None.
-    """
-
-    task: str
-    metric: str
-    clean: Tensor
-    corrupted: Tensor
-    mask: Tensor
-    answers: Tensor
-    wrong: Tensor | None = None
-    candidates: Tensor | None = None
-    signs: Tensor | None = None
-    pad_id: int = 0
-    notes: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        if self.metric not in METRICS:
-            raise ValueError(f"metric must be one of {', '.join(METRICS)}, got {self.metric!r}")
-        shape = tuple(self.clean.shape)
-        for name in ("corrupted", "mask", "answers", "wrong"):
-            value = getattr(self, name)
-            if value is not None and tuple(value.shape) != shape:
-                raise ValueError(f"{name} must have the clean ids' shape {shape}, got "
-                                 f"{tuple(value.shape)}")  # fmt: skip
-        if not bool(self.mask.any(1).all()):
-            raise ValueError("every pair needs at least one position the metric reads")
-
-    @property
-    def batch(self) -> int:
-        return int(self.clean.shape[0])
-
-    def differing_positions(self) -> Tensor:
-        """(batch, pos) bool: where corrupted differs from clean."""
-        return self.clean != self.corrupted
-
-
-def last_position_answers(
-    clean: Tensor, position: Tensor, answer: Tensor, wrong: Tensor | None
-) -> tuple[Tensor, Tensor, Tensor | None]:
-    """(mask, answers, wrong) of (batch, pos) for one answer per text at ``position`` (batch,)."""
-    rows = torch.arange(clean.shape[0])
-    mask = torch.zeros(clean.shape, dtype=torch.bool)
-    mask[rows, position] = True
-    answers = torch.zeros_like(clean)
-    answers[rows, position] = answer
-    if wrong is None:
-        return mask, answers, None
-    wrong_full = torch.zeros_like(clean)
-    wrong_full[rows, position] = wrong
-    return mask, answers, wrong_full
-
-
-def check_positions(tokens: int, positions: int | None, what: str) -> None:
-    """The one check of a task's length against the model's positions: ValueError when
-    ``what`` (a task's inputs, a line's text) has more ``tokens`` than the model has
-    ``positions`` (None: no limit known)."""
-    if positions is not None and tokens > positions:
-        raise ValueError(f"{what} has {tokens} tokens, more than the model's {positions} "
-                         "positions (max_position_embeddings): a position past them has no "
-                         "embedding or was never trained")  # fmt: skip
 
 
 def task_positions(request: TaskRequest, model) -> int | None:
@@ -205,3 +138,10 @@ def tokenizer_of(model):
         raise ValueError(f"{getattr(model, 'name', 'the model')} has no tokenizer to build "
                          "task texts with")  # fmt: skip
     return tokenizer
+
+
+__all__ = [
+    "DEFAULT_LENGTHS", "METRICS", "TASKS", "TaskPairs", "TaskRequest", "build_pairs",
+    "check_positions", "check_task_length", "last_position_answers", "task_positions",
+    "tokenizer_of",
+]  # fmt: skip

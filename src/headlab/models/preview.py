@@ -12,10 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-
-def max_positions_of(config) -> int:
-    """The positions a model of ``config`` has (2**20 when its config names none: no limit)."""
-    return int(getattr(config, "max_position_embeddings", None) or 2**20)
+from headlab.models.hf.config_fields import max_positions_of
 
 
 @dataclass(frozen=True)
