@@ -113,7 +113,7 @@ def head_statistics(
     *,
     batch_size: int = 16,
     max_length: int | None = None,
-    detector_length: int = 0,
+    detector_length: int | None = None,
     chunk_elements: int = CHUNK_ELEMENTS,
     on_batch=None,
 ) -> HeadStatistics:
@@ -122,7 +122,7 @@ def head_statistics(
     One forward per batch; every layer's weights are reduced chunk by chunk as they are computed
     (``headlab.heads.model_head_sums``), never stored. detector_length: for a causal model, also
     score the previous-token, duplicate-token and induction heads on random token sequences of this
-    length repeated twice (0: skip; the command line's default is
+    length repeated twice (0: skip; None, the default as for ``headlab model heads``:
     ``detectors.default_length(model)``); ValueError before any batch runs unless twice the
     length fits the model. on_batch: called with the number of texts done after each batch
     (progress). Needs at least one text.
@@ -130,7 +130,11 @@ def head_statistics(
     texts, max_length = corpus_texts(texts, max_length, model.max_positions)
     if not texts:
         raise ValueError("expected at least one text, got none")
-    if detector_length and model.causal:
+    if detector_length is None:
+        from headlab.heads.detectors import default_length
+
+        detector_length = default_length(model)
+    elif detector_length and model.causal:
         from headlab.heads.detectors import check_length
 
         check_length(model, detector_length)  # before the corpus runs
