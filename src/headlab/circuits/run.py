@@ -172,7 +172,7 @@ def _scores(model, pairs, metric, patcher, request: CircuitRequest, on_step) -> 
     if request.method == "path-patching":
         names = [e.name for e in patcher.graph.edges]
         values = patcher.effects(names, progress=on_step)
-        return EdgeScores("path_patching", metric.kind, names, values.tolist(),
+        return EdgeScores("path-patching", metric.kind, names, values.tolist(),
                           patcher.clean_value, patcher.corrupted_value)  # fmt: skip
     from headlab.circuits.attribution import edge_attribution
 

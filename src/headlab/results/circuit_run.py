@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from headlab.results.circuit_edges import EdgeScores, FaithfulnessCurve
+from headlab.results.circuit_edges import EdgeScores, FaithfulnessCurve, method_name
 from headlab.results.circuit_tasks import TaskPerformance
 from headlab.results.schema import Fields, is_int, problem
 
@@ -65,7 +65,7 @@ class CircuitRun:
     @classmethod
     def from_dict(cls, data: dict, where: str = KIND) -> CircuitRun:
         fields = Fields(data, where)
-        method = fields.str("method")
+        method = method_name(fields.str("method"))
         if method not in RUN_METHODS:
             raise problem(fields.at("method"), f"one of {', '.join(RUN_METHODS)}", method)
         steps = fields.data.get("steps")
