@@ -27,7 +27,8 @@ from headlab.cli.tables import fitted_tables
 HEADS = typer.Option(
     ...,
     "--ablate",
-    help="Heads to ablate: LAYER.HEAD or a whole K/V group LAYER.gGROUP, as circuits names it (3.5,4.g1; 4.kv1 is read too).",
+    help="Heads to ablate: LAYER.HEAD or a whole K/V group LAYER.gGROUP, as circuits names it "
+    "(3.5,4.g1; 4.kv1 is read too).",
 )
 
 OUT = out_option("ablate")
