@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from headlab.results.schema import Fields, is_int, problem
+from headlab.results.summary_repr import summarised
 
 EDGE_METHODS = (
     "path-patching", "eap", "eap-ig", "eap-ig-activations", "eap-ig-senders", "composition"
@@ -34,6 +35,7 @@ def _strings(fields: Fields, key: str) -> list[str]:
     return values
 
 
+@summarised
 @dataclass(frozen=True)
 class EdgeScores:
     """``method`` ("path-patching", an attribution (``circuits.attribution.METHODS``), or
@@ -105,6 +107,7 @@ class Agreement:
                    fields.int("k", 1), fields.int("top_k_shared"))  # fmt: skip
 
 
+@summarised
 @dataclass(frozen=True)
 class FaithfulnessCurve:
     """Faithfulness of the circuits of ``sizes`` edges (``fractions`` of the model's ``edges``)

@@ -14,12 +14,14 @@ from dataclasses import dataclass
 from headlab.results.circuit_edges import EdgeScores, FaithfulnessCurve, method_name
 from headlab.results.circuit_tasks import TaskPerformance
 from headlab.results.schema import Fields, is_int, problem
+from headlab.results.summary_repr import summarised
 
 RUN_METHODS = (
     "composition", "path-patching", "eap", "eap-ig", "eap-ig-activations", "eap-ig-senders"
 )
 
 
+@summarised
 @dataclass(frozen=True)
 class CircuitRun:
     """``model`` on ``task`` by ``method`` (one of ``RUN_METHODS``; ``steps``: EAP-IG's m, else

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 
 from headlab.results.node_names import group_name, head_name
 from headlab.results.schema import Fields, problem
+from headlab.results.summary_repr import summarised
 
 MATRIX_MODES = ("q", "k", "v")
 GROUP_MATRIX_MODES = ("k_group", "v_group")
@@ -55,6 +56,7 @@ class Baseline:
         )
 
 
+@summarised
 @dataclass(frozen=True)
 class CompositionScores:
     """See the module docstring. ``folded_layers``: the layers whose input-norm scale is folded

@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass
 from typing import ClassVar
 
 from headlab.results.schema import Fields, problem
+from headlab.results.summary_repr import summarised
 
 SINKS, WINDOW = 4, 256  # StreamingLLM's 4 sink tokens, a 256-token window
 #: Tokens a match must have run for before its next token counts as copied (``heads.repeats``).
@@ -18,6 +19,7 @@ RETRIEVAL, COPY, SINK, LOCAL = 0.1, 0.3, 0.3, 0.05  # the thresholds of the rule
 ROLES = ("retrieval", "copy", "sink", "local", "mixed")
 
 
+@summarised
 @dataclass(frozen=True)
 class HeadRoles:
     """Role scores of every head on one text ((layer, head) grids; (layer, kv_head) for the

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from headlab.results.schema import Fields
+from headlab.results.summary_repr import summarised
 
 PLAIN_METRICS = ("entropy", "max_weight", "self", "prev", "distance", "contribution_norm")
 DETECTOR_NAMES = ("previous_token", "duplicate_token", "induction")  # headlab.heads.detectors
@@ -22,6 +23,7 @@ class MissingStatistic(KeyError):
         return str(self.args[0])
 
 
+@summarised
 @dataclass(frozen=True)
 class HeadStatistics:
     """metrics[name]: (layer, head) nested lists of floats; see the module docstring.

@@ -9,6 +9,7 @@ from typing import ClassVar
 
 from headlab.results.long_context_result import TextContext
 from headlab.results.schema import Fields, problem
+from headlab.results.summary_repr import summarised
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,7 @@ class RetrievalCheck:
                    note)  # fmt: skip
 
 
+@summarised
 @dataclass(frozen=True)
 class KVBudgetResult:
     """``runs``: the full model, then per plan size the chosen plan, the random ones and the

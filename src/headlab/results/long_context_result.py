@@ -15,6 +15,7 @@ from headlab.results.attention_maps_result import AttentionMaps
 from headlab.results.head_roles import HeadRoles
 from headlab.results.head_statistics import HeadStatistics
 from headlab.results.schema import Fields, is_int, is_number, problem
+from headlab.results.summary_repr import summarised
 
 
 @dataclass(frozen=True)
@@ -125,6 +126,7 @@ class LongContextFindings:
         )
 
 
+@summarised
 @dataclass(frozen=True)
 class LongContextResult:
     """The results file of one long text: the statistics of ``head_statistics`` (their fields
