@@ -29,7 +29,10 @@ class CircuitRun:
     of the ``top`` largest |scores|, ``heads_per_layer`` and ``kv_heads_per_layer`` of the
     model, ``faithfulness`` (None when not measured), and for "composition" the relative
     ``rotary_offsets`` its Q and K scores were taken at (None: without rotary; a file without
-    the field is read as None)."""
+    the field is read as None) and its ``baseline``: the mean score of random matrices of the
+    model's shapes per input mode ("q", "k", "v", "k_group", "v_group"). ``performance`` is None
+    for "composition" without a faithfulness curve: it reads the weights, the model does not
+    run."""
 
     KIND = "circuits"
 
@@ -38,12 +41,13 @@ class CircuitRun:
     method: str
     steps: int | None
     top: int
-    performance: TaskPerformance
+    performance: TaskPerformance | None
     heads_per_layer: list[int]
     kv_heads_per_layer: list[int]
     scores: EdgeScores
     faithfulness: FaithfulnessCurve | None = None
     rotary_offsets: list[int] | None = None
+    baseline: dict[str, float] | None = None
 
     def top_edges(self) -> list[tuple[str, float]]:
         """The circuit: the ``top`` edges of largest |score|, largest first."""
@@ -56,12 +60,13 @@ class CircuitRun:
             "method": self.method,
             "steps": self.steps,
             "top": self.top,
-            "performance": self.performance.to_dict(),
+            "performance": None if self.performance is None else self.performance.to_dict(),
             "heads_per_layer": list(self.heads_per_layer),
             "kv_heads_per_layer": list(self.kv_heads_per_layer),
             "scores": self.scores.to_dict(),
             "faithfulness": None if self.faithfulness is None else self.faithfulness.to_dict(),
             "rotary_offsets": None if self.rotary_offsets is None else list(self.rotary_offsets),
+            "baseline": None if self.baseline is None else dict(self.baseline),
         }
 
     @classmethod
@@ -94,9 +99,7 @@ class CircuitRun:
             method=method,
             steps=steps,
             top=top,
-            performance=TaskPerformance.from_dict(
-                fields.object("performance").data, fields.at("performance")
-            ),
+            performance=_performance(fields, method),
             heads_per_layer=heads,
             kv_heads_per_layer=kv_heads,
             scores=scores,
@@ -106,6 +109,7 @@ class CircuitRun:
                 fields.object("faithfulness").data, fields.at("faithfulness")
             ),
             rotary_offsets=offsets,
+            baseline=_baseline(fields, method),
         )
 
 
@@ -118,3 +122,20 @@ def _counts(fields: Fields, key: str) -> list[int]:
 
 
 __all__ = ["RUN_METHODS", "CircuitRun"]
+
+
+def _performance(fields: Fields, method: str) -> TaskPerformance | None:
+    """The model's performance; null only for "composition" (it reads the weights only)."""
+    if fields.data.get("performance") is None and method == "composition":
+        return None
+    return TaskPerformance.from_dict(fields.object("performance").data, fields.at("performance"))
+
+
+def _baseline(fields: Fields, method: str) -> dict[str, float] | None:
+    """Composition's random baseline per input mode (a file without the field: None)."""
+    if fields.data.get("baseline") is None:
+        return None
+    if method != "composition":
+        raise problem(fields.at("baseline"), "null for method " + method, fields.data["baseline"])
+    found = fields.object("baseline")
+    return {str(mode): found.number(mode, 0.0, 1.0) for mode in found.data}
