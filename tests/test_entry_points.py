@@ -53,8 +53,12 @@ def test_a_results_repr_is_a_summary_and_to_dict_keeps_everything():
                      [3] * 30, scores)  # fmt: skip
     text = repr(run)
     assert len(text) < 1500, len(text)
-    assert text.startswith("CircuitRun(model='SmolLM2-135M', task='induction', method='eap'")
-    assert f"<list of {len(edges) * 90}: '0.0->1.g0<k>'" in text
+    assert text.startswith("CircuitRun('SmolLM2-135M', induction, eap")
+    assert f"{len(edges) * 90} edges" in text
+    from headlab.results.summary_repr import summary
+
+    short = summary(run.scores)  # the summary every results type without its own repr uses
+    assert len(short) < 500 and f"<list of {len(edges) * 90}: '0.0->1.g0<k>'" in short
     assert len(run.to_dict()["scores"]["edges"]) == len(edges) * 90
 
 

@@ -25,6 +25,7 @@ from headlab.circuits.tasks import TaskPairs, TaskRequest
 from headlab.limits import check_int
 from headlab.results.circuit_edges import EdgeScores
 from headlab.results.circuit_run import RUN_METHODS, CircuitRun
+from headlab.results.patching_estimate import PatchingEstimate, duration
 
 Step = Callable[[int, int], None]
 MAX_OFFSET = 1 << 20  # the model's own positions bound it after the load (prepare)
@@ -132,33 +133,6 @@ def prepare(model, request: CircuitRequest) -> Prepared:
 PATCHING_LIMIT_S = 30 * 60
 
 
-@dataclass(frozen=True)
-class PatchingEstimate:
-    """What exact path patching of ``edges`` edges costs: ``forwards`` runs of the pairs through
-    the whole model (each edge runs one copy of the pairs from its receiver's layer to the
-    logits) at ``forward_seconds`` each, timed on this machine just before."""
-
-    edges: int
-    forwards: float
-    forward_seconds: float
-
-    @property
-    def seconds(self) -> float:
-        return self.forwards * self.forward_seconds
-
-    def says(self) -> str:
-        return (f"path-patching {self.edges:,} edges: about {self.forwards:,.0f} forwards of the "
-                f"pairs, {_duration(self.seconds)} here ({self.forward_seconds:.2f} s a forward)")
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 2 * 3600:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
-
-
 def patching_estimate(model, prepared: Prepared) -> PatchingEstimate:
     """Time one forward of the clean pairs (the faster of two) and count the forwards that
     patching ``prepared.edges`` takes (see ``PatchingEstimate``)."""
@@ -184,7 +158,7 @@ def check_patching(estimate: PatchingEstimate, request: CircuitRequest) -> None:
     ``PATCHING_LIMIT_S`` and no edges were chosen; chosen edges are patched whatever it takes."""
     if request.edges is None and estimate.seconds > PATCHING_LIMIT_S:
         raise ValueError(
-            f"edges must be chosen past {_duration(PATCHING_LIMIT_S)}: {estimate.says()}; "
+            f"edges must be chosen past {duration(PATCHING_LIMIT_S)}: {estimate.says()}; "
             "pass --edges (names, or an earlier circuits results file: its top edges), e.g. "
             "after --method eap"
         )

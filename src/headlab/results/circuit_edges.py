@@ -13,7 +13,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from headlab.results.schema import Fields, is_int, problem
-from headlab.results.summary_repr import summarised
 
 EDGE_METHODS = (
     "path-patching", "eap", "eap-ig", "eap-ig-activations", "eap-ig-senders", "composition"
@@ -35,7 +34,6 @@ def _strings(fields: Fields, key: str) -> list[str]:
     return values
 
 
-@summarised
 @dataclass(frozen=True)
 class EdgeScores:
     """``method`` ("path-patching", an attribution (``circuits.attribution.METHODS``), or
@@ -60,6 +58,9 @@ class EdgeScores:
                 f"edges and scores must have one length, got {len(self.edges)} and "
                 f"{len(self.scores)}"
             )
+
+    def __repr__(self) -> str:
+        return f"EdgeScores({self.method}, {self.metric}: {len(self.edges)} edges)"
 
     def top(self, n: int) -> list[tuple[str, float]]:
         """The ``n`` edges of largest |score|, largest first (ties in the edges' order)."""
@@ -107,7 +108,6 @@ class Agreement:
                    fields.int("k", 1), fields.int("top_k_shared"))  # fmt: skip
 
 
-@summarised
 @dataclass(frozen=True)
 class FaithfulnessCurve:
     """Faithfulness of the circuits of ``sizes`` edges (``fractions`` of the model's ``edges``)
@@ -129,6 +129,10 @@ class FaithfulnessCurve:
     cmd: float
     random_cpr: list[float]
     random_cmd: list[float]
+
+    def __repr__(self) -> str:
+        return (f"FaithfulnessCurve({self.selection} {self.method}, {len(self.sizes)} sizes of "
+                f"{self.edges} edges: CPR {self.cpr:.3f}, CMD {self.cmd:.3f})")
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -14,14 +14,12 @@ from dataclasses import dataclass
 from headlab.results.circuit_edges import EdgeScores, FaithfulnessCurve, method_name
 from headlab.results.circuit_tasks import TaskPerformance
 from headlab.results.schema import Fields, is_int, problem
-from headlab.results.summary_repr import summarised
 
 RUN_METHODS = (
     "composition", "path-patching", "eap", "eap-ig", "eap-ig-activations", "eap-ig-senders"
 )
 
 
-@summarised
 @dataclass(frozen=True)
 class CircuitRun:
     """``model`` on ``task`` by ``method`` (one of ``RUN_METHODS``; ``steps``: EAP-IG's m, else
@@ -52,6 +50,14 @@ class CircuitRun:
     def top_edges(self) -> list[tuple[str, float]]:
         """The circuit: the ``top`` edges of largest |score|, largest first."""
         return self.scores.top(self.top)
+
+    def __repr__(self) -> str:
+        """One line, however many edges: what ran, and the strongest edge."""
+        top = self.top_edges()
+        best = f"; strongest {top[0][0]} {top[0][1]:+.3g}" if top else ""
+        curve = "" if self.faithfulness is None else f"; CPR {self.faithfulness.cpr:.3f}"
+        return (f"CircuitRun({self.model!r}, {self.task}, {self.method}: "
+                f"{len(self.scores.edges)} edges, circuit of the top {self.top}{best}{curve})")
 
     def to_dict(self) -> dict:
         return {

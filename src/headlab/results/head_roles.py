@@ -8,7 +8,6 @@ from dataclasses import asdict, dataclass
 from typing import ClassVar
 
 from headlab.results.schema import Fields, problem
-from headlab.results.summary_repr import summarised
 
 SINKS, WINDOW = 4, 256  # StreamingLLM's 4 sink tokens, a 256-token window
 #: Tokens a match must have run for before its next token counts as copied (``heads.repeats``).
@@ -19,7 +18,6 @@ RETRIEVAL, COPY, SINK, LOCAL = 0.1, 0.3, 0.3, 0.05  # the thresholds of the rule
 ROLES = ("retrieval", "copy", "sink", "local", "mixed")
 
 
-@summarised
 @dataclass(frozen=True)
 class HeadRoles:
     """Role scores of every head on one text ((layer, head) grids; (layer, kv_head) for the
@@ -62,6 +60,10 @@ class HeadRoles:
         cells = [(layer, h) for layer, row in enumerate(self.roles)
                  for h, r in enumerate(row) if r == name]  # fmt: skip
         return sorted(cells, key=lambda c: (-sign * grid[c[0]][c[1]], c))[:count]
+
+    def __repr__(self) -> str:
+        roles = ", ".join(f"{n} {r}" for r, n in self.counts().items()) or "no roles"
+        return f"HeadRoles(sinks {self.sinks}, window {self.window}: {roles})"
 
     def to_dict(self) -> dict:
         return asdict(self)

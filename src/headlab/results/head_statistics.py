@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from headlab.results.schema import Fields
-from headlab.results.summary_repr import summarised
 
 PLAIN_METRICS = ("entropy", "max_weight", "self", "prev", "distance", "contribution_norm")
 DETECTOR_NAMES = ("previous_token", "duplicate_token", "induction")  # headlab.heads.detectors
@@ -23,7 +22,6 @@ class MissingStatistic(KeyError):
         return str(self.args[0])
 
 
-@summarised
 @dataclass(frozen=True)
 class HeadStatistics:
     """metrics[name]: (layer, head) nested lists of floats; see the module docstring.
@@ -50,6 +48,16 @@ class HeadStatistics:
     def first_token(self) -> str | None:
         special = [name for name in self.metrics if name not in PLAIN_METRICS]
         return special[0] if special else None
+
+    def __repr__(self) -> str:
+        """One line, however many heads: the model, its size, the strongest head of the first
+        statistic (a results file's every number is in ``to_dict``)."""
+        name = next(iter(self.metrics))
+        layer, head, value = self.top(name, 1)[0]
+        return (f"HeadStatistics({self.model!r}: {self.num_layers} layers x {self.num_heads} "
+                f"heads, {len(self.metrics)} statistics, {len(self.detectors)} detectors, "
+                f"{self.n_texts} texts; highest {name}: layer {layer}, head {head}, "
+                f"{value:.3g})")  # fmt: skip
 
     def to_dict(self) -> dict:
         out = {

@@ -9,7 +9,6 @@ from typing import ClassVar
 
 from headlab.results.long_context_result import TextContext
 from headlab.results.schema import Fields, problem
-from headlab.results.summary_repr import summarised
 
 
 @dataclass(frozen=True)
@@ -77,7 +76,6 @@ class RetrievalCheck:
                    note)  # fmt: skip
 
 
-@summarised
 @dataclass(frozen=True)
 class KVBudgetResult:
     """``runs``: the full model, then per plan size the chosen plan, the random ones and the
@@ -99,6 +97,11 @@ class KVBudgetResult:
     texts: str = ""
     held_out: TextContext | None = None
     calibration: TextContext | None = None
+
+    def __repr__(self) -> str:
+        """One line: the runs and the baseline (every number is in ``to_dict``)."""
+        return (f"KVBudgetResult({self.model!r}, {self.n_tokens} tokens, window {self.window}: "
+                f"{len(self.runs)} plan runs, full perplexity {self.baseline().perplexity:.4g})")
 
     def to_dict(self) -> dict:
         out = asdict(self)

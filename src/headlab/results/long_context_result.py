@@ -15,7 +15,6 @@ from headlab.results.attention_maps_result import AttentionMaps
 from headlab.results.head_roles import HeadRoles
 from headlab.results.head_statistics import HeadStatistics
 from headlab.results.schema import Fields, is_int, is_number, problem
-from headlab.results.summary_repr import summarised
 
 
 @dataclass(frozen=True)
@@ -126,7 +125,6 @@ class LongContextFindings:
         )
 
 
-@summarised
 @dataclass(frozen=True)
 class LongContextResult:
     """The results file of one long text: the statistics of ``head_statistics`` (their fields
@@ -141,6 +139,13 @@ class LongContextResult:
     findings: LongContextFindings
     roles: HeadRoles | None = None
     maps: AttentionMaps | None = None
+
+    def __repr__(self) -> str:
+        """One line: the text's length and the heads' roles (every number is in ``to_dict``)."""
+        counts = {} if self.roles is None else self.roles.counts()
+        roles = ", ".join(f"{n} {r}" for r, n in counts.items()) or "no roles"
+        return (f"LongContextResult({self.statistics.model!r}, {self.context.n_tokens} tokens, "
+                f"{self.statistics.num_layers} x {self.statistics.num_heads} heads: {roles})")
 
     def to_dict(self) -> dict:
         out = {

@@ -25,11 +25,6 @@ fit in memory (the estimate from the meta build), pickled weights, remote code w
 
 from __future__ import annotations
 
-import functools
-import os
-import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -47,6 +42,7 @@ from headlab.models.hf.checkpoint import (
     read_config,
 )
 from headlab.models.hf.observe import build_observed, picks_its_own_attention
+from headlab.models.hf.quiet_loading import quiet_loading
 from headlab.models.hf.registry import register
 from headlab.models.hf.requirements import require_accelerate
 from headlab.models.hf.runnable import (
@@ -191,41 +187,6 @@ def load_tokenizer(checkpoint: Checkpoint, trust_remote_code: bool = False):
         ) from None
 
 
-@contextmanager
-def _quiet_loading() -> Iterator[None]:
-    """transformers' own output off while it loads: its progress bars ("Loading weights", and
-    the GGUF reader's tqdm bar, which only the TQDM_DISABLE variable reaches) and its warnings,
-    the LOAD REPORT table among them (``weights_match.say_unused`` says it in one line). They
-    wrote lines of stderr on every load, also around a command's one-line refusal."""
-    from transformers.utils import logging
-
-    shown = logging.is_progress_bar_enabled()
-    verbosity = logging.get_verbosity()
-    before = os.environ.get("TQDM_DISABLE")
-    logging.disable_progress_bar()
-    logging.set_verbosity_error()
-    os.environ["TQDM_DISABLE"] = "1"
-    # tqdm reads TQDM_DISABLE when it is first imported (transformers imported it long before):
-    # the GGUF reader's bar is turned off on the reader itself, for the load only.
-    # (the reader module is imported by then: reading a GGUF config imports it)
-    gguf_reader = sys.modules.get("transformers.modeling_gguf_pytorch_utils")
-    bar = getattr(gguf_reader, "tqdm", None)
-    if bar is not None:
-        gguf_reader.tqdm = functools.partial(bar, disable=True)
-    try:
-        yield
-    finally:
-        if bar is not None:
-            gguf_reader.tqdm = bar
-        logging.set_verbosity(verbosity)
-        if shown:
-            logging.enable_progress_bar()
-        if before is None:
-            del os.environ["TQDM_DISABLE"]
-        else:
-            os.environ["TQDM_DISABLE"] = before
-
-
 def load_pretrained(
     source,
     *,
@@ -260,7 +221,7 @@ def load_pretrained(
                  gguf=checkpoint.gguf is not None)  # fmt: skip
     extra = {} if checkpoint.gguf is not None else {"use_safetensors": True}
     try:
-        with _quiet_loading():
+        with quiet_loading():
             model, info = plan.model_class.from_pretrained(
                 str(checkpoint.folder),
                 gguf_file=checkpoint.gguf,
