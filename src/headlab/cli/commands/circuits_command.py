@@ -16,7 +16,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from headlab.cli.model_source import ModelChoice, model_source, open_model
+from headlab.cli.model_source import ModelChoice, model_source, open_model, preview_model
 from headlab.cli.outputs import AS_JSON, FORCE, an_input, claim, write_outputs, writing
 from headlab.cli.parsing import flags, int_list
 from headlab.cli.progress import progress
@@ -110,6 +110,10 @@ def circuits(
 
         read_pairs(pairs)
     _claim(out, figure, faithfulness_figure, force)
+    from headlab.circuits.fits import check_fits_model
+
+    with flags("length", "n_pairs", pairs_file="--pairs"):  # the task against the model's
+        check_fits_model(request, preview_model(source, quiet=as_json))  # config, pre-load
     loaded = open_model(source, quiet=as_json)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing more is fetched, even with --download
     from headlab.circuits.run import prepare, run_circuits

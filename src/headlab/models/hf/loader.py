@@ -161,30 +161,31 @@ def check_parameters_held(plan: Plan, held: dict | None, where: str) -> None:
 
 
 def load_tokenizer(checkpoint: Checkpoint, trust_remote_code: bool = False):
-    """The checkpoint's tokenizer (transformers' class), or None when it has none."""
+    """The checkpoint's tokenizer (transformers' class), or None when it has none. ValueError in
+    one line naming the file for one that cannot be built: the tokenizers library raises a bare
+    ``Exception`` (a BPE merge naming a token outside the vocabulary, in a ``tokenizer.json`` or
+    a GGUF's ``tokenizer.ggml.merges``), transformers a ValueError, OSError or KeyError."""
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
     folder = checkpoint.folder
-    if checkpoint.gguf is None and not (folder / "tokenizer_config.json").is_file():
-        if not (folder / "tokenizer.json").is_file():
-            return None
-        try:
-            return PreTrainedTokenizerFast(tokenizer_file=str(folder / "tokenizer.json"))
-        except Exception as error:  # tokenizers raises a bare Exception
-            raise ValueError(
-                f"{folder / 'tokenizer.json'}: not a readable tokenizer ({first_line(error)})"
-            ) from None
+    plain = checkpoint.gguf is None and not (folder / "tokenizer_config.json").is_file()
+    if plain and not (folder / "tokenizer.json").is_file():
+        return None
+    where = folder / (checkpoint.gguf or "tokenizer.json")
     try:
+        if plain:
+            return PreTrainedTokenizerFast(tokenizer_file=str(where))
         return AutoTokenizer.from_pretrained(
             str(folder),
             gguf_file=checkpoint.gguf,
             local_files_only=True,
             trust_remote_code=consent(trust_remote_code),
         )
-    except (ValueError, OSError, KeyError) as error:
-        raise ValueError(
-            f"{checkpoint.name}: transformers cannot read its tokenizer ({first_line(error)})"
-        ) from None
+    except Exception as error:
+        if type(error) is not Exception and not isinstance(error, ValueError | OSError | KeyError):
+            raise
+        how = "not a readable tokenizer" if plain else "transformers cannot read its tokenizer"
+        raise ValueError(f"{where}: {how} ({first_line(error)})") from None
 
 
 def load_pretrained(
@@ -219,6 +220,7 @@ def load_pretrained(
     weights = checkpoint.folder / (checkpoint.gguf or "")
     check_shapes(plan.shapes, plan.prefix, held or {}, config, str(weights),
                  gguf=checkpoint.gguf is not None)  # fmt: skip
+    tokenizer = load_tokenizer(checkpoint, trust_remote_code)  # refused before the weights
     extra = {} if checkpoint.gguf is not None else {"use_safetensors": True}
     try:
         with quiet_loading():
@@ -240,4 +242,4 @@ def load_pretrained(
         raise ValueError(f"{checkpoint.name}: transformers cannot load it ({why})") from None
     check_finite(model, str(weights))
     say_unused(info, checkpoint.name)
-    return model.eval(), load_tokenizer(checkpoint, trust_remote_code), checkpoint
+    return model.eval(), tokenizer, checkpoint
