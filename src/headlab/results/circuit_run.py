@@ -95,7 +95,8 @@ class CircuitRun:
         if len(kv_heads) != len(heads):
             raise problem(fields.at("kv_heads_per_layer"), f"{len(heads)} counts", kv_heads)
         scores = EdgeScores.from_dict(fields.object("scores").data, fields.at("scores"))
-        _check_shapes(fields, heads, kv_heads, scores.edges)
+        # path patching of chosen edges (--edges) names only some nodes: counts bound them
+        _check_shapes(fields, heads, kv_heads, scores.edges, some=method == "path-patching")
         top = fields.int("top", 1, max(1, len(scores.edges)))
         curve = fields.data.get("faithfulness")
         offsets = fields.data.get("rotary_offsets")
@@ -146,11 +147,24 @@ def _named_nodes(edges: list[str]) -> tuple[dict[int, int], dict[int, int], set[
     return heads, groups, layers
 
 
-def _check_shapes(fields: Fields, heads: list[int], kv_heads: list[int], edges: list[str]) -> None:
+def _check_shapes(
+    fields: Fields, heads: list[int], kv_heads: list[int], edges: list[str], some: bool = False
+) -> None:
     """The layer shapes against what the file holds: as many layers as the edges name, each
     layer's head count the heads its edges name (every head of the graph has an edge), its K/V
-    count dividing it and, where its groups are named (GQA), their count."""
+    count dividing it and, where its groups are named (GQA), their count. ``some``: the edges
+    may be a chosen few (path patching's --edges): the shapes need only hold what they name."""
     named_heads, named_groups, layers = _named_nodes(edges)
+    if some:
+        if layers and max(layers) >= len(heads):
+            raise problem(fields.at("heads_per_layer"),
+                          f"more than {max(layers)} layers (those its edges name)", heads)
+        named_heads = {layer: max(named_heads.get(layer, 0), count)
+                       for layer, count in enumerate(heads)}  # fmt: skip
+        named_groups = {layer: kv_heads[layer] for layer, count in named_groups.items()
+                        if count <= kv_heads[layer]} | {
+            layer: count for layer, count in named_groups.items() if count > kv_heads[layer]}
+        layers = set(range(len(heads)))
     if len(heads) != len(layers) or (layers and max(layers) != len(layers) - 1):
         raise problem(fields.at("heads_per_layer"),
                       f"{len(layers)} layers (those its edges name)", heads)  # fmt: skip
