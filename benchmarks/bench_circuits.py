@@ -66,7 +66,7 @@ def main() -> None:
     start, cpu = time.perf_counter(), time.process_time()
     effects = patcher.effects(edges, chunk=args.chunk, progress=_progress("path patching"))
     exact_time, exact_cpu = time.perf_counter() - start, time.process_time() - cpu
-    exact = EdgeScores("path_patching", metric.kind, edges, effects.tolist(),
+    exact = EdgeScores("path-patching", metric.kind, edges, effects.tolist(),
                        patcher.clean_value, patcher.corrupted_value)  # fmt: skip
     print(f"exact path patching: {len(edges)} edges in {exact_time:.1f} s, CPU {exact_cpu:.1f} s, "
           f"{args.chunk or patcher.default_chunk()} edges a run, load average now "

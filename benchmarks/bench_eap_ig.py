@@ -38,7 +38,7 @@ def _exact(patcher, edges, metric, cache: Path):
         return exact
     start = time.perf_counter()
     effects = patcher.effects(edges)
-    exact = EdgeScores("path_patching", metric.kind, edges, effects.tolist(),
+    exact = EdgeScores("path-patching", metric.kind, edges, effects.tolist(),
                        patcher.clean_value, patcher.corrupted_value)  # fmt: skip
     print(f"exact path patching: {len(edges)} edges in {time.perf_counter() - start:.1f} s")
     cache.parent.mkdir(parents=True, exist_ok=True)

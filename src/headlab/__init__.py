@@ -26,6 +26,9 @@ _WHERE = {
     "attach": "headlab.models.hf",
 }
 __all__ = sorted(_WHERE)
+#: The packages, reachable as attributes after ``import headlab`` (``headlab.models.load``).
+SUBPACKAGES = ("analysis", "attention", "circuits", "experiments", "heads", "models",
+               "reference", "report", "results")  # fmt: skip
 
 if TYPE_CHECKING:  # pragma: no cover
     from headlab.analysis import (
@@ -56,6 +59,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def __getattr__(name: str) -> Any:
+    if name in SUBPACKAGES:
+        return importlib.import_module(f"headlab.{name}")
     if name not in _WHERE:
         raise AttributeError(f"module 'headlab' has no attribute {name!r}")
     value = getattr(importlib.import_module(_WHERE[name]), name)
@@ -64,7 +69,7 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *_WHERE])
+    return sorted({*globals(), *_WHERE, *SUBPACKAGES})
 
 
 def _show_results_in_ipython() -> None:

@@ -10,3 +10,8 @@ class HeadlabWarning(UserWarning):
 
 class CacheNotice(HeadlabWarning):
     """Something was written to headlab's cache once (the message says what, where, how big)."""
+
+
+class AttentionSwitched(HeadlabWarning):
+    """``headlab.attach`` switched a user's transformers model to headlab's attention (said once
+    per model object; the message says how to switch it back)."""

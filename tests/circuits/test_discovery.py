@@ -61,7 +61,7 @@ def test_faithfulness_ends_and_areas(tmp_path):
     # every edge kept is taken as the clean run without a run: it is one
     assert float(circuits.metric([set()])[0]) == pytest.approx(patcher.clean_value, abs=1e-5)
     effects = patcher.effects(every)
-    scores = EdgeScores("path_patching", "logit_diff", every, effects.tolist(),
+    scores = EdgeScores("path-patching", "logit_diff", every, effects.tolist(),
                         patcher.clean_value, patcher.corrupted_value)  # fmt: skip
     fractions = (0.05, 0.2, 0.5, 1.0)
     curve = faithfulness_curve(circuits, scores, fractions, seeds=3)
@@ -90,7 +90,7 @@ def test_curves_share_their_random_circuits():
     patcher = Patcher(attach(sharp("llama")), clean, corrupted, metric)
     circuits = CircuitPatcher(patcher)
     every = [e.name for e in patcher.graph.edges]
-    scores = EdgeScores("path_patching", "logit_diff", every, patcher.effects(every).tolist(),
+    scores = EdgeScores("path-patching", "logit_diff", every, patcher.effects(every).tolist(),
                         patcher.clean_value, patcher.corrupted_value)  # fmt: skip
     fractions = (0.1, 0.3, 1.0)
     top, grown = faithfulness_curves(circuits, scores, ("top", "greedy"), fractions, seeds=2)

@@ -100,3 +100,17 @@ def test_a_model_without_the_run_protocol_is_refused_in_one_line():
         graph_of(Bare())
     assert "\n" not in str(error.value)
     assert len(graph_of(Toy.build(mlp=True)).layers) == 2
+
+
+def test_a_group_is_named_g_or_kv_and_a_heads_key_input_points_at_its_group():
+    """One vocabulary with ``model ablate``: 1.kv1 is the node 1.g1 in every lookup; a head's
+    key or value input in a GQA layer is refused naming the group whose input it is."""
+    graph = Graph.of([LayerShape(6, 2), LayerShape(6, 2)])
+    assert graph.node("1.kv1") == graph.node("1.g1")
+    assert graph.edge("0.5->1.kv0<v>") == graph.edge("0.5->1.g0<v>") == Edge("0.5", "1.g0", "v")
+    with pytest.raises(ValueError, match=r"k input of head 1\.4 belongs to its K/V group 1\.g1 "
+                       r"\(query heads 1\.3 to 1\.5\); use '0\.5->1\.g1<k>'"):  # fmt: skip
+        graph.edge("0.5->1.4<k>")
+    assert graph.edge("0.5->1.4<q>").receiver == "1.4"  # the query input is the head's own
+    with pytest.raises(ValueError, match="does not write"):  # a later sender, not a group issue
+        graph.edge("1.0->1.g0<k>")

@@ -63,7 +63,10 @@ def test_each_method_end_to_end(tiny_dir, tmp_path, capsys, method, extra):
     code, stdout, err = run(argv, capsys)
     assert code == 0, err
     lines = stdout.splitlines()
-    assert lines[0].startswith("induction: accuracy"), stdout  # performance first
+    if method == "composition":  # the weights only: the model does not run on the task
+        assert lines[0] == "composition reads the weights only: the model was not run on the task"
+    else:
+        assert lines[0].startswith("induction: accuracy"), stdout  # performance first
     assert max(len(line) for line in lines) <= 80, stdout
     assert "…" not in stdout
     result = _read(out)
@@ -112,6 +115,8 @@ def one_line(argv, capsys, message):
     (["--method", "eap-ig", "--steps", "0"], "--steps must be between 1"),
     (["--top", "0"], "--top must be between 1"),
     (["--task", "ioi", "--length", "5"], "length applies to induction and copy only"),
+    (["--method", "eap", "--edges", "embed->logits"],
+     "--edges applies to method path-patching only"),
 ])  # fmt: skip
 def test_bad_options_before_the_model_loads(tmp_path, capsys, monkeypatch, extra, message):
     _no_loading(monkeypatch)
@@ -160,10 +165,10 @@ def test_pairs_of_different_token_counts_where_the_method_needs_equal(tiny_dir, 
     argv = ["circuits", "--model-dir", str(tiny_dir), "--pairs", str(pairs),
             "--out", str(tmp_path / "c.json")]  # fmt: skip
     one_line([*argv, "--method", "eap"], capsys, "must have the same number of tokens")
-    # composition reads the weights: the pair only measures the model's performance
+    # composition reads the weights: pairs of different lengths are read, the model not run
     code, stdout, err = run([*argv, "--method", "composition", "--top", "3"], capsys)
     assert code == 0, err
-    assert stdout.startswith("pairs: accuracy")
+    assert stdout.startswith("composition reads the weights only")
 
 
 def test_answer_token_outside_the_vocabulary(tiny_dir, tmp_path, capsys):
@@ -174,3 +179,74 @@ def test_answer_token_outside_the_vocabulary(tiny_dir, tmp_path, capsys):
     one_line(["circuits", "--model-dir", str(tiny_dir), "--pairs", str(pairs),
               "--out", str(tmp_path / "c.json")], capsys,
              f"must lie in the vocabulary 0..{vocab - 1}, got {vocab + 7}")  # fmt: skip
+
+
+def test_composition_prints_and_saves_the_random_baseline_beside_its_scores(
+    tiny_dir, tmp_path, capsys, monkeypatch
+):
+    """Composition reads the weights: the task's forward never runs, and each top edge's
+    row shows what random matrices of its shapes score (the library's baseline), saved too."""
+    from headlab.circuits.composition import composition_scores
+    from headlab.models import load
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the model ran on the task")
+
+    monkeypatch.setattr("headlab.circuits.task_performance.forward_logits", refuse)
+    out = tmp_path / "c.json"
+    argv = ["circuits", "--model-dir", str(tiny_dir), "--method", "composition", "--top", "3",
+            *SMALL, "--out", str(out)]  # fmt: skip
+    code, stdout, err = run(argv, capsys)
+    assert code == 0, err
+    result = _read(out)
+    found = composition_scores(load(tiny_dir), samples=16)
+    assert result.performance is None
+    assert result.baseline == {m: pytest.approx(found.baseline_for(m)) for m in result.baseline}
+    assert set(result.baseline) <= {"q", "k_group", "v_group"}  # 3 query heads on 1 K/V head
+    header = next(line for line in stdout.splitlines() if "sender" in line)
+    assert header.split("┃")[-2].strip() == "random"
+    rows = [line.split("│")[1:-1] for line in stdout.splitlines() if line.startswith("│")]
+    for (edge, _), row in zip(result.top_edges(), rows, strict=True):
+        mode = edge.split("<")[1][0] + ("_group" if ".g" in edge.split("->")[1] else "")
+        assert [c.strip() for c in (row[1], row[2], row[-1])] == [
+            edge.split("->")[0], edge.split("->")[1].split("<")[0], f"{result.baseline[mode]:.3f}"
+        ]
+
+
+def test_path_patching_of_chosen_edges_and_the_refusal_of_every_edge(
+    tiny_dir, tmp_path, capsys, monkeypatch
+):
+    """--edges as names or as an earlier run's top edges patches those alone (the library's
+    values); every edge past the limit is refused in one line naming --edges, with the estimate,
+    before any edge is patched."""
+    eap = tmp_path / "eap.json"
+    base = ["circuits", "--model-dir", str(tiny_dir), *SMALL, "--top", "3"]
+    assert run([*base, "--out", str(eap)], capsys)[0] == 0
+    top = [edge for edge, _ in _read(eap).top_edges()]
+    out = tmp_path / "pp.json"
+    code, _, err = run([*base, "--method", "path-patching", "--edges", str(eap),
+                             "--out", str(out)], capsys)  # fmt: skip
+    assert code == 0, err
+    assert "headlab: path-patching 3 edges: about" in err
+    patched = _read(out).scores
+    assert patched.edges == top
+    every = _expected(tiny_dir, "path-patching").scores
+    want = dict(zip(every.edges, every.scores, strict=True))
+    assert patched.scores == pytest.approx([want[e] for e in top], rel=1e-6, abs=1e-9)
+    named = tmp_path / "named.json"
+    assert run([*base, "--method", "path-patching", "--edges", ",".join(top[::-1]),
+                "--out", str(named)], capsys)[0] == 0  # fmt: skip
+    assert _read(named).scores.edges == top[::-1]
+    monkeypatch.setattr("headlab.circuits.run.PATCHING_LIMIT_S", 0.0)
+    monkeypatch.setattr("headlab.circuits.patching.Patcher.effects", _never)
+    one_line([*base, "--method", "path-patching", "--out", str(tmp_path / "all.json")], capsys,
+             "--edges must be chosen past 0 s: path-patching 51 edges: about")  # fmt: skip
+    code, _, err = run([*base, "--method", "path-patching", "--edges", "0.0->0.g0<k>",
+                        "--out", str(tmp_path / "bad.json")], capsys)  # fmt: skip
+    assert code == 2 and err.count("\n") == 1
+    assert err.startswith("headlab: error: --edges must be edges of ")
+    assert "no edge '0.0->0.g0<k>'" in err
+
+
+def _never(*args, **kwargs):
+    raise AssertionError("an edge was patched")

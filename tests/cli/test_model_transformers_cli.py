@@ -49,7 +49,7 @@ def test_refusals_name_the_flags(tmp_path, capsys, monkeypatch):
 
 def test_ablate_a_head_and_a_kv_group_through_transformers(hf_dirs, capsys, tmp_path):
     """A Llama folder (6 query heads on 2 K/V heads): head 0.1 and the whole group 1.kv1 (query
-    heads 3, 4, 5 of layer 1)."""
+    heads 3, 4, 5 of layer 1), which circuits calls 1.g1: both names are read, 1.g1 written."""
     corpus = tmp_path / "corpus.txt"  # words of the tiny vocabulary (others are w0, the padding)
     corpus.write_text("\n".join(text(9, seed) for seed in range(8)), encoding="utf-8")
     args = ["model", "ablate", "--model", str(hf_dirs["llama"]),
@@ -60,10 +60,15 @@ def test_ablate_a_head_and_a_kv_group_through_transformers(hf_dirs, capsys, tmp_
     document = json.loads(out)
     assert document["heads"] == [[0, 1], [1, 3], [1, 4], [1, 5]]
     assert document["ablated"] != document["baseline"]
+    same = [{"0.1,1.kv1": "0.1,1.g1", str(tmp_path / "a.json"): str(tmp_path / "b.json")}.get(
+        a, a) for a in args]  # fmt: skip
+    code, out, err = run(same, capsys)
+    assert code == 0, err
+    assert json.loads(out)["heads"] == document["heads"]
     bad = [*args[:-1], "--ablate", "1.kv2"]
     code, _, err = run(bad, capsys)
     assert code == 2 and err.count("\n") == 1
-    assert "--ablate 1.kv2: K/V group 2 out of range: the module has 2" in err
+    assert "--ablate 1.g2: K/V group 2 out of range: the module has 2" in err
 
 
 def test_prune_refuses_a_fused_layout_and_prunes_it_by_masking(gpt2_dir, capsys, tmp_path):

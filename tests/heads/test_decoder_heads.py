@@ -175,3 +175,23 @@ def test_importance_of_a_head_without_output_is_zero(tiny_llama_dir):
     result = head_importance(model, TEXTS, batch_size=3, max_length=32)
     assert result.raw[1][4] == 0.0 and all(v > 0 for v in result.raw[0])
     assert result.objective.startswith("next-token cross-entropy")
+
+
+def test_the_library_measures_the_detectors_by_default_as_the_command_does(tiny_llama):
+    """head_statistics' default detector length is ``model heads``' (default_length), so the
+    detectors are in its result and equal detect_heads at that length; with 0 they are absent
+    and asking for one says what to pass."""
+    from headlab.heads.detectors import default_length
+    from headlab.results.head_statistics import MissingStatistic
+
+    stats = head_statistics(tiny_llama, TEXTS[:3], max_length=32)
+    assert set(stats.detectors) == {"previous_token", "duplicate_token", "induction"}
+    seen = torch.cat([tiny_llama.tokenize([t], 32).input_ids[0] for t in TEXTS[:3]]).unique()
+    want = detect_heads(tiny_llama, seen, default_length(tiny_llama))
+    for name, grid in want.items():
+        assert torch.tensor(stats.detectors[name]) == pytest.approx(torch.tensor(grid), abs=1e-6)
+    assert stats.top("induction", 1)[0][2] == pytest.approx(max(map(max, want["induction"])))
+    without = head_statistics(tiny_llama, TEXTS[:3], max_length=32, detector_length=0)
+    with pytest.raises(MissingStatistic, match="detector_length=50") as raised:
+        without.top("induction")
+    assert isinstance(raised.value, KeyError) and "entropy" in str(raised.value)

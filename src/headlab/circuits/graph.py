@@ -8,7 +8,8 @@ headlab's names):
     L.H          query head H of layer L; it writes its output through its own slice of W_O
     L.gG         K/V group G of layer L in a GQA layer (num_kv_heads < num_heads): the receiver
                  of the key and value inputs of the query heads that read K/V head G; it writes
-                 nothing (its heads do)
+                 nothing (its heads do). ``L.kvG`` (as ``model ablate`` reads it) is the same
+                 node: every lookup takes either
     mlp.L        the MLP of layer L (its whole output, after any post-norm of the family)
     logits       the final norm and the unembedding: a receiver only
 
@@ -27,6 +28,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+
+from headlab.results.node_names import canonical_group, group_name, head_name
 
 EMBED = "embed"
 LOGITS = "logits"
@@ -59,14 +62,6 @@ class LayerShape:
     @property
     def group_size(self) -> int:
         return self.num_heads // self.num_kv_heads
-
-
-def head_name(layer: int, head: int) -> str:
-    return f"{layer}.{head}"
-
-
-def group_name(layer: int, group: int) -> str:
-    return f"{layer}.g{group}"
 
 
 def mlp_name(layer: int) -> str:
@@ -111,8 +106,8 @@ class Edge:
             receiver, _, input_ = rest[:-1].partition("<")
             if input_ not in ATTENTION_INPUTS:
                 raise ValueError(f"an edge's input is one of q, k, v, got {input_!r} in {name!r}")
-            return Edge(sender, receiver, input_)
-        return Edge(sender, rest, "in")
+            return Edge(canonical_group(sender), canonical_group(receiver), input_)
+        return Edge(canonical_group(sender), canonical_group(rest), "in")
 
 
 @dataclass(frozen=True)
@@ -144,7 +139,7 @@ class Graph:
 
     def node(self, name: str) -> Node:
         """The node ``name``. ValueError naming the kinds of names for an unknown one."""
-        found = self.node_index.get(name)
+        found = self.node_index.get(canonical_group(name))
         if found is None:
             raise ValueError(
                 f"no node {name!r} in this graph of {len(self.layers)} layers; nodes are "
@@ -153,11 +148,23 @@ class Graph:
         return found
 
     def edge(self, name: str) -> Edge:
-        """The edge named ``name``. ValueError for a name that is no edge of the graph."""
+        """The edge named ``name`` (a K/V group as ``L.gG`` or ``L.kvG``). ValueError for a name
+        that is no edge of the graph; for a head's key or value input in a GQA layer, it names
+        the K/V group whose input that is."""
         edge = Edge.parse(name)
-        if name not in self.edge_index:
+        if edge.name not in self.edge_index:
             self.node(edge.sender)
-            self.node(edge.receiver)
+            receiver = self.node(edge.receiver)
+            if receiver.kind == "head" and edge.input in ("k", "v"):
+                group = self.kv_receiver(receiver.layer, receiver.index)
+                if group != receiver.name:
+                    members = self.node(group).heads
+                    raise ValueError(
+                        f"no edge {name!r}: in layer {receiver.layer} the {edge.input} input of "
+                        f"head {receiver.name} belongs to its K/V group {group} (query heads "
+                        f"{receiver.layer}.{members[0]} to {receiver.layer}.{members[-1]}); use "
+                        f"{Edge(edge.sender, group, edge.input).name!r}"
+                    )
             raise ValueError(f"no edge {name!r}: {edge.sender} does not write into that input")
         return edge
 

@@ -14,19 +14,27 @@ metric is their weighted mean, one value per copy when a run stacks copies of th
                                                                         YY +1, the others -1)
 
 Higher is better for the first two; KL is 0 on the clean run and grows with any change.
+
+A metric of your own: ``custom_metric(function, mask)``, with ``function`` taking the logits at
+the kept positions, (batch, n_kept, vocab), to one value per (text, position), (batch, n_kept),
+built from torch operations so that attribution can differentiate it (close over the tensors it
+needs: answer ids, a direction). Its kind in the results is the name you give it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
 import torch
 from torch import Tensor
 
-MetricKind = Literal["logit_diff", "logprob", "kl", "prob_diff"]
+MetricKind = Literal["logit_diff", "logprob", "kl", "prob_diff"] | str
 METRIC_KINDS = ("logit_diff", "logprob", "kl", "prob_diff")
+#: A user's metric: (batch, n_kept, vocab) logits -> (batch, n_kept) values, differentiable.
+MetricFunction = Callable[[Tensor], Tensor]
 
 
 @dataclass(frozen=True)
@@ -34,7 +42,8 @@ class Metric:
     """See the module docstring. answers, wrong: (batch, n_kept) token ids (wrong only for
     logit_diff); reference: the clean run's log-probabilities (batch, n_kept, vocab), which a
     KL metric needs before it can be evaluated (``with_reference``); candidates (batch, n)
-    token ids and signs (batch, n) of prob_diff, the same at every kept position."""
+    token ids and signs (batch, n) of prob_diff, the same at every kept position; function: a
+    user's metric (``custom_metric``), whose ``kind`` is its name."""
 
     kind: MetricKind
     positions: Tensor
@@ -44,13 +53,20 @@ class Metric:
     reference: Tensor | None = None
     candidates: Tensor | None = None
     signs: Tensor | None = None
+    function: MetricFunction | None = None
 
     def __post_init__(self) -> None:
-        if self.kind not in METRIC_KINDS:
+        if self.function is not None:
+            if not callable(self.function):
+                raise ValueError(f"function must be callable, got {type(self.function).__name__}")
+            if self.kind in METRIC_KINDS or not self.kind:
+                raise ValueError(f"a metric function needs a name of its own (not one of "
+                                 f"{', '.join(METRIC_KINDS)}), got {self.kind!r}")  # fmt: skip
+        elif self.kind not in METRIC_KINDS:
             raise ValueError(f"metric must be one of {', '.join(METRIC_KINDS)}, got {self.kind!r}")
         if self.kind == "prob_diff" and (self.candidates is None or self.signs is None):
             raise ValueError("metric 'prob_diff' needs candidate tokens and their signs")
-        if self.kind not in ("kl", "prob_diff") and self.answers is None:
+        if self.kind in ("logit_diff", "logprob") and self.answers is None:
             raise ValueError(f"metric {self.kind!r} needs answer tokens")
         if self.kind == "logit_diff" and self.wrong is None:
             raise ValueError("metric 'logit_diff' needs wrong-answer tokens")
@@ -86,7 +102,9 @@ class Metric:
         b = self.batch
         copies = logits.shape[0] // b
         logits = logits.view(copies, b, *logits.shape[1:])  # (copies, batch, n_kept, vocab)
-        if self.kind == "logit_diff":
+        if self.function is not None:
+            per = self._custom(logits)
+        elif self.kind == "logit_diff":
             right = _take(logits, self.answers)
             per = right - _take(logits, self.wrong)
         elif self.kind == "logprob":
@@ -104,6 +122,20 @@ class Metric:
             per = (reference.exp() * (reference - logits.log_softmax(-1))).sum(-1)
         weight = self.weight.to(per.dtype)
         return (per * weight).sum((1, 2)) / weight.sum()
+
+    def _custom(self, logits: Tensor) -> Tensor:
+        """The user's function on each copy's (batch, n_kept, vocab) logits: (copies, batch,
+        n_kept); ValueError naming the shape it returned when that is not (batch, n_kept)."""
+        b, n_kept = logits.shape[1:3]
+        out = []
+        for copy in logits:  # (batch, n_kept, vocab): the shapes the function's tensors have
+            per = self.function(copy)
+            if not isinstance(per, Tensor) or tuple(per.shape) != (b, n_kept):
+                got = tuple(per.shape) if isinstance(per, Tensor) else type(per).__name__
+                raise ValueError(f"metric {self.kind!r} must return (batch, n_kept) = "
+                                 f"({b}, {n_kept}) values, got {got}")  # fmt: skip
+            out.append(per)
+        return torch.stack(out)  # (copies, batch, n_kept)
 
 
 def _take(values: Tensor, ids: Tensor) -> Tensor:
@@ -155,10 +187,21 @@ def kl_to_clean(mask: Tensor) -> Metric:
     return Metric("kl", positions, weight)
 
 
+def custom_metric(function: MetricFunction, mask: Tensor, name: str = "custom") -> Metric:
+    """A metric of your own (the module docstring): ``function`` (batch, n_kept, vocab) logits
+    -> (batch, n_kept) values, averaged over the positions of ``mask`` (batch, pos) bool, and
+    named ``name`` in the results. Higher should mean "more of the behaviour", as for the
+    built-in metrics."""
+    positions, weight = _kept(mask)
+    return Metric(name, positions, weight, function=function)
+
+
 __all__ = [
     "METRIC_KINDS",
     "Metric",
+    "MetricFunction",
     "answer_logprob",
+    "custom_metric",
     "kl_to_clean",
     "logit_difference",
     "next_token_logprob",

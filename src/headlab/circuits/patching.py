@@ -320,7 +320,7 @@ def path_patching(
     names = list(edges) if edges is not None else [e.name for e in patcher.graph.edges]
     scores = patcher.effects(names, chunk=chunk, progress=progress)
     return EdgeScores(
-        method="path_patching",
+        method="path-patching",
         metric=metric.kind,
         edges=names,
         scores=scores.tolist(),

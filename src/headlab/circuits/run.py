@@ -16,13 +16,16 @@ every head -> later head edge: q into the head, k and v into its K/V group in a 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from headlab.attention.one_thread import one_torch_thread
 from headlab.circuits.tasks import TaskPairs, TaskRequest
 from headlab.limits import check_int
 from headlab.results.circuit_edges import EdgeScores
 from headlab.results.circuit_run import RUN_METHODS, CircuitRun
+from headlab.results.patching_estimate import PatchingEstimate, duration
 
 Step = Callable[[int, int], None]
 MAX_OFFSET = 1 << 20  # the model's own positions bound it after the load (prepare)
@@ -32,8 +35,10 @@ MAX_OFFSET = 1 << 20  # the model's own positions bound it after the load (prepa
 class CircuitRequest:
     """``task`` (its pairs), ``method`` (one of ``RUN_METHODS``), the circuit's ``top`` edges,
     EAP-IG's ``steps`` m, whether to measure the ``faithfulness`` curve (against ``seeds``
-    random circuits per size), and for "composition" the ``rotary_offsets`` of rotary-aware Q-
-    and K-composition (None: without rotary). ValueError naming the option for a bad value."""
+    random circuits per size), for "composition" the ``rotary_offsets`` of rotary-aware Q-
+    and K-composition (None: without rotary), and for "path-patching" the ``edges`` to patch
+    (None: every edge, which ``patching_estimate`` prices first). ValueError naming the option
+    for a bad value."""
 
     task: TaskRequest
     method: str = "eap"
@@ -42,6 +47,7 @@ class CircuitRequest:
     faithfulness: bool = False
     seeds: int = 3
     rotary_offsets: tuple[int, ...] | None = None
+    edges: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.method not in RUN_METHODS:
@@ -61,9 +67,15 @@ class CircuitRequest:
                 check_int("rotary_offsets", offset, low=0, high=MAX_OFFSET)
             if len(set(offsets)) != len(offsets):
                 raise ValueError(f"rotary_offsets must be distinct, got {list(offsets)}")
-        if self.task.equal_lengths != needs_equal_lengths(self.method):
-            raise ValueError(f"task.equal_lengths must be {needs_equal_lengths(self.method)} "
-                             f"for method {self.method}")  # fmt: skip
+        if self.edges is not None:
+            if self.method != "path-patching":
+                raise ValueError(f"edges applies to method path-patching only (the others score "
+                                 f"every edge at once), got method {self.method}")  # fmt: skip
+            if not self.edges or len(set(self.edges)) != len(self.edges):
+                raise ValueError(f"edges must name distinct edges, got {list(self.edges)[:5]}")
+        if needs_equal_lengths(self.method) and not self.task.equal_lengths:
+            raise ValueError(f"task.equal_lengths must be True for method {self.method}")
+        # composition reads the weights: equal-length pairs (the task's default) serve it too
 
 
 def needs_equal_lengths(method: str) -> bool:
@@ -84,8 +96,9 @@ class Prepared:
 
 def prepare(model, request: CircuitRequest) -> Prepared:
     """The pairs and the graph of ``model``; ValueError for pairs the tokenizer cannot hold
-    (tasks.py, tasks_pairs.py), answer tokens outside the model's vocabulary, and ``top``
-    beyond the number of edges the method scores."""
+    (tasks.py, tasks_pairs.py), answer tokens outside the model's vocabulary, an edge of
+    ``request.edges`` the graph does not have, and ``top`` beyond the number of edges the
+    method scores."""
     from headlab.circuits.blocks import graph_of
     from headlab.circuits.discovery import check_size
     from headlab.circuits.task_performance import task_metric
@@ -101,6 +114,11 @@ def prepare(model, request: CircuitRequest) -> Prepared:
             break
     graph = graph_of(model)
     edges = [e.name for e in graph.edges if _scored(graph, e, request.method)]
+    if request.edges is not None:
+        try:
+            edges = [graph.edge(name).name for name in request.edges]
+        except ValueError as error:
+            raise ValueError(f"edges must be edges of {model.name}: {error}") from None
     try:
         check_size(request.top, len(edges))
     except ValueError:
@@ -109,6 +127,41 @@ def prepare(model, request: CircuitRequest) -> Prepared:
             f"{model.name}), got {request.top}"
         ) from None
     return Prepared(request, pairs, graph, edges)
+
+
+#: Path patching of every edge is refused above this estimate unless the edges are chosen.
+PATCHING_LIMIT_S = 30 * 60
+
+
+def patching_estimate(model, prepared: Prepared) -> PatchingEstimate:
+    """Time one forward of the clean pairs (the faster of two) and count the forwards that
+    patching ``prepared.edges`` takes (see ``PatchingEstimate``)."""
+    import time
+
+    from headlab.circuits.task_performance import forward_logits
+
+    timings = []
+    for _ in range(2):
+        start = time.perf_counter()
+        forward_logits(model, prepared.pairs.clean)
+        timings.append(time.perf_counter() - start)
+    layers = len(prepared.graph.layers)
+    forwards = 0.0
+    for name in prepared.edges:
+        receiver = prepared.graph.node(prepared.graph.edge(name).receiver)
+        forwards += max(1, layers - receiver.layer) / layers  # the logits: the last layer's share
+    return PatchingEstimate(len(prepared.edges), forwards, min(timings))
+
+
+def check_patching(estimate: PatchingEstimate, request: CircuitRequest) -> None:
+    """ValueError (naming ``edges``) when patching every edge would take longer than
+    ``PATCHING_LIMIT_S`` and no edges were chosen; chosen edges are patched whatever it takes."""
+    if request.edges is None and estimate.seconds > PATCHING_LIMIT_S:
+        raise ValueError(
+            f"edges must be chosen past {duration(PATCHING_LIMIT_S)}: {estimate.says()}; "
+            "pass --edges (names, or an earlier circuits results file: its top edges), e.g. "
+            "after --method eap"
+        )
 
 
 def _scored(graph, edge, method: str) -> bool:
@@ -124,34 +177,37 @@ def run_circuits(
     | None = None,
 ) -> CircuitRun:
     """The run of the module docstring. ``on_stage(name)`` when a stage starts ("performance",
-    "scores", "faithfulness"), ``on_step(done, total)`` within it."""
+    "scores", "faithfulness"), ``on_step(done, total)`` within it. "composition" reads the
+    weights only: the model runs on the task (its performance) only for the faithfulness
+    curve."""
     from headlab.circuits.task_performance import task_metric, task_performance
 
     request, pairs, graph = prepared.request, prepared.pairs, prepared.graph
-    stage = on_stage or (lambda name: None)
-    stage("performance")
-    performance = task_performance(model, pairs)
+    performance, baseline = None, None
+    if request.method != "composition" or request.faithfulness:  # composition reads weights
+        with _stage(on_stage, "performance"):
+            performance = task_performance(model, pairs)
     metric = task_metric(pairs)
-    stage("scores")
     patcher = None
-    if request.method == "composition":
-        scores = composition_edges(model, graph, prepared.edges, performance, on_step,
-                                   request.rotary_offsets)  # fmt: skip
-    else:
-        from headlab.circuits.patching import Patcher
+    with _stage(on_stage, "scores"):
+        if request.method == "composition":
+            scores, baseline = composition_edges(model, graph, prepared.edges, on_step,
+                                                 request.rotary_offsets)  # fmt: skip
+        else:
+            from headlab.circuits.patching import Patcher
 
-        patcher = Patcher(model, pairs.clean, pairs.corrupted, metric)
-        scores = _scores(model, pairs, metric, patcher, request, on_step)
+            patcher = Patcher(model, pairs.clean, pairs.corrupted, metric)
+            scores = _scores(model, pairs, metric, patcher, request, on_step, prepared.edges)
     curve = None
     if request.faithfulness:
         from headlab.circuits.circuit_patching import CircuitPatcher
         from headlab.circuits.faithfulness import faithfulness_curve
         from headlab.circuits.patching import Patcher
 
-        stage("faithfulness")
-        patcher = patcher or Patcher(model, pairs.clean, pairs.corrupted, metric)
-        curve = faithfulness_curve(CircuitPatcher(patcher), _every_edge(scores, graph),
-                                   seeds=request.seeds, progress=on_step)  # fmt: skip
+        with _stage(on_stage, "faithfulness"):
+            patcher = patcher or Patcher(model, pairs.clean, pairs.corrupted, metric)
+            curve = faithfulness_curve(CircuitPatcher(patcher), _every_edge(scores, graph),
+                                       seeds=request.seeds, progress=on_step)  # fmt: skip
     layers = [graph_layer for graph_layer in graph.layers]
     return CircuitRun(
         model=model.name,
@@ -165,14 +221,29 @@ def run_circuits(
         scores=scores,
         faithfulness=curve,
         rotary_offsets=None if request.rotary_offsets is None else list(request.rotary_offsets),
+        baseline=baseline,
     )
 
 
-def _scores(model, pairs, metric, patcher, request: CircuitRequest, on_step) -> EdgeScores:
+@contextlib.contextmanager
+def _stage(on_stage: Callable[[str], None] | None, name: str) -> Iterator[None]:
+    """One stage of a run: said to ``on_stage``, and run on one torch thread while another
+    process competes for the cores (``one_torch_thread(when_busy=True)``, decided per stage).
+    The circuits' tensors are small (a few pairs, one head's matrices), so each op is short and
+    torch's threads wait in OpenMP barriers for a descheduled thread: measured on SmolLM2 in
+    ``benchmarks/bench_circuits_threads.py`` (docs/benchmarks.md)."""
+    if on_stage is not None:
+        on_stage(name)
+    with one_torch_thread(when_busy=True):
+        yield
+
+
+def _scores(model, pairs, metric, patcher, request: CircuitRequest, on_step,
+            prepared_edges: list[str]) -> EdgeScores:  # fmt: skip
     if request.method == "path-patching":
-        names = [e.name for e in patcher.graph.edges]
+        names = list(prepared_edges)
         values = patcher.effects(names, progress=on_step)
-        return EdgeScores("path_patching", metric.kind, names, values.tolist(),
+        return EdgeScores("path-patching", metric.kind, names, values.tolist(),
                           patcher.clean_value, patcher.corrupted_value)  # fmt: skip
     from headlab.circuits.attribution import edge_attribution
 
@@ -192,25 +263,37 @@ def _every_edge(scores: EdgeScores, graph) -> EdgeScores:
 
 
 def composition_edges(
-    model, graph, edges: list[str], performance, on_step=None, offsets=None
-) -> EdgeScores:
-    """Weight-based composition of ``edges`` (head -> later head or K/V group) as EdgeScores:
-    q into a head is its Q-composition, k and v into a head (no GQA) its K-, V-composition, into
-    a K/V group the group's (``k_group``, ``v_group``); rotary-aware at ``offsets`` (None:
-    without rotary). An edge a layer cannot score (QK-norm leaves out Q and K) scores 0."""
+    model, graph, edges: list[str], on_step=None, offsets=None
+) -> tuple[EdgeScores, dict[str, float]]:
+    """Weight-based composition of ``edges`` (head -> later head or K/V group) as EdgeScores,
+    with the mean score of random matrices of the same shapes for each input the edges read
+    ("q", "k", "v", or "k_group", "v_group" into a K/V group): q into a head is its
+    Q-composition, k and v into a head (no GQA) its K-, V-composition, into a K/V group the
+    group's; rotary-aware at ``offsets`` (None: without rotary). An edge a layer cannot score
+    (QK-norm leaves out Q and K) scores 0. The model does not run: its metric fields are 0."""
     from headlab.circuits.composition import composition_scores
 
     found = composition_scores(model, samples=16, on_layer=on_step,
                                offsets=None if offsets is None else list(offsets))  # fmt: skip
-    values = []
+    values, modes = [], {}
     for name in edges:
         edge = graph.edge(name)
         grouped = graph.node(edge.receiver).kind == "group"
         mode = f"{edge.input}_group" if grouped else edge.input
         value = found.score(mode, edge.sender, edge.receiver)
         values.append(0.0 if value is None or value != value else float(value))
-    return EdgeScores("composition", "weights", list(edges), values, performance.clean,
-                      performance.corrupted)  # fmt: skip
+        if mode not in modes and found.baselines:
+            modes[mode] = found.baseline_for(mode)
+    return EdgeScores("composition", "weights", list(edges), values, 0.0, 0.0), modes
 
 
-__all__ = ["CircuitRequest", "Prepared", "needs_equal_lengths", "prepare", "run_circuits"]
+__all__ = [
+    "CircuitRequest",
+    "PatchingEstimate",
+    "Prepared",
+    "check_patching",
+    "needs_equal_lengths",
+    "patching_estimate",
+    "prepare",
+    "run_circuits",
+]

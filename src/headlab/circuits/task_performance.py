@@ -44,7 +44,7 @@ def task_metric(pairs: TaskPairs, kind: str | None = None) -> Metric:
     return Metric("prob_diff", positions, weight, candidates=pairs.candidates, signs=pairs.signs)
 
 
-def _logits(model, ids: Tensor, batch_size: int) -> Tensor:
+def forward_logits(model, ids: Tensor, batch_size: int = 8) -> Tensor:
     """(batch, pos) ids -> (batch, pos, vocab) logits, ``batch_size`` rows at a time. Right
     padding needs no mask in a causal model: it comes after every position read."""
     out = []
@@ -64,8 +64,8 @@ def task_performance(model, pairs: TaskPairs, batch_size: int = 8) -> TaskPerfor
         raise ValueError(f"{model.name} is not a language model: its attention is not causal")
     metric = task_metric(pairs)
     metric.check_vocab(model.output_width)
-    clean = _logits(model, pairs.clean, batch_size)  # (batch, pos, vocab)
-    corrupted = _logits(model, pairs.corrupted, batch_size)
+    clean = forward_logits(model, pairs.clean, batch_size)  # (batch, pos, vocab)
+    corrupted = forward_logits(model, pairs.corrupted, batch_size)
     kept = metric.positions
     clean_value = float(metric(clean[:, kept]).item())
     corrupted_value = float(metric(corrupted[:, kept]).item())

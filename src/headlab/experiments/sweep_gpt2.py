@@ -111,7 +111,7 @@ def gpt2_like(tiny: TinyTransformer) -> torch.nn.Module:
 def as_transformers(tiny: TinyTransformer, name: str | None = None) -> TransformersModel:
     """``gpt2_like(tiny)`` attached (headlab's attention and sites inside it), ready for the
     circuits tools."""
-    return attach(gpt2_like(tiny), name=name or f"sweep-{tiny.spec.name}-gpt2")
+    return attach(gpt2_like(tiny), name=name or f"sweep-{tiny.spec.name}-gpt2", announce=False)
 
 
 __all__ = ["as_transformers", "gpt2_like"]

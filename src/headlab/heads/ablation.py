@@ -26,6 +26,7 @@ from headlab.heads.requests import AblationRequest, Texts, analysis_request, cor
 from headlab.models.interface import HeadModel
 from headlab.models.objectives import describe
 from headlab.results.ablation_result import AblationResult, Group, Head
+from headlab.results.node_names import group_name, parse_group
 
 
 def parse_heads(spec: str) -> list[Head]:
@@ -33,26 +34,29 @@ def parse_heads(spec: str) -> list[Head]:
     heads, groups = parse_ablation(spec)
     if groups:
         layer, group = groups[0]
-        raise ValueError(f"heads must be LAYER.HEAD pairs like 3.5,4.1, got '{layer}.kv{group}'")
+        raise ValueError(
+            f"heads must be LAYER.HEAD pairs like 3.5,4.1, got '{group_name(layer, group)}'"
+        )
     return heads
 
 
 def parse_ablation(spec: str) -> tuple[list[Head], list[Group]]:
-    """ "3.5,4.kv1" -> ([(3, 5)], [(4, 1)]): query heads LAYER.HEAD and whole K/V groups
-    LAYER.kvGROUP (every query head that reads K/V head GROUP), comma-separated. Raises
-    ValueError naming the item that is neither."""
+    """ "3.5,4.g1" -> ([(3, 5)], [(4, 1)]): query heads LAYER.HEAD and whole K/V groups
+    LAYER.gGROUP (every query head that reads K/V head GROUP; LAYER.kvGROUP is read too, as
+    ``headlab.results.node_names`` says), comma-separated. Raises ValueError naming the item
+    that is neither."""
     heads, groups = [], []
     for item in spec.split(","):
         layer, dot, head = item.strip().partition(".")
-        group = head.removeprefix("kv")
+        group = parse_group(item)
         if dot and layer.isdigit() and head.isdigit():
             heads.append((int(layer), int(head)))
-        elif dot and layer.isdigit() and head.startswith("kv") and group.isdigit():
-            groups.append((int(layer), int(group)))
+        elif group is not None:
+            groups.append(group)
         else:
             raise ValueError(
-                f"heads must be LAYER.HEAD pairs like 3.5,4.1 or K/V groups LAYER.kvGROUP like "
-                f"4.kv1, got {item.strip()!r}"
+                f"heads must be LAYER.HEAD pairs like 3.5,4.1 or K/V groups LAYER.gGROUP like "
+                f"4.g1, got {item.strip()!r}"
             )
     return heads, groups
 
@@ -68,13 +72,13 @@ def group_heads(model: HeadModel, groups: Sequence[Group]) -> list[Head]:
     for layer, group in groups:
         if not 0 <= layer < len(layers):
             raise ValueError(
-                f"heads {layer}.kv{group}: layer {layer} out of range, expected 0 to "
+                f"heads {group_name(layer, group)}: layer {layer} out of range, expected 0 to "
                 f"{len(layers) - 1} ({model.name} has {len(layers)} layers)"
             )
         try:
             chosen = query_heads(layers[layer], kv_groups=[group])
         except ValueError as error:
-            raise ValueError(f"heads {layer}.kv{group}: {error}") from None
+            raise ValueError(f"heads {group_name(layer, group)}: {error}") from None
         heads.extend((layer, h) for h in chosen)
     return heads
 

@@ -19,8 +19,8 @@ from torch import Tensor
 from headlab.heads.tracing import attention_weights
 from headlab.limits import check_int
 from headlab.models.interface import HeadModel, TokenBatch
+from headlab.results.head_statistics import DETECTOR_NAMES as DETECTORS
 
-DETECTORS = ("previous_token", "duplicate_token", "induction")
 LENGTH = 50  # tokens of each random sequence (seen twice: 100 positions) unless asked otherwise
 
 

@@ -113,7 +113,7 @@ def head_statistics(
     *,
     batch_size: int = 16,
     max_length: int | None = None,
-    detector_length: int = 0,
+    detector_length: int | None = None,
     chunk_elements: int = CHUNK_ELEMENTS,
     on_batch=None,
 ) -> HeadStatistics:
@@ -122,15 +122,21 @@ def head_statistics(
     One forward per batch; every layer's weights are reduced chunk by chunk as they are computed
     (``headlab.heads.model_head_sums``), never stored. detector_length: for a causal model, also
     score the previous-token, duplicate-token and induction heads on random token sequences of this
-    length repeated twice (0: skip; the command line's default is
+    length repeated twice (0: skip; None, the default as for ``headlab model heads``:
     ``detectors.default_length(model)``); ValueError before any batch runs unless twice the
-    length fits the model. on_batch: called with the number of texts done after each batch
+    length fits the model; by default, texts of fewer than 2 distinct tokens leave the detectors
+    out with a note. on_batch: called with the number of texts done after each batch
     (progress). Needs at least one text.
     """
     texts, max_length = corpus_texts(texts, max_length, model.max_positions)
     if not texts:
         raise ValueError("expected at least one text, got none")
-    if detector_length and model.causal:
+    by_default = detector_length is None
+    if by_default:
+        from headlab.heads.detectors import default_length
+
+        detector_length = default_length(model)
+    elif detector_length and model.causal:
         from headlab.heads.detectors import check_length
 
         check_length(model, detector_length)  # before the corpus runs
@@ -148,10 +154,15 @@ def head_statistics(
     names, notes = measured(names, [calls[0].sums for calls in layers])
     notes += layer_notes(model)
     detected = {}
+    vocabulary = torch.cat(seen_ids).unique()
+    if by_default and vocabulary.numel() < 2 and detector_length and model.causal:
+        # the default asks for nothing: texts of one token id leave the detectors out, said
+        notes.append("detectors left out: the texts hold fewer than 2 distinct tokens")
+        detector_length = 0
     if detector_length and model.causal:
         from headlab.heads.detectors import detect_heads
 
-        detected = detect_heads(model, torch.cat(seen_ids).unique(), detector_length)
+        detected = detect_heads(model, vocabulary, detector_length)
     metrics = per_head_means(layers, names)
     return HeadStatistics(
         model.name,

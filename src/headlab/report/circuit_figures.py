@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
-from matplotlib.patches import FancyBboxPatch
+from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
 from headlab.report.figures import COLOURS, GRID, INK, legend_outside, style_axes
 from headlab.results.circuit_edges import FaithfulnessCurve
@@ -72,9 +72,9 @@ def circuit_graph_figure(run: CircuitRun) -> Figure:
                 if layers <= 16:
                     ax.text(layer - 0.26, g * size + size - 0.55, f"g{g}", fontsize=6,
                             color="#6b7a8f", va="bottom")  # fmt: skip
-        xs = [layer] * heads
-        ax.scatter(xs, range(heads), s=14, color="#9aa5b1", zorder=2)
-        ax.scatter([layer], [-1.2], s=22, marker="s", color="#9aa5b1", zorder=2)
+        xs = [layer] * heads  # heads off the circuit: faint, so an edge over one is not read
+        ax.scatter(xs, range(heads), s=8, color="#d3d9e0", zorder=1)  # as ending there
+        ax.scatter([layer], [-1.2], s=14, marker="s", color="#d3d9e0", zorder=1)
     for name in ("embed", "logits"):
         x, y = where[name]
         ax.scatter([x], [y], s=40, marker="D", color=INK, zorder=2)
@@ -85,15 +85,27 @@ def circuit_graph_figure(run: CircuitRun) -> Figure:
         sender, receiver, input_ = _split(edge)
         if sender not in where or receiver not in where:
             continue
-        (x0, y0), (x1, y1) = where[sender], where[receiver]
-        ax.plot([x0, x1], [y0, y1], linestyle=STYLES.get(input_, "-"),
-                linewidth=0.6 + 3.4 * abs(score) / largest, alpha=0.85, zorder=3,
-                color=POSITIVE if score >= 0 else NEGATIVE)  # fmt: skip
-    for edge, _ in top[:3]:  # name the ends of the strongest edges
-        for node in _split(edge)[:2]:
-            if node in where and node not in ("embed", "logits"):
-                x, y = where[node]
-                ax.text(x + 0.08, y + 0.15, node, fontsize=7, color=INK, zorder=4)
+        # an arc, not a straight line: a line between heads of far layers runs through the
+        # heads of the layers between at the same height
+        ax.add_patch(FancyArrowPatch(
+            where[sender], where[receiver], arrowstyle="-", connectionstyle="arc3,rad=0.18",
+            linestyle=STYLES.get(input_, "-"), linewidth=0.6 + 3.4 * abs(score) / largest,
+            alpha=0.85, zorder=3, color=POSITIVE if score >= 0 else NEGATIVE,
+        ))  # fmt: skip
+    ends = {node for edge, _ in top for node in _split(edge)[:2] if node in where}
+    for node in ends - {"embed", "logits"}:  # the circuit's nodes, dark over the faint ones
+        x, y = where[node]
+        ax.scatter([x], [y], s=22, color=INK, zorder=4,
+                   marker="s" if node.startswith("mlp") or ".g" in node else "o")  # fmt: skip
+    named = []
+    for edge, _ in top[:5]:  # name the ends of the strongest edges, each once
+        named += [n for n in _split(edge)[:2] if n not in named and n not in ("embed", "logits")]
+    for node in named:
+        if node in where:
+            x, y = where[node]
+            ax.text(x + 0.12, y + 0.2, node, fontsize=9, color=INK, zorder=5,
+                    bbox={"boxstyle": "round,pad=0.15", "facecolor": "white",
+                          "edgecolor": "none", "alpha": 0.8})  # fmt: skip
     step = max(1, layers // 15)
     ax.set_xticks([-1, *range(0, layers, step), layers],
                   ["emb", *(str(i) for i in range(0, layers, step)), "out"])  # fmt: skip

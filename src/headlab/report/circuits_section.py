@@ -61,8 +61,10 @@ def _part(path: Path, pngs: dict[str, bytes]) -> dict | None:
     found = result.faithfulness
     return {
         "title": f"Circuits: {result.task} in {result.model}, by {result.method}{steps}",
-        "performance": result.performance.says(),
-        "does_task": result.performance.does_task,
+        "performance": WEIGHTS_ONLY if result.performance is None else result.performance.says(),
+        "does_task": result.performance is None or result.performance.does_task,
+        "baseline": _baseline_text(result.baseline),
+        "sign_note": SIGN_NOTES.get(result.scores.metric),
         "edges": len(result.scores.edges),
         "rows": rows,
         "image": _image(graph),
@@ -74,6 +76,27 @@ def _part(path: Path, pngs: dict[str, bytes]) -> dict | None:
         "display": show(result).html(),
         "curve_display": None if found is None else show(found).html(),
     }
+
+
+# what the sign of an edge's score means, per metric: a score is the change in the metric when
+# the edge carries the corrupted input, and these metrics fall when the behaviour is broken
+_FALLS = ("A score is the change in {} when the edge carries the corrupted input: the edges the "
+          "behaviour uses lower it, so the red (negative) edges are the important ones; blue "
+          "edges work against the answer.")  # fmt: skip
+SIGN_NOTES = {"logprob": _FALLS.format("log p(answer)"),
+              "logit_diff": _FALLS.format("the logit difference"),
+              "prob_diff": _FALLS.format("the probability difference"),
+              "kl": "A score is the change in KL to the clean run: larger is more important."}
+WEIGHTS_ONLY = "Composition reads the weights only: the model was not run on the task."
+
+
+def _baseline_text(baseline: dict[str, float] | None) -> str | None:
+    """Composition's random baseline in words: what random matrices of these shapes score."""
+    if not baseline:
+        return None
+    values = ", ".join(f"{mode.replace('_group', ' (K/V group)')} {v:.3f}"
+                       for mode, v in baseline.items())  # fmt: skip
+    return f"Random matrices of the same shapes score {values}: a score well above these is news."
 
 
 __all__ = ["circuits_sections"]

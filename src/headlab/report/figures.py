@@ -44,19 +44,20 @@ def legend_outside(ax, **kwargs) -> None:
 
 def heads_grid(heads: dict) -> Figure:
     """model_heads.json data (``HeadStatistics.to_dict()``) -> one layers x heads image per
-    metric, each with its colour bar. Rows of unequal length (pruned layers) are padded blank."""
-    metrics = heads["metrics"]
-    names = list(metrics)
-    cols = min(4, len(names))
-    rows = -(-len(names) // cols)
+    detector (scores on [0, 1]; decoders) and per metric (each on its own scale), each with its
+    colour bar. Rows of unequal length (pruned layers) are padded blank."""
+    panels = [(f"{name.replace('_', '-')} (detector)", grid, (0.0, 1.0))
+              for name, grid in heads.get("detectors", {}).items()]  # fmt: skip
+    panels += [(name, grid, (None, None)) for name, grid in heads["metrics"].items()]
+    cols = min(4, len(panels))
+    rows = -(-len(panels) // cols)
     fig = Figure(figsize=(3.2 * cols, 2.6 * rows), layout="constrained")
-    for i, name in enumerate(names):
+    for i, (name, layers, (low, high)) in enumerate(panels):
         ax = fig.add_subplot(rows, cols, i + 1)
-        layers = metrics[name]
         grid = np.full((len(layers), max(map(len, layers))), np.nan)
         for layer, values in enumerate(layers):
             grid[layer, : len(values)] = values
-        image = ax.imshow(grid, cmap="viridis", aspect="auto")
+        image = ax.imshow(grid, cmap="viridis", aspect="auto", vmin=low, vmax=high)
         ax.set_title(name, fontsize=9, color=INK)
         ax.set_xlabel("head", fontsize=8)
         ax.set_ylabel("layer", fontsize=8)

@@ -25,7 +25,8 @@ if TYPE_CHECKING:
     from headlab.results.kv_budget_result import KVBudgetResult
     from headlab.results.long_context_result import LongContextResult
 
-ROLE_COLOURS = {"retrieval": COLOURS[1], "copy": COLOURS[4], "sink": COLOURS[3],
+# retrieval red and sink blue, the two roles a reader compares, far apart in hue and lightness
+ROLE_COLOURS = {"retrieval": COLOURS[1], "copy": COLOURS[4], "sink": COLOURS[0],
                 "local": COLOURS[2], "mixed": "#d9dee5"}  # fmt: skip
 
 

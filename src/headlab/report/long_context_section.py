@@ -181,6 +181,7 @@ def _roles_part(path: Path) -> tuple[dict, bytes, bytes, dict] | None:
         "image": _uri(roles_png),
         "maps": _uri(maps_png),
         "answer": roles_answer(result),
+        "role_grid": result.roles.roles,
         "display": show(result).html(),  # the notebook's display of the same result
     }
     return part, roles_png, maps_png, _blocked_explorer(result)

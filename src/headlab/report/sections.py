@@ -15,6 +15,7 @@ from pathlib import Path
 from headlab.report import figures
 from headlab.report.circuits_section import circuits_sections
 from headlab.report.displays import show
+from headlab.report.long_context_figures import ROLE_COLOURS
 from headlab.report.long_context_section import long_context_sections
 from headlab.report.overview import overview
 from headlab.report.reading import PRODUCERS, Skipped, read_section, skipping
@@ -81,17 +82,30 @@ def _part(directory: Path, key: str, filename: str, draw) -> dict | None:
 
 
 def _heads_summary(heads: dict) -> list[dict]:
-    """For each metric: the head with the largest value (layer, head, value), the first in
-    layer-major order on a tie. Rows may be of unequal length (pruned layers, as the grid figure
-    draws them), so the layers are walked as lists, not stacked into one array."""
+    """For each detector, then each metric: the head with the largest value (layer, head,
+    value), the first in layer-major order on a tie. Rows may be of unequal length (pruned
+    layers, as the grid figure draws them), so the layers are walked as lists, not stacked into
+    one array."""
     rows = []
-    for name, grid in heads["metrics"].items():
+    named = {k.replace("_", "-"): g for k, g in heads.get("detectors", {}).items()}
+    for name, grid in {**named, **heads["metrics"]}.items():
         cells = [(float(v), layer, head) for layer, row in enumerate(grid)
                  for head, v in enumerate(row)]  # fmt: skip
         if cells:
             value, layer, head = max(cells, key=lambda cell: cell[0])
             rows.append({"metric": name, "layer": layer, "head": head, "value": value})
     return rows
+
+
+def _add_roles(heads: dict, roles: dict) -> None:
+    """Each head's role (from the long-context run) as one more grid of the heads' overview, when
+    both parts were measured on the same model with the same layers."""
+    grid = roles.get("role_grid")
+    if "overview" not in heads or grid is None or roles.get("model") != heads["data"]["model"]:
+        return
+    if len(grid) == heads["overview"]["layers"]:
+        heads["overview"] = overview(heads["data"], grid, ROLE_COLOURS)
+        heads["roles_tokens"] = roles["n_tokens"]
 
 
 # page section -> (where its parts are in the sections, the parts' keys)
@@ -149,5 +163,6 @@ def collect(
         "circuits": circuits_sections(Path(options.results), pngs),
         "results_dir": str(options.results),
     }
+    _add_roles(sections["results"]["heads"], sections["long"]["roles"])
     sections["empty"] = _empty_sections(sections)
     return Collected(sections=sections, explorers=explorers, pngs=pngs)

@@ -172,7 +172,9 @@ def redundancy_figure(result: RedundancyResult) -> Figure:
         )
     ax1.set_xlabel(f"shared query directions k (of {result.embed_dim})")
     ax1.set_ylabel("share of singular-value mass")
-    ax1.set_title(f"{result.model}: spectrum of the heads' W_Q_i^T W_K_i", fontsize=9)
+    # the model's name over the figure: over the axes, a long name ran past the figure's left
+    fig.suptitle(f"{result.model}: how much the heads' key/query spaces overlap", fontsize=10)
+    ax1.set_title("spectrum of the heads' W_Q_i^T W_K_i", fontsize=9)
     legend_outside(ax1, fontsize=7, title="colour: layer,\nfirst to last", title_fontsize=7)
     style_axes(ax1)
     rows = sorted((r for r in result.curve if not r.original), key=lambda r: r.rank)

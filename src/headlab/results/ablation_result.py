@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from headlab.results.schema import Fields, is_int, problem
+from headlab.results.summary_repr import summarised
 
 Head = tuple[int, int]  # (layer, head)
 
@@ -15,6 +16,7 @@ Head = tuple[int, int]  # (layer, head)
 Group = tuple[int, int]  # (layer, K/V group)
 
 
+@summarised
 @dataclass(frozen=True)
 class AblationResult:
     """The objective over ``n_texts`` texts with and without ablating ``heads`` (layer, head)."""

@@ -15,8 +15,15 @@ from dataclasses import asdict, dataclass
 from headlab.results.schema import Fields, is_int, problem
 
 EDGE_METHODS = (
-    "path_patching", "eap", "eap-ig", "eap-ig-activations", "eap-ig-senders", "composition"
+    "path-patching", "eap", "eap-ig", "eap-ig-activations", "eap-ig-senders", "composition"
 )
+#: Spellings of earlier results files, read as today's (``circuits --method`` names them so).
+OLD_SPELLINGS = {"path_patching": "path-patching"}
+
+
+def method_name(method: str) -> str:
+    """``method`` as ``circuits --method`` spells it ("path_patching" -> "path-patching")."""
+    return OLD_SPELLINGS.get(method, method)
 
 
 def _strings(fields: Fields, key: str) -> list[str]:
@@ -29,7 +36,7 @@ def _strings(fields: Fields, key: str) -> list[str]:
 
 @dataclass(frozen=True)
 class EdgeScores:
-    """``method`` ("path_patching", an attribution (``circuits.attribution.METHODS``), or
+    """``method`` ("path-patching", an attribution (``circuits.attribution.METHODS``), or
     "composition": weight-based scores of the head-to-head edges, ``circuits.run``), the
     ``metric`` kind, ``edges`` and their
     ``scores`` (the change in the metric when the edge is patched, or its attribution), the
@@ -45,6 +52,7 @@ class EdgeScores:
     corrupted_metric: float
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "method", method_name(self.method))
         if len(self.edges) != len(self.scores):
             raise ValueError(
                 f"edges and scores must have one length, got {len(self.edges)} and "
@@ -65,7 +73,7 @@ class EdgeScores:
     @classmethod
     def from_dict(cls, data: dict, where: str = "circuit-edges") -> EdgeScores:
         fields = Fields(data, where)
-        method = fields.str("method")
+        method = method_name(fields.str("method"))
         if method not in EDGE_METHODS:
             raise problem(fields.at("method"), f"one of {', '.join(EDGE_METHODS)}", method)
         edges, scores = _strings(fields, "edges"), fields.numbers("scores")
@@ -94,7 +102,8 @@ class Agreement:
     @classmethod
     def from_dict(cls, data: dict, where: str = "circuit-agreement") -> Agreement:
         fields = Fields(data, where)
-        return cls(fields.str("reference"), fields.str("method"), fields.int("edges", 2),
+        return cls(method_name(fields.str("reference")), method_name(fields.str("method")),
+                   fields.int("edges", 2),
                    fields.number("spearman", -1.0, 1.0), fields.number("pearson", -1.0, 1.0),
                    fields.int("k", 1), fields.int("top_k_shared"))  # fmt: skip
 
@@ -150,7 +159,7 @@ class FaithfulnessCurve:
             if len(got) != len(fractions):
                 raise problem(fields.at(key), f"{len(fractions)} entries (one per fraction)", got)
         return cls(
-            method=fields.str("method"),
+            method=method_name(fields.str("method")),
             selection=selection,
             metric=fields.str("metric"),
             edges=edges,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from headlab.results.circuit_edges import EdgeScores, FaithfulnessCurve
+from headlab.results.circuit_edges import EdgeScores, FaithfulnessCurve, method_name
 from headlab.results.circuit_tasks import TaskPerformance
 from headlab.results.schema import Fields, is_int, problem
 
@@ -33,7 +33,10 @@ class CircuitRun:
     of the ``top`` largest |scores|, ``heads_per_layer`` and ``kv_heads_per_layer`` of the
     model, ``faithfulness`` (None when not measured), and for "composition" the relative
     ``rotary_offsets`` its Q and K scores were taken at (None: without rotary; a file without
-    the field is read as None)."""
+    the field is read as None) and its ``baseline``: the mean score of random matrices of the
+    model's shapes per input mode ("q", "k", "v", "k_group", "v_group"). ``performance`` is None
+    for "composition" without a faithfulness curve: it reads the weights, the model does not
+    run."""
 
     KIND = "circuits"
 
@@ -42,12 +45,13 @@ class CircuitRun:
     method: str
     steps: int | None
     top: int
-    performance: TaskPerformance
+    performance: TaskPerformance | None
     heads_per_layer: list[int]
     kv_heads_per_layer: list[int]
     scores: EdgeScores
     faithfulness: FaithfulnessCurve | None = None
     rotary_offsets: list[int] | None = None
+    baseline: dict[str, float] | None = None
 
     def top_edges(self) -> list[tuple[str, float]]:
         """The circuit: the ``top`` edges of largest |score|, largest first."""
@@ -68,18 +72,19 @@ class CircuitRun:
             "method": self.method,
             "steps": self.steps,
             "top": self.top,
-            "performance": self.performance.to_dict(),
+            "performance": None if self.performance is None else self.performance.to_dict(),
             "heads_per_layer": list(self.heads_per_layer),
             "kv_heads_per_layer": list(self.kv_heads_per_layer),
             "scores": self.scores.to_dict(),
             "faithfulness": None if self.faithfulness is None else self.faithfulness.to_dict(),
             "rotary_offsets": None if self.rotary_offsets is None else list(self.rotary_offsets),
+            "baseline": None if self.baseline is None else dict(self.baseline),
         }
 
     @classmethod
     def from_dict(cls, data: dict, where: str = KIND) -> CircuitRun:
         fields = Fields(data, where)
-        method = fields.str("method")
+        method = method_name(fields.str("method"))
         if method not in RUN_METHODS:
             raise problem(fields.at("method"), f"one of {', '.join(RUN_METHODS)}", method)
         steps = fields.data.get("steps")
@@ -90,7 +95,8 @@ class CircuitRun:
         if len(kv_heads) != len(heads):
             raise problem(fields.at("kv_heads_per_layer"), f"{len(heads)} counts", kv_heads)
         scores = EdgeScores.from_dict(fields.object("scores").data, fields.at("scores"))
-        _check_shapes(fields, heads, kv_heads, scores.edges)
+        # path patching of chosen edges (--edges) names only some nodes: counts bound them
+        _check_shapes(fields, heads, kv_heads, scores.edges, some=method == "path-patching")
         top = fields.int("top", 1, max(1, len(scores.edges)))
         curve = fields.data.get("faithfulness")
         offsets = fields.data.get("rotary_offsets")
@@ -107,9 +113,7 @@ class CircuitRun:
             method=method,
             steps=steps,
             top=top,
-            performance=TaskPerformance.from_dict(
-                fields.object("performance").data, fields.at("performance")
-            ),
+            performance=_performance(fields, method),
             heads_per_layer=heads,
             kv_heads_per_layer=kv_heads,
             scores=scores,
@@ -119,6 +123,7 @@ class CircuitRun:
                 fields.object("faithfulness").data, fields.at("faithfulness")
             ),
             rotary_offsets=offsets,
+            baseline=_baseline(fields, method),
         )
 
 
@@ -142,11 +147,24 @@ def _named_nodes(edges: list[str]) -> tuple[dict[int, int], dict[int, int], set[
     return heads, groups, layers
 
 
-def _check_shapes(fields: Fields, heads: list[int], kv_heads: list[int], edges: list[str]) -> None:
+def _check_shapes(
+    fields: Fields, heads: list[int], kv_heads: list[int], edges: list[str], some: bool = False
+) -> None:
     """The layer shapes against what the file holds: as many layers as the edges name, each
     layer's head count the heads its edges name (every head of the graph has an edge), its K/V
-    count dividing it and, where its groups are named (GQA), their count."""
+    count dividing it and, where its groups are named (GQA), their count. ``some``: the edges
+    may be a chosen few (path patching's --edges): the shapes need only hold what they name."""
     named_heads, named_groups, layers = _named_nodes(edges)
+    if some:
+        if layers and max(layers) >= len(heads):
+            raise problem(fields.at("heads_per_layer"),
+                          f"more than {max(layers)} layers (those its edges name)", heads)
+        named_heads = {layer: max(named_heads.get(layer, 0), count)
+                       for layer, count in enumerate(heads)}  # fmt: skip
+        named_groups = {layer: kv_heads[layer] for layer, count in named_groups.items()
+                        if count <= kv_heads[layer]} | {
+            layer: count for layer, count in named_groups.items() if count > kv_heads[layer]}
+        layers = set(range(len(heads)))
     if len(heads) != len(layers) or (layers and max(layers) != len(layers) - 1):
         raise problem(fields.at("heads_per_layer"),
                       f"{len(layers)} layers (those its edges name)", heads)  # fmt: skip
@@ -172,3 +190,20 @@ def _counts(fields: Fields, key: str) -> list[int]:
 
 
 __all__ = ["RUN_METHODS", "CircuitRun"]
+
+
+def _performance(fields: Fields, method: str) -> TaskPerformance | None:
+    """The model's performance; null only for "composition" (it reads the weights only)."""
+    if fields.data.get("performance") is None and method == "composition":
+        return None
+    return TaskPerformance.from_dict(fields.object("performance").data, fields.at("performance"))
+
+
+def _baseline(fields: Fields, method: str) -> dict[str, float] | None:
+    """Composition's random baseline per input mode (a file without the field: None)."""
+    if fields.data.get("baseline") is None:
+        return None
+    if method != "composition":
+        raise problem(fields.at("baseline"), "null for method " + method, fields.data["baseline"])
+    found = fields.object("baseline")
+    return {str(mode): found.number(mode, 0.0, 1.0) for mode in found.data}

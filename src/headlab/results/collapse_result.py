@@ -9,6 +9,7 @@ from typing import ClassVar
 
 from headlab.results.quality_measures import MEASURES
 from headlab.results.schema import Fields
+from headlab.results.summary_repr import summarised
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,7 @@ class CollapseRow:
 ROW_LISTS = ("all_layers", "per_layer")
 
 
+@summarised
 @dataclass(frozen=True)
 class CollapseResult:
     KIND: ClassVar[str] = "model-collapse"

@@ -12,19 +12,13 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from headlab.results.node_names import group_name, head_name
 from headlab.results.schema import Fields, problem
+from headlab.results.summary_repr import summarised
 
 MATRIX_MODES = ("q", "k", "v")
 GROUP_MATRIX_MODES = ("k_group", "v_group")
 ALL_MODES = MATRIX_MODES + GROUP_MATRIX_MODES
-
-
-def head_name(layer: int, head: int) -> str:
-    return f"{layer}.{head}"
-
-
-def group_name(layer: int, group: int) -> str:
-    return f"{layer}.g{group}"
 
 
 @dataclass(frozen=True)
@@ -62,6 +56,7 @@ class Baseline:
         )
 
 
+@summarised
 @dataclass(frozen=True)
 class CompositionScores:
     """See the module docstring. ``folded_layers``: the layers whose input-norm scale is folded

@@ -12,6 +12,7 @@ from headlab.limits import check_int
 from headlab.results.head_roles import MIN_MATCH, SINKS, WINDOW, HeadRoles
 from headlab.results.head_statistics import HeadStatistics
 from headlab.results.schema import Fields, is_int, problem
+from headlab.results.summary_repr import summarised
 
 ROLE_SUMS = ("window_error", "copy_weight")  # summed beside the statistics, not statistics
 
@@ -163,6 +164,7 @@ class CorpusCounts:
                       "correct_predictions")))  # fmt: skip
 
 
+@summarised
 @dataclass(frozen=True)
 class CorpusRolesResult:
     """The results document of many documents: the statistics of ``head_statistics`` (their

@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 from typing import ClassVar
 
 from headlab.results.schema import Fields
+from headlab.results.summary_repr import summarised
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,7 @@ class PatternRow:
                    f.int("seq_len", 1), f.number("relative_error", 0.0))  # fmt: skip
 
 
+@summarised
 @dataclass(frozen=True)
 class ExpressivityResult:
     """``rank``: a ``RankRow`` per (source, seq_len, head_dim); ``patterns``: a ``PatternRow``

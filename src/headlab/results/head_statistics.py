@@ -11,6 +11,15 @@ from typing import ClassVar
 from headlab.results.schema import Fields
 
 PLAIN_METRICS = ("entropy", "max_weight", "self", "prev", "distance", "contribution_norm")
+DETECTOR_NAMES = ("previous_token", "duplicate_token", "induction")  # headlab.heads.detectors
+
+
+class MissingStatistic(KeyError):
+    """A statistic the result does not hold; its message names the ones it holds and, for a
+    detector, what to pass to measure it. A KeyError, printed as a sentence."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
 
 
 @dataclass(frozen=True)
@@ -82,10 +91,24 @@ class HeadStatistics:
                    grids.get("detectors", {}), notes)  # fmt: skip
 
     def top(self, name: str, count: int = 5) -> list[tuple[int, int, float]]:
-        """The ``count`` heads with the highest ``name`` (a metric or a detector), best first."""
-        grid = self.detectors.get(name) or self.metrics[name]
+        """The ``count`` heads with the highest ``name`` (a metric or a detector), best first;
+        MissingStatistic (a KeyError) naming what the result holds when it has no ``name``."""
+        grid = self.detectors.get(name) or self.metrics.get(name)
+        if grid is None:
+            raise MissingStatistic(self._missing(name))
         cells = [(l, h, v) for l, row in enumerate(grid) for h, v in enumerate(row)]
         return sorted(cells, key=lambda c: -c[2])[:count]
+
+    def _missing(self, name: str) -> str:
+        held = ", ".join([*self.metrics, *self.detectors])
+        line = f"no statistic {name!r} in these results: they hold {held}"
+        if name in DETECTOR_NAMES:
+            line += (
+                "; the detectors (previous_token, duplicate_token, induction) are measured on "
+                "decoders when detector_length is not 0: head_statistics(model, texts, "
+                "detector_length=50), or headlab model heads --detector-length 50"
+            )
+        return line
 
 
 def _strings(value: object) -> bool:

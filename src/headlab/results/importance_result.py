@@ -8,8 +8,10 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from headlab.results.schema import Fields
+from headlab.results.summary_repr import summarised
 
 
+@summarised
 @dataclass(frozen=True)
 class ImportanceResult:
     """importance: (layer, head) normalised per layer (l2); raw: E|dL/d xi| before that."""

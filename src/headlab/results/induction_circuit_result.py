@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 
 from headlab.results.circuit_edges import FaithfulnessCurve
 from headlab.results.schema import Fields, problem
+from headlab.results.summary_repr import summarised
 
 
 @dataclass(frozen=True)
@@ -174,6 +175,7 @@ class FormationRun:
                    k_edges, curve)  # fmt: skip
 
 
+@summarised
 @dataclass(frozen=True)
 class InductionFormation:
     """``runs``: one ``FormationRun`` per head count and seed, on ``task`` (its ``metric``)."""

@@ -9,6 +9,7 @@ from typing import ClassVar
 
 from headlab.results.quality_measures import MEASURES
 from headlab.results.schema import Fields
+from headlab.results.summary_repr import summarised
 
 BY = ("removal", "mask")  # how heads are taken out: removed from the weights, or masked
 
@@ -45,6 +46,7 @@ class PruneStep:
         )
 
 
+@summarised
 @dataclass(frozen=True)
 class PruneResult:
     """The pruning curve; ``by``: how heads were pruned ("removal", or "mask": a results file

@@ -9,6 +9,7 @@ from typing import ClassVar
 
 from headlab.results.quality_measures import MEASURES
 from headlab.results.schema import Fields
+from headlab.results.summary_repr import summarised
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,7 @@ class CurvePoint:
         return cls(f.int("rank", 1), f.number("fraction", 0.0), f.bool("original"), measures)
 
 
+@summarised
 @dataclass(frozen=True)
 class RedundancyResult:
     """``layers``: a ``LayerSpectrum`` per layer; ``curve``: a ``CurvePoint`` for the original

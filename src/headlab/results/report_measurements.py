@@ -22,6 +22,7 @@ from headlab.results.explorers import check_explorer
 from headlab.results.locations import RESULTS_DIR
 from headlab.results.param_rows import ParamRow
 from headlab.results.schema import Fields, problem
+from headlab.results.summary_repr import summarised
 
 DEFAULT_MODEL = "minilm"
 
@@ -57,6 +58,7 @@ class ReportOptions:
 SCENARIO_TEXTS = ("name", "question", "command", "explanation", "explorer")
 
 
+@summarised
 @dataclass(frozen=True)
 class ReportMeasurements:
     """What the page shows that no results file holds.

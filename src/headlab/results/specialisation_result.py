@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 from typing import ClassVar
 
 from headlab.results.schema import Fields, is_int
+from headlab.results.summary_repr import summarised
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,7 @@ class SpecialisationRun:
                    f.number("accuracy", 0.0, 1.0), split, settled, checkpoints)  # fmt: skip
 
 
+@summarised
 @dataclass(frozen=True)
 class SpecialisationResult:
     """``runs``: a ``SpecialisationRun`` per (attention, head count) of the config."""

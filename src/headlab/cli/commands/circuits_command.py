@@ -9,6 +9,7 @@ model's own performance on the task first, then the top edges, then the faithful
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import typer
@@ -35,6 +36,12 @@ ROTARY_OFFSETS = typer.Option(
     "offsets (comma-separated: the key that many positions before the query; 1 for a "
     "previous-token head, the repeat's distance for an induction head). Default: without rotary.",
 )
+EDGES = typer.Option(
+    None, "--edges",
+    help="With --method path-patching: the edges to patch, comma-separated names "
+    "('16.0->18.g2<k>,mlp.2->logits'), or an earlier circuits results file (its top edges). "
+    "Default: every edge, refused when the estimate passes 30 min.",
+)
 PAIRS = typer.Option(
     None, "--pairs", help="Your own JSONL of clean/corrupted pairs (instead of --task).",
     callback=an_input,
@@ -53,6 +60,7 @@ def circuits(
     ),
     steps: int = typer.Option(5, "--steps", help="EAP-IG's interpolation steps m."),
     rotary_offsets: str = ROTARY_OFFSETS,
+    edges: str | None = EDGES,
     top: int = typer.Option(20, "--top", help="Edges in the circuit (the top n by |score|)."),
     n_pairs: int = typer.Option(8, "--n-pairs", help="Pairs of the built-in task."),
     length: int | None = typer.Option(
@@ -78,8 +86,9 @@ def circuits(
     if pairs is not None and task is not None:
         raise ValueError(f"pass --task or --pairs, not both (got --task {task} and --pairs)")
     offsets = int_list(rotary_offsets, "--rotary-offsets", low=0)
+    chosen = _edges(edges)
     with flags("method", "steps", "top", "n_pairs", "length", "seed", "task", "rotary_offsets",
-               pairs_file="--pairs"):  # fmt: skip
+               "edges", pairs_file="--pairs"):  # fmt: skip
         request = CircuitRequest(
             TaskRequest(
                 task="pairs" if pairs is not None else task or "induction",
@@ -94,6 +103,7 @@ def circuits(
             steps=steps,
             faithfulness=faithfulness_figure is not None,
             rotary_offsets=None if offsets is None else tuple(offsets),
+            edges=chosen,
         )
     if pairs is not None:  # the file's own problems, before the model loads
         from headlab.circuits.tasks_pairs import read_pairs
@@ -108,8 +118,16 @@ def circuits(
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing more is fetched, even with --download
     from headlab.circuits.run import prepare, run_circuits
 
-    with flags("top", pairs_file="--pairs", offsets="--rotary-offsets"):
+    with flags("top", "edges", pairs_file="--pairs", offsets="--rotary-offsets"):
         prepared = prepare(loaded, request)
+    if request.method == "path-patching":
+        from headlab.circuits.run import check_patching, patching_estimate
+
+        estimate = patching_estimate(loaded, prepared)
+        with flags("edges"):
+            check_patching(estimate, request)
+        if not as_json:
+            print(f"headlab: {estimate.says()}", file=sys.stderr)
     described = f"circuits: {request.method} on {request.task.task}"
     with progress(described, None, quiet=as_json) as update:
         result = run_circuits(loaded, prepared, on_step=update,
@@ -127,6 +145,20 @@ def circuits(
     for path in (figure, faithfulness_figure):
         if path is not None:
             print(f"wrote {path}")
+
+
+def _edges(given: str | None) -> tuple[str, ...] | None:
+    """--edges: comma-separated edge names, or a circuits results file (its top edges)."""
+    if given is None:
+        return None
+    if os.path.isfile(given):
+        from headlab.results.circuit_run import CircuitRun
+        from headlab.results.json_store import read_result
+
+        with flags("edges"):
+            run = read_result(given, CircuitRun)
+        return tuple(edge for edge, _ in run.top_edges())
+    return tuple(name.strip() for name in given.split(",") if name.strip())
 
 
 def _claim(out: Path, figure: Path | None, curve: Path | None, force: bool) -> None:
@@ -158,25 +190,35 @@ def _print(result) -> None:
 
     console = Console()
     performance = result.performance
-    print(textwrap.fill(performance.says(), 80))
-    if not performance.does_task:
+    if performance is None:
+        print("composition reads the weights only: the model was not run on the task")
+    else:
+        print(textwrap.fill(performance.says(), 80))
+    if performance is not None and not performance.does_task:
         print(textwrap.fill(f"warning: {result.model} does not do {result.task}; a circuit of "
                             "a behaviour the model lacks explains little", 80))  # fmt: skip
     scores = result.scores
+    baseline = result.baseline or {}
     rows = []
     for rank, (edge, score) in enumerate(result.top_edges(), start=1):
         sender, rest = edge.split("->", 1)
         receiver, _, input_ = rest.partition("<")
-        rows.append([str(rank), sender, receiver, input_.rstrip(">") or "in", f"{score:+.4g}"])
+        input_ = input_.rstrip(">") or "in"
+        row = [str(rank), sender, receiver, input_, f"{score:+.4g}"]
+        if baseline:  # the random matrices' score of this edge's input
+            mode = f"{input_}_group" if ".g" in receiver else input_
+            row.append(f"{baseline[mode]:.3f}" if mode in baseline else "-")
+        rows.append(row)
     steps = f" (m={result.steps})" if result.steps else ""
     title = (f"Top {len(rows)} of {len(scores.edges)} edges, {result.method}{steps}, "
              f"{result.task}")  # fmt: skip
-    columns = ["#", "sender", "receiver", "input", "score"]
+    columns = ["#", "sender", "receiver", "input", "score"] + (["random"] if baseline else [])
     for table in fitted_tables(title, columns, rows, keys=1, left=["sender", "receiver", "input"]):
         console.print(table)
     rotary = ("without rotary" if result.rotary_offsets is None else "rotary at offsets "
               + ", ".join(str(o) for o in result.rotary_offsets))  # fmt: skip
-    what = (f"composition score (0..1, weights only, {rotary})"
+    what = (f"composition score (0..1, weights only, {rotary}); random: the mean score of "
+            "random matrices of the same shapes"
             if result.method == "composition" else
             f"change in {scores.metric} (clean {scores.clean_metric:.4g}, corrupted "
             f"{scores.corrupted_metric:.4g})")  # fmt: skip

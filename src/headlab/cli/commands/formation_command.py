@@ -72,13 +72,15 @@ def induction_circuit(
     if written is None:
         return
     several = len(seeds) > 1
-    columns = ["h", "step", "loss", "acc", "prev", "ind", "K-comp", "base", "patch", "K path"]
+    # the two heads are names (layer.head), written so that they do not read as scores
+    columns = ["h", "step", "loss", "acc", "prev head", "ind head", "K-comp", "base", "patch",
+               "K path"]  # fmt: skip
     if several:
         columns[1:1] = ["seed"]
     cells = [
         [str(run.heads), *([str(run.seed)] if several else []), str(c.step),
          f"{c.loss:.3f}", f"{c.accuracy:.3f}",
-         f"0.{c.previous_head}", f"1.{c.induction_head}", f"{c.k_composition:.3f}",
+         f"head 0.{c.previous_head}", f"head 1.{c.induction_head}", f"{c.k_composition:.3f}",
          f"{c.k_baseline:.3f}", f"{c.patching_effect:+.3f}", f"{c.k_path_effect:+.3f}"]
         for run in result.runs
         for c in run.checkpoints

@@ -29,7 +29,8 @@ from headlab.results.locations import model_results
 HEADS = typer.Option(
     ...,
     "--ablate",
-    help="Heads to ablate: LAYER.HEAD or a whole K/V group LAYER.kvGROUP (3.5,4.kv1).",
+    help="Heads to ablate: LAYER.HEAD or a whole K/V group LAYER.gGROUP, as circuits names it "
+    "(3.5,4.g1; 4.kv1 is read too).",
 )
 
 OUT = out_option("ablate")

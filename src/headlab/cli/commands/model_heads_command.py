@@ -119,7 +119,7 @@ def heads(
     if window is not None:
         raise ValueError("--window is for one long text: pass --text-file or --max-tokens")
     from headlab.heads import head_statistics
-    from headlab.heads.detectors import check_asked_length, check_length, default_length
+    from headlab.heads.detectors import check_asked_length, check_length
 
     request = corpus_request(corpus, n_texts, max_length)
     out = model_results("heads") if out is None else out
@@ -128,9 +128,7 @@ def heads(
         if detector_length is not None:  # the model's bound once it is loaded
             check_asked_length(detector_length)
         loaded, texts, max_length = load_with_texts(source, request, quiet=as_json)
-        if detector_length is None:
-            detector_length = default_length(loaded)
-        elif detector_length and loaded.causal:
+        if detector_length and loaded.causal:
             check_length(loaded, detector_length)
     _check_metric(metric, loaded)
     with progress("head statistics: texts", len(texts), quiet=as_json) as update:

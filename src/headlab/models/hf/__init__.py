@@ -29,11 +29,16 @@ def _causal(model: torch.nn.Module) -> bool:
     return any(getattr(m, "is_causal", False) is True for m in model.modules())
 
 
-def attach(model, tokenizer=None, name: str | None = None) -> TransformersModel:
+def attach(
+    model, tokenizer=None, name: str | None = None, *, announce: bool = True
+) -> TransformersModel:
     """Wrap a transformers ``PreTrainedModel`` in memory: its attention switches to headlab's
     (``model.set_attn_implementation("headlab")``, on this model object only; weights are not
-    copied) and each attention module gets its ``HFAttentionLayer`` (one short observed
-    forward). Attaching the same model again gives a second handle on the same layers: an
+    copied; the same outputs as eager attention) and each attention module gets its
+    ``HFAttentionLayer`` (one short observed forward). The switch is said once per model object
+    with an ``AttentionSwitched`` notice (``headlab.notices``) naming the implementation it
+    replaced and how to switch back; ``announce=False`` leaves it unsaid (a model headlab built
+    itself). Attaching the same model again gives a second handle on the same layers: an
     intervention set through one acts in the other. Raises ValueError for a family whose
     attention does not go through the interface, an encoder-decoder or a model that does not
     read text (runnable.py), and (one line naming what to install) without transformers. When
@@ -48,9 +53,28 @@ def attach(model, tokenizer=None, name: str | None = None) -> TransformersModel:
         raise ValueError(f"expected a transformers PreTrainedModel, got {type(model).__name__}")
     refuse_unrunnable(type(model), model.config, name or type(model).__name__)
     label = name or getattr(model.config, "name_or_path", "") or type(model).__name__
+    before = getattr(model.config, "_attn_implementation", None)
     with unchanged_on_failure(model):  # a failed attach leaves the user's model as it was
         model.set_attn_implementation(register())
-        return TransformersModel(label, model, tokenizer, causal=_causal(model))
+        wrapped = TransformersModel(label, model, tokenizer, causal=_causal(model))
+    if announce and before != NAME:
+        _announce(label, before)
+    return wrapped
+
+
+def _announce(label: str, before: str | None) -> None:
+    import warnings
+
+    from headlab.notices import AttentionSwitched
+
+    back = f'model.set_attn_implementation("{before}")' if before else "reload the model"
+    warnings.warn(
+        f"headlab.attach switched {label}'s attention from {before or 'its default'} to "
+        f"headlab's (same outputs as eager attention; needed for the head analyses); {back} "
+        "switches it back",
+        AttentionSwitched,
+        stacklevel=3,
+    )
 
 
 def load_transformers(

@@ -246,6 +246,14 @@
     };
   }
 
+  // A step for about four ticks over 0..total: total / 4 when that is a whole number (2048:
+  // 512), else the 1, 2 or 5 times a power of ten nearest above total / 5.
+  function roundStep(total) {
+    if (total % 4 === 0 && total >= 4) return total / 4;
+    const raw = total / 5, power = 10 ** Math.floor(Math.log10(Math.max(raw, 1)));
+    return [1, 2, 5, 10].map((m) => m * power).find((s) => s >= raw);
+  }
+
   // One line per head under an explorer (the attention each key receives along a long text),
   // drawn for the head the explorer shows; log scale, since the first tokens take most of it.
   function Profile(root, pr) {
@@ -284,10 +292,13 @@
       ctx.textAlign = "right"; ctx.textBaseline = "middle";
       for (let e = Math.ceil(low); e <= Math.floor(top); e++) ctx.fillText(String(+(10 ** e).toPrecision(1)), left - 4, y(10 ** e));
       ctx.textBaseline = "top";
-      for (let t = 0; t <= 4; t++) {
-        const i = Math.round((t / 4) * (n - 1));
-        ctx.textAlign = t === 0 ? "left" : t === 4 ? "right" : "center";
-        ctx.fillText(String(i * pr.bin), x(i), height - bottom + 4);
+      // ticks at round key positions (quarters of the text when they are whole, else 1-2-5
+      // steps), each placed at the point that holds it
+      const step = roundStep(pr.n_tokens);
+      for (let t = 0; t <= pr.n_tokens; t += step) {
+        const i = Math.min(n - 1, t / pr.bin);
+        ctx.textAlign = t === 0 ? "left" : t + step > pr.n_tokens ? "right" : "center";
+        ctx.fillText(String(t), x(i), height - bottom + 4);
       }
       ctx.textAlign = "center";
       ctx.fillText("key position (" + pr.bin + " a point; log scale)", left + (width - left) / 2, height - 14);
