@@ -15,7 +15,12 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from headlab.cli.model_source import ModelChoice, model_source, open_model
+from headlab.cli.model_source import (
+    ModelChoice,
+    model_source,
+    open_model,
+    require_next_token_logits,
+)
 from headlab.cli.outputs import AS_JSON, FORCE, an_input, claim, write_outputs, writing
 from headlab.cli.parsing import flags, int_list
 from headlab.cli.progress import progress
@@ -41,7 +46,13 @@ PAIRS = typer.Option(
 )
 
 
-@model_source(folder=True, backend=False)
+CIRCUITS_MODEL_HELP = (
+    "smollm2 (default), a path (.gguf, a transformers checkpoint folder) or a hub id: a "
+    "language model (the tasks need next-token logits)."
+)
+
+
+@model_source(default="smollm2", help=CIRCUITS_MODEL_HELP, folder=True, backend=False)
 def circuits(
     task: str | None = typer.Option(
         None, "--task", help="induction (default), copy, ioi or greater-than."
@@ -100,6 +111,7 @@ def circuits(
 
         read_pairs(pairs)
     _claim(out, figure, faithfulness_figure, force)
+    require_next_token_logits(source, request.needed_by)
     loaded = open_model(source, quiet=as_json)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing more is fetched, even with --download
     from headlab.circuits.run import prepare, run_circuits
