@@ -1,7 +1,8 @@
 """``model families`` keeps what observing every family showed, once per transformers version:
-the second call reads it without observing; an entry that is wrong in any way (unreadable, over
-its bound, nested without end, mistyped, filed under another key, not covering exactly this
-transformers' families) is observed again and rewritten; the cache folder is $HEADLAB_CACHE."""
+the second call reads it without observing (and without importing torch); an entry that is wrong
+in any way (unreadable, over its bound, nested without end, mistyped, filed under another key,
+naming families it did not observe) is observed again and rewritten; the cache folder is
+$HEADLAB_CACHE."""
 
 from __future__ import annotations
 
@@ -10,10 +11,12 @@ import json
 import pytest
 
 from cli_run import run
-from headlab.models.hf import families, families_cache
-from headlab.models.hf.families_cache import cached_family_support, entry_path, kept_family_support
+from headlab.models.hf import families
+from headlab.models.hf.families_cache import cached_family_support
 from headlab.models.hf.observe import Observation
+from headlab.results import kept_families
 from headlab.results.family_support import FamilySupport
+from headlab.results.kept_families import entry_path, kept_family_support
 
 FAMILIES = ["bloom", "dbrx", "llama", "t5"]
 SEEN = {
@@ -62,11 +65,13 @@ WRONG = {
     "not JSON": lambda d: "{not json",
     "a list": lambda d: "[]",
     "nested without end": lambda d: "[" * 100_000 + "]" * 100_000,
-    "over its bound": lambda d: json.dumps({**d, "pad": "x" * (families_cache.MAX_ENTRY_BYTES)}),
+    "over its bound": lambda d: json.dumps({**d, "pad": "x" * kept_families.MAX_ENTRY_BYTES}),
     "another format": lambda d: json.dumps({**d, "format": 0}),
     "another key": lambda d: json.dumps({**d, "key": "0" * 64}),
-    "a family missing": lambda d: json.dumps({**d, "observed": FAMILIES[:3]}),
-    "a family too many": lambda d: json.dumps({**d, "observed": [*FAMILIES, "gpt2"]}),
+    "named families not observed": lambda d: json.dumps({**d, "observed": ["bloom", "t5"]}),
+    "observed twice": lambda d: json.dumps({**d, "observed": [*FAMILIES, "t5"]}),
+    "observed not a list": lambda d: json.dumps({**d, "observed": {"llama": 1}}),
+    "no support": lambda d: json.dumps({k: v for k, v in d.items() if k != "support"}),
     "a supported family not observed": lambda d: json.dumps(
         {**d, "support": {"families": ["gpt2"], "not_observed": {}}}
     ),
@@ -101,11 +106,10 @@ def test_a_wrong_entry_is_observed_again_and_rewritten(observed, wrong):
 
 
 def test_each_transformers_version_has_its_own_entry(observed, monkeypatch):
-    import transformers
-
     cached_family_support()
     before = entry_path()
-    monkeypatch.setattr(transformers, "__version__", "99.0.0")
+    installed = kept_families.versions()
+    monkeypatch.setattr(kept_families, "versions", lambda: ["99.0.0", installed[1]])
     assert entry_path() != before
     observed.clear()
     cached_family_support()
@@ -140,3 +144,21 @@ def test_the_command_says_why_the_first_call_takes_long(observed, capsys):
     assert code == 0 and err == ""
     assert json.loads(document) == {"families": ["llama"],
                                     "not_observed": {"dbrx": SEEN["dbrx"].error}}  # fmt: skip
+
+
+def test_a_kept_answer_is_read_without_torch(observed, tmp_path):
+    """The second call's path imports neither torch nor transformers (a fresh interpreter)."""
+    import os
+    import subprocess
+    import sys
+
+    cached_family_support()
+    code = ("import sys; from headlab.results.kept_families import kept_family_support; "
+            "print(kept_family_support().to_dict()); "
+            "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "HEADLAB_CACHE": str(tmp_path / "cache")})  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == str({"families": ["llama"], "not_observed": {"dbrx": SEEN["dbrx"].error}})
+    assert lines[1] == "[]"

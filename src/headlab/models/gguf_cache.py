@@ -32,7 +32,6 @@ import hashlib
 import json
 import os
 import shutil
-import sys
 import tempfile
 import time
 import warnings
@@ -40,22 +39,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from headlab.notices import CacheNotice
+from headlab.results.locations import CACHE_ENV, cache_root
 
-CACHE_ENV = "HEADLAB_CACHE"
 MANIFEST = "headlab-manifest.json"
 FORMAT = 2  # bump it when what a converted folder holds changes: older folders are rebuilt
-
-
-def cache_root() -> Path:
-    """headlab's cache folder: ``$HEADLAB_CACHE``, else the platform's convention."""
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV]).expanduser()
-    if sys.platform == "win32":
-        base = os.environ.get("LOCALAPPDATA") or str(Path.home() / "AppData" / "Local")
-        return Path(base) / "headlab" / "cache"
-    if sys.platform == "darwin":
-        return Path.home() / "Library" / "Caches" / "headlab"
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "headlab"
 
 
 def file_digest(path: Path) -> str:

@@ -18,12 +18,14 @@ def families(as_json: bool = AS_JSON) -> None:
     AttentionInterface in one forward on the meta device (about a minute for all, once per
     transformers version: later calls read it from headlab's cache), then those whose default
     config showed nothing, and why."""
-    from headlab.models.hf.families_cache import kept_family_support, observe_and_keep
-    from headlab.models.hf.requirements import require_transformers
+    from headlab.results.kept_families import kept_family_support
 
-    require_transformers()
-    support = kept_family_support()
+    support = kept_family_support()  # without importing torch: a second
     if support is None:
+        from headlab.models.hf.families_cache import observe_and_keep
+        from headlab.models.hf.requirements import require_transformers
+
+        require_transformers()
         if not as_json:  # why this call takes a minute, before it does
             import transformers
 
