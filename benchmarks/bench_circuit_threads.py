@@ -19,8 +19,8 @@ is switched off so that both counts are measured) and per implementation, in int
   the same number of plain forwards of the clean batch (``Patcher.runner.forward`` from layer 0:
   the model's forward, no patching) for the ratio the curve is held to.
 
-Prints one Markdown table (median seconds per load, threads, implementation) and the load
-averages before and after each load.
+Prints one Markdown table (median wall and CPU seconds per load, threads, implementation; CPU
+seconds of this process, every thread) and the load averages before and after each load.
 """
 
 from __future__ import annotations
@@ -150,18 +150,21 @@ def main() -> None:
                     order = list(steps.items())
                     for key, step in order if round_ % 2 == 0 else reversed(order):
                         with _threads(threads):
-                            start = time.perf_counter()
+                            start, cpu = time.perf_counter(), time.process_time()
                             step()
                             seconds = time.perf_counter() - start
-                        rows.setdefault((load, threads, *key), []).append(seconds)
+                            cpu = time.process_time() - cpu
+                        rows.setdefault((load, threads, *key), []).append((seconds, cpu))
                         print(f"  {load}, {threads} thread(s), {key[0]}, {key[1]}: "
-                              f"{seconds:.1f} s (load average {load_average():.1f})",
-                              flush=True)  # fmt: skip
+                              f"{seconds:.1f} s, CPU {cpu:.1f} s (load average "
+                              f"{load_average():.1f})", flush=True)  # fmt: skip
             seen.append(f"{load}: load average {before:.1f} to {load_average():.1f}")
-    print("\n| load | threads | measured | implementation | median s |")
-    print("| --- | --- | --- | --- | --- |")
+    print("\n| load | threads | measured | implementation | median s | CPU s |")
+    print("| --- | --- | --- | --- | --- | --- |")
     for (load, threads, what, impl), times in rows.items():
-        print(f"| {load} | {threads} | {what} | {impl} | {statistics.median(times):.1f} |")
+        wall = statistics.median(t for t, _ in times)
+        cpu = statistics.median(c for _, c in times)
+        print(f"| {load} | {threads} | {what} | {impl} | {wall:.1f} | {cpu:.1f} |")
     print("\n" + "; ".join(seen))
 
 

@@ -206,3 +206,17 @@ def test_the_default_model_is_a_language_model(tmp_path, capsys, monkeypatch):
              capsys, "stopped here")  # fmt: skip
     assert seen == ["smollm2", folder]
 
+
+
+@pytest.mark.model
+@pytest.mark.parametrize(("argv", "needed_by"), [
+    (["model", "generate", "Hello"], "generating text"),
+    (["model", "kv-budget"], "a KV budget"),
+])  # fmt: skip
+def test_other_commands_refuse_an_encoder_before_it_loads(tmp_path, capsys, monkeypatch, argv,
+                                                          needed_by):  # fmt: skip
+    _no_loading(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    one_line([*argv, "--model", "minilm"], capsys,
+             f"all-MiniLM-L6-v2 is an encoder without a language-model head; {needed_by} needs "
+             "next-token logits: use --model smollm2")  # fmt: skip
