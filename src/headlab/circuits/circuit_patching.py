@@ -101,7 +101,7 @@ class CircuitPatcher:
         n = len(runner.blocks)
         corrupted, clean = p.corrupted, p.clean
         stream = clean.resid[0].repeat(copies, 1, 1)
-        chosen = self._chosen(patched, stream.dtype)  # (copy, edge) 0/1
+        chosen = self._chosen(patched, stream)  # (copy, edge) 0/1
         # corrupted minus this run's write of each sender written so far, in the order of
         # ``senders``: (copy, sender, batch, pos, embed_dim); only where writes are linear
         differences = None
@@ -138,10 +138,11 @@ class CircuitPatcher:
     def _sender_index(self, name: str) -> int:
         return self._inputs.sender_index[name]
 
-    def _chosen(self, patched: list[set[str]], dtype: torch.dtype) -> Tensor:
-        """(copy, edge) 1 where the copy's set patches the edge (graph order), else 0."""
+    def _chosen(self, patched: list[set[str]], like: Tensor) -> Tensor:
+        """(copy, edge) 1 where the copy's set patches the edge (graph order), else 0, in the
+        dtype and on the device of ``like``."""
         index = self.graph.edge_index
-        chosen = torch.zeros((len(patched), len(index)), dtype=dtype)
+        chosen = like.new_zeros((len(patched), len(index)))
         for c, edges in enumerate(patched):
             if edges:
                 chosen[c, torch.tensor([index[name] for name in edges])] = 1
