@@ -2,7 +2,8 @@
 
 Data flows one way: reference -> attention -> models -> the analyses (analysis, heads, circuits,
 experiments) -> results -> report and CLI. A module may import its own layer and the layers
-before it, never a later one, and the layers form no cycle.
+before it, never a later one, and the layers form no cycle; nor do the modules themselves, at
+any level (``test_no_import_circle_at_any_level``: inside a folder too).
 
 The results layer holds plain data: every result type and the one store (with the bounded
 reader of every input file, ``results.input_files``, the interrupt handling behind its atomic
@@ -153,6 +154,60 @@ def test_the_layers_form_no_cycle() -> None:
         return None
 
     assert [cycle_from(name, (name,)) for name in ORDER] == [None] * len(ORDER)
+
+
+def import_circles() -> list[list[str]]:
+    """The modules that import each other in a circle, however indirectly (strongly connected
+    components of more than one module, Tarjan's algorithm), counting every import: top level,
+    inside functions and under ``if TYPE_CHECKING``."""
+    graph = {m: sorted(t for t in imports(m) if t in MODULES and t != m) for m in MODULES}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(graph[root]))]  # depth first without recursion
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        while work:
+            node, targets = work[-1]
+            nxt = next(targets, None)
+            if nxt is not None:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = len(index)
+                    stack.append(nxt)
+                    work.append((nxt, iter(graph[nxt])))
+                elif nxt in stack:
+                    low[node] = min(low[node], index[nxt])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    circles.append(sorted(component))
+    return circles
+
+
+def test_no_import_circle_at_any_level() -> None:
+    """Between any modules, inside one folder too: each module's imports lead away from it."""
+    assert import_circles() == []
+
+
+def test_the_circle_finder_finds_a_circle(monkeypatch) -> None:
+    fake = {"headlab.a": {"headlab.b"}, "headlab.b": {"headlab.c"}, "headlab.c": {"headlab.a"},
+            "headlab.d": {"headlab.a"}}  # fmt: skip
+    monkeypatch.setattr(sys.modules[__name__], "MODULES", dict.fromkeys(fake, None))
+    monkeypatch.setattr(sys.modules[__name__], "imports", lambda m: fake[m])
+    assert import_circles() == [["headlab.a", "headlab.b", "headlab.c"]]
 
 
 def test_results_and_report_load_no_torch_by_the_graph() -> None:

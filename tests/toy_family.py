@@ -7,12 +7,18 @@ views and edits. It implements the interface and nothing more, so that each anal
 on it uses nothing but the interface. Variants: grouped K/V heads (``kv_heads``), causal or
 not, and the three objective kinds ("next-token": logits; "contrastive": mean-pooled sentence
 embeddings; "none": hidden states and no objective).
+
+It also implements the run protocol (``headlab.models.run_protocol``): its blocks (attention,
+and with ``mlp=True`` a two-layer MLP reading the attention's output, or the block's input with
+``parallel=True``) apply their sites, and ``run_blocks`` starts, stops and keeps as the protocol
+says, so that the circuits (path patching, EAP, composition) run on it too.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+from contextlib import ExitStack
 
 import torch
 from torch import Tensor, nn
@@ -20,11 +26,19 @@ from torch import Tensor, nn
 from headlab.attention.functional import merge_heads
 from headlab.attention.kernel import AttendOptions, attend
 from headlab.attention.mask_spec import MaskSpec
-from headlab.attention.sites import Sites
+from headlab.attention.sites import BLOCK_SITES, Sites
 from headlab.models.interface import AttentionLayer, HeadMask, TokenBatch, layer_masks
 from headlab.models.objectives import contrastive_objective, next_token_loss
+from headlab.models.run_protocol import (
+    Block,
+    Stream,
+    check_start,
+    given_stream,
+    stopped_run,
+)
 
 E, H, D, LAYERS, VOCAB = 14, 4, 5, 2, 29  # distinct sizes; H * D = 20 != E
+HIDDEN = 11  # the MLP's width
 
 
 def _linear(weight: Tensor) -> nn.Linear:
@@ -66,6 +80,9 @@ class ToyAttention(nn.Module):
     def input_scale(self) -> None:  # no norm in front of the attention
         return None
 
+    def output_weight(self) -> Tensor | None:
+        return self.o.weight if self.view is None else None
+
     def forward(self, x: Tensor, padding: Tensor, scale: Tensor | None) -> Tensor:
         batch, pos, _ = x.shape
         heads = self.q.out_features // D
@@ -100,9 +117,21 @@ class ToyRows:
         return self.states[:, rows] @ self.embed.T  # (batch, rows, vocab)
 
 
+class ToyMLP(nn.Module):
+    """x -> W_2 tanh(W_1 x + b_1) + b_2."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.up, self.down = nn.Linear(E, HIDDEN), nn.Linear(HIDDEN, E)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down(torch.tanh(self.up(x)))
+
+
 class Toy:
-    """Embeddings, residual attention layers, then (``objective_kind``) tied next-token logits,
-    mean-pooled sentence embeddings or the hidden states. Whitespace words."""
+    """Embeddings, residual blocks (attention, and an MLP with ``mlps``), then
+    (``objective_kind``) tied next-token logits, mean-pooled sentence embeddings or the hidden
+    states. Whitespace words."""
 
     name = "toy"
     first_token = "start"
@@ -114,10 +143,18 @@ class Toy:
         embed: nn.Embedding,
         causal: bool = True,
         objective_kind: str = "next-token",
+        mlps: list[ToyMLP] | None = None,
+        parallel: bool = False,
     ) -> None:
         self.layers, self.embed = layers, embed
         self.causal, self.objective_kind = causal, objective_kind
         self.output_width = VOCAB if objective_kind == "next-token" else E
+        self.mlps, self.parallel = mlps, parallel
+        self._blocks = [
+            Block(i, "decoder" if causal else "encoder", a, Sites(BLOCK_SITES),
+                  mlps is not None, parallel)
+            for i, a in enumerate(layers)
+        ]  # fmt: skip
 
     @classmethod
     def build(
@@ -127,6 +164,8 @@ class Toy:
         kv_heads: int = H,
         causal: bool = True,
         objective_kind: str = "next-token",
+        mlp: bool = False,
+        parallel: bool = False,
     ) -> Toy:
         torch.manual_seed(seed)
 
@@ -138,7 +177,8 @@ class Toy:
             return ToyAttention(q, k, v, linear(H * D, E), causal=causal)
 
         layers = [layer() for _ in range(LAYERS)]
-        return cls(layers, nn.Embedding(VOCAB, E), causal, objective_kind)
+        mlps = [ToyMLP() for _ in range(LAYERS)] if mlp else None
+        return cls(layers, nn.Embedding(VOCAB, E), causal, objective_kind, mlps, parallel)
 
     # -------------------------------------------------------------- the interface
     num_layers = property(lambda self: len(self.layers))
@@ -147,7 +187,7 @@ class Toy:
 
     def parameters(self):
         seen = {}
-        for module in (self.embed, *self.layers):
+        for module in (self.embed, *self.layers, *(self.mlps or ())):
             for p in module.parameters():
                 seen[id(p)] = p
         return iter(seen.values())
@@ -174,11 +214,53 @@ class Toy:
     def count_tokens(self, text: str) -> int:
         return len(text.split())
 
+    def _block(self, i: int, x: Tensor, padding: Tensor, scale: Tensor | None) -> Tensor:
+        """Block i on its resid_in x (batch, pos, E), its sites applied."""
+        sites = self._blocks[i].sites
+        x = sites("resid_in", x)
+        out = x + self.layers[i](x, padding, scale)
+        if self.mlps is not None:
+            m = sites("mlp_out", self.mlps[i](sites("mlp_in", x if self.parallel else out)))
+            out = out + m
+        return sites("resid_out", out)
+
     def _body(self, batch: TokenBatch, head_mask: HeadMask) -> Tensor:
         x = self.embed(batch.input_ids)
-        for layer, scale in zip(self.layers, layer_masks(head_mask, self.num_layers), strict=True):
-            x = x + layer(x, ~batch.attention_mask, scale)
+        for i, scale in enumerate(layer_masks(head_mask, self.num_layers)):
+            x = self._block(i, x, ~batch.attention_mask, scale)
         return x  # (batch, pos, E)
+
+    # -------------------------------------------------------------- the run protocol
+    def streams(self) -> list[Stream]:
+        return [Stream("decoder" if self.causal else "encoder", "text")]
+
+    def blocks(self) -> list[Block]:
+        return self._blocks
+
+    def run_blocks(self, batch, *, start=0, hidden=None, copies=1, stop=None, rows=None,
+                   keep=None, interventions=None, sources=None) -> Tensor:  # fmt: skip
+        check_start(self._blocks, start, hidden)
+        ids, mask = batch.input_ids, batch.attention_mask
+        if rows is not None:
+            ids, mask = ids[:, rows], mask[:, rows]
+        ids, padding = ids.repeat(copies, 1), ~mask.repeat(copies, 1)
+
+        def call() -> Tensor:
+            x = self.embed(ids) if start == 0 else hidden
+            for i in range(start, self.num_layers):
+                x = self._block(i, x, padding, None)
+            if start == self.num_layers:
+                x = self._blocks[-1].sites("resid_out", x)
+            return x if keep is None else x[:, keep]
+
+        with ExitStack() as stack:
+            given_stream(self._blocks, start, hidden)(stack)
+            if interventions is not None:
+                interventions(stack)
+            return stopped_run(self._blocks, stop, call)
+
+    def unembed(self, states: Tensor) -> Tensor:
+        return states @ self.embed.weight.T  # (..., pos, vocab)
 
     def run(self, batch: TokenBatch, head_mask: HeadMask = None) -> Tensor:
         x = self._body(batch, head_mask)
@@ -211,7 +293,7 @@ class Toy:
 
     def _with(self, replace: dict[int, ToyAttention]) -> Toy:
         layers = [replace.get(i, a) for i, a in enumerate(self.layers)]
-        return Toy(layers, self.embed, self.causal, self.objective_kind)
+        return Toy(layers, self.embed, self.causal, self.objective_kind, self.mlps, self.parallel)
 
     def with_head_view(self, num_heads, layers=None) -> Toy:
         chosen = range(self.num_layers) if layers is None else layers

@@ -7,6 +7,7 @@ The public names below are imported on first use (PEP 562), so that ``import hea
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
@@ -64,3 +65,17 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted([*globals(), *_WHERE])
+
+
+def _show_results_in_ipython() -> None:
+    """In a running IPython (a notebook's kernel), every results type shows as its display
+    (``headlab.report.displays``); elsewhere nothing is imported."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    if shell is not None and hasattr(shell, "display_formatter"):
+        from headlab.report.displays.show_display import register_formatters
+
+        register_formatters(shell)
+
+
+_show_results_in_ipython()

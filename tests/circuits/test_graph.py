@@ -7,7 +7,7 @@ from hf_families import build
 from hypothesis import given
 from hypothesis import strategies as st
 
-from headlab.circuits.blocks import blocks, graph_of
+from headlab.circuits.blocks import circuit_blocks, graph_of
 from headlab.circuits.graph import Edge, Graph, LayerShape
 from headlab.models.hf import attach
 
@@ -77,9 +77,9 @@ def test_bad_names():
 )  # fmt: skip
 def test_families(family, parallel, grouped):
     model = attach(build(family))
-    found = blocks(model)
+    found = circuit_blocks(model)
     assert [b.parallel for b in found] == [parallel] * len(found)
-    assert all(b.mlp is not None for b in found)
+    assert all(b.has_mlp for b in found)
     graph = graph_of(model)
     assert graph.layers[0].grouped == grouped
     assert len(graph.edges) == _expected_edges(graph.layers)
@@ -87,4 +87,16 @@ def test_families(family, parallel, grouped):
 
 def test_encoder_refused():
     with pytest.raises(ValueError, match="not a decoder"):
-        blocks(attach(build("bert")))
+        circuit_blocks(attach(build("bert")))
+
+
+def test_a_model_without_the_run_protocol_is_refused_in_one_line():
+    from toy_family import Toy
+
+    class Bare:
+        name, causal = "bare", True
+
+    with pytest.raises(ValueError, match="bare does not give its blocks") as error:
+        graph_of(Bare())
+    assert "\n" not in str(error.value)
+    assert len(graph_of(Toy.build(mlp=True)).layers) == 2

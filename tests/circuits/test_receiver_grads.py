@@ -27,7 +27,6 @@ from headlab.circuits.receiver_grads import (
     site_input_grads,
     sliced_receivers,
 )
-from headlab.circuits.resume import until_values
 from headlab.models.hf import attach
 
 LENGTH = 13
@@ -56,9 +55,8 @@ def test_sliced_gradients_equal_autograd(family):
     rows = slice(0, LENGTH)
     x = stream[:, rows]
     generator = torch.Generator().manual_seed(11)
-    seen = {}
     with torch.no_grad():
-        patcher.runner.forward(layer, x, 1, _until(patcher, layer, seen), rows)
+        seen = patcher.runner.values(layer, x, 1, rows=rows)
     site_grads = {s: torch.randn(seen[s].shape, generator=generator, dtype=torch.float64)
                   for s in ("q", "k", "v")}  # fmt: skip
     want = site_input_grads(patcher.runner, layer, x, rows, site_grads, receivers)
@@ -68,10 +66,6 @@ def test_sliced_gradients_equal_autograd(family):
     assert scale > 1e-3
     # the families' norms compute in float32 inside a float64 model: their rounding, not ours
     torch.testing.assert_close(got, want, rtol=0, atol=1e-6 * scale)
-
-
-def _until(patcher, layer, seen):
-    return until_values(patcher.runner.blocks[layer].attention, seen)
 
 
 @pytest.mark.parametrize("family", ["llama", "gpt_neox"])

@@ -99,6 +99,7 @@ VARIANTS = {
     "gqa": {"kv_heads": 2},  # 4 query heads on 2 K/V heads
     "contrastive": {"causal": False, "objective_kind": "contrastive"},
     "none": {"causal": False, "objective_kind": "none"},
+    "mlp": {"mlp": True},  # blocks with an MLP after the attention (the run protocol's sites)
 }
 DOCUMENT = " ".join(f"w{(7 * j) % 19}" for j in range(16))
 PASSAGE = " ".join(f"p{(11 * j) % 17}" for j in range(9))

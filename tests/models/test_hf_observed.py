@@ -113,13 +113,6 @@ def test_a_family_that_computes_its_attention_itself_is_refused_in_one_line(
     assert "one observed forward called none" in err and "Traceback" not in err
     with pytest.raises(ValueError, match=r"family 'mpt' \(MptForCausalLM\) computes its"):
         attach(transformers.MptForCausalLM(config))
-    # Falcon picks one of its own attention classes by the implementation's name
-    falcon = tmp_path / "falcon"
-    transformers.FalconConfig(hidden_size=12, num_attention_heads=3, num_hidden_layers=1,
-                              vocab_size=11).save_pretrained(falcon)  # fmt: skip
-    code, out, err = run(["model", "generate", "w1", "--model", str(falcon)], capsys)
-    assert code == 2 and out == "" and err.count("\n") == 1, err
-    assert "family 'falcon' (AutoModel) computes its attention itself" in err
 
 
 #: A hybrid's blocks without heads, named in one line (models/hf/hybrid.py).

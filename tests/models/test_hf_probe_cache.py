@@ -7,6 +7,7 @@ probe; a load reads the entry instead of probing."""
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import pytest
@@ -16,10 +17,13 @@ pytest.importorskip("transformers")
 from hf_families import build, write_family
 
 from headlab.models.hf import load_transformers, probe_cache
+from headlab.models.hf import probe as probe_module
+from headlab.models.hf.adapter import TransformersModel
 from headlab.models.hf.layer import HFAttentionLayer
 from headlab.models.hf.probe import probe
 from headlab.models.hf.probe_cache import FOLDER, probe_key, probed_layers
 from headlab.models.hf.registry import register
+from headlab.notices import CacheNotice
 
 FAMILIES = ["llama", "qwen3", "gemma2", "phi3", "olmo2", "gpt2", "gpt_neox", "bert", "jamba"]
 
@@ -72,20 +76,54 @@ def test_a_cached_entry_gives_what_the_probe_finds(name, tmp_path, monkeypatch) 
     assert [_facts(layer) for layer in second] == want
 
 
+def _first(entry: dict) -> dict:
+    return entry["templates"][0]
+
+
 def _rows_beyond_the_weight(entry: dict) -> None:
-    entry["layers"][0]["query"]["rows"] = [[0, 10_000]]
+    _first(entry)["query"]["offsets"][-1] = 10_000
 
 
 def _a_path_that_is_not_there(entry: dict) -> None:
-    entry["layers"][1]["path"] = "model.layers.7.self_attn"
+    _first(entry)["query"]["path"] = [0, "q_nowhere"]
 
 
-def _another_class(entry: dict) -> None:
-    entry["layers"][0]["class"] = "GPT2Attention"
+def _another_module(entry: dict) -> None:
+    _first(entry)["key"]["path"] = [0, "v_proj"]
 
 
-def _a_norm_without_a_vector(entry: dict) -> None:
-    entry["layers"][0]["input_norm"] = entry["layers"][0]["output"]["path"]
+def _another_layout(entry: dict) -> None:
+    _first(entry)["query"]["transposed"] = True
+
+
+def _heads_swapped(entry: dict) -> None:
+    offsets = _first(entry)["query"]["offsets"]
+    offsets[0], offsets[1] = offsets[1], offsets[0]
+
+
+def _two_heads_on_one_slice(entry: dict) -> None:
+    offsets = _first(entry)["query"]["offsets"]
+    offsets[1] = offsets[0]
+
+
+def _a_class_not_held(entry: dict) -> None:
+    entry["templates"].append({**_first(entry), "class": "GPT2Attention"})
+
+
+def _a_head_too_few(entry: dict) -> None:
+    _first(entry)["value"]["offsets"].pop()
+
+
+def _another_size(entry: dict) -> None:
+    _first(entry)["num_kv_heads"] = 3
+
+
+def _another_norm(entry: dict) -> None:
+    _first(entry)["input_norm"] = [1, "post_attention_layernorm"]
+
+
+def _no_output(entry: dict) -> None:
+    _first(entry)["output"] = None
 
 
 def _not_json(entry: dict) -> str:
@@ -93,21 +131,52 @@ def _not_json(entry: dict) -> str:
 
 
 def _keys_missing(entry: dict) -> None:
-    del entry["layers"][0]["num_heads"]
+    del _first(entry)["query"]
 
 
-@pytest.mark.parametrize(
-    "damage",
-    [
-        _rows_beyond_the_weight,
-        _a_path_that_is_not_there,
-        _another_class,
-        _a_norm_without_a_vector,
-        _not_json,
-        _keys_missing,
-    ],
-)
-def test_an_entry_that_does_not_fit_is_probed_again(damage, tmp_path: Path) -> None:
+def _a_huge_number(entry: dict) -> None:
+    _first(entry)["query"]["offsets"][0] = 10**30
+
+
+def _nested_without_end(entry: dict) -> str:
+    return "[" * 200_000
+
+
+def _wrong_types(entry: dict) -> None:
+    _first(entry)["query"]["transposed"] = "no"
+    _first(entry)["key"]["offsets"] = ["0", "8"]
+
+
+def _a_list(entry: dict) -> str:
+    return json.dumps(entry["templates"])
+
+
+DAMAGES = [
+    _rows_beyond_the_weight,
+    _a_path_that_is_not_there,
+    _another_module,
+    _another_layout,
+    _heads_swapped,
+    _two_heads_on_one_slice,
+    _a_class_not_held,
+    _a_head_too_few,
+    _another_size,
+    _another_norm,
+    _no_output,
+    _not_json,
+    _keys_missing,
+    _a_huge_number,
+    _nested_without_end,
+    _wrong_types,
+    _a_list,
+]
+
+
+@pytest.mark.parametrize("damage", DAMAGES)
+def test_an_entry_that_fails_its_check_is_discarded_and_rebuilt(damage, tmp_path: Path) -> None:
+    """Each edit fails the reader or the check on the probe's forward: the layers are what a
+    fresh probe finds (heads 0 and 1 swapped would swap their composition scores), one notice
+    says so, and the entry is written again."""
     model = _on_headlab("llama")
     want = [_facts(layer) for layer in probe(model, "llama")]
     probed_layers(model, "llama", root=tmp_path)
@@ -115,10 +184,62 @@ def test_an_entry_that_does_not_fit_is_probed_again(damage, tmp_path: Path) -> N
     entry = json.loads(path.read_text())
     text = damage(entry)
     path.write_text(text if isinstance(text, str) else json.dumps(entry))
-    assert [_facts(layer) for layer in probed_layers(model, "llama", root=tmp_path)] == want
+    with pytest.warns(CacheNotice) as notices:
+        assert [_facts(layer) for layer in probed_layers(model, "llama", root=tmp_path)] == want
+    assert len(notices) == 1 and str(path) in str(notices[0].message)
     rewritten = json.loads(path.read_text())  # rewritten with what the probe found
-    assert rewritten["layers"][0]["query"]["rows"] == [[0, 48]]
+    assert _first(rewritten)["query"]["offsets"] == [0, 8, 16, 24, 32, 40]
     assert not list((tmp_path / FOLDER).glob(".tmp-*"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the rewritten entry passes: no notice
+        probed_layers(model, "llama", root=tmp_path)
+
+
+@pytest.mark.parametrize("name", ["llama", "phi3", "gpt_neox", "gpt2", "bert", "jamba"])
+def test_an_entry_that_passes_is_checked_by_a_probe_of_one_layer(name, tmp_path, monkeypatch):
+    """The claims are checked on a forward stopped after the first attention layer (one call
+    of the attention function); the search (``_slice``) never runs."""
+    model = _on_headlab(name)
+    want = [_facts(layer) for layer in probe(model, name)]
+    probed_layers(model, name, root=tmp_path)
+    calls = []
+    first_calls = probe_module._first_calls
+
+    def counted(recorder, family):
+        calls.append(len(recorder.calls))
+        return first_calls(recorder, family)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(probe_module, "_slice", _no_probe)
+        patch.setattr(probe_module, "_first_calls", counted)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert [_facts(layer) for layer in probed_layers(model, name, root=tmp_path)] == want
+    assert calls == [1]
+
+
+def test_swapped_heads_in_the_entry_do_not_swap_composition_scores(tmp_path) -> None:
+    """The issue's case, end to end: heads 0 and 1 swapped in the entry; the
+    composition scores read from a model whose layers came through the cache are those of a
+    fresh probe."""
+    from headlab.circuits.composition import composition_scores
+    from headlab.models.hf.layer import keep_all
+
+    def scores(model, layers):
+        keep_all(model, layers)
+        return composition_scores(TransformersModel("llama", model, None, causal=True),
+                                  samples=4, seed=0)  # fmt: skip
+
+    model = _on_headlab("llama")
+    want = scores(model, probe(model, "llama"))
+    probed_layers(model, "llama", root=tmp_path)
+    (path,) = _entries(tmp_path)
+    entry = json.loads(path.read_text())
+    _heads_swapped(entry)
+    path.write_text(json.dumps(entry))
+    with pytest.warns(CacheNotice):
+        got = scores(model, probed_layers(model, "llama", root=tmp_path))
+    assert got.scores == want.scores
 
 
 def test_models_of_other_shapes_or_configs_have_other_keys() -> None:

@@ -46,7 +46,7 @@ def refused_in_one_line(source: Path, capsys, before_weights: bool = True) -> st
 
     with pytest.MonkeyPatch.context() as patch:
         if before_weights:
-            patch.setattr(loader, "_quiet_loading", lambda: pytest.fail("weights were read"))
+            patch.setattr(loader, "quiet_loading", lambda: pytest.fail("weights were read"))
         with pytest.raises((ValueError, FileNotFoundError)) as error:
             load(source)
     message = str(error.value)

@@ -41,7 +41,10 @@ def test_user_text_is_escaped_everywhere(built: tuple[Path, str]) -> None:
     assert "<img src=x" not in html and "<script>alert" not in html
     assert "&lt;img src=x onerror=alert(1)&gt;" in html  # the text, shown as text
     assert "&amp; &#34;done&#34; &#39;x&#39; end" in html  # quotes cannot end an attribute
-    assert html.count("<script") == 2  # the data element and our own script, nothing else
+    # the data element and our own script, the displays' code once and each display's data and
+    # one-line draw call (report/displays), nothing else
+    displays = html.count('<div class="hl-display"')
+    assert displays >= 1 and html.count("<script") == 2 + 1 + 2 * displays
     assert _page_data(html)["explorers"]["text"]["tokens"] == XSS.split()
 
 

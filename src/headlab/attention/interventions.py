@@ -13,6 +13,13 @@ positions, k and v with grouped K/V heads have ``kv_head`` heads):
     weights       (batch, head, q_pos, k_pos)      after softmax (and dropout)
     head_outputs  (batch, head, q_pos, d_head)     weights @ v, after head_mask, before W_O
 
+A model's block (``headlab.models.run_protocol``) has sites of its own, reached the same way:
+
+    resid_in      (batch, pos, d_model)            the residual stream entering the block
+    mlp_in        (batch, pos, d_model)            the MLP's input (after the family's norm)
+    mlp_out       (batch, pos, d_model)            the MLP's output (after any post-norm)
+    resid_out     (batch, pos, d_model)            the residual stream leaving the block
+
 Everything downstream of a site sees the replaced tensor, so a replaced ``weights`` changes the
 head outputs and the output, and ``need_weights=True`` returns it. While an intervention on the
 scores or weights is active the kernel takes its explicit path (SDPA has no such sites), and
@@ -35,7 +42,7 @@ from typing import Literal, Protocol
 import torch
 from torch import Tensor
 
-from headlab.attention.sites import SITES, Sites
+from headlab.attention.sites import BLOCK_SITES, SITES, Sites
 
 AblationMode = Literal["zero", "mean", "resample"]
 
@@ -49,20 +56,29 @@ class SitedLayer(Protocol):
     num_kv_heads: int
 
 
-def _check_site(site: str) -> None:
-    if site not in SITES:
-        raise ValueError(f"site must be one of {', '.join(SITES)}, got {site!r}")
+class Sited(Protocol):
+    """Anything with ``sites``: an attention layer (``SITES``) or a model's block
+    (``BLOCK_SITES``: the residual stream in and out, the MLP's input and output)."""
+
+    sites: Sites
+
+
+def _check_site(site: str, names: Sequence[str] = SITES) -> None:
+    if site not in names:
+        raise ValueError(f"site must be one of {', '.join(names)}, got {site!r}")
 
 
 @contextmanager
 def intervene(
-    module: SitedLayer, site: str, fn: Callable[[Tensor], Tensor | None]
+    module: Sited, site: str, fn: Callable[[Tensor], Tensor | None], first: bool = False
 ) -> Iterator[None]:
-    """Within the block, every call of ``module`` passes ``site``'s tensor to ``fn``; a tensor
-    ``fn`` returns (same shape) replaces it, None leaves it. Raises ValueError for an unknown
-    site."""
-    _check_site(site)
-    module.sites.add(site, fn)
+    """Within the block, every call of ``module`` (an attention layer, or a model's block:
+    ``BLOCK_SITES``) passes ``site``'s tensor to ``fn``; a tensor ``fn`` returns (same shape)
+    replaces it, None leaves it. ``first``: before the interventions already at the site (a
+    run's given residual stream, ``headlab.models.run_protocol``). Raises ValueError for a site
+    the module does not have."""
+    _check_site(site, module.sites.names)
+    module.sites.add(site, fn, first)
     try:
         yield
     finally:
@@ -83,15 +99,17 @@ class Recording:
 
 
 @contextmanager
-def record(module: SitedLayer, sites: Sequence[str] = SITES) -> Iterator[Recording]:
-    """Record (detached copies of) ``sites`` in every call of ``module`` within the block."""
+def record(module: Sited, sites: Sequence[str] | None = None) -> Iterator[Recording]:
+    """Record (detached copies of) ``sites`` (default: all of the module's) in every call of
+    ``module`` within the block."""
+    sites = module.sites.names if sites is None else sites
     recording = Recording({site: [] for site in sites})
     with _stack(module, [(s, lambda t, s=s: recording.calls[s].append(t.detach())) for s in sites]):
         yield recording
 
 
 @contextmanager
-def _stack(module: SitedLayer, hooks: list[tuple[str, Callable]]) -> Iterator[None]:
+def _stack(module: Sited, hooks: list[tuple[str, Callable]]) -> Iterator[None]:
     if not hooks:
         yield
         return
@@ -201,8 +219,10 @@ def ablate(
 
 
 __all__ = [
+    "BLOCK_SITES",
     "SITES",
     "Recording",
+    "Sited",
     "SitedLayer",
     "ablate",
     "head_axis_index",

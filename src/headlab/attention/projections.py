@@ -14,17 +14,16 @@ k_pos' is k_pos plus one key for ``add_bias_kv`` and one for ``add_zero_attn``; 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
 from headlab.attention.functional import split_heads
 from headlab.attention.rotary import apply_rotary
 
-if TYPE_CHECKING:
-    from headlab.attention.module import MultiHeadAttention
+#: headlab's ``attention.module.MultiHeadAttention`` (which imports this module; named here by
+#: its base class, so that no import circle forms)
+MultiHeadAttention = nn.Module
 
 
 def _widths(mha: MultiHeadAttention) -> tuple[int, int]:

@@ -6,8 +6,10 @@ headlab's registered attention function) owns one ``Sites``. The kernel
 
 - ``hooks``: interventions, site name -> functions that see (and may replace) the tensor there;
   the public sites are ``SITES`` (see ``headlab.attention.interventions``), in the order a call
-  reaches them. ``logits`` (the scaled scores before soft-cap and mask) is an inner site for
-  variants built on the kernel (talking heads mixes its heads there).
+  reaches them. A model's block (``headlab.models.run_protocol.Block``) owns a ``Sites`` of
+  its own over ``BLOCK_SITES``, so that one ``intervene`` reaches the residual stream and the
+  MLP as it reaches the attention. ``logits`` (the scaled scores before soft-cap and mask) is
+  an inner site for variants built on the kernel (talking heads mixes its heads there).
 - ``statistics``: a request to stream per-head statistics (``headlab.attention.streaming_sums``);
   the sums of each call go to the request's ``report``.
 - ``budget``: a key budget (``KeyBudget``): some query heads see only the first ``sinks`` keys
@@ -20,15 +22,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from torch import Tensor
 
-if TYPE_CHECKING:  # streaming_sums.py imports the kernel's math, which imports this module
-    from headlab.attention.streaming_sums import StatisticsRequest
-
 #: The public intervention sites, in the order a call reaches them.
 SITES = ("q", "k", "v", "scores", "weights", "head_outputs")
+#: The sites of a model's block, in the order a run reaches them: the residual stream entering
+#: the block, the MLP's input and output, the residual stream leaving the block.
+BLOCK_SITES = ("resid_in", "mlp_in", "mlp_out", "resid_out")
 #: Sites the fused kernel (SDPA) can serve: they are outside the score matrix.
 OUTSIDE_SCORES = frozenset({"q", "k", "v", "head_outputs"})
 
@@ -46,11 +47,15 @@ class KeyBudget:
 
 
 class Sites:
-    """Interventions (``hooks``) and a statistics request attached to one attention layer."""
+    """Interventions (``hooks``) and a statistics request attached to one attention layer, or
+    (``names`` = ``BLOCK_SITES``) the interventions of one block."""
 
-    def __init__(self) -> None:
+    def __init__(self, names: tuple[str, ...] = SITES) -> None:
+        self.names = names
         self.hooks: dict[str, list[Hook]] = {}
-        self.statistics: StatisticsRequest | None = None
+        # a ``streaming_sums.StatisticsRequest`` (not imported: streaming_sums imports the
+        # kernel's math, which imports this module)
+        self.statistics: object | None = None
         self.budget: KeyBudget | None = None
 
     def __bool__(self) -> bool:
@@ -68,8 +73,10 @@ class Sites:
         """Whether a hook needs the score or weight matrix (SDPA cannot serve it)."""
         return any(site not in OUTSIDE_SCORES for site in self.hooks)
 
-    def add(self, site: str, hook: Hook) -> None:
-        self.hooks.setdefault(site, []).append(hook)
+    def add(self, site: str, hook: Hook, first: bool = False) -> None:
+        """``hook`` after the hooks at ``site`` already there (``first``: before them)."""
+        hooks = self.hooks.setdefault(site, [])
+        hooks.insert(0, hook) if first else hooks.append(hook)
 
     def remove(self, site: str, hook: Hook) -> None:
         hooks = self.hooks[site]

@@ -93,6 +93,10 @@ class StatisticsRequest:
     copy_sources: (batch, q_pos) int64, the key position of the earlier occurrence of the next
         token at each copy position, -1 elsewhere; or None.
     block: the block size of the blocked attention map, or None.
+    tap: called with each chunk's weights (batch, head, c, keys) and the key positions of its
+        query rows (a slice), before they are dropped: a caller that keeps part of them (one
+        head's exact tiles, ``heads.one_head_pattern``); chunks may come from several threads,
+        each with rows of its own.
     """
 
     query_mask: Tensor | None = None
@@ -103,6 +107,7 @@ class StatisticsRequest:
     window: tuple[int, int] | None = None
     copy_sources: Tensor | None = None
     block: int | None = None
+    tap: Callable[[Tensor, slice], None] | None = None
 
 
 @dataclass
@@ -197,6 +202,8 @@ class StreamingSums:
         order."""
         keys = weights.shape[-1]
         dtype = weights.dtype
+        if self.request.tap is not None:
+            self.request.tap(weights, slice(rows.start + self.q_offset, rows.stop + self.q_offset))
         positions = torch.arange(rows.start, rows.stop, device=weights.device) + self.q_offset
         if causal_keys:  # every weight is on a key k <= q: sum_k w_k (q - k)
             distance = positions.to(dtype) * weights.sum(-1) - weights @ self.key_index[:keys]

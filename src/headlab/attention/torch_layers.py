@@ -11,13 +11,12 @@ computes; everywhere else torch falls back to calling the module's forward.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
-if TYPE_CHECKING:
-    from headlab.attention.module import MultiHeadAttention
+#: headlab's ``attention.module.MultiHeadAttention`` (which imports this module; named here by
+#: its base class, so that no import circle forms)
+MultiHeadAttention = nn.Module
 
 
 def fused_kernel_computes_forward(m: MultiHeadAttention) -> bool:

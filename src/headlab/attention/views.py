@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from torch import nn
 
 from headlab.attention.sites import Sites
 from headlab.attention.sizes import check_positive_int, resolve_head_sizes
 
-if TYPE_CHECKING:
-    from headlab.attention.module import MultiHeadAttention
+#: headlab's ``attention.module.MultiHeadAttention`` (which imports this module; named here by
+#: its base class, so that no import circle forms)
+MultiHeadAttention = nn.Module
 
 # Plain attributes a view copies from its module; the head counts are the view's own.
 M = TypeVar("M", bound=nn.Module)

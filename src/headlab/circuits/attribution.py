@@ -52,7 +52,7 @@ from headlab.circuits.moved import Moved, moved_hooks, sender_node
 from headlab.circuits.patching import Patcher, Progress
 from headlab.circuits.receiver_grads import sliced_receivers
 from headlab.circuits.resume import Cache, Runner
-from headlab.models.hf.adapter import TransformersModel
+from headlab.models.run_protocol import RunnableModel
 from headlab.results.circuit_edges import EdgeScores
 
 METHODS = ("eap", "eap-ig", "eap-ig-activations", "eap-ig-senders")
@@ -274,14 +274,14 @@ def activation_scores(
     nodes: list[Moved | None] = [None]
     for block in patcher.runner.blocks:
         nodes.append(Moved("attention", block.index, hanna))
-        if block.mlp is not None:
+        if block.has_mlp:
             nodes.append(Moved("mlp", block.index, hanna))
     alphas = [k / steps for k in range(1, steps + 1)]
     return attribution_scores(patcher, edges, alphas, progress, moved=nodes, own=not hanna)
 
 
 def edge_attribution(
-    model: TransformersModel,
+    model: RunnableModel,
     clean: Tensor,
     corrupted: Tensor,
     metric: Metric,

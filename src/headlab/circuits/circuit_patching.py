@@ -50,7 +50,7 @@ from headlab.attention.interventions import intervene
 from headlab.attention.one_thread import one_torch_thread
 from headlab.circuits.graph import EMBED, LOGITS, Graph
 from headlab.circuits.patching import Patcher
-from headlab.circuits.resume import Stop, hooked, replaced_output, until_values
+from headlab.models.run_protocol import StopAt
 
 
 class CircuitPatcher:
@@ -123,7 +123,7 @@ class CircuitPatcher:
                 corrupted_writes = self.head_writes(layer, corrupted.head_outputs[layer])
                 differences[:, first : first + run.shape[1]] = corrupted_writes - run
             mlp_out = None
-            if block.mlp is not None:
+            if block.has_mlp:
                 mlp_name = f"mlp.{layer}"
                 shift = self._shifts([(mlp_name, "in")], chosen, differences, stream)[0]
                 mlp_out = self._mlp(layer, stream + shift, heads)
@@ -203,7 +203,7 @@ class CircuitPatcher:
         for layer, items in wanted.items():
             heads = torch.cat([i[1] for i in items] + [i[2] for i in items])
             mlps = None
-            if self.runner.blocks[layer].mlp is not None:
+            if self.runner.blocks[layer].has_mlp:
                 mlps = torch.cat([i[3] for i in items] + [i[4] for i in items])
             writes = self._block_writes(layer, heads, mlps)
             n = len(items)
@@ -222,20 +222,14 @@ class CircuitPatcher:
         def hooks(stack: ExitStack) -> None:
             stack.enter_context(intervene(block.attention, "head_outputs", lambda t: heads))
             if mlp is not None:
-                replace = lambda _m, _a, out: replaced_output(out, mlp)  # noqa: E731
-                stack.enter_context(hooked(block.mlp, "post", replace))
+                stack.enter_context(intervene(block, "mlp_out", lambda t: mlp))
 
-            def stop(_module, _args, output):
-                raise Stop(output if isinstance(output, Tensor) else output[0])
-
-            stack.enter_context(hooked(block.module, "post", stop))
-
-        return self.runner.forward(layer, hidden, copies, hooks) - hidden
+        stop = StopAt(layer, "resid_out")
+        return self.runner.forward(layer, hidden, copies, hooks, stop=stop) - hidden
 
     def _attention_inputs(self, layer, stream, chosen, differences):
         """Each attention receiver's q / k / v from its shifted input: site -> {index: (copies *
         batch, pos, d_head)} for the receivers whose input moved."""
-        block = self.runner.blocks[layer]
         shape = self.graph.layers[layer]
         receivers = [(f"{layer}.{h}", "q", h) for h in range(shape.num_heads)]
         for g in range(shape.num_kv_heads):
@@ -251,11 +245,9 @@ class CircuitPatcher:
         spliced: dict[str, dict[int, Tensor]] = {"q": {}, "k": {}, "v": {}}
         if not moved:
             return spliced
-        seen: dict[str, Tensor] = {}
         copies = stream.shape[0] // self.patcher.batch
         rows = stream.shape[0]
-        hooks = until_values(block.attention, seen)
-        self.runner.forward(layer, torch.cat(shifts), copies * len(moved), hooks)
+        seen = self.runner.values(layer, torch.cat(shifts), copies * len(moved))
         for r, (site, index) in enumerate(moved):
             spliced[site][index] = seen[site][r * rows : (r + 1) * rows, index]
         return spliced
@@ -275,17 +267,13 @@ class CircuitPatcher:
 
     def _heads(self, layer: int, stream: Tensor, spliced) -> Tensor:
         """Layer ``layer``'s head outputs in this run (its receivers spliced)."""
-        block = self.runner.blocks[layer]
 
         def hooks(stack: ExitStack) -> None:
             self._splice_hooks(stack, layer, spliced)
 
-            def stop(t: Tensor) -> None:
-                raise Stop(t)
-
-            stack.enter_context(intervene(block.attention, "head_outputs", stop))
-
-        return self.runner.forward(layer, stream, stream.shape[0] // self.patcher.batch, hooks)
+        copies = stream.shape[0] // self.patcher.batch
+        return self.runner.forward(layer, stream, copies, hooks,
+                                   stop=StopAt(layer, "head_outputs"))  # fmt: skip
 
     def _mlp(self, layer: int, shifted: Tensor, heads: Tensor) -> Tensor:
         """The MLP's output on its shifted input (the layer's heads held at this run's)."""
@@ -294,12 +282,8 @@ class CircuitPatcher:
         def hooks(stack: ExitStack) -> None:
             stack.enter_context(intervene(block.attention, "head_outputs", lambda t: heads))
 
-            def stop(_module, _args, output):
-                raise Stop(output if isinstance(output, Tensor) else output[0])
-
-            stack.enter_context(hooked(block.mlp, "post", stop))
-
-        return self.runner.forward(layer, shifted, shifted.shape[0] // self.patcher.batch, hooks)
+        copies = shifted.shape[0] // self.patcher.batch
+        return self.runner.forward(layer, shifted, copies, hooks, stop=StopAt(layer, "mlp_out"))
 
     def _block(self, layer: int, stream: Tensor, spliced, mlp_out: Tensor | None) -> Tensor:
         """The stream leaving layer ``layer`` in this run."""
@@ -308,15 +292,10 @@ class CircuitPatcher:
         def hooks(stack: ExitStack) -> None:
             self._splice_hooks(stack, layer, spliced)
             if mlp_out is not None:
-                replace = lambda _m, _a, out: replaced_output(out, mlp_out)  # noqa: E731
-                stack.enter_context(hooked(block.mlp, "post", replace))
+                stack.enter_context(intervene(block, "mlp_out", lambda t: mlp_out))
 
-            def stop(_module, _args, output):
-                raise Stop(output if isinstance(output, Tensor) else output[0])
-
-            stack.enter_context(hooked(block.module, "post", stop))
-
-        return self.runner.forward(layer, stream, stream.shape[0] // self.patcher.batch, hooks)
+        copies = stream.shape[0] // self.patcher.batch
+        return self.runner.forward(layer, stream, copies, hooks, stop=StopAt(layer, "resid_out"))
 
 
 class ReceiverEdges:

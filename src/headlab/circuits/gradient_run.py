@@ -19,11 +19,11 @@ import torch
 from torch import Tensor
 
 from headlab.attention.interventions import intervene
-from headlab.circuits.blocks import first_tensor
 from headlab.circuits.graph import Graph
 from headlab.circuits.patching import Patcher
 from headlab.circuits.receiver_grads import Receiver, SlicedReceivers, site_input_grads
-from headlab.circuits.resume import Cache, Runner, Stop, hooked
+from headlab.circuits.resume import Cache, Runner
+from headlab.models.run_protocol import StopAt, kept_outputs
 
 
 @dataclass
@@ -40,18 +40,22 @@ class GradientRun:
 
 
 def _mlp_input(store: dict, key: tuple):
-    """A pre-hook that hands the MLP a view of its input and keeps it: the gradient at the view
-    is the gradient through the MLP alone (where attention reads the same tensor, GPT-J)."""
+    """An intervention at mlp_in that hands the MLP a view of its input and keeps it: the
+    gradient at the view is the gradient through the MLP alone (where attention reads the same
+    tensor, GPT-J)."""
 
-    def hook(_module, args, kwargs):
-        if args:
-            store[key] = args[0].view_as(args[0])
-            return (store[key], *args[1:]), kwargs
-        name = next(iter(kwargs))
-        store[key] = kwargs[name].view_as(kwargs[name])
-        return args, {**kwargs, name: store[key]}
+    def keep(t: Tensor) -> Tensor:
+        store[key] = t.view_as(t)
+        return store[key]
 
-    return hook
+    return keep
+
+
+def _into(store: list, index: int, detach: bool = True):
+    def keep(t: Tensor) -> None:
+        store[index] = t.detach() if detach else t
+
+    return keep
 
 
 def gradient_run(
@@ -96,15 +100,11 @@ def clean_gradient_run(
     def keeping(stack: ExitStack) -> None:
         for block in runner.blocks:
             i = block.index
-            keep = lambda _m, a, i=i: resid.__setitem__(i, a[0].detach())  # noqa: E731
-            stack.enter_context(hooked(block.module, "pre", keep))
-            head = lambda t, i=i: heads.__setitem__(i, t.detach())  # noqa: E731
-            stack.enter_context(intervene(block.attention, "head_outputs", head))
-            if block.mlp is not None:
-                out = lambda _m, _a, o, i=i: mlp.__setitem__(i, first_tensor(o).detach())  # noqa: E731
-                stack.enter_context(hooked(block.mlp, "post", out))
-        last = lambda _m, _a, o: resid.__setitem__(n, first_tensor(o).detach())  # noqa: E731
-        stack.enter_context(hooked(runner.blocks[-1].module, "post", last))
+            stack.enter_context(intervene(block, "resid_in", _into(resid, i)))
+            stack.enter_context(intervene(block.attention, "head_outputs", _into(heads, i)))
+            if block.has_mlp:
+                stack.enter_context(intervene(block, "mlp_out", _into(mlp, i)))
+        stack.enter_context(intervene(runner.blocks[-1], "resid_out", _into(resid, n)))
 
     def measured(values: Tensor) -> Tensor:
         logits.append(values.detach())
@@ -133,25 +133,20 @@ def _backward(
             if layers is not None and i not in layers:
                 continue
             if kept is not None:
-                keep = lambda _m, a, i=i: resid.__setitem__(i, a[0].detach())  # noqa: E731
-                stack.enter_context(hooked(block.module, "pre", keep))
-                head = lambda t, i=i: heads.__setitem__(i, t.detach())  # noqa: E731
-                stack.enter_context(intervene(block.attention, "head_outputs", head))
+                stack.enter_context(intervene(block, "resid_in", _into(resid, i)))
+                stack.enter_context(intervene(block.attention, "head_outputs", _into(heads, i)))
             plan = plans.get(i)
             if plan is None:
                 for site in ("q", "k", "v"):
                     keep_site = lambda t, key=(i, site): tensors.__setitem__(key, t)  # noqa: E731
                     stack.enter_context(intervene(block.attention, site, keep_site))
             else:
-                for j, module in enumerate(plan.modules):
-                    stack.enter_context(hooked(module, "post", _keep_tensor(tensors, (i, j))))
-            if block.mlp is not None:
-                handle = block.mlp.register_forward_pre_hook(
-                    _mlp_input(tensors, (i, "mlp")), with_kwargs=True
-                )
-                stack.callback(handle.remove)
-        stack.enter_context(hooked(runner.blocks[-1].module, "post",
-                                   _keep_tensor(tensors, ("final",))))  # fmt: skip
+                keys = [(i, j) for j in range(len(plan.modules))]
+                stack.enter_context(kept_outputs(plan.modules, tensors, keys))
+            if block.has_mlp:
+                stack.enter_context(intervene(block, "mlp_in", _mlp_input(tensors, (i, "mlp"))))
+        last = lambda t: tensors.__setitem__(("final",), t)  # noqa: E731
+        stack.enter_context(intervene(runner.blocks[-1], "resid_out", last))
 
     x = hidden.detach().requires_grad_(True)
     with torch.enable_grad():
@@ -181,13 +176,6 @@ def _assembled(
     )
 
 
-def _keep_tensor(store: dict, key: tuple):
-    def hook(_module, _args, output):
-        store[key] = output if isinstance(output, Tensor) else output[0]
-
-    return hook
-
-
 def _attention_input_grads(
     patcher: Patcher, run: GradientRun, layer: int, receivers: list[Receiver],
     plan: SlicedReceivers | None, rows: slice,
@@ -213,14 +201,8 @@ def _mlp_input_grad(patcher: Patcher, run: GradientRun, layer: int, rows: slice)
     def hooks(stack: ExitStack) -> None:
         stack.enter_context(intervene(block.attention, "head_outputs", lambda t: frozen))
 
-        def stop(_module, args, kwargs):
-            raise Stop(args[0] if args else next(iter(kwargs.values())))
-
-        handle = block.mlp.register_forward_pre_hook(stop, with_kwargs=True)
-        stack.callback(handle.remove)
-
     with torch.enable_grad():
-        into = patcher.runner.forward(layer, x, 1, hooks, rows)
+        into = patcher.runner.forward(layer, x, 1, hooks, rows, StopAt(layer, "mlp_in"))
         (gx,) = torch.autograd.grad(into, x, grad_outputs=run.mlp_grads[layer][:, rows])
     return gx
 

@@ -11,10 +11,8 @@ from dataclasses import dataclass, field
 from torch import Tensor
 
 from headlab.attention.interventions import intervene
-from headlab.circuits.blocks import first_tensor
 from headlab.circuits.graph import Graph
 from headlab.circuits.patching import Patcher
-from headlab.circuits.resume import hooked, replaced_output
 
 
 @dataclass(frozen=True)
@@ -47,8 +45,7 @@ def moved_hooks(patcher: Patcher, moved: Moved | None, alpha: float):
         if moved.kind == "attention":
             stack.enter_context(intervene(block.attention, "head_outputs", to_value))
         else:
-            mlp = lambda _m, _a, out: replaced_output(out, to_value(first_tensor(out)))  # noqa: E731
-            stack.enter_context(hooked(block.mlp, "post", mlp))
+            stack.enter_context(intervene(block, "mlp_out", to_value))
 
     return hooks
 

@@ -19,7 +19,9 @@ linearised:
   q / k / v (or the MLP's output) replaced by phase A's.
 
 Edges are batched along the batch axis (``chunk`` edges per run, grouped by receiver layer) and
-every run starts at the receiver's layer from the cached clean stream (resume.py).
+every run starts at the receiver's layer from the cached clean stream (resume.py). Every
+intervention is one of the run protocol's sites (``models/run_protocol.py``): head outputs, q,
+k and v of the attention, the MLP's output, and a run stopped at a site.
 """
 
 from __future__ import annotations
@@ -32,10 +34,11 @@ import torch
 from torch import Tensor
 
 from headlab.attention.interventions import intervene
+from headlab.circuits.blocks import layer_shape
 from headlab.circuits.graph import EMBED, LOGITS, Edge, Graph
 from headlab.circuits.metrics import Metric
-from headlab.circuits.resume import Cache, Runner, Stop, hooked, replaced_output, until_values
-from headlab.models.hf.adapter import TransformersModel
+from headlab.circuits.resume import Cache, Runner
+from headlab.models.run_protocol import RunnableModel, StopAt
 from headlab.results.circuit_edges import EdgeScores
 
 Progress = Callable[[int, int], None]
@@ -70,7 +73,7 @@ class Patcher:
 
     def __init__(
         self,
-        model: TransformersModel,
+        model: RunnableModel,
         clean: Tensor,
         corrupted: Tensor,
         metric: Metric,
@@ -78,10 +81,10 @@ class Patcher:
         clean_run: Callable[[Runner, Graph], Cache] | None = None,
     ) -> None:
         _check_pair(clean, corrupted, metric)
-        metric.check_vocab(int(model.config.vocab_size))
+        metric.check_vocab(int(model.output_width))
         mask = torch.ones_like(clean) if attention_mask is None else attention_mask
         self.runner = Runner(model, clean, mask, metric.positions)
-        self.graph = Graph.of([b.shape() for b in self.runner.blocks])
+        self.graph = Graph.of([layer_shape(b) for b in self.runner.blocks])
         self.clean = clean_run(self.runner, self.graph) if clean_run else self.runner.cache(clean)
         self.corrupted = self.runner.cache(corrupted)
         self.metric = metric.with_reference(self.clean.logits) if metric.kind == "kl" else metric
@@ -133,7 +136,7 @@ class Patcher:
         if self._linear is None:
             block = self.runner.blocks[0]
             names = [f"0.{h}" for h in range(block.attention.num_heads)]
-            names += ["mlp.0"] if block.mlp is not None else []
+            names += ["mlp.0"] if block.has_mlp else []
             rows = slice(0, min(LINEARITY_ROWS, self.clean.resid[0].shape[1]))
             with torch.no_grad():  # a write at a position depends on that position alone
                 exact = self._layer_writes(0, names, rows)
@@ -176,24 +179,20 @@ class Patcher:
                     out[c * b : (c + 1) * b, node.index] = corrupted_heads[:, node.index]
             return out
 
-        def mlp(_module, _args, output):
+        def mlp(_t: Tensor) -> Tensor:
             value = self.clean.mlp[layer][:, at].repeat(copies, 1, 1)
             for c, node in enumerate(nodes):
                 if node.kind == "mlp":
                     value[c * b : (c + 1) * b] = self.corrupted.mlp[layer][:, at]
-            return replaced_output(output, value)
-
-        def stop(_module, _args, output):
-            raise Stop(output if isinstance(output, Tensor) else output[0])
+            return value
 
         def hooks(stack: ExitStack) -> None:
             stack.enter_context(intervene(block.attention, "head_outputs", heads))
-            if block.mlp is not None:
-                stack.enter_context(hooked(block.mlp, "post", mlp))
-            stack.enter_context(hooked(block.module, "post", stop))
+            if block.has_mlp:
+                stack.enter_context(intervene(block, "mlp_out", mlp))
 
         hidden = self.clean.resid[layer][:, at].repeat(copies, 1, 1)
-        out = self.runner.forward(layer, hidden, copies, hooks, rows)
+        out = self.runner.forward(layer, hidden, copies, hooks, rows, StopAt(layer, "resid_out"))
         base = out[(copies - 1) * b :]
         return {n: out[c * b : (c + 1) * b] - base for c, n in enumerate(names)}
 
@@ -213,19 +212,14 @@ class Patcher:
         block = self.runner.blocks[layer]
         copies = len(edges)
         hidden = self._shifted(self.clean.resid[layer], edges)
+        if kind == "attention":
+            return self.runner.values(layer, hidden, copies)
+        frozen = self.clean.head_outputs[layer].repeat(copies, 1, 1, 1)
+
         def hooks(stack: ExitStack) -> None:
-            if kind == "attention":
-                until_values(block.attention, {})(stack)
-                return
-            frozen = self.clean.head_outputs[layer].repeat(copies, 1, 1, 1)
             stack.enter_context(intervene(block.attention, "head_outputs", lambda t: frozen))
 
-            def mlp(_module, _args, output):
-                raise Stop(output if isinstance(output, Tensor) else output[0])
-
-            stack.enter_context(hooked(block.mlp, "post", mlp))
-
-        return self.runner.forward(layer, hidden, copies, hooks)
+        return self.runner.forward(layer, hidden, copies, hooks, stop=StopAt(layer, "mlp_out"))
 
     def _receiver_index(self, edge: Edge) -> int:
         node = self.graph.node(edge.receiver)
@@ -257,9 +251,7 @@ class Patcher:
                 for site in sorted({e.input for e in edges}):
                     stack.enter_context(intervene(block.attention, site, splice(site)))
             else:
-                stack.enter_context(
-                    hooked(block.mlp, "post", lambda _m, _a, out: replaced_output(out, patched))
-                )
+                stack.enter_context(intervene(block, "mlp_out", lambda t: patched))
 
         hidden = self.clean.resid[layer].repeat(copies, 1, 1)
         return self.runner.measure(self.metric, layer, hidden, copies, hooks)
@@ -311,7 +303,7 @@ def _close(want: Tensor, got: Tensor) -> bool:
 
 
 def path_patching(
-    model: TransformersModel,
+    model: RunnableModel,
     clean: Tensor,
     corrupted: Tensor,
     metric: Metric,

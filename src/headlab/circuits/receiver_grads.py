@@ -36,7 +36,8 @@ from dataclasses import dataclass, replace
 import torch
 from torch import Tensor, nn
 
-from headlab.circuits.resume import Runner, hooked, until_values
+from headlab.circuits.resume import Runner
+from headlab.models.run_protocol import kept_outputs
 
 #: (site, index): a query head's "q", or a K/V group's (a head's own) "k" or "v".
 Receiver = tuple[str, int]
@@ -53,11 +54,9 @@ def site_input_grads(
     """(receiver, batch, rows, embed_dim) the generic path: x (batch, rows, embed_dim) the
     stream at the positions ``rows``; site_grads: "q", "k", "v" -> (batch, head, rows, d_head)
     the metric's gradient at the sites at those positions."""
-    block = runner.blocks[layer]
     x = x.detach().clone().requires_grad_(True)
-    seen: dict[str, Tensor] = {}
     with torch.enable_grad():
-        runner.forward(layer, x, 1, until_values(block.attention, seen), rows)
+        seen = runner.values(layer, x, 1, rows=rows)
         sites = sorted({site for site, _ in receivers})
         upstream = {s: seen[s].new_zeros(len(receivers), *seen[s].shape) for s in sites}
         for c, (site, i) in enumerate(receivers):  # (receiver, batch, head, rows, d_head)
@@ -122,9 +121,9 @@ def _plan(runner: Runner, layer: int, receivers: list[Receiver]) -> SlicedReceiv
     """The sliced path's weights for ``receivers`` of ``layer``, None where the layer lacks a
     part it needs (a linear projection per input, a scaled norm in front, no head view)."""
     attention = runner.blocks[layer].attention
+    if getattr(attention, "input_norm", None) is None or attention.view is not None:
+        return None  # a layer of the transformers route only (its projections and norm)
     projections = {"q": attention.query, "k": attention.key, "v": attention.value}
-    if attention.view is not None or attention.input_norm is None:
-        return None
     if any(isinstance(projections[site], str) for site, _ in receivers):
         return None
     try:
@@ -157,18 +156,14 @@ def output_grads_at(
 ) -> list[Tensor]:  # fmt: skip
     """Per module, (batch, rows, out) the gradient at its output of sum over sites of
     site . site_grads (one backward from the sites)."""
-    block = runner.blocks[layer]
-    seen: dict[str, Tensor] = {}
-    outputs: list = [None] * len(modules)
+    kept: dict[int, Tensor] = {}
 
     def hooks(stack: ExitStack) -> None:
-        for j, module in enumerate(modules):
-            keep = lambda _m, _a, out, j=j: outputs.__setitem__(j, out)  # noqa: E731
-            stack.enter_context(hooked(module, "post", keep))
-        until_values(block.attention, seen)(stack)
+        stack.enter_context(kept_outputs(modules, kept, range(len(modules))))
 
     with torch.enable_grad():
-        runner.forward(layer, x.detach().clone().requires_grad_(True), 1, hooks, rows)
+        seen = runner.values(layer, x.detach().clone().requires_grad_(True), 1, hooks, rows)
+        outputs = [kept[j] for j in range(len(modules))]
         sites = sorted(site_grads)
         return list(torch.autograd.grad([seen[s] for s in sites], outputs,
                                         [site_grads[s] for s in sites], allow_unused=True))
@@ -188,9 +183,8 @@ def sliced_receivers(
     width = plan.weights.shape[-1]
     x = torch.randn(runner.batch, rows.stop, width, generator=generator, dtype=torch.float64)
     x = x.to(plan.weights)
-    seen: dict[str, Tensor] = {}
     with torch.no_grad():
-        runner.forward(layer, x, 1, until_values(runner.blocks[layer].attention, seen), rows)
+        seen = runner.values(layer, x, 1, rows=rows)
     site_grads = {
         s: torch.randn(seen[s].shape, generator=generator, dtype=torch.float64).to(seen[s])
         for s in sorted({site for site, _ in receivers})

@@ -11,10 +11,11 @@ the query) is
 and W_QK(0) = W_Q^T W_K up to the family's scalar ``attention_scaling`` (which no normalised
 score sees): the score without rotary is the score at offset 0.
 
-R(p) is built from the family's own code: its rotary module's cos and sin tables at position p
-(``rotary_emb(x, position_ids)``: frequencies, scaling types and ``attention_scaling``
-included) and its modeling module's ``rotate_half`` (the convention of Llama, Mistral, Qwen,
-Gemma, GPT-NeoX: dimension k pairs with k + d_rot / 2), applied to the identity:
+R(p) is built from the family's own code, as the model gives it (``rotary_tables``; the
+transformers route: ``models/hf/rotary_tables.py``): its cos and sin tables at position p
+(frequencies, scaling types and ``attention_scaling`` included) and its ``rotate_half`` (the
+convention of Llama, Mistral, Qwen, Gemma, GPT-NeoX: dimension k pairs with k + d_rot / 2),
+applied to the identity:
 R(p) e = e cos(p) + rotate_half(e) sin(p). With partial rotary (GPT-NeoX, Phi) the tables cover
 the first d_rot dimensions and R is the identity on the rest. Families that rotate otherwise
 (GPT-J's interleaved pairs), carry several rotary tables (Gemma 3's local and global layers) or
@@ -23,31 +24,12 @@ none are refused in one line.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 
 import torch
 from torch import Tensor
 
 from headlab.models.interface import HeadModel
-
-
-def _rotary_module(model: HeadModel) -> torch.nn.Module:
-    root = getattr(model, "model", None)
-    if not isinstance(root, torch.nn.Module):
-        raise ValueError(f"rotary-aware composition needs a transformers model, got {model.name}")
-    tables = [m for m in root.modules() if type(m).__name__.endswith("RotaryEmbedding")]
-    found = {type(m) for m in tables}
-    if not tables:
-        raise ValueError(
-            f"rotary offsets need a model with rotary positions; {model.name} has none"
-        )
-    if len(tables) > 1 or len(found) > 1:
-        raise ValueError(
-            f"rotary-aware composition reads one rotary table, {model.name} has {len(tables)} "
-            f"({', '.join(sorted(t.__name__ for t in found))})"
-        )
-    return tables[0]
 
 
 def rotations(model: HeadModel, offsets: Sequence[int], head_dim: int) -> Tensor:
@@ -64,21 +46,11 @@ def rotations(model: HeadModel, offsets: Sequence[int], head_dim: int) -> Tensor
         raise ValueError(
             f"offsets must lie in 0..{limit - 1} (the model's positions), got {bad[0]}"
         )
-    table = _rotary_module(model)
-    family = sys.modules[type(table).__module__]
-    rotate_half = getattr(family, "rotate_half", None)
-    if rotate_half is None:
-        raise ValueError(
-            f"rotary-aware composition reads rotate-half rotary (Llama's); {family.__name__} has "
-            "no rotate_half"
-        )
-    positions = torch.tensor([[0, *offsets]])
-    probe = next(table.buffers(), None)
-    dummy = torch.zeros(1, positions.shape[1], head_dim,
-                        device=None if probe is None else probe.device)  # fmt: skip
-    with torch.no_grad():
-        cos, sin = table(dummy, positions.to(dummy.device))
-    cos, sin = cos[0].double().cpu(), sin[0].double().cpu()  # (1 + offset, d_rot)
+    tables = getattr(model, "rotary_tables", None)
+    if tables is None:
+        raise ValueError(f"rotary offsets need a model with rotary positions; {model.name} has "
+                         "none")  # fmt: skip
+    cos, sin, rotate_half = tables(torch.tensor([0, *offsets]), head_dim)  # (1 + offset, d_rot)
     d_rot = cos.shape[-1]
     if d_rot > head_dim or d_rot % 2:
         raise ValueError(f"rotary tables of width {d_rot} do not fit heads of {head_dim}")

@@ -16,8 +16,10 @@ request that checks itself; its errors name the option) -> ``TaskPairs`` (token 
     pairs         the user's own JSONL of clean and corrupted texts with answer tokens
                   (``tasks_pairs``)
 
-Built-in tasks are built in ``tasks_builtin``. Shapes: ``batch, pos``. Clean and corrupted have
-the same length in every built-in task (a pair whose lengths differ is refused or redrawn).
+Built-in tasks are built in ``tasks_builtin``; the pairs themselves (``TaskPairs``) are in
+``clean_corrupted``, which both builders import (no import circle). Shapes: ``batch, pos``.
+Clean and corrupted have the same length in every built-in task (a pair whose lengths differ is
+refused or redrawn).
 """
 
 from __future__ import annotations
@@ -25,13 +27,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import torch
-from torch import Tensor
-
+from headlab.circuits.clean_corrupted import METRICS, TaskPairs, last_position_answers
 from headlab.limits import check_int, check_seed
 
 TASKS = ("induction", "copy", "ioi", "greater-than", "pairs")
-METRICS = ("logprob", "logit_diff", "prob_diff")
 #: the default ``length`` of each task that has one (tokens of r; tokens of the copy text)
 DEFAULT_LENGTHS = {"induction": 40, "copy": 512}
 
@@ -77,67 +76,6 @@ class TaskRequest:
         return asdict(self)
 
 
-@dataclass(frozen=True)
-class TaskPairs:
-    """Clean and corrupted token ids and what the metric reads.
-
-    clean, corrupted: (batch, pos) int64 (equal shapes; padded on the right with ``pad_id``
-    where ``lengths`` differ, only for pairs that allow it); mask: (batch, pos) bool, the
-    positions whose next-token logits the metric reads; answers: (batch, pos) int64, the token
-    counted at each such position (0 elsewhere); wrong: (batch, pos) int64, the token subtracted
-    (logit_diff), or None; candidates, signs: (batch, n) int64 / float, the tokens summed with
-    sign +1 or -1 (prob_diff: the year tokens above and at or below YY), or None.
-    """
-
-    task: str
-    metric: str
-    clean: Tensor
-    corrupted: Tensor
-    mask: Tensor
-    answers: Tensor
-    wrong: Tensor | None = None
-    candidates: Tensor | None = None
-    signs: Tensor | None = None
-    pad_id: int = 0
-    notes: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        if self.metric not in METRICS:
-            raise ValueError(f"metric must be one of {', '.join(METRICS)}, got {self.metric!r}")
-        shape = tuple(self.clean.shape)
-        for name in ("corrupted", "mask", "answers", "wrong"):
-            value = getattr(self, name)
-            if value is not None and tuple(value.shape) != shape:
-                raise ValueError(f"{name} must have the clean ids' shape {shape}, got "
-                                 f"{tuple(value.shape)}")  # fmt: skip
-        if not bool(self.mask.any(1).all()):
-            raise ValueError("every pair needs at least one position the metric reads")
-
-    @property
-    def batch(self) -> int:
-        return int(self.clean.shape[0])
-
-    def differing_positions(self) -> Tensor:
-        """(batch, pos) bool: where corrupted differs from clean."""
-        return self.clean != self.corrupted
-
-
-def last_position_answers(
-    clean: Tensor, position: Tensor, answer: Tensor, wrong: Tensor | None
-) -> tuple[Tensor, Tensor, Tensor | None]:
-    """(mask, answers, wrong) of (batch, pos) for one answer per text at ``position`` (batch,)."""
-    rows = torch.arange(clean.shape[0])
-    mask = torch.zeros(clean.shape, dtype=torch.bool)
-    mask[rows, position] = True
-    answers = torch.zeros_like(clean)
-    answers[rows, position] = answer
-    if wrong is None:
-        return mask, answers, None
-    wrong_full = torch.zeros_like(clean)
-    wrong_full[rows, position] = wrong
-    return mask, answers, wrong_full
-
-
 def build_pairs(request: TaskRequest, model) -> TaskPairs:
     """The pairs ``request`` asks for, in ``model``'s tokens (a model of the transformers route:
     its ``tokenizer``; the copy task also uses ``model.count_tokens`` and ``model.tokenize``).
@@ -166,3 +104,9 @@ def tokenizer_of(model):
         raise ValueError(f"{getattr(model, 'name', 'the model')} has no tokenizer to build "
                          "task texts with")  # fmt: skip
     return tokenizer
+
+
+__all__ = [
+    "DEFAULT_LENGTHS", "METRICS", "TASKS", "TaskPairs", "TaskRequest", "build_pairs",
+    "last_position_answers", "tokenizer_of",
+]  # fmt: skip

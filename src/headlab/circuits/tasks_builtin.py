@@ -9,7 +9,7 @@ import random
 import torch
 from torch import Tensor
 
-from headlab.circuits.tasks import TaskPairs, last_position_answers
+from headlab.circuits.clean_corrupted import TaskPairs, last_position_answers
 
 #: Common first names; IOI uses those the tokenizer writes as one token after a space.
 NAMES = (

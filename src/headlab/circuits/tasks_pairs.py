@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from headlab.circuits.tasks import TaskPairs, last_position_answers
+from headlab.circuits.clean_corrupted import TaskPairs, last_position_answers
 from headlab.results.input_files import check_depth, check_regular, read_bytes
 
 FIELDS = ("clean", "corrupted", "answer", "wrong")

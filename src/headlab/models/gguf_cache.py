@@ -13,10 +13,15 @@ files, ``generation_config.json``) plus ``headlab-manifest.json``; the first cal
 - two processes at once: a lock file (``fcntl.flock`` where the platform has it) makes the second
   wait and then read what the first wrote; where there is no lock, both convert and the first
   rename wins (the other's copy is discarded), so either way both succeed with one result.
-- checked at every load: the manifest records the GGUF's size, modification time and SHA-256 and
+- checked at every load, keyed by content: the manifest records the GGUF's SHA-256 and stat and
   every written file's size, SHA-256 and stat (size, modification and change times, inode); a
-  missing manifest, a file missing, cut short or changed, or a different GGUF makes the folder
-  stale, and it is converted again. A file whose stat is the recorded one has not been written
+  missing manifest, a file missing, cut short, changed or not listed, or a GGUF of another hash
+  makes the folder stale, and it is converted again. The manifest is read by the bounded reader
+  of every input (``results.input_files``) and checked field by field: a wrong type, a deep
+  nesting or a name that is a path makes the folder stale, never a traceback. The GGUF is hashed
+  when its stat differs from the recorded one (a ``cp -p`` of other weights keeps the size and
+  modification time, never the inode and change time), once per change, as the files below.
+  A file whose stat is the recorded one has not been written
   since it was hashed (any write moves its change time, which no one can set back), so it is not
   hashed again, as git trusts its index; a file whose stat differs (copied, touched, written) or
   changed within ``RACY_NS`` of when its stat was recorded (a second change could fall in the same
@@ -28,31 +33,73 @@ files, ``generation_config.json``) plus ``headlab-manifest.json``; the first cal
 from __future__ import annotations
 
 import contextlib
+import glob
 import hashlib
 import json
 import os
+import re
 import shutil
+import stat
 import tempfile
 import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
+from headlab.models.gguf_manifest import FORMAT, MANIFEST, read_manifest
 from headlab.notices import CacheNotice
+from headlab.results.cache_files import BadEntry, write_entry
 from headlab.results.locations import CACHE_ENV, cache_root
 
-MANIFEST = "headlab-manifest.json"
-FORMAT = 2  # bump it when what a converted folder holds changes: older folders are rebuilt
+#: headlab's mark in every folder it writes, first: a folder without it is never deleted
+MARK = ".headlab-conversion"
+
+
+def folder_name(gguf: Path) -> str:
+    """The cache folder's name for ``gguf``: its file name without ``.gguf``, every character
+    but letters, digits and ``._+-`` replaced by ``_``, no leading dot (never ``.``, ``..`` or a
+    hidden name: a name is never a path), ``unnamed`` when nothing is left."""
+    name = re.sub(r"[^A-Za-z0-9._+-]", "_", gguf.name.removesuffix(".gguf")).lstrip(".")
+    return name[:120] or "unnamed"
+
+
+def cache_folder(gguf: str | Path, root: Path | None = None) -> Path:
+    """Where the conversion of ``gguf`` is kept (``root``: default ``cache_root()``)."""
+    return (cache_root() if root is None else Path(root)) / folder_name(Path(gguf))
+
+
+def _regular(path: Path) -> bool:
+    """A regular file itself, not a link to one."""
+    try:
+        return stat.S_ISREG(path.lstat().st_mode)
+    except OSError:
+        return False
+
+
+def ours(folder: Path) -> bool:
+    """Whether headlab wrote ``folder``: a folder (not a link) holding headlab's ``MARK``, or
+    the manifest of a conversion written before the mark existed."""
+    try:
+        if not stat.S_ISDIR(folder.lstat().st_mode):
+            return False
+    except OSError:
+        return False
+    return _regular(folder / MARK) or _regular(folder / MANIFEST)
+
+
+def _refuse_foreign(target: Path, gguf: Path) -> None:
+    """FileExistsError when ``target`` exists and headlab did not write it."""
+    if os.path.lexists(target) and not ours(target):
+        raise FileExistsError(
+            f"{target} is in the way of the conversion of {gguf.name} and is not headlab's "
+            f"(it holds no {MARK}); headlab never replaces it: move it, or set {CACHE_ENV} to "
+            "another folder"
+        )
 
 
 def file_digest(path: Path) -> str:
     with path.open("rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()
-
-
-def _source_facts(gguf: Path) -> dict:
-    stat = gguf.stat()
-    return {"path": str(gguf), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
 
 
 #: A file changed this close to the recording of its stat is hashed at every check ("racy").
@@ -61,71 +108,65 @@ RACY_NS = 2_000_000_000
 
 def _stat_facts(path: Path) -> list[int]:
     """What a write to ``path`` changes: size, modification and change times (ns), inode."""
-    stat = path.stat()
-    return [stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino]
+    info = path.stat()
+    return [info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino]
 
 
-def _unchanged(path: Path, facts: dict, stamped: object) -> bool:
+def _unchanged(path: Path, facts: dict, stamped: int) -> bool:
     """Whether ``path``'s stat proves it unchanged since it was hashed: the recorded stat,
     recorded (at ``stamped``, ns) more than ``RACY_NS`` after its last change."""
-    recorded = facts.get("stat")
-    if not isinstance(recorded, list) or not isinstance(stamped, int):
-        return False
     now = _stat_facts(path)
-    return now == recorded and max(now[1], now[2]) + RACY_NS < stamped
+    return now == facts.get("stat") and max(now[1], now[2]) + RACY_NS < stamped
+
+
+def _worth_recording(now: list[int], facts: dict) -> bool:
+    """``now``, the stat of a file just hashed equal, becomes its recorded stat; worth writing
+    when it is new, or when recorded now it is past the racy window (no hash next time)."""
+    worth = now != facts.get("stat") or max(now[1], now[2]) + RACY_NS < time.time_ns()
+    facts["stat"] = now
+    return worth
 
 
 def _write_manifest(folder: Path, manifest: dict) -> None:
     """``manifest`` (stamped now) written atomically into ``folder``; OSError propagates."""
     manifest["stat_ns"] = time.time_ns()
-    handle, temporary = tempfile.mkstemp(prefix=f".{MANIFEST}-", dir=folder)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as f:
-            f.write(json.dumps(manifest, indent=1))
-        os.replace(temporary, folder / MANIFEST)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temporary)
-
-
-def _read_manifest(folder: Path) -> dict | None:
-    try:
-        data = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return None
-    return data if isinstance(data, dict) else None
+    write_entry(folder / MANIFEST, manifest)
 
 
 def stale_reason(folder: Path, gguf: Path) -> str | None:
     """Why ``folder`` is not a complete conversion of ``gguf`` (None: it is)."""
-    if not folder.is_dir():
+    if not os.path.lexists(folder):
         return "not converted yet"
-    manifest = _read_manifest(folder)
-    if manifest is None or manifest.get("format") != FORMAT:
-        return f"{MANIFEST} is missing, unreadable or of another format"
-    source, now = manifest.get("source") or {}, _source_facts(gguf)
-    if source.get("size") != now["size"]:
+    if not ours(folder):
+        return f"{folder} is not headlab's (it holds no {MARK})"
+    try:
+        manifest = read_manifest(folder)
+    except (FileNotFoundError, BadEntry) as error:
+        return f"{MANIFEST} is missing, unreadable or of another format ({error})"
+    stamped, source, files = manifest["stat_ns"], manifest["source"], manifest["files"]
+    now = _stat_facts(gguf)
+    size = source["stat"][0] if "stat" in source else source.get("size", now[0])
+    if size != now[0]:
         return f"{gguf} changed size"
-    if source.get("mtime_ns") != now["mtime_ns"] and source.get("sha256") != file_digest(gguf):
-        return f"{gguf} changed"
-    files = manifest.get("files")
-    if not isinstance(files, dict) or not files:
-        return f"{MANIFEST} lists no files"
     record = False
+    if not _unchanged(gguf, source, stamped):  # hashed once per change of its stat
+        if file_digest(gguf) != source["sha256"]:
+            return f"{gguf} changed (its SHA-256 differs from the converted one's)"
+        record = _worth_recording(now, source)
+    listed = {*files, MANIFEST}
+    unlisted = sorted(p.name for p in folder.iterdir() if p.name[0] != "." and p.name not in listed)
+    if unlisted:
+        return f"it holds files the manifest does not list ({', '.join(unlisted)[:200]})"
     for name, facts in files.items():
         path = folder / name
-        if not isinstance(facts, dict) or not path.is_file():
+        if not _regular(path) or path.stat().st_size != facts["size"]:
             return f"{name} is missing or cut short"
-        if path.stat().st_size != facts.get("size"):
-            return f"{name} is missing or cut short"
-        if _unchanged(path, facts, manifest.get("stat_ns")):
+        if _unchanged(path, facts, stamped):
             continue
-        stat = _stat_facts(path)  # before hashing: a change meanwhile shows next time
-        if file_digest(path) != facts.get("sha256"):
+        stat_now = _stat_facts(path)  # before hashing: a change meanwhile shows next time
+        if file_digest(path) != facts["sha256"]:
             return f"{name} is damaged (its SHA-256 differs from the manifest's)"
-        # worth recording: a new stat, or one that recorded now is past the racy window
-        record |= stat != facts.get("stat") or max(stat[1], stat[2]) + RACY_NS < time.time_ns()
-        facts["stat"] = stat
+        record |= _worth_recording(stat_now, facts)
     if record:  # the stats that now match the hashes: the next check needs no hash
         with contextlib.suppress(OSError):
             _write_manifest(folder, manifest)
@@ -139,10 +180,10 @@ def _write_conversion(gguf: Path, into: Path) -> None:
     from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from headlab.models.hf.loader import _quiet_loading
+    from headlab.models.hf.quiet_loading import quiet_loading
 
     kwargs = {"gguf_file": gguf.name, "local_files_only": True}
-    with _quiet_loading():
+    with quiet_loading():
         model = AutoModelForCausalLM.from_pretrained(
             str(gguf.parent), dtype=torch.float32, **kwargs
         )
@@ -158,9 +199,10 @@ def _write_conversion(gguf: Path, into: Path) -> None:
     files = {
         p.name: {"size": p.stat().st_size, "stat": _stat_facts(p), "sha256": file_digest(p)}
         for p in sorted(into.iterdir())
-        if p.is_file()
+        if p.is_file() and not p.name.startswith(".")
     }
-    source = {**_source_facts(gguf), "sha256": file_digest(gguf)}
+    source = {"path": str(gguf), "stat": _stat_facts(gguf)}  # the stat before the hash
+    source["sha256"] = file_digest(gguf)
     _write_manifest(into, {"format": FORMAT, "source": source, "files": files})
 
 
@@ -193,12 +235,26 @@ def _lock(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _remove_leftovers(root: Path, stem: str) -> None:
-    """Temporary folders of conversions that died (their process is gone)."""
-    for leftover in root.glob(f".tmp-{stem}-*"):
-        pid = leftover.name.rsplit("-", 2)[-2]
-        if pid.isdigit() and not _alive(int(pid)):
+def _new_folder(root: Path, name: str) -> Path:
+    """A new temporary folder for the conversion ``name``, holding headlab's mark."""
+    folder = Path(tempfile.mkdtemp(prefix=f".tmp-{name}-{os.getpid()}-", dir=root))
+    (folder / MARK).write_bytes(b"")
+    return folder
+
+
+def _remove_leftovers(root: Path, name: str) -> None:
+    """Temporary folders of conversions that died (their process is gone): those holding
+    headlab's mark, and empty ones (a death before the mark); any other is left alone."""
+    prefix = f".tmp-{name}-"
+    for leftover in root.glob(f"{glob.escape(prefix)}*"):
+        pid = leftover.name[len(prefix) :].split("-")[0]
+        if not pid.isdigit() or _alive(int(pid)):
+            continue
+        if ours(leftover):
             shutil.rmtree(leftover, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                leftover.rmdir()  # only when empty
 
 
 def _alive(pid: int) -> bool:
@@ -220,29 +276,27 @@ def _size(folder: Path) -> int:
 def converted(gguf: str | Path, root: Path | None = None) -> Path:
     """The cached safetensors folder of ``gguf`` (default place: ``cache_root()``), converted
     first when missing or stale. Emits ``CacheNotice`` (what was written, where, how big) after
-    a conversion. Raises OSError naming the folder when the cache cannot be written."""
+    a conversion. Raises FileExistsError when a folder headlab did not write holds the place
+    (it is never replaced), OSError in one line naming the cache folder when it cannot be
+    written (a full disk: the cache is left as it was)."""
     gguf = Path(gguf)
     root = cache_root() if root is None else Path(root)
-    stem = gguf.name.removesuffix(".gguf")
-    target = root / stem
+    target = cache_folder(gguf, root)
     if stale_reason(target, gguf) is None:
         return target
+    _refuse_foreign(target, gguf)
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise OSError(f"{root}: cannot create headlab's cache folder ({error}); set "
                       f"{CACHE_ENV} to a writable folder") from None  # fmt: skip
-    with _lock(root / f".{stem}.lock"):
+    with _lock(root / f".{target.name}.lock"):
         why = stale_reason(target, gguf)  # another process may have converted it meanwhile
         if why is None:
             return target
-        _remove_leftovers(root, stem)
-        temporary = Path(tempfile.mkdtemp(prefix=f".tmp-{stem}-{os.getpid()}-", dir=root))
-        try:
-            _write_conversion(gguf, temporary)
-            _replace(temporary, target, gguf)
-        finally:
-            shutil.rmtree(temporary, ignore_errors=True)
+        _refuse_foreign(target, gguf)
+        _remove_leftovers(root, target.name)
+        _convert_into(gguf, root, target)
     warnings.warn(
         f"converted {gguf.name} once ({why}) into {target}: {_size(target) / 2**20:.0f} MiB of "
         f"float32 safetensors, config and tokenizer; later loads read it (set {CACHE_ENV} to "
@@ -253,12 +307,38 @@ def converted(gguf: str | Path, root: Path | None = None) -> Path:
     return target
 
 
+def _convert_into(gguf: Path, root: Path, target: Path) -> None:
+    """The conversion written into a new temporary folder, then renamed to ``target``. A write
+    that fails (OSError, or safetensors' own error, which is not one) is one OSError naming
+    ``root``; the temporary folder is removed, so the cache is as it was."""
+    from safetensors import SafetensorError
+
+    temporary = None
+    try:
+        temporary = _new_folder(root, target.name)
+        _write_conversion(gguf, temporary)
+        _replace(temporary, target, gguf)
+    except FileExistsError:
+        raise
+    except (OSError, SafetensorError) as error:
+        why = " ".join(str(error).split())[:300]
+        raise OSError(
+            f"{root}: the conversion of {gguf.name} could not be written ({why}); the cache is "
+            f"as it was: free some space there, or set {CACHE_ENV} to another folder"
+        ) from None
+    finally:
+        if temporary is not None:
+            shutil.rmtree(temporary, ignore_errors=True)
+
+
 def _replace(temporary: Path, target: Path, gguf: Path) -> None:
-    """Rename the finished ``temporary`` to ``target``; a stale ``target`` is first renamed
-    aside (atomic) and removed. When another process renamed its copy in first, keep that one."""
-    if target.exists():
+    """Rename the finished ``temporary`` to ``target``; a stale ``target`` headlab wrote is
+    first renamed aside (atomic) and removed, any other is refused (FileExistsError). When
+    another process renamed its copy in first, keep that one."""
+    if os.path.lexists(target):
         if stale_reason(target, gguf) is None:
             return
+        _refuse_foreign(target, gguf)
         aside = target.with_name(f"{temporary.name}-old")
         with contextlib.suppress(FileNotFoundError):
             target.rename(aside)

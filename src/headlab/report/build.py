@@ -9,7 +9,6 @@ reads results files and measures nothing.
 
 from __future__ import annotations
 
-import json
 import shutil
 from importlib import resources
 from pathlib import Path
@@ -18,6 +17,7 @@ from jinja2 import Environment, PackageLoader
 from markupsafe import Markup
 
 from headlab import __version__
+from headlab.report.displays.display_bundle import page_code, safe_json
 from headlab.report.sections import Collected, collect
 from headlab.report.target import (
     FolderKind,
@@ -35,23 +35,6 @@ from headlab.results.report_measurements import ReportMeasurements, ReportOption
 MARKER = ".headlab-report"
 FIGURES_MARKER = ".headlab-figures"
 MEASUREMENTS = "measurements.json"  # beside index.html: what the page shows beside the results
-
-
-def safe_json(data: object) -> str:
-    """JSON that can sit inside a <script> element: <, >, & (and U+2028/9) escaped as \\uXXXX.
-
-    A token such as ``</script><img src=x onerror=...>`` then stays inside the JSON string.
-    """
-    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    for char, escaped in (
-        ("&", "\\u0026"),
-        ("<", "\\u003c"),
-        (">", "\\u003e"),
-        ("\u2028", "\\u2028"),
-        ("\u2029", "\\u2029"),
-    ):
-        text = text.replace(char, escaped)
-    return text
 
 
 def _heat(value: float, top: float) -> str:
@@ -81,6 +64,8 @@ def render(collected: Collected) -> str:
         css=Markup(_static("report.css")),
         script=Markup(_static("report.js")),
         data=Markup(safe_json({"explorers": collected.explorers})),
+        # the displays' drawers and styles, once, after every display (report/displays)
+        display_code=Markup(page_code()),
     )
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from headlab.report import figures
 from headlab.report.circuit_figures import circuit_graph_figure, faithfulness_figure
+from headlab.report.displays import show
 from headlab.report.formation_section import formation_section
 from headlab.report.reading import Skipped, skipping
 from headlab.results.circuit_run import CircuitRun
@@ -67,6 +68,9 @@ def _part(path: Path, pngs: dict[str, bytes]) -> dict | None:
         "cpr": None if found is None else f"{found.cpr:.3f}",
         "cmd": None if found is None else f"{found.cmd:.3f}",
         "command": COMMAND,
+        # the notebook's displays of the same result: every edge with a threshold, the curve
+        "display": show(result).html(),
+        "curve_display": None if found is None else show(found).html(),
     }
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from headlab.report import figures
+from headlab.report.displays import show
 from headlab.report.long_context_figures import (
     chosen_heads,
     kv_budget_figure,
@@ -180,6 +181,7 @@ def _roles_part(path: Path) -> tuple[dict, bytes, bytes, dict] | None:
         "image": _uri(roles_png),
         "maps": _uri(maps_png),
         "answer": roles_answer(result),
+        "display": show(result).html(),  # the notebook's display of the same result
     }
     return part, roles_png, maps_png, _blocked_explorer(result)
 
@@ -189,7 +191,8 @@ def _budget_part(path: Path) -> tuple[dict, bytes] | None:
     if budget is None:
         return None
     png = figures.png_bytes(kv_budget_figure(budget))
-    part = {"image": _uri(png), "answer": budget_answer(budget), "table": budget_rows(budget)}
+    part = {"image": _uri(png), "answer": budget_answer(budget), "table": budget_rows(budget),
+            "display": show(budget).html()}  # fmt: skip
     return part, png
 
 

@@ -14,11 +14,13 @@ from pathlib import Path
 
 from headlab.report import figures
 from headlab.report.circuits_section import circuits_sections
+from headlab.report.displays import show
 from headlab.report.long_context_section import long_context_sections
 from headlab.report.overview import overview
 from headlab.report.reading import PRODUCERS, Skipped, read_section, skipping
 from headlab.report.why import why_sections
 from headlab.results.explorers import decoded_views
+from headlab.results.head_statistics import HeadStatistics
 from headlab.results.report_measurements import ReportMeasurements, ReportOptions
 from headlab.results.sweep_summary import summarize
 
@@ -74,6 +76,7 @@ def _part(directory: Path, key: str, filename: str, draw) -> dict | None:
     if key == "heads":
         part["summary"] = _heads_summary(data)
         part["overview"] = overview(data)
+        part["display"] = show(HeadStatistics.from_dict(data)).html()  # the notebook's display
     return part
 
 

@@ -51,6 +51,9 @@ class EdgeScores:
                 f"{len(self.scores)}"
             )
 
+    def __repr__(self) -> str:
+        return f"EdgeScores({self.method}, {self.metric}: {len(self.edges)} edges)"
+
     def top(self, n: int) -> list[tuple[str, float]]:
         """The ``n`` edges of largest |score|, largest first (ties in the edges' order)."""
         order = sorted(range(len(self.edges)), key=lambda i: (-abs(self.scores[i]), i))
@@ -117,6 +120,10 @@ class FaithfulnessCurve:
     cmd: float
     random_cpr: list[float]
     random_cmd: list[float]
+
+    def __repr__(self) -> str:
+        return (f"FaithfulnessCurve({self.selection} {self.method}, {len(self.sizes)} sizes of "
+                f"{self.edges} edges: CPR {self.cpr:.3f}, CMD {self.cmd:.3f})")
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -47,6 +47,14 @@ class CircuitRun:
         """The circuit: the ``top`` edges of largest |score|, largest first."""
         return self.scores.top(self.top)
 
+    def __repr__(self) -> str:
+        """One line, however many edges: what ran, and the strongest edge."""
+        top = self.top_edges()
+        best = f"; strongest {top[0][0]} {top[0][1]:+.3g}" if top else ""
+        curve = "" if self.faithfulness is None else f"; CPR {self.faithfulness.cpr:.3f}"
+        return (f"CircuitRun({self.model!r}, {self.task}, {self.method}: "
+                f"{len(self.scores.edges)} edges, circuit of the top {self.top}{best}{curve})")
+
     def to_dict(self) -> dict:
         return {
             "model": self.model,

@@ -61,6 +61,10 @@ class HeadRoles:
                  for h, r in enumerate(row) if r == name]  # fmt: skip
         return sorted(cells, key=lambda c: (-sign * grid[c[0]][c[1]], c))[:count]
 
+    def __repr__(self) -> str:
+        roles = ", ".join(f"{n} {r}" for r, n in self.counts().items()) or "no roles"
+        return f"HeadRoles(sinks {self.sinks}, window {self.window}: {roles})"
+
     def to_dict(self) -> dict:
         return asdict(self)
 

@@ -40,6 +40,16 @@ class HeadStatistics:
         special = [name for name in self.metrics if name not in PLAIN_METRICS]
         return special[0] if special else None
 
+    def __repr__(self) -> str:
+        """One line, however many heads: the model, its size, the strongest head of the first
+        statistic (a results file's every number is in ``to_dict``)."""
+        name = next(iter(self.metrics))
+        layer, head, value = self.top(name, 1)[0]
+        return (f"HeadStatistics({self.model!r}: {self.num_layers} layers x {self.num_heads} "
+                f"heads, {len(self.metrics)} statistics, {len(self.detectors)} detectors, "
+                f"{self.n_texts} texts; highest {name}: layer {layer}, head {head}, "
+                f"{value:.3g})")  # fmt: skip
+
     def to_dict(self) -> dict:
         out = {
             "model": self.model,

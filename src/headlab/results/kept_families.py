@@ -7,12 +7,12 @@ with the code that runs.
           the code that observes: models/hf/families.py and observe.py)
 
 in ``<headlab's cache>/families/<key>.json`` (``locations.cache_root``: ``$HEADLAB_CACHE`` or the
-platform's cache folder; about 7 kB, written atomically). An entry is an input like any file: it
-is read by the bounded reader of every input file (``input_files.read_json``: size and nesting
-bounded), its document typed by ``FamilySupport.from_dict``, and it must be filed under its own
-key and name only families it observed. An entry that fails any of these is observed again and
-rewritten (``models.hf.families_cache``); a cache that cannot be written costs only the
-observation at each call.
+platform's cache folder; about 7 kB, written atomically by ``cache_files.write_entry``). An entry
+is an input like any file: it is read by the reader of every cache entry (``cache_files``: size
+and nesting bounded), its document typed by ``FamilySupport.from_dict``, and it must be filed
+under its own key and name only families it observed. An entry that fails any of these is
+discarded (one ``CacheNotice``), observed again and rewritten (``models.hf.families_cache``); a
+cache that cannot be written costs only the observation at each call.
 """
 
 from __future__ import annotations
@@ -70,23 +70,26 @@ def kept_family_support(root: Path | None = None) -> FamilySupport | None:
     """The kept observation of this installation, or None where there is none or it is wrong
     (unreadable, over its bound, mistyped, filed under another key, naming a family it did not
     observe)."""
-    from headlab.results.input_files import read_json
+    from headlab.results.cache_files import BadEntry, discarded, expect, read_entry
 
     path = entry_path(root)
     if path is None:
         return None
     try:
-        document = read_json(path, WHAT, max_bytes=MAX_ENTRY_BYTES)
-        if document.get("format") != FORMAT or document.get("key") != path.stem:
-            return None
-        support = FamilySupport.from_dict(document.get("support"), WHAT)
-        observed = document.get("observed")
-        if not isinstance(observed, list) or observed != sorted(set(map(str, observed))):
-            return None
-    except (OSError, ValueError, TypeError):
+        document = read_entry(path, max_bytes=MAX_ENTRY_BYTES)
+        if expect(document, "format", int) != FORMAT or expect(document, "key", str) != path.stem:
+            raise BadEntry("written by another format or filed under another key")
+        support = FamilySupport.from_dict(expect(document, "support", dict), WHAT)
+        observed = expect(document, "observed", list)
+        if observed != sorted(set(map(str, observed))):
+            raise BadEntry("'observed' is not a sorted list of distinct names")
+        named = [*support.families, *support.not_observed]
+        if len(set(support.families)) != len(support.families) or not set(named) <= set(observed):
+            raise BadEntry("it names families twice, or families it did not observe")
+    except FileNotFoundError:
         return None
-    named = [*support.families, *support.not_observed]
-    if len(set(support.families)) != len(support.families) or not set(named) <= set(observed):
+    except (OSError, ValueError) as error:  # BadEntry, FamilySupport's own refusals
+        discarded(WHAT, path, str(error))
         return None
     return support
 
@@ -95,7 +98,7 @@ def keep_family_support(support: FamilySupport, observed: list[str],
                         root: Path | None = None) -> None:  # fmt: skip
     """Keep ``support``, observed on the families ``observed``, for this installation (nothing
     where the cache cannot be written: the next call observes again)."""
-    from headlab.results.atomic_files import atomic_write_text
+    from headlab.results.cache_files import write_entry
 
     path = entry_path(root)
     if path is None:
@@ -103,7 +106,8 @@ def keep_family_support(support: FamilySupport, observed: list[str],
     document = {"format": FORMAT, "key": path.stem, "observed": sorted(observed),
                 "support": support.to_dict()}  # fmt: skip
     with contextlib.suppress(OSError):
-        atomic_write_text(path, json.dumps(document, separators=(",", ":")))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_entry(path, document)
 
 
 __all__ = ["entry_path", "keep_family_support", "kept_family_support"]

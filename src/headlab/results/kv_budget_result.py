@@ -98,6 +98,11 @@ class KVBudgetResult:
     held_out: TextContext | None = None
     calibration: TextContext | None = None
 
+    def __repr__(self) -> str:
+        """One line: the runs and the baseline (every number is in ``to_dict``)."""
+        return (f"KVBudgetResult({self.model!r}, {self.n_tokens} tokens, window {self.window}: "
+                f"{len(self.runs)} plan runs, full perplexity {self.baseline().perplexity:.4g})")
+
     def to_dict(self) -> dict:
         out = asdict(self)
         for name in ("retrieval", "held_out", "calibration"):

@@ -140,6 +140,13 @@ class LongContextResult:
     roles: HeadRoles | None = None
     maps: AttentionMaps | None = None
 
+    def __repr__(self) -> str:
+        """One line: the text's length and the heads' roles (every number is in ``to_dict``)."""
+        counts = {} if self.roles is None else self.roles.counts()
+        roles = ", ".join(f"{n} {r}" for r, n in counts.items()) or "no roles"
+        return (f"LongContextResult({self.statistics.model!r}, {self.context.n_tokens} tokens, "
+                f"{self.statistics.num_layers} x {self.statistics.num_heads} heads: {roles})")
+
     def to_dict(self) -> dict:
         out = {
             **self.statistics.to_dict(),

@@ -14,6 +14,8 @@ run_rows(batch, head_mask) -> a causal model's logits a block of positions at a 
 generate(text, n) -> greedy new ids, with the model's own KV cache (``model.generate``); the
               layers' interventions act in every decoding step
 attention_layers() -> one HFAttentionLayer per attention module, kept on the module
+streams(), blocks(), run_blocks(...), unembed(states) -> the run protocol
+              (``models/run_protocol.py``; block_run.py)
 trace_batch(batch) -> (output, one AttentionTrace per layer), every site recorded
 with_head_view / without_heads / with_query_key_weights -> variants sharing every module they do
               not change (variants.py, with tree.py and edits.py)
@@ -37,6 +39,7 @@ from headlab.attention.trace import AttentionTrace
 from headlab.limits import check_int, check_prompt
 from headlab.models.hf import block_logits, edits, variants
 from headlab.models.hf.block_logits import HFOutputRows, body_states
+from headlab.models.hf.block_run import BlockRoute
 from headlab.models.hf.hybrid import layer_note
 from headlab.models.hf.layer import (
     HFAttentionLayer,
@@ -57,7 +60,7 @@ def objective_kind(causal: bool) -> ObjectiveKind:
     return "next-token" if causal else "contrastive"
 
 
-class TransformersModel:
+class TransformersModel(BlockRoute):
     """A transformers ``PreTrainedModel`` (attention on headlab) and its tokenizer.
 
     ``layers``: the model's HFAttentionLayers (a variant passes its own); by default those kept

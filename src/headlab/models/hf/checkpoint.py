@@ -185,7 +185,7 @@ def declared_config(source: str | Path | None) -> dict | None:
             folder = packaged.default_model_dir()
         elif source == "smollm2":
             gguf = packaged.packaged_smollm2()
-            folder = gguf_cache.cache_root() / gguf.name.removesuffix(".gguf")
+            folder = gguf_cache.cache_folder(gguf)
             if gguf_cache.stale_reason(folder, gguf) is not None:
                 return None
         else:

@@ -13,12 +13,19 @@ own ``sdpa_mask`` for those rows only, so every block is exactly what transforme
 
 Coordinates: query row i sits at absolute position ``q_offset + i``, key column j at
 ``kv_offset + j`` (a sliding-window cache keeps only the last keys: kv_offset > 0).
+
+A prepared mask: ``generate`` with a compileable (static) cache builds the mask in advance
+through the interface and passes the ``LazyMask`` to the model as its ``attention_mask``; a
+Llama-style model hands it to ``create_causal_mask`` again. transformers returns a prepared 4-D
+mask as it is; a ``LazyMask`` reads as one (``ndim`` 4, ``shape`` (batch, 1, q_pos, k_pos)) and
+``headlab_mask`` returns it as it is, after checking that it describes the same call.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import Tensor
@@ -48,6 +55,16 @@ class LazyMask:
     use_vmap: bool
     device: torch.device
     kind: str
+    #: a prepared mask's rank, where models and transformers tell a 2-D padding mask from it
+    ndim: ClassVar[int] = 4
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        """(batch, 1, q_pos, k_pos): the shape of the boolean mask it describes."""
+        return (self.batch_size, 1, self.q_length, self.kv_length)
+
+    def dim(self) -> int:
+        return self.ndim
 
     def allowed(self, start: int, stop: int) -> Tensor:
         """Query rows start..stop-1 in transformers' convention: (batch, 1, stop - start,
@@ -120,6 +137,8 @@ def headlab_mask(
     """
     from transformers.masking_utils import causal_mask_function, prepare_padding_mask
 
+    if isinstance(attention_mask, LazyMask):  # prepared in advance (generate): kept as it is
+        return _prepared(attention_mask, batch_size, q_length, kv_length, q_offset, kv_offset)
     mask_function = causal_mask_function if mask_function is None else mask_function
     padding = prepare_padding_mask(attention_mask, kv_length, kv_offset)
     q_offset, kv_offset = int(q_offset), int(kv_offset)
@@ -142,6 +161,20 @@ def headlab_mask(
         device=torch.device(device),
         kind=kind,
     )
+
+
+def _prepared(
+    mask: LazyMask, batch_size: int, q_length: int, kv_length: int, q_offset, kv_offset
+) -> LazyMask:
+    """``mask``, checked to describe the call it is passed to again. Raises ValueError."""
+    wanted = (batch_size, q_length, kv_length, int(q_offset), int(kv_offset))
+    held = (mask.batch_size, mask.q_length, mask.kv_length, mask.q_offset, mask.kv_offset)
+    if held != wanted:
+        raise ValueError(
+            "the prepared mask describes (batch, q_length, kv_length, q_offset, kv_offset) = "
+            f"{held}, the model's call {wanted}"
+        )
+    return mask
 
 
 def as_mask_spec(attention_mask: object, causal: bool, q_len: int, k_len: int) -> MaskSpec | None:

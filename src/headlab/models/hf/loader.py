@@ -25,11 +25,6 @@ fit in memory (the estimate from the meta build), pickled weights, remote code w
 
 from __future__ import annotations
 
-import functools
-import os
-import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -47,6 +42,7 @@ from headlab.models.hf.checkpoint import (
     read_config,
 )
 from headlab.models.hf.observe import build_observed, picks_its_own_attention
+from headlab.models.hf.quiet_loading import quiet_loading
 from headlab.models.hf.registry import register
 from headlab.models.hf.requirements import require_accelerate
 from headlab.models.hf.runnable import (
@@ -165,65 +161,31 @@ def check_parameters_held(plan: Plan, held: dict | None, where: str) -> None:
 
 
 def load_tokenizer(checkpoint: Checkpoint, trust_remote_code: bool = False):
-    """The checkpoint's tokenizer (transformers' class), or None when it has none."""
+    """The checkpoint's tokenizer (transformers' class), or None when it has none. ValueError in
+    one line naming the file for one that cannot be built: the tokenizers library raises a bare
+    ``Exception`` (a BPE merge naming a token outside the vocabulary, in a ``tokenizer.json`` or
+    a GGUF's ``tokenizer.ggml.merges``), transformers a ValueError, OSError or KeyError."""
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
     folder = checkpoint.folder
-    if checkpoint.gguf is None and not (folder / "tokenizer_config.json").is_file():
-        if not (folder / "tokenizer.json").is_file():
-            return None
-        try:
-            return PreTrainedTokenizerFast(tokenizer_file=str(folder / "tokenizer.json"))
-        except Exception as error:  # tokenizers raises a bare Exception
-            raise ValueError(
-                f"{folder / 'tokenizer.json'}: not a readable tokenizer ({first_line(error)})"
-            ) from None
+    plain = checkpoint.gguf is None and not (folder / "tokenizer_config.json").is_file()
+    if plain and not (folder / "tokenizer.json").is_file():
+        return None
+    where = folder / (checkpoint.gguf or "tokenizer.json")
     try:
+        if plain:
+            return PreTrainedTokenizerFast(tokenizer_file=str(where))
         return AutoTokenizer.from_pretrained(
             str(folder),
             gguf_file=checkpoint.gguf,
             local_files_only=True,
             trust_remote_code=consent(trust_remote_code),
         )
-    except (ValueError, OSError, KeyError) as error:
-        raise ValueError(
-            f"{checkpoint.name}: transformers cannot read its tokenizer ({first_line(error)})"
-        ) from None
-
-
-@contextmanager
-def _quiet_loading() -> Iterator[None]:
-    """transformers' own output off while it loads: its progress bars ("Loading weights", and
-    the GGUF reader's tqdm bar, which only the TQDM_DISABLE variable reaches) and its warnings,
-    the LOAD REPORT table among them (``weights_match.say_unused`` says it in one line). They
-    wrote lines of stderr on every load, also around a command's one-line refusal."""
-    from transformers.utils import logging
-
-    shown = logging.is_progress_bar_enabled()
-    verbosity = logging.get_verbosity()
-    before = os.environ.get("TQDM_DISABLE")
-    logging.disable_progress_bar()
-    logging.set_verbosity_error()
-    os.environ["TQDM_DISABLE"] = "1"
-    # tqdm reads TQDM_DISABLE when it is first imported (transformers imported it long before):
-    # the GGUF reader's bar is turned off on the reader itself, for the load only.
-    # (the reader module is imported by then: reading a GGUF config imports it)
-    gguf_reader = sys.modules.get("transformers.modeling_gguf_pytorch_utils")
-    bar = getattr(gguf_reader, "tqdm", None)
-    if bar is not None:
-        gguf_reader.tqdm = functools.partial(bar, disable=True)
-    try:
-        yield
-    finally:
-        if bar is not None:
-            gguf_reader.tqdm = bar
-        logging.set_verbosity(verbosity)
-        if shown:
-            logging.enable_progress_bar()
-        if before is None:
-            del os.environ["TQDM_DISABLE"]
-        else:
-            os.environ["TQDM_DISABLE"] = before
+    except Exception as error:
+        if type(error) is not Exception and not isinstance(error, ValueError | OSError | KeyError):
+            raise
+        how = "not a readable tokenizer" if plain else "transformers cannot read its tokenizer"
+        raise ValueError(f"{where}: {how} ({first_line(error)})") from None
 
 
 def load_pretrained(
@@ -258,9 +220,10 @@ def load_pretrained(
     weights = checkpoint.folder / (checkpoint.gguf or "")
     check_shapes(plan.shapes, plan.prefix, held or {}, config, str(weights),
                  gguf=checkpoint.gguf is not None)  # fmt: skip
+    tokenizer = load_tokenizer(checkpoint, trust_remote_code)  # refused before the weights
     extra = {} if checkpoint.gguf is not None else {"use_safetensors": True}
     try:
-        with _quiet_loading():
+        with quiet_loading():
             model, info = plan.model_class.from_pretrained(
                 str(checkpoint.folder),
                 gguf_file=checkpoint.gguf,
@@ -279,4 +242,4 @@ def load_pretrained(
         raise ValueError(f"{checkpoint.name}: transformers cannot load it ({why})") from None
     check_finite(model, str(weights))
     say_unused(info, checkpoint.name)
-    return model.eval(), load_tokenizer(checkpoint, trust_remote_code), checkpoint
+    return model.eval(), tokenizer, checkpoint

@@ -16,6 +16,13 @@ No family is named: ``probe(model)`` runs a forward of three tokens with a recor
   ``qkv_proj`` or ``c_attn``, GPT-NeoX's per-head interleaving alike). A norm between the
   projection and the attention (QK-norm) leaves no such slice: then there is no W_Q, and
   ``HFAttentionLayer.query_key_weights`` says why.
+
+Claims (``probe_first``): where a cached entry (probe_cache.py) says each head's rows are, a
+forward observed up to the first layer of each attention class checks it instead of searching:
+the named module sits inside the attention module, its layout is the observed one, and at each
+head's claimed offset its output *is* that head's query (key, value), the heads' rows apart. A
+claim that holds gives what the search gives wherever the weights tell the heads apart; one that
+does not is searched, and said.
 """
 
 from __future__ import annotations
@@ -64,6 +71,8 @@ class Recorder:
     seen: dict[int, Seen] = field(default_factory=dict)
     #: id -> (module, its output's first row) for each module with a 1-D weight (norms)
     norms: dict[int, tuple[nn.Module, Tensor]] = field(default_factory=dict)
+    #: the attention classes still to be seen (called, output read) before the forward may stop
+    wanted: set[type] | None = None
 
     def attention(
         self, module: nn.Module, query: Tensor, key: Tensor, value: Tensor, returned: Tensor
@@ -87,6 +96,10 @@ class Recorder:
         for call in self.calls:
             if call.output is None and _same_memory(x, call.returned):
                 call.output = (module, transposed)
+                if self.wanted is not None:
+                    self.wanted.discard(type(call.module))
+                    if not self.wanted:
+                        raise _Enough
         if id(module) not in self.seen and x.numel():
             rows_x, rows_y = x.reshape(-1, x.shape[-1]), y.reshape(-1, y.shape[-1])
             self.seen[id(module)] = Seen(rows_x[0].detach().clone(), rows_y[0].detach().clone(),
@@ -126,6 +139,12 @@ def _layout(module: nn.Module, x: Tensor, y: Tensor) -> bool | None:
     return None
 
 
+def _within(gap: Tensor, vector: Tensor) -> Tensor:
+    """Whether a gap (max |window - vector|) is within the tolerance of ``vector``'s dtype."""
+    tolerance = 1e-4 if vector.dtype in (torch.float32, torch.float64) else 2e-2
+    return gap <= tolerance * max(float(vector.abs().max()), 1e-6)
+
+
 def _slice(rows: Seen, vectors: Tensor) -> list[int] | None:
     """Offsets o with rows.y0[o : o + d] == vectors[h] for each h of (n, d), or None."""
     d = vectors.shape[-1]
@@ -135,13 +154,50 @@ def _slice(rows: Seen, vectors: Tensor) -> list[int] | None:
     windows = y.unfold(0, d, 1)  # (out - d + 1, d)
     offsets = []
     for vector in vectors:
-        gap = (windows - vector).abs().amax(-1)
-        tolerance = 1e-4 if vector.dtype in (torch.float32, torch.float64) else 2e-2
-        found = (gap <= tolerance * max(float(vector.abs().max()), 1e-6)).nonzero()
+        found = _within((windows - vector).abs().amax(-1), vector).nonzero()
         if not len(found):
             return None
         offsets.append(int(found[0, 0]))
     return offsets
+
+
+@dataclass(frozen=True)
+class Claim:
+    """Where an entry says one projection's heads are: the module at ``path``, its layout, and
+    the first row of each head (head h: rows offsets[h] .. offsets[h] + d - 1)."""
+
+    path: str
+    transposed: bool
+    offsets: tuple[int, ...]
+
+
+def _claimed(
+    claim: Claim, call_module: nn.Module, vectors: Tensor, recorder: Recorder,
+    modules: dict[str, nn.Module], exclude: nn.Module | None,
+) -> Projection | None:  # fmt: skip
+    """The Projection ``claim`` names when it holds for ``vectors`` (head, d), else None."""
+    module = modules.get(claim.path)
+    seen = None if module is None or module is exclude else recorder.seen.get(id(module))
+    if seen is None or seen.transposed != claim.transposed or len(claim.offsets) != len(vectors):
+        return None
+    if not any(inner is module for inner in call_module.modules()):
+        return None
+    d, y = vectors.shape[-1], seen.y0.to(vectors.dtype)
+    rows = tuple(r for o in claim.offsets for r in range(o, o + d))
+    if min(claim.offsets) < 0 or max(claim.offsets) + d > y.shape[0] or len(set(rows)) < len(rows):
+        return None
+    for offset, vector in zip(claim.offsets, vectors, strict=True):
+        if not _within((y[offset : offset + d] - vector).abs().amax(), vector):
+            return None
+    return Projection(claim.path, module, claim.transposed, rows)
+
+
+def claim_of(found: Projection | str | None, heads: int) -> Claim | None:
+    """The claim a projection found for ``heads`` heads makes (None where none was found: it
+    is searched at every check)."""
+    if not isinstance(found, Projection):
+        return None
+    return Claim(found.path, found.transposed, found.rows[:: len(found.rows) // heads])
 
 
 def _projection(
@@ -167,7 +223,56 @@ def probe(model: nn.Module, family: str, tokens: int = 3) -> list[HFAttentionLay
     HFAttentionLayer, in the order a forward calls them. Raises ValueError when no module calls
     the attention function."""
     paths = {id(m): name for name, m in model.named_modules()}
-    recorder = Recorder()
+    recorder = _observe(model, tokens)
+    config, modules = model.config.get_text_config(), dict(model.named_modules())
+    return [_layer(call, recorder, paths, family, config, None, modules)[0]
+            for call in _first_calls(recorder, family)]  # fmt: skip
+
+
+#: The three projections a claim may name, in an entry's order.
+CLAIMED = ("query", "key", "value")
+
+
+def probe_first(
+    model: nn.Module, family: str, claims: dict[type, dict[str, Claim | None]], tokens: int = 3
+) -> tuple[dict[type, HFAttentionLayer], str | None]:
+    """The first attention layer of each class in ``claims``, its query, key and value claims
+    checked on the observed forward instead of searched (a claim that fails, or None, is
+    searched): (class -> layer, why a claim failed or None). The forward stops once each of
+    these layers has been called and its output read: a probe of one layer per class."""
+    paths = {id(m): name for name, m in model.named_modules()}
+    recorder = _observe(model, tokens, wanted=set(claims))
+    config, modules = model.config.get_text_config(), dict(model.named_modules())
+    found, refuted = {}, None
+    for call in _first_calls(recorder, family):
+        cls = type(call.module)
+        if cls in claims and cls not in found:
+            found[cls], why = _layer(call, recorder, paths, family, config, claims[cls], modules)
+            refuted = refuted or (why and f"{paths[id(call.module)]}: {why}")
+    missing = [cls.__qualname__ for cls in claims if cls not in found]
+    return found, refuted or (missing and f"no call of {', '.join(missing)}") or None
+
+
+def _first_calls(recorder: Recorder, family: str) -> list[Call]:
+    """Each attention module's first call, in call order; ValueError when there is none."""
+    if not recorder.calls:
+        raise ValueError(f"family {family!r}: no module called headlab's attention function")
+    calls, seen_modules = [], set()
+    for call in recorder.calls:
+        if id(call.module) not in seen_modules:
+            seen_modules.add(id(call.module))
+            calls.append(call)
+    return calls
+
+
+class _Enough(Exception):
+    """Raised from a hook to stop a forward that has shown all that is wanted."""
+
+
+def _observe(model: nn.Module, tokens: int, wanted: set[type] | None = None) -> Recorder:
+    """One forward of ``tokens`` tokens, observed (see the module docstring); with ``wanted``,
+    stopped once a module of each of these classes has been called and its output read."""
+    recorder = Recorder(wanted=None if wanted is None else set(wanted))
     hooks = []
 
     def hook(module: nn.Module, args: tuple, output: object) -> None:
@@ -191,22 +296,19 @@ def probe(model: nn.Module, family: str, tokens: int = 3) -> list[HFAttentionLay
     try:
         with torch.no_grad():
             model(input_ids=ids, attention_mask=torch.ones_like(ids))
+    except _Enough:
+        pass
     finally:
         RECORDER.reset(token)
         for handle in hooks:
             handle.remove()
-    if not recorder.calls:
-        raise ValueError(f"family {family!r}: no module called headlab's attention function")
-    layers, seen_modules = [], set()
-    for call in recorder.calls:
-        if id(call.module) in seen_modules:
-            continue
-        seen_modules.add(id(call.module))
-        layers.append(_layer(call, recorder, paths, family, config))
-    return layers
+    return recorder
 
 
-def _layer(call: Call, recorder: Recorder, paths: dict[int, str], family: str, config):
+def _layer(
+    call: Call, recorder: Recorder, paths: dict[int, str], family: str, config,
+    claims: dict[str, Claim | None] | None, modules: dict[str, nn.Module],
+) -> tuple[HFAttentionLayer, str | None]:  # fmt: skip
     heads, kv_heads = call.q0.shape[0], call.k0.shape[0]
     output = None
     if call.output is not None:
@@ -215,10 +317,16 @@ def _layer(call: Call, recorder: Recorder, paths: dict[int, str], family: str, c
         output = Projection(paths[id(module)], module, transposed, tuple(range(width)))
     embed = output.weight().shape[0] if output is not None else int(config.hidden_size)
     exclude = None if output is None else output.module
-    query = _projection(call.module, call.q0, recorder, paths, exclude)
-    key = _projection(call.module, call.k0, recorder, paths, exclude)
-    value = _projection(call.module, call.v0, recorder, paths, exclude)
-    return HFAttentionLayer(
+    found, refuted = {}, None
+    for name, vectors in zip(CLAIMED, (call.q0, call.k0, call.v0), strict=True):
+        claim = None if claims is None else claims[name]
+        found[name] = None if claim is None else _claimed(claim, call.module, vectors, recorder,
+                                                          modules, exclude)  # fmt: skip
+        if found[name] is None:
+            found[name] = _projection(call.module, vectors, recorder, paths, exclude)
+            if claims is not None and (claim is not None or isinstance(found[name], Projection)):
+                refuted = refuted or f"its {name} heads are not where the entry says"
+    layer = HFAttentionLayer(
         module=call.module,
         path=paths[id(call.module)],
         family=family,
@@ -227,11 +335,10 @@ def _layer(call: Call, recorder: Recorder, paths: dict[int, str], family: str, c
         head_dim=call.head_dim,
         embed_dim=embed,
         output=output,
-        query=query,
-        key=key,
-        value=value,
-        input_norm=_input_norm(call.module, (query, key, value), recorder, paths),
+        **found,
+        input_norm=_input_norm(call.module, tuple(found.values()), recorder, paths),
     )
+    return layer, refuted
 
 
 def _input_norm(

@@ -10,18 +10,27 @@ and rebuilds the ``HFAttentionLayer`` of every layer whose module changed.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 from torch import Tensor
 
 from headlab.models.hf import edits
-from headlab.models.hf.layer import keep_all, rebuilt
+from headlab.models.hf.layer import HFAttentionLayer, keep_all, rebuilt
 from headlab.models.hf.tree import replaced, view_of
 from headlab.models.interface import check_layers
 
-if TYPE_CHECKING:
-    from headlab.models.hf.adapter import TransformersModel
+
+class TransformersModel(Protocol):
+    """What a variant reads of ``adapter.TransformersModel`` (which imports this module, so it
+    is named here by what it holds, not imported)."""
+
+    name: str
+    model: torch.nn.Module
+    tokenizer: object
+    causal: bool
+    pooling: object
+    layers: list[HFAttentionLayer]
 
 
 def variant(

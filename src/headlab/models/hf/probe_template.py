@@ -1,0 +1,193 @@
+"""What the probe finds for one attention class, as a template every layer of that class follows.
+
+A template holds the first layer's findings with every path relative to the layer's own
+(``[up, rest]``: up ``up`` levels from the attention module, then ``rest``): its sizes, the output
+projection (layout, width), each head's first query, key and value row in the projection that
+holds them (``probe.Claim``), and the norm in front. ``to_entry`` keeps a model's layers as one
+template per class, only where every layer of a class gives the same template and the layers are
+called in the order the model holds them (else nothing is kept: such a model is probed at every
+load).
+
+``checked_layers`` builds the layers back: the template's claims are checked on a forward that
+stops after the first layer of each class (``probe.probe_first``: a probe of one layer per
+class), that layer must give the template again, and every other layer of the class is that one
+moved to its own path, each module found there and its weight shaped as the first layer's. The
+model's code and shapes are in the cache key, so the same code over the same shapes finds the
+same rows; the weights' values are what the check looks at. Whatever does not fit raises
+``BadEntry`` saying why.
+"""
+
+from __future__ import annotations
+
+from torch import nn
+
+from headlab.models.hf.layer import HFAttentionLayer, Norm, Projection
+from headlab.models.hf.probe import CLAIMED, Claim, claim_of, probe_first
+from headlab.results.cache_files import BadEntry, expect, expect_int
+
+MAX_HEADS = 2**16  # offsets per projection a template may name
+MAX_ROWS = 2**40  # a row index or width a template may name (checked on the model later)
+MAX_DEPTH = 64  # levels of a relative path
+
+
+def _relative(path: str, base: str) -> list:
+    """``path`` as [up, rest] from ``base``: up ``up`` levels, then ``rest``."""
+    parts, base_parts = path.split("."), base.split(".")
+    common = 0
+    while common < min(len(parts), len(base_parts)) and parts[common] == base_parts[common]:
+        common += 1
+    return [len(base_parts) - common, ".".join(parts[common:])]
+
+
+def _absolute(relative: list, base: str) -> str:
+    up, rest = relative
+    kept = base.split(".")[: max(0, len(base.split(".")) - up)]
+    return ".".join([*kept, rest] if rest else kept)
+
+
+def template(layer: HFAttentionLayer) -> dict:
+    """``layer``'s findings with every path relative to its own (JSON-ready)."""
+
+    def claim(found, heads: int) -> dict | None:
+        made = claim_of(found, heads)
+        if made is None:
+            return None
+        relative = _relative(made.path, layer.path)
+        return {"path": relative, "transposed": made.transposed, "offsets": list(made.offsets)}
+
+    output, norm = layer.output, layer.input_norm
+    out = None
+    if output is not None:
+        out = {"path": _relative(output.path, layer.path), "transposed": output.transposed,
+               "width": len(output.rows)}  # fmt: skip
+    return {
+        "class": type(layer.module).__qualname__,
+        "num_heads": layer.num_heads,
+        "num_kv_heads": layer.num_kv_heads,
+        "head_dim": layer.head_dim,
+        "embed_dim": layer.embed_dim,
+        "output": out,
+        "query": claim(layer.query, layer.num_heads),
+        "key": claim(layer.key, layer.num_kv_heads),
+        "value": claim(layer.value, layer.num_kv_heads),
+        "input_norm": None if norm is None else _relative(norm.path, layer.path),
+    }
+
+
+def to_entry(model: nn.Module, layers: list[HFAttentionLayer]) -> list[dict] | None:
+    """One template per attention class, or None where the layers do not follow them."""
+    templates: dict[str, dict] = {}
+    for layer in layers:
+        made = template(layer)
+        if templates.setdefault(made["class"], made) != made:
+            return None
+    held = [name for name, m in model.named_modules() if type(m).__qualname__ in templates]
+    return list(templates.values()) if held == [layer.path for layer in layers] else None
+
+
+def _check_relative(value: object, what: str) -> list:
+    if not isinstance(value, list) or len(value) != 2 or not isinstance(value[1], str):
+        raise BadEntry(f"{what}: expected [levels up, path]")
+    if len(value[1]) > 1000:
+        raise BadEntry(f"{what}: a path of {len(value[1])} characters")
+    return [expect_int(value[0], what, 0, MAX_DEPTH), value[1]]
+
+
+def _check_claim(value: object, what: str) -> dict | None:
+    if value is None:
+        return None
+    offsets = expect(value, "offsets", list)
+    if not 1 <= len(offsets) <= MAX_HEADS:
+        raise BadEntry(f"{what}: expected 1 to {MAX_HEADS} offsets, got {len(offsets)}")
+    return {
+        "path": _check_relative(expect(value, "path", list), what),
+        "transposed": expect(value, "transposed", bool),
+        "offsets": [expect_int(o, f"{what}'s offsets", 0, MAX_ROWS) for o in offsets],
+    }
+
+
+def check_templates(values: list) -> list[dict]:
+    """``values`` (an entry's templates) checked by type and range; BadEntry otherwise."""
+    if not 1 <= len(values) <= 64:
+        raise BadEntry(f"expected 1 to 64 templates, got {len(values)}")
+    checked = []
+    for value in values:
+        name = expect(value, "class", str)
+        made = {"class": name[:200]}
+        for size in ("num_heads", "num_kv_heads", "head_dim", "embed_dim"):
+            made[size] = expect_int(expect(value, size, int), f"{name}'s {size}", 1, MAX_ROWS)
+        output = expect(value, "output", (dict, type(None)))
+        made["output"] = None
+        if output is not None:
+            made["output"] = {
+                "path": _check_relative(expect(output, "path", list), f"{name}'s output"),
+                "transposed": expect(output, "transposed", bool),
+                "width": expect_int(expect(output, "width", int), f"{name}'s output", 1, MAX_ROWS),
+            }
+        for part in CLAIMED:
+            made[part] = _check_claim(expect(value, part, (dict, type(None))), f"{name}'s {part}")
+        norm = expect(value, "input_norm", (list, type(None)))
+        made["input_norm"] = None if norm is None else _check_relative(norm, f"{name}'s norm")
+        checked.append(made)
+    return checked
+
+
+def checked_layers(model: nn.Module, family: str, templates: list[dict]) -> list[HFAttentionLayer]:
+    """The layers ``templates`` describe on ``model``, checked (module docstring); BadEntry
+    saying why where they do not fit."""
+    by_name = {t["class"]: t for t in templates}
+    held = [(name, m) for name, m in model.named_modules() if type(m).__qualname__ in by_name]
+    firsts: dict[type, tuple[str, dict]] = {}
+    for name, module in held:
+        firsts.setdefault(type(module), (name, by_name[type(module).__qualname__]))
+    if len(firsts) != len(by_name):
+        raise BadEntry("a template names a class the model does not hold")
+    claims = {cls: {part: None if t[part] is None else Claim(_absolute(t[part]["path"], path),
+                                                            t[part]["transposed"],
+                                                            tuple(t[part]["offsets"]))
+                    for part in CLAIMED}
+              for cls, (path, t) in firsts.items()}  # fmt: skip
+    found, refuted = probe_first(model, family, claims)
+    if refuted:
+        raise BadEntry(refuted)
+    for cls, (path, t) in firsts.items():
+        if template(found[cls]) != t:
+            raise BadEntry(f"{path} does not give the entry's template when probed")
+    return [_moved(model, found[type(module)], name, module) for name, module in held]
+
+
+def _moved(model: nn.Module, first: HFAttentionLayer, path: str, module: nn.Module):
+    """``first`` moved to the attention module at ``path``: each module found at the same
+    relative path and shaped as the first layer's (BadEntry otherwise)."""
+    if module is first.module:
+        return first
+
+    def same(found, vector: bool = False):
+        if found is None or isinstance(found, str):
+            return found
+        where = _absolute(_relative(found.path, first.path), path)
+        try:
+            moved = model.get_submodule(where)
+        except AttributeError:
+            raise BadEntry(f"no module {where!r}") from None
+        weight = getattr(moved, "weight", None)
+        if weight is None or tuple(weight.shape) != tuple(found.module.weight.shape):
+            raise BadEntry(f"{where}: not shaped as {found.path}")
+        if vector:
+            return Norm(where, moved)
+        return Projection(where, moved, found.transposed, found.rows)
+
+    return HFAttentionLayer(
+        module=module,
+        path=path,
+        family=first.family,
+        num_heads=first.num_heads,
+        num_kv_heads=first.num_kv_heads,
+        head_dim=first.head_dim,
+        embed_dim=first.embed_dim,
+        output=same(first.output),
+        query=same(first.query),
+        key=same(first.key),
+        value=same(first.value),
+        input_norm=same(first.input_norm, vector=True),
+    )

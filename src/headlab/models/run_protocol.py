@@ -1,0 +1,305 @@
+"""The run as a protocol: a model's streams, its blocks and their sites, and runs between them.
+
+The analyses that follow the residual stream (``circuits``, and any analysis that patches a
+block's input or output) ask a model for this and nothing else; every model kind implements it
+once, in ``models/`` (the transformers route in ``models/hf/block_run.py``; the tests' toy family
+in tests/toy_family.py and their toy encoder-decoder, with two streams, in tests/toy_seq2seq.py).
+Shapes use ``batch, pos, head, kv_head, d_head, d_model``.
+
+Streams (``Stream``): the token sequences a model's residual streams run over. A decoder or an
+encoder has one ("text"); an encoder-decoder two (its encoder's and its decoder's); a vision
+model one over patches ("patches"), whose special positions (its CLS token, its registers) are
+named in ``named_positions``.
+
+Blocks (``Block``), in the order a run reaches them (an encoder-decoder's encoder blocks first),
+each with its sites, all reached by one ``headlab.attention.interventions.intervene``:
+
+    block.sites            resid_in, mlp_in, mlp_out, resid_out   (batch, pos, d_model)
+    block.attention.sites  q, k, v, scores, weights, head_outputs  (every head's output before
+                           W_O: (batch, head, pos, d_head))
+    block.cross_attention  the cross-attention of an encoder-decoder's decoder block (None
+                           elsewhere): the same sites; its key and value inputs read the final
+                           states of the stream ``block.reads``
+
+The attention's query, key and value inputs are the sites q, k, v (after the family's norm,
+projections, QK-norm and rotary); the stream they are made from is the block's resid_in (or,
+for a parallel block, the same stream its MLP reads).
+
+Runs (``RunnableModel.run_blocks``): from block ``start`` with ``hidden`` (copies * batch, pos,
+d_model) as its resid_in (the blocks before it skipped: no compute), on ``copies`` copies of a
+batch stacked on the batch axis, with interventions entered by a callback, until ``stop`` (a
+``StopAt``: the run returns the tensor at that site, after the interventions there) or the end
+(the final states, after the family's final norm, at the positions ``keep``). ``unembed`` makes
+logits from final states with the model's own output head. ``cache`` (here, for every model
+kind) keeps one whole run's stream, head outputs and MLP outputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import torch
+from torch import Tensor, nn
+
+from headlab.attention.interventions import intervene
+from headlab.attention.sites import BLOCK_SITES, SITES, Sites
+from headlab.models.interface import AttentionLayer, TokenBatch
+
+#: What a stream runs over: text tokens, image patches, audio frames.
+STREAM_KINDS = ("text", "patches", "audio")
+#: Interventions entered into the run's ExitStack (removed when the run ends).
+Interventions = Callable[[ExitStack], None]
+#: A run's input: the batch of its one stream, or one batch per stream (stream name -> batch).
+Inputs = TokenBatch | Mapping[str, TokenBatch]
+
+
+@dataclass(frozen=True)
+class Stream:
+    """One residual stream: ``name`` ("decoder", "encoder", "patches"...), ``kind`` (one of
+    ``STREAM_KINDS``) and the names of its special positions (a vision model's "cls",
+    "register"); the model says where they are for an input."""
+
+    name: str
+    kind: str
+    named_positions: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.kind not in STREAM_KINDS:
+            raise ValueError(f"a stream's kind is one of {', '.join(STREAM_KINDS)}, got "
+                             f"{self.kind!r}")  # fmt: skip
+
+
+@runtime_checkable
+class BlockAttention(AttentionLayer, Protocol):
+    """A block's attention: the interface's ``AttentionLayer`` and its heads' output projection."""
+
+    def output_weight(self) -> Tensor | None:
+        """W_O (d_model, num_heads * head_dim), or None where no one projection takes the heads'
+        output unchanged to the block."""
+        ...
+
+
+@dataclass(frozen=True, eq=False)
+class Block:
+    """Block ``index`` (in run order) of stream ``stream``: its ``attention``, its own ``sites``
+    (``BLOCK_SITES``), whether it has an MLP and whether the MLP reads the block's input
+    (``parallel``: GPT-NeoX, GPT-J) rather than the attention's output; an encoder-decoder's
+    decoder block also has ``cross_attention``, whose key and value inputs read the final states
+    of stream ``reads``."""
+
+    index: int
+    stream: str
+    attention: BlockAttention
+    sites: Sites
+    has_mlp: bool
+    parallel: bool
+    cross_attention: BlockAttention | None = None
+    reads: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.sites.names != BLOCK_SITES:
+            raise ValueError(f"a block's sites are {BLOCK_SITES}, got {self.sites.names}")
+        if (self.cross_attention is None) != (self.reads is None):
+            raise ValueError("a block's cross-attention and the stream it reads go together")
+
+
+@dataclass(frozen=True)
+class StopAt:
+    """Where a run ends: ``site`` of block ``block`` (a ``BLOCK_SITES`` name, or an attention
+    site of its attention, or of its cross-attention with ``cross``)."""
+
+    block: int
+    site: str
+    cross: bool = False
+
+    def __post_init__(self) -> None:
+        names = SITES if self.cross or self.site not in BLOCK_SITES else BLOCK_SITES
+        if self.site not in names:
+            raise ValueError(f"a run stops at one of {', '.join(BLOCK_SITES + SITES)}, got "
+                             f"{self.site!r}")  # fmt: skip
+
+
+@runtime_checkable
+class RunnableModel(Protocol):
+    """What a model offers the analyses of the residual stream (module docstring)."""
+
+    name: str
+
+    @property
+    def output_width(self) -> int: ...
+
+    def streams(self) -> Sequence[Stream]:
+        """The model's streams, in run order."""
+        ...
+
+    def blocks(self) -> Sequence[Block]:
+        """Every block, in run order (the same objects on every call). ValueError (one line,
+        naming what is missing) for a model whose blocks cannot be read."""
+        ...
+
+    def run_blocks(
+        self,
+        batch: Inputs,
+        *,
+        start: int = 0,
+        hidden: Tensor | None = None,
+        copies: int = 1,
+        stop: StopAt | None = None,
+        rows: slice | None = None,
+        keep: Tensor | None = None,
+        interventions: Interventions | None = None,
+        sources: Mapping[str, Tensor] | None = None,
+    ) -> Tensor:
+        """One run of ``copies`` copies of ``batch`` (module docstring; a model with several
+        streams takes one batch per stream, by name). hidden: the resid_in of
+        block ``start`` (copies * batch, pos, d_model), or with ``start`` = the block count the
+        stream leaving the last block; None: the model's own embeddings. rows: only the
+        positions rows.start .. rows.stop - 1, at their own positions (for the maps that act on
+        each position alone: a block up to its q, k, v, or its MLP with the heads held). keep:
+        (n_kept,) the positions whose final states are returned (default all). sources: the
+        final states of the other streams a cross-attention reads, when the run starts past
+        them. Returns the tensor at ``stop``, else the final states (copies * batch, n_kept,
+        d_model)."""
+        ...
+
+    def unembed(self, states: Tensor) -> Tensor:
+        """(..., pos, d_model) final states -> (..., pos, output_width) logits, through the
+        model's own output head."""
+        ...
+
+
+class _Stopped(Exception):
+    """Ends a run at its ``StopAt`` (private to the implementations of ``run_blocks``)."""
+
+    def __init__(self, value: Tensor) -> None:
+        super().__init__("the run reached its stop")
+        self.value = value
+
+
+def _raise(t: Tensor) -> None:
+    raise _Stopped(t)
+
+
+def stop_target(blocks: Sequence[Block], stop: StopAt) -> object:
+    """The block, attention or cross-attention whose sites hold ``stop``'s site."""
+    block = blocks[stop.block]
+    if stop.cross:
+        if block.cross_attention is None:
+            raise ValueError(f"block {stop.block} has no cross-attention")
+        return block.cross_attention
+    return block if stop.site in BLOCK_SITES else block.attention
+
+
+def stopped_run(blocks: Sequence[Block], stop: StopAt | None, call: Callable[[], Tensor]) -> Tensor:
+    """``call()`` (a model's forward), or, with ``stop``, the tensor at the stop's site: the
+    stop is entered after every other intervention at that site, so the tensor is theirs."""
+    if stop is None:
+        return call()
+    with intervene(stop_target(blocks, stop), stop.site, _raise):
+        try:
+            call()
+        except _Stopped as stopped:
+            return stopped.value
+    raise RuntimeError(f"the run ended before block {stop.block}'s {stop.site}")
+
+
+def given_stream(blocks: Sequence[Block], start: int, hidden: Tensor | None) -> Interventions:
+    """Interventions that hand ``hidden`` to block ``start`` as its resid_in (before any other
+    intervention there), or with ``start`` = the block count, as the last block's resid_out."""
+
+    def enter(stack: ExitStack) -> None:
+        if hidden is None:
+            return
+        if start < len(blocks):
+            stack.enter_context(intervene(blocks[start], "resid_in", lambda t: hidden, True))
+        else:
+            stack.enter_context(intervene(blocks[-1], "resid_out", lambda t: hidden, True))
+
+    return enter
+
+
+def check_start(blocks: Sequence[Block], start: int, hidden: Tensor | None) -> None:
+    if not 0 <= start <= len(blocks):
+        raise ValueError(f"start must be a block, 0..{len(blocks)}, got {start}")
+    if start > 0 and hidden is None:
+        raise ValueError(f"a run from block {start} needs its residual stream (hidden)")
+
+
+@dataclass
+class RunCache:
+    """One whole run (``cache``): resid, the stream entering each block and leaving the last
+    (blocks + 1 tensors (batch, pos, d_model)); head_outputs, per block (batch, head, pos,
+    d_head); mlp, per block (batch, pos, d_model) or None; final, the final states at the kept
+    positions (batch, n_kept, d_model); streams_out: each stream's states leaving its last block
+    (what a cross-attention of a later stream reads: ``run_blocks``' ``sources``)."""
+
+    resid: list[Tensor]
+    head_outputs: list[Tensor]
+    mlp: list[Tensor | None]
+    final: Tensor
+    streams_out: dict[str, Tensor]
+
+
+def cache(model: RunnableModel, batch: Inputs, keep: Tensor | None = None) -> RunCache:
+    """One whole run of ``batch`` without autograd, keeping what ``RunCache`` holds."""
+    blocks = model.blocks()
+    n = len(blocks)
+    resid: list = [None] * (n + 1)
+    heads: list = [None] * n
+    mlp: list = [None] * n
+    streams_out: dict[str, Tensor] = {}
+    last = {block.stream: block for block in blocks}  # each stream's last block
+
+    def keeping(stack: ExitStack) -> None:
+        for block in blocks:
+            i = block.index
+            stack.enter_context(intervene(block, "resid_in", _into(resid, i)))
+            stack.enter_context(intervene(block.attention, "head_outputs", _into(heads, i)))
+            if block.has_mlp:
+                stack.enter_context(intervene(block, "mlp_out", _into(mlp, i)))
+        stack.enter_context(intervene(blocks[-1], "resid_out", _into(resid, n)))
+        for name, block in last.items():
+            keep_out = lambda t, name=name: streams_out.__setitem__(name, t.detach())  # noqa: E731
+            stack.enter_context(intervene(block, "resid_out", keep_out))
+
+    with torch.no_grad():
+        final = model.run_blocks(batch, keep=keep, interventions=keeping)
+    return RunCache(resid, heads, mlp, final, streams_out)
+
+
+@contextmanager
+def kept_outputs(modules: Sequence[nn.Module], store: dict, keys: Sequence) -> Iterator[None]:
+    """Within the block, each of ``modules``' outputs (the first tensor where it returns a
+    tuple) goes to ``store[keys[j]]`` with its autograd graph: the outputs of the projections a
+    model's attention layer declares (the transformers route's ``HFAttentionLayer.query`` ...),
+    which the sliced receiver gradients of circuits read."""
+
+    def keep(key):
+        def hook(_module, _args, output):
+            store[key] = output if isinstance(output, Tensor) else output[0]
+
+        return hook
+
+    handles = [m.register_forward_hook(keep(k)) for m, k in zip(modules, keys, strict=True)]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def _into(store: list, index: int) -> Callable[[Tensor], None]:
+    def keep(t: Tensor) -> None:
+        store[index] = t.detach()
+
+    return keep
+
+
+__all__ = [
+    "STREAM_KINDS", "Block", "BlockAttention", "Inputs", "Interventions", "RunCache",
+    "RunnableModel", "StopAt", "Stream", "cache", "check_start", "given_stream", "kept_outputs",
+    "stop_target", "stopped_run",
+]  # fmt: skip

@@ -1,0 +1,209 @@
+"""Every display in headless chromium with the network blocked: drawn, no console error, no
+request; hover names tokens and exact weights (against the synthetic weights themselves),
+sorting, selection, moving the zoom and the circuit's threshold work; and a display is drawn
+however a notebook front end runs its scripts (in place, detached as JupyterLab renders, or
+evaluated apart as classic Notebook's jQuery does)."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from display_browser import Offline, chromium
+from display_samples import circuit_run, head_pattern, head_statistics, synthetic_weights
+from long_results import kv_budget_result, long_context_result
+
+from headlab.report.displays import page_code, show
+from headlab.report.displays.circuit_display import faithfulness_display
+
+pytestmark = pytest.mark.browser
+#: Two animation frames: a redraw asked on input has run.
+FRAMES = "() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))"
+N = 300  # tokens of the pattern: two tiles a side, the second ragged
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[object]:
+    with chromium() as instance:
+        yield instance
+
+
+@pytest.fixture(scope="module")
+def displays() -> dict:
+    run = circuit_run()
+    return {"heads": show(head_statistics()), "pattern": show(head_pattern(N)),
+            "roles": show(long_context_result()), "kv": show(kv_budget_result()),
+            "circuit": show(run), "curve": faithfulness_display([run.faithfulness], "curve"),
+            "run": run}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def page_file(tmp_path_factory: pytest.TempPathFactory, displays: dict) -> Path:
+    parts = [d.html() for name, d in displays.items() if name != "run"]
+    path = tmp_path_factory.mktemp("displays") / "displays.html"
+    # the code once, after the displays (as the report has it)
+    path.write_text("<!doctype html><meta charset=utf-8><body>" + "".join(parts) + page_code(),
+                    encoding="utf-8")  # fmt: skip
+    return path
+
+
+def test_every_display_draws_offline(browser, page_file):
+    opened = Offline(browser, page_file)
+    kinds = opened.page.eval_on_selector_all(
+        ".hl-display", "ds => ds.map(d => [d.dataset.hlKind, !!d.dataset.hlDrawn])")
+    assert kinds == [[k, True] for k in ("heads", "pattern", "roles", "kv-budget", "circuit",
+                                         "faithfulness")]  # fmt: skip
+    assert opened.page.locator(".hl-fallback").count() == 0
+    opened.shot("displays.png")
+    opened.assert_clean()
+    opened.close()
+
+
+def test_heads_sort_and_select(browser, page_file, displays):
+    opened = Offline(browser, page_file)
+    page, stats = opened.page, displays["heads"].data
+    page.get_by_test_id("heads-sort-prev").click()
+    first = page.locator("[data-testid=heads-table] tbody tr").first
+    prev = np.array(stats["metrics"]["prev"])
+    assert (int(first.get_attribute("data-layer")), int(first.get_attribute("data-head"))) == \
+        np.unravel_index(prev.argmax(), prev.shape)  # fmt: skip
+    canvas = page.get_by_test_id("heads-heatmap")
+    cell, left, top = (int(canvas.get_attribute(f"data-{k}")) for k in ("cell", "left", "top"))
+    canvas.hover(position={"x": left + 3.5 * cell, "y": top + 2.5 * cell})  # layer 2, head 3
+    assert f"prev {prev[2, 3]:.4g}"[:9] in opened.tooltip()
+    canvas.click(position={"x": left + 3.5 * cell, "y": top + 2.5 * cell})
+    picked = page.locator("[data-testid=heads-table] tr.picked")
+    assert (picked.get_attribute("data-layer"), picked.get_attribute("data-head")) == ("2", "3")
+    opened.assert_clean()
+    opened.close()
+
+
+def test_the_pattern_hovers_exact_weights_and_moves(browser, page_file, displays):
+    opened = Offline(browser, page_file)
+    page, data = opened.page, displays["pattern"].data
+    weights = synthetic_weights(N)
+    zoom = page.get_by_test_id("pattern-zoom")
+    q0, k0, px = (int(zoom.get_attribute(f"data-{k}")) for k in ("q", "k", "px"))
+    for i, j in ((10, 3), (200, 199), (255, 0)):
+        zoom.hover(position={"x": (j + 0.5) * px, "y": (i + 0.5) * px})
+        text = opened.tooltip()
+        q, k = q0 + i, k0 + j
+        assert f"query {q} " in text and f"key {k} " in text and "(exact)" in text
+        assert float(text.split("weight ")[1].split(" ")[0]) == pytest.approx(weights[q, k],
+                                                                            rel=1e-3)  # fmt: skip
+        assert page.get_by_test_id("pattern-query").inner_text().startswith(f"query {q} ")
+        spans = page.locator("[data-testid=pattern-text] .hl-tok")
+        assert spans.count() == 256 and spans.nth(j).inner_text() == data["tokens"][k]
+        if q - k0 < 256:  # the query is among the keys in view: it is marked
+            assert spans.nth(q - k0).get_attribute("class") == "hl-tok hl-query"
+    before = (zoom.get_attribute("data-q"), zoom.get_attribute("data-k"))
+    page.get_by_test_id("pattern-overview").click(position={"x": 5, "y": 5})
+    assert (zoom.get_attribute("data-q"), zoom.get_attribute("data-k")) == ("0", "0") != before
+    page.get_by_test_id("pattern-move-1").click()  # keys ->
+    assert int(zoom.get_attribute("data-k")) == N - 256  # moved, and kept inside the text
+    opened.shot("display-pattern.png", "[data-testid=display-pattern]")
+    opened.assert_clean()
+    opened.close()
+
+
+def test_the_circuit_threshold_and_node_selection(browser, page_file, displays):
+    opened = Offline(browser, page_file)
+    page, run = opened.page, displays["run"]
+    canvas = page.get_by_test_id("circuit-canvas")
+    assert int(canvas.get_attribute("data-shown")) == run.top  # the circuit first
+    scores = np.frombuffer(base64.b64decode(displays["circuit"].data["scores"]), "<f4")
+    scores = np.abs(scores.astype(np.float64))  # compared as the page does, in float64
+    slider = page.get_by_test_id("circuit-threshold")
+    for value in ("0", "350", "1000"):
+        slider.fill(value)
+        page.evaluate(FRAMES)
+        threshold = float(canvas.get_attribute("data-threshold"))
+        assert int(canvas.get_attribute("data-shown")) == (scores >= threshold).sum()
+    assert int(canvas.get_attribute("data-shown")) >= 1
+    slider.fill("0")
+    page.evaluate(FRAMES)
+    assert canvas.get_attribute("data-shown") == "70651"  # every edge, drawn
+    data = displays["circuit"].data
+    node = data["nodes"].index("16.0")
+    x, y = _node_xy(data, node)  # CSS pixels inside the canvas' border (playwright's positions)
+    canvas.hover(position={"x": x, "y": y})
+    assert opened.tooltip().startswith("16.0")
+    canvas.click(position={"x": x, "y": y})
+    assert canvas.get_attribute("data-picked") == "16.0"
+    assert "16.0 lit with 371 of its edges" in page.get_by_test_id("circuit-count").inner_text()
+    opened.shot("display-circuit.png", "[data-testid=display-circuit]")
+    opened.assert_clean()
+    opened.close()
+
+
+def _size(data: dict) -> tuple[float, float]:
+    layers, tallest = len(data["heads_per_layer"]), max(data["heads_per_layer"])
+    return (min(1100, max(640, 70 + 34 * (layers + 2))),
+            min(620, max(260, 60 + 22 * (tallest + 3))))  # fmt: skip
+
+
+def _node_xy(data: dict, i: int) -> tuple[float, float]:
+    """Where the page draws node i (the drawer's own mapping, displays.js)."""
+    (w, h), layers = _size(data), len(data["heads_per_layer"])
+    tallest = max(data["heads_per_layer"])
+    x = 30 + ((data["x"][i] + 1.6) / (layers + 2.2)) * (w - 50)
+    y = 20 + (1 - (data["y"][i] + 2.0) / (tallest + 2.4)) * (h - 40)
+    return x, y
+
+
+def test_roles_plans_and_curves_respond(browser, page_file, displays):
+    opened = Offline(browser, page_file)
+    page = opened.page
+    grid = page.get_by_test_id("roles-grid")
+    cell, left, top = (int(grid.get_attribute(f"data-{k}")) for k in ("cell", "left", "top"))
+    grid.click(position={"x": left + 2.5 * cell, "y": top + 14.5 * cell})  # layer 14, head 2
+    role = displays["roles"].data["roles"][14][2]
+    assert page.get_by_test_id("roles-detail").locator("b").inner_text() == \
+        f"layer 14, head 2: {role}"  # fmt: skip
+    page.get_by_test_id("roles-map").hover(position={"x": 10, "y": 10})
+    assert "mean weight on these keys" in opened.tooltip()
+    page.get_by_test_id("kv-run-2").click()
+    assert "picked" in page.get_by_test_id("kv-run-2").get_attribute("class")
+    page.get_by_test_id("faithfulness-canvas").hover(position={"x": 100, "y": 100})
+    assert "edges" in opened.tooltip()
+    opened.shot("display-roles.png", "[data-testid=display-roles]")
+    opened.shot("display-kv-budget.png", "[data-testid=display-kv-budget]")
+    opened.assert_clean()
+    opened.close()
+
+
+def test_drawn_however_a_front_end_runs_scripts(browser, tmp_path, displays):
+    """JupyterLab sets an output's HTML and runs a copy of each script in its place (so the
+    display's own script finds its display); classic Notebook (jQuery) inserts it, then runs
+    each script apart, in the page's head."""
+    path = tmp_path / "front-ends.html"
+    path.write_text("<!doctype html><meta charset=utf-8><body><div id=lab></div><div id=out>"
+                    "</div>",
+                    encoding="utf-8")  # fmt: skip
+    opened = Offline(browser, path)
+    first = displays["heads"].html(code=True)  # the first output carries the code
+    later = displays["kv"].html()
+    drawn = opened.page.evaluate(
+        """([first, later]) => {
+          const runInPlace = (host) => host.querySelectorAll('script').forEach((old) => {
+            const s = document.createElement('script');
+            if (old.type) s.type = old.type;
+            s.textContent = old.textContent; old.replaceWith(s); });
+          const lab = document.getElementById('lab');
+          lab.innerHTML = first; runInPlace(lab);
+          const labDrawn = !!lab.querySelector('.hl-display').dataset.hlDrawn;
+          const classic = document.getElementById('out');  // attached, scripts run apart
+          classic.innerHTML = later;
+          classic.querySelectorAll('script:not([type])').forEach((old) => {
+            const s = document.createElement('script'); s.textContent = old.textContent;
+            document.head.appendChild(s).remove(); });
+          return [labDrawn, !!classic.querySelector('.hl-display').dataset.hlDrawn];
+        }""",
+        [first, later],
+    )
+    assert drawn == [True, True]
+    opened.assert_clean()
+    opened.close()
