@@ -45,7 +45,7 @@ class LoopPatcher(CircuitPatcher):
             for name, write in self._named_heads(layer, heads).items():
                 run_writes[name] = write
             mlp_out = None
-            if block.mlp is not None:
+            if block.has_mlp:
                 mlp_name = f"mlp.{layer}"
                 base = stream + self._attention_write(layer, heads, block.parallel)
                 corrupted_base = corrupted.resid[layer] + (
@@ -126,7 +126,7 @@ class LoopPatcher(CircuitPatcher):
         for layer, items in wanted.items():
             heads = torch.cat([i[1] for i in items] + [i[2] for i in items])
             mlps = None
-            if self.runner.blocks[layer].mlp is not None:
+            if self.runner.blocks[layer].has_mlp:
                 mlps = torch.cat([i[3] for i in items] + [i[4] for i in items])
             writes = self._block_writes(layer, heads, mlps)
             n = len(items)
@@ -135,7 +135,6 @@ class LoopPatcher(CircuitPatcher):
         return shift
 
     def _loop_inputs(self, layer, stream, patched, run_writes, corrupted_writes):
-        block = self.runner.blocks[layer]
         shape = self.graph.layers[layer]
         corrupted_stream = self.patcher.corrupted.resid[layer]
         receivers = [(f"{layer}.{h}", "q", h) for h in range(shape.num_heads)]
@@ -152,13 +151,9 @@ class LoopPatcher(CircuitPatcher):
         spliced = {"q": {}, "k": {}, "v": {}}
         if not moved:
             return spliced
-        from headlab.circuits.resume import until_values
-
-        seen = {}
         copies = stream.shape[0] // self.patcher.batch
         rows = stream.shape[0]
-        hooks = until_values(block.attention, seen)
-        self.runner.forward(layer, torch.cat(shifts), copies * len(moved), hooks)
+        seen = self.runner.values(layer, torch.cat(shifts), copies * len(moved))
         for r, (site, index) in enumerate(moved):
             spliced[site][index] = seen[site][r * rows : (r + 1) * rows, index]
         return spliced
