@@ -42,23 +42,39 @@ def gone_within(pid: int, seconds: float) -> bool:
     return False
 
 
+# Generous bounds: on a loaded machine (CI's: load 9-19 on 2 cores) a process gets a small share
+# of a core, so nothing here asserts a rate or a time; each test waits for its condition.
+PATIENCE_S = 120.0
+
+
+def spins_within(pid: int, ticks: int, seconds: float) -> bool:
+    """Whether ``pid`` uses ``ticks`` more clock ticks of CPU (1/100 s on Linux) within
+    ``seconds``: a CPU-bound process does however loaded the machine is, a sleeping one never."""
+    start = cpu_ticks(pid)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        fields = stat(pid)
+        if fields is None:
+            return False
+        if int(fields[11]) + int(fields[12]) - start >= ticks:
+            return True
+        time.sleep(0.05)
+    return False
+
+
 @linux
 def test_the_competitor_spins_inside_the_block_and_is_stopped_after_it():
     with machine_load.competing("busy") as process:
         assert process.poll() is None
-        before = cpu_ticks(process.pid)
-        time.sleep(0.5)
-        # CPU-bound: it used most of the half second (clock ticks are 1/100 s on Linux)
-        assert cpu_ticks(process.pid) - before >= 20
+        assert spins_within(process.pid, 20, PATIENCE_S)  # CPU-bound, running in the block
+        assert process.poll() is None
     assert process.returncode is not None
-    assert gone_within(process.pid, 5)
+    assert gone_within(process.pid, PATIENCE_S)
 
 
 def test_the_competitor_stops_by_itself_after_its_bound():
-    start = time.monotonic()
     with machine_load.competing("busy", bound_s=1.0) as process:
-        assert process.wait(timeout=20) == 0  # it ended on its own, not by a signal
-    assert time.monotonic() - start < 20
+        assert process.wait(timeout=PATIENCE_S) == 0  # it ended on its own, not by a signal
 
 
 @linux
@@ -73,7 +89,7 @@ def test_the_competitor_stops_when_its_parent_is_killed():
     )
     done = subprocess.run([sys.executable, "-c", parent], capture_output=True, text=True)
     assert done.returncode == -9
-    assert gone_within(int(done.stdout.split()[0]), 10)
+    assert gone_within(int(done.stdout.split()[0]), PATIENCE_S)
 
 
 def test_quiet_starts_nothing_and_other_loads_are_refused():

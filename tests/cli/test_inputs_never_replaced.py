@@ -80,3 +80,89 @@ def test_the_library_refuses_a_declared_input_too(tmp_path):
     with reading(source), pytest.raises(OutputRefused, match="not even with force"):
         check_output(source, Kind.png("sweep"), force=True)
     assert check_output(source, Kind.png("sweep"), force=True) == source  # outside the block
+
+
+# The model a command opens is its input too: with --model PATH (as with --model-dir), no output
+# may replace the model's files nor be written inside its folder, whatever --force says; the
+# refusal comes before the model loads. (command, output flag, name inside the model folder)
+INSIDE_THE_MODEL = [
+    (["circuits"], "--out", "tokenizer_config.json"),
+    (["circuits"], "--figure", "model.safetensors"),
+    (["circuits"], "--faithfulness-figure", "new.png"),
+    (["model", "heads"], "--out", "config.json"),
+    (["model", "heads"], "--figure", "new.png"),
+    (["model", "collapse"], "--out", "tokenizer.json"),
+    (["model", "importance"], "--out", "model.safetensors"),
+    (["model", "prune"], "--out", "new.json"),
+    (["model", "ablate", "--ablate", "0.0"], "--out", "config.json"),
+    (["model", "kv-budget"], "--out", "config.json"),
+    (["model", "kv-budget"], "--figure", "new.png"),
+    (["expressivity"], "--out", "config.json"),
+    (["redundancy"], "--out", "config.json"),
+    (["report"], "--out", "report"),
+    (["report"], "--png", "figures"),
+    (["circuits", "--model-dir"], "--out", "config.json"),
+    (["model", "heads", "--model-dir"], "--figure", "model.safetensors"),
+]
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize(("command", "output", "name"), INSIDE_THE_MODEL)
+@pytest.mark.parametrize("force", [False, True])
+def test_the_model_folder_is_never_written_into(tiny_dir, tmp_path, capsys, monkeypatch,
+                                                command, output, name, force):  # fmt: skip
+    import shutil
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr("headlab.models.load", refuse)
+    model = shutil.copytree(tiny_dir, tmp_path / "M")
+    (model / "tokenizer_config.json").write_text('{"model_max_length": 37}')
+    before = _snapshot(model)
+    source = [] if command[-1] == "--model-dir" else ["--model"]
+    args = [*command, *source, str(model), output, str(model / name)]
+    code, _, err = run(args + (["--force"] if force else []), capsys)
+    assert code == 2, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert f"{output} {model / name} is inside the input folder {model}" in err, err
+    assert _snapshot(model) == before
+
+
+def test_a_gguf_model_file_is_never_replaced(tmp_path, capsys, monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr("headlab.models.load", refuse)
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF" + bytes(60))
+    for output in ("--out", "--figure"):
+        code, _, err = run(["model", "heads", "--model", str(gguf), output, str(gguf), "--force"],
+                           capsys)  # fmt: skip
+        assert code == 2 and "is this command's input" in err, err
+        assert gguf.read_bytes() == b"GGUF" + bytes(60)
+
+
+def test_the_folders_a_named_model_is_read_from_are_inputs(tmp_path, capsys, monkeypatch):
+    """SmolLM2 is read from its conversion in headlab's cache, a hub id from the hub's cache:
+    no output goes inside either, even with --force."""
+    from huggingface_hub import constants
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr("headlab.models.load", refuse)
+    monkeypatch.setenv("HEADLAB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    cases = [("smollm2", tmp_path / "cache" / "SmolLM2-135M-Instruct.Q4_1" / "config.json"),
+             ("owner/name", tmp_path / "hub" / "models--owner--name" / "snapshots" / "x.json")]
+    for model, out in cases:
+        out.parent.mkdir(parents=True)
+        out.write_text("{}")
+        code, _, err = run(["model", "heads", "--model", model, "--out", str(out), "--force"],
+                           capsys)  # fmt: skip
+        assert code == 2 and "is inside the input folder" in err, err
+        assert out.read_text() == "{}"

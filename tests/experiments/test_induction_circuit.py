@@ -173,8 +173,18 @@ def test_training_loop_measures_at_every_checkpoint(tmp_path):
     config = FormationConfig(heads=H, steps=5, every=2, seed=1, batch_size=8, eval_size=13,
                              composition_samples=2)  # fmt: skip
     seen = []
-    run = train_and_measure(config, lambda h, step, steps: seen.append((h, step, steps)))
-    assert seen == [(H, s, 5) for s in (2, 4, 5)]
+    run = train_and_measure(config, lambda *args: seen.append(args))
+    # each checkpoint says when it is measured; while it is, what runs and how far it is
+    assert [a[:3] for a in seen if not a[3]] == [(H, s, 5) for s in (2, 4, 5)]
+    stages = [(step, stage.rsplit(" ", 1)[0]) for _, step, _, stage in seen if stage]
+    for step in (2, 4, 5):
+        assert (step, "composition") in stages and (step, "patching") in stages
+    last = {what for step, what in stages if step == 5}
+    assert {"K edges: eap", "K edges: eap-ig", "K edges: exact patching",
+            "faithfulness: circuits"} <= last  # fmt: skip
+    exact = [s for _, step, _, s in seen if s.startswith("K edges: exact patching")]
+    assert exact[-1] == f"K edges: exact patching {H * H}/{H * H}"
+    assert seen[-1] == (H, 5, 5, "")
     assert [c.step for c in run.checkpoints] == [2, 4, 5]
     assert (run.heads, run.seed, run.steps) == (H, 1, 5)
     # the model measured is the one the sweep trains: its own curve, run here again

@@ -73,4 +73,14 @@ def last_position_answers(
     return mask, answers, wrong_full
 
 
-__all__ = ["METRICS", "TaskPairs", "last_position_answers"]
+def check_positions(tokens: int, positions: int | None, what: str) -> None:
+    """The one check of a task's length against the model's positions: ValueError when
+    ``what`` (a task's inputs, a line's text) has more ``tokens`` than the model has
+    ``positions`` (None: no limit known)."""
+    if positions is not None and tokens > positions:
+        raise ValueError(f"{what} has {tokens} tokens, more than the model's {positions} "
+                         "positions (max_position_embeddings): a position past them has no "
+                         "embedding or was never trained")  # fmt: skip
+
+
+__all__ = ["METRICS", "TaskPairs", "check_positions", "last_position_answers"]

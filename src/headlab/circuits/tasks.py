@@ -27,7 +27,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from headlab.circuits.clean_corrupted import METRICS, TaskPairs, last_position_answers
+from headlab.circuits.clean_corrupted import (
+    METRICS,
+    TaskPairs,
+    check_positions,
+    last_position_answers,
+)
 from headlab.limits import check_int, check_seed
 
 TASKS = ("induction", "copy", "ioi", "greater-than", "pairs")
@@ -76,25 +81,54 @@ class TaskRequest:
         return asdict(self)
 
 
+def task_positions(request: TaskRequest, model) -> int | None:
+    """How many tokens the built-in task's inputs have, known before its pairs are drawn
+    (induction: BOS, if the tokenizer has one, + twice the length; copy: the length, its most);
+    None for the tasks whose texts the tokenizer decides (ioi, greater-than, pairs)."""
+    length = request.resolved_length
+    if request.task == "induction":
+        bos = getattr(getattr(model, "tokenizer", None), "bos_token_id", None)
+        return 2 * length + (bos is not None)
+    return length if request.task == "copy" else None
+
+
+def check_task_length(request: TaskRequest, model) -> int | None:
+    """``task_positions``, checked against ``model.max_positions`` (``check_positions``, the
+    message naming the longest length that fits)."""
+    known = task_positions(request, model)
+    positions = getattr(model, "max_positions", None)
+    if known is not None and positions is not None:
+        most = positions if request.task == "copy" else (positions - known % 2) // 2
+        check_positions(known, positions, f"the {request.task} task of length="
+                        f"{request.resolved_length} (at most {most} fits)")  # fmt: skip
+    return known
+
+
 def build_pairs(request: TaskRequest, model) -> TaskPairs:
-    """The pairs ``request`` asks for, in ``model``'s tokens (a model of the transformers route:
-    its ``tokenizer``; the copy task also uses ``model.count_tokens`` and ``model.tokenize``).
-    ValueError naming what the tokenizer lacks (no single-token names, no two-digit years)."""
+    """The pairs ``request`` asks for, in ``model``'s tokens (a model of the transformers route,
+    or ``headlab.models.preview``'s view of one before its weights load: its ``tokenizer`` and
+    ``max_positions``; the copy task also uses ``model.count_tokens`` and ``model.tokenize``).
+    ValueError naming what the tokenizer lacks (no single-token names, no two-digit years), and
+    for inputs longer than the model's positions (``check_positions``; an induction or copy
+    task before its pairs are drawn)."""
     from headlab.circuits import tasks_builtin, tasks_pairs
 
     tokenizer = tokenizer_of(model)
     seed, n = request.seed, request.n_pairs
+    positions = getattr(model, "max_positions", None)
+    check_task_length(request, model)
     if request.task == "induction":
         return tasks_builtin.induction(tokenizer, n, request.resolved_length, seed)
     if request.task == "copy":
         return tasks_builtin.copy(model, tokenizer, n, request.resolved_length, seed)
-    if request.task == "ioi":
-        return tasks_builtin.ioi(tokenizer, n, seed)
-    if request.task == "greater-than":
-        return tasks_builtin.greater_than(tokenizer, n, seed)
-    rows = tasks_pairs.read_pairs(request.pairs_file)
-    return tasks_pairs.encode_pairs(rows, tokenizer, request.equal_lengths,
-                                    where=request.pairs_file)  # fmt: skip
+    if request.task == "pairs":
+        rows = tasks_pairs.read_pairs(request.pairs_file)
+        return tasks_pairs.encode_pairs(rows, tokenizer, request.equal_lengths,
+                                        where=request.pairs_file, positions=positions)  # fmt: skip
+    built = tasks_builtin.ioi if request.task == "ioi" else tasks_builtin.greater_than
+    pairs = built(tokenizer, n, seed)
+    check_positions(int(pairs.clean.shape[1]), positions, f"the {request.task} task's text")
+    return pairs
 
 
 def tokenizer_of(model):
@@ -108,5 +142,6 @@ def tokenizer_of(model):
 
 __all__ = [
     "DEFAULT_LENGTHS", "METRICS", "TASKS", "TaskPairs", "TaskRequest", "build_pairs",
-    "last_position_answers", "tokenizer_of",
+    "check_positions", "check_task_length", "last_position_answers", "task_positions",
+    "tokenizer_of",
 ]  # fmt: skip

@@ -6,10 +6,13 @@
 ``answer`` (and the optional ``wrong``) is one token: its text (the tokenizer must write it as
 exactly one token) or its id. The metric reads the clean text's last position: the logit
 difference answer - wrong when every row has ``wrong``, the answer's log-probability when none
-has. Blank lines are skipped. Checked in two steps, each error one line naming the line:
-``read_pairs`` (no tokenizer: JSON, fields, types; before any model loads) and ``encode_pairs``
-(the tokenizer: answers inside the vocabulary and one token each, equal lengths where the
-method needs them).
+has. Lines end at ``\n`` only (a raw U+2028 or U+0085 inside a string, as
+``json.dumps(..., ensure_ascii=False)`` writes it, is text); blank lines are skipped. Checked in
+two steps, each error one line naming the line and the rule: ``read_pairs`` (no tokenizer: JSON,
+fields, types, Unicode text without lone surrogates, at most ``MAX_TEXT_CHARS`` characters a
+text; before any model loads) and ``encode_pairs`` (the tokenizer: every text at least one token
+and within the model's positions, answers inside the vocabulary and one token each, equal lengths
+where the method needs them).
 """
 
 from __future__ import annotations
@@ -21,13 +24,16 @@ from pathlib import Path
 
 import torch
 
-from headlab.circuits.clean_corrupted import TaskPairs, last_position_answers
+from headlab.circuits.clean_corrupted import TaskPairs, check_positions, last_position_answers
 from headlab.results.input_files import check_depth, check_regular, read_bytes
 
 FIELDS = ("clean", "corrupted", "answer", "wrong")
 #: the largest pairs file read (a pair is a few hundred bytes; this is far more than a run takes)
 MAX_BYTES = 64 * 2**20
 MAX_PAIRS = 4096
+#: the longest text of a pair: beyond any model's context (128k positions at four characters a
+#: token is half of it), small enough for a tokenizer to hold (it takes about 70 bytes a character)
+MAX_TEXT_CHARS = 2**20
 
 
 @dataclass(frozen=True)
@@ -55,11 +61,11 @@ def read_pairs(path: str | Path) -> list[PairRow]:
         raise ValueError(f"{path}: expected at most {MAX_BYTES} bytes of pairs, got {size}")
     rows = []
     try:
-        lines = read_bytes(path, "pairs file", MAX_BYTES).decode("utf-8").splitlines()
+        lines = read_bytes(path, "pairs file", MAX_BYTES).decode("utf-8").split("\n")
     except UnicodeDecodeError as error:
         raise ValueError(f"{path}: expected UTF-8 text, got {error.reason}") from None
     for number, text in enumerate(lines, 1):
-        if not text.strip():
+        if not text.strip(" \t\r"):  # JSON's whitespace: a line of it is blank
             continue
         rows.append(_row(text, number, path))
         if len(rows) > MAX_PAIRS:
@@ -94,6 +100,9 @@ def _row(text: str, number: int, path: Path) -> PairRow:
         if not isinstance(value, str) or not value:
             raise ValueError(f"{where}: expected {name!r} a non-empty string, got "
                              f"{_shown(value)}")  # fmt: skip
+        if len(value) > MAX_TEXT_CHARS:
+            raise ValueError(f"{where}: expected {name!r} of at most {MAX_TEXT_CHARS:,} "
+                             f"characters, got {len(value):,}")  # fmt: skip
     tokens = {}
     for name in ("answer", "wrong"):
         value = data.get(name)
@@ -105,7 +114,22 @@ def _row(text: str, number: int, path: Path) -> PairRow:
             raise ValueError(f"{where}: expected {name!r} a token (its text or a non-negative "
                              f"id), got {_shown(value)}")  # fmt: skip
         tokens[name] = value
+    for name in FIELDS:
+        _check_unicode(data.get(name), name, where)
     return PairRow(number, data["clean"], data["corrupted"], tokens["answer"], tokens["wrong"])
+
+
+def _check_unicode(value: object, name: str, where: str) -> None:
+    """ValueError for a string holding a lone surrogate (JSON's ``\\ud800`` escape reads as
+    one): no Unicode text, which no tokenizer takes."""
+    if not isinstance(value, str):
+        return
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as error:
+        code = ord(value[error.start])
+        raise ValueError(f"{where}: expected {name!r} Unicode text, got a lone surrogate "
+                         f"(\\u{code:04x} at character {error.start + 1})") from None  # fmt: skip
 
 
 def _shown(value: object) -> str:
@@ -115,10 +139,16 @@ def _shown(value: object) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def encode_pairs(rows: list[PairRow], tokenizer, equal_lengths: bool = True,
-                 where: str | Path = "pairs") -> TaskPairs:  # fmt: skip
+def encode_pairs(
+    rows: list[PairRow],
+    tokenizer,
+    equal_lengths: bool = True,
+    where: str | Path = "pairs",
+    positions: int | None = None,
+) -> TaskPairs:
     """``rows`` in ``tokenizer``'s tokens (its own special tokens added, as the model reads a
-    text): ValueError naming the line for an answer outside the vocabulary or not one token,
+    text): ValueError naming the line for a text of no token or of more than ``positions``
+    tokens (the model's; None: unchecked), an answer outside the vocabulary or not one token,
     and, with ``equal_lengths``, for clean and corrupted texts of different token counts.
     Rows of different lengths are padded on the right (a causal model's padding after the last
     real token changes nothing before it)."""
@@ -128,6 +158,12 @@ def encode_pairs(rows: list[PairRow], tokenizer, equal_lengths: bool = True,
         at = f"{where} line {row.line}"
         clean = list(tokenizer(row.clean)["input_ids"])
         corrupted = list(tokenizer(row.corrupted)["input_ids"])
+        for name, text, ids in (("clean", row.clean, clean), ("corrupted", row.corrupted,
+                                                              corrupted)):  # fmt: skip
+            if not ids:
+                raise ValueError(f"{at}: expected {name!r} of at least one token, got none (the "
+                                 f"tokenizer writes {_shown_text(text)} as no token)")  # fmt: skip
+            check_positions(len(ids), positions, f"{at}: {name!r}")
         if equal_lengths and len(clean) != len(corrupted):
             raise ValueError(f"{at}: clean and corrupted must have the same number of tokens "
                              f"for this method, got {len(clean)} and {len(corrupted)}")  # fmt: skip
@@ -147,6 +183,10 @@ def encode_pairs(rows: list[PairRow], tokenizer, equal_lengths: bool = True,
     metric = "logprob" if wrong is None else "logit_diff"
     return TaskPairs("pairs", metric, clean_ids, corrupted_ids, mask, answers, wrong_full,
                      pad_id=int(pad))  # fmt: skip
+
+
+def _shown_text(text: str) -> str:
+    return repr(text) if len(text) <= 40 else repr(text[:37]) + "..."
 
 
 def _token(value: str | int, name: str, tokenizer, vocab: int, at: str) -> int:

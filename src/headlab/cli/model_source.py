@@ -20,7 +20,6 @@ from pathlib import Path
 
 import typer
 
-from headlab.cli.outputs import an_input_folder
 from headlab.cli.parsing import flags
 from headlab.cli.progress import progress
 
@@ -56,12 +55,31 @@ def hub_access(download: bool) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
+def declare_model_inputs(choice: ModelChoice) -> None:
+    """The model's files and folders (the folder or file given, a packaged model's, a hub id's
+    folder in the hub cache, headlab's cache of GGUF conversions) are the command's inputs: no
+    output replaces one or is written inside one, not even with --force. Found only when an
+    output is checked (``headlab.models.load.opened_paths``), so a refusal of another option
+    imports nothing."""
+    from headlab.results.output_policy import declare_inputs
+
+    def opened() -> tuple[tuple[Path, bool], ...]:
+        from headlab.models.load import opened_paths
+
+        return opened_paths(choice.name_or_path)
+
+    declare_inputs(opened)
+
+
 def open_model(source: ModelChoice, *, quiet: bool = False):
     """``headlab.models.load`` with the command's options, under a progress pulse (none when
     ``quiet``, --json); offline unless --download. Its errors name the flags."""
     hub_access(source.download)
     from headlab.models import load
+    from headlab.models.hf.kinds_loader import refuse_other_kinds
 
+    with flags("model"):  # from the config alone, before any weight is read
+        refuse_other_kinds(source.name_or_path)
     names = ("model", "backend", "download", "trust_remote_code")
     with flags(*names), progress("loading the model", None, quiet=quiet):
         return load(
@@ -91,6 +109,18 @@ def require_next_token_logits(source: ModelChoice, needed_by: str) -> None:
         raise ValueError(f"{error}: use --model smollm2 or another language model") from None
 
 
+def preview_model(source: ModelChoice, *, quiet: bool = False):
+    """``headlab.models.preview.preview`` with the command's options (its config and tokenizer,
+    no weight), under a progress pulse; offline unless --download. Its errors name the flags."""
+    hub_access(source.download)
+    from headlab.models.preview import preview
+
+    names = ("model", "backend", "download", "trust_remote_code")
+    with flags(*names), progress("reading the model's config", None, quiet=quiet):
+        return preview(source.name_or_path, download=source.download,
+                       trust_remote_code=source.trust_remote_code)  # fmt: skip
+
+
 def _options(default: str | None, help: str, folder: bool, backend: bool) -> list:
     """(name, annotation, typer option) of each option of the group, in the order shown."""
     # with --model-dir, the default model is taken only when neither option is given
@@ -99,7 +129,6 @@ def _options(default: str | None, help: str, folder: bool, backend: bool) -> lis
     if folder:
         options.append(("model_dir", Path | None, typer.Option(
             None, "--model-dir", help="A model folder (same as --model PATH).",
-            callback=an_input_folder,
         )))  # fmt: skip
     if backend:
         options.append(("backend", str | None, typer.Option(
@@ -147,6 +176,7 @@ def model_source(
             if chosen["model"] is None and chosen.get("model_dir") is None:
                 chosen["model"] = default
             choice = ModelChoice(**chosen)
+            declare_model_inputs(choice)
             return command(**kwargs, source=choice)
 
         run.__signature__ = signature.replace(parameters=parameters)

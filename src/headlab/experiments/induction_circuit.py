@@ -53,7 +53,14 @@ from headlab.results.induction_circuit_result import (
 from headlab.results.run_config import RunConfig
 
 DETECTOR_LENGTH = INDUCTION.seq_len // 2  # two copies fit the 24 positions
-Progress = Callable[[int, int, int], None]  # (heads, step, steps)
+# (heads, step, steps, what runs at that step: "" once the checkpoint is measured, else the
+# measuring's part and its count, "K edges: exact patching 812/4096")
+Progress = Callable[[int, int, int, str], None]
+Stage = Callable[[str, int, int], None]  # (what runs, done, total), within one checkpoint
+
+
+def _quiet(what: str, done: int, total: int) -> None:
+    pass
 
 
 @dataclass(frozen=True)
@@ -125,8 +132,10 @@ def measure(
     pairs: tuple[Tensor, Tensor, Tensor],
     samples: int = 16,
     seed: int = 0,
+    stage: Stage = _quiet,
 ) -> CircuitCheckpoint:
-    """The checkpoint of ``model`` at ``step`` on held-out ``pairs`` (``task_pairs``)."""
+    """The checkpoint of ``model`` at ``step`` on held-out ``pairs`` (``task_pairs``);
+    ``stage(what, done, total)`` as each part runs."""
     clean, corrupted, answers = pairs
     module = model.model
     was_training = module.training
@@ -137,16 +146,20 @@ def measure(
             loss = F.cross_entropy(logits, answers).item()
             accuracy = (logits.argmax(-1) == answers).double().mean().item()
             vocabulary = torch.arange(INDUCTION.vocab_sizes[0])
+            stage("detectors", 0, 1)
             found = detect_heads(model, vocabulary, DETECTOR_LENGTH, count=32, seed=seed)
         prev = found["previous_token"][0]
         ind = found["induction"][1]
         p = max(range(len(prev)), key=prev.__getitem__)
         i = max(range(len(ind)), key=ind.__getitem__)
-        scores = composition_scores(model, samples=samples, seed=seed)
+        scores = composition_scores(model, samples=samples, seed=seed,
+                                    on_layer=lambda d, n: stage("composition", d, n))  # fmt: skip
         k = scores.score("k", f"0.{p}", f"1.{i}")
         edge = f"0.{p}->1.{i}<k>"
+        stage("patching", 0, 2)
         patcher = Patcher(model, clean, corrupted, _answer_metric(clean, answers))
         effect = float(patcher.effects([edge])[0])
+        stage("patching", 1, 2)
         heads = range(len(prev))
         every_k = {f"0.{s}->1.{r}<k>" for s in heads for r in range(len(ind))}
         k_path = float(CircuitPatcher(patcher).metric([every_k])[0]) - patcher.clean_value
@@ -162,28 +175,34 @@ def measure(
 
 
 def k_edges(model: TransformersModel, pairs: tuple[Tensor, Tensor, Tensor], samples: int = 16,
-            seed: int = 0) -> KEdges:  # fmt: skip
+            seed: int = 0, stage: Stage = _quiet) -> KEdges:  # fmt: skip
     """Every K edge 0.s -> 1.r<k> of ``model`` scored by composition, EAP, EAP-IG (5 steps)
-    and exact path patching on ``pairs``, with the detectors' scores of every head."""
+    and exact path patching on ``pairs``, with the detectors' scores of every head;
+    ``stage(what, done, total)`` as each part runs (exact patching: edge by edge)."""
     clean, corrupted, answers = pairs
+    stage("K edges: detectors", 0, 1)
     with torch.no_grad():
         found = detect_heads(model, torch.arange(INDUCTION.vocab_sizes[0]), DETECTOR_LENGTH,
                              count=32, seed=seed)  # fmt: skip
     prev, ind = found["previous_token"][0], found["induction"][1]
     pairs_sr = [(s, r) for s in range(len(prev)) for r in range(len(ind))]
     edges = [f"0.{s}->1.{r}<k>" for s, r in pairs_sr]
-    scores = composition_scores(model, samples=samples, seed=seed)
+    scores = composition_scores(model, samples=samples, seed=seed,
+                                on_layer=lambda d, n: stage("K edges: composition", d, n))
     patcher = Patcher(model, clean, corrupted, _answer_metric(clean, answers))
     attributed = {
         method: edge_attribution(model, clean, corrupted, patcher.metric, method=method,
-                                 edges=edges, patcher=patcher).scores
+                                 edges=edges, patcher=patcher,
+                                 progress=lambda d, n, m=method: stage(f"K edges: {m}", d, n)
+                                 ).scores
         for method in ("eap", "eap-ig")
     }  # fmt: skip
+    exact = patcher.effects(edges, progress=lambda d, n: stage("K edges: exact patching", d, n))
     return KEdges(
         edges=edges,
         composition=[float(scores.score("k", f"0.{s}", f"1.{r}")) for s, r in pairs_sr],
         eap=[float(v) for v in attributed["eap"]], eap_ig=[float(v) for v in attributed["eap-ig"]],
-        exact=[float(v) for v in patcher.effects(edges)],
+        exact=[float(v) for v in exact],
         previous_scores=[float(v) for v in prev], induction_scores=[float(v) for v in ind],
     )  # fmt: skip
 
@@ -192,14 +211,18 @@ FRACTIONS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)  # the issue's 1, 2, 5% and t
 
 
 def circuit_faithfulness(model: TransformersModel, pairs: tuple[Tensor, Tensor, Tensor],
-                         seeds: int = 3) -> FaithfulnessCurve:  # fmt: skip
+                         seeds: int = 3, stage: Stage = _quiet) -> FaithfulnessCurve:  # fmt: skip
     """The faithfulness of the top-n EAP-IG (5 steps) circuits of ``model``'s whole graph at
-    ``FRACTIONS`` of its edges, beside ``seeds`` random circuits of each size."""
+    ``FRACTIONS`` of its edges, beside ``seeds`` random circuits of each size;
+    ``stage(what, done, total)`` as each part runs."""
     clean, corrupted, answers = pairs
     patcher = Patcher(model, clean, corrupted, _answer_metric(clean, answers))
-    scores = edge_attribution(model, clean, corrupted, patcher.metric, method="eap-ig",
-                              patcher=patcher)  # fmt: skip
-    return faithfulness_curve(CircuitPatcher(patcher), scores, FRACTIONS, seeds=seeds)
+    scores = edge_attribution(
+        model, clean, corrupted, patcher.metric, method="eap-ig", patcher=patcher,
+        progress=lambda d, n: stage("faithfulness: eap-ig", d, n),
+    )  # fmt: skip
+    return faithfulness_curve(CircuitPatcher(patcher), scores, FRACTIONS, seeds=seeds,
+                              progress=lambda d, n: stage("faithfulness: circuits", d, n))
 
 
 def _answer_metric(clean: Tensor, answers: Tensor):
@@ -218,12 +241,19 @@ def train_and_measure(config: FormationConfig, progress: Progress | None = None)
     held_out = task_pairs(run.eval_size, run.seed + EVAL_SEED_OFFSET)  # the sweep's eval data
     checkpoints = []
 
+    def stage_of(step: int) -> Stage:
+        def stage(what: str, done: int, total: int) -> None:
+            if progress is not None:
+                progress(config.heads, step, config.steps, f"{what} {done}/{total}")
+
+        return stage
+
     def on_checkpoint(step: int, tiny) -> None:
         model = as_transformers(tiny, name=f"sweep-induction-h{config.heads}")
         checkpoints.append(measure(model, step, held_out, config.composition_samples,
-                                   config.seed))  # fmt: skip
-        if progress is not None:
-            progress(config.heads, step, config.steps)
+                                   config.seed, stage_of(step)))  # fmt: skip
+        if progress is not None and step != config.steps:
+            progress(config.heads, step, config.steps, "")
 
     final = {}
 
@@ -231,8 +261,11 @@ def train_and_measure(config: FormationConfig, progress: Progress | None = None)
         on_checkpoint(step, tiny)
         if step == config.steps:
             model = as_transformers(tiny)
-            final["k"] = k_edges(model, held_out, config.composition_samples, config.seed)
-            final["curve"] = circuit_faithfulness(model, held_out)
+            final["k"] = k_edges(model, held_out, config.composition_samples, config.seed,
+                                 stage_of(step))  # fmt: skip
+            final["curve"] = circuit_faithfulness(model, held_out, stage=stage_of(step))
+            if progress is not None:
+                progress(config.heads, step, config.steps, "")
 
     run_one(run, on_checkpoint=on_final)
     heads = f"{run.num_heads} head{'s' * (run.num_heads > 1)}"

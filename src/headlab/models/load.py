@@ -60,6 +60,38 @@ def check_source(name_or_path: str | Path | None) -> None:
     )
 
 
+def opened_paths(name_or_path: str | Path | None) -> tuple[tuple[Path, bool], ...]:
+    """What loading ``name_or_path`` reads from disk, as (path, is_folder) pairs: the folder or
+    file given, the packaged model's folder or file, the hub cache's folder of a hub id, and
+    headlab's cache of GGUF conversions (``models/gguf_cache.py``) for a GGUF. The output policy
+    treats them as the command's inputs (``headlab.results.output_policy.declare_input``): no
+    output replaces them or is written inside one of the folders. Nothing is loaded; a packaged
+    model that is not installed names nothing (its load says why)."""
+    from headlab.models.gguf_cache import cache_root
+    from headlab.models.hf.checkpoint import HUB_ID
+
+    paths: list[tuple[Path, bool]] = []
+    source = "minilm" if name_or_path is None else name_or_path
+    try:
+        if source == "minilm":
+            paths.append((default_model_dir(), True))
+        elif source == "smollm2":
+            paths += [(packaged_smollm2(), False), (cache_root(), True)]
+        elif Path(source).exists():
+            folder = Path(source).is_dir()
+            paths.append((Path(source), folder))
+            if not folder and Path(source).suffix == ".gguf":
+                paths.append((cache_root(), True))
+        elif isinstance(source, str) and HUB_ID.match(source):
+            from huggingface_hub import constants
+
+            repo = "models--" + source.replace("/", "--")
+            paths.append((Path(constants.HF_HUB_CACHE) / repo, True))
+    except (OSError, ValueError):  # a packaged model not installed, a name no path can be
+        pass
+    return tuple(paths)
+
+
 def load(
     name_or_path: str | Path | None = None,
     *,

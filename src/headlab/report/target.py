@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from headlab.notices import HeadlabWarning
-from headlab.results.output_policy import OutputRefused, check_parent
+from headlab.results.output_policy import OutputRefused, check_not_input, check_parent
 
 
 @dataclass(frozen=True)
@@ -68,6 +68,7 @@ def check_folder(
         if inside(_absolute(item), target) or inside(_absolute(item).resolve(), target.resolve()):
             raise OutputRefused(f"{where} holds an input of the report ({item}); not replacing it")
     check_parent(target, kind.argument)
+    check_not_input(target, kind.argument)  # inside the model's folder, say
     if target.is_symlink():
         raise OutputRefused(f"{where} is a symbolic link; give the real path")
     if not target.exists():

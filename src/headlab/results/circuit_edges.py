@@ -139,6 +139,11 @@ class FaithfulnessCurve:
         for i, size in enumerate(sizes):
             if not is_int(size) or size < 1:
                 raise problem(f"{fields.at('sizes')}[{i}]", "an integer >= 1", size)
+        edges = fields.int("edges", 1)
+        for i, size in enumerate(sizes):
+            if size > edges:
+                raise problem(f"{fields.at('sizes')}[{i}]", f"an integer <= {edges} (its edges)",
+                              size)  # fmt: skip
         faithfulness = fields.numbers("faithfulness")
         random = fields.grid("random")
         for key, got in (("sizes", sizes), ("faithfulness", faithfulness), ("random", random)):
@@ -148,7 +153,7 @@ class FaithfulnessCurve:
             method=fields.str("method"),
             selection=selection,
             metric=fields.str("metric"),
-            edges=fields.int("edges", 1),
+            edges=edges,
             fractions=fractions,
             sizes=sizes,
             faithfulness=faithfulness,

@@ -9,6 +9,7 @@ and the graph's layer shapes (query and K/V heads per layer) that the figure dra
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from headlab.results.circuit_edges import EdgeScores, FaithfulnessCurve
@@ -18,6 +19,11 @@ from headlab.results.schema import Fields, is_int, problem
 RUN_METHODS = (
     "composition", "path-patching", "eap", "eap-ig", "eap-ig-activations", "eap-ig-senders"
 )
+# The graph's node names (circuits/graph.py): a head "layer.head", a K/V group "layer.gG", an MLP
+# "mlp.layer"; the embeddings and the logits name no layer.
+_HEAD = re.compile(r"(\d+)\.(\d+)")
+_GROUP = re.compile(r"(\d+)\.g(\d+)")
+_MLP = re.compile(r"mlp\.(\d+)")
 
 
 @dataclass(frozen=True)
@@ -84,6 +90,7 @@ class CircuitRun:
         if len(kv_heads) != len(heads):
             raise problem(fields.at("kv_heads_per_layer"), f"{len(heads)} counts", kv_heads)
         scores = EdgeScores.from_dict(fields.object("scores").data, fields.at("scores"))
+        _check_shapes(fields, heads, kv_heads, scores.edges)
         top = fields.int("top", 1, max(1, len(scores.edges)))
         curve = fields.data.get("faithfulness")
         offsets = fields.data.get("rotary_offsets")
@@ -95,8 +102,8 @@ class CircuitRun:
             if method != "composition":
                 raise problem(fields.at("rotary_offsets"), "null for method " + method, offsets)
         return cls(
-            model=fields.str("model"),
-            task=fields.str("task"),
+            model=fields.name("model"),
+            task=fields.name("task"),
             method=method,
             steps=steps,
             top=top,
@@ -113,6 +120,47 @@ class CircuitRun:
             ),
             rotary_offsets=offsets,
         )
+
+
+def _named_nodes(edges: list[str]) -> tuple[dict[int, int], dict[int, int], set[int]]:
+    """From the edges' node names: per layer, the highest head and K/V group named, plus one
+    (the count they imply), and every layer named (a head's, a group's or an MLP's)."""
+    heads: dict[int, int] = {}
+    groups: dict[int, int] = {}
+    layers: set[int] = set()
+    for edge in edges:
+        sender, _, rest = edge.partition("->")
+        for node in (sender, rest.partition("<")[0]):
+            for pattern, counts in ((_HEAD, heads), (_GROUP, groups), (_MLP, None)):
+                found = pattern.fullmatch(node)
+                if found is None:
+                    continue
+                layer = int(found.group(1))
+                layers.add(layer)
+                if counts is not None:
+                    counts[layer] = max(counts.get(layer, 0), int(found.group(2)) + 1)
+    return heads, groups, layers
+
+
+def _check_shapes(fields: Fields, heads: list[int], kv_heads: list[int], edges: list[str]) -> None:
+    """The layer shapes against what the file holds: as many layers as the edges name, each
+    layer's head count the heads its edges name (every head of the graph has an edge), its K/V
+    count dividing it and, where its groups are named (GQA), their count."""
+    named_heads, named_groups, layers = _named_nodes(edges)
+    if len(heads) != len(layers) or (layers and max(layers) != len(layers) - 1):
+        raise problem(fields.at("heads_per_layer"),
+                      f"{len(layers)} layers (those its edges name)", heads)  # fmt: skip
+    for layer, (count, kv) in enumerate(zip(heads, kv_heads, strict=True)):
+        if count != named_heads.get(layer, 0):
+            raise problem(f"{fields.at('heads_per_layer')}[{layer}]",
+                          f"{named_heads.get(layer, 0)} (the heads its edges name in layer "
+                          f"{layer})", count)  # fmt: skip
+        at = f"{fields.at('kv_heads_per_layer')}[{layer}]"
+        if layer in named_groups and kv != named_groups[layer]:
+            raise problem(at, f"{named_groups[layer]} (the K/V groups its edges name in layer "
+                          f"{layer})", kv)  # fmt: skip
+        if count % kv:
+            raise problem(at, f"a count dividing {count} (the layer's heads)", kv)
 
 
 def _counts(fields: Fields, key: str) -> list[int]:

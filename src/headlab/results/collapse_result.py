@@ -56,4 +56,4 @@ class CollapseResult:
         every, single = (
             [CollapseRow.from_dict(r) for r in f.objects(k, nonempty=True)] for k in ROW_LISTS
         )
-        return cls(f.str("model"), f.int("n_texts"), every, single)
+        return cls(f.name("model"), f.int("n_texts"), every, single)

@@ -150,7 +150,7 @@ class CompositionScores:
             scores[mode] = _matrix(got.list(mode), got.at(mode), total, cols)
         missing = fields.object("missing")
         return cls(
-            model=fields.str("model"),
+            model=fields.name("model"),
             heads_per_layer=heads,
             kv_heads_per_layer=kv_heads,
             scores=scores,

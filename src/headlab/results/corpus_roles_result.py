@@ -117,7 +117,7 @@ class DocumentSums:
         if first not in sums:
             raise problem(f.at("first_token"), "one of the names in sums", first)
         return cls(
-            model=f.str("model"),
+            model=f.name("model"),
             first_token=first,
             kv_heads_per_layer=list(kv),
             predicts=f.bool("predicts"),

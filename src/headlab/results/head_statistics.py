@@ -78,7 +78,7 @@ class HeadStatistics:
         notes = []
         if "notes" in data:
             notes = f.get("notes", "a list of strings", _strings)
-        return cls(f.str("model"), f.int("n_texts"), layers, heads, grids["metrics"],
+        return cls(f.name("model"), f.int("n_texts"), layers, heads, grids["metrics"],
                    grids.get("detectors", {}), notes)  # fmt: skip
 
     def top(self, name: str, count: int = 5) -> list[tuple[int, int, float]]:

@@ -37,7 +37,7 @@ class ImportanceResult:
         f = Fields(data, where)
         importance = f.grid("importance")
         raw = f.grid("raw", len(importance), max(map(len, importance), default=0))
-        return cls(f.str("model"), f.int("n_texts"), f.str("objective"), importance, raw)
+        return cls(f.name("model"), f.int("n_texts"), f.str("objective"), importance, raw)
 
     def ranking(self) -> list[tuple[int, int]]:
         """All (layer, head) pairs, least important first (ties: lower layer, lower head)."""

@@ -170,7 +170,7 @@ class FormationRun:
         if data.get("faithfulness") is not None:
             curve = FaithfulnessCurve.from_dict(f.object("faithfulness").data,
                                                 f.at("faithfulness"))  # fmt: skip
-        return cls(f.int("heads", 1), f.int("seed"), f.int("steps", 1), f.str("model"), points,
+        return cls(f.int("heads", 1), f.int("seed"), f.int("steps", 1), f.name("model"), points,
                    k_edges, curve)  # fmt: skip
 
 

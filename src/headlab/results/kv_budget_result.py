@@ -130,7 +130,7 @@ class KVBudgetResult:
             TextContext.from_dict(f.object(name)) if name in data else None
             for name in ("held_out", "calibration")
         )
-        return cls(f.str("model"), f.int("n_tokens", 2), f.int("sinks"), f.int("window", 1),
+        return cls(f.name("model"), f.int("n_tokens", 2), f.int("sinks"), f.int("window", 1),
                    f.int("copy_positions"), ranking, runs, check, texts, held_out,
                    calibration)  # fmt: skip
 

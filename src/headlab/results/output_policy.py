@@ -18,17 +18,18 @@ How a file is recognised as headlab's own, by kind:
 An empty regular file holds nothing to lose and counts as new.
 
 A command's own inputs are never replaced, not even with ``force``: a command declares them
-(``reading``; the CLI's input options do it as they are parsed), and every check refuses an
+(``reading``; the CLI's input options do it as they are parsed, and its model options declare
+every file and folder the model's load reads: ``declare_inputs``), and every check refuses an
 output that is one of them (the same file, by device and inode, or the same path), or that lies
 inside an input folder whose files the command reads (its outputs would be read back as input on
-the next run).
+the next run; a model's folder is one).
 """
 
 from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -114,8 +115,12 @@ def check_parent(path: Path, argument: str = "path") -> None:
         raise OutputRefused(f"{_named(argument, path)}: the folder {parent} is not writable")
 
 
-# The inputs of the command under way: (path, whether it is a folder whose files it reads).
-_INPUTS: ContextVar[tuple[tuple[Path, bool], ...]] = ContextVar("headlab_inputs", default=())
+# The inputs of the command under way: (path, whether it is a folder whose files it reads), or a
+# function that names such pairs when an output is checked (``declare_inputs``).
+Inputs = Callable[[], Iterable[tuple[Path, bool]]]
+_INPUTS: ContextVar[tuple[tuple[Path, bool] | Inputs, ...]] = ContextVar(
+    "headlab_inputs", default=()
+)
 
 
 @contextmanager
@@ -146,6 +151,21 @@ def declare_input(path: str | Path | None, *, folder: bool = False) -> None:
         _INPUTS.set((*_INPUTS.get(), (Path(path), folder)))
 
 
+def declare_inputs(inputs: Inputs) -> None:
+    """Add the (path, is_folder) pairs that ``inputs()`` names to the inputs of the command
+    under way; it is called when an output is checked, so that finding them (a model's files,
+    ``headlab.models.load.opened_paths``) costs nothing before then."""
+    _INPUTS.set((*_INPUTS.get(), inputs))
+
+
+def _declared() -> Iterator[tuple[Path, bool]]:
+    for entry in _INPUTS.get():
+        if callable(entry):
+            yield from entry()
+        else:
+            yield entry
+
+
 def _same(a: Path, b: Path) -> bool:
     try:
         return os.path.samefile(a, b)
@@ -157,7 +177,7 @@ def check_not_input(path: str | Path, argument: str = "path") -> None:
     """OutputRefused when ``path`` is one of the command's inputs or inside an input folder it
     reads, whatever ``force`` says."""
     path = Path(path)
-    for source, folder in _INPUTS.get():
+    for source, folder in _declared():
         if _same(path, source):
             raise OutputRefused(
                 f"{_named(argument, path)} is this command's input ({source}); headlab never "

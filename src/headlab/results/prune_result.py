@@ -73,4 +73,4 @@ class PruneResult:
         f = Fields(data, where)
         steps = [PruneStep.from_dict(s) for s in f.objects("steps", nonempty=True)]
         by = f.get("by", "removal or mask", lambda v: v in BY) if "by" in data else "removal"
-        return cls(f.str("model"), f.int("n_texts"), steps, by)
+        return cls(f.name("model"), f.int("n_texts"), steps, by)

@@ -81,5 +81,5 @@ class RedundancyResult:
         f = Fields(data, where)
         layers = [LayerSpectrum.from_dict(layer) for layer in f.objects("layers")]
         curve = [CurvePoint.from_dict(point) for point in f.objects("curve")]
-        return cls(f.str("model"), f.int("n_texts"), f.int("embed_dim", 1), f.int("qk_width", 1),
+        return cls(f.name("model"), f.int("n_texts"), f.int("embed_dim", 1), f.int("qk_width", 1),
                    layers, curve)  # fmt: skip

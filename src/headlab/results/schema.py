@@ -17,6 +17,9 @@ from headlab.limits import MAX_SIZE
 # The largest integer a results file may hold where no tighter bound is given: past 2**53 a JSON
 # number is no longer an exact integer for most readers, and such a count is an edit, not a run.
 MAX_COUNT = 2**53
+# The longest name a results file may give (a model's, a task's): the longest path a system takes
+# (PATH_MAX); a name past it is an edit, and drawn as a figure's title it would need gigabytes.
+MAX_NAME = 4096
 
 def is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
@@ -65,6 +68,14 @@ class Fields:
 
     def str(self, key: str) -> str:
         return self.get(key, "a string", lambda v: isinstance(v, str))
+
+    def name(self, key: str) -> str:
+        """A name (a model's, a task's): a string of at most ``MAX_NAME`` characters."""
+        value = self.str(key)
+        if len(value) > MAX_NAME:
+            raise ValueError(f"{self.at(key)}: expected a name of at most {MAX_NAME} characters, "
+                             f"got {len(value)}")  # fmt: skip
+        return value
 
     def int(self, key: str, low: int = 0, high: int = MAX_COUNT) -> int:
         value = self.get(key, f"an integer >= {low}", lambda v: is_int(v) and v >= low)

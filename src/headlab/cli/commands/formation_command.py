@@ -58,9 +58,12 @@ def induction_circuit(
     with progress("training and measuring", total, quiet=as_json) as update:
         finished = [0]  # steps of the runs finished
 
-        def on_step(h: int, step: int, _steps: int) -> None:
-            update(done=finished[0] + step, detail=f"h = {h}, step {step}")
-            if step == steps:
+        def on_step(h: int, step: int, _steps: int, stage: str) -> None:
+            # ``stage``: the measuring of the checkpoint at ``step`` under way and its count
+            # (the last one's K edges and faithfulness take longer than the training)
+            update(done=finished[0] + step,
+                   detail=f"h = {h}, step {step}" + (f": {stage}" if stage else ""))  # fmt: skip
+            if step == steps and not stage:  # the run is done, its last measuring included
                 finished[0] += steps
 
         result = induction_formation(counts, steps, every, seeds, on_step, lr=lr)

@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 from rich.text import Text
 
+from headlab.cli import model_kinds as kinds
 from headlab.cli.model_options import (
     AS_JSON,
     CORPUS,
@@ -23,6 +24,7 @@ from headlab.cli.outputs import emit_result
 from headlab.cli.parsing import flags
 from headlab.cli.progress import progress
 from headlab.cli.tables import fitted_tables
+from headlab.results.locations import model_results
 
 HEADS = typer.Option(
     ...,
@@ -43,8 +45,22 @@ def ablate(
     out: Path = OUT,
     as_json: bool = AS_JSON,
     force: bool = FORCE,
+    image: Path | None = kinds.IMAGE,
+    audio: Path | None = kinds.AUDIO,
+    source_text: list[str] | None = kinds.SOURCE_TEXT,
+    target_text: list[str] | None = kinds.TARGET_TEXT,
+    attention: str | None = kinds.ATTENTION,
 ) -> None:
-    """The model's loss with and without the --ablate heads (their outputs before W_O)."""
+    """The model's loss with and without the --ablate heads (their outputs before W_O).
+
+    Encoder-decoders (--source-text or --audio): the target's loss, heads of one --attention
+    kind ablated. Image models (--image): 1 - cosine of the class token's output.
+    """
+    if kinds.asked(image, audio, source_text, target_text) or kinds.declared(source)[0] != "text":
+        inputs = kinds.read_inputs(image, audio, source_text, target_text)
+        kind_out = None if out == model_results("ablate") else out  # its own default file
+        kinds.kind_ablate(source, inputs, attention, heads, kind_out, as_json, force)
+        return
     from headlab.heads.ablation import ablation_effect, parse_ablation
     from headlab.heads.requests import AblationRequest
 

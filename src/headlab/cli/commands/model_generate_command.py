@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 
+from headlab.cli import model_kinds as kinds
 from headlab.cli.model_options import AS_JSON
 from headlab.cli.model_source import (
     ModelChoice,
@@ -26,8 +29,21 @@ def generate(
         None, "--ablate", help="Heads zeroed in every step: LAYER.HEAD or LAYER.kvGROUP."
     ),
     as_json: bool = AS_JSON,
+    audio: Path | None = kinds.AUDIO,
+    source_text: list[str] | None = kinds.SOURCE_TEXT,
+    attention: str | None = kinds.ATTENTION,
 ) -> None:
-    """Greedy continuation of PROMPT by a decoder (no sampling: the same output every time)."""
+    """Greedy continuation of PROMPT by a decoder (no sampling: the same output every time).
+
+    An encoder-decoder writes from its source (--source-text, or --audio for Whisper), PROMPT
+    the start of its output ("" for none).
+    """
+    if kinds.asked(None, audio, source_text, None) or kinds.declared(source)[0] != "text":
+        if chat:
+            raise ValueError("--chat is for decoders with a chat template")
+        inputs = kinds.read_inputs(None, audio, source_text, None, prompt)
+        kinds.kind_generate(source, inputs, max_new_tokens, attention, heads, as_json)
+        return
     from headlab.heads.ablation import group_heads, parse_ablation
     from headlab.heads.generation import generate_text
     from headlab.heads.requests import GenerationRequest

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import typer
 
+from headlab.cli import model_kinds as kinds
 from headlab.cli.head_tables import concentration_table, head_grid, sink_table, top_table
 from headlab.cli.model_options import (
     AS_JSON,
@@ -79,6 +80,10 @@ def heads(
     out: Path | None = OUT,
     as_json: bool = AS_JSON,
     force: bool = FORCE_WITH_FIGURE,
+    image: Path | None = kinds.IMAGE,
+    audio: Path | None = kinds.AUDIO,
+    source_text: list[str] | None = kinds.SOURCE_TEXT,
+    target_text: list[str] | None = kinds.TARGET_TEXT,
 ) -> None:
     """Per-head attention statistics, and (decoders) the head kinds.
 
@@ -88,7 +93,15 @@ def heads(
     With --text-file or --max-tokens: every head on one long text, exactly, without ever holding
     the attention weights (memory grows linearly with the length), and in the same pass its role:
     retrieval (Wu et al.), copy, sink, local (what sinks + a recent window reproduce) or mixed.
+
+    Encoder-decoders (--source-text, or --audio for Whisper): each attention kind apart.
+    Image models (--image): statistics over patches and the high-norm tokens.
     """
+    if kinds.asked(image, audio, source_text, target_text) or kinds.declared(source)[0] != "text":
+        inputs = kinds.read_inputs(image, audio, source_text, target_text)
+        shown = None if metric == "entropy" else metric
+        kinds.kind_heads(source, inputs, shown, out, as_json, force)
+        return
     if text_file is not None or max_tokens is not None:
         if corpus is not None or max_length is not None:
             raise ValueError(

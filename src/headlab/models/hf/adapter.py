@@ -104,7 +104,9 @@ class TransformersModel(BlockRoute):
 
     @property
     def max_positions(self) -> int:
-        return int(getattr(self.config, "max_position_embeddings", None) or 2**20)
+        from headlab.models.hf.config_fields import max_positions_of
+
+        return max_positions_of(self.config)
 
     @property
     def output_width(self) -> int:

@@ -213,3 +213,8 @@ def declared_heads(config: dict) -> int | None:
     if all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in counts):
         return layers * heads
     return None
+
+
+def max_positions_of(config) -> int:
+    """The positions a model of ``config`` has (2**20 when its config names none: no limit)."""
+    return int(getattr(config, "max_position_embeddings", None) or 2**20)

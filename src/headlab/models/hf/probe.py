@@ -218,12 +218,15 @@ def _projection(
     return NO_SLICE
 
 
-def probe(model: nn.Module, family: str, tokens: int = 3) -> list[HFAttentionLayer]:
+def probe(
+    model: nn.Module, family: str, tokens: int = 3, inputs: dict | None = None
+) -> list[HFAttentionLayer]:
     """Each attention module of ``model`` (loaded on headlab's attention) as an
-    HFAttentionLayer, in the order a forward calls them. Raises ValueError when no module calls
-    the attention function."""
+    HFAttentionLayer, in the order a forward calls them. ``inputs``: the forward's keywords
+    (default: ``tokens`` token ids; an encoder-decoder or an image model passes its own).
+    Raises ValueError when no module calls the attention function."""
     paths = {id(m): name for name, m in model.named_modules()}
-    recorder = _observe(model, tokens)
+    recorder = _observe(model, tokens, inputs=inputs)
     config, modules = model.config.get_text_config(), dict(model.named_modules())
     return [_layer(call, recorder, paths, family, config, None, modules)[0]
             for call in _first_calls(recorder, family)]  # fmt: skip
@@ -269,9 +272,12 @@ class _Enough(Exception):
     """Raised from a hook to stop a forward that has shown all that is wanted."""
 
 
-def _observe(model: nn.Module, tokens: int, wanted: set[type] | None = None) -> Recorder:
-    """One forward of ``tokens`` tokens, observed (see the module docstring); with ``wanted``,
-    stopped once a module of each of these classes has been called and its output read."""
+def _observe(
+    model: nn.Module, tokens: int, wanted: set[type] | None = None, inputs: dict | None = None
+) -> Recorder:
+    """One forward of ``tokens`` tokens (or of ``inputs``, the forward's keywords), observed
+    (see the module docstring); with ``wanted``, stopped once a module of each of these classes
+    has been called and its output read."""
     recorder = Recorder(wanted=None if wanted is None else set(wanted))
     hooks = []
 
@@ -291,11 +297,13 @@ def _observe(model: nn.Module, tokens: int, wanted: set[type] | None = None) -> 
             hooks.append(module.register_forward_hook(norm_hook))
     config = model.config.get_text_config()
     device = next(model.parameters()).device
-    ids = (torch.arange(1, tokens + 1, device=device) % int(config.vocab_size))[None]
+    if inputs is None:
+        ids = (torch.arange(1, tokens + 1, device=device) % int(config.vocab_size))[None]
+        inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
     token = RECORDER.set(recorder)
     try:
         with torch.no_grad():
-            model(input_ids=ids, attention_mask=torch.ones_like(ids))
+            model(**inputs)
     except _Enough:
         pass
     finally:

@@ -32,8 +32,9 @@ def refuse_encoder_decoder(config, where: str) -> None:
     """ValueError naming the family when ``config`` is an encoder-decoder's."""
     if getattr(config, "is_encoder_decoder", False):
         raise ValueError(
-            f"{where}: family {family_of(config)!r} is an encoder-decoder; headlab runs "
-            f"decoders and encoders, not cross-attention; {LIST_HINT}"
+            f"{where}: family {family_of(config)!r} is an encoder-decoder; this route runs one "
+            f"text stream: its heads run through `headlab model heads/ablate/generate "
+            f"--source-text` (or --audio), headlab.models.hf.kinds_loader; {LIST_HINT}"
         )
 
 
@@ -70,5 +71,6 @@ def refuse_not_text(model_class: type, config, where: str) -> None:
         what = reads if reads != "input_ids" else "no vocabulary (no vocab_size)"
         raise ValueError(
             f"{where}: family {family!r} ({model_class.__name__}) reads {what}, not text; "
-            f"headlab runs language models and text encoders; {LIST_HINT}"
+            f"headlab runs language models and text encoders here, and ViT, DINOv2 and CLIP "
+            f"through `headlab model heads/ablate --image`; {LIST_HINT}"
         )

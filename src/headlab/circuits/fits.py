@@ -1,0 +1,104 @@
+"""Whether a circuits run fits the model, known before its weights load: from the model's config
+and tokenizer (``headlab.models.preview``) and the request alone.
+
+    check_fits_model(request, preview)   the task's inputs within the model's positions (the one
+                                         check, ``tasks.check_positions``; a line of the user's
+                                         pairs names itself), and the method's peak memory
+                                         (``memory_terms``) within the machine's, as compare's
+                                         set-ups are (``limits.check_fits``)
+
+``prepare`` checks the built pairs again against the loaded model (the same check), which
+covers a preview without a tokenizer yet (a hub checkpoint still to fetch).
+"""
+
+from __future__ import annotations
+
+from headlab.circuits.run import CircuitRequest
+from headlab.circuits.tasks import build_pairs, check_task_length
+from headlab.limits import check_fits
+
+FLOAT = 4  # bytes: every activation is float32
+# What torch adds on its first forward and backward and the allocator keeps (measured: 100-150
+# MiB on a small Llama, docs/circuits.md "Memory").
+OVERHEAD = 160 * 2**20
+
+
+def task_shape(request: CircuitRequest, preview) -> tuple[int, int]:
+    """(batch, pos) of the task's clean inputs, checked against the model's positions. Without
+    a tokenizer at hand, a lower bound (the induction task's BOS unknown, the other tasks' texts
+    one token: their check comes after the load)."""
+    task = request.task
+    known = check_task_length(task, preview)  # induction, copy: no pairs drawn
+    if known is not None:
+        return task.n_pairs, known
+    if preview.tokenizer is None:
+        return task.n_pairs, 1
+    pairs = build_pairs(task, preview)  # ioi, greater-than, the user's pairs: the tokenizer's
+    return int(pairs.clean.shape[0]), int(pairs.clean.shape[1])
+
+
+def _shape(config) -> dict[str, int]:
+    """The sizes the estimate reads from a transformers config (GPT-2's names are mapped to
+    these by transformers itself): layers, width, heads, K/V heads, head size, MLP, vocabulary."""
+    text = getattr(config, "text_config", None) or config
+
+    def size(*names: str, default: int = 0) -> int:
+        for name in names:
+            value = getattr(text, name, None)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+        return default
+
+    width = size("hidden_size", default=1)
+    heads = size("num_attention_heads", default=1)
+    head_dim = size("head_dim", default=max(1, width // heads))
+    return {
+        "layers": size("num_hidden_layers", default=1), "width": width, "heads": heads,
+        "kv_heads": size("num_key_value_heads", default=heads), "head_dim": head_dim,
+        "mlp": size("intermediate_size", "n_inner", default=4 * width),
+        "vocab": size("vocab_size", default=1),
+    }  # fmt: skip
+
+
+def memory_terms(request: CircuitRequest, config, batch: int, pos: int) -> dict[str, int]:
+    """The peak of the run's memory beyond the weights, in bytes, in parts keyed by the advice
+    that lowers each; fitted to measurements (docs/circuits.md, "Memory"), an upper bound.
+
+    Every method but composition keeps a clean and a corrupted run (the stream entering and
+    leaving each block, the heads' outputs, the MLPs' outputs, the logits at the metric's
+    positions) and makes logits a few rows at a time for the task's performance; path patching
+    adds each sender's write (batch, pos, width) and its patched copies (about 512 MiB, the
+    chunk's budget); EAP keeps what the backward needs (the activations of every layer), once
+    for EAP-IG's steps too. Composition reads the weights only."""
+    shape = _shape(config)
+    layers, width, vocab = shape["layers"], shape["width"], shape["vocab"]
+    query = shape["heads"] * shape["head_dim"]
+    positions = batch * pos
+    lower = f"lower --n-pairs {batch} or the task's {pos} tokens"
+    if request.method == "composition":
+        return {"the weights' products (composition reads no task)": OVERHEAD}
+    stream = (2 * layers + 1) * width + layers * query  # resid, MLP and head outputs, a run
+    terms = {
+        f"{lower} (the clean and corrupted runs)": 2 * FLOAT * positions * stream,
+        f"{lower} (logits over the vocabulary of {vocab})": 3 * FLOAT * positions * vocab,
+        f"{lower} (one forward's activations)": FLOAT * positions * (8 * width + 2 * shape["mlp"]
+                                                                     + 4 * query),
+        "torch's first backward and the allocator (fixed)": OVERHEAD,
+    }
+    if request.method == "path-patching":
+        senders = layers * shape["heads"] + layers + 1
+        terms[f"{lower} (every sender's write)"] = FLOAT * positions * width * senders
+        terms["the patched copies (a fixed budget)"] = 512 * 2**20
+    else:
+        per_layer = 12 * width + 3 * shape["mlp"] + 6 * query
+        terms[f"{lower} (the backward's activations)"] = FLOAT * positions * layers * per_layer
+    return terms
+
+
+def check_fits_model(request: CircuitRequest, preview) -> None:
+    """ValueError, before the model loads, for a task whose inputs the model cannot hold or
+    whose run would not fit in memory (the estimate, and what lowers its largest part)."""
+    batch, pos = task_shape(request, preview)
+    terms = memory_terms(request, preview.config, batch, pos)
+    check_fits(f"circuits --method {request.method} on {batch} pairs of {pos} tokens",
+               sum(terms.values()), max((size, advice) for advice, size in terms.items())[1])
