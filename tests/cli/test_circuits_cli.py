@@ -250,3 +250,48 @@ def test_path_patching_of_chosen_edges_and_the_refusal_of_every_edge(
 
 def _never(*args, **kwargs):
     raise AssertionError("an edge was patched")
+
+
+@pytest.mark.model
+def test_an_encoder_is_refused_before_it_loads(tmp_path, capsys, monkeypatch):
+    _no_loading(monkeypatch)
+    one_line(["circuits", "--model", "minilm", "--out", str(tmp_path / "c.json")], capsys,
+             "all-MiniLM-L6-v2 is an encoder without a language-model head; the induction task "
+             "needs next-token logits: use --model smollm2")  # fmt: skip
+    one_line(["circuits", "--model", "minilm", "--task", "ioi", "--out", str(tmp_path / "c.json")],
+             capsys, "the ioi task needs next-token logits")  # fmt: skip
+    assert not (tmp_path / "c.json").exists()
+
+
+def test_the_default_model_is_a_language_model(tmp_path, capsys, monkeypatch):
+    """Without --model or --model-dir the command outlines (then would load) smollm2; with
+    --model-dir alone, that folder (the default never conflicts with it)."""
+    import headlab.models.outline as outlines
+
+    seen = []
+
+    def record(name_or_path, **kwargs):
+        seen.append(name_or_path)
+        raise ValueError("stopped here")
+
+    monkeypatch.setattr(outlines, "outline", record)
+    one_line(["circuits", "--out", str(tmp_path / "c.json")], capsys, "stopped here")
+    folder = tmp_path / "model"
+    folder.mkdir()
+    one_line(["circuits", "--model-dir", str(folder), "--out", str(tmp_path / "c.json")],
+             capsys, "stopped here")  # fmt: skip
+    assert seen == ["smollm2", folder]
+
+
+@pytest.mark.model
+@pytest.mark.parametrize(("argv", "needed_by"), [
+    (["model", "generate", "Hello"], "generating text"),
+    (["model", "kv-budget"], "a KV budget"),
+])  # fmt: skip
+def test_other_commands_refuse_an_encoder_before_it_loads(tmp_path, capsys, monkeypatch, argv,
+                                                          needed_by):  # fmt: skip
+    _no_loading(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    one_line([*argv, "--model", "minilm"], capsys,
+             f"all-MiniLM-L6-v2 is an encoder without a language-model head; {needed_by} needs "
+             "next-token logits: use --model smollm2")  # fmt: skip

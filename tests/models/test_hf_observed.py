@@ -162,12 +162,13 @@ def test_the_table_the_results_and_the_report_name_the_blocks_without_heads(
     assert [html.unescape(note) for note in shown] == [f"Note: {BLOCK_NOTES['jamba'][0]}."]
 
 
-def test_the_families_command_lists_what_the_observation_passes(monkeypatch, capsys):
+def test_the_families_command_lists_what_the_observation_passes(monkeypatch, capsys, tmp_path):
     """On four families (all of them take minutes): one that calls the interface without the
     flag, one that computes its attention itself, one whose default config does not build (its
     checkpoints' configs may), and an encoder-decoder."""
     from headlab.models.hf import families
 
+    monkeypatch.setenv("HEADLAB_CACHE", str(tmp_path))
     monkeypatch.setattr(families, "text_families", lambda: ["stablelm", "bloom", "dbrx", "t5"])
     code, out, err = run(["model", "families", "--json"], capsys)
     assert code == 0, err

@@ -9,9 +9,13 @@ run:
 
 where x_v(run) is the stream v reads in this run (the sum of every earlier write, biases
 included). v's q / k / v (or MLP output, or the logits) are then made from x_v by the family's
-own norm and projection, as in path patching, and the run goes on. The sum is taken over the
-patched edges, or, when they are most of v's edges, as the stream's whole difference minus the
-unpatched ones:  sum over all u of the differences = x_v(corrupted) - x_v(run).
+own norm and projection, as in path patching, and the run goes on. The senders of every receiver
+are the first of the graph's senders in the order they write (graph.py), so the differences
+corrupted - run are kept stacked as they are written, (copy, sender, batch, pos, embed_dim), and
+the shifts of all the receivers of one layer (its q, k, v inputs; its MLP; the logits) are one
+batched product per copy: the 0/1 mask of patched edges (copy, receiver, sender) times the
+stacked differences (copy, sender, batch * pos * embed_dim). Its products with 0 and 1 are exact,
+so it equals the sum over the patched edges up to the order of the additions.
 
 This needs each sender's write in every run. Where nothing follows W_O (or the MLP) before the
 residual add, a head's write is its output through its own slice of W_O (an MLP's: its output),
@@ -43,7 +47,8 @@ import torch
 from torch import Tensor
 
 from headlab.attention.interventions import intervene
-from headlab.circuits.graph import EMBED, LOGITS
+from headlab.attention.one_thread import one_torch_thread
+from headlab.circuits.graph import EMBED, LOGITS, Graph
 from headlab.circuits.patching import Patcher
 from headlab.models.run_protocol import StopAt
 
@@ -67,6 +72,9 @@ class CircuitPatcher:
                 weight.detach().view(weight.shape[0], layer.num_heads, -1).permute(1, 0, 2)
             )
         self.linear = patcher.writes_are_linear()
+        #: every sender, in the order they write: the receivers' senders are its prefixes
+        self.senders = [node.name for node in self.graph.senders()]
+        self._inputs = ReceiverEdges(self.graph, self.senders)
 
     # ------------------------------------------------------------------ writes
     def head_writes(self, layer: int, head_outputs: Tensor) -> Tensor:
@@ -77,11 +85,14 @@ class CircuitPatcher:
     def metric(self, patched: Sequence[set[str]]) -> Tensor:
         """(len(patched),) float64: the metric with each set's edges patched (names of
         graph.py); an empty set gives the clean metric, every edge the corrupted one.
-        ValueError for an unknown edge name."""
+        ValueError for an unknown edge name. Runs on one torch thread while another process
+        competes for the cores (``one_torch_thread``: measured in docs/benchmarks.md)."""
+        index = self.graph.edge_index
         for edges in patched:
             for name in edges:
-                self.graph.edge(name)
-        with torch.no_grad():
+                if name not in index:
+                    self.graph.edge(name)  # raises, naming what is wrong
+        with torch.no_grad(), one_torch_thread(when_busy=True):
             return self._run([set(s) for s in patched]).double()
 
     def _run(self, patched: list[set[str]]) -> Tensor:
@@ -89,88 +100,87 @@ class CircuitPatcher:
         copies = len(patched)
         n = len(runner.blocks)
         corrupted, clean = p.corrupted, p.clean
-        # this run's write of each sender that has written, (copies * batch, pos, embed_dim)
-        run_writes: dict[str, Tensor] = {EMBED: clean.resid[0].repeat(copies, 1, 1)}
-        corrupted_writes: dict[str, Tensor] = {EMBED: corrupted.resid[0]}
         stream = clean.resid[0].repeat(copies, 1, 1)
+        chosen = self._chosen(patched, stream)  # (copy, edge) 0/1
+        # corrupted minus this run's write of each sender written so far, in the order of
+        # ``senders``: (copy, sender, batch, pos, embed_dim); only where writes are linear
+        differences = None
+        if self.linear:
+            differences = stream.new_empty((copies, len(self.senders), *clean.resid[0].shape))
+            differences[:, 0] = corrupted.resid[0] - clean.resid[0]
         # this run's head outputs and MLP outputs per layer (for writes taken per layer)
         self._run_heads: dict[int, Tensor] = {}
         self._run_mlp: dict[int, Tensor] = {}
         for block in runner.blocks:
             layer = block.index
-            corrupted_writes.update(self._named_heads(layer, corrupted.head_outputs[layer]))
-            spliced = self._attention_inputs(layer, stream, patched, run_writes, corrupted_writes)
+            spliced = self._attention_inputs(layer, stream, chosen, differences)
             heads = self._heads(layer, stream, spliced)
             self._run_heads[layer] = heads
-            for name, write in self._named_heads(layer, heads).items():
-                run_writes[name] = write
+            if differences is not None:
+                first = self._sender_index(f"{layer}.0")
+                run = self.head_writes(layer, heads)  # (head, copy * batch, pos, embed_dim)
+                run = run.view(run.shape[0], copies, -1, *run.shape[2:]).transpose(0, 1)
+                corrupted_writes = self.head_writes(layer, corrupted.head_outputs[layer])
+                differences[:, first : first + run.shape[1]] = corrupted_writes - run
             mlp_out = None
             if block.has_mlp:
                 mlp_name = f"mlp.{layer}"
-                base = stream + self._attention_write(layer, heads, block.parallel)
-                corrupted_base = corrupted.resid[layer] + (
-                    0 if block.parallel else self._attention_write(
-                        layer, corrupted.head_outputs[layer], False)
-                )  # fmt: skip
-                shift = self._shift((mlp_name, "in"), patched, base, corrupted_base,
-                                    run_writes, corrupted_writes)  # fmt: skip
+                shift = self._shifts([(mlp_name, "in")], chosen, differences, stream)[0]
                 mlp_out = self._mlp(layer, stream + shift, heads)
                 self._run_mlp[layer] = mlp_out
-                run_writes[mlp_name] = mlp_out
-                corrupted_writes[mlp_name] = corrupted.mlp[layer]
+                if differences is not None:
+                    run_mlp = mlp_out.view(copies, -1, *mlp_out.shape[1:])
+                    differences[:, self._sender_index(mlp_name)] = corrupted.mlp[layer] - run_mlp
             stream = self._block(layer, stream, spliced, mlp_out)
-        shift = self._shift((LOGITS, "in"), patched, stream, corrupted.resid[n], run_writes,
-                            corrupted_writes)  # fmt: skip
+        shift = self._shifts([(LOGITS, "in")], chosen, differences, stream)[0]
         return p.metric(runner.forward(n, stream + shift, copies))
 
-    def _named_heads(self, layer: int, head_outputs: Tensor) -> dict[str, Tensor]:
-        writes = self.head_writes(layer, head_outputs)
-        return {f"{layer}.{h}": writes[h] for h in range(writes.shape[0])}
+    def _sender_index(self, name: str) -> int:
+        return self._inputs.sender_index[name]
 
-    def _attention_write(self, layer: int, head_outputs: Tensor, parallel: bool) -> Tensor:
-        """What layer ``layer``'s heads add to the stream the MLP reads (0 when parallel)."""
-        if parallel:
-            return torch.zeros((), dtype=head_outputs.dtype)
-        return self.head_writes(layer, head_outputs).sum(0)
-
-    def _shift(self, key, patched, run_stream, corrupted_stream, run_writes, corrupted_writes):
-        """sum over patched edges u -> receiver ``key`` of corrupted minus run write, per copy:
-        (copies * batch, pos, embed_dim)."""
-        if not self.linear:
-            return self._layer_shift(key, patched, run_stream)
-        receiver, input_ = key
-        senders = [e.sender for e in self.graph.edges_into(receiver, input_)]
-        b = self.patcher.batch
-        shift = torch.zeros_like(run_stream)
+    def _chosen(self, patched: list[set[str]], like: Tensor) -> Tensor:
+        """(copy, edge) 1 where the copy's set patches the edge (graph order), else 0, in the
+        dtype and on the device of ``like``."""
+        index = self.graph.edge_index
+        chosen = like.new_zeros((len(patched), len(index)))
         for c, edges in enumerate(patched):
-            rows = slice(c * b, (c + 1) * b)
-            chosen = [u for u in senders if f"{u}->{_suffix(receiver, input_)}" in edges]
-            if not chosen:
-                continue
-            if 2 * len(chosen) <= len(senders):
-                total = sum(corrupted_writes[u] - run_writes[u][rows] for u in chosen)
-            else:  # the whole difference, less the unpatched edges'
-                kept = [u for u in senders if u not in set(chosen)]
-                total = corrupted_stream - run_stream[rows]
-                total = total - sum((corrupted_writes[u] - run_writes[u][rows] for u in kept),
-                                    torch.zeros_like(total))  # fmt: skip
-            shift[rows] = total
-        return shift
+            if edges:
+                chosen[c, torch.tensor([index[name] for name in edges])] = 1
+        return chosen
 
-    def _layer_shift(self, key, patched, run_stream):
-        """``_shift`` where writes are not linear after W_O: the patched senders of each layer
-        taken together (module docstring), (copies * batch, pos, embed_dim)."""
-        receiver, input_ = key
+    def _shifts(self, keys, chosen: Tensor, differences: Tensor | None, stream: Tensor) -> Tensor:
+        """sum over patched edges u -> each receiver of ``keys`` of corrupted minus run write,
+        per copy: (receiver, copy * batch, pos, embed_dim). Where writes are linear, one
+        product of the patched-edge mask (copy, receiver, sender) with the stacked differences
+        (copy, sender, batch * pos * embed_dim) for all of ``keys``, which read the same
+        senders; else ``_layer_shift`` per receiver."""
+        if not self.linear:
+            return torch.stack([self._layer_shift(key, chosen, stream) for key in keys])
+        starts, count = self._inputs.of(keys)
+        mask = torch.stack([chosen[:, s : s + count] for s in starts], 1)  # (copy, recv, sender)
+        if not bool(mask.any()):
+            return stream.new_zeros((len(keys), *stream.shape))
+        copies = chosen.shape[0]
+        senders = differences[:, :count].reshape(copies, count, -1)
+        product = torch.bmm(mask, senders)  # (copy, receiver, batch * pos * embed_dim)
+        shape = (copies, len(keys), *differences.shape[2:])
+        return product.view(shape).transpose(0, 1).reshape(len(keys), *stream.shape)
+
+    def _layer_shift(self, key, chosen: Tensor, run_stream):
+        """The shift of one receiver where writes are not linear after W_O: the patched senders
+        of each layer taken together (module docstring), (copies * batch, pos, embed_dim)."""
         p, b = self.patcher, self.patcher.batch
-        senders = [e.sender for e in self.graph.edges_into(receiver, input_)]
+        (start,), count = self._inputs.of([key])
+        senders = self.senders[:count]
+        picked = chosen[:, start : start + count].bool().tolist()
         shift = torch.zeros_like(run_stream)
         # sender layer -> [(rows, mixed heads, this run's heads, mixed MLP, this run's MLP)]
         wanted: dict[int, list] = defaultdict(list)
-        for c, edges in enumerate(patched):
+        for c, flags in enumerate(picked):
             rows = slice(c * b, (c + 1) * b)
             by_layer: dict[int, tuple[list[int], list[bool]]] = {}
-            for u in senders:
-                if f"{u}->{_suffix(receiver, input_)}" not in edges:
+            for u, patched in zip(senders, flags, strict=True):
+                if not patched:
                     continue
                 if u == EMBED:
                     shift[rows] += p.corrupted.resid[0] - p.clean.resid[0]
@@ -217,19 +227,18 @@ class CircuitPatcher:
         stop = StopAt(layer, "resid_out")
         return self.runner.forward(layer, hidden, copies, hooks, stop=stop) - hidden
 
-    def _attention_inputs(self, layer, stream, patched, run_writes, corrupted_writes):
+    def _attention_inputs(self, layer, stream, chosen, differences):
         """Each attention receiver's q / k / v from its shifted input: site -> {index: (copies *
         batch, pos, d_head)} for the receivers whose input moved."""
         shape = self.graph.layers[layer]
-        corrupted_stream = self.patcher.corrupted.resid[layer]
         receivers = [(f"{layer}.{h}", "q", h) for h in range(shape.num_heads)]
         for g in range(shape.num_kv_heads):
             name = self.graph.kv_receiver(layer, g * shape.group_size)
             receivers += [(name, "k", g), (name, "v", g)]
+        keys = [(name, site) for name, site, _ in receivers]
         moved, shifts = [], []
-        for name, site, index in receivers:
-            shift = self._shift((name, site), patched, stream, corrupted_stream, run_writes,
-                                corrupted_writes)  # fmt: skip
+        shifted = self._shifts(keys, chosen, differences, stream)
+        for (_, site, index), shift in zip(receivers, shifted, strict=True):
             if bool(shift.any()):
                 moved.append((site, index))
                 shifts.append(stream + shift)
@@ -289,8 +298,29 @@ class CircuitPatcher:
         return self.runner.forward(layer, stream, copies, hooks, stop=StopAt(layer, "resid_out"))
 
 
-def _suffix(receiver: str, input_: str) -> str:
-    return f"{receiver}<{input_}>" if input_ in ("q", "k", "v") else receiver
+class ReceiverEdges:
+    """Where each receiver's edges are in the graph's order: ``of(keys)`` -> (the first edge of
+    each (receiver, input) key, the number of senders they read); ``sender_index``: sender name
+    -> its place in the order senders write. ValueError where a receiver's senders are not the
+    first senders in that order (the stacked differences of ``CircuitPatcher`` need it)."""
+
+    def __init__(self, graph: Graph, senders: list[str]) -> None:
+        self.sender_index = {name: i for i, name in enumerate(senders)}
+        self.ranges: dict[tuple[str, str], tuple[int, int]] = {}
+        for i, edge in enumerate(graph.edges):
+            key = (edge.receiver, edge.input)
+            start, count = self.ranges.get(key, (i, 0))
+            if start + count != i or self.sender_index.get(edge.sender) != count:
+                raise ValueError(f"the senders into {edge.receiver} <{edge.input}> are not the "
+                                 "first senders in the order they write")  # fmt: skip
+            self.ranges[key] = (start, count + 1)
+
+    def of(self, keys) -> tuple[list[int], int]:
+        ranges = [self.ranges[key] for key in keys]
+        counts = {count for _, count in ranges}
+        if len(counts) != 1:
+            raise ValueError(f"receivers {keys} read different senders")
+        return [start for start, _ in ranges], counts.pop()
 
 
 __all__ = ["CircuitPatcher"]

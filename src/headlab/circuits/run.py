@@ -78,6 +78,13 @@ class CircuitRequest:
         # composition reads the weights: equal-length pairs (the task's default) serve it too
 
 
+    @property
+    def needed_by(self) -> str:
+        """The task in words, as a refusal names what needs the model's logits."""
+        task = self.task.task
+        return "the pairs of your file" if task == "pairs" else f"the {task} task"
+
+
 def needs_equal_lengths(method: str) -> bool:
     """Whether ``method`` patches or interpolates clean against corrupted position by position
     (every method but the weights' composition)."""
@@ -95,7 +102,8 @@ class Prepared:
 
 
 def prepare(model, request: CircuitRequest) -> Prepared:
-    """The pairs and the graph of ``model``; ValueError for pairs the tokenizer cannot hold
+    """The pairs and the graph of ``model``; ValueError for a model without next-token logits
+    (an encoder: ``require_next_token_logits``), pairs the tokenizer cannot hold
     (tasks.py, tasks_pairs.py), answer tokens outside the model's vocabulary, an edge of
     ``request.edges`` the graph does not have, and ``top`` beyond the number of edges the
     method scores."""
@@ -103,7 +111,9 @@ def prepare(model, request: CircuitRequest) -> Prepared:
     from headlab.circuits.discovery import check_size
     from headlab.circuits.task_performance import task_metric
     from headlab.circuits.tasks import build_pairs
+    from headlab.models.interface import require_next_token_logits
 
+    require_next_token_logits(model, request.needed_by)
     pairs = build_pairs(request.task, model)
     task_metric(pairs).check_vocab(model.output_width)
     if request.rotary_offsets is not None:

@@ -91,6 +91,24 @@ def open_model(source: ModelChoice, *, quiet: bool = False):
         )
 
 
+def require_next_token_logits(source: ModelChoice, needed_by: str) -> None:
+    """Before the load: ValueError naming what the chosen model lacks (read from its config,
+    ``headlab.models.outline``) unless it gives next-token logits; ``needed_by``: "the induction
+    task"."""
+    hub_access(source.download)
+    from headlab.models.interface import require_next_token_logits as require
+    from headlab.models.outline import outline
+
+    names = ("model", "download", "trust_remote_code")
+    with flags(*names), progress("reading the model's config", None):
+        found = outline(source.name_or_path, download=source.download,
+                        trust_remote_code=source.trust_remote_code)  # fmt: skip
+    try:
+        require(found, needed_by)
+    except ValueError as error:
+        raise ValueError(f"{error}: use --model smollm2 or another language model") from None
+
+
 def preview_model(source: ModelChoice, *, quiet: bool = False):
     """``headlab.models.preview.preview`` with the command's options (its config and tokenizer,
     no weight), under a progress pulse; offline unless --download. Its errors name the flags."""
@@ -105,7 +123,9 @@ def preview_model(source: ModelChoice, *, quiet: bool = False):
 
 def _options(default: str | None, help: str, folder: bool, backend: bool) -> list:
     """(name, annotation, typer option) of each option of the group, in the order shown."""
-    options = [("model", str | None, typer.Option(default, "--model", help=help))]
+    # with --model-dir, the default model is taken only when neither option is given
+    shown = None if folder else default
+    options = [("model", str | None, typer.Option(shown, "--model", help=help))]
     if folder:
         options.append(("model_dir", Path | None, typer.Option(
             None, "--model-dir", help="A model folder (same as --model PATH).",
@@ -152,7 +172,10 @@ def model_source(
 
         @functools.wraps(command)
         def run(**kwargs):
-            choice = ModelChoice(**{name: kwargs.pop(name) for name in names})
+            chosen = {name: kwargs.pop(name) for name in names}
+            if chosen["model"] is None and chosen.get("model_dir") is None:
+                chosen["model"] = default
+            choice = ModelChoice(**chosen)
             declare_model_inputs(choice)
             return command(**kwargs, source=choice)
 

@@ -40,32 +40,19 @@ import os
 import re
 import shutil
 import stat
-import sys
 import tempfile
 import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
-from headlab.models.cache_files import BadEntry, write_entry
 from headlab.models.gguf_manifest import FORMAT, MANIFEST, read_manifest
 from headlab.notices import CacheNotice
+from headlab.results.cache_files import BadEntry, write_entry
+from headlab.results.locations import CACHE_ENV, cache_root
 
-CACHE_ENV = "HEADLAB_CACHE"
 #: headlab's mark in every folder it writes, first: a folder without it is never deleted
 MARK = ".headlab-conversion"
-
-
-def cache_root() -> Path:
-    """headlab's cache folder: ``$HEADLAB_CACHE``, else the platform's convention."""
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV]).expanduser()
-    if sys.platform == "win32":
-        base = os.environ.get("LOCALAPPDATA") or str(Path.home() / "AppData" / "Local")
-        return Path(base) / "headlab" / "cache"
-    if sys.platform == "darwin":
-        return Path.home() / "Library" / "Caches" / "headlab"
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "headlab"
 
 
 def folder_name(gguf: Path) -> str:

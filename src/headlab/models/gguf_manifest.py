@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from headlab.models.cache_files import BadEntry, expect, expect_int, read_entry
+from headlab.results.cache_files import BadEntry, expect, expect_int, read_entry
 
 MANIFEST = "headlab-manifest.json"
 FORMAT = 2  # bump it when what a converted folder holds changes: older folders are rebuilt

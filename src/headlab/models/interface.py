@@ -195,6 +195,34 @@ class LanguageModel(HeadModel, Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class ModelOutline:
+    """What a model gives, known from its config before any weight loads
+    (``headlab.models.outline``): ``name``, ``causal`` and ``objective_kind`` as the loaded
+    ``HeadModel`` will have them."""
+
+    name: str
+    causal: bool
+    objective_kind: ObjectiveKind
+
+
+def gives_next_token_logits(model: HeadModel | ModelOutline) -> bool:
+    """Whether ``model`` (loaded, or its outline before the load) gives (batch, pos, vocab)
+    next-token logits: a language-model head on a causal stack."""
+    return model.objective_kind == "next-token"
+
+
+def require_next_token_logits(model: HeadModel | ModelOutline, needed_by: str) -> None:
+    """ValueError naming what ``model`` lacks unless it gives next-token logits, e.g.
+    "all-MiniLM-L6-v2 is an encoder without a language-model head; the induction task needs
+    next-token logits" (``needed_by``: "the induction task")."""
+    if gives_next_token_logits(model):
+        return
+    kind = "a decoder" if model.causal else "an encoder"
+    raise ValueError(f"{model.name} is {kind} without a language-model head; {needed_by} needs "
+                     "next-token logits")  # fmt: skip
+
+
 def layer_masks(head_mask: HeadMask, num_layers: int) -> list[Tensor | None]:
     """A HeadMask as one entry per layer (None, or (head,) / (batch, head) tensors)."""
     if head_mask is None:

@@ -16,7 +16,13 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from headlab.cli.model_source import ModelChoice, model_source, open_model, preview_model
+from headlab.cli.model_source import (
+    ModelChoice,
+    model_source,
+    open_model,
+    preview_model,
+    require_next_token_logits,
+)
 from headlab.cli.outputs import AS_JSON, FORCE, an_input, claim, write_outputs, writing
 from headlab.cli.parsing import flags, int_list
 from headlab.cli.progress import progress
@@ -48,7 +54,13 @@ PAIRS = typer.Option(
 )
 
 
-@model_source(folder=True, backend=False)
+CIRCUITS_MODEL_HELP = (
+    "smollm2 (default), a path (.gguf, a transformers checkpoint folder) or a hub id: a "
+    "language model (the tasks need next-token logits)."
+)
+
+
+@model_source(default="smollm2", help=CIRCUITS_MODEL_HELP, folder=True, backend=False)
 def circuits(
     task: str | None = typer.Option(
         None, "--task", help="induction (default), copy, ioi or greater-than."
@@ -110,6 +122,7 @@ def circuits(
 
         read_pairs(pairs)
     _claim(out, figure, faithfulness_figure, force)
+    require_next_token_logits(source, request.needed_by)
     from headlab.circuits.fits import check_fits_model
 
     with flags("length", "n_pairs", pairs_file="--pairs"):  # the task against the model's

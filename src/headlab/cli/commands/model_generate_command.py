@@ -8,7 +8,12 @@ import typer
 
 from headlab.cli import model_kinds as kinds
 from headlab.cli.model_options import AS_JSON
-from headlab.cli.model_source import ModelChoice, model_source, open_model
+from headlab.cli.model_source import (
+    ModelChoice,
+    model_source,
+    open_model,
+    require_next_token_logits,
+)
 from headlab.cli.outputs import print_json
 from headlab.cli.parsing import flags
 from headlab.cli.progress import progress
@@ -50,6 +55,7 @@ def generate(
     if heads is not None:
         with flags(heads="--ablate"):
             chosen, groups = parse_ablation(heads)
+    require_next_token_logits(source, "generating text")
     loaded = open_model(source, quiet=as_json)
     with flags("model", heads="--ablate"):
         if groups:

@@ -11,7 +11,12 @@ from rich.table import Table
 from rich.text import Text
 
 from headlab.cli.model_options import AS_JSON, claim_analysis, out_option
-from headlab.cli.model_source import ModelChoice, model_source, open_model
+from headlab.cli.model_source import (
+    ModelChoice,
+    model_source,
+    open_model,
+    require_next_token_logits,
+)
 from headlab.cli.outputs import an_input, emit_result, writing
 from headlab.cli.parsing import flags, float_list
 from headlab.cli.progress import progress
@@ -135,6 +140,7 @@ def kv_budget_command(
         if retrieval_k is not None:  # the config's head count, before the weights load
             check_retrieval_k_declared(source.name_or_path, retrieval_k)
     claim_analysis("kv-budget", out, force, figure)
+    require_next_token_logits(source, "a KV budget")
     # Checked before the model loads; read after it, only as far as the cut needs.
     evaluation = None if text_file is None else open_text(text_file, "--text-file")
     calibration = (

@@ -48,10 +48,16 @@ from headlab.models.hf.layer import (
 )
 from headlab.models.hf.probe import probe
 from headlab.models.hf.runnable import model_family
-from headlab.models.interface import HeadMask, TokenBatch, layer_masks
+from headlab.models.interface import HeadMask, ObjectiveKind, TokenBatch, layer_masks
 from headlab.models.objectives import contrastive_objective
 from headlab.models.pooling import PoolingConfig, pool
 from headlab.models.special import added_around, position_names, positions
+
+
+def objective_kind(causal: bool) -> ObjectiveKind:
+    """What a transformers-route model is judged by: a causal one has a language-model head
+    (``AutoModelForCausalLM``), an encoder gives pooled sentence embeddings."""
+    return "next-token" if causal else "contrastive"
 
 
 class TransformersModel(BlockRoute):
@@ -74,7 +80,7 @@ class TransformersModel(BlockRoute):
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.causal = causal
-        self.objective_kind = "next-token" if causal else "contrastive"
+        self.objective_kind = objective_kind(causal)
         self.config = model.config.get_text_config()
         self.family = model_family(model)
         self.pooling = pooling or PoolingConfig(max_seq_length=self.max_positions)

@@ -45,10 +45,10 @@ from pathlib import Path
 
 from torch import nn
 
-from headlab.models.cache_files import BadEntry, discarded, expect, read_entry, write_entry
 from headlab.models.hf.layer import HFAttentionLayer, Projection
 from headlab.models.hf.probe import probe
 from headlab.models.hf.probe_template import check_templates, checked_layers, to_entry
+from headlab.results.cache_files import BadEntry, discarded, expect, read_entry, write_entry
 
 FORMAT = 2  # bump it when how an entry is written changes (a change of the probe's code is keyed)
 #: The modules whose code decides what the probe finds: their source is part of every key, so an

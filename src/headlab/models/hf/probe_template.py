@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from torch import nn
 
-from headlab.models.cache_files import BadEntry, expect, expect_int
 from headlab.models.hf.layer import HFAttentionLayer, Norm, Projection
 from headlab.models.hf.probe import CLAIMED, Claim, claim_of, probe_first
+from headlab.results.cache_files import BadEntry, expect, expect_int
 
 MAX_HEADS = 2**16  # offsets per projection a template may name
 MAX_ROWS = 2**40  # a row index or width a template may name (checked on the model later)

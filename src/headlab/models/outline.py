@@ -1,0 +1,52 @@
+"""``outline``: what a model gives (``ModelOutline``), read from its config before any weight
+loads, so that a command refuses a model without what its task needs in one line, before the
+load.
+
+The answer is the load's own: the config is read and its model built on the meta device
+(``models/hf/loader.py``'s plan, no weights, no memory), and the model is causal, with a
+language-model head, exactly when the loaded one will be (``TransformersModel.objective_kind``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from headlab.models.interface import ModelOutline
+
+
+def outline(
+    name_or_path: str | Path | None = None,
+    *,
+    download: bool = False,
+    trust_remote_code: bool = False,
+) -> ModelOutline:
+    """The ``ModelOutline`` of what ``load(name_or_path, ...)`` would give (names and paths as
+    ``load`` takes them). Raises what ``load`` raises before it reads any weight."""
+    from headlab.models.hf.checkpoint import check_source as check_path
+    from headlab.models.hf.checkpoint import consent, locate, read_config
+    from headlab.models.hf.requirements import require_transformers
+    from headlab.models.load import check_source
+    from headlab.models.packaged import MINILM_NAME, SMOLLM2_NAME, default_model_dir
+
+    check_path(name_or_path)
+    trust_remote_code = consent(trust_remote_code)
+    check_source(name_or_path)
+    require_transformers(str(name_or_path or "minilm"))
+    name = None
+    if name_or_path is None or name_or_path == "minilm":
+        name, name_or_path = MINILM_NAME, default_model_dir()
+    elif name_or_path == "smollm2":
+        from headlab.models.gguf_cache import converted
+        from headlab.models.packaged import packaged_smollm2
+
+        name, name_or_path = SMOLLM2_NAME, converted(packaged_smollm2())
+    from headlab.models.hf.adapter import objective_kind
+    from headlab.models.hf.loader import plan_model
+
+    checkpoint = locate(name_or_path, download=download)
+    config = read_config(checkpoint, trust_remote_code)
+    causal = plan_model(config, checkpoint.name, trust_remote_code).causal
+    return ModelOutline(name or checkpoint.name, causal, objective_kind(causal))
+
+
+__all__ = ["outline"]
