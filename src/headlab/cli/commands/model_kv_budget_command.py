@@ -140,12 +140,12 @@ def kv_budget_command(
         if retrieval_k is not None:  # the config's head count, before the weights load
             check_retrieval_k_declared(source.name_or_path, retrieval_k)
     claim_analysis("kv-budget", out, force, figure)
-    require_next_token_logits(source, "a KV budget")
-    # Checked before the model loads; read after it, only as far as the cut needs.
+    # Checked before the model is read; read after it loads, only as far as the cut needs.
     evaluation = None if text_file is None else open_text(text_file, "--text-file")
     calibration = (
         None if calibration_file is None else open_text(calibration_file, "--calibration-file")
     )
+    require_next_token_logits(source, "a KV budget")
     loaded = open_model(source, quiet=as_json)
     with flags(**FLAGS):  # before a text is read: only as far as this length
         limit = request.length_for(loaded.max_positions)
