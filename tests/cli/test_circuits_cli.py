@@ -74,7 +74,9 @@ def test_each_method_end_to_end(tiny_dir, tmp_path, capsys, method, extra):
     steps = 3 if method.startswith("eap-ig") else 5
     want = _expected(tiny_dir, method, steps)
     assert result.scores.edges == want.scores.edges
-    assert result.scores.scores == pytest.approx(want.scores.scores, rel=1e-6, abs=1e-9)
+    # float32 model: a zero effect comes back as float32 rounding where the CLI runs on one
+    # thread (when busy) and the library on torch's threads
+    assert result.scores.scores == pytest.approx(want.scores.scores, rel=1e-6, abs=1e-6)
     assert result.performance == want.performance
     assert len(result.top_edges()) == 5
     for edge, _ in result.top_edges():

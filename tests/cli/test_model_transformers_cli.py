@@ -239,7 +239,7 @@ def test_heads_of_minilm_with_a_backend_value_runs(capsys, tmp_path):
 @pytest.mark.parametrize(
     "command",
     [["model", "heads", "--n-texts", "2"], ["model", "generate", "w3"],
-     ["circuits", "--task", "induction"]],
+     ["circuits", "--task", "induction", "--length", "20"]],  # fits the model's 64 positions
 )  # fmt: skip
 def test_a_folder_without_a_tokenizer_is_refused_before_its_weights_load(
     hf_dirs, tmp_path, capsys, monkeypatch, command

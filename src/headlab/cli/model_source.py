@@ -91,16 +91,19 @@ def open_model(source: ModelChoice, *, quiet: bool = False):
         )
 
 
-def require_next_token_logits(source: ModelChoice, needed_by: str) -> None:
+def require_next_token_logits(source: ModelChoice, needed_by: str, *, quiet: bool = False) -> None:
     """Before the load: ValueError naming what the chosen model lacks (read from its config,
     ``headlab.models.outline``) unless it gives next-token logits; ``needed_by``: "the induction
     task"."""
     hub_access(source.download)
     from headlab.models.interface import require_next_token_logits as require
+    from headlab.models.load import check_backend
     from headlab.models.outline import outline
 
+    with flags("backend"):  # in the load's order: a retired or unknown backend first
+        check_backend(source.backend, warn=False)
     names = ("model", "download", "trust_remote_code")
-    with flags(*names), progress("reading the model's config", None):
+    with flags(*names), progress("reading the model's config", None, quiet=quiet):
         found = outline(source.name_or_path, download=source.download,
                         trust_remote_code=source.trust_remote_code)  # fmt: skip
     try:

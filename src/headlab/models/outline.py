@@ -41,10 +41,14 @@ def outline(
 
         name, name_or_path = SMOLLM2_NAME, converted(packaged_smollm2())
     from headlab.models.hf.adapter import objective_kind
-    from headlab.models.hf.loader import plan_model
+    from headlab.models.hf.loader import check_layers_held, plan_model
+    from headlab.models.weight_files import checkpoint_shapes
 
     checkpoint = locate(name_or_path, download=download)
     config = read_config(checkpoint, trust_remote_code)
+    # the load's own check before its meta build (a million declared layers: minutes)
+    held = checkpoint_shapes(checkpoint.folder, checkpoint.gguf)
+    check_layers_held(config, held, checkpoint.name)
     causal = plan_model(config, checkpoint.name, trust_remote_code).causal
     return ModelOutline(name or checkpoint.name, causal, objective_kind(causal))
 

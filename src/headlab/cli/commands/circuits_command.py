@@ -122,7 +122,7 @@ def circuits(
 
         read_pairs(pairs)
     _claim(out, figure, faithfulness_figure, force)
-    require_next_token_logits(source, request.needed_by)
+    require_next_token_logits(source, request.needed_by, quiet=as_json)
     from headlab.circuits.fits import check_fits_model
 
     with flags("length", "n_pairs", pairs_file="--pairs"):  # the task against the model's

@@ -55,7 +55,7 @@ def generate(
     if heads is not None:
         with flags(heads="--ablate"):
             chosen, groups = parse_ablation(heads)
-    require_next_token_logits(source, "generating text")
+    require_next_token_logits(source, "generating text", quiet=as_json)
     loaded = open_model(source, quiet=as_json)
     with flags("model", heads="--ablate"):
         if groups:
