@@ -190,7 +190,7 @@ def profiles() -> dict:
 
 
 def toys(steps: int) -> dict:
-    from headlab.experiments.induction_circuit import FormationConfig, task_pairs
+    from headlab.experiments.induction_circuit import FormationRequest, task_pairs
     from headlab.experiments.sweep_gpt2 import as_transformers
     from headlab.experiments.train import run_one
 
@@ -201,7 +201,7 @@ def toys(steps: int) -> dict:
         def keep(step, tiny, final=final):
             final["tiny"] = tiny
 
-        run_one(FormationConfig(heads=heads, steps=steps, every=steps).run_config(),
+        run_one(FormationRequest(heads=heads, steps=steps, every=steps).run_config(),
                 on_checkpoint=keep)  # fmt: skip
         model = as_transformers(final["tiny"])
         model.model.double()

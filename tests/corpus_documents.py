@@ -9,9 +9,9 @@ than the window (no copy positions, no window errors).
 
 from __future__ import annotations
 
-from headlab.results.corpus_roles_result import RoleOptions
+from headlab.results.corpus_roles_result import RoleRequest
 
-OPTIONS = RoleOptions(sinks=2, window=8, min_match=4)
+OPTIONS = RoleRequest(sinks=2, window=8, min_match=4)
 PASSAGE = " ".join(f"t{(11 * i) % 97}" for i in range(14))
 FILLER = " ".join(f"t{(3 * i + 1) % 89}" for i in range(23))
 

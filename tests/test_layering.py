@@ -391,7 +391,7 @@ def test_a_measurement_gives_its_result_as_a_results_type() -> None:
 def test_only_results_and_requests_serialise() -> None:
     """A dataclass outside ``headlab.results`` with ``to_dict``/``from_dict`` is a typed request
     whose ``to_dict`` a result records as its set-up, not a result in the wrong place."""
-    requests = {"CompareSetup", "TaskRequest"}
+    requests = {"CompareRequest", "TaskRequest"}
     serialising = set()
     for module, path in MODULES.items():
         if layer(module) == "results":

@@ -66,3 +66,29 @@ def test_the_name_check_sees_a_repeat() -> None:
     paths = ["heads/compare.py", "analysis/compare.py", "cli/commands/roles_command.py",
              "heads/roles.py", "heads/__init__.py", "models/__init__.py"]  # fmt: skip
     assert repeated_names(paths) == {"compare.py": ["heads/compare.py", "analysis/compare.py"]}
+
+
+#: Dataclasses whose suffix is one a request might take, and why each is not an analysis'
+#: request (those are named ``<analysis>Request``: docs/cli.md, "Typed requests").
+NOT_REQUESTS = {
+    "AttendOptions": "how the kernel runs one call (its path), not what an analysis is asked",
+    "MaskSpec": "a mask, decided in one place",
+    "KeySpec": "the keys a score split explains, parsed from --keys",
+    "TaskSpec": "a toy task's shapes",
+    "PoolingConfig": "a sentence model's own pooling, read from its files",
+    "RunConfig": "a trained run's identity (its run_id)",
+}
+OTHER_SUFFIXES = ("Setup", "Config", "Spec", "Options", "Settings", "Params")
+
+
+def test_typed_requests_are_named_request() -> None:
+    """One pattern: a dataclass named like a request but not ``...Request`` is listed above."""
+    import ast
+
+    found = set()
+    for path in SRC.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef) and node.name.endswith(OTHER_SUFFIXES):
+                found.add(node.name)
+    assert sorted(found - set(NOT_REQUESTS)) == []
+    assert sorted(set(NOT_REQUESTS) - found) == []  # a name gone leaves the list too

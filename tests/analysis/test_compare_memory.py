@@ -11,13 +11,13 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(sys.platform != "linux", reas
 
 PROBE = """
 import json, re, sys
-from headlab.analysis.scenarios import CompareSetup, run_setup
+from headlab.analysis.scenarios import CompareRequest, run_setup
 
 def status(key):
     text = open("/proc/self/status").read()
     return int(re.search(key + r":\\s+(\\d+)", text).group(1)) * 1024
 
-setup = CompareSetup(**json.loads(sys.argv[1]))
+setup = CompareRequest(**json.loads(sys.argv[1]))
 base = status("VmRSS")
 open("/proc/self/clear_refs", "w").write("5")  # reset the peak (VmHWM) to the present
 run_setup(setup)

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from headlab.analysis.expressivity import (
-    ExpressivityConfig,
+    ExpressivityRequest,
     fit_offsets,
     fit_patterns,
     measure_expressivity,
@@ -95,7 +95,7 @@ def test_one_head_cannot_copy_several_offsets():
 
 
 def test_result_round_trip_and_schema():
-    config = ExpressivityConfig(
+    config = ExpressivityRequest(
         seq_lens=(5,),
         head_dims=(1, 5),
         targets=1,

@@ -9,12 +9,12 @@ import pytest
 
 from headlab.analysis.coupling import gradient_coupling
 from headlab.analysis.grad import coupling_comparison
-from headlab.analysis.scenarios import CompareSetup, build
+from headlab.analysis.scenarios import CompareRequest, build
 
 
 @pytest.mark.parametrize(("heads", "vs_heads"), [(4, 1), (2, 4)])
 def test_separate_heads_are_uncoupled_and_merged_ones_are_not(heads, vs_heads):
-    setup = CompareSetup(
+    setup = CompareRequest(
         d_model=12, heads=heads, vs_heads=vs_heads, seq_len=5, batch=2, init="normal", seed=3,
         output_projection=True,
     )  # fmt: skip
@@ -37,7 +37,9 @@ def test_separate_heads_are_uncoupled_and_merged_ones_are_not(heads, vs_heads):
 
 
 def test_the_document_is_json_and_matches_a_direct_measurement():
-    setup = CompareSetup(d_model=8, heads=2, vs_heads=1, seq_len=3, batch=1, output_projection=True)
+    setup = CompareRequest(
+        d_model=8, heads=2, vs_heads=1, seq_len=3, batch=1, output_projection=True
+    )
     doc = json.loads(json.dumps(coupling_comparison(setup).to_dict()))
     assert doc["setup"] == setup.to_dict() and doc["blocks"] == 2
     a, b, x = build(setup)
@@ -46,6 +48,6 @@ def test_the_document_is_json_and_matches_a_direct_measurement():
 
 
 def test_talking_heads_with_grouped_kv_heads_is_refused_before_any_work():
-    setup = CompareSetup(d_model=8, heads=4, kv_heads=2, vs_heads=2, output_projection=True)
+    setup = CompareRequest(d_model=8, heads=4, kv_heads=2, vs_heads=2, output_projection=True)
     with pytest.raises(ValueError, match="talking_heads needs as many K/V heads as heads"):
         coupling_comparison(setup, talking_heads=0.5)

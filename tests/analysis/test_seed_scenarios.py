@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from headlab.analysis import CompareSetup, build, explain, run_seed_scenarios, run_setup
+from headlab.analysis import CompareRequest, build, explain, run_seed_scenarios, run_setup
 
 
 def _seed_attention(query, key, value):
@@ -24,7 +24,7 @@ def _seed_multi_head(x, weights, h):
     return out.transpose(1, 2).contiguous().view(nbatches, -1, d_model)
 
 
-def _seed_inputs(setup: CompareSetup):
+def _seed_inputs(setup: CompareRequest):
     """The same draws, in the same order, as ``headlab.analysis.build`` for init='rand'."""
     gen = torch.Generator().manual_seed(setup.seed)
     e = setup.d_model
@@ -36,7 +36,7 @@ def _seed_inputs(setup: CompareSetup):
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3, 4])
 def test_first_question_agrees_with_an_independent_exact_comparison(seed):
-    setup = CompareSetup(seed=seed)
+    setup = CompareRequest(seed=seed)
     comparison = run_setup(setup)
     weights, x = _seed_inputs(setup)
     multi = _seed_multi_head(x, weights, 8)
@@ -53,7 +53,7 @@ def test_first_question_agrees_with_an_independent_exact_comparison(seed):
 
 
 def test_all_ones_initialisation_is_identical_by_saturation():
-    comparison = run_setup(CompareSetup(init="ones", output_projection=True))
+    comparison = run_setup(CompareRequest(init="ones", output_projection=True))
     assert comparison.verdict == "identical" and comparison.identical
     assert [f.code for f in comparison.findings] == ["saturated_same_key"]
     assert comparison.findings[0].fraction == 1.0
@@ -61,7 +61,7 @@ def test_all_ones_initialisation_is_identical_by_saturation():
 
 @pytest.mark.parametrize("init", ["normal", "xavier"])
 def test_properly_scaled_weights_differ_by_partition(init):
-    comparison = run_setup(CompareSetup(init=init, output_projection=True, seed=7))
+    comparison = run_setup(CompareRequest(init=init, output_projection=True, seed=7))
     assert comparison.verdict == "different"
     assert [f.code for f in comparison.findings] == ["partition"]
     assert not comparison.gradients_equal
@@ -89,7 +89,7 @@ def test_run_seed_scenarios_answers_each_thread(seed):
         assert r.explanation == explain(r.comparison)
         assert r.to_dict()["comparison"] == r.comparison.to_dict()
         # the verdict agrees with the two sides computed by hand (float32 rounding aside)
-        diff, scale = hand_difference(CompareSetup(**r.setup))
+        diff, scale = hand_difference(CompareRequest(**r.setup))
         tolerance = 1e-4 * scale
         assert r.comparison.max_abs_diff == pytest.approx(diff, abs=tolerance)
         assert (r.comparison.verdict == "different") == (diff > tolerance)
@@ -130,7 +130,7 @@ def _by_hand(module, x, heads, kv_heads, head_dim):
 def test_kv_heads_and_head_dim_build_what_the_library_module_means(
     heads, kv_heads, head_dim, vs_heads
 ):
-    setup = CompareSetup(
+    setup = CompareRequest(
         d_model=12, heads=heads, vs_heads=vs_heads, seq_len=5, batch=2, init="normal", seed=2,
         output_projection=True, kv_heads=kv_heads, head_dim=head_dim,
     )  # fmt: skip
@@ -155,19 +155,19 @@ def test_kv_heads_and_head_dim_build_what_the_library_module_means(
 
 def test_head_sizes_that_do_not_split_are_refused_naming_the_arguments():
     with pytest.raises(ValueError, match="heads=8 is not divisible by kv_heads=3"):
-        CompareSetup(kv_heads=3)
+        CompareRequest(kv_heads=3)
     with pytest.raises(ValueError, match="set output_projection"):
-        CompareSetup(head_dim=32)
+        CompareRequest(head_dim=32)
     with pytest.raises(ValueError, match="vs_heads=1 gives heads of 512"):
-        CompareSetup(kv_heads=2)
+        CompareRequest(kv_heads=2)
 
 
 def test_over_draws_counts_each_seed_as_its_own_comparison():
     """The summary over draws agrees with comparing each seed on its own."""
-    from headlab.analysis.scenarios import CompareSetup, over_draws, run_setup
+    from headlab.analysis.scenarios import CompareRequest, over_draws, run_setup
 
     summary = over_draws({}, range(4))
-    expected = [s for s in range(4) if run_setup(CompareSetup(seed=s)).identical]
+    expected = [s for s in range(4) if run_setup(CompareRequest(seed=s)).identical]
     assert summary.identical == expected
     assert summary.share_identical == len(expected) / 4
     assert sum(summary.findings.values()) == 4

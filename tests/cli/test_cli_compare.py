@@ -14,9 +14,9 @@ def torch_difference(seed: int) -> float:
     torch.nn.MultiheadAttention: the same draws, an outside implementation of the forward."""
     import torch
 
-    from headlab.analysis.scenarios import CompareSetup, build
+    from headlab.analysis.scenarios import CompareRequest, build
 
-    ours, _, x = build(CompareSetup(seed=seed))
+    ours, _, x = build(CompareRequest(seed=seed))
     outs = []
     for heads in (8, 1):
         theirs = torch.nn.MultiheadAttention(512, heads, bias=False, batch_first=True)
@@ -116,13 +116,13 @@ def test_ctrl_c_exits_130_without_a_traceback(capsys, monkeypatch):
 def test_grouped_kv_heads_work_with_the_default_vs_heads(capsys):
     """With 8 heads on 2 K/V heads of 8 (width 16), one head of 64 cannot split K/V: the default
     is the fewest that can (4 heads of 16), and a bad --vs-heads says which counts work."""
-    from headlab.analysis.scenarios import CompareSetup, build
+    from headlab.analysis.scenarios import CompareRequest, build
 
     code, out, err = run(["compare", "--kv-heads", "2", "--d-model", "64", "--heads", "8",
                           "--json"], capsys)  # fmt: skip
     assert code == 0 and err == "", err
     assert json.loads(out)["params"]["a"] == json.loads(out)["params"]["b"]
-    setup = CompareSetup(d_model=64, heads=8, kv_heads=2, vs_heads=None)
+    setup = CompareRequest(d_model=64, heads=8, kv_heads=2, vs_heads=None)
     _, other, _ = build(setup)
     assert setup.vs_heads == 4
     assert (other.num_heads, other.num_kv_heads, other.head_dim) == (4, 1, 16)

@@ -83,13 +83,13 @@ def test_collapse_takes_heads_as_a_list(tiny_dir, tmp_path, capsys):
 
 
 def test_compare_and_grad_take_kv_heads_and_head_dim_like_the_library(capsys):
-    from headlab.analysis.scenarios import CompareSetup, run_setup
+    from headlab.analysis.scenarios import CompareRequest, run_setup
 
     argv = ["--d-model", "12", "--heads", "4", "--kv-heads", "2", "--head-dim", "6"]
     argv += ["--vs-heads", "2", "--seq-len", "5", "--init", "normal"]
     code, out, err = run(["compare", *argv, "--output-projection", "--json"], capsys)
     assert code == 0, err
-    setup = CompareSetup(
+    setup = CompareRequest(
         d_model=12, heads=4, kv_heads=2, head_dim=6, vs_heads=2, seq_len=5, init="normal",
         output_projection=True,
     )  # fmt: skip

@@ -23,7 +23,7 @@ def test_arguments_become_flags_where_they_are_named():
 
 
 def test_flags_keeps_the_error_type_and_maps_the_library_aliases():
-    from headlab.analysis.scenarios import CompareSetup
+    from headlab.analysis.scenarios import CompareRequest
     from headlab.attention.sizes import resolve_head_sizes
     from headlab.models import load
 
@@ -32,16 +32,16 @@ def test_flags_keeps_the_error_type_and_maps_the_library_aliases():
         resolve_head_sizes(12, 5, None, None)
     refused = pytest.raises(ValueError, match=r"^--heads 8 is not divisible by --kv-heads 3$")
     with refused, flags("heads", "kv_heads"):
-        CompareSetup(kv_heads=3)
+        CompareRequest(kv_heads=3)
     with pytest.raises(FileNotFoundError, match=r"^--model must be one of"), flags("model"):
         load("/no/such/model")
 
 
 def test_library_errors_name_no_flags():
-    from headlab.analysis.scenarios import CompareSetup
-    from headlab.experiments.sweep import SweepSpec, expand_grid
+    from headlab.analysis.scenarios import CompareRequest
+    from headlab.experiments.sweep import SweepRequest, expand_grid
 
-    for make in (lambda: CompareSetup(heads=3), lambda: expand_grid(SweepSpec(heads=(3,)))):
+    for make in (lambda: CompareRequest(heads=3), lambda: expand_grid(SweepRequest(heads=(3,)))):
         with pytest.raises(ValueError) as error:
             make()
         assert "--" not in str(error.value) and "heads=3" in str(error.value)

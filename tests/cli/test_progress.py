@@ -116,9 +116,9 @@ def test_the_expressivity_bar_covers_the_model_patterns_then_the_fits(
 
 
 def test_expressivity_reports_its_fits_total():
-    from headlab.analysis.expressivity import ExpressivityConfig, measure_expressivity
+    from headlab.analysis.expressivity import ExpressivityRequest, measure_expressivity
 
-    config = ExpressivityConfig(seq_lens=(4,), head_dims=(1, 2), targets=1, steps=2, heads=2,
+    config = ExpressivityRequest(seq_lens=(4,), head_dims=(1, 2), targets=1, steps=2, heads=2,
                                 offset_steps=2)  # fmt: skip
     steps: list[tuple[int, int]] = []
     measure_expressivity(config, on_step=lambda d, t: steps.append((d, t)))

@@ -13,7 +13,7 @@ from headlab.experiments.corpus_roles import (
     plan_corpus,
     run_corpus,
 )
-from headlab.results.corpus_roles_result import RoleOptions
+from headlab.results.corpus_roles_result import RoleRequest
 
 pytestmark = [
     pytest.mark.slow,
@@ -40,7 +40,7 @@ def test_ray_gives_the_bits_of_one_process(tiny_llama, tiny_llama_dir, tmp_path,
 
 
 def test_a_failing_document_raises_its_own_error_on_ray(tiny_llama_dir, tmp_path, local_ray):
-    options = RoleOptions(max_tokens=100, sinks=2, window=8)
+    options = RoleRequest(max_tokens=100, sinks=2, window=8)
     plan = plan_corpus(
         ModelSource.of(tiny_llama_dir), [Document("a.txt", "t1 t2 t3")], options, tmp_path / "r"
     )

@@ -12,7 +12,7 @@ import torch
 import transformers
 
 from headlab.experiments.induction_circuit import (
-    FormationConfig,
+    FormationRequest,
     induction_formation,
     k_edges,
     measure,
@@ -117,7 +117,7 @@ def _k_composition(ref, p: int, i: int) -> float:
 
 
 def test_checkpoint_fields_equal_the_eager_reference():
-    config = FormationConfig(heads=H, steps=5, every=5, seed=3)
+    config = FormationRequest(heads=H, steps=5, every=5, seed=3)
     torch.manual_seed(3)
     tiny = TinyTransformer(config.run_config())
     with torch.no_grad():  # away from the init, so that heads attend somewhere and edges matter
@@ -170,7 +170,7 @@ def test_checkpoint_fields_equal_the_eager_reference():
 
 
 def test_training_loop_measures_at_every_checkpoint(tmp_path):
-    config = FormationConfig(heads=H, steps=5, every=2, seed=1, batch_size=8, eval_size=13,
+    config = FormationRequest(heads=H, steps=5, every=2, seed=1, batch_size=8, eval_size=13,
                              composition_samples=2)  # fmt: skip
     seen = []
     run = train_and_measure(config, lambda *args: seen.append(args))

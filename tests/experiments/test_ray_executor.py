@@ -4,7 +4,7 @@ import pytest
 
 pytest.importorskip("ray")
 
-from headlab.experiments.sweep import SweepSpec, plan_sweep, run_sweep
+from headlab.experiments.sweep import SweepRequest, plan_sweep, run_sweep
 from headlab.results.jsonl_store import read_rows
 
 pytestmark = [
@@ -17,7 +17,7 @@ pytestmark = [
 
 
 def test_tiny_sweep_on_ray_matches_the_local_pool(tmp_path, local_ray):
-    spec = SweepSpec(
+    spec = SweepRequest(
         task="multi-lookup",
         heads=(1, 2),
         d_model=8,

@@ -6,7 +6,7 @@ import torch
 
 from headlab.experiments.run_sizing import make_config
 from headlab.experiments.specialisation import (
-    SpecialisationConfig,
+    SpecialisationRequest,
     ablation_matrix,
     measure_specialisation,
     served_by,
@@ -60,7 +60,7 @@ def test_served_by_and_split_step_hand_cases():
 
 
 def test_measure_small_schema_round_trip():
-    config = SpecialisationConfig(heads=(1, 2), steps=20, eval_every=10, eval_size=16, d_model=8)
+    config = SpecialisationRequest(heads=(1, 2), steps=20, eval_every=10, eval_size=16, d_model=8)
     ticks = []
     result = measure_specialisation(config, on_step=lambda d, t: ticks.append((d, t)))
     assert ticks[-1] == (6, 6)  # plain 1, plain 2, talking 2; two checkpoints each
@@ -92,12 +92,12 @@ def test_talking_heads_run_reports_no_entropy():
 
 
 def test_a_config_that_cannot_run_is_refused_naming_the_field():
-    from headlab.experiments.specialisation import SpecialisationConfig
+    from headlab.experiments.specialisation import SpecialisationRequest
 
     with pytest.raises(ValueError, match=r"^d_model=64 is not divisible by heads=3$"):
-        SpecialisationConfig(heads=(1, 3))
+        SpecialisationRequest(heads=(1, 3))
     with pytest.raises(ValueError, match="attention must be one of plain, talking-heads"):
-        SpecialisationConfig(attention=("plain", "fancy"))
-    config = SpecialisationConfig(heads=(1, 2), steps=100, eval_every=30)
+        SpecialisationRequest(attention=("plain", "fancy"))
+    config = SpecialisationRequest(heads=(1, 2), steps=100, eval_every=30)
     assert config.plan() == [("plain", 1), ("plain", 2), ("talking-heads", 2)]
     assert config.steps_total() == 3 * 4  # checkpoints at 30, 60, 90 and the end

@@ -3,7 +3,7 @@
 import pytest
 
 from headlab.experiments import sweep as sweep_module
-from headlab.experiments.sweep import SweepSpec, expand_grid, plan_sweep, run_sweep
+from headlab.experiments.sweep import SweepRequest, expand_grid, plan_sweep, run_sweep
 from headlab.report.figure_files import plot_sweep
 from headlab.results.jsonl_store import read_rows
 from headlab.results.sweep_summary import plot_series, summarize
@@ -13,7 +13,7 @@ TINY = {"eval_size": 32, "batch_size": 8}
 
 def tiny_spec(**kwargs):
     base = {"task": "multi-lookup", "heads": (1, 2, 4), "d_model": 8, "seeds": 2, "steps": 3}
-    return SweepSpec(**{**base, **kwargs, "training": TINY})
+    return SweepRequest(**{**base, **kwargs, "training": TINY})
 
 
 @pytest.mark.parametrize("workers", [1, 2])

@@ -16,7 +16,7 @@ from corpus_documents import OPTIONS, documents
 from headlab.heads.corpus_sums import corpus_result, document_sums, merge_sums
 from headlab.heads.long_context import long_text_statistics
 from headlab.heads.roles import role
-from headlab.results.corpus_roles_result import CorpusRolesResult, DocumentSums, RoleOptions
+from headlab.results.corpus_roles_result import CorpusRolesResult, DocumentSums, RoleRequest
 from headlab.results.json_store import read_result, write_result
 
 
@@ -138,9 +138,9 @@ def test_broken_sums_name_their_field(parts, change, message):
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        (RoleOptions(window=0), "window must be between 1"),
-        (RoleOptions(sinks=-1), "sinks must be between 0"),
-        (RoleOptions(max_tokens=20, sinks=4, window=16), "not longer than sinks 4 \\+ window 16"),
+        (RoleRequest(window=0), "window must be between 1"),
+        (RoleRequest(sinks=-1), "sinks must be between 0"),
+        (RoleRequest(max_tokens=20, sinks=4, window=16), "not longer than sinks 4 \\+ window 16"),
     ],
 )
 def test_options_out_of_range_are_refused(options, message):

@@ -33,7 +33,7 @@ from headlab.heads.pruning import prune_heads
 from headlab.heads.redundancy import measure_redundancy
 from headlab.heads.tracing import attention_weights
 from headlab.models.interface import AttentionLayer, HeadModel
-from headlab.results.corpus_roles_result import RoleOptions
+from headlab.results.corpus_roles_result import RoleRequest
 from toy_family import LAYERS, VOCAB, E, H, Toy
 
 TEXTS = [" ".join(f"w{(5 * i + 3 * j) % 23}" for j in range(6 + i % 9)) for i in range(12)]
@@ -221,7 +221,7 @@ def test_analyses_that_need_an_objective(variant):
 
 
 def test_long_text_corpus_sums_and_kv_budget(variant):
-    options = RoleOptions(sinks=2, window=6, min_match=4)
+    options = RoleRequest(sinks=2, window=6, min_match=4)
     window = (options.sinks, options.window)
     long = long_text_statistics(variant, REPEAT, window=window, min_match=options.min_match)
     assert long.result().findings.heads == LAYERS * H

@@ -8,13 +8,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cli_run import run
-from headlab.analysis.expressivity import ExpressivityConfig
+from headlab.analysis.expressivity import ExpressivityRequest
 from headlab.cli.parsing import as_flags
-from headlab.experiments.specialisation import SpecialisationConfig
+from headlab.experiments.specialisation import SpecialisationRequest
 from headlab.heads.kv_budget import MAX_SEEDS, MIN_SEEDS, KVBudgetRequest
 from headlab.heads.requests import MAX_NEW_TOKENS, MAX_TEXTS, CorpusRequest, GenerationRequest
 from headlab.limits import check_sizes
-from headlab.results.corpus_roles_result import RoleOptions
+from headlab.results.corpus_roles_result import RoleRequest
 
 
 @given(st.integers(min_value=-3, max_value=MAX_TEXTS + 3))
@@ -41,7 +41,7 @@ def test_the_length_is_the_default_or_the_asked_within_the_positions(positions, 
 @given(st.integers(min_value=2, max_value=5000), st.none() | st.integers(2, 6000))
 def test_the_long_texts_length_is_the_asked_or_the_whole_context(positions, asked):
     """One bound (the model's positions) for ``model heads --max-tokens`` and ``kv-budget``."""
-    options = RoleOptions(asked, sinks=0, window=1)
+    options = RoleRequest(asked, sinks=0, window=1)
     request = KVBudgetRequest(n_tokens=asked, sinks=0, window=1)
     if asked is not None and asked > positions:
         for name, call in (("max_tokens", lambda: options.tokens_for(positions)),
@@ -65,11 +65,11 @@ def test_the_long_texts_length_is_the_asked_or_the_whole_context(positions, aske
         (lambda: KVBudgetRequest(n_tokens=9, sinks=4, window=8), "n_tokens=9 is not longer"),
         (lambda: KVBudgetRequest(kv_saved=(9,), n_tokens=40, window=8), "out of reach"),
         (lambda: KVBudgetRequest(retrieval_k=0), "retrieval_k must be between 1"),
-        (lambda: ExpressivityConfig(seq_lens=(513,)), "seq_lens must be between 1 and 512"),
-        (lambda: ExpressivityConfig(targets=1001), "targets must be between 1 and 1000"),
-        (lambda: ExpressivityConfig(heads=33), "heads must be between 1 and 32"),
-        (lambda: SpecialisationConfig(heads=(128,)), "heads must be between 1 and 64"),
-        (lambda: SpecialisationConfig(eval_every=0), "eval_every must be between 1"),
+        (lambda: ExpressivityRequest(seq_lens=(513,)), "seq_lens must be between 1 and 512"),
+        (lambda: ExpressivityRequest(targets=1001), "targets must be between 1 and 1000"),
+        (lambda: ExpressivityRequest(heads=33), "heads must be between 1 and 32"),
+        (lambda: SpecialisationRequest(heads=(128,)), "heads must be between 1 and 64"),
+        (lambda: SpecialisationRequest(eval_every=0), "eval_every must be between 1"),
     ],
 )
 def test_each_request_refuses_naming_its_field(request_, message):
@@ -80,8 +80,8 @@ def test_each_request_refuses_naming_its_field(request_, message):
 def test_the_edges_of_each_bound_are_accepted():
     GenerationRequest("", MAX_NEW_TOKENS, chat=True)
     KVBudgetRequest(seeds=MAX_SEEDS, n_tokens=13, sinks=4, window=8, retrieval_k=1)
-    ExpressivityConfig(seq_lens=(512,), head_dims=(1, 512), targets=1000, heads=32)
-    SpecialisationConfig(heads=(64,), d_model=64)
+    ExpressivityRequest(seq_lens=(512,), head_dims=(1, 512), targets=1000, heads=32)
+    SpecialisationRequest(heads=(64,), d_model=64)
     assert check_sizes("x", [1, 2]) == (1, 2)
     with pytest.raises(ValueError, match="x must list at least one integer, got none"):
         check_sizes("x", [])
@@ -97,9 +97,9 @@ def test_the_edges_of_each_bound_are_accepted():
         (["model", "heads", "--model", "nowhere", "--n-texts", "0"],
          lambda: CorpusRequest(n_texts=0), {"n_texts": "--n-texts"}),
         (["expressivity", "--model", "none", "--targets", "1001"],
-         lambda: ExpressivityConfig(targets=1001), {"targets": "--targets"}),
+         lambda: ExpressivityRequest(targets=1001), {"targets": "--targets"}),
         (["specialisation", "--steps", str(10**6 + 1)],
-         lambda: SpecialisationConfig(steps=10**6 + 1), {"steps": "--steps"}),
+         lambda: SpecialisationRequest(steps=10**6 + 1), {"steps": "--steps"}),
     ],
     ids=["kv-budget seeds", "generate", "heads", "expressivity", "specialisation"],
 )

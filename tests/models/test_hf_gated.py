@@ -19,7 +19,7 @@ from cli_run import run
 from headlab.analysis.report_measuring import measure_report
 from headlab.heads.model_head_sums import model_head_sums
 from headlab.heads.statistics import head_statistics
-from headlab.report import ReportOptions, build_report
+from headlab.report import ReportRequest, build_report
 from headlab.results.head_statistics import HeadStatistics
 
 NOTE = (
@@ -107,7 +107,7 @@ def test_the_command_and_the_report_show_the_note_and_the_metric_is_refused(
     code, out, err = run([*args, "--out", str(results / "model_heads.json"), "--json"], capsys)
     assert code == 0, err
     assert json.loads(out)["notes"] == [NOTE, BLOCKS]  # --json refuses NaN: none was there
-    options = ReportOptions(text="w1 w2", results=results)
+    options = ReportRequest(text="w1 w2", results=results)
     page = build_report(tmp_path / "report", options, measure_report(options))
     shown = re.search(r'data-testid="heads-note">(.*?)</p>', page.read_text()).group(1)
     assert html.unescape(shown) == f"Note: {NOTE}."

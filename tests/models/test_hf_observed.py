@@ -143,7 +143,7 @@ def test_the_table_the_results_and_the_report_name_the_blocks_without_heads(
     observed_dirs, tmp_path, capsys
 ):
     from headlab.analysis.report_measuring import measure_report
-    from headlab.report import ReportOptions, build_report
+    from headlab.report import ReportRequest, build_report
 
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(text(8, seed) for seed in range(4)), encoding="utf-8")
@@ -156,7 +156,7 @@ def test_the_table_the_results_and_the_report_name_the_blocks_without_heads(
     code, out, err = run([*args, "--out", str(tmp_path / "t.json")], capsys)
     assert code == 0, err
     assert f"note: {BLOCK_NOTES['jamba'][0]}" in " ".join(out.split())
-    options = ReportOptions(text="w1 w2", results=results)
+    options = ReportRequest(text="w1 w2", results=results)
     page = build_report(tmp_path / "report", options, measure_report(options))
     shown = re.findall(r'data-testid="heads-note">(.*?)</p>', page.read_text())
     assert [html.unescape(note) for note in shown] == [f"Note: {BLOCK_NOTES['jamba'][0]}."]

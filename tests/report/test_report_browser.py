@@ -14,7 +14,7 @@ import pytest
 from report_pages import build, collect_measured
 
 from headlab.analysis.text_attention import seeded_text_attention
-from headlab.report import DEFAULT_TEXT, ReportOptions, render
+from headlab.report import DEFAULT_TEXT, ReportRequest, render
 from headlab.results.attention_views import AttentionView
 from headlab.results.explorers import heatmap_data
 
@@ -99,7 +99,7 @@ class Opened:
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory, shared_results: Path) -> Path:
     out = tmp_path_factory.mktemp("browser") / "report"
-    return build(out, ReportOptions(results=shared_results))
+    return build(out, ReportRequest(results=shared_results))
 
 
 def test_heads_switch_and_cells_name_their_tokens(browser: object, report: Path) -> None:
@@ -137,7 +137,7 @@ def test_user_text_shows_as_text_and_runs_nothing(
     browser: object, tmp_path: Path, shared_results: Path
 ) -> None:
     text = f'{XSS} {SCRIPT} after "q\'uote" end'
-    index = build(tmp_path / "r", ReportOptions(text=text, results=shared_results))
+    index = build(tmp_path / "r", ReportRequest(text=text, results=shared_results))
     opened = Opened(browser, index)
     page = opened.page
     assert page.get_by_test_id("input-text").inner_text() == text
@@ -158,7 +158,7 @@ def test_2048_tokens_open_and_switch_heads_fast(
     text = " ".join(f"w{i % 97}" for i in range(2048))
     binned = "MiniLM-L6-v2's 72 heads and their 6 one-head views are binned to 200 x 200"
     with pytest.warns(TextCutWarning, match=binned):
-        index = build(tmp_path / "r", ReportOptions(text=text, results=shared_results))
+        index = build(tmp_path / "r", ReportRequest(text=text, results=shared_results))
     opened = Opened(browser, index)
     page = opened.page
     assert float(page.evaluate("document.body.dataset.renderMs")) < 1000
@@ -184,7 +184,7 @@ def test_layer_selector_switches_every_panel(
     rng = np.random.default_rng(2)
     weights = rng.random((3, 4, 5, 5)) ** 4  # (layer, head, q_pos, k_pos), distinct sizes
     weights /= weights.sum(-1, keepdims=True)
-    collected = collect_measured(ReportOptions(text="a b", results=shared_results))
+    collected = collect_measured(ReportRequest(text="a b", results=shared_results))
     collected.explorers["model"] = heatmap_data(
         "model", tokens, [AttentionView("4 heads", weights)]
     )
@@ -212,7 +212,7 @@ def test_labels_at_every_length_and_a_cut_text_says_so(
     n = 120
     tokens = [f"tok{i}" for i in range(n)]
     weights = np.full((2, 3, n, n), 1.0 / n)
-    collected = collect_measured(ReportOptions(text="a b", results=shared_results))
+    collected = collect_measured(ReportRequest(text="a b", results=shared_results))
     collected.explorers["model"] = heatmap_data(
         "model", tokens, [AttentionView("3 heads", weights)], total_tokens=700
     )
@@ -247,7 +247,7 @@ def test_overview_cell_opens_that_heads_view(
     rng = np.random.default_rng(4)
     weights = rng.random((3, 5, 4, 4)) ** 4  # (layer, head, q_pos, k_pos) as model_heads: 3 x 5
     weights /= weights.sum(-1, keepdims=True)
-    collected = collect_measured(ReportOptions(text="a b", results=shared_results))
+    collected = collect_measured(ReportRequest(text="a b", results=shared_results))
     collected.explorers["model"] = heatmap_data(
         "model", ["a", "b", "c", "d"], [AttentionView("5 heads", weights)]
     )
@@ -279,7 +279,7 @@ def test_long_context_at_8192_tokens_and_270_heads(browser: object, tmp_path: Pa
     from long_results import write_long_results
 
     results = write_long_results(tmp_path / "results")
-    index = build(tmp_path / "r", ReportOptions(results=results, use_model=False))
+    index = build(tmp_path / "r", ReportRequest(results=results, use_model=False))
     opened = Opened(browser, index)
     page = opened.page
     section = page.locator("#long-context")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from report_pages import build, collect_measured
 
-from headlab.report import ReportOptions, safe_json
+from headlab.report import ReportRequest, safe_json
 from headlab.report.build import MARKER
 from headlab.report.target import ReplacedUserFilesWarning
 
@@ -26,7 +26,7 @@ def _page_data(html: str) -> dict:
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory, shared_results: Path) -> tuple[Path, str]:
     root = tmp_path_factory.mktemp("built")
-    index = build(root / "report", ReportOptions(text=XSS, results=shared_results))
+    index = build(root / "report", ReportRequest(text=XSS, results=shared_results))
     return index, index.read_text(encoding="utf-8")
 
 
@@ -112,7 +112,7 @@ def test_answer_engine_section(built: tuple[Path, str]) -> None:
 def test_a_section_without_results_is_one_line_naming_its_commands(tmp_path: Path) -> None:
     """A fresh results folder (as after `make demo`: compare, then report): each results
     section is one line naming the commands that fill it, without sub-headings or boxes."""
-    index = build(tmp_path / "r", ReportOptions(text="a b", results=tmp_path / "none"))
+    index = build(tmp_path / "r", ReportRequest(text="a b", results=tmp_path / "none"))
     html = index.read_text()
     for section, commands in (
         ("model", ["headlab model heads", "headlab model collapse", "headlab model prune"]),
@@ -132,7 +132,7 @@ def test_a_missing_part_of_a_partly_filled_section_is_one_line(
     tmp_path: Path, results_dir: Path
 ) -> None:
     (results_dir / "model_prune.json").unlink()
-    index = build(tmp_path / "r", ReportOptions(text="a b", results=results_dir))
+    index = build(tmp_path / "r", ReportRequest(text="a b", results=results_dir))
     html = index.read_text()
     line = re.search(r'data-testid="missing-prune">(.*?)</p>', html).group(1)
     assert "<code>headlab model prune</code>" in line
@@ -140,7 +140,7 @@ def test_a_missing_part_of_a_partly_filled_section_is_one_line(
 
 
 def test_rebuild_replaces_a_report_but_never_a_foreign_directory(tmp_path: Path) -> None:
-    options = ReportOptions(text="x y z", results=tmp_path / "none")
+    options = ReportRequest(text="x y z", results=tmp_path / "none")
     out = tmp_path / "out"
     out.mkdir()
     (out / "thesis.tex").write_text("mine")
@@ -156,7 +156,7 @@ def test_rebuild_replaces_a_report_but_never_a_foreign_directory(tmp_path: Path)
         build(report, options)
     assert (report / "stale.txt").read_text() == "added by a user"
     with pytest.warns(ReplacedUserFilesWarning) as warned:
-        build(report, ReportOptions(text="p q", results=tmp_path / "none"), force=True)
+        build(report, ReportRequest(text="p q", results=tmp_path / "none"), force=True)
     (message,) = [str(w.message) for w in warned]  # once, at the swap, not at the early check
     assert re.match(r"force=True: deleting files that headlab did not write in .*: stale.txt$",
                     message)  # fmt: skip
@@ -172,7 +172,7 @@ def test_rebuild_replaces_a_report_but_never_a_foreign_directory(tmp_path: Path)
 
 def test_png_figures(tmp_path: Path, results_dir: Path) -> None:
     figures = tmp_path / "figs"
-    build(tmp_path / "r", ReportOptions(text="a b c d", results=results_dir), png=figures)
+    build(tmp_path / "r", ReportRequest(text="a b c d", results=results_dir), png=figures)
     names = {p.name for p in figures.iterdir() if not p.name.startswith(".")}
     expected = {"attention.png", "heads.png", "collapse.png", "prune.png", "sweep.png"}
     assert expected | {"coupling.png"} == names
@@ -198,12 +198,12 @@ def test_a_refusal_names_the_library_arguments_not_cli_flags(tmp_path: Path) -> 
     foreign.mkdir()
     (foreign / "notes.txt").write_text("keep")
     with pytest.raises(OutputRefused) as refused:
-        build(foreign, ReportOptions(text="a b", results=tmp_path / "none"))
+        build(foreign, ReportRequest(text="a b", results=tmp_path / "none"))
     message = str(refused.value)
     assert message.startswith(f"out={foreign} is a folder that headlab did not write")
     assert "force=True" in message and "--" not in message
     with pytest.raises(OutputRefused, match=r"^png=.* and out=.* must be separate folders$"):
-        build(tmp_path / "r", ReportOptions(results=tmp_path / "none"), png=tmp_path / "r")
+        build(tmp_path / "r", ReportRequest(results=tmp_path / "none"), png=tmp_path / "r")
     assert (foreign / "notes.txt").read_text() == "keep"
 
 
@@ -221,7 +221,7 @@ def test_a_long_text_and_a_model_of_many_heads_are_bounded_said_on_the_page_and_
     monkeypatch.setattr(heatmap, "PAGE_BYTES", heatmap.encoded_bytes(2 * 3 + 2, 12))
     text = "\n".join(f"w{i}  x{i}" for i in range(40))  # 80 words, kept as written
     with pytest.warns(TextCutWarning) as caught:
-        options = ReportOptions(text=text, results=tmp_path, model=str(tiny_dir))
+        options = ReportRequest(text=text, results=tmp_path, model=str(tiny_dir))
         collected = collect_measured(options)
     assert [str(w.message) for w in caught] == [
         "the text has 80 words; the report takes the first 12 (the seeded layer's work grows "

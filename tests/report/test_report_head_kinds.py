@@ -13,7 +13,7 @@ import pytest
 from long_results import HEADS, LAYERS, long_context_result, write_long_results
 from report_pages import collect_measured
 
-from headlab.report import ReportOptions, render
+from headlab.report import ReportRequest, render
 from headlab.report.long_context_figures import ROLE_COLOURS
 from headlab.results.json_store import write_result
 
@@ -45,7 +45,7 @@ def page(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict]:
     results = write_long_results(tmp_path_factory.mktemp("kinds") / "results")
     heads = _heads(5)
     (results / "model_heads.json").write_text(json.dumps(heads), encoding="utf-8")
-    collected = collect_measured(ReportOptions(results=results, use_model=False))
+    collected = collect_measured(ReportRequest(results=results, use_model=False))
     return render(collected), heads
 
 
@@ -86,7 +86,7 @@ def test_the_roles_of_the_long_context_run_are_a_grid_of_the_same_model(page) ->
 def test_roles_of_another_model_are_not_drawn_beside_these_heads(tmp_path: Path) -> None:
     results = write_long_results(tmp_path / "results", model="another-model")
     write_result(results / "model_heads.json", _load(_heads(6)))
-    html = render(collect_measured(ReportOptions(results=results, use_model=False)))
+    html = render(collect_measured(ReportRequest(results=results, use_model=False)))
     assert 'data-testid="overview-induction"' in html
     assert 'data-testid="overview-role"' not in html
 

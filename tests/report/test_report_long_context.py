@@ -21,7 +21,7 @@ from long_results import (
 )
 from report_pages import build
 
-from headlab.report import ReportOptions
+from headlab.report import ReportRequest
 from headlab.report.long_context_section import budget_rows, roles_answer
 
 XSS = "<img src=x onerror=alert(1)>"
@@ -37,7 +37,7 @@ def _page_data(html: str) -> dict:
 def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, Path]:
     root = tmp_path_factory.mktemp("long")
     results = write_long_results(root / "results", model=XSS)
-    index = build(root / "report", ReportOptions(results=results, use_model=False),
+    index = build(root / "report", ReportRequest(results=results, use_model=False),
                          png=root / "png")  # fmt: skip
     return index, index.read_text(encoding="utf-8"), root / "png"
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from headlab.analysis.expressivity import ExpressivityConfig, measure_expressivity
-from headlab.experiments.specialisation import SpecialisationConfig, measure_specialisation
+from headlab.analysis.expressivity import ExpressivityRequest, measure_expressivity
+from headlab.experiments.specialisation import SpecialisationRequest, measure_specialisation
 from headlab.report.reading import SkippedResultsWarning
 from headlab.report.why import WHY, why_sections
 
@@ -52,7 +52,7 @@ def _redundancy_doc() -> dict:
 def results(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("why-results")
     expr = measure_expressivity(
-        ExpressivityConfig(
+        ExpressivityRequest(
             seq_lens=(5,),
             head_dims=(1, 5),
             targets=1,
@@ -64,7 +64,7 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> Path:
         )
     )
     spec = measure_specialisation(
-        SpecialisationConfig(heads=(1, 2), steps=10, eval_every=5, eval_size=8, d_model=8)
+        SpecialisationRequest(heads=(1, 2), steps=10, eval_every=5, eval_size=8, d_model=8)
     )
     for name, doc in (
         ("expressivity", expr.to_dict()),

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from headlab.analysis.compare import compare
 from headlab.analysis.explain import describe, explain
-from headlab.analysis.scenarios import CompareSetup, over_draws, run_setup
+from headlab.analysis.scenarios import CompareRequest, over_draws, run_setup
 from headlab.attention.module import MultiHeadAttention
 from headlab.results.comparison_result import (
     CODES,
@@ -148,7 +148,7 @@ def test_any_result_reads_back_through_json(findings, verdict, diffs, params, gr
 
 
 def test_a_scenario_reads_back_with_its_draws():
-    setup = CompareSetup(d_model=15, heads=5, seq_len=7, init="normal", output_projection=True)
+    setup = CompareRequest(d_model=15, heads=5, seq_len=7, init="normal", output_projection=True)
     result = run_setup(setup).result()
     draws = over_draws({"d_model": 15, "heads": 5, "seq_len": 7}, range(3))
     scenario = ScenarioResult("small", "Does it?", "headlab compare --d-model 15",
@@ -156,7 +156,7 @@ def test_a_scenario_reads_back_with_its_draws():
     document = _json(scenario.to_dict())
     back = ScenarioResult.from_dict(document)
     assert back == replace(scenario, comparison=replace(result, sides=None))
-    assert CompareSetup(**back.setup) == setup
+    assert CompareRequest(**back.setup) == setup
     assert back.draws.sentence() == draws.sentence()
     document["draws"]["identical"] = [7]
     with pytest.raises(ValueError, match=r"scenario.draws.identical\[0\]: expected one of the "
@@ -168,7 +168,7 @@ def test_draws_are_counted_per_seed():
     """``over_draws`` against each seed's own comparison."""
     overrides = {"d_model": 15, "heads": 5, "seq_len": 7}
     summary = over_draws(overrides, range(3))
-    tops = [run_setup(CompareSetup(seed=s, **overrides)).result().top_code for s in range(3)]
+    tops = [run_setup(CompareRequest(seed=s, **overrides)).result().top_code for s in range(3)]
     assert summary.findings == {code: tops.count(code) for code in set(tops)}
     assert DrawSummary.from_dict(Fields(_json(summary.to_dict()), "draws")) == summary
 

@@ -13,7 +13,7 @@ import pytest
 from headlab.analysis.coupling import coupling_summary
 from headlab.analysis.grad import coupling_comparison
 from headlab.analysis.params import parameter_table
-from headlab.analysis.scenarios import CompareSetup
+from headlab.analysis.scenarios import CompareRequest
 from headlab.results.coupling_result import CouplingComparison, CouplingSummary
 from headlab.results.param_rows import ParamRow
 from headlab.results.schema import Fields
@@ -23,9 +23,9 @@ def _json(document: dict) -> dict:
     return json.loads(json.dumps(document))
 
 
-def _setup(**overrides) -> CompareSetup:
+def _setup(**overrides) -> CompareRequest:
     sizes = {"d_model": 15, "heads": 5, "vs_heads": 1, "seq_len": 7, "output_projection": True}
-    return CompareSetup(**{**sizes, **overrides})
+    return CompareRequest(**{**sizes, **overrides})
 
 
 @pytest.mark.parametrize("talking_heads", [0.0, 0.5])
@@ -33,7 +33,7 @@ def test_a_coupling_comparison_reads_back(talking_heads):
     result = coupling_comparison(_setup(init="normal"), talking_heads)
     back = CouplingComparison.from_dict(_json(result.to_dict()))
     assert back == result  # floats survive JSON exactly; the sides are plain lists
-    assert CompareSetup(**back.setup) == _setup(init="normal")
+    assert CompareRequest(**back.setup) == _setup(init="normal")
 
 
 def test_a_coupling_summary_reads_back():

@@ -86,10 +86,10 @@ def test_redundancy(tiny, tmp_path):
 
 
 def test_expressivity(tmp_path):
-    from headlab.analysis.expressivity import ExpressivityConfig, measure_expressivity
+    from headlab.analysis.expressivity import ExpressivityRequest, measure_expressivity
     from headlab.results.expressivity_result import PatternRow, RankRow
 
-    config = ExpressivityConfig(seq_lens=(4,), head_dims=(1, 4), targets=1, steps=5,
+    config = ExpressivityRequest(seq_lens=(4,), head_dims=(1, 4), targets=1, steps=5,
                                 offset_seq_len=5, offset_steps=5)  # fmt: skip
     result = measure_expressivity(config)
     back = round_trip(result, tmp_path / "expressivity.json")
@@ -99,10 +99,10 @@ def test_expressivity(tmp_path):
 
 
 def test_specialisation(tmp_path):
-    from headlab.experiments.specialisation import SpecialisationConfig, measure_specialisation
+    from headlab.experiments.specialisation import SpecialisationRequest, measure_specialisation
     from headlab.results.specialisation_result import Checkpoint, SpecialisationRun
 
-    config = SpecialisationConfig(heads=(1, 2), attention=("plain",), d_model=8, steps=4,
+    config = SpecialisationRequest(heads=(1, 2), attention=("plain",), d_model=8, steps=4,
                                   eval_every=2, eval_size=8)  # fmt: skip
     result = measure_specialisation(config)
     back = round_trip(result, tmp_path / "specialisation.json")
@@ -260,10 +260,10 @@ def test_a_broken_long_context_file_names_its_field(tiny, tmp_path, change, mess
 
 
 def test_a_broken_specialisation_checkpoint_names_its_field(tmp_path):
-    from headlab.experiments.specialisation import SpecialisationConfig, measure_specialisation
+    from headlab.experiments.specialisation import SpecialisationRequest, measure_specialisation
     from headlab.results.specialisation_result import SpecialisationResult
 
-    config = SpecialisationConfig(heads=(2,), attention=("plain",), d_model=8, steps=2,
+    config = SpecialisationRequest(heads=(2,), attention=("plain",), d_model=8, steps=2,
                                   eval_every=2, eval_size=8)  # fmt: skip
     path = tmp_path / "specialisation.json"
     document = write_result(path, measure_specialisation(config))

@@ -5,7 +5,7 @@ from headlab.analysis.coupling import coupling_summary, gradient_coupling, head_
 from headlab.analysis.explain import explain
 from headlab.analysis.findings import Finding
 from headlab.analysis.params import parameter_count, parameter_table
-from headlab.analysis.scenarios import CompareSetup, build, run_seed_scenarios, run_setup
+from headlab.analysis.scenarios import CompareRequest, build, run_seed_scenarios, run_setup
 from headlab.results.comparison_result import CODES, ComparisonResult, FindingRow
 from headlab.results.coupling_result import CouplingMatrix, CouplingSummary, HeadGradientNorms
 from headlab.results.param_rows import ParamRow
@@ -13,7 +13,7 @@ from headlab.results.scenario_result import ScenarioResult
 
 __all__ = [
     "CODES",
-    "CompareSetup",
+    "CompareRequest",
     "Comparison",
     "ComparisonResult",
     "CouplingMatrix",
@@ -34,3 +34,10 @@ __all__ = [
     "run_seed_scenarios",
     "run_setup",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """``CompareSetup``, the old name of ``CompareRequest`` (deprecated; docs name the new one)."""
+    from headlab.notices import renamed
+
+    return renamed(__name__, name, {"CompareSetup": CompareRequest})

@@ -139,7 +139,7 @@ def fit_offsets(
 
 # ----------------------------------------------------------------- the measurement
 @dataclass(frozen=True)
-class ExpressivityConfig:
+class ExpressivityRequest:
     """Sizes of ``measure_expressivity``; the defaults run in about a minute on 2 cores."""
 
     seq_lens: tuple[int, ...] = (8, 16)
@@ -176,7 +176,7 @@ class ExpressivityConfig:
 
 
 def measure_expressivity(
-    config: ExpressivityConfig | None = None,
+    config: ExpressivityRequest | None = None,
     *,
     model_patterns: dict[int, np.ndarray] | None = None,
     model_name: str = "model",
@@ -186,13 +186,13 @@ def measure_expressivity(
     seq_len -> (count, n, n) trained heads' attention), then the pattern rows for 1 head of
     d_model and ``heads`` heads of d_model / heads. ``on_step(done, total)`` reports progress.
     """
-    config = config or ExpressivityConfig()
+    config = config or ExpressivityRequest()
     with one_torch_thread():  # small matrices: one thread is faster on shared cores
         return _measure(config, model_patterns, model_name, on_step)
 
 
 def _measure(
-    config: ExpressivityConfig,
+    config: ExpressivityRequest,
     model_patterns: dict[int, np.ndarray] | None,
     model_name: str,
     on_step: Callable[[int, int], None] | None,

@@ -5,16 +5,16 @@ from __future__ import annotations
 import numpy as np
 
 from headlab.analysis.coupling import gradient_coupling, head_gradient_norms
-from headlab.analysis.scenarios import CompareSetup, build
+from headlab.analysis.scenarios import CompareRequest, build
 from headlab.results.coupling_result import CouplingComparison, CouplingSide
 
 
-def _grouped(setup: CompareSetup) -> bool:
+def _grouped(setup: CompareRequest) -> bool:
     """Whether the set-up's first side shares K/V heads (TalkingHeadsAttention does not)."""
     return setup.kv_heads not in (None, setup.heads)
 
 
-def coupling_comparison(setup: CompareSetup, talking_heads: float = 0.0) -> CouplingComparison:
+def coupling_comparison(setup: CompareRequest, talking_heads: float = 0.0) -> CouplingComparison:
     """Build ``setup`` (with its output projection: W_O's gradient is part of the answer) and
     measure the gradient coupling of the module with ``heads`` and of its ``vs_heads`` view.
 

@@ -20,7 +20,7 @@ from headlab.notices import HeadlabWarning
 from headlab.results import explorers
 from headlab.results.attention_views import TextAttention
 from headlab.results.explorers import heatmap_data
-from headlab.results.report_measurements import DEFAULT_MODEL, ReportMeasurements, ReportOptions
+from headlab.results.report_measurements import DEFAULT_MODEL, ReportMeasurements, ReportRequest
 
 #: The most words of the text the report takes: the seeded layer's work grows with the square of
 #: the words (4096: about 6 s on two busy cores; 100,000 words ran for minutes), and the page shows
@@ -50,7 +50,7 @@ def first_words(text: str, count: int) -> str:
     return text[: ends[-1]] if ends else ""
 
 
-def _model_attention(text: str, options: ReportOptions) -> tuple[str, TextAttention] | str:
+def _model_attention(text: str, options: ReportRequest) -> tuple[str, TextAttention] | str:
     """(the model's name, its attention on ``text``), or why the default model could not be
     loaded (its packaged weights missing): the page then says so in one line instead of failing
     the whole report. A model the user named that cannot be loaded is an error."""
@@ -112,7 +112,7 @@ def _parameter_rows(d_model: int = 512) -> list[dict]:
     return [r.to_dict() for r in rows]
 
 
-def measure_report(options: ReportOptions) -> ReportMeasurements:
+def measure_report(options: ReportRequest) -> ReportMeasurements:
     """Run every analysis the page shows beside the results files. ValueError for an empty text
     or a model the user named that cannot be loaded (before the other work)."""
     tokens = words(options.text)

@@ -1,6 +1,6 @@
 """The seed questions' set-ups, built from a typed config, and their measured answers.
 
-``CompareSetup`` defaults reproduce the first seed question (000/001 in shared/seeds): W_Q, W_K,
+``CompareRequest`` defaults reproduce the first seed question (000/001 in shared/seeds): W_Q, W_K,
 W_V drawn like ``torch.rand(512, 512)`` and used as ``x @ W``, input ``torch.rand(2, 10, 512)``,
 8 heads against 1, no output projection (W_O = identity, no biases).
 """
@@ -29,7 +29,7 @@ COMPARE_OVERHEAD = 128 * 2**20
 
 
 @dataclass(frozen=True)
-class CompareSetup:
+class CompareRequest:
     """One comparison: a module with ``heads`` heads against its own weights viewed with
     ``vs_heads``.
 
@@ -135,7 +135,7 @@ def vs_head_counts(q_dim: int, kv_dim: int) -> list[int]:
     return sorted(q_dim // size for size in sizes)
 
 
-def build(setup: CompareSetup) -> tuple[MultiHeadAttention, MultiHeadAttention, Tensor]:
+def build(setup: CompareRequest) -> tuple[MultiHeadAttention, MultiHeadAttention, Tensor]:
     """(module with ``heads``, the same parameters viewed with ``vs_heads``, input
     (batch, pos, d_model)), all float32, batch first, deterministic in ``seed``.
 
@@ -184,7 +184,7 @@ def build(setup: CompareSetup) -> tuple[MultiHeadAttention, MultiHeadAttention, 
     return module, module.with_num_heads(setup.vs_heads), x
 
 
-def run_setup(setup: CompareSetup) -> Comparison:
+def run_setup(setup: CompareRequest) -> Comparison:
     """Build the set-up and compare the two head counts on its input."""
     a, b, x = build(setup)
     return compare(a, b, x, is_causal=setup.causal)
@@ -229,7 +229,7 @@ def seed_comparisons(seed: int = 0, draws: int = 0) -> list[tuple[ScenarioResult
 def _seed_comparisons(seed: int, draws: int) -> list[tuple[ScenarioResult, Comparison]]:
     measured = []
     for name, question, command, overrides in SEED_QUESTIONS:
-        setup = CompareSetup(seed=seed, **overrides)
+        setup = CompareRequest(seed=seed, **overrides)
         comparison = run_setup(setup)
         result = comparison.result()
         summary = over_draws(overrides, range(draws)) if draws else None
@@ -246,13 +246,20 @@ def run_seed_scenarios(seed: int = 0, draws: int = 0) -> list[ScenarioResult]:
 
 
 def over_draws(overrides: dict, seeds: range = range(10)) -> DrawSummary:
-    """Compare the set-up ``CompareSetup(seed=s, **overrides)`` for every seed in ``seeds``:
+    """Compare the set-up ``CompareRequest(seed=s, **overrides)`` for every seed in ``seeds``:
     which draws come out identical, and which finding explains the most rows of each draw."""
     identical, findings = [], {}
     for seed in seeds:
-        result = run_setup(CompareSetup(seed=seed, **overrides)).result()
+        result = run_setup(CompareRequest(seed=seed, **overrides)).result()
         if result.identical:
             identical.append(seed)
         if result.top_code is not None:
             findings[result.top_code] = findings.get(result.top_code, 0) + 1
     return DrawSummary(list(seeds), identical, findings)
+
+
+def __getattr__(name: str) -> object:
+    """``CompareSetup``, the old name of ``CompareRequest`` (deprecated; docs name the new one)."""
+    from headlab.notices import renamed
+
+    return renamed(__name__, name, {"CompareSetup": CompareRequest})

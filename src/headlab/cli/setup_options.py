@@ -1,5 +1,5 @@
 """The options of ``headlab compare`` and ``headlab grad``: the fields of the library's
-``CompareSetup`` (its errors name them; ``SETUP_FLAGS`` maps them to these options)."""
+``CompareRequest`` (its errors name them; ``SETUP_FLAGS`` maps them to these options)."""
 
 from __future__ import annotations
 
@@ -32,6 +32,6 @@ HEAD_DIM = typer.Option(
     None, "--head-dim", help="Head size of the first side [default: d_model / heads]."
 )
 AS_JSON = typer.Option(False, "--json", help="Print the JSON document only.")
-# CompareSetup's arguments, which its errors name, are these commands' flags
+# CompareRequest's arguments, which its errors name, are these commands' flags
 SETUP_FLAGS = ("d_model", "heads", "vs_heads", "seq_len", "batch", "init", "seed", "kv_heads",
           "head_dim", "output_projection", "talking_heads")  # fmt: skip

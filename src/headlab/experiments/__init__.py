@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 _WHERE = {
     "make_config": "headlab.experiments.run_sizing",
-    "SweepSpec": "headlab.experiments.sweep",
+    "SweepRequest": "headlab.experiments.sweep",
     "expand_grid": "headlab.experiments.sweep",
     "plan_sweep": "headlab.experiments.sweep",
     "run_sweep": "headlab.experiments.sweep",
@@ -32,7 +32,7 @@ __all__ = sorted(_WHERE)
 
 if TYPE_CHECKING:  # pragma: no cover
     from headlab.experiments.run_sizing import make_config as make_config
-    from headlab.experiments.sweep import SweepSpec as SweepSpec
+    from headlab.experiments.sweep import SweepRequest as SweepRequest
     from headlab.experiments.sweep import expand_grid as expand_grid
     from headlab.experiments.sweep import plan_sweep as plan_sweep
     from headlab.experiments.sweep import run_sweep as run_sweep

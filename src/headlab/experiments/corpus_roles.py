@@ -13,7 +13,7 @@ the merged sums are the same bits however and wherever the documents ran.
 Row schema (one JSON object per line):
     {"headlab": "corpus-roles-document", "job_id": str (16 hex: sha256 of the model, backend,
      options, document name and the document's sha256), "document": str, "sha256": str,
-     "model": str, "options": {RoleOptions}, "sums": {DocumentSums}, "seconds": float >= 0}
+     "model": str, "options": {RoleRequest}, "sums": {DocumentSums}, "seconds": float >= 0}
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from headlab.attention.one_thread import one_torch_thread
 from headlab.experiments.executors import run_jobs
 from headlab.heads.corpus_sums import corpus_result, document_sums, merge_sums
 from headlab.models.interface import HeadModel
-from headlab.results.corpus_roles_result import CorpusRolesResult, DocumentSums, RoleOptions
+from headlab.results.corpus_roles_result import CorpusRolesResult, DocumentSums, RoleRequest
 from headlab.results.jsonl_store import RowKind, read_results
 from headlab.results.jsonl_writer import ResultsWriter, check_appendable
 from headlab.results.schema import Fields
@@ -131,7 +131,7 @@ class DocumentJob:
 
     source: ModelSource
     document: Document
-    options: RoleOptions
+    options: RoleRequest
 
     @cached_property
     def job_id(self) -> str:
@@ -210,7 +210,7 @@ def row_problem(row: object) -> str | None:
             and math.isfinite(seconds) and seconds >= 0):  # fmt: skip
         return "'seconds' must be a finite number >= 0"
     try:
-        RoleOptions.from_dict(Fields(row.get("options"), "options"))
+        RoleRequest.from_dict(Fields(row.get("options"), "options"))
         DocumentSums.from_dict(row.get("sums"), "sums")
     except ValueError as error:
         return str(error)
@@ -240,7 +240,7 @@ def _unfinished(jobs: list[DocumentJob], rows: list[dict]) -> list[DocumentJob]:
 
 
 def plan_corpus(
-    source: ModelSource, documents: list[Document], options: RoleOptions, out: str | Path
+    source: ModelSource, documents: list[Document], options: RoleRequest, out: str | Path
 ) -> CorpusPlan:
     """Check everything that can be checked before a model loads (the source, the options, the
     documents, ``out``) and find the documents finished in ``out`` (resume).
@@ -306,7 +306,7 @@ def corpus_summary(plan: CorpusPlan) -> CorpusRolesResult:
 def corpus_roles(
     source: ModelSource | str | Path,
     documents: list[Document],
-    options: RoleOptions = RoleOptions(),  # noqa: B008 (frozen)
+    options: RoleRequest = RoleRequest(),  # noqa: B008 (frozen)
     *,
     out: str | Path,
     executor: str = "local",

@@ -64,7 +64,7 @@ def _quiet(what: str, done: int, total: int) -> None:
 
 
 @dataclass(frozen=True)
-class FormationConfig:
+class FormationRequest:
     """One run: ``heads`` per layer; the rest as ``headlab sweep --task induction --layers 2``
     sets it (d_model 64, batch 32, lr 3e-3, 512 held-out sequences), ``every`` its evaluation
     interval. ``composition_samples``: draws of the K-composition's random baseline."""
@@ -234,7 +234,7 @@ def _answer_metric(clean: Tensor, answers: Tensor):
     return answer_logprob(mask, full)
 
 
-def train_and_measure(config: FormationConfig, progress: Progress | None = None) -> FormationRun:
+def train_and_measure(config: FormationRequest, progress: Progress | None = None) -> FormationRun:
     """Train the sweep's model of ``config`` (``run_one``) and measure it at each of its
     evaluations (every ``config.every`` steps and at the end)."""
     run = config.run_config()
@@ -295,7 +295,7 @@ def induction_formation(
     if len(set(seeds)) != len(seeds):
         raise ValueError(f"seed must name distinct seeds, got {seeds}")
     configs = [
-        FormationConfig(heads=h, steps=steps, every=every, seed=s, lr=lr)
+        FormationRequest(heads=h, steps=steps, every=every, seed=s, lr=lr)
         for h in heads
         for s in seeds
     ]
@@ -304,7 +304,7 @@ def induction_formation(
 
 
 __all__ = [
-    "FormationConfig",
+    "FormationRequest",
     "circuit_faithfulness",
     "induction_formation",
     "k_edges",

@@ -90,7 +90,7 @@ def settled_step(checkpoints: list[Checkpoint]) -> int:
 
 
 @dataclass(frozen=True)
-class SpecialisationConfig:
+class SpecialisationRequest:
     """The runs: every head count x attention kind, one seed; defaults take about 2 minutes."""
 
     heads: tuple[int, ...] = (1, 2, 4, 8)
@@ -131,7 +131,7 @@ class SpecialisationConfig:
 
 
 def measure_specialisation(
-    config: SpecialisationConfig | None = None,
+    config: SpecialisationRequest | None = None,
     on_step: Callable[[int, int], None] | None = None,
 ) -> SpecialisationResult:
     """Train each run of ``config`` with head ablations at every evaluation.
@@ -139,7 +139,7 @@ def measure_specialisation(
     ``on_step(done, total)`` counts checkpoints over all runs. Talking heads with one head is
     skipped (a 1 x 1 mixing only rescales the one head).
     """
-    config = config or SpecialisationConfig()
+    config = config or SpecialisationRequest()
     plan, total = config.plan(), config.steps_total()
     done = 0
 
@@ -155,7 +155,7 @@ def measure_specialisation(
 
 
 def _one_run(
-    config: SpecialisationConfig, attention: str, heads: int, batch: Batch, tick: Callable
+    config: SpecialisationRequest, attention: str, heads: int, batch: Batch, tick: Callable
 ) -> SpecialisationRun:
     run_config = make_config(
         TASK, heads, d_model=config.d_model, seed=config.seed, steps=config.steps,

@@ -29,7 +29,7 @@ WORKER_START = 300 * 2**20
 
 
 @dataclass(frozen=True)
-class SweepSpec:
+class SweepRequest:
     """The grid: every head count x K/V head count x seed, with the rest fixed.
 
     ``kv_heads`` None means G = H (full multi-head); otherwise each G must divide each H.
@@ -48,7 +48,7 @@ class SweepSpec:
     training: dict = field(default_factory=dict)  # other RunConfig fields (batch_size, lr, ...)
 
 
-def expand_grid(spec: SweepSpec) -> list[RunConfig]:
+def expand_grid(spec: SweepRequest) -> list[RunConfig]:
     """All RunConfigs of the sweep, each validated; ValueError on the first that cannot run."""
     get_task(spec.task)
     if not spec.heads:
@@ -109,7 +109,7 @@ def _unfinished(configs: list[RunConfig], rows: list[dict]) -> list[RunConfig]:
     return todo
 
 
-def plan_sweep(spec: SweepSpec, out: str | Path = DEFAULT_OUT) -> SweepPlan:
+def plan_sweep(spec: SweepRequest, out: str | Path = DEFAULT_OUT) -> SweepPlan:
     """Validate the grid and ``out``, and read ``out`` to find the finished runs (resume).
 
     ValueError (one line) for a bad grid or an output path headlab may not append results to;

@@ -45,18 +45,18 @@ from headlab.results.corpus_roles_result import (
     CorpusCounts,
     CorpusRolesResult,
     DocumentSums,
-    RoleOptions,
+    RoleRequest,
 )
 from headlab.results.head_roles import HeadRoles
 from headlab.results.head_statistics import HeadStatistics
 
-DEFAULT_OPTIONS = RoleOptions()  # frozen: one instance serves every call
+DEFAULT_OPTIONS = RoleRequest()  # frozen: one instance serves every call
 
 
 def document_sums(
     model: HeadModel,
     text: str,
-    options: RoleOptions = DEFAULT_OPTIONS,
+    options: RoleRequest = DEFAULT_OPTIONS,
     *,
     chunk_elements: int = CHUNK_ELEMENTS,
 ) -> DocumentSums:
@@ -147,7 +147,7 @@ def _added(a: DocumentSums, b: DocumentSums) -> DocumentSums:
 
 
 
-def corpus_result(total: DocumentSums, options: RoleOptions) -> CorpusRolesResult:
+def corpus_result(total: DocumentSums, options: RoleRequest) -> CorpusRolesResult:
     """The corpus means and roles of merged sums (see the module docstring)."""
     names = total.statistic_names
     layers = [[_head_sums(total, layer)] for layer in range(len(total.retrieval_hits))]
@@ -171,7 +171,7 @@ def _head_sums(total: DocumentSums, layer: int) -> HeadSums:
     return HeadSums(sums, torch.zeros(0), total.n_queries, total.n_prev, total.n_copy)
 
 
-def _roles(total: DocumentSums, statistics: HeadStatistics, options: RoleOptions) -> HeadRoles:
+def _roles(total: DocumentSums, statistics: HeadStatistics, options: RoleRequest) -> HeadRoles:
     """Each head's role scores and role from the merged sums (``heads.roles.head_roles``, as for
     one text)."""
 

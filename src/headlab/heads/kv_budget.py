@@ -42,7 +42,7 @@ from headlab.heads.retrieval_check import (
 from headlab.limits import check_int, check_seed
 from headlab.models.interface import HeadModel, TokenBatch
 from headlab.models.output_rows import next_token_scores, output_rows
-from headlab.results.corpus_roles_result import RoleOptions
+from headlab.results.corpus_roles_result import RoleRequest
 from headlab.results.head_roles import MIN_MATCH, SINKS, WINDOW, HeadRoles
 from headlab.results.kv_budget_result import KVBudgetResult, PlanRun
 from headlab.results.long_context_result import TextContext
@@ -175,7 +175,7 @@ class KVBudgetRequest:
         object.__setattr__(self, "budgets", tuple(self.budgets))
         object.__setattr__(self, "kv_saved", tuple(self.kv_saved))
         check_budgets(self.budgets, self.kv_saved)
-        RoleOptions(self.n_tokens, self.sinks, self.window).check(name="n_tokens")
+        RoleRequest(self.n_tokens, self.sinks, self.window).check(name="n_tokens")
         check_int("seeds", self.seeds, low=MIN_SEEDS, high=MAX_SEEDS)
         check_seed("seed", self.seed)
         if self.retrieval_k is not None:
@@ -187,7 +187,7 @@ class KVBudgetRequest:
     def length_for(self, max_positions: int) -> int:
         """The texts' length on a model of ``max_positions`` positions: ``n_tokens``, or all
         of them; ValueError naming ``n_tokens`` when it asks for more."""
-        options = RoleOptions(self.n_tokens, self.sinks, self.window)
+        options = RoleRequest(self.n_tokens, self.sinks, self.window)
         return options.tokens_for(max_positions, name="n_tokens")
 
 
@@ -217,20 +217,22 @@ def default_texts(model: HeadModel, n_tokens: int, seed: int, asked: bool) -> tu
 
 def kv_budget(
     model: HeadModel,
+    request: KVBudgetRequest | None = None,
     *,
-    budgets: Sequence[float] = (0.25, 0.5, 0.75),
-    kv_saved: Sequence[float] = (),
+    budgets: Sequence[float] | None = None,
+    kv_saved: Sequence[float] | None = None,
     n_tokens: int | None = None,
-    sinks: int = SINKS,
-    window: int = WINDOW,
-    seeds: int = MIN_SEEDS,
-    seed: int = 0,
+    sinks: int | None = None,
+    window: int | None = None,
+    seeds: int | None = None,
+    seed: int | None = None,
     calibration_text: str | None = None,
     evaluation_text: str | None = None,
     retrieval_k: int | None = None,
     on_step: Callable[[int, int], None] | None = None,
 ) -> KVBudgetResult:
-    """Rank, plan and verify (see the module docstring).
+    """Rank, plan and verify (see the module docstring): ``request``, or its fields as
+    keywords (None: the field's default; a keyword beside a request is refused).
 
     Plan sizes: each of ``budgets`` (a share of the K/V groups, rounded to a count) and each of
     ``kv_saved`` (a KV memory saving full / planned, turned into the fewest groups that reach
@@ -245,7 +247,17 @@ def kv_budget(
     runs, for budgets outside (0, 1], a saving out of reach, fewer than 3 or more than 100
     seeds, a window or sink count out of range, a retrieval_k out of range, a text not longer
     than the window, or an evaluation text without copy positions."""
-    request = KVBudgetRequest(budgets, kv_saved, n_tokens, sinks, window, seeds, seed, retrieval_k)
+    asked = dict(budgets=budgets, kv_saved=kv_saved, n_tokens=n_tokens, sinks=sinks,
+                 window=window, seeds=seeds, seed=seed, retrieval_k=retrieval_k)  # fmt: skip
+    chosen = {name: value for name, value in asked.items() if value is not None}
+    if request is None:
+        request = KVBudgetRequest(**chosen)
+    elif chosen:
+        raise ValueError(f"{', '.join(chosen)} is the request's own: pass it in the "
+                         "KVBudgetRequest")  # fmt: skip
+    budgets, kv_saved, n_tokens = request.budgets, request.kv_saved, request.n_tokens
+    sinks, window, seeds, seed = request.sinks, request.window, request.seeds, request.seed
+    retrieval_k = request.retrieval_k
     if retrieval_k is not None:
         check_retrieval_k(model, retrieval_k)
     if model.objective_kind != "next-token":

@@ -22,12 +22,11 @@ from collections.abc import Callable, Iterable, Mapping
 import torch
 
 from headlab.heads.quality import measures, reference
-from headlab.limits import check_seed
+from headlab.heads.requests import PRUNE_FRACTIONS as FRACTIONS
+from headlab.heads.requests import PruneRequest, Texts, analysis_request, check_by, corpus_texts
 from headlab.models.head_mask import as_mask
 from headlab.models.interface import HeadModel
-from headlab.results.prune_result import BY, PruneResult, PruneStep
-
-FRACTIONS = tuple(i / 10 for i in range(11))
+from headlab.results.prune_result import PruneResult, PruneStep
 
 
 def unique_parameters(model: HeadModel) -> int:
@@ -36,19 +35,6 @@ def unique_parameters(model: HeadModel) -> int:
 
 
 
-
-
-def check_by(by: str) -> None:
-    """ValueError unless ``by`` is one of BY."""
-    if by not in BY:
-        raise ValueError(f"by must be removal or mask, got {by!r}")
-
-
-def check_pruning(by: str, seed: int) -> None:
-    """What ``prune_by_importance`` checks before the model runs (ValueError naming ``by`` or
-    ``seed``); callers check it before the model loads."""
-    check_by(by)
-    check_seed("seed", seed)
 
 
 def prune_heads(
@@ -166,22 +152,24 @@ def prune_curve(
 
 def prune_by_importance(
     model: HeadModel,
-    texts: list[str],
+    texts: PruneRequest | Texts,
     *,
-    seed: int = 0,
-    fractions: tuple[float, ...] = FRACTIONS,
-    max_length: int = 128,
+    seed: int | None = None,
+    fractions: tuple[float, ...] | None = None,
+    max_length: int | None = None,
     on_step: Callable[[int, int], None] | None = None,
-    by: str = "removal",
+    by: str | None = None,
 ) -> PruneResult:
-    """The whole ``headlab model prune`` pipeline: Michel et al. importance on ``texts``, then
-    ``prune_curve`` in that order and in a seeded random one. ``on_step(done, total)`` after the
-    importance pass and after each pruned model (``total`` = 1 + 2 * len(fractions))."""
+    """The whole ``headlab model prune`` pipeline: Michel et al. importance on the texts, then
+    ``prune_curve`` in that order and in a seeded random one. ``texts``: a ``PruneRequest``, or
+    its corpus with its options as keywords (None: its default). ``on_step(done, total)`` after
+    the importance pass and after each pruned model (``total`` = 1 + 2 * len(fractions))."""
     from headlab.heads.importance import head_importance
 
-    check_pruning(by, seed)
-    total = 1 + 2 * len(fractions)
-    check_prunable(model, by)  # a layout that cannot lose heads, before the importance pass
+    request = analysis_request(PruneRequest, texts, seed=seed, fractions=fractions, by=by)
+    texts, max_length = corpus_texts(request.corpus, max_length, model.max_positions)
+    total = 1 + 2 * len(request.fractions)
+    check_prunable(model, request.by)  # a layout that cannot lose heads, before importance
     ranking = head_importance(model, texts, max_length=max_length).ranking()
     if on_step is not None:
         on_step(1, total)
@@ -189,9 +177,9 @@ def prune_by_importance(
         model,
         texts,
         ranking,
-        fractions=fractions,
-        seed=seed,
+        fractions=request.fractions,
+        seed=request.seed,
         max_length=max_length,
         on_step=None if on_step is None else lambda done: on_step(1 + done, total),
-        by=by,
+        by=request.by,
     )

@@ -7,8 +7,9 @@ loads: each bound is written here once, and the CLI maps a field's name to its o
 texts (``corpus_texts``). ``ImportanceRequest``, ``AblationRequest`` and ``CollapseRequest``: a
 corpus (a ``CorpusRequest`` or the texts) with the options of ``head_importance``,
 ``ablation_effect`` and ``collapse_heads``, which take one in place of their texts (their
-keywords still work: ``analysis_request`` builds the request from them). ``GenerationRequest``:
-a greedy continuation.
+keywords still work: ``analysis_request`` builds the request from them). ``PruneRequest``: the
+pruning curve of ``prune_by_importance``, taken the same way. ``GenerationRequest``: a greedy
+continuation.
 The rest of the model's own limits (its positions) are checked once it is loaded
 (``CorpusRequest.length_for``).
 """
@@ -20,13 +21,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from headlab.limits import check_finite, check_int
+from headlab.limits import check_finite, check_int, check_seed
 from headlab.results.ablation_result import Group, Head
+from headlab.results.prune_result import BY
 
 MAX_TEXTS = 10**6  # texts of one analysis: more is a typo, not an experiment
 DEFAULT_LENGTH = 128  # tokens kept per text unless the model has fewer positions
 MAX_NEW_TOKENS = 4096  # tokens one greedy continuation may add
 ABLATION_MODES = ("zero", "mean", "resample")  # headlab.attention.interventions.AblationMode
+PRUNE_FRACTIONS = tuple(i / 10 for i in range(11))  # shares of all heads, 10% steps
 
 
 @dataclass(frozen=True)
@@ -190,7 +193,36 @@ class CollapseRequest:
         check_int("batch_size", self.batch_size)
 
 
-Request = TypeVar("Request", ImportanceRequest, AblationRequest, CollapseRequest)
+@dataclass(frozen=True)
+class PruneRequest:
+    """Michel et al.'s pruning curve (``prune_by_importance``) over ``corpus``: the shares
+    ``fractions`` of all heads (each in [0, 1]) removed from the weights (``by`` "removal") or
+    masked ("mask"), least important first and in an order drawn with ``seed``. ValueError
+    naming the field, before anything loads; whether the model can lose heads is checked once it
+    has loaded (``heads.pruning.check_prunable``)."""
+
+    corpus: Texts = CorpusRequest()
+    seed: int = 0
+    by: str = "removal"
+    fractions: tuple[float, ...] = PRUNE_FRACTIONS
+
+    def __post_init__(self) -> None:
+        _corpus(self)
+        check_by(self.by)
+        check_seed("seed", self.seed)
+        fractions = tuple(self.fractions)
+        if not fractions or not all(isinstance(f, int | float) and 0 <= f <= 1 for f in fractions):
+            raise ValueError(f"fractions must be shares in [0, 1], got {fractions!r:.60}")
+        object.__setattr__(self, "fractions", fractions)
+
+
+def check_by(by: str) -> None:
+    """ValueError unless ``by`` is one of BY (how heads are pruned)."""
+    if by not in BY:
+        raise ValueError(f"by must be removal or mask, got {by!r}")
+
+
+Request = TypeVar("Request", ImportanceRequest, AblationRequest, CollapseRequest, PruneRequest)
 
 
 def analysis_request(kind: type[Request], given: Request | Texts, **options: object) -> Request:

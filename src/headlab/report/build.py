@@ -30,7 +30,7 @@ from headlab.report.target import (
 from headlab.results.atomic_files import atomic_write_bytes
 from headlab.results.json_store import read_result, write_result
 from headlab.results.output_policy import OutputRefused
-from headlab.results.report_measurements import ReportMeasurements, ReportOptions
+from headlab.results.report_measurements import ReportMeasurements, ReportRequest
 
 MARKER = ".headlab-report"
 FIGURES_MARKER = ".headlab-figures"
@@ -90,7 +90,7 @@ def _build_folder(
 
 
 def check_targets(
-    out: Path | str, options: ReportOptions, *, force: bool = False, png: Path | str | None = None
+    out: Path | str, options: ReportRequest, *, force: bool = False, png: Path | str | None = None
 ) -> tuple[Path, Path | None]:
     """The report's folder and the figures' folder (None without ``png``), checked: OutputRefused
     (a ValueError) when either may not be written (``headlab.report.target``). ``headlab report``
@@ -108,7 +108,7 @@ def check_targets(
 
 def build_report(
     out: Path | str,
-    options: ReportOptions,
+    options: ReportRequest,
     measured: ReportMeasurements,
     *,
     force: bool = False,

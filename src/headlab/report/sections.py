@@ -22,7 +22,7 @@ from headlab.report.reading import PRODUCERS, Skipped, read_section, skipping
 from headlab.report.why import why_sections
 from headlab.results.explorers import decoded_views
 from headlab.results.head_statistics import HeadStatistics
-from headlab.results.report_measurements import ReportMeasurements, ReportOptions
+from headlab.results.report_measurements import ReportMeasurements, ReportRequest
 from headlab.results.sweep_summary import summarize
 
 
@@ -130,7 +130,7 @@ def _empty_sections(sections: dict) -> dict[str, list[str]]:
 
 
 def collect(
-    options: ReportOptions, measured: ReportMeasurements, *, want_png: bool = False
+    options: ReportRequest, measured: ReportMeasurements, *, want_png: bool = False
 ) -> Collected:
     """Read everything the page shows: ``measured`` (what ``headlab.analysis.report_measuring``
     measured for it) and the results files in ``options.results``. ValueError for bad files."""

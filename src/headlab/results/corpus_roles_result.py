@@ -18,7 +18,7 @@ ROLE_SUMS = ("window_error", "copy_weight")  # summed beside the statistics, not
 
 
 @dataclass(frozen=True)
-class RoleOptions:
+class RoleRequest:
     """What every document's pass measures: each document cut to ``max_tokens`` (None: the
     model's context); window errors for ``sinks`` first keys plus a recent ``window``; copy
     positions after ``min_match`` matching tokens (``heads.repeats``)."""
@@ -28,7 +28,7 @@ class RoleOptions:
     window: int = WINDOW
     min_match: int = MIN_MATCH
 
-    def check(self, *, name: str = "max_tokens", fits: bool = True) -> RoleOptions:
+    def check(self, *, name: str = "max_tokens", fits: bool = True) -> RoleRequest:
         """ValueError naming the option out of range (the model's limit is checked per pass):
         the one check of a window of ``sinks`` + ``window`` keys on texts of ``max_tokens``
         (called ``name`` by its caller), which must be longer than the window when ``fits``."""
@@ -54,7 +54,7 @@ class RoleOptions:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, f: Fields) -> RoleOptions:
+    def from_dict(cls, f: Fields) -> RoleRequest:
         tokens = f.data.get("max_tokens")
         if tokens is not None:
             tokens = f.int("max_tokens", 2)
@@ -175,7 +175,7 @@ class CorpusRolesResult:
 
     statistics: HeadStatistics
     corpus: CorpusCounts
-    options: RoleOptions
+    options: RoleRequest
     roles: HeadRoles
 
     def to_dict(self) -> dict:
@@ -194,6 +194,13 @@ class CorpusRolesResult:
         return cls(
             statistics,
             CorpusCounts.from_dict(f.object("corpus")),
-            RoleOptions.from_dict(f.object("options")),
+            RoleRequest.from_dict(f.object("options")),
             HeadRoles.from_dict(f.object("roles"), statistics.num_layers, statistics.num_heads),
         )
+
+
+def __getattr__(name: str) -> object:
+    """``RoleOptions``, the old name of ``RoleRequest`` (deprecated; docs name the new one)."""
+    from headlab.notices import renamed
+
+    return renamed(__name__, name, {"RoleOptions": RoleRequest})

@@ -140,7 +140,7 @@ class CouplingSide:
 class CouplingComparison:
     """Both sides of a set-up, measured over ``blocks`` = max(heads, vs_heads) blocks."""
 
-    setup: dict  # the ``CompareSetup`` measured, as its ``to_dict`` gives it
+    setup: dict  # the ``CompareRequest`` measured, as its ``to_dict`` gives it
     blocks: int
     sides: list[CouplingSide]
     talking_heads: float = 0.0

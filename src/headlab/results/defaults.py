@@ -6,5 +6,5 @@ that the modules can import the heavy libraries only inside the commands.
 
 from __future__ import annotations
 
-INITS = ("rand", "normal", "xavier", "ones")  # weight draws of analysis.scenarios.CompareSetup
+INITS = ("rand", "normal", "xavier", "ones")  # weight draws of analysis.scenarios.CompareRequest
 DEFAULT_TEXT = "The cat sat on the mat because it was warm and the dog lay by the door"

@@ -1,4 +1,4 @@
-"""What the report asks for (``ReportOptions``) and what it shows beside the results files, as
+"""What the report asks for (``ReportRequest``) and what it shows beside the results files, as
 measured before it is drawn (``ReportMeasurements``, the ``report-measurements`` file).
 
 The report only renders: ``headlab report`` first measures through the library
@@ -28,7 +28,7 @@ DEFAULT_MODEL = "minilm"
 
 
 @dataclass(frozen=True)
-class ReportOptions:
+class ReportRequest:
     """What goes into a report: the text for the heatmaps, where results files are, the seed."""
 
     text: str = DEFAULT_TEXT
@@ -129,3 +129,10 @@ class ReportMeasurements:
         return cls(f.str("text"), num_tokens, f.int("total_words", num_tokens), checked,
                    [s.data for s in scenarios], [row.data for row in params], coupling.data,
                    *names)  # fmt: skip
+
+
+def __getattr__(name: str) -> object:
+    """``ReportOptions``, the old name of ``ReportRequest`` (deprecated; docs name the new one)."""
+    from headlab.notices import renamed
+
+    return renamed(__name__, name, {"ReportOptions": ReportRequest})

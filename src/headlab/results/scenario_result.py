@@ -17,7 +17,7 @@ WHERE = "scenario"
 class ScenarioResult:
     """A seed question, the command that answers it, and the measured answer.
 
-    setup: the ``CompareSetup`` measured, as its ``to_dict`` gives it (plain data);
+    setup: the ``CompareRequest`` measured, as its ``to_dict`` gives it (plain data);
     comparison: its ``Comparison.result()``; explanation: ``explain`` of it; draws: the set-up
     over several seeds (None when not measured).
     """

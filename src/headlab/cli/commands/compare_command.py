@@ -46,10 +46,10 @@ def compare(
     from rich.table import Table
 
     from headlab.analysis.explain import explain
-    from headlab.analysis.scenarios import CompareSetup, run_setup
+    from headlab.analysis.scenarios import CompareRequest, run_setup
 
     with flags(*SETUP_FLAGS):
-        setup = CompareSetup(
+        setup = CompareRequest(
             d_model=d_model,
             heads=heads,
             vs_heads=vs_heads,

@@ -43,10 +43,10 @@ def expressivity(
     Fit attention patterns with one head of each size (the KL has a floor below d_head = n), and
     fit h different offsets at once with 1 head of 32 against h heads of 32 / h.
     """
-    from headlab.analysis.expressivity import ExpressivityConfig, measure_expressivity
+    from headlab.analysis.expressivity import ExpressivityRequest, measure_expressivity
 
     with flags("seq_lens", "head_dims", "targets", "steps", "heads", "seed"):
-        config = ExpressivityConfig(
+        config = ExpressivityRequest(
             seq_lens=tuple(int_list(seq_lens, "--seq-lens") or ()),
             head_dims=tuple(int_list(head_dims, "--head-dims") or ()),
             targets=targets,

@@ -39,7 +39,7 @@ def induction_circuit(
     from headlab.cli.outputs import claim, write_outputs
     from headlab.cli.progress import progress
     from headlab.cli.tables import fitted_tables
-    from headlab.experiments.induction_circuit import FormationConfig, induction_formation
+    from headlab.experiments.induction_circuit import FormationRequest, induction_formation
     from headlab.report.formation_section import jump_text
     from headlab.report.induction_circuit_figures import formation_figure
 
@@ -52,7 +52,7 @@ def induction_circuit(
             raise ValueError(f"seed must name distinct seeds, got {seeds}")
         for h in counts:
             for s in seeds:
-                FormationConfig(heads=h, steps=steps, every=every, seed=s, lr=lr)
+                FormationRequest(heads=h, steps=steps, every=every, seed=s, lr=lr)
     claim(KIND, out, force=force, figure=figure)
     total = steps * len(counts) * len(seeds)
     with progress("training and measuring", total, quiet=as_json) as update:

@@ -46,10 +46,10 @@ def grad(
     from rich.console import Console
 
     from headlab.analysis.grad import coupling_comparison
-    from headlab.analysis.scenarios import CompareSetup
+    from headlab.analysis.scenarios import CompareRequest
 
     with flags(*SETUP_FLAGS):
-        setup = CompareSetup(
+        setup = CompareRequest(
             d_model=d_model,
             heads=heads,
             vs_heads=vs_heads,

@@ -180,12 +180,12 @@ def _long_context(
     head roles in the same pass."""
     from headlab.heads.long_context import long_text_statistics
     from headlab.heads.repeats import context_copy_task
-    from headlab.results.corpus_roles_result import RoleOptions
+    from headlab.results.corpus_roles_result import RoleRequest
     from headlab.results.head_roles import WINDOW as DEFAULT_WINDOW
     from headlab.results.input_files import open_text
 
     sinks, size = window
-    options = RoleOptions(max_tokens, sinks, size or DEFAULT_WINDOW)
+    options = RoleRequest(max_tokens, sinks, size or DEFAULT_WINDOW)
     with flags(**LONG_FLAGS):  # the window given must fit in the text; the default may not
         options.check(fits=size is not None)
     out = model_results("long-context") if out is None else out

@@ -123,8 +123,6 @@ def kv_budget_command(
     accuracy with the full model, with random plans of the same size and with the opposite
     ranking. Then masks the top retrieval heads against as many random heads.
     """
-    from dataclasses import asdict
-
     from headlab.heads.kv_budget import KVBudgetRequest, kv_budget
     from headlab.heads.retrieval_check import check_retrieval_k_declared
     from headlab.results.input_files import open_text
@@ -154,7 +152,7 @@ def kv_budget_command(
     if calibration is not None:
         calibration = calibration.read_tokens(loaded.count_tokens, limit).text
     with progress("KV budget: model runs", None, quiet=as_json) as update, flags(**FLAGS):
-        result = kv_budget(loaded, **asdict(request), calibration_text=calibration,
+        result = kv_budget(loaded, request, calibration_text=calibration,
                            evaluation_text=evaluation, on_step=update)  # fmt: skip
     if figure is not None:
         from headlab.report.figure_files import write_kv_budget_figure

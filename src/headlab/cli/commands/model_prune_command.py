@@ -14,7 +14,7 @@ from headlab.cli.model_options import (
     N_TEXTS,
     claim_analysis,
     corpus_request,
-    load_with_texts,
+    load_for,
     out_option,
 )
 from headlab.cli.model_source import ModelChoice, model_source
@@ -45,17 +45,15 @@ def prune(
 ) -> None:
     """Remove heads in 10% steps, by importance and at random; measure each pruned model."""
     from headlab.heads import prune_by_importance
-    from headlab.heads.pruning import check_pruning
+    from headlab.heads.requests import PruneRequest
 
+    texts = corpus_request(corpus, n_texts, max_length)
     with flags("by", "seed"):
-        check_pruning(by, seed)
-    request = corpus_request(corpus, n_texts, max_length)
+        request = PruneRequest(texts, seed=seed, by=by)
     claim_analysis("prune", out, force)
-    loaded, texts, max_length = load_with_texts(source, request, quiet=as_json)
+    loaded, request, max_length = load_for(source, request, quiet=as_json)
     with flags("by"), progress("pruning: model runs", None, quiet=as_json) as update:
-        result = prune_by_importance(
-            loaded, texts, seed=seed, max_length=max_length, on_step=update, by=by
-        )
+        result = prune_by_importance(loaded, request, max_length=max_length, on_step=update)
     names = list(result.steps[0].measures)
     rows = [
         [

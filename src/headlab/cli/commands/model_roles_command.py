@@ -68,12 +68,12 @@ def roles_command(
     """
     from headlab.experiments.corpus_roles import ModelSource, plan_corpus, read_documents
     from headlab.experiments.executors import capped_workers, check_executor, check_reachable
-    from headlab.results.corpus_roles_result import RoleOptions
+    from headlab.results.corpus_roles_result import RoleRequest
 
     with flags(*FLAGS):
         check_executor(executor, address)
         capped_workers(workers, 1)
-        options = RoleOptions(max_tokens, sinks, window).check()
+        options = RoleRequest(max_tokens, sinks, window).check()
         if Path(out).absolute() == Path(summary).absolute():
             raise ValueError(f"--out and --summary must be different files, got {out} twice")
         claim("model-corpus-roles", summary, force=force, out_flag="--summary")

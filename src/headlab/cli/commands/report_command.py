@@ -59,7 +59,7 @@ def report(
     source: ModelChoice = None,  # the model-source options (``model_source``)
 ) -> None:
     """Write DIR/index.html: the seed questions answered, heads, gradients, model and sweeps."""
-    from headlab.report import ReportOptions, build_report, check_targets
+    from headlab.report import ReportRequest, build_report, check_targets
 
     cut_note = ""
     if text_file is not None:
@@ -71,7 +71,7 @@ def report(
     hub_access(source.download)
     named = results is not None and not results.is_dir()  # named but not there: mistyped?
     results = RESULTS_DIR if results is None else results  # the default: missing in a fresh folder
-    options = ReportOptions(text=text, results=results, seed=seed, model=source.model,
+    options = ReportRequest(text=text, results=results, seed=seed, model=source.model,
                             backend=source.backend, download=source.download,
                             trust_remote_code=source.trust_remote_code,
                             text_file=text_file, text_cut_note=cut_note)  # fmt: skip

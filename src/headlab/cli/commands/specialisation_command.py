@@ -34,10 +34,10 @@ def specialisation(
     Train the multi-lookup task with h heads and ablate each head at every checkpoint: the
     heads x lookups matrix, the step at which heads split the work, talking heads beside.
     """
-    from headlab.experiments.specialisation import SpecialisationConfig, measure_specialisation
+    from headlab.experiments.specialisation import SpecialisationRequest, measure_specialisation
 
     with flags("heads", "attention", "steps", "eval_every", "seed"):
-        config = SpecialisationConfig(
+        config = SpecialisationRequest(
             heads=tuple(int_list(heads, "--heads") or ()),
             attention=tuple(a.strip() for a in attention.split(",") if a.strip()),
             steps=steps,

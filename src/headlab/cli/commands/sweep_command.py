@@ -16,7 +16,7 @@ from headlab.results.locations import SWEEP_RESULTS
 if TYPE_CHECKING:  # pragma: no cover
     from headlab.experiments.sweep import SweepPlan
 
-# SweepSpec's and the executors' arguments, which their errors name, are this command's flags
+# SweepRequest's and the executors' arguments, which their errors name, are this command's flags
 SWEEP_FLAGS = ("task", "heads", "d_model", "layers", "seeds", "steps", "kv_heads", "head_dim",
                "attention", "workers", "executor", "address", "out")  # fmt: skip
 
@@ -85,7 +85,7 @@ def sweep(
     from rich.console import Console
 
     from headlab.experiments.executors import capped_workers, check_executor, check_reachable
-    from headlab.experiments.sweep import SweepSpec, check_runs_fit, plan_sweep
+    from headlab.experiments.sweep import SweepRequest, check_runs_fit, plan_sweep
     from headlab.results.jsonl_store import read_rows
     from headlab.results.sweep_summary import summarize
 
@@ -93,7 +93,7 @@ def sweep(
         raise ValueError(f"--executor must be local or ray, got {executor!r}")
     with flags(*SWEEP_FLAGS):
         check_executor(executor, address)
-    spec = SweepSpec(
+    spec = SweepRequest(
         task=task,
         heads=tuple(int_list(heads, "--heads") or ()),
         d_model=d_model,
