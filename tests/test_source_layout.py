@@ -78,7 +78,7 @@ NOT_REQUESTS = {
     "PoolingConfig": "a sentence model's own pooling, read from its files",
     "RunConfig": "a trained run's identity (its run_id)",
 }
-OTHER_SUFFIXES = ("Setup", "Config", "Spec", "Options", "Settings", "Params")
+OTHER_SUFFIXES = ("Setup", "Config", "Spec", "Options", "Settings")
 
 
 def test_typed_requests_are_named_request() -> None:

@@ -56,11 +56,11 @@ def test_composition_reads_no_task_and_fits(long_llama_dir):
     from headlab.circuits.fits import memory_terms
     from headlab.circuits.run import CircuitRequest
     from headlab.circuits.tasks import TaskRequest
-    from headlab.models.preview import preview
+    from headlab.models.outline import outline
 
     request = CircuitRequest(TaskRequest("induction", n_pairs=4096, length=4000,
                                          equal_lengths=False), method="composition")
-    assert sum(memory_terms(request, preview(long_llama_dir).config, 4096, 8000).values()) \
+    assert sum(memory_terms(request, outline(long_llama_dir).config, 4096, 8000).values()) \
         < 2**30  # fmt: skip
 
 

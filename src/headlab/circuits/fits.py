@@ -1,14 +1,14 @@
 """Whether a circuits run fits the model, known before its weights load: from the model's config
-and tokenizer (``headlab.models.preview``) and the request alone.
+and tokenizer (``headlab.models.outline``) and the request alone.
 
-    check_fits_model(request, preview)   the task's inputs within the model's positions (the one
+    check_fits_model(request, outline)   the task's inputs within the model's positions (the one
                                          check, ``tasks.check_positions``; a line of the user's
                                          pairs names itself), and the method's peak memory
                                          (``memory_terms``) within the machine's, as compare's
                                          set-ups are (``limits.check_fits``)
 
 ``prepare`` checks the built pairs again against the loaded model (the same check), which
-covers a preview without a tokenizer yet (a hub checkpoint still to fetch).
+covers an outline without a tokenizer yet (a hub checkpoint still to fetch).
 """
 
 from __future__ import annotations
@@ -23,17 +23,17 @@ FLOAT = 4  # bytes: every activation is float32
 OVERHEAD = 160 * 2**20
 
 
-def task_shape(request: CircuitRequest, preview) -> tuple[int, int]:
+def task_shape(request: CircuitRequest, outline) -> tuple[int, int]:
     """(batch, pos) of the task's clean inputs, checked against the model's positions. Without
     a tokenizer at hand, a lower bound (the induction task's BOS unknown, the other tasks' texts
     one token: their check comes after the load)."""
     task = request.task
-    known = check_task_length(task, preview)  # induction, copy: no pairs drawn
+    known = check_task_length(task, outline)  # induction, copy: no pairs drawn
     if known is not None:
         return task.n_pairs, known
-    if preview.tokenizer is None:
+    if outline.tokenizer is None:
         return task.n_pairs, 1
-    pairs = build_pairs(task, preview)  # ioi, greater-than, the user's pairs: the tokenizer's
+    pairs = build_pairs(task, outline)  # ioi, greater-than, the user's pairs: the tokenizer's
     return int(pairs.clean.shape[0]), int(pairs.clean.shape[1])
 
 
@@ -95,10 +95,10 @@ def memory_terms(request: CircuitRequest, config, batch: int, pos: int) -> dict[
     return terms
 
 
-def check_fits_model(request: CircuitRequest, preview) -> None:
+def check_fits_model(request: CircuitRequest, outline) -> None:
     """ValueError, before the model loads, for a task whose inputs the model cannot hold or
     whose run would not fit in memory (the estimate, and what lowers its largest part)."""
-    batch, pos = task_shape(request, preview)
-    terms = memory_terms(request, preview.config, batch, pos)
+    batch, pos = task_shape(request, outline)
+    terms = memory_terms(request, outline.config, batch, pos)
     check_fits(f"circuits --method {request.method} on {batch} pairs of {pos} tokens",
                sum(terms.values()), max((size, advice) for advice, size in terms.items())[1])

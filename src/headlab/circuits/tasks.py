@@ -106,7 +106,7 @@ def check_task_length(request: TaskRequest, model) -> int | None:
 
 def build_pairs(request: TaskRequest, model) -> TaskPairs:
     """The pairs ``request`` asks for, in ``model``'s tokens (a model of the transformers route,
-    or ``headlab.models.preview``'s view of one before its weights load: its ``tokenizer`` and
+    or ``headlab.models.outline``'s view of one before its weights load: its ``tokenizer`` and
     ``max_positions``; the copy task also uses ``model.count_tokens`` and ``model.tokenize``).
     ValueError naming what the tokenizer lacks (no single-token names, no two-digit years), and
     for inputs longer than the model's positions (``check_positions``; an induction or copy

@@ -91,10 +91,13 @@ def open_model(source: ModelChoice, *, quiet: bool = False):
         )
 
 
-def require_next_token_logits(source: ModelChoice, needed_by: str, *, quiet: bool = False) -> None:
-    """Before the load: ValueError naming what the chosen model lacks (read from its config,
-    ``headlab.models.outline``) unless it gives next-token logits; ``needed_by``: "the induction
-    task"."""
+def require_next_token_logits(
+    source: ModelChoice, needed_by: str, *, quiet: bool = False, tokenizer: bool = False
+):
+    """The model's ``ModelOutline`` (``headlab.models.outline``: its config, read once before
+    the load, and with ``tokenizer`` its tokenizer), once it is known to give next-token logits;
+    ValueError naming what the chosen model lacks otherwise (``needed_by``: "the induction
+    task"). Its errors name the flags."""
     hub_access(source.download)
     from headlab.models.interface import require_next_token_logits as require
     from headlab.models.load import check_backend
@@ -105,23 +108,13 @@ def require_next_token_logits(source: ModelChoice, needed_by: str, *, quiet: boo
     names = ("model", "download", "trust_remote_code")
     with flags(*names), progress("reading the model's config", None, quiet=quiet):
         found = outline(source.name_or_path, download=source.download,
-                        trust_remote_code=source.trust_remote_code)  # fmt: skip
+                        trust_remote_code=source.trust_remote_code,
+                        tokenizer=tokenizer)  # fmt: skip
     try:
         require(found, needed_by)
     except ValueError as error:
         raise ValueError(f"{error}: use --model smollm2 or another language model") from None
-
-
-def preview_model(source: ModelChoice, *, quiet: bool = False):
-    """``headlab.models.preview.preview`` with the command's options (its config and tokenizer,
-    no weight), under a progress pulse; offline unless --download. Its errors name the flags."""
-    hub_access(source.download)
-    from headlab.models.preview import preview
-
-    names = ("model", "backend", "download", "trust_remote_code")
-    with flags(*names), progress("reading the model's config", None, quiet=quiet):
-        return preview(source.name_or_path, download=source.download,
-                       trust_remote_code=source.trust_remote_code)  # fmt: skip
+    return found
 
 
 def _options(default: str | None, help: str, folder: bool, backend: bool) -> list:

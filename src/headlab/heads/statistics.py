@@ -85,6 +85,17 @@ def model_metrics(model: HeadModel) -> tuple[tuple[str, ...], list[str]]:
     return names, [*notes, *layer_notes(model)]
 
 
+def check_metric(model: HeadModel, metric: str) -> None:
+    """ValueError unless ``model`` reports ``metric`` (``heads.statistics.model_metrics``: its
+    special positions and one forward of two tokens), so before any statistics are computed."""
+    names, notes = model_metrics(model)
+    if metric not in names:
+        why = next((f" ({note})" for note in notes if note.startswith(f"{metric} ")), "")
+        raise ValueError(
+            f"metric must be one of {', '.join(names)} for this model, got {metric!r}{why}"
+        )
+
+
 def model_metric_names(model: HeadModel) -> tuple[str, ...]:
     """The metrics ``head_statistics`` reports for ``model`` (``model_metrics``), before it runs."""
     return model_metrics(model)[0]

@@ -30,7 +30,7 @@ Conventions:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
 from torch import Tensor
@@ -199,11 +199,15 @@ class LanguageModel(HeadModel, Protocol):
 class ModelOutline:
     """What a model gives, known from its config before any weight loads
     (``headlab.models.outline``): ``name``, ``causal`` and ``objective_kind`` as the loaded
-    ``HeadModel`` will have them."""
+    ``HeadModel`` will have them; transformers' ``config`` and, when asked for, the
+    ``tokenizer`` (None: not asked, or a hub id whose files come with the load)."""
 
     name: str
     causal: bool
     objective_kind: ObjectiveKind
+    config: object = field(default=None, compare=False, repr=False)
+    tokenizer: object | None = field(default=None, compare=False, repr=False)
+    max_positions: int | None = field(default=None, compare=False)  # None: not read
 
 
 def gives_next_token_logits(model: HeadModel | ModelOutline) -> bool:

@@ -1,10 +1,13 @@
-"""``outline``: what a model gives (``ModelOutline``), read from its config before any weight
-loads, so that a command refuses a model without what its task needs in one line, before the
-load.
+"""``outline``: what a model gives (``ModelOutline``), read from its files once, before any
+weight loads, so that a command refuses a model without what its task needs in one line, and
+checks a task against the model (its length against the positions, its memory against the
+machine), before the long load.
 
-The answer is the load's own: the config is read and its model built on the meta device
-(``models/hf/loader.py``'s plan, no weights, no memory), and the model is causal, with a
-language-model head, exactly when the loaded one will be (``TransformersModel.objective_kind``).
+The answer is the load's own: the same sources through the same first checks, the config read
+and its model built on the meta device (``models/hf/loader.py``'s plan, no weights, no memory),
+and the model is causal, with a language-model head, exactly when the loaded one will be
+(``TransformersModel.objective_kind``). With ``tokenizer=True`` the tokenizer is read too (a hub
+id still to fetch gives none: its files come with the load).
 """
 
 from __future__ import annotations
@@ -19,9 +22,11 @@ def outline(
     *,
     download: bool = False,
     trust_remote_code: bool = False,
+    tokenizer: bool = False,
 ) -> ModelOutline:
     """The ``ModelOutline`` of what ``load(name_or_path, ...)`` would give (names and paths as
-    ``load`` takes them). Raises what ``load`` raises before it reads any weight."""
+    ``load`` takes them), with its config, its positions and (``tokenizer``) its tokenizer.
+    Raises what ``load`` raises before it reads any weight (FileNotFoundError, ValueError)."""
     from headlab.models.hf.checkpoint import check_source as check_path
     from headlab.models.hf.checkpoint import consent, locate, read_config
     from headlab.models.hf.requirements import require_transformers
@@ -41,7 +46,8 @@ def outline(
 
         name, name_or_path = SMOLLM2_NAME, converted(packaged_smollm2())
     from headlab.models.hf.adapter import objective_kind
-    from headlab.models.hf.loader import check_layers_held, plan_model
+    from headlab.models.hf.config_fields import max_positions_of
+    from headlab.models.hf.loader import check_layers_held, load_tokenizer, plan_model
     from headlab.models.weight_files import checkpoint_shapes
 
     checkpoint = locate(name_or_path, download=download)
@@ -50,7 +56,11 @@ def outline(
     held = checkpoint_shapes(checkpoint.folder, checkpoint.gguf)
     check_layers_held(config, held, checkpoint.name)
     causal = plan_model(config, checkpoint.name, trust_remote_code).causal
-    return ModelOutline(name or checkpoint.name, causal, objective_kind(causal))
+    read = None
+    if tokenizer and not checkpoint.to_fetch:
+        read = load_tokenizer(checkpoint, trust_remote_code)
+    return ModelOutline(name or checkpoint.name, causal, objective_kind(causal), config, read,
+                        max_positions_of(config))  # fmt: skip
 
 
 __all__ = ["outline"]

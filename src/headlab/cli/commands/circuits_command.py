@@ -20,7 +20,6 @@ from headlab.cli.model_source import (
     ModelChoice,
     model_source,
     open_model,
-    preview_model,
     require_next_token_logits,
 )
 from headlab.cli.outputs import AS_JSON, FORCE, an_input, claim, write_outputs, writing
@@ -122,11 +121,11 @@ def circuits(
 
         read_pairs(pairs)
     _claim(out, figure, faithfulness_figure, force)
-    require_next_token_logits(source, request.needed_by, quiet=as_json)
+    found = require_next_token_logits(source, request.needed_by, quiet=as_json, tokenizer=True)
     from headlab.circuits.fits import check_fits_model
 
     with flags("length", "n_pairs", pairs_file="--pairs"):  # the task against the model's
-        check_fits_model(request, preview_model(source, quiet=as_json))  # config, pre-load
+        check_fits_model(request, found)  # config, read once before the load
     loaded = open_model(source, quiet=as_json)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing more is fetched, even with --download
     from headlab.circuits.run import prepare, run_circuits

@@ -61,7 +61,7 @@ OUT = typer.Option(
 )
 # the library's arguments, which its errors name, are this command's flags
 LONG_FLAGS = {"max_tokens": "--max-tokens", "n_tokens": "--max-tokens", "window": "--window",
-              "sinks": "--sinks"}  # fmt: skip
+              "sinks": "--sinks", "text_file": "--text-file"}  # fmt: skip
 
 
 @model_source(folder=True)
@@ -120,6 +120,7 @@ def heads(
         raise ValueError("--window is for one long text: pass --text-file or --max-tokens")
     from headlab.heads import head_statistics
     from headlab.heads.detectors import check_asked_length, check_length
+    from headlab.heads.statistics import check_metric
 
     request = corpus_request(corpus, n_texts, max_length)
     out = model_results("heads") if out is None else out
@@ -130,7 +131,8 @@ def heads(
         loaded, texts, max_length = load_with_texts(source, request, quiet=as_json)
         if detector_length and loaded.causal:
             check_length(loaded, detector_length)
-    _check_metric(metric, loaded)
+    with flags("metric"):
+        check_metric(loaded, metric)
     with progress("head statistics: texts", len(texts), quiet=as_json) as update:
         result = head_statistics(
             loaded, texts, max_length=max_length, detector_length=detector_length,
@@ -152,19 +154,6 @@ def heads(
     emit_result(result, out, force, as_json, tables)
 
 
-def _check_metric(metric: str, loaded) -> None:
-    """ValueError unless ``loaded`` reports ``metric``; known from its special positions and one
-    forward of two tokens, so before any statistics are computed."""
-    from headlab.heads.statistics import model_metrics
-
-    names, notes = model_metrics(loaded)
-    if metric not in names:
-        why = next((f" ({note})" for note in notes if note.startswith(f"{metric} ")), "")
-        raise ValueError(
-            f"--metric must be one of {', '.join(names)} for this model, got {metric!r}{why}"
-        )
-
-
 def _long_context(
     source: ModelChoice,
     text_file: Path | None,
@@ -177,41 +166,22 @@ def _long_context(
     force: bool,
 ) -> None:
     """``model heads --text-file/--max-tokens``: one long text, streaming statistics and the
-    head roles in the same pass."""
-    from headlab.heads.long_context import long_text_statistics
-    from headlab.heads.repeats import context_copy_task
-    from headlab.results.corpus_roles_result import RoleRequest
-    from headlab.results.head_roles import WINDOW as DEFAULT_WINDOW
-    from headlab.results.input_files import open_text
+    head roles in the same pass (``heads.long_text_run``)."""
+    from headlab.heads.long_text_run import LongTextRequest, long_text_run
+    from headlab.heads.statistics import check_metric
 
     sinks, size = window
-    options = RoleRequest(max_tokens, sinks, size or DEFAULT_WINDOW)
     with flags(**LONG_FLAGS):  # the window given must fit in the text; the default may not
-        options.check(fits=size is not None)
+        request = LongTextRequest(text_file, max_tokens, sinks, size)
     out = model_results("long-context") if out is None else out
     claim_analysis("long-context", out, force, figure)
-    text_source = None if text_file is None else open_text(text_file, "--text-file")  # checked
+    text = request.open("--text-file")  # checked before the model loads, read after
     loaded = open_model(source, quiet=as_json)
-    with flags(**LONG_FLAGS):
-        limit = options.tokens_for(loaded.max_positions)
-    _check_metric(metric, loaded)
-    read = None  # only the start of the file that the cut needs is read and tokenised
-    if text_source is not None:
-        read = text_source.read_tokens(loaded.count_tokens, limit)
-    text = None if read is None else read.text
-    if text is None:  # the built-in long-range copy task, at the length asked
-        with flags(**LONG_FLAGS):
-            text = context_copy_task(loaded, max_tokens, "give --text-file").text
+    with flags("metric"):
+        check_metric(loaded, metric)
     layers = progress("one long text: layers", loaded.num_layers, quiet=as_json)
     with layers as update, flags(**LONG_FLAGS):
-        result = long_text_statistics(
-            loaded,
-            text,
-            max_tokens=max_tokens,
-            on_layer=update,
-            window=(sinks, size or DEFAULT_WINDOW),
-            strict_window=size is not None,
-        )
+        result, cut = long_text_run(loaded, request, text=text, on_layer=update)
     document = result.result()
     if figure is not None and document.roles is not None:
         from headlab.report.figure_files import write_roles_figure
@@ -219,10 +189,7 @@ def _long_context(
         with writing("--figure"):
             write_roles_figure(document, figure, force=force)
     findings = document.findings
-    n, whole = len(result.tokens), result.text_tokens
-    cut = f" (cut from at least {whole}: the rest was not analysed)" if result.truncated else ""
-    if read is not None and not read.complete:
-        cut = f" ({read.cut_note()}: the rest was not read)"
+    n = len(result.tokens)
     title = f"{metric} per head, {result.statistics.model}, one text of {n} tokens{cut}"
     tables = head_grid(title, result.statistics.metrics[metric])
     tables.extend(note_lines(result.statistics.notes))

@@ -34,6 +34,7 @@ from torch import Tensor
 from headlab.models.hf.attention_kinds import KINDS, attention_kinds
 from headlab.models.hf.layer import HFAttentionLayer, keep_all, layer_of
 from headlab.models.hf.probe import probe
+from headlab.models.hf.probe_cache import probed_layers
 from headlab.models.hf.runnable import model_family
 from headlab.models.interface import HeadMask, TokenBatch, layer_masks
 
@@ -68,7 +69,9 @@ def _pad(rows: list[list[int]], pad: int) -> tuple[Tensor, Tensor]:
 class EncoderDecoderModel:
     """A transformers encoder-decoder on headlab's attention (see the module docstring)."""
 
-    def __init__(self, name: str, model: torch.nn.Module, tokenizer=None, features=None):
+    def __init__(
+        self, name: str, model: torch.nn.Module, tokenizer=None, features=None, cached=False
+    ):
         self.name = name
         self.model = model.eval()
         self.tokenizer = tokenizer
@@ -76,7 +79,7 @@ class EncoderDecoderModel:
         self.config = model.config
         self.family = model_family(model)
         self.reads = "audio" if model.main_input_name == "input_features" else "text"
-        self.layers = self._layers()
+        self.layers = self._layers(cached)
 
     # ------------------------------------------------------------------ layers
     def _probe_inputs(self) -> tuple[dict, int, int]:
@@ -93,12 +96,16 @@ class EncoderDecoderModel:
                   "decoder_input_ids": target}  # fmt: skip
         return inputs, 5, 3
 
-    def _layers(self) -> dict[str, list[HFAttentionLayer]]:
+    def _layers(self, cached: bool) -> dict[str, list[HFAttentionLayer]]:
+        """Each kind's layers; ``cached``: a model transformers built from a checkpoint, whose
+        probe is kept in headlab's cache (``probe_cache``; a model in memory is always
+        probed)."""
         inputs, source_len, target_len = self._probe_inputs()
         found = [layer_of(m) for m in self.model.modules()]
         layers = [layer for layer in found if layer is not None]
         if not layers:  # the first time: one observed forward finds them
-            layers = keep_all(self.model, probe(self.model, self.family, inputs=inputs))
+            find = probed_layers if cached else probe
+            layers = keep_all(self.model, find(self.model, self.family, inputs=inputs))
         kinds = attention_kinds(self.model, inputs, source_len, target_len)
         by_kind = {kind: [] for kind in KINDS}
         for layer in layers:

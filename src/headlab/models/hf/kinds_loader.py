@@ -141,7 +141,8 @@ def load_encoder_decoder(source, *, download: bool = False):
     check_weights(checkpoint)
     model = _pretrained(model_class, checkpoint, config)
     features = _preprocessor("AutoFeatureExtractor", checkpoint) if audio else None
-    return EncoderDecoderModel(checkpoint.name, model, load_tokenizer(checkpoint), features)
+    return EncoderDecoderModel(checkpoint.name, model, load_tokenizer(checkpoint), features,
+                               cached=True)  # fmt: skip
 
 
 def load_vision(source, *, download: bool = False):
@@ -161,7 +162,8 @@ def load_vision(source, *, download: bool = False):
     checkpoint = fetch_rest(checkpoint, False)
     check_weights(checkpoint)
     model = _pretrained(model_class, checkpoint, config)
-    return VisionModel(checkpoint.name, model, _preprocessor("AutoImageProcessor", checkpoint))
+    processor = _preprocessor("AutoImageProcessor", checkpoint)
+    return VisionModel(checkpoint.name, model, processor, cached=True)
 
 
 def refuse_other_kinds(source, command: str = "this command") -> None:

@@ -18,7 +18,7 @@ No family is named: ``probe(model)`` runs a forward of three tokens with a recor
   ``HFAttentionLayer.query_key_weights`` says why.
 
 Claims (``probe_first``): where a cached entry (probe_cache.py) says each head's rows are, a
-forward observed up to the first layer of each attention class checks it instead of searching:
+forward observed up to the first layer of each template checks it instead of searching:
 the named module sits inside the attention module, its layout is the observed one, and at each
 head's claimed offset its output *is* that head's query (key, value), the heads' rows apart. A
 claim that holds gives what the search gives wherever the weights tell the heads apart; one that
@@ -71,8 +71,9 @@ class Recorder:
     seen: dict[int, Seen] = field(default_factory=dict)
     #: id -> (module, its output's first row) for each module with a 1-D weight (norms)
     norms: dict[int, tuple[nn.Module, Tensor]] = field(default_factory=dict)
-    #: the attention classes still to be seen (called, output read) before the forward may stop
-    wanted: set[type] | None = None
+    #: ids of the attention modules still to be seen (called, output read) before the forward
+    #: may stop
+    wanted: set[int] | None = None
 
     def attention(
         self, module: nn.Module, query: Tensor, key: Tensor, value: Tensor, returned: Tensor
@@ -97,7 +98,7 @@ class Recorder:
             if call.output is None and _same_memory(x, call.returned):
                 call.output = (module, transposed)
                 if self.wanted is not None:
-                    self.wanted.discard(type(call.module))
+                    self.wanted.discard(id(call.module))
                     if not self.wanted:
                         raise _Enough
         if id(module) not in self.seen and x.numel():
@@ -237,22 +238,29 @@ CLAIMED = ("query", "key", "value")
 
 
 def probe_first(
-    model: nn.Module, family: str, claims: dict[type, dict[str, Claim | None]], tokens: int = 3
-) -> tuple[dict[type, HFAttentionLayer], str | None]:
-    """The first attention layer of each class in ``claims``, its query, key and value claims
-    checked on the observed forward instead of searched (a claim that fails, or None, is
-    searched): (class -> layer, why a claim failed or None). The forward stops once each of
-    these layers has been called and its output read: a probe of one layer per class."""
+    model: nn.Module,
+    family: str,
+    claims: dict[str, dict[str, Claim | None]],
+    tokens: int = 3,
+    inputs: dict | None = None,
+) -> tuple[dict[str, HFAttentionLayer], str | None]:
+    """The attention layers at the paths of ``claims`` (the first of each template), their
+    query, key and value claims checked on the observed forward instead of searched (a claim
+    that fails, or None, is searched): (path -> layer, why a claim failed or None). The forward
+    stops once each of these layers has been called and its output read: a probe of one layer
+    per template.
+    ``inputs``: the forward's keywords, as for ``probe``."""
     paths = {id(m): name for name, m in model.named_modules()}
-    recorder = _observe(model, tokens, wanted=set(claims))
     config, modules = model.config.get_text_config(), dict(model.named_modules())
+    wanted = {id(modules[path]) for path in claims if path in modules}
+    recorder = _observe(model, tokens, wanted=wanted, inputs=inputs)
     found, refuted = {}, None
     for call in _first_calls(recorder, family):
-        cls = type(call.module)
-        if cls in claims and cls not in found:
-            found[cls], why = _layer(call, recorder, paths, family, config, claims[cls], modules)
-            refuted = refuted or (why and f"{paths[id(call.module)]}: {why}")
-    missing = [cls.__qualname__ for cls in claims if cls not in found]
+        path = paths[id(call.module)]
+        if path in claims and path not in found:
+            found[path], why = _layer(call, recorder, paths, family, config, claims[path], modules)
+            refuted = refuted or (why and f"{path}: {why}")
+    missing = [path for path in claims if path not in found]
     return found, refuted or (missing and f"no call of {', '.join(missing)}") or None
 
 
@@ -273,10 +281,10 @@ class _Enough(Exception):
 
 
 def _observe(
-    model: nn.Module, tokens: int, wanted: set[type] | None = None, inputs: dict | None = None
+    model: nn.Module, tokens: int, wanted: set[int] | None = None, inputs: dict | None = None
 ) -> Recorder:
     """One forward of ``tokens`` tokens (or of ``inputs``, the forward's keywords), observed
-    (see the module docstring); with ``wanted``, stopped once a module of each of these classes
+    (see the module docstring); with ``wanted`` (module ids), stopped once each of these modules
     has been called and its output read."""
     recorder = Recorder(wanted=None if wanted is None else set(wanted))
     hooks = []

@@ -15,12 +15,12 @@ in ``<headlab's cache>/probes/<key>.json`` (``gguf_cache.cache_root``: ``$HEADLA
 platform's cache folder; a few kB per model, written atomically: a temporary file renamed into
 place).
 
-An entry holds one template per attention class (probe_template.py: the first layer's sizes,
-output projection, norm, and each head's first query, key and value row, every path relative to
-the layer's own). It is an input like any other: read by the bounded, typed reader
+An entry holds one template per attention class and role (probe_template.py: the first
+layer's sizes, output projection, norm, and each head's first query, key and value row, every
+path relative to the layer's own). It is an input like any other: read by the bounded, typed reader
 (``cache_files.read_entry``; a wrong type, a huge number, a deep nesting fail there), then
-checked on the model by a probe of one layer per class: a forward stopped after the first layer
-of each class checks the template's claims there (the module is inside the attention module, and
+checked on the model by a probe of one layer per template: a forward stopped after the first layer
+of each checks the template's claims there (the module is inside the attention module, and
 at each head's offset its output *is* that head's query, key or value, the heads' rows apart),
 and that layer must give the template again; every other layer of the class is that layer moved
 to its own path, its modules shaped as the first's. So an entry that passes gives what the
@@ -50,7 +50,7 @@ from headlab.models.hf.probe import probe
 from headlab.models.hf.probe_template import check_templates, checked_layers, to_entry
 from headlab.results.cache_files import BadEntry, discarded, expect, read_entry, write_entry
 
-FORMAT = 2  # bump it when how an entry is written changes (a change of the probe's code is keyed)
+FORMAT = 3  # bump it when how an entry is written changes (a change of the probe's code is keyed)
 #: The modules whose code decides what the probe finds: their source is part of every key, so an
 #: entry written by an older probe is never read back by a newer one.
 PROBE_CODE = ("probe.py", "observe.py", "layer.py", "probe_template.py")
@@ -101,26 +101,28 @@ def read_templates(path: Path) -> list[dict]:
 
 
 def probed_layers(
-    model: nn.Module, family: str, root: Path | None = None
+    model: nn.Module, family: str, root: Path | None = None, inputs: dict | None = None
 ) -> list[HFAttentionLayer]:
-    """``probe(model, family)``, or, when this model's code and shapes were probed before, the
-    layers of the cache's entry checked by a probe of one layer per class (see the module
-    docstring); ``root``: the cache folder (default ``gguf_cache.cache_root()``). An entry that
-    cannot be read or does not pass is discarded with one ``CacheNotice``, probed and written
-    again. Raises what ``probe`` raises."""
+    """``probe(model, family, inputs=inputs)``, or, when this model's code and shapes were probed
+    before, the layers of the cache's entry checked by a probe of one layer per template (see the
+    module docstring); ``root``: the cache folder (default ``gguf_cache.cache_root()``);
+    ``inputs``: the forward's keywords (an encoder-decoder's source and target, an image
+    model's pixels; None: a few tokens), which the model's config decides, so the key holds
+    them. An entry that cannot be read or does not pass is discarded with one ``CacheNotice``,
+    probed and written again. Raises what ``probe`` raises."""
     from headlab.models.gguf_cache import cache_root
 
     key = probe_key(model)
     if key is None:
-        return probe(model, family)
+        return probe(model, family, inputs=inputs)
     path = (cache_root() if root is None else Path(root)) / FOLDER / f"{key}.json"
     try:
-        return checked_layers(model, family, read_templates(path))
+        return checked_layers(model, family, read_templates(path), inputs)
     except FileNotFoundError:
         pass
     except BadEntry as error:
         discarded("the probe cache entry", path, str(error))
-    layers = probe(model, family)
+    layers = probe(model, family, inputs=inputs)
     templates = to_entry(model, layers) if distinct(layers) else None
     if templates is not None:
         _write(path, {"format": FORMAT, "templates": templates})

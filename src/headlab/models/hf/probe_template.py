@@ -1,16 +1,21 @@
-"""What the probe finds for one attention class, as a template every layer of that class follows.
+"""What the probe finds for one attention class in one role, as a template every layer of that
+class and role follows.
+
+A layer's role is where it sits, its place in each list left out
+(``model.decoder.layers.*.encoder_attn``), so that an encoder-decoder whose encoder's, decoder's
+and cross-attention share a class (BART's, Whisper's, T5's) keeps one template for each.
 
 A template holds the first layer's findings with every path relative to the layer's own
 (``[up, rest]``: up ``up`` levels from the attention module, then ``rest``): its sizes, the output
 projection (layout, width), each head's first query, key and value row in the projection that
 holds them (``probe.Claim``), and the norm in front. ``to_entry`` keeps a model's layers as one
-template per class, only where every layer of a class gives the same template and the layers are
-called in the order the model holds them (else nothing is kept: such a model is probed at every
-load).
+template per class and role, only where every layer of a class and role gives the same template
+and the layers are called in the order the model holds them (else nothing is kept: such a model
+is probed at every load).
 
 ``checked_layers`` builds the layers back: the template's claims are checked on a forward that
-stops after the first layer of each class (``probe.probe_first``: a probe of one layer per
-class), that layer must give the template again, and every other layer of the class is that one
+stops after the first layer of each template (``probe.probe_first``: a probe of one layer per
+template), that layer must give the template again, and every other layer of it is that one
 moved to its own path, each module found there and its weight shaped as the first layer's. The
 model's code and shapes are in the cache key, so the same code over the same shapes finds the
 same rows; the weights' values are what the check looks at. Whatever does not fit raises
@@ -45,6 +50,15 @@ def _absolute(relative: list, base: str) -> str:
     return ".".join([*kept, rest] if rest else kept)
 
 
+def role(path: str) -> str:
+    """Where a layer sits, its place in each list left out: ``model.encoder.layers.*.self_attn``."""
+    return ".".join("*" if part.isdigit() else part for part in path.split("."))
+
+
+def _key(path: str, module: nn.Module) -> tuple[str, str]:
+    return type(module).__qualname__, role(path)
+
+
 def template(layer: HFAttentionLayer) -> dict:
     """``layer``'s findings with every path relative to its own (JSON-ready)."""
 
@@ -62,6 +76,7 @@ def template(layer: HFAttentionLayer) -> dict:
                "width": len(output.rows)}  # fmt: skip
     return {
         "class": type(layer.module).__qualname__,
+        "role": role(layer.path),
         "num_heads": layer.num_heads,
         "num_kv_heads": layer.num_kv_heads,
         "head_dim": layer.head_dim,
@@ -75,13 +90,13 @@ def template(layer: HFAttentionLayer) -> dict:
 
 
 def to_entry(model: nn.Module, layers: list[HFAttentionLayer]) -> list[dict] | None:
-    """One template per attention class, or None where the layers do not follow them."""
-    templates: dict[str, dict] = {}
+    """One template per attention class and role, or None where the layers do not follow them."""
+    templates: dict[tuple[str, str], dict] = {}
     for layer in layers:
         made = template(layer)
-        if templates.setdefault(made["class"], made) != made:
+        if templates.setdefault((made["class"], made["role"]), made) != made:
             return None
-    held = [name for name, m in model.named_modules() if type(m).__qualname__ in templates]
+    held = [name for name, m in model.named_modules() if _key(name, m) in templates]
     return list(templates.values()) if held == [layer.path for layer in layers] else None
 
 
@@ -113,7 +128,7 @@ def check_templates(values: list) -> list[dict]:
     checked = []
     for value in values:
         name = expect(value, "class", str)
-        made = {"class": name[:200]}
+        made = {"class": name[:200], "role": expect(value, "role", str)[:200]}
         for size in ("num_heads", "num_kv_heads", "head_dim", "embed_dim"):
             made[size] = expect_int(expect(value, size, int), f"{name}'s {size}", 1, MAX_ROWS)
         output = expect(value, "output", (dict, type(None)))
@@ -132,28 +147,32 @@ def check_templates(values: list) -> list[dict]:
     return checked
 
 
-def checked_layers(model: nn.Module, family: str, templates: list[dict]) -> list[HFAttentionLayer]:
-    """The layers ``templates`` describe on ``model``, checked (module docstring); BadEntry
-    saying why where they do not fit."""
-    by_name = {t["class"]: t for t in templates}
-    held = [(name, m) for name, m in model.named_modules() if type(m).__qualname__ in by_name]
-    firsts: dict[type, tuple[str, dict]] = {}
+def checked_layers(
+    model: nn.Module, family: str, templates: list[dict], inputs: dict | None = None
+) -> list[HFAttentionLayer]:
+    """The layers ``templates`` describe on ``model``, checked (module docstring) on a forward
+    of ``inputs`` (its keywords; None: a few tokens); BadEntry saying why where they do not
+    fit."""
+    by_key = {(t["class"], t["role"]): t for t in templates}
+    held = [(name, m) for name, m in model.named_modules() if _key(name, m) in by_key]
+    firsts: dict[tuple[str, str], tuple[str, dict]] = {}
     for name, module in held:
-        firsts.setdefault(type(module), (name, by_name[type(module).__qualname__]))
-    if len(firsts) != len(by_name):
+        firsts.setdefault(_key(name, module), (name, by_key[_key(name, module)]))
+    if len(firsts) != len(by_key):
         raise BadEntry("a template names a class the model does not hold")
-    claims = {cls: {part: None if t[part] is None else Claim(_absolute(t[part]["path"], path),
-                                                            t[part]["transposed"],
-                                                            tuple(t[part]["offsets"]))
-                    for part in CLAIMED}
-              for cls, (path, t) in firsts.items()}  # fmt: skip
-    found, refuted = probe_first(model, family, claims)
+    claims = {path: {part: None if t[part] is None else Claim(_absolute(t[part]["path"], path),
+                                                             t[part]["transposed"],
+                                                             tuple(t[part]["offsets"]))
+                     for part in CLAIMED}
+              for path, t in firsts.values()}  # fmt: skip
+    found, refuted = probe_first(model, family, claims, inputs=inputs)
     if refuted:
         raise BadEntry(refuted)
-    for cls, (path, t) in firsts.items():
-        if template(found[cls]) != t:
+    for path, t in firsts.values():
+        if template(found[path]) != t:
             raise BadEntry(f"{path} does not give the entry's template when probed")
-    return [_moved(model, found[type(module)], name, module) for name, module in held]
+    return [_moved(model, found[firsts[_key(name, module)][0]], name, module)
+            for name, module in held]  # fmt: skip
 
 
 def _moved(model: nn.Module, first: HFAttentionLayer, path: str, module: nn.Module):

@@ -26,6 +26,7 @@ from torch import Tensor
 
 from headlab.models.hf.layer import HFAttentionLayer, keep_all, layer_of
 from headlab.models.hf.probe import probe
+from headlab.models.hf.probe_cache import probed_layers
 from headlab.models.hf.runnable import model_family
 from headlab.models.interface import HeadMask, layer_masks
 
@@ -54,7 +55,9 @@ class TokenLayout:
 class VisionModel:
     """A transformers image encoder on headlab's attention (see the module docstring)."""
 
-    def __init__(self, name: str, model: torch.nn.Module, processor=None):
+    def __init__(self, name: str, model: torch.nn.Module, processor=None, cached: bool = False):
+        """``cached``: a model transformers built from a checkpoint, whose probe is kept in
+        headlab's cache (``probe_cache``); a model in memory is always probed."""
         self.name = name
         self.model = model.eval()
         self.processor = processor
@@ -66,7 +69,8 @@ class VisionModel:
         layers = [layer for layer in found if layer is not None]
         if not layers:
             inputs = self._probe_inputs()
-            layers = keep_all(self.model, probe(self.model, self.family, inputs=inputs))
+            find = probed_layers if cached else probe
+            layers = keep_all(self.model, find(self.model, self.family, inputs=inputs))
         self.layers: list[HFAttentionLayer] = layers
 
     def _probe_inputs(self) -> dict:

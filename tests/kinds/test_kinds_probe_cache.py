@@ -1,0 +1,65 @@
+"""Encoder-decoders and image models keep their probe in headlab's cache as text families do
+(models/hf/probe_cache.py): a second load reads the entry, checked by a probe of one layer per
+class on the kind's own inputs, and finds what a fresh probe finds; an entry that does not fit
+is discarded with one notice and probed again; a model in memory is always probed."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from tiny_kinds import ENCODER_DECODERS, VISION, saved, twins
+
+from headlab.models.hf import probe_cache
+from headlab.models.hf.encoder_decoder import EncoderDecoderModel
+from headlab.models.hf.kinds_loader import load_encoder_decoder, load_vision
+from headlab.models.hf.probe_cache import FOLDER
+from headlab.notices import CacheNotice
+
+KINDS = ("t5", "whisper", "vit", "dinov2_registers")
+
+
+def _load(kind: str, folder):
+    return (load_vision if kind in VISION else load_encoder_decoder)(folder)
+
+
+def _facts(model) -> list:
+    layers = model.layers if isinstance(model.layers, list) else [
+        layer for kind in sorted(model.layers) for layer in model.layers[kind]]  # fmt: skip
+
+    def rows(found):
+        return None if found is None or isinstance(found, str) else (found.path, found.rows)
+
+    return [(layer.path, layer.num_heads, layer.num_kv_heads, layer.head_dim,
+             rows(layer.output), rows(layer.query), rows(layer.key), rows(layer.value))
+            for layer in layers]  # fmt: skip
+
+
+def _no_probe(*args, **kwargs):
+    raise AssertionError("probed although the entry is cached")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_second_load_reads_the_entry_and_finds_the_same_layers(kind, tmp_path, monkeypatch):
+    monkeypatch.setenv("HEADLAB_CACHE", str(tmp_path / "cache"))
+    folder = saved(kind, tmp_path / kind)
+    first = _facts(_load(kind, folder))  # probes and writes
+    (entry,) = (tmp_path / "cache" / FOLDER).glob("*.json")
+    with monkeypatch.context() as patched:
+        patched.setattr(probe_cache, "probe", _no_probe)
+        assert _facts(_load(kind, folder)) == first
+    document = json.loads(entry.read_text())
+    claims = [t[part] for t in document["templates"] for part in ("query", "key", "value")]
+    claim = next(c for c in claims if c is not None and len(c["offsets"]) > 1)
+    claim["offsets"] = claim["offsets"][::-1]  # heads swapped
+    entry.write_text(json.dumps(document))
+    with pytest.warns(CacheNotice, match="did not pass its check"):
+        assert _facts(_load(kind, folder)) == first
+
+
+@pytest.mark.parametrize("kind", ENCODER_DECODERS[:1])
+def test_a_model_in_memory_is_always_probed(kind, tmp_path, monkeypatch):
+    monkeypatch.setenv("HEADLAB_CACHE", str(tmp_path / "cache"))
+    _, model = twins(kind)
+    EncoderDecoderModel(kind, model)
+    assert not (tmp_path / "cache" / FOLDER).exists()
