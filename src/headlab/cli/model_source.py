@@ -71,15 +71,18 @@ def declare_model_inputs(choice: ModelChoice) -> None:
     declare_inputs(opened)
 
 
-def open_model(source: ModelChoice, *, quiet: bool = False):
+def open_model(source: ModelChoice, *, quiet: bool = False, outline=None):
     """``headlab.models.load`` with the command's options, under a progress pulse (none when
-    ``quiet``, --json); offline unless --download. Its errors name the flags."""
+    ``quiet``, --json); offline unless --download. ``outline``: the model's ``ModelOutline``
+    when the command has read it (``require_next_token_logits``), which refused the other kinds
+    already. Its errors name the flags."""
     hub_access(source.download)
     from headlab.models import load
     from headlab.models.hf.kinds_loader import refuse_other_kinds
 
-    with flags("model"):  # from the config alone, before any weight is read
-        refuse_other_kinds(source.name_or_path)
+    if outline is None:
+        with flags("model"):  # from the config alone, before any weight is read
+            refuse_other_kinds(source.name_or_path)
     names = ("model", "backend", "download", "trust_remote_code")
     with flags(*names), progress("loading the model", None, quiet=quiet):
         return load(
