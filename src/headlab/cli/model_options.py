@@ -52,19 +52,20 @@ def corpus_request(corpus: Path | None, n_texts: int, max_length: int | None):
         return CorpusRequest(n_texts=n_texts, max_length=max_length, corpus=corpus)
 
 
-def load_with_texts(source: ModelChoice, request, *, quiet: bool):
+def load_with_texts(source: ModelChoice, request, *, quiet: bool, kind_checked: bool = False):
     """(model, texts, max_length): the texts read before the model loads, the length checked
-    against its positions once it has."""
+    against its positions once it has (``kind_checked``: as ``open_model``'s)."""
     with flags(*CORPUS_FLAGS):
         texts = request.texts()
-    loaded = open_model(source, quiet=quiet)
+    loaded = open_model(source, quiet=quiet, kind_checked=kind_checked)
     with flags(*CORPUS_FLAGS):
         return loaded, texts, request.length_for(loaded.max_positions)
 
 
-def load_for(source: ModelChoice, request, *, quiet: bool):
+def load_for(source: ModelChoice, request, *, quiet: bool, kind_checked: bool = False):
     """(model, request, max_length) for an analysis request over a ``CorpusRequest``
     (``headlab.heads.requests``): its texts read before the model loads and put in the
     request's corpus, the length checked against the model's positions once it has."""
-    loaded, texts, max_length = load_with_texts(source, request.corpus, quiet=quiet)
+    loaded, texts, max_length = load_with_texts(source, request.corpus, quiet=quiet,
+                                                kind_checked=kind_checked)  # fmt: skip
     return loaded, replace(request, corpus=tuple(texts)), max_length

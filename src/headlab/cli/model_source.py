@@ -71,16 +71,16 @@ def declare_model_inputs(choice: ModelChoice) -> None:
     declare_inputs(opened)
 
 
-def open_model(source: ModelChoice, *, quiet: bool = False, outline=None):
+def open_model(source: ModelChoice, *, quiet: bool = False, kind_checked: bool = False):
     """``headlab.models.load`` with the command's options, under a progress pulse (none when
-    ``quiet``, --json); offline unless --download. ``outline``: the model's ``ModelOutline``
-    when the command has read it (``require_next_token_logits``), which refused the other kinds
-    already. Its errors name the flags."""
+    ``quiet``, --json); offline unless --download. ``kind_checked``: the command has read the
+    model's kind already (its outline, ``require_next_token_logits``, or ``model_kinds.declared``
+    said "text"), so config.json is not read again for it. Its errors name the flags."""
     hub_access(source.download)
     from headlab.models import load
     from headlab.models.hf.kinds_loader import refuse_other_kinds
 
-    if outline is None:
+    if not kind_checked:
         with flags("model"):  # from the config alone, before any weight is read
             refuse_other_kinds(source.name_or_path)
     names = ("model", "backend", "download", "trust_remote_code")

@@ -126,7 +126,7 @@ def circuits(
 
     with flags("length", "n_pairs", pairs_file="--pairs"):  # the task against the model's
         check_fits_model(request, found)  # config, read once before the load
-    loaded = open_model(source, quiet=as_json, outline=found)
+    loaded = open_model(source, quiet=as_json, kind_checked=True)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing more is fetched, even with --download
     from headlab.circuits.run import prepare, run_circuits
 

@@ -70,7 +70,7 @@ def ablate(
         chosen, groups = parse_ablation(heads)
         request = AblationRequest(tuple(chosen), tuple(groups), mode, texts)
     claim_analysis("ablate", out, force)
-    loaded, request, max_length = load_for(source, request, quiet=as_json)
+    loaded, request, max_length = load_for(source, request, quiet=as_json, kind_checked=True)
     # ablation_effect checks the heads against the model before its first pass
     with flags(heads="--ablate"), progress("ablation: passes", 2, quiet=as_json) as update:
         result = ablation_effect(loaded, request, max_length=max_length, on_step=update)

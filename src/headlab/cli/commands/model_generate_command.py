@@ -55,8 +55,8 @@ def generate(
     if heads is not None:
         with flags(heads="--ablate"):
             chosen, groups = parse_ablation(heads)
-    found = require_next_token_logits(source, "generating text", quiet=as_json)
-    loaded = open_model(source, quiet=as_json, outline=found)
+    require_next_token_logits(source, "generating text", quiet=as_json)
+    loaded = open_model(source, quiet=as_json, kind_checked=True)
     with flags("model", heads="--ablate"):
         if groups:
             chosen = [*chosen, *group_heads(loaded, groups)]

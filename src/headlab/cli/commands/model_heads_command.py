@@ -128,7 +128,8 @@ def heads(
     with flags("detector_length"):
         if detector_length is not None:  # the model's bound once it is loaded
             check_asked_length(detector_length)
-        loaded, texts, max_length = load_with_texts(source, request, quiet=as_json)
+        loaded, texts, max_length = load_with_texts(source, request, quiet=as_json,
+                                                    kind_checked=True)  # fmt: skip
         if detector_length and loaded.causal:
             check_length(loaded, detector_length)
     with flags("metric"):
@@ -176,7 +177,7 @@ def _long_context(
     out = model_results("long-context") if out is None else out
     claim_analysis("long-context", out, force, figure)
     text = request.open("--text-file")  # checked before the model loads, read after
-    loaded = open_model(source, quiet=as_json)
+    loaded = open_model(source, quiet=as_json, kind_checked=True)  # declared "text" above
     with flags("metric"):
         check_metric(loaded, metric)
     layers = progress("one long text: layers", loaded.num_layers, quiet=as_json)

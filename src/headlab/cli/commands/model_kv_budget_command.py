@@ -143,8 +143,8 @@ def kv_budget_command(
     calibration = (
         None if calibration_file is None else open_text(calibration_file, "--calibration-file")
     )
-    found = require_next_token_logits(source, "a KV budget", quiet=as_json)
-    loaded = open_model(source, quiet=as_json, outline=found)
+    require_next_token_logits(source, "a KV budget", quiet=as_json)
+    loaded = open_model(source, quiet=as_json, kind_checked=True)
     with flags(**FLAGS):  # before a text is read: only as far as this length
         limit = request.length_for(loaded.max_positions)
     if evaluation is not None:
