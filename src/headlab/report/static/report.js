@@ -34,7 +34,7 @@
   // with the browser's DecompressionStream when it is first shown (asynchronously: `ready` is
   // called once it is), and at most KEEP heads are kept decoded.
   const TOKEN_CELLS = "uint8-deflate", KEEP = 48, decoded = [];
-  const LEVEL_COLOUR = Uint8Array.from({ length: 256 }, (_, q) => Math.round(Math.sqrt(q / 255) * 255) * 3);
+  const LEVEL_COLOUR = Uint16Array.from({ length: 256 }, (_, q) => Math.round(Math.sqrt(q / 255) * 255) * 3);
 
   function inflate(b64) {
     const raw = atob(b64), bytes = new Uint8Array(raw.length);
