@@ -76,8 +76,8 @@ def _model_explorer(name: str, attention: TextAttention, max_bins: int) -> dict:
     """The model's explorer: every layer and head at one cell a token (8-bit, deflated), or,
     when that would not fit the page's budget (``explorers.PAGE_BYTES``), binned coarser, which
     the page and a TextCutWarning say. A text
-    cut to the page's or the model's limit is said on the page ("Cut to 256 of 9484 tokens: the
-    page shows at most 256 of the 8192 tokens SmolLM2-135M-Instruct reads")."""
+    cut to the page's or the model's limit is said on the page ("Cut to 512 of 9484 tokens: the
+    page shows at most 512 of the 8192 tokens SmolLM2-135M-Instruct reads")."""
     one_head = (
         ", and the same trained weights viewed as one head per layer (every layer collapsed)"
         if len(attention.views) > 1
