@@ -40,8 +40,8 @@ def encoder_decoder_heads(layers: int = 3, heads: int = 4) -> EncoderDecoderHead
     sources[1] = XSS
     diagonal = alignment()
     flat = np.full((TARGET, SOURCE), 1.0 / SOURCE)
-    kept = CrossPatterns([(1, 2), (2, 0)], targets, sources,
-                         [diagonal.tolist(), flat.tolist()], ["2 of 12 heads kept (test)"])  # fmt: skip
+    weights = [diagonal.tolist(), flat.tolist()]
+    kept = CrossPatterns([(1, 2), (2, 0)], targets, sources, weights, ["2 of 12 heads kept (test)"])
     return EncoderDecoderHeads(f"fixture {XSS}", 2, kinds, kept)
 
 

@@ -62,6 +62,9 @@ def patch_grid_display(result: VisionHeads, *, metric: str | None = None) -> Dis
         data["cls"], data["tokens"] = encode_floats(rows), int(rows.shape[-1])
         if result.norm_ratios and len(result.norm_ratios[0][0]) == rows.shape[-1]:
             data["ratios"] = encode_floats(np.asarray(result.norm_ratios[0], dtype=np.float32))
-    summary = (f"VisionHeads({result.model}, {result.n_images} images, {result.num_layers} x "
-               f"{result.num_heads} heads, {result.grid[0]} x {result.grid[1]} patches)")  # fmt: skip
+    rows, cols = result.grid
+    summary = (
+        f"VisionHeads({result.model}, {result.n_images} images, {result.num_layers} x "
+        f"{result.num_heads} heads, {rows} x {cols} patches)"
+    )
     return Display("patch-grid", data, summary, "display-patch-grid")
