@@ -11,6 +11,7 @@ import warnings
 
 import pytest
 import torch
+
 from cli_run import run
 
 

@@ -78,11 +78,15 @@ def text_tower(source: ModelChoice, tower: str | None, image, audio, source_text
     if family not in TWO_TOWERS:
         if tower is None:
             return False
-        raise ValueError(f"--tower is for models with a text and an image tower (CLIP); {name} "
-                         f"is a {family or 'text'!s} model with one: leave out --tower")  # fmt: skip
+        raise ValueError(
+            f"--tower is for models with a text and an image tower (CLIP); {name} is a "
+            f"{family or 'text'} model with one: leave out --tower"
+        )
     if tower is None:
-        raise ValueError(f"{name} holds a text and an image tower ({family}): pass --tower text "
-                         "to run its text tower on texts, or --image for its image tower")  # fmt: skip
+        raise ValueError(
+            f"{name} holds a text and an image tower ({family}): pass --tower text to run its "
+            "text tower on texts, or --image for its image tower"
+        )
     if tower == "vision":
         if image is None:
             raise ValueError("--tower vision reads images: pass --image (a file or a folder)")
