@@ -153,8 +153,10 @@ def encoder_decoder_row(name: str, eager, ours) -> list[str]:
     start = ours.start_id()
     want = [r[1:] if r[0] == start else r for r in greedy_eager.tolist()]
     same = all(g == w[: len(g)] for g, w in zip(greedy, want, strict=True))
-    return [name, f"{float((logits - out.logits).abs().max()):.0e}", f"{gap:.0e}",
-            f"{abs(ablation.ablated - float(loss)):.0e}", "equal" if same else "DIFFERENT"]  # fmt: skip
+    output = float((logits - out.logits).abs().max())
+    ablated_gap = abs(ablation.ablated - float(loss))
+    return [name, f"{output:.0e}", f"{gap:.0e}", f"{ablated_gap:.0e}",
+            "equal" if same else "DIFFERENT"]  # fmt: skip
 
 
 def vision_row(name: str, eager, ours) -> list[str]:
@@ -212,7 +214,7 @@ def text_row(name: str, eager, ours, texts: list[str]) -> list[str]:
             ablated_eager = plain.logits if ours.causal else plain.last_hidden_state
             if ours.causal:
                 greedy_eager = eager.generate(ids, attention_mask=mask, max_new_tokens=8,
-                                              do_sample=False, pad_token_id=ours._pad_id())  # fmt: skip
+                                              do_sample=False, pad_token_id=ours._pad_id())
     finally:
         hook.remove()
     if ours.causal:
