@@ -72,7 +72,8 @@ def tiny(kind: str):
         "clip_vision": lambda: tf.CLIPVisionModel(tf.CLIPVisionConfig(**image)),
         "clip_text": lambda: tf.CLIPTextModel(tf.CLIPTextConfig(
             vocab_size=97, hidden_size=24, num_hidden_layers=3, num_attention_heads=4,
-            intermediate_size=40, max_position_embeddings=32, eos_token_id=2)),
+            intermediate_size=40, max_position_embeddings=32, eos_token_id=2, bos_token_id=1,
+            pad_token_id=0)),
     }[kind]()  # fmt: skip
     built.set_attn_implementation("eager")
     return built.eval()

@@ -38,7 +38,8 @@ def test_cross_patterns_equal_eager_cross_attentions(kind):
                     decoder_attention_mask=target.attention_mask.long(),
                     output_attentions=True, use_cache=False)  # fmt: skip
     layers, heads = len(out.cross_attentions), out.cross_attentions[0].shape[1]
-    assert kept.heads == [(l, h) for l in range(layers) for h in range(heads)]  # all fit
+    assert kept.heads == [(l, h) for l in range(layers) for h in range(heads)]
+    assert kept.notes == []  # every source position, unbinned
     assert kept.targets == target.tokens[0] and kept.sources == source.labels[0]
     for (layer, head), weights in zip(kept.heads, kept.weights, strict=True):
         want = out.cross_attentions[layer][0, head].double()  # (q_pos, k_pos)
@@ -46,17 +47,24 @@ def test_cross_patterns_equal_eager_cross_attentions(kind):
     assert EncoderDecoderHeads.from_dict(stats.to_dict()) == stats
 
 
-def test_a_small_budget_keeps_the_sharpest_heads_and_says_so():
-    _, ours = twins("bart", seed=5)
+def test_over_the_budget_every_head_is_kept_with_its_source_summed_in_bins():
+    eager, ours = twins("bart", seed=5)
     model = EncoderDecoderModel("bart", ours)
-    source, target = _pair("bart", model)
-    per_head = target.input_ids.shape[1] * source.mask.shape[1]  # target (start + 5) x source
-    sharpness = [[0.1, 0.7], [0.9, 0.2], [0.3, 0.8]]  # (layer, head), 3 layers x 2 heads
-    kept = cross_patterns(model, source, target, sharpness, budget=3 * per_head + 1)
-    assert kept.heads == [(0, 1), (1, 0), (2, 1)]
-    assert "3 of 6 cross-attention heads kept" in kept.notes[0]
-    one = cross_patterns(model, source, target, sharpness, budget=1)  # at least one head
-    assert one.heads == [(1, 0)]
+    source, target = _pair("bart", model)  # 7 source tokens, 6 target tokens
+    heads = sum(model.heads_per_layer("cross"))
+    per_bin = 6 * heads  # values per source column
+    kept = cross_patterns(model, source, target, budget=per_bin * 3)  # 3 columns: bins of 3
+    assert len(kept.heads) == heads and len(kept.sources) == 3
+    assert kept.sources == [source.labels[0][i] for i in (0, 3, 6)]
+    assert "bins of 3" in kept.notes[0]
+    with torch.no_grad():
+        out = eager(**source.inputs, decoder_input_ids=target.input_ids, output_attentions=True,
+                    use_cache=False)  # fmt: skip
+    for (layer, head), weights in zip(kept.heads, kept.weights, strict=True):
+        w = out.cross_attentions[layer][0, head].double()  # (q_pos, k_pos)
+        want = torch.stack([w[:, 0:3].sum(-1), w[:, 3:6].sum(-1), w[:, 6:7].sum(-1)], dim=-1)
+        assert torch.allclose(torch.tensor(weights, dtype=torch.float64), want, atol=1e-6)
+    assert not cross_patterns(model, source, target).notes  # within the default: no bins
 
 
 @pytest.mark.parametrize("kind", ["vit", "dinov2_registers"])

@@ -4,11 +4,12 @@ The statistics of an encoder-decoder are streamed sums (no weights held); the vi
 head's (target, source) pattern needs the weights themselves, so one more forward of a single
 pair records them at the kernel's ``weights`` site of every cross-attention layer.
 
-Which heads are kept: all of them when their (target, source) arrays fit ``budget`` values
-together, else the sharpest (the largest mean max_weight in the run's statistics) that fit, at
-least one; the target is cut at ``MAX_TARGET`` tokens. Whisper's source is always 30 s (1500
-positions), so a Whisper pair of 30 target tokens keeps 6 heads' 45,000 weights each under the
-default budget.
+Every cross-attention head is kept. When their (target, source) arrays would hold more than
+``budget`` values together, the source positions are summed in bins of consecutive positions
+(the smallest bins that fit; a bin's label is its first position's), so that no head is
+left out; the target is cut at ``MAX_TARGET`` tokens. Whisper's source is always 30 s (1500
+positions): whisper-tiny's 24 cross heads on a target of 30 tokens keep bins of 4 positions
+(80 ms) under the default budget, enough to follow an alignment head along the speech.
 """
 
 from __future__ import annotations
@@ -29,14 +30,10 @@ MAX_TARGET = 128
 
 
 def cross_patterns(
-    model: EncoderDecoderModel,
-    source: SourceBatch,
-    target: TokenBatch,
-    sharpness: list[list[float]],
-    budget: int = BUDGET,
+    model: EncoderDecoderModel, source: SourceBatch, target: TokenBatch, budget: int = BUDGET
 ) -> CrossPatterns:
-    """The first row of (``source``, ``target``)'s cross-attention weights of the heads chosen by
-    ``sharpness`` ((layer, head) grid, larger first; see the module docstring)."""
+    """Every cross-attention head's weights on the first row of (``source``, ``target``), the
+    source binned to fit ``budget`` values (see the module docstring)."""
     layers = model.layers["cross"]
     row = slice(0, 1)
     first_source = SourceBatch({k: v[row] for k, v in source.inputs.items()}, source.mask[row],
@@ -51,16 +48,17 @@ def cross_patterns(
     if n_target > MAX_TARGET:
         notes.append(f"the target is cut at {MAX_TARGET} of its {n_target} tokens")
         n_target = MAX_TARGET
-    ranked = sorted(((value, layer, head) for layer, values in enumerate(sharpness)
-                     for head, value in enumerate(values)), key=lambda c: -c[0])  # fmt: skip
-    keep = max(1, min(len(ranked), budget // max(1, n_target * n_source)))
-    if keep < len(ranked):
-        notes.append(f"{keep} of {len(ranked)} cross-attention heads kept (the sharpest: the "
-                     f"largest max_weight), within {budget:,} weights")  # fmt: skip
-    chosen = sorted((layer, head) for _, layer, head in ranked[:keep])
+    heads = [(layer, head) for layer, cross in enumerate(layers) for head in range(cross.num_heads)]
+    size = -(-len(heads) * n_target * n_source // max(1, budget))  # ceil: positions per bin
+    bins = -(-n_source // size)
+    if size > 1:
+        notes.append(f"source positions summed in bins of {size} (each labelled by its first), "
+                     f"so that the {len(heads)} heads fit {budget:,} weights")  # fmt: skip
     weights = []
-    for layer, head in chosen:
-        w = recordings[layer]["weights"][0, head, :n_target, :n_source]  # (q_pos, k_pos)
-        weights.append(w.float().tolist())
+    for layer, head in heads:
+        w = recordings[layer]["weights"][0, head, :n_target, :n_source].double()  # (q, k_pos)
+        padded = torch.nn.functional.pad(w, (0, bins * size - n_source))
+        weights.append(padded.view(n_target, bins, size).sum(-1).float().tolist())  # (q, bin)
+    labels = list(first_source.labels[0][:n_source])[::size]
     targets = list(first_target.tokens[0][:n_target])
-    return CrossPatterns(chosen, targets, list(first_source.labels[0][:n_source]), weights, notes)
+    return CrossPatterns(heads, targets, labels, weights, notes)

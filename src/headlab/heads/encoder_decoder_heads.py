@@ -80,8 +80,8 @@ def encoder_decoder_statistics(
 ) -> EncoderDecoderHeads:
     """Per-head statistics of each attention kind over ``pairs`` (see the module docstring).
     on_batch(n): after each batch, with the number of sources done. ``patterns``: also keep the
-    first pair's cross-attention weights of the sharpest heads (``heads.cross_patterns``, one
-    more forward of that pair). ValueError without pairs."""
+    first pair's cross-attention weights of every head (``heads.cross_patterns``, one more
+    forward of that pair). ValueError without pairs."""
     if not pairs:
         raise ValueError("expected at least one source and target, got none")
     sums: dict[str, list[list[HeadSums]]] = {k: [[] for _ in v] for k, v in model.layers.items()}
@@ -110,7 +110,7 @@ def encoder_decoder_statistics(
                                      per_head_means(layers, names), {}, notes)  # fmt: skip
     kept = None
     if patterns and "cross" in kinds:
-        kept = cross_patterns(model, *pairs[0], kinds["cross"].metrics["max_weight"])
+        kept = cross_patterns(model, *pairs[0])
     return EncoderDecoderHeads(model.name, done, kinds, kept)
 
 

@@ -60,16 +60,15 @@
     const metricBar = el("div"), noteBox = el("div");
     root.append(chips(Object.keys(d.kinds), kind, (k) => { kind = k; if (!(metric in d.kinds[k].metrics)) metric = Object.keys(d.kinds[k].metrics)[0]; metricChips(); grid.redraw(); notes(); }, "cross-kind-"), metricBar, noteBox);
     const grid = headsGrid(root, "cross", () => ({ layers: d.kinds[kind].num_layers, heads: d.kinds[kind].num_heads, metrics: d.kinds[kind].metrics, metric }),
-      (l, h) => (kind === "cross" ? pattern(l, h) : null), () => (kind === "cross" && p ? p.heads : []));
+      (l, h) => (kind === "cross" ? pattern(l, h) : null));
     const detail = tid(el("div", "hl-detail"), "cross-pattern");
-    if (p) root.append(el("p", "hl-muted", "Outlined on the cross attention: the heads whose weights on the first pair were kept (" + p.heads.length + "); click one to see its pattern."));
     root.append(detail);
     function metricChips() { metricBar.replaceChildren(chips(Object.keys(d.kinds[kind].metrics), metric, (m) => { metric = m; grid.redraw(); }, "cross-metric-")); }
     function notes() { noteBox.replaceChildren(...(d.kinds[kind].notes || []).map((n) => el("p", "hl-muted", "Note: " + n + "."))); }
     function pattern(l, h) {
       if (!p) { detail.replaceChildren(el("p", "hl-muted", "This results file keeps no cross-attention weights (written by an older headlab): run model heads again to see a head's pattern.")); return; }
       const i = kept.indexOf(l + "." + h);
-      if (i < 0) { detail.replaceChildren(el("p", "hl-muted", "Cross-attention head " + l + "." + h + ": its weights were not kept (outlined heads were; " + (p.notes[0] || "") + ").")); return; }
+      if (i < 0) { detail.replaceChildren(el("p", "hl-muted", "Cross-attention head " + l + "." + h + ": its weights were not kept in this file.")); return; }
       const w = weights.subarray(i * T * S, (i + 1) * T * S), peaks = [];
       for (let t = 0; t < T; t++) { let best = 0; for (let s = 1; s < S; s++) if (w[t * S + s] > w[t * S + best]) best = s; peaks.push(best); }
       const canvas = tid(Heat(w, T, S, 720, 420, (t, s) => ["target " + t + ": " + p.targets[t], "source " + s + ": " + p.sources[s], "weight " + fmt(w[t * S + s])]), "cross-pattern-canvas");
@@ -83,7 +82,7 @@
     }
     metricChips(); notes(); grid.redraw();
     if (p && kind === "cross") { const [l, h] = p.heads[0]; grid.pick(l, h); pattern(l, h); }
-    else detail.replaceChildren(el("p", "hl-muted", p ? "Pick the cross attention and click an outlined head to see its pattern." : "No cross-attention weights kept in this file."));
+    else detail.replaceChildren(el("p", "hl-muted", p ? "Pick the cross attention and click a head to see its pattern." : "No cross-attention weights kept in this file."));
   };
 
   // ---------------------------------------------------------------- image models
