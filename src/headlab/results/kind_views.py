@@ -2,9 +2,9 @@
 them (the report and the notebook displays).
 
 ``CrossPatterns``: the cross-attention weights of one source-target pair (the first of a
-``model heads`` run of an encoder-decoder) for its cross-attention heads, each a
-(q_pos, k_pos) = (target token, source position or bin of positions) array; for Whisper, the source positions are
-20 ms of audio each, so an alignment head draws the path of the speech through the text.
+``model heads`` run of an encoder-decoder) for its cross-attention heads, each a (q_pos, k_pos)
+= (target token, source position or bin of positions) array; for Whisper, the source positions
+are 20 ms of audio each, so an alignment head draws the path of the speech through the text.
 An image model's class-token rows are kept in ``VisionHeads.cls_attention`` itself.
 """
 
