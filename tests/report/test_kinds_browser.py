@@ -73,6 +73,16 @@ def test_a_cross_head_hovers_tokens_sources_and_exact_weights(browser, page_file
     assert f"weight {float(f'{want:.4g}')!r}" in text  # what the page prints: 4 digits
     peaks = opened.page.get_by_test_id("cross-peaks").inner_text()
     assert "tok0 \u2192 0.20s" in peaks  # token 2 peaks on position 10
+    for testid, value in (("cross-from", 10), ("cross-to", 20)):  # narrow the source columns
+        opened.page.get_by_test_id(testid).evaluate(
+            f"e => {{ e.value = {value}; e.dispatchEvent(new Event('input')); }}")
+    shown = opened.page.get_by_test_id("cross-range").inner_text()
+    assert shown == "source columns 10 (0.20s) to 20 (0.40s), 11 of 53"
+    box = opened.page.get_by_test_id("cross-pattern-canvas").bounding_box()
+    cw, ch = (box["width"] - 2) / 11, (box["height"] - 2) / 11
+    text = _hover(opened, "cross-pattern-canvas", 1 + cw * 0.5, 1 + ch * 2.5)  # target 2, pos 10
+    assert "target 2: tok0" in text and "source 10: 0.20s" in text
+    assert f"weight {float(f'{alignment()[2, 10]:.4g}')!r}" in text
     opened.page.get_by_test_id("cross-kind-encoder").click()
     assert opened.page.get_by_test_id("cross-metric-self").count() == 1
     opened.assert_clean()

@@ -52,7 +52,7 @@
 
   // ---------------------------------------------------------------- encoder-decoders
   kinds.cross = function (root, d) {
-    let kind = d.first_kind, metric = d.metric;
+    let kind = d.first_kind, metric = d.metric, range = [0, Infinity];
     const p = d.patterns, kept = p ? p.heads.map((h) => h.join(".")) : [];
     const weights = p ? decode(p.weights, Float32Array) : null;
     const T = p ? p.targets.length : 0, S = p ? p.sources.length : 0;
@@ -71,14 +71,31 @@
       if (i < 0) { detail.replaceChildren(el("p", "hl-muted", "Cross-attention head " + l + "." + h + ": its weights were not kept in this file.")); return; }
       const w = weights.subarray(i * T * S, (i + 1) * T * S), peaks = [];
       for (let t = 0; t < T; t++) { let best = 0; for (let s = 1; s < S; s++) if (w[t * S + s] > w[t * S + best]) best = s; peaks.push(best); }
-      const canvas = tid(Heat(w, T, S, 720, 420, (t, s) => ["target " + t + ": " + p.targets[t], "source " + s + ": " + p.sources[s], "weight " + fmt(w[t * S + s])]), "cross-pattern-canvas");
+      // The source columns shown, [from, to]: all at first; two sliders narrow them (Whisper's
+      // speech often fills the first seconds of its 30 s window).
+      const box = el("div"), fromIn = tid(el("input"), "cross-from"), toIn = tid(el("input"), "cross-to"), span = tid(el("span", "hl-muted"), "cross-range");
+      [fromIn, toIn].forEach((input, k) => { input.type = "range"; input.min = 0; input.max = S - 1; input.value = k ? S - 1 : range[0]; input.addEventListener("input", draw); });
+      toIn.value = Math.min(S - 1, range[1]);
+      function draw() {
+        let a = +fromIn.value, b = +toIn.value;
+        if (a > b) [a, b] = [b, a];
+        range = [a, b];
+        const n = b - a + 1, sub = new Float32Array(T * n);
+        for (let t = 0; t < T; t++) sub.set(w.subarray(t * S + a, t * S + b + 1), t * n);
+        const canvas = tid(Heat(sub, T, n, 720, 420, (t, s) => ["target " + t + ": " + p.targets[t], "source " + (a + s) + ": " + p.sources[a + s], "weight " + fmt(w[t * S + a + s])]), "cross-pattern-canvas");
+        span.textContent = "source columns " + a + " (" + p.sources[a] + ") to " + b + " (" + p.sources[b] + "), " + n + " of " + S;
+        box.replaceChildren(canvas);
+      }
       const list = tid(el("div", "hl-text"), "cross-peaks");
-      p.targets.forEach((tok, t) => { const span = el("span", "hl-tok", tok + " \u2192 " + p.sources[peaks[t]] + "   "); list.append(span); });
+      p.targets.forEach((tok, t) => { const item = el("span", "hl-tok", tok + " \u2192 " + p.sources[peaks[t]] + "   "); list.append(item); });
+      const sliders = el("p", "hl-legend");
+      sliders.append(el("span", null, "from"), fromIn, el("span", null, "to"), toIn, span);
       detail.replaceChildren(
         el("h4", "hl-title", "Cross-attention head " + l + "." + h + " on the first pair: " + T + " target tokens (rows) \u00d7 " + S + " source positions (columns)"),
-        canvas, legend("0", "its largest weight", "colour: square root of the weight; hover a cell"),
+        sliders, box, legend("0", "its largest weight in view", "colour: square root of the weight; hover a cell"),
         el("p", "hl-muted", "Each target token and the source position it puts the most weight on:"), list,
         ...p.notes.map((n) => el("p", "hl-muted", "Note: " + n + ".")));
+      draw();
     }
     metricChips(); notes(); grid.redraw();
     if (p && kind === "cross") { const [l, h] = p.heads[0]; grid.pick(l, h); pattern(l, h); }
