@@ -46,7 +46,7 @@ GREEN = """(c, cells) => {
     Math.floor((m + (q + 0.5) * cell) * r), 1, 1).data[1]);
 }"""
 FRAME = "() => new Promise((d) => requestAnimationFrame(() => d(performance.now())))"
-READY = "document.querySelector('[data-testid=heatmap-model-0]').dataset.ready === '1'"
+READY = "() => document.querySelector('[data-testid=heatmap-model-0]').dataset.ready === '1'"
 
 
 def period_of(tokens: list[str]) -> int:

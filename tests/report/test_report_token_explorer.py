@@ -56,7 +56,7 @@ def green(opened: Opened, q: int, k: int) -> int:
 
 def ready(opened: Opened) -> None:
     opened.page.wait_for_function(
-        "document.querySelector('[data-testid=heatmap-model-0]').dataset.ready === '1'"
+        "() => document.querySelector('[data-testid=heatmap-model-0]').dataset.ready === '1'"
     )
 
 

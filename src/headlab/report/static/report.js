@@ -53,6 +53,7 @@
 
   function tokenHead(head, n, triangle, ready) {
     if (head.values) return head;
+    if (typeof DecompressionStream === "undefined") return null;  // said on the canvas
     if (!head.pending) {
       head.pending = inflate(head.z).then((levels) => {
         const values = new Float32Array(n * n), image = new ImageData(n, n), px = image.data;
@@ -216,6 +217,13 @@
       ctx.imageSmoothingEnabled = false;
       p.canvas.dataset.ready = head ? "1" : "0";
       if (head) ctx.drawImage(head.bitmap, margin, margin, bins * cell, bins * cell);
+      else {
+        ctx.fillStyle = "#3e4c59";
+        ctx.font = "13px system-ui, sans-serif";
+        ctx.fillText(typeof DecompressionStream === "undefined"
+          ? "This browser cannot inflate the page\u2019s cells (no DecompressionStream)."
+          : "Decoding\u2026", margin + 8, margin + 20);
+      }
       ctx.fillStyle = "#9aa5b1";
       ctx.font = "11px system-ui, sans-serif";
       ctx.textAlign = "left";
