@@ -113,14 +113,18 @@ class NodeScores:
         steps = fields.data.get("steps")
         if steps is not None and (not is_int(steps) or steps < 1):
             raise problem(fields.at("steps"), "an integer >= 1 or null", steps)
-        nodes = fields.list("nodes", nonempty=True)
+        nodes = fields.strings("nodes", nonempty=True)
         scores = fields.numbers("scores")
         if len(scores) != len(nodes):
             raise problem(fields.at("scores"), f"{len(nodes)} numbers (one per node)", scores)
         heads, kv_heads = _shapes(fields, nodes)
         by_position = None
         if fields.data.get("by_position") is not None:
-            by_position = fields.grid("by_position", len(nodes))
+            rows = fields.list("by_position")
+            if len(rows) != len(nodes):
+                raise problem(fields.at("by_position"), f"{len(nodes)} rows (one per node)",
+                              f"{len(rows)} rows")  # fmt: skip
+            by_position = fields.grid("by_position")
             width = len(by_position[0])
             for i, row in enumerate(by_position):
                 if len(row) != width or not row:
