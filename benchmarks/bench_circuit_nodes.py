@@ -48,10 +48,10 @@ def main() -> None:
     args = parser.parse_args()
 
     import headlab
-    from headlab.circuits.agreement import agreement
     from headlab.circuits.attribution import edge_attribution
     from headlab.circuits.head_patching import head_patching
     from headlab.circuits.node_attribution import node_attribution
+    from headlab.circuits.score_agreement import agreement
     from headlab.circuits.task_performance import task_metric
     from headlab.circuits.tasks import TaskRequest, build_pairs
 
