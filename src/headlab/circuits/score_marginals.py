@@ -37,11 +37,8 @@ from headlab.circuits.score_sides import LINEAR_TOLERANCE, Sides
 #: Query rows per block of the attended-key search (scores (head, rows, pos) at a time).
 ROWS = 256
 #: Positions per block of the pass over the writes ((rows, component, embed_dim) read at once,
-#: by every layer in turn: 8 x 291 x 576 float32 is 5.4 MB for SmolLM2).
-POSITIONS = 8
-#: Most key-side rows of one block whose W_K rows are gathered per row (more: one product per
-#: K/V group).
-SMALL = 64
+#: by every layer in turn; fewer, larger products: each small op costs most on a busy machine).
+POSITIONS = 64
 
 
 def _fast_parts(sides: Sides, layer: int) -> dict:
@@ -192,8 +189,8 @@ def _pass(held: Tensor, plans: list[_Plan]) -> None:
     """Fill every plan's write columns from ``held`` (pos, component, embed_dim), read once, a
     block of POSITIONS positions at a time (a block small enough to stay in the cache while
     every layer reads it): the query side of the block's queries (one batched product, all
-    heads), and the key side of every (head, query) row whose key is in the block (the rows
-    of one key in one product)."""
+    heads), and the key side of every (head, query) row whose key is in the block (keys with
+    about as many rows in one batched product, the rows padded by less than 2x)."""
     length = held.shape[0]
     for start in range(0, length, POSITIONS):
         stop = min(start + POSITIONS, length)
@@ -218,29 +215,29 @@ def _key_block(plan: _Plan, block: Tensor, start: int, stop: int) -> None:
     head, query = rows // length, rows % length
     keys = plan.sorted_keys[lo:hi]
     per = plan.key.shape[0] // plan.parts["w_k"].shape[0]
-    weights = plan.parts["w_k"][head // per] if hi - lo <= SMALL else None
-    pulled = _rows_pulled(plan, head // per, plan.to_k[head, query], keys, weights)
+    pulled = _rows_pulled(plan, head // per, plan.to_k[head, query], keys)
     found, counts = torch.unique_consecutive(keys, return_counts=True)
-    n, offset = plan.count, 0
-    for position, size in zip(found.tolist(), counts.tolist(), strict=True):
-        part = slice(offset, offset + size)
-        got = pulled[part] @ block[position - start, :n].t()  # (rows, component)
-        plan.key_side[head[part], query[part], :n] = got
-        offset += size
+    starts = torch.cumsum(counts, 0) - counts
+    widths = torch.ceil(torch.log2(counts.double())).long()
+    n = plan.count
+    for width in torch.unique(widths).tolist():  # keys with up to 1, 2, 4, ... rows together
+        chosen = torch.nonzero(widths == width)[:, 0]
+        steps = torch.arange(2**width)
+        index = (starts[chosen, None] + steps).clamp(max=hi - lo - 1)  # (key, width)
+        valid = steps < counts[chosen, None]
+        got = torch.bmm(pulled[index], block[found[chosen] - start, :n].transpose(1, 2))
+        at = index[valid]
+        plan.key_side[head[at], query[at], :n] = got[valid]
 
 
-def _rows_pulled(plan: _Plan, group: Tensor, vectors: Tensor, keys: Tensor, weights) -> Tensor:
+def _rows_pulled(plan: _Plan, group: Tensor, vectors: Tensor, keys: Tensor) -> Tensor:
     """(rows, embed_dim) scale * D_j W_K^T v for rows of K/V ``group`` (rows,), vectors (rows,
-    d_head) and keys (rows,); ``weights`` (rows, d_head, embed_dim) where the rows are few,
-    else one product per K/V group."""
+    d_head) and keys (rows,): one product per K/V group (W_K is never gathered per row)."""
     parts = plan.parts
-    if weights is not None:
-        out = torch.bmm(vectors[:, None], weights)[:, 0]
-    else:
-        out = vectors.new_empty(vectors.shape[0], parts["w_k"].shape[-1])
-        for g in range(parts["w_k"].shape[0]):
-            mine = group == g
-            out[mine] = vectors[mine] @ parts["w_k"][g]
+    out = vectors.new_empty(vectors.shape[0], parts["w_k"].shape[-1])
+    for g in torch.unique(group).tolist():
+        mine = torch.nonzero(group == g)[:, 0]
+        out[mine] = vectors[mine] @ parts["w_k"][g]
     out = out * parts["g"] * parts["inv_s"][keys, None]
     if parts["centred"]:
         out = out - out.mean(-1, keepdim=True)
