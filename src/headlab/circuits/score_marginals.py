@@ -12,12 +12,12 @@ and likewise on the key side at j:
     query side  w_a(i) . scale D_i W_Q^T R(i)^T k_j
     key side    w_b(j) . scale D_j W_K^T R(j)^T q_i
 
-(constants c_Q, c_K: the "qk-bias" term). The pulled-back vectors of every head at every query
-are made at once ((head, pos, embed_dim), one product with W_Q or W_K), rotary applied from its
-(pos, d_rot) tables, never as (pos, d_head, d_head) matrices. The writes are held position-major
-(pos, component, embed_dim), so that one position's writes are one contiguous block: the query
-side is one batched product per block of positions (all heads at once); the key side reads each
-attended key's writes once, for every (head, query) row that attends it. ``every_layer`` fills
+(constants c_Q, c_K: the "qk-bias" term). Each layer keeps R(i)^T k_j and R(j)^T q_i
+(head, pos, d_head), rotary applied from its (pos, d_rot) tables, never as (pos, d_head, d_head)
+matrices; the pulled-back vectors are made from them a block at a time. The writes are held
+position-major (pos, component, embed_dim) and read a block of positions at a time by every
+layer: the query side is one batched product per block (all heads at once); the key side reads
+each attended key's writes once, for every (head, query) row that attends it. ``every_layer`` fills
 one buffer of writes as the layers go. For families whose map is that: a scaled norm in front,
 no QK-norm, writes by the formula, rotate-half rotary or none (else ValueError, one line; the
 pair split of score_split.py covers every family).
