@@ -44,8 +44,9 @@ def kind_circuits(
     )
 
     if other_inputs:
-        raise ValueError(f"{', '.join(other_inputs)} are for decoders; an encoder-decoder's "
-                         "circuit reads --source-text (or --audio) and its corrupted twin")
+        raise ValueError(f"{', '.join(other_inputs)}: for decoder-only models; an "
+                         "encoder-decoder's circuit reads --source-text (or --audio) and its "
+                         "corrupted twin")  # fmt: skip
     with flags("method", "top", "edges"):
         request = StreamCircuitRequest(method, top, edges)
     inputs = kinds.read_inputs(None, audio, source_text, target_text)
