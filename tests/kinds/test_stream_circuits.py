@@ -142,14 +142,18 @@ def test_path_patching_and_eap_equal_brute_force(case):
     names = [e.name for e in edges]
     effects = patcher.effects(names, chunk=5)
     want = torch.tensor([float(brute.effect(patcher.graph, e).detach()) for e in edges],
-                        dtype=torch.float64)
-    assert float(want.abs().max()) > 1e-3  # the corruption moves the metric
-    torch.testing.assert_close(effects, want, rtol=1e-7, atol=1e-9)
+                        dtype=torch.float64)  # fmt: skip
+    scale = float(want.abs().max())
+    assert scale > 1e-6  # the corruption moves the metric (random tiny BART: by ~1e-4)
+    torch.testing.assert_close(effects, want, rtol=1e-9, atol=1e-9 * scale)
     scores = torch.tensor(stream_attribution(model, clean, corrupted, metric, names,
                                              patcher=patcher).scores)  # fmt: skip
     slopes = torch.tensor([brute.derivative(patcher.graph, e) for e in edges], dtype=torch.float64)
-    assert float(slopes.abs().max()) > 1e-3
-    torch.testing.assert_close(scores.double(), slopes, rtol=1e-6, atol=1e-9)
+    slope_scale = float(slopes.abs().max())
+    assert slope_scale > 1e-6
+    # T5's layer norm takes its variance in float32: EAP's product of gradients and autograd
+    # through the whole run agree to float32's rounding there, to float64's elsewhere
+    torch.testing.assert_close(scores.double(), slopes, rtol=1e-6, atol=1e-7 * slope_scale)
 
 
 def test_graph_of_one_block_each_by_hand():

@@ -29,6 +29,15 @@ def asked(audio, source_text, target_text, corrupted_text, corrupted_audio) -> b
     )
 
 
+def is_encoder_decoder(source) -> bool:
+    """Whether the chosen model's config.json declares an encoder-decoder (False where it
+    cannot be read: the decoder's path says what is wrong)."""
+    try:
+        return kinds.declared(source)[0] == "encoder-decoder"
+    except (ValueError, OSError):
+        return False
+
+
 def kind_circuits(
     source, audio, source_text, target_text, corrupted_text, corrupted_audio, *, method: str,
     top: int, edges, other_inputs: list[str], claim, quiet: bool,
@@ -73,4 +82,4 @@ def kind_circuits(
         return run_stream_circuits(model, prepared, request, on_step=update)
 
 
-__all__ = ["CORRUPTED_AUDIO", "CORRUPTED_TEXT", "asked", "kind_circuits"]
+__all__ = ["CORRUPTED_AUDIO", "CORRUPTED_TEXT", "asked", "is_encoder_decoder", "kind_circuits"]

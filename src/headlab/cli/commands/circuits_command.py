@@ -103,7 +103,7 @@ def circuits(
     from headlab.circuits.run import CircuitRequest, needs_equal_lengths
 
     if seq2seq.asked(audio, source_text, target_text, corrupted_source_text, corrupted_audio) \
-            or kinds.declared(source)[0] != "text":  # fmt: skip
+            or seq2seq.is_encoder_decoder(source):  # fmt: skip
         given = {"--task": task, "--pairs": pairs, "--figure": figure,
                  "--faithfulness-figure": faithfulness_figure}  # fmt: skip
         result = seq2seq.kind_circuits(
