@@ -172,3 +172,16 @@ def test_a_model_with_one_stream_is_refused():
 
     with pytest.raises(ValueError, match="this graph reads an encoder and a decoder"):
         stream_graph_of(Toy.build())
+
+
+def test_a_family_that_does_not_declare_its_blocks_is_refused_in_one_line(case, monkeypatch):
+    from headlab.models.hf.seq2seq_blocks import seq2seq_blocks
+
+    _, model, *_ = case
+    monkeypatch.setattr(model.model, "_no_split_modules", [])
+    with pytest.raises(ValueError, match="declares no block class") as error:
+        seq2seq_blocks(model.name, model.model, model.layers)
+    assert "\n" not in str(error.value)
+    monkeypatch.setattr(model.model, "_no_split_modules", ["NoSuchLayer"])
+    with pytest.raises(ValueError, match="in none of its declared blocks"):
+        seq2seq_blocks(model.name, model.model, model.layers)
