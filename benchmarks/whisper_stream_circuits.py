@@ -74,8 +74,13 @@ def main() -> None:
     for edge, score in zip(result.scores.edges, result.scores.scores, strict=True):
         sender, receiver = edge.split("->")
         encoder_sender = sender == "embed.encoder" or _layer(sender) < first_decoder
-        kind = ("encoder -> cross k/v" if ".x" in receiver and receiver.endswith(("<k>", "<v>"))
-                else "inside the encoder" if encoder_sender else "inside the decoder")
+        kind = (
+            "encoder -> cross k/v"
+            if ".x" in receiver and receiver.endswith(("<k>", "<v>"))
+            else "inside the encoder"
+            if encoder_sender
+            else "inside the decoder"
+        )
         shares[kind] = shares.get(kind, 0.0) + abs(score)
         if kind == "encoder -> cross k/v":
             layer, head = receiver.split("<")[0].split(".x")

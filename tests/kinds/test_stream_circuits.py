@@ -137,8 +137,14 @@ def test_path_patching_and_eap_equal_brute_force(case):
     senders = {patcher.graph.node(e.sender).kind for e in edges}
     assert senders == {"embed", "head", "cross", "mlp"}
     kinds = {(patcher.graph.node(e.sender).stream, patcher.kind(e)[1]) for e in edges}
-    assert {("encoder", "cross_kv"), ("encoder", "self"), ("encoder", "mlp"),
-            ("decoder", "cross_q"), ("decoder", "self"), ("decoder", "logits")} <= kinds
+    assert {
+        ("encoder", "cross_kv"),
+        ("encoder", "self"),
+        ("encoder", "mlp"),
+        ("decoder", "cross_q"),
+        ("decoder", "self"),
+        ("decoder", "logits"),
+    } <= kinds
     names = [e.name for e in edges]
     effects = patcher.effects(names, chunk=5)
     want = torch.tensor([float(brute.effect(patcher.graph, e).detach()) for e in edges],

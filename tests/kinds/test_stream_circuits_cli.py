@@ -76,6 +76,9 @@ def test_circuits_of_an_encoder_decoder_writes_the_library_scores(folders, capsy
     want = stream_attribution(model, inputs.clean, inputs.corrupted, inputs.metric)
     assert written.scores.edges == want.edges
     assert np.allclose(written.scores.scores, want.scores, rtol=1e-5, atol=1e-7)
-    across = [s for e, s in zip(want.edges, want.scores, strict=True)
-              if e.startswith(("embed.encoder->", "0.")) and ".x" in e and e.endswith("<v>")]
+    across = [
+        s
+        for e, s in zip(want.edges, want.scores, strict=True)
+        if e.startswith(("embed.encoder->", "0.")) and ".x" in e and e.endswith("<v>")
+    ]
     assert across and max(map(abs, across)) > 0  # the source reaches the decoder's values

@@ -173,8 +173,11 @@ class StreamPatcher:
         nodes = [self.graph.node(n) for n in names]
         clean = {"self": self.clean.head_outputs[layer], "cross": self.clean.cross_outputs[layer],
                  "mlp": self.clean.mlp[layer]}  # fmt: skip
-        bad = {"self": self.corrupted.head_outputs[layer],
-               "cross": self.corrupted.cross_outputs[layer], "mlp": self.corrupted.mlp[layer]}
+        bad = {
+            "self": self.corrupted.head_outputs[layer],
+            "cross": self.corrupted.cross_outputs[layer],
+            "mlp": self.corrupted.mlp[layer],
+        }
         part = {"head": "self", "cross": "cross", "mlp": "mlp"}
 
         def values(which: str, t: Tensor) -> Tensor:

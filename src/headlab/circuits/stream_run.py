@@ -68,8 +68,12 @@ def _stacked(model, sources: list):
     if "input_features" in sources[0].inputs:  # audio: every source is the same frames long
         features = torch.cat([s.inputs["input_features"] for s in sources])
         labels = [label for s in sources for label in s.labels]
-        return dataclasses.replace(sources[0], inputs={"input_features": features},
-                                   mask=torch.cat([s.mask for s in sources]), labels=labels)
+        return dataclasses.replace(
+            sources[0],
+            inputs={"input_features": features},
+            mask=torch.cat([s.mask for s in sources]),
+            labels=labels,
+        )
     rows = [s.inputs["input_ids"][0][s.mask[0]].tolist() for s in sources]
     return model.source_ids(rows)
 

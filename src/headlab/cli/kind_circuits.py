@@ -19,8 +19,12 @@ from headlab.cli.progress import progress
 CORRUPTED_TEXT = typer.Option(None, "--corrupted-source-text", metavar="<str>",
                               help="Encoder-decoders: the corrupted twin of each --source-text "
                               "(as many tokens).")  # fmt: skip
-CORRUPTED_AUDIO = typer.Option(None, "--corrupted-audio", callback=an_input,
-                               help="Whisper: the corrupted twin of --audio (a WAV file).")
+CORRUPTED_AUDIO = typer.Option(
+    None,
+    "--corrupted-audio",
+    callback=an_input,
+    help="Whisper: the corrupted twin of --audio (a WAV file).",
+)
 
 
 def asked(audio, source_text, target_text, corrupted_text, corrupted_audio) -> bool:

@@ -160,8 +160,10 @@ class RunnableModel(Protocol):
         positions rows.start .. rows.stop - 1, at their own positions (for the maps that act on
         each position alone: a block up to its q, k, v, or its MLP with the heads held). keep:
         (n_kept,) the positions whose final states are returned (default all). sources: the
-        final states of the other streams a cross-attention reads, when the run starts past
-        them. Returns the tensor at ``stop``, else the final states (copies * batch, n_kept,
+        states leaving the last block of each other stream a cross-attention reads, when the
+        run starts past them (``RunCache.streams_out``; the model applies that stream's final
+        norm, where it has one, before its cross-attention reads them). Returns the tensor at
+        ``stop``, else the final states (copies * batch, n_kept,
         d_model)."""
         ...
 
