@@ -13,7 +13,8 @@ still run: T5's blocks hand the position bias of the first block to the next, so
 skipped). A run that starts in the decoder takes ``sources["encoder"]``: the stream leaving the
 encoder's last block (before its final norm; ``RunCache.streams_out``), which replaces that
 block's output, so that the encoder's own final norm is recomputed on it before the
-cross-attention's key and value projections read it. ``unembed`` runs the model's own head on
+cross-attention's key and value projections read it (the encoder's blocks then run once, not
+once per copy: their output is replaced). ``unembed`` runs the model's own head on
 final states (T5's rescaling of tied embeddings, BART's final logits bias, Whisper's proj_out):
 the model's forward with its decoder stood in for.
 """
@@ -105,7 +106,10 @@ class Seq2SeqRoute:
             memory = _copies(memory, copies)  # (copies * batch, source pos, d_model)
 
         def call() -> Tensor:
-            inputs = {k: _copies(v, copies).to(device) for k, v in source.inputs.items()}
+            # given the encoder's states, its blocks run once (their output is replaced by the
+            # copies' states, which its final norm then reads): not once per copy
+            encoded = 1 if memory is not None else copies
+            inputs = {k: _copies(v, encoded).to(device) for k, v in source.inputs.items()}
             states = encoder(**inputs).last_hidden_state  # after the encoder's final norm
             out = decoder(input_ids=_copies(target.input_ids, copies).to(device),
                           attention_mask=_copies(target.attention_mask.long(), copies).to(device),
