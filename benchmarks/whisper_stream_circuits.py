@@ -73,7 +73,9 @@ def main() -> None:
     cross = torch.zeros(4, 6, dtype=torch.float64)
     for edge, score in zip(result.scores.edges, result.scores.scores, strict=True):
         sender, receiver = edge.split("->")
-        encoder_sender = sender == "embed.encoder" or _layer(sender) < first_decoder
+        encoder_sender = sender == "embed.encoder" or (
+            not sender.startswith("embed.") and _layer(sender) < first_decoder
+        )
         kind = (
             "encoder -> cross k/v"
             if ".x" in receiver and receiver.endswith(("<k>", "<v>"))
