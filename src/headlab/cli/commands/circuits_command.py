@@ -116,6 +116,7 @@ def circuits(
 
     if seq2seq.asked(audio, source_text, target_text, corrupted_source_text, corrupted_audio) \
             or seq2seq.is_encoder_decoder(source):  # fmt: skip
+        out = out or RESULTS_DIR / "circuits.json"
         given = {"--task": task, "--pairs": pairs, "--figure": figure,
                  "--faithfulness-figure": faithfulness_figure}  # fmt: skip
         result = seq2seq.kind_circuits(
@@ -220,7 +221,9 @@ def _edges(given: str | None) -> tuple[str, ...] | None:
     return tuple(name.strip() for name in given.split(",") if name.strip())
 
 
-def _claim(out: Path, figure: Path | None, curve: Path | None, force: bool, kind: str) -> None:
+def _claim(
+    out: Path, figure: Path | None, curve: Path | None, force: bool, kind: str = "circuits"
+) -> None:
     """Every output path checked before the model loads (and again when written)."""
     from headlab.results.output_policy import Kind, OutputRefused, check_output
 
