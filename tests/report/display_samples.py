@@ -60,10 +60,10 @@ def head_pattern(n: int = 1000, *, budget: int = TILE_BUDGET, tokens: list[str] 
                  ) -> HeadPattern:  # fmt: skip
     weights = synthetic_weights(n)
     cell = -(-n // OVERVIEW_CELLS)
-    tiles, mass = tiles_within(weights, budget, TILE)
+    tiles, floor, mass, causal = tiles_within(weights, budget, TILE)
     words = tokens or [XSS if i == 7 else f" w{(i * 7) % 251}" for i in range(n)]
     return HeadPattern("fixture", 3, 5, words, cell, encode_floats(block_means(weights, cell)),
-                       TILE, tiles, budget, mass, n, "")  # fmt: skip
+                       TILE, tiles, budget, mass, n, "", floor, causal)  # fmt: skip
 
 
 def smollm2_edges(layers: int = 30, heads: int = 9, kv: int = 3) -> list[str]:

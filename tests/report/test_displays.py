@@ -10,12 +10,24 @@ import re
 
 import numpy as np
 import pytest
-from display_samples import XSS, circuit_run, head_pattern, head_statistics, smollm2_edges
+from display_samples import (
+    XSS,
+    circuit_run,
+    head_pattern,
+    head_statistics,
+    smollm2_edges,
+    synthetic_weights,
+)
 from long_results import kv_budget_result, long_context_result
 
 from headlab.report.displays import Display, send_code_again, show
 from headlab.report.displays.circuit_display import INPUTS, circuit_display
-from headlab.results.head_pattern_result import HeadPattern
+from headlab.results.head_pattern_result import (
+    ENTRY_BYTES,
+    TILE_BUDGET,
+    TILE_OVERHEAD,
+    HeadPattern,
+)
 
 MB = 10**6
 
@@ -71,14 +83,31 @@ def test_smollm2s_whole_graph_is_one_display_under_20_mb():
 
 @pytest.mark.slow
 def test_a_head_at_8192_tokens_is_one_display_under_20_mb():
-    pattern = head_pattern(8192)
+    n = 8192
+    pattern = head_pattern(n)
     html = show(pattern).html(code=True)
     assert len(html.encode()) < 20 * MB
     data = data_of(html)
-    assert len(data["tokens"]) == 8192 and data["cell"] == 32  # a 256 x 256 overview
-    tiles = len(data["tiles"])
-    assert 40 <= tiles < (8192 // 256) ** 2 // 2  # the budget: some tiles, never every one
-    assert HeadPattern.from_dict(data).to_dict() == pattern.to_dict()
+    assert len(data["tokens"]) == n and data["cell"] == 32  # a 256 x 256 overview
+    read = HeadPattern.from_dict(data)
+    assert read.to_dict() == pattern.to_dict() and data["kept"] == read.kept > 2_000_000
+    # every weight at or above the floor is in the page, unrounded; the floor is the lowest
+    # that fits: the weights above it would not
+    weights = synthetic_weights(n)
+    room = (TILE_BUDGET - TILE_OVERHEAD * (n // 256) ** 2) // ENTRY_BYTES  # weights that fit
+    lower = np.nextafter(np.float32(read.floor), np.float32(0))
+    assert read.causal and 0 < read.floor and (weights >= read.floor).sum() <= room
+    assert (weights >= lower).sum() > room
+    for q0 in range(0, n, 256):
+        for k0 in range(0, q0 + 1, 256):
+            block = weights[q0 : q0 + 256, k0 : k0 + 256]
+            kept = read.tile_weights(q0, k0)
+            if kept is None:
+                assert (block < read.floor).all()
+                continue
+            held = ~np.isnan(kept)
+            np.testing.assert_array_equal(kept[held], block[held])
+            assert held[block >= read.floor].all()
 
 
 def test_roles_and_plans_carry_their_results():

@@ -18,6 +18,7 @@ from long_results import kv_budget_result, long_context_result
 
 from headlab.report.displays import page_code, show
 from headlab.report.displays.circuit_display import faithfulness_display
+from headlab.results.head_pattern_result import ENTRY_BYTES, TILE_OVERHEAD
 
 pytestmark = pytest.mark.browser
 #: Two animation frames: a redraw asked on input has run.
@@ -205,5 +206,35 @@ def test_drawn_however_a_front_end_runs_scripts(browser, tmp_path, displays):
         [first, later],
     )
     assert drawn == [True, True]
+    opened.assert_clean()
+    opened.close()
+
+
+def test_the_pattern_below_its_floor_says_so(browser, tmp_path):
+    """Within a small budget: a weight at or above the floor hovers exact, one below it is
+    called what it is (below the floor), and the grey is drawn for it."""
+    pattern = head_pattern(N, budget=TILE_OVERHEAD * 4 + ENTRY_BYTES * 4000)
+    assert pattern.floor > 0
+    path = tmp_path / "floor.html"
+    path.write_text("<!doctype html><meta charset=utf-8><body>" + show(pattern).html(code=True),
+                    encoding="utf-8")  # fmt: skip
+    opened = Offline(browser, path)
+    weights = synthetic_weights(N)
+    zoom = opened.page.get_by_test_id("pattern-zoom")
+    q0, k0, px = (int(zoom.get_attribute(f"data-{k}")) for k in ("q", "k", "px"))
+    view = weights[q0 : q0 + 256, k0 : k0 + 256]
+    below = np.argwhere((view < pattern.floor) & (view > 0))[0]
+    above = np.argwhere(view >= pattern.floor)[-1]
+    for (i, j), exact in ((above, True), (below, False)):
+        zoom.hover(position={"x": (j + 0.5) * px, "y": (i + 0.5) * px})
+        text = opened.tooltip()
+        if exact:
+            assert float(text.split("weight ")[1].split(" ")[0]) == pytest.approx(view[i, j],
+                                                                                rel=1e-3)  # fmt: skip
+        else:
+            assert f"below {pattern.floor:.3g}"[:10] in text and "(exact)" not in text
+    info = opened.page.get_by_test_id("pattern-info").inner_text()
+    assert "every weight \u2265" in info and f"{pattern.kept:,} weights" in info
+    opened.shot("display-pattern-floor.png", "[data-testid=display-pattern]")
     opened.assert_clean()
     opened.close()
