@@ -13,7 +13,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 from display_browser import Offline, chromium
-from display_samples import circuit_run, head_pattern, head_statistics, synthetic_weights
+from display_samples import (
+    circuit_run,
+    head_pattern,
+    head_statistics,
+    score_split_result,
+    synthetic_weights,
+)
 from long_results import kv_budget_result, long_context_result
 
 from headlab.report.displays import page_code, show
@@ -236,5 +242,44 @@ def test_the_pattern_below_its_floor_says_so(browser, tmp_path):
     info = opened.page.get_by_test_id("pattern-info").inner_text()
     assert "every weight \u2265" in info and f"{pattern.kept:,} weights" in info
     opened.shot("display-pattern-floor.png", "[data-testid=display-pattern]")
+    opened.assert_clean()
+    opened.close()
+
+
+def test_the_score_split_shows_its_pairs_bars_and_sources(browser, tmp_path):
+    """The pair matrix hovers its terms, the bars are the largest |terms| of each side, the
+    source tokens carry what the head read at each, and another pair can be picked."""
+    result = score_split_result()
+    path = tmp_path / "split.html"
+    path.write_text("<!doctype html><meta charset=utf-8><body>" + show(result).html(code=True),
+                    encoding="utf-8")  # fmt: skip
+    opened = Offline(browser, path)
+    page, root = opened.page, opened.page.get_by_test_id("display-score-split")
+    first = max(range(3), key=lambda i: result.pairs[i].score)
+    pair = result.pairs[first]
+    assert root.get_attribute("data-pair") == str(first)
+    canvas = page.get_by_test_id("split-pair")
+    cell, left, top = (int(canvas.get_attribute(f"data-{k}")) for k in ("cell", "left", "top"))
+    canvas.hover(position={"x": left + 0.5 * cell, "y": top + 2.5 * cell})
+    text = opened.tooltip()
+    assert f"query side {pair.pair_rows[2]} \u00d7 key side {pair.pair_cols[0]}" in text
+    assert f"{pair.pair[2][0]:+.4g}".lstrip("+") in text
+    names = page.locator("[data-testid=split-key-bars] .hl-bar-row").evaluate_all(
+        "rows => rows.map(r => r.dataset.component)")
+    strongest = sorted(range(len(result.components)), key=lambda c: -abs(pair.key_marginal[c]))
+    assert names == [result.components[c] for c in strongest[:10]]
+    spans = page.locator("[data-testid=split-text] .hl-tok")
+    source = pair.sources[0]
+    shown = min(len(result.tokens[0]), pair.key + 13) - max(0, pair.key - 150)
+    assert spans.count() == shown  # the text around the key
+    at = spans.nth(3)
+    position = int(at.get_attribute("data-pos"))
+    at.hover()
+    value = source.values[source.positions.index(position)]
+    assert f"position {position} " in opened.tooltip() and f"{abs(value):.3g}"[:4] in opened.tooltip()
+    assert page.locator("[data-testid=split-text] .hl-tok", has_text="<img").count() == 1
+    page.locator("[data-testid^=split-pick-]").nth((first + 1) % 3).click()
+    assert root.get_attribute("data-pair") == str((first + 1) % 3)
+    opened.shot("display-score-split.png", "[data-testid=display-score-split]")
     opened.assert_clean()
     opened.close()
