@@ -96,7 +96,7 @@ def test_a_head_at_8192_tokens_is_one_display_under_20_mb():
     weights = synthetic_weights(n)
     room = (TILE_BUDGET - TILE_OVERHEAD * (n // 256) ** 2) // ENTRY_BYTES  # weights that fit
     lower = np.nextafter(np.float32(read.floor), np.float32(0))
-    assert read.causal and 0 < read.floor and (weights >= read.floor).sum() <= room
+    assert read.causal and read.floor > 0 and (weights >= read.floor).sum() <= room
     assert (weights >= lower).sum() > room
     for q0 in range(0, n, 256):
         for k0 in range(0, q0 + 1, 256):

@@ -235,8 +235,8 @@ def test_the_pattern_below_its_floor_says_so(browser, tmp_path):
         zoom.hover(position={"x": (j + 0.5) * px, "y": (i + 0.5) * px})
         text = opened.tooltip()
         if exact:
-            assert float(text.split("weight ")[1].split(" ")[0]) == pytest.approx(view[i, j],
-                                                                                rel=1e-3)  # fmt: skip
+            shown = float(text.split("weight ")[1].split(" ")[0])
+            assert shown == pytest.approx(view[i, j], rel=1e-3)
         else:
             assert f"below {pattern.floor:.3g}"[:10] in text and "(exact)" not in text
     info = opened.page.get_by_test_id("pattern-info").inner_text()
@@ -276,7 +276,8 @@ def test_the_score_split_shows_its_pairs_bars_and_sources(browser, tmp_path):
     position = int(at.get_attribute("data-pos"))
     at.hover()
     value = source.values[source.positions.index(position)]
-    assert f"position {position} " in opened.tooltip() and f"{abs(value):.3g}"[:4] in opened.tooltip()
+    text = opened.tooltip()
+    assert f"position {position} " in text and f"{abs(value):.3g}"[:4] in text
     assert page.locator("[data-testid=split-text] .hl-tok", has_text="<img").count() == 1
     page.locator("[data-testid^=split-pick-]").nth((first + 1) % 3).click()
     assert root.get_attribute("data-pair") == str((first + 1) % 3)

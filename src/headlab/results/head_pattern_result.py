@@ -201,7 +201,8 @@ def _tile_array(t: PatternTile, where: str) -> np.ndarray:
     offsets = np.frombuffer(raw[: len(raw) - len(raw) % 2], dtype="<u2")
     if len(raw) % 2 or (len(offsets) and (offsets[-1] >= t.rows * t.cols
                                           or (np.diff(offsets.astype(np.int64)) <= 0).any())):
-        raise problem(where, f"ascending offsets below {t.rows * t.cols}", f"{len(offsets)} offsets")
+        expected = f"ascending offsets below {t.rows * t.cols}"
+        raise problem(where, expected, f"{len(offsets)} offsets")
     values = decode_floats(t.data, (len(offsets),), where)
     out = np.full(t.rows * t.cols, np.nan, dtype=np.float32)
     out[offsets] = values

@@ -51,8 +51,9 @@ DRAWERS = ("displays.js", "pattern.js", "circuit.js", "score_split.js")
 def page_code() -> str:
     """The drawers and their styles, as HTML: once per page, before or after the displays."""
     code = "\n".join(_static(name) for name in DRAWERS)
+    code += "\nwindow.headlabDisplays.drawAll();"
     return (f'<style data-headlab-code="css">{_static("displays.css")}</style>'
-            f'<script data-headlab-code="js">{code}\nwindow.headlabDisplays.drawAll();</script>')  # fmt: skip
+            f'<script data-headlab-code="js">{code}</script>')  # fmt: skip
 
 
 def send_code_again() -> None:
