@@ -270,8 +270,8 @@ def test_the_score_split_shows_its_pairs_bars_and_sources(browser, tmp_path):
     assert names == [result.components[c] for c in strongest[:10]]
     spans = page.locator("[data-testid=split-text] .hl-tok")
     source = pair.sources[0]
-    shown = min(len(result.tokens[0]), pair.key + 13) - max(0, pair.key - 150)
-    assert spans.count() == shown  # the text around the key
+    end = min(len(result.tokens[0]), max(pair.key, pair.query) + 1, pair.key + 13)
+    assert spans.count() == end - max(0, pair.key - 150)  # the text around the key
     at = spans.nth(3)
     position = int(at.get_attribute("data-pos"))
     at.hover()
@@ -284,3 +284,16 @@ def test_the_score_split_shows_its_pairs_bars_and_sources(browser, tmp_path):
     opened.shot("display-score-split.png", "[data-testid=display-score-split]")
     opened.assert_clean()
     opened.close()
+
+
+def test_a_page_that_runs_no_script_shows_each_summary(browser, page_file, displays):
+    """An untrusted notebook (JupyterLab and classic Notebook strip its scripts) or a viewer
+    without scripts: each display shows its one-line summary, escaped, and nothing else."""
+    context = browser.new_context(java_script_enabled=False)
+    page = context.new_page()
+    page.goto(page_file.resolve().as_uri())
+    fallbacks = page.locator(".hl-fallback")
+    assert fallbacks.count() == len(displays) - 1  # every display but the run it came from
+    assert fallbacks.first.inner_text().startswith(repr(head_statistics()))
+    assert page.locator("canvas").count() == 0 and page.locator("img").count() == 0
+    context.close()
