@@ -15,6 +15,7 @@ from display_samples import (
     circuit_run,
     head_pattern,
     head_statistics,
+    score_split_result,
     smollm2_edges,
     synthetic_weights,
 )
@@ -28,6 +29,7 @@ from headlab.results.head_pattern_result import (
     TILE_OVERHEAD,
     HeadPattern,
 )
+from headlab.results.score_split_result import ScoreSplitResult
 
 MB = 10**6
 
@@ -125,6 +127,18 @@ def test_roles_and_plans_carry_their_results():
         assert len(repr(part)) < 200 and "\n" not in repr(part)  # one line in a terminal
 
 
+def test_the_score_split_carries_every_pair_the_strongest_first():
+    result = score_split_result()
+    data = data_of(show(result).html())
+    assert ScoreSplitResult.from_dict(data).to_dict() == result.to_dict()
+    scores = [p.score for p in result.pairs]
+    assert data["first"] == scores.index(max(scores))
+    assert show(result, pair=2).data["first"] == 2
+    with pytest.raises(ValueError, match="pair must be between 0 and 2, got 3"):
+        show(result, pair=3)
+    assert len(repr(result)) < 200 and "\n" not in repr(result)
+
+
 def test_another_type_is_refused():
     with pytest.raises(TypeError, match="expected a results type with a display"):
         show(object())
@@ -143,7 +157,8 @@ def test_ipython_shows_every_results_type_through_its_display():
         register_formatters(shell)
         run = circuit_run()
         for result in (head_statistics(), head_pattern(300), run, run.faithfulness,
-                       long_context_result(), kv_budget_result()):  # fmt: skip
+                       long_context_result(), kv_budget_result(),
+                       score_split_result()):  # fmt: skip
             data, _ = shell.display_formatter.format(result)
             assert 'class="hl-display"' in data["text/html"]
             assert data["text/plain"] == repr(result) and len(repr(result)) < 300
