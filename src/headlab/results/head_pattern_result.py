@@ -10,7 +10,8 @@ Two zoom levels:
     weights   the head's own float32 weights, unrounded, of every (q_pos, k_pos) whose weight is
               at least ``floor``, kept in ``tile`` x ``tile`` tiles (query rows, key columns) at
               tile-aligned positions. ``floor`` is the smallest value that lets every such
-              weight fit in ``budget`` bytes (0: every weight is there). So in any block a
+              weight fit in ``budget`` bytes, each counted at its sparse cost
+              (``ENTRY_BYTES``; 0: every weight is there). So in any block a
               reader zooms into, every weight >= ``floor`` is shown exactly, and any other is
               known to be below ``floor`` (or exactly 0: above the diagonal when ``causal``,
               everywhere outside the tiles when ``floor`` is 0). A tile is ``dense`` (every
