@@ -1,14 +1,15 @@
-"""The displays inside a running JupyterLab, in headless chromium: not a test (JupyterLab is not
-one of headlab's dependencies), a check to run by hand where JupyterLab is installed.
+"""The displays inside a running JupyterLab or classic Notebook (nbclassic), in headless
+chromium: not a test (neither is one of headlab's dependencies), a check to run by hand where
+they are installed.
 
 A notebook of every display (the report tests' synthetic results) is executed by nbclient and
 saved with its outputs; ``jupyter trust`` signs one copy, another copy is edited so that its
-signature no longer holds. JupyterLab serves both; chromium opens each, with every request that
+signature no longer holds. The front end serves both; chromium opens each, with every request that
 leaves the machine aborted and recorded. Printed: the displays drawn and the summaries shown
 (the trusted notebook draws every display; the untrusted one shows each summary instead), the
 console errors and the requests that tried to leave.
 
-    python benchmarks/jupyterlab_displays.py --jupyter /path/to/venv/bin/jupyter
+    python benchmarks/jupyterlab_displays.py --jupyter /path/to/venv/bin/jupyter [--app nbclassic]
 
 Results in docs/notebook.md ("Offline, in every front end").
 """
@@ -32,6 +33,8 @@ CELLS = [
     "head_statistics()", "head_pattern(600)", "long_context_result()", "kv_budget_result()",
     "circuit_run()", "score_split_result()",
 ]  # fmt: skip
+#: Where each front end opens a notebook.
+APPS = {"lab": "/lab/tree/{}.ipynb?reset", "nbclassic": "/notebooks/{}.ipynb"}
 LOCAL = ("http://127.0.0.1", "ws://127.0.0.1", "data:", "blob:")
 
 
@@ -67,7 +70,7 @@ def look(url: str) -> dict:
         page = context.new_page()
         page.on("console", lambda m: m.type == "error" and errors.append(m.text))
         page.goto(url)
-        for _ in range(120):
+        for _ in range(60):
             found = page.locator(".hl-display").count()
             drawn = page.locator(".hl-display[data-hl-drawn]").count()
             if found >= len(CELLS) - 1 and (drawn == found or drawn == 0):
@@ -85,21 +88,22 @@ def look(url: str) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jupyter", required=True, help="the jupyter executable of JupyterLab")
+    parser.add_argument("--app", choices=sorted(APPS), default="lab")
     parser.add_argument("--port", type=int, default=8899)
     args = parser.parse_args(argv)
-    version = subprocess.run([args.jupyter, "lab", "--version"], capture_output=True,
+    version = subprocess.run([args.jupyter, args.app, "--version"], capture_output=True,
                              text=True, check=True).stdout.strip()  # fmt: skip
     with tempfile.TemporaryDirectory() as folder:
         write_notebooks(Path(folder), args.jupyter)
         server = subprocess.Popen(
-            [args.jupyter, "lab", "--no-browser", f"--port={args.port}", "--allow-root",
+            [args.jupyter, args.app, "--no-browser", f"--port={args.port}", "--allow-root",
              "--ServerApp.token=", "--ServerApp.password=", f"--ServerApp.root_dir={folder}"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
         try:
             time.sleep(15)
             for name in ("trusted", "untrusted"):
-                seen = look(f"http://127.0.0.1:{args.port}/lab/tree/{name}.ipynb?reset")
-                print(json.dumps({"jupyterlab": version, "notebook": name, **seen}))
+                seen = look(f"http://127.0.0.1:{args.port}" + APPS[args.app].format(name))
+                print(json.dumps({args.app: version, "notebook": name, **seen}))
         finally:
             server.terminate()
             server.wait(timeout=30)
