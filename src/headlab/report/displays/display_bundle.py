@@ -43,9 +43,10 @@ def _static(name: str) -> str:
     return resources.files("headlab.report").joinpath("static", name).read_text(encoding="utf-8")
 
 
-#: The drawers, in order: the shared helpers and the smaller drawers first (``displays.js``
-#: makes ``window.headlabDisplays``), then one file per larger drawer, which adds itself to it.
-DRAWERS = ("displays.js", "pattern.js", "circuit.js", "score_split.js")
+#: The drawers, in order: ``kinds_displays.js`` queues its drawers for ``displays.js``, which
+#: holds the shared helpers and the smaller drawers and makes ``window.headlabDisplays``; then one
+#: file per larger drawer, which adds itself to it.
+DRAWERS = ("kinds_displays.js", "displays.js", "pattern.js", "circuit.js", "score_split.js")
 
 
 def page_code() -> str:

@@ -31,6 +31,10 @@ BUILDERS: dict[tuple[str, str], tuple[str, str]] = {
         ("headlab.report.displays.circuit_display", "curve_display"),
     ("headlab.results.score_split_result", "ScoreSplitResult"):
         ("headlab.report.displays.score_split_display", "score_split_display"),
+    ("headlab.results.stream_heads", "EncoderDecoderHeads"):
+        ("headlab.report.displays.kinds_display", "cross_display"),
+    ("headlab.results.stream_heads", "VisionHeads"):
+        ("headlab.report.displays.kinds_display", "patch_grid_display"),
 }  # fmt: skip
 
 

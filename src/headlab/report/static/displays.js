@@ -290,5 +290,8 @@
   }
   function drawAll(scope) { (scope || document).querySelectorAll(".hl-display:not([data-hl-drawn])").forEach(draw); }
   const lib = { LUT, rgb, el, tid, decode, surface, local, tip, untip, fmt, quote, chips, Grid, legend };
+  // Drawers queued before this file (kinds_displays.js) are added here; those after it
+  // (pattern.js, circuit.js, score_split.js) add themselves through window.headlabDisplays.lib.
+  (window.headlabDrawers || []).forEach((add) => add(kinds, lib));
   window.headlabDisplays = { kinds, draw, drawAll, lib };
 })();
