@@ -16,6 +16,8 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
+from headlab.cli import kind_circuits as seq2seq
+from headlab.cli import model_kinds as kinds
 from headlab.cli.model_source import (
     ModelChoice,
     model_source,
@@ -79,6 +81,11 @@ def circuits(
         None, "--length", help="induction: tokens repeated [40]; copy: tokens of the text [512]."
     ),
     seed: int = typer.Option(0, "--seed", help="Seed of the task's pairs."),
+    source_text: list[str] | None = kinds.SOURCE_TEXT,
+    target_text: list[str] | None = kinds.TARGET_TEXT,
+    audio: Path | None = kinds.AUDIO,
+    corrupted_source_text: list[str] | None = seq2seq.CORRUPTED_TEXT,
+    corrupted_audio: Path | None = seq2seq.CORRUPTED_AUDIO,
     source: ModelChoice = None,  # the model-source options (``model_source``)
     out: Path = OUT,
     figure: Path | None = GRAPH_FIGURE,
@@ -90,9 +97,26 @@ def circuits(
 
     Every edge (sender -> receiver's q, k or v input, MLP or logits) scored by weight-based
     composition, exact path patching, EAP or EAP-IG on clean/corrupted pairs; the model's own
-    accuracy on the task first.
+    accuracy on the task first. An encoder-decoder: a source (--source-text, --audio) and its
+    corrupted twin, the target read with both; its graph spans both streams.
     """
     from headlab.circuits.run import CircuitRequest, needs_equal_lengths
+
+    if seq2seq.asked(audio, source_text, target_text, corrupted_source_text, corrupted_audio) \
+            or seq2seq.is_encoder_decoder(source):  # fmt: skip
+        given = {"--task": task, "--pairs": pairs, "--figure": figure,
+                 "--faithfulness-figure": faithfulness_figure}  # fmt: skip
+        result = seq2seq.kind_circuits(
+            source, audio, source_text, target_text, corrupted_source_text, corrupted_audio,
+            method=method, top=top,
+            edges=_edges(edges), other_inputs=[k for k, v in given.items() if v is not None],
+            claim=lambda: _claim(out, None, None, force), quiet=as_json,
+        )
+        if write_outputs("circuits", result, out, figure=None, draw=None, force=force,
+                         as_json=as_json) is not None:  # fmt: skip
+            _print(result)
+            print(f"wrote {out}")
+        return
     from headlab.circuits.tasks import TaskRequest
 
     if pairs is not None and task is not None:
