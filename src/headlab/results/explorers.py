@@ -58,12 +58,6 @@ def _encode(matrix: np.ndarray) -> dict[str, object]:
     return {"scale": scale, "data": base64.b64encode(quantised.tobytes()).decode("ascii")}
 
 
-def profile_data(values: np.ndarray) -> list[list[dict[str, object]]]:
-    """(layer, head, bins) -> per layer, per head, the bins encoded as ``_encode`` does (a line
-    the page draws under an explorer, e.g. the attention each key receives)."""
-    return [[_encode(np.asarray(head, dtype=np.float64)) for head in layer] for layer in values]
-
-
 def heatmap_data(
     title: str,
     tokens: list[str],
