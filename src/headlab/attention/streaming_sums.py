@@ -220,13 +220,13 @@ class StreamingSums:
         c = rows.stop - rows.start
         for name, index in self.special.items():
             per_query[name] = _at(weights, index.view(self.batch, 1).expand(self.batch, c))
+        per_query["prev"] = _at(weights, positions[None, :] - 1) * (positions >= 1)
         weight = self.counted[:, None, rows]  # (batch, 1, c)
-        sums = {
-            name: (value * weight).sum(dim=(0, 2)).to(torch.float64)
-            for name, value in per_query.items()
-        }
-        prev = _at(weights, positions[None, :] - 1)
-        sums["prev"] = (prev * weight * (positions >= 1)).sum(dim=(0, 2)).double()
+        # one weighted sum of every statistic: a chunk of causal rows is small at short lengths,
+        # where a reduction per statistic costs more than the arithmetic
+        stacked = torch.stack(list(per_query.values()))  # (statistic, batch, head, c)
+        totals = (stacked * weight).sum(dim=(1, 3)).to(torch.float64)  # (statistic, head)
+        sums = dict(zip(per_query, totals.unbind(0), strict=True))
         seen = self.counted[:, None, None, rows] @ weights  # (batch, head, 1, keys), no copy
         part = ChunkSums(rows, sums, seen.sum(dim=(0, 2)).to(torch.float64))
         if self.request.window is not None:
