@@ -1,9 +1,9 @@
 """Circuit evaluation and MIB's faithfulness curve on SmolLM2: the shifts as one product per
-receiver layer (this tree) beside the loop over senders they replaced (``--old REV``'s
-``circuits/circuit_patching.py``, loaded beside it in the same process), at 1 and 2 torch
+receiver layer (this tree) beside the loop over senders they replaced (the tests' reference
+``LoopPatcher``, that loop as it was, run on this tree's layer-by-layer run), at 1 and 2 torch
 threads, quiet and with a CPU-bound competitor on each core, and against plain forwards.
 
-    PYTHONPATH=src python benchmarks/bench_circuit_threads.py --old fab8924 [--pairs 3]
+    PYTHONPATH=src python benchmarks/bench_circuit_threads.py [--pairs 3]
         [--length 40] [--load both] [--rounds 1] [--curve quiet:1:product ...]
 
 Task: the induction pairs of ``headlab circuits`` (n sequences BOS + r + r, r ``length`` random
@@ -27,12 +27,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -47,18 +44,13 @@ from machine_load import competing, load_average, loads  # noqa: E402
 FRACTIONS_RUN = 9  # MIB's 10 fractions; the last (every edge kept) needs no run
 
 
-def _old_module(rev: str):
-    """``circuits/circuit_patching.py`` as it was at ``rev``, imported beside this tree's."""
-    text = subprocess.run(["git", "-C", str(HERE.parent), "show",
-                           f"{rev}:src/headlab/circuits/circuit_patching.py"],
-                          check=True, capture_output=True, text=True).stdout  # fmt: skip
-    folder = Path(tempfile.mkdtemp(prefix="headlab-old-patching-"))
-    path = folder / "old_circuit_patching.py"
-    path.write_text(text)
-    spec = importlib.util.spec_from_file_location("old_circuit_patching", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def _loop_patcher():
+    """The loop over senders, as the tests keep it for their float64 comparison."""
+    for folder in ("circuits", "models"):  # the test module and the families it imports
+        sys.path.insert(0, str(HERE.parent / "tests" / folder))
+    from test_circuit_patching_product import LoopPatcher
+
+    return LoopPatcher
 
 
 @contextlib.contextmanager
@@ -82,7 +74,6 @@ def _busy(load: str):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--old", required=True, help="the commit of the loop over senders")
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--length", type=int, default=40)
     parser.add_argument("--rounds", type=int, default=1)
@@ -101,7 +92,7 @@ def main() -> None:
     from headlab.circuits.tasks import TaskRequest, build_pairs
     from headlab.results.circuit_edges import EdgeScores
 
-    old = _old_module(args.old)
+    loop_patcher = _loop_patcher()
     new.one_torch_thread = lambda when_busy=False: contextlib.nullcontext()  # counts fixed here
     model = headlab.models.load("smollm2")
     pairs = build_pairs(TaskRequest("induction", args.pairs, args.length), model)
@@ -115,7 +106,7 @@ def main() -> None:
         sets.append({n for n in names if n not in kept})
     scores = EdgeScores("random", "logprob", names, torch.rand(len(names), generator=generator)
                         .tolist(), patcher.clean_value, patcher.corrupted_value)  # fmt: skip
-    patchers = {"product": new.CircuitPatcher(patcher), "loop": old.CircuitPatcher(patcher)}
+    patchers = {"product": new.CircuitPatcher(patcher), "loop": loop_patcher(patcher)}
     circuits_per_size = 4
     forwards = FRACTIONS_RUN * circuits_per_size
     clean = patcher.clean.resid[0]

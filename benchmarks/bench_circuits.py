@@ -45,9 +45,9 @@ def main() -> None:
         torch.set_num_threads(args.threads)
 
     import headlab
-    from headlab.circuits.agreement import agreement
     from headlab.circuits.attribution import edge_attribution
     from headlab.circuits.patching import Patcher
+    from headlab.circuits.score_agreement import agreement
     from headlab.circuits.task_performance import task_metric
     from headlab.circuits.tasks import TaskRequest, build_pairs
     from headlab.results.circuit_edges import EdgeScores

@@ -68,8 +68,8 @@ def main() -> None:
     args = parser.parse_args()
 
     import headlab
-    from headlab.circuits.agreement import agreement
     from headlab.circuits.patching import Patcher
+    from headlab.circuits.score_agreement import agreement
     from headlab.circuits.task_performance import task_metric
     from headlab.circuits.tasks import TaskRequest, build_pairs
     from headlab.results.circuit_edges import EdgeScores

@@ -20,7 +20,7 @@ from collections import defaultdict
 
 import torch
 
-from headlab.circuits.agreement import pearson, ranks
+from headlab.circuits.score_agreement import pearson, ranks
 from headlab.circuits.score_keys import KeySpec
 from headlab.circuits.score_profiles import key_profiles
 from headlab.circuits.score_sides import Sides

@@ -18,10 +18,10 @@ import torch
 from hf_families import VOCAB, build
 from test_path_patching import sharp
 
-from headlab.circuits.agreement import agreement, ranks
 from headlab.circuits.attribution import edge_attribution
 from headlab.circuits.metrics import logit_difference
 from headlab.circuits.patching import Patcher, path_patching
+from headlab.circuits.score_agreement import agreement, ranks
 from headlab.models.hf import attach
 
 

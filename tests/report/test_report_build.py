@@ -237,3 +237,27 @@ def test_a_long_text_and_a_model_of_many_heads_are_bounded_said_on_the_page_and_
     model = collected.explorers["model"]
     assert model["bins"] == 12 and len(model["tokens"]) > 12
     assert "Binned to 12 x 12 cells" in model["note"]
+
+
+def test_the_models_explorer_is_one_cell_a_token_when_it_fits(
+    tmp_path: Path, tiny_dir: Path
+) -> None:
+    """Within PAGE_BYTES the model's explorer keeps every token: its decoded cells are the
+    model's own weights (``model_text_attention``) to the 8-bit step, every head and view; the
+    encoder's rows are whole (no triangle)."""
+    import numpy as np
+
+    from headlab.heads.model_text_attention import model_text_attention
+    from headlab.models import load
+    from headlab.results.explorers import TOKEN_CELLS, decoded_views
+
+    text = " ".join(f"w{i % 7} x{i}" for i in range(40))
+    collected = collect_measured(ReportOptions(text=text, results=tmp_path, model=str(tiny_dir)))
+    explorer = collected.explorers["model"]
+    expected = model_text_attention(load(str(tiny_dir)), text)
+    assert explorer["cells"] == TOKEN_CELLS and explorer["triangle"] is False
+    assert explorer["tokens"] == expected.tokens and explorer["bins"] == len(expected.tokens)
+    assert "One cell a token" in explorer["note"]
+    for got, want in zip(decoded_views(explorer), expected.views, strict=True):
+        step = want.weights.max(axis=(2, 3), keepdims=True) / 510
+        assert np.all(np.abs(got.weights - want.weights) <= step + 1e-9)

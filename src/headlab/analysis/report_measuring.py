@@ -73,37 +73,41 @@ def _say(message: str) -> None:
 
 
 def _model_explorer(name: str, attention: TextAttention, max_bins: int) -> dict:
-    """The model's explorer: every layer and head, binned coarser when their cells would not fit
-    the page's budget (``explorers.PAGE_BYTES``), which the page and a TextCutWarning say. A text
-    cut to the page's or the model's limit is said on the page ("Cut to 256 of 9484 tokens: the
-    page shows at most 256 of the 8192 tokens SmolLM2-135M-Instruct reads")."""
+    """The model's explorer: every layer and head at one cell a token (8-bit, deflated), or,
+    when that would not fit the page's budget (``explorers.PAGE_BYTES``), binned coarser, which
+    the page and a TextCutWarning say. A text
+    cut to the page's or the model's limit is said on the page ("Cut to 512 of 9484 tokens: the
+    page shows at most 512 of the 8192 tokens SmolLM2-135M-Instruct reads")."""
     one_head = (
         ", and the same trained weights viewed as one head per layer (every layer collapsed)"
         if len(attention.views) > 1
         else ""
     )
     note = f"Attention of {name}, every layer and head{one_head}."
+    title, n = f"{name}'s heads on your text", len(attention.tokens)
+    cut = {"total_tokens": attention.total_tokens, "cut_reason": attention.cut_reason}
+    token_level = heatmap_data(
+        title, attention.tokens, attention.views, token_level=True, **cut,
+        note=note + " One cell a token, 8 bits a cell (weights below 1/510 of the head's largest "
+        "show as 0).",
+    )  # fmt: skip
+    size = explorers.explorer_bytes(token_level)
+    if size <= explorers.PAGE_BYTES:
+        return token_level
     grids = [view.weights.shape[0] * view.weights.shape[1] for view in attention.views]
     bins = explorers.bins_within(sum(grids), max_bins)
-    if bins < min(len(attention.tokens), max_bins):
+    if bins < min(n, max_bins) or n > max_bins:
         per_cell = len(attention.tokens) / bins
         # the first view is the model's own heads; the others are its layers collapsed
         shown = f"{grids[0]} heads" + (
             f" and their {sum(grids[1:])} one-head views" if len(grids) > 1 else ""
         )
-        note += (f" Binned to {bins} x {bins} cells (about {per_cell:.1f} tokens a cell) so that "
-                 f"its {shown} fit the page.")  # fmt: skip
+        note += (f" Binned to {bins} x {bins} cells (about {per_cell:.1f} tokens a cell) so "
+                 f"that its {shown} fit the page (one cell a token: "
+                 f"{size / 2**20:.1f} MiB).")  # fmt: skip
         _say(f"{name}'s {shown} are binned to {bins} x {bins} cells on the page, so that the "
              f"explorer's weights take at most {explorers.PAGE_BYTES / 2**20:g} MiB")  # fmt: skip
-    return heatmap_data(
-        f"{name}'s heads on your text",
-        attention.tokens,
-        attention.views,
-        note=note,
-        max_bins=bins,
-        total_tokens=attention.total_tokens,
-        cut_reason=attention.cut_reason,
-    )
+    return heatmap_data(title, attention.tokens, attention.views, note=note, max_bins=bins, **cut)
 
 
 def _parameter_rows(d_model: int = 512) -> list[dict]:

@@ -46,7 +46,7 @@ _WHERE = {
     "top_edges": "discovery",
     "greedy_edges": "discovery",
     "faithfulness_curve": "faithfulness",
-    "agreement": "agreement",
+    "agreement": "score_agreement",
     "Metric": "metrics",
     "custom_metric": "metrics",
     "logit_difference": "metrics",

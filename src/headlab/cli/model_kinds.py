@@ -32,6 +32,9 @@ SOURCE_TEXT = typer.Option(None, "--source-text", metavar="<str>",
 TARGET_TEXT = typer.Option(None, "--target-text", metavar="<str>",
                            help="The target of each --source-text [default: the model's own "
                            "greedy output].")
+TOWER = typer.Option(None, "--tower", help="Which tower of a model with a text and an image "
+                     "tower (CLIP): text (the text options) or vision (--image) [default: "
+                     "vision with --image].")  # fmt: skip
 ATTENTION = typer.Option(None, "--attention", help="The attention kind of the --ablate heads: "
                          "encoder, decoder or cross [default: cross; images: encoder].")
 
@@ -54,6 +57,44 @@ def declared(source: ModelChoice) -> tuple[str, str, int | None]:
     if kind == "encoder-decoder":
         rate = declared_sampling_rate(locate(source.name_or_path).folder)
     return kind, Path(name).name or name, rate
+
+
+def text_tower(source: ModelChoice, tower: str | None, image, audio, source_text,
+               target_text) -> bool:  # fmt: skip
+    """Whether the command runs a two-tower model's text tower on the text route (``--tower
+    text``); ValueError in one line, before the model loads, for a tower that does not fit the
+    model or the inputs, or text input to a two-tower model without ``--tower text``."""
+    from headlab.models.hf.checkpoint import declared_config
+    from headlab.models.hf.loader import TWO_TOWERS
+
+    if tower is None and (image is not None or asked(None, audio, source_text, target_text)):
+        return False
+    if tower not in (None, "text", "vision"):
+        raise ValueError(f"--tower must be text or vision, got {tower!r}")
+    hub_access(source.download)
+    config = declared_config(source.name_or_path)
+    family = config.get("model_type") if isinstance(config, dict) else None
+    name = Path(str(source.name_or_path or "minilm")).name
+    if family not in TWO_TOWERS:
+        if tower is None:
+            return False
+        raise ValueError(
+            f"--tower is for models with a text and an image tower (CLIP); {name} is a "
+            f"{family or 'text'} model with one: leave out --tower"
+        )
+    if tower is None:
+        raise ValueError(
+            f"{name} holds a text and an image tower ({family}): pass --tower text to run its "
+            "text tower on texts, or --image for its image tower"
+        )
+    if tower == "vision":
+        if image is None:
+            raise ValueError("--tower vision reads images: pass --image (a file or a folder)")
+        return False
+    if asked(image, audio, source_text, target_text):
+        raise ValueError("--tower text reads texts (--corpus, --text-file); leave out --image, "
+                         "--audio, --source-text and --target-text")  # fmt: skip
+    return True
 
 
 def read_inputs(image, audio, source_text, target_text, prompt=None):

@@ -28,6 +28,7 @@ from contextlib import ExitStack
 import torch
 
 from headlab.attention.streaming_sums import HeadSums, StatisticsRequest, observing
+from headlab.heads.cross_patterns import cross_patterns
 from headlab.heads.statistics import measured, per_head_means
 from headlab.models.hf.encoder_decoder import EncoderDecoderModel, SourceBatch
 from headlab.models.interface import TokenBatch
@@ -71,10 +72,16 @@ def _batch_sums(model: EncoderDecoderModel, source: SourceBatch, target: TokenBa
 
 
 def encoder_decoder_statistics(
-    model: EncoderDecoderModel, pairs: Pairs, on_batch: Callable[[int], None] | None = None
+    model: EncoderDecoderModel,
+    pairs: Pairs,
+    on_batch: Callable[[int], None] | None = None,
+    *,
+    patterns: bool = True,
 ) -> EncoderDecoderHeads:
     """Per-head statistics of each attention kind over ``pairs`` (see the module docstring).
-    on_batch(n): after each batch, with the number of sources done. ValueError without pairs."""
+    on_batch(n): after each batch, with the number of sources done. ``patterns``: also keep the
+    first pair's cross-attention weights of every head (``heads.cross_patterns``, one more
+    forward of that pair). ValueError without pairs."""
     if not pairs:
         raise ValueError("expected at least one source and target, got none")
     sums: dict[str, list[list[HeadSums]]] = {k: [[] for _ in v] for k, v in model.layers.items()}
@@ -101,7 +108,10 @@ def encoder_decoder_statistics(
         heads = max(layer.num_heads for layer in model.layers[kind])
         kinds[kind] = HeadStatistics(model.name, done, len(layers), heads,
                                      per_head_means(layers, names), {}, notes)  # fmt: skip
-    return EncoderDecoderHeads(model.name, done, kinds)
+    kept = None
+    if patterns and "cross" in kinds:
+        kept = cross_patterns(model, *pairs[0])
+    return EncoderDecoderHeads(model.name, done, kinds, kept)
 
 
 def check_heads(model, kind: str, heads: Sequence[tuple[int, int]]) -> None:

@@ -18,9 +18,9 @@ from headlab.limits import check_fits, check_int
 from headlab.models.interface import HeadModel
 from headlab.results.attention_views import AttentionView, TextAttention
 
-#: The report's default cut: the explorer bins longer texts anyway, and every head's weights
-#: travel inside the page.
-REPORT_MAX_TOKENS = 256
+#: The report's default cut: every head's weights travel inside the page, at one cell a token
+#: (SmolLM2's 300 heads and views at 512 tokens: about 6 MB, docs/benchmarks.md).
+REPORT_MAX_TOKENS = 512
 #: The most tokens a text view takes (30 layers x 9 heads x 1024^2 float32 = 1.1 GB of weights).
 MAX_TOKENS = 1024
 

@@ -88,12 +88,15 @@ def vision_statistics(
     ratios: list[Tensor] = []
     images = 0
     layout = None
+    cls_rows: list = []  # (layer, head, k_pos): the first image's class-token query
     for pixels in pixel_batches:
         with ExitStack() as stack, torch.no_grad():
             recordings = [stack.enter_context(record(layer, ["weights"])) for layer in model.layers]
             out = model.run(pixels, hidden_states=True)
         layout = model.layout(pixels)
         ratio = norm_ratios(out.hidden_states, layout)  # (batch, layer + 1, pos)
+        if not cls_rows:
+            cls_rows = [r["weights"][0, :, layout.cls].float().tolist() for r in recordings]
         high = ratio > threshold
         high[..., : layout.first_patch] = False  # the class token and registers by name
         for i, recording in enumerate(recordings):
@@ -113,7 +116,7 @@ def vision_statistics(
     return VisionHeads(
         model.name, images, model.num_layers, max(model.heads_per_layer), list(layout.grid),
         list(layout.registers), threshold, metrics,
-        [] if all_ratios is None else all_ratios.float().tolist(), notes,
+        [] if all_ratios is None else all_ratios.float().tolist(), notes, cls_rows,
     )  # fmt: skip
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from headlab.report import figures
 from headlab.report.circuits_section import circuits_sections
 from headlab.report.displays import show
+from headlab.report.kinds_section import kinds_sections
 from headlab.report.long_context_figures import ROLE_COLOURS
 from headlab.report.long_context_section import long_context_sections
 from headlab.report.overview import overview
@@ -111,6 +112,7 @@ def _add_roles(heads: dict, roles: dict) -> None:
 # page section -> (where its parts are in the sections, the parts' keys)
 GROUPS = {
     "model": ("results", ("heads", "collapse", "prune")),
+    "kinds": ("kinds", ("cross", "vision")),
     "sweeps": ("results", ("sweep",)),
     "why": ("why", ("expressivity", "specialisation", "redundancy", "redundancy_decoder")),
     "long": ("long", ("roles", "kv_budget")),
@@ -161,6 +163,7 @@ def collect(
         "why": why_sections(Path(options.results), pngs),
         "long": long_context_sections(Path(options.results), pngs, explorers),
         "circuits": circuits_sections(Path(options.results), pngs),
+        "kinds": kinds_sections(Path(options.results)),
         "results_dir": str(options.results),
     }
     _add_roles(sections["results"]["heads"], sections["long"]["roles"])

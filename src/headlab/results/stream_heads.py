@@ -11,10 +11,11 @@ Measured by ``headlab.heads.encoder_decoder_heads`` and ``headlab.heads.vision_h
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from headlab.results.head_statistics import HeadStatistics
+from headlab.results.kind_views import CrossPatterns, cube_of
 from headlab.results.schema import Fields, is_int, is_number, problem
 
 Head = tuple[int, int]  # (layer, head)
@@ -23,20 +24,26 @@ Head = tuple[int, int]  # (layer, head)
 @dataclass(frozen=True)
 class EncoderDecoderHeads:
     """``kinds[kind]``: the statistics of that attention kind's heads over ``n_sources``
-    source-target pairs (self, prev and distance only where queries and keys share a stream)."""
+    source-target pairs (self, prev and distance only where queries and keys share a stream);
+    ``cross_patterns``: the first pair's cross-attention weights of some heads (None in files
+    written before they were kept)."""
 
     KIND: ClassVar[str] = "model-heads-encoder-decoder"
 
     model: str
     n_sources: int
     kinds: dict[str, HeadStatistics]
+    cross_patterns: CrossPatterns | None = None
 
     def to_dict(self) -> dict:
-        return {
+        out = {
             "model": self.model,
             "n_sources": self.n_sources,
             "kinds": {kind: stats.to_dict() for kind, stats in self.kinds.items()},
         }
+        if self.cross_patterns is not None:
+            out["cross_patterns"] = self.cross_patterns.to_dict()
+        return out
 
     @classmethod
     def from_dict(cls, data: dict, where: str = "model-heads-encoder-decoder"):
@@ -47,7 +54,10 @@ class EncoderDecoderHeads:
             str(kind): HeadStatistics.from_dict(kinds.data[kind], f"{where}.kinds.{kind}")
             for kind in kinds.data
         }
-        return cls(f.str("model"), f.int("n_sources"), parsed)
+        patterns = None
+        if data.get("cross_patterns") is not None:
+            patterns = CrossPatterns.from_dict(data["cross_patterns"], f.at("cross_patterns"))
+        return cls(f.str("model"), f.int("n_sources"), parsed, patterns)
 
 
 @dataclass(frozen=True)
@@ -104,7 +114,8 @@ class VisionHeads:
     multiple of the median patch norm above which a patch token is high-norm; metrics[name]:
     (layer, head) grids; norm_ratios: (image, layer + 1, token) each token's norm over its
     image's median patch norm at each block's input and the output (empty when the images
-    have different token counts, with a note).
+    have different token counts, with a note); cls_attention: (layer, head, k_pos) the first
+    image's class-token query row of every head (empty in files written before it was kept).
     """
 
     KIND: ClassVar[str] = "model-heads-vision"
@@ -119,6 +130,7 @@ class VisionHeads:
     metrics: dict[str, list[list[float]]]
     norm_ratios: list[list[list[float]]]
     notes: list[str]
+    cls_attention: list[list[list[float]]] = field(default_factory=list)
 
     def high_norm_tokens(self, layer: int) -> list[list[int]]:
         """Each image's high-norm patch tokens at ``layer``'s input (``num_layers``: output)."""
@@ -138,6 +150,7 @@ class VisionHeads:
             "metrics": self.metrics,
             "norm_ratios": self.norm_ratios,
             "notes": self.notes,
+            "cls_attention": self.cls_attention,
         }
 
     @classmethod
@@ -153,8 +166,12 @@ class VisionHeads:
                           lambda v: isinstance(v, list) and all(is_int(x) for x in v))  # fmt: skip
         ratios = f.get("norm_ratios", "(image, layer + 1, token) numbers", _cube(layers + 1))
         notes = f.get("notes", "a list of strings", _strings)
+        rows = []
+        if data.get("cls_attention"):
+            rows = f.get("cls_attention", f"{layers} x {heads} x tokens (layer, head, key) "
+                         "numbers", lambda v: cube_of(v, layers, heads))  # fmt: skip
         return cls(f.str("model"), f.int("n_images"), layers, heads, grid, registers,
-                   f.number("threshold", low=1.0), metrics, ratios, notes)  # fmt: skip
+                   f.number("threshold", low=1.0), metrics, ratios, notes, rows)  # fmt: skip
 
 
 def _cube(layers: int):

@@ -51,13 +51,17 @@ def ablate(
     source_text: list[str] | None = kinds.SOURCE_TEXT,
     target_text: list[str] | None = kinds.TARGET_TEXT,
     attention: str | None = kinds.ATTENTION,
+    tower: str | None = kinds.TOWER,
 ) -> None:
     """The model's loss with and without the --ablate heads (their outputs before W_O).
 
     Encoder-decoders (--source-text or --audio): the target's loss, heads of one --attention
     kind ablated. Image models (--image): 1 - cosine of the class token's output.
+    CLIP (a text and an image tower): --tower text for its text tower on the texts.
     """
-    if kinds.asked(image, audio, source_text, target_text) or kinds.declared(source)[0] != "text":
+    on_text_tower = kinds.text_tower(source, tower, image, audio, source_text, target_text)
+    if not on_text_tower and (kinds.asked(image, audio, source_text, target_text)
+                       or kinds.declared(source)[0] != "text"):  # fmt: skip
         inputs = kinds.read_inputs(image, audio, source_text, target_text)
         kind_out = None if out == model_results("ablate") else out  # its own default file
         kinds.kind_ablate(source, inputs, attention, heads, kind_out, as_json, force)

@@ -84,6 +84,7 @@ def heads(
     audio: Path | None = kinds.AUDIO,
     source_text: list[str] | None = kinds.SOURCE_TEXT,
     target_text: list[str] | None = kinds.TARGET_TEXT,
+    tower: str | None = kinds.TOWER,
 ) -> None:
     """Per-head attention statistics, and (decoders) the head kinds.
 
@@ -96,8 +97,11 @@ def heads(
 
     Encoder-decoders (--source-text, or --audio for Whisper): each attention kind apart.
     Image models (--image): statistics over patches and the high-norm tokens.
+    CLIP (a text and an image tower): --tower text for its text tower on the texts.
     """
-    if kinds.asked(image, audio, source_text, target_text) or kinds.declared(source)[0] != "text":
+    on_text_tower = kinds.text_tower(source, tower, image, audio, source_text, target_text)
+    if not on_text_tower and (kinds.asked(image, audio, source_text, target_text)
+                       or kinds.declared(source)[0] != "text"):  # fmt: skip
         inputs = kinds.read_inputs(image, audio, source_text, target_text)
         shown = None if metric == "entropy" else metric
         kinds.kind_heads(source, inputs, shown, out, as_json, force)

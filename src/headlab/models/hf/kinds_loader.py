@@ -166,14 +166,17 @@ def load_vision(source, *, download: bool = False):
 
 def refuse_other_kinds(source, command: str = "this command") -> None:
     """ValueError in one line, from the config alone, when ``source`` is an encoder-decoder or
-    an image model: ``command`` reads one text stream (say so before any weight is read)."""
+    an image model: ``command`` reads one text stream (say so before any weight is read). A
+    checkpoint with a text and an image tower (CLIP) passes: the text route loads its text tower
+    (``loader.text_tower``)."""
     from pathlib import Path
 
     from headlab.models.hf.checkpoint import declared_config
+    from headlab.models.hf.loader import TWO_TOWERS
 
     config = declared_config(source)
     kind = declared_kind(config)
-    if kind == "text":
+    if kind == "text" or config.get("model_type") in TWO_TOWERS:
         return
     name = Path(str(source)).name or str(source)
     family = config.get("model_type", "?")

@@ -188,6 +188,19 @@ def load_tokenizer(checkpoint: Checkpoint, trust_remote_code: bool = False):
         raise ValueError(f"{where}: {how} ({first_line(error)})") from None
 
 
+#: model_type of checkpoints that hold a text tower beside an image tower: the text route loads
+#: the text tower alone (its weights are the checkpoint's ``text_model.*``).
+TWO_TOWERS = ("clip",)
+
+
+def text_tower(config):
+    """The config the text route builds: a two-tower checkpoint's text config (CLIP's
+    ``CLIPTextConfig``, whose model is ``CLIPTextModel``), any other config as it is."""
+    if getattr(config, "model_type", None) in TWO_TOWERS:
+        return config.text_config
+    return config
+
+
 def load_pretrained(
     source,
     *,
@@ -205,7 +218,8 @@ def load_pretrained(
     checkpoint = locate(source, download=download)
     if checkpoint.gguf is not None:
         require_accelerate(checkpoint.name)
-    config = read_config(checkpoint, trust_remote_code)
+    full = read_config(checkpoint, trust_remote_code)
+    config = text_tower(full)
     held = checkpoint_shapes(checkpoint.folder, checkpoint.gguf)  # None: fetched later
     check_layers_held(config, held, checkpoint.name)
     plan = plan_model(config, checkpoint.name, trust_remote_code)
@@ -241,5 +255,8 @@ def load_pretrained(
             why = "tensors whose shapes do not fit the sizes its metadata or config declares"
         raise ValueError(f"{checkpoint.name}: transformers cannot load it ({why})") from None
     check_finite(model, str(weights))
+    if config is not full:  # the image tower and the projections are not the text tower's
+        unused = [k for k in info.get("unexpected_keys") or () if k.startswith("text_model.")]
+        info = {**info, "unexpected_keys": unused}
     say_unused(info, checkpoint.name)
     return model.eval(), tokenizer, checkpoint

@@ -46,7 +46,8 @@ def _static(name: str) -> str:
 def page_code() -> str:
     """The drawers and their styles, as HTML: once per page, before or after the displays."""
     return (f'<style data-headlab-code="css">{_static("displays.css")}</style>'
-            f'<script data-headlab-code="js">{_static("displays.js")}</script>')  # fmt: skip
+            f'<script data-headlab-code="js">{_static("kinds_displays.js")}\n'
+            f'{_static("displays.js")}</script>')  # fmt: skip
 
 
 def send_code_again() -> None:

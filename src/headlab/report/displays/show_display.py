@@ -29,6 +29,10 @@ BUILDERS: dict[tuple[str, str], tuple[str, str]] = {
         ("headlab.report.displays.circuit_display", "circuit_display"),
     ("headlab.results.circuit_edges", "FaithfulnessCurve"):
         ("headlab.report.displays.circuit_display", "curve_display"),
+    ("headlab.results.stream_heads", "EncoderDecoderHeads"):
+        ("headlab.report.displays.kinds_display", "cross_display"),
+    ("headlab.results.stream_heads", "VisionHeads"):
+        ("headlab.report.displays.kinds_display", "patch_grid_display"),
 }  # fmt: skip
 
 

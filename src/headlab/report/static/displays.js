@@ -574,6 +574,9 @@
     root.dataset.ms = (performance.now() - start).toFixed(1);
   }
   function drawAll(scope) { (scope || document).querySelectorAll(".hl-display:not([data-hl-drawn])").forEach(draw); }
+  // More drawers (kinds_displays.js) come before this file in the page and are added here.
+  const lib = { el, tid, decode, surface, local, tip, untip, fmt, rgb, chips, Grid, legend };
+  (window.headlabDrawers || []).forEach((add) => add(kinds, lib));
   window.headlabDisplays = { kinds, draw, drawAll };
   drawAll();
 })();

@@ -29,8 +29,60 @@
     return q;
   }
 
-  // One head: decode lazily and keep the pixels.
-  function decodeHead(head, bins) {
+  // Token-level cells (results/token_cells.py): uint8 levels, row by row, of the causal
+  // triangle (or the whole square), deflated; value = level / 255 * scale. A head is inflated
+  // with the browser's DecompressionStream when it is first shown (asynchronously: `ready` is
+  // called once it is), and at most KEEP heads are kept decoded.
+  const TOKEN_CELLS = "uint8-deflate", KEEP = 48, decoded = [];
+  const LEVEL_COLOUR = Uint16Array.from({ length: 256 }, (_, q) => Math.round(Math.sqrt(q / 255) * 255) * 3);
+
+  function inflate(b64) {
+    const raw = atob(b64), bytes = new Uint8Array(raw.length);
+    for (let i = 0; i < raw.length; i++) bytes[i] = raw.charCodeAt(i);
+    const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("deflate"));
+    return new Response(stream).arrayBuffer().then((b) => new Uint8Array(b));
+  }
+
+  function keep(head) {
+    decoded.push(head);
+    if (decoded.length > KEEP) {
+      const old = decoded.shift();
+      old.values = old.bitmap = old.pending = null;
+    }
+  }
+
+  function tokenHead(head, n, triangle, ready) {
+    if (head.values) return head;
+    if (typeof DecompressionStream === "undefined") return null;  // said on the canvas
+    if (!head.pending) {
+      head.pending = inflate(head.z).then((levels) => {
+        const values = new Float32Array(n * n), image = new ImageData(n, n), px = image.data;
+        const unit = head.scale / 255, dark = LUT.slice(0, 3);
+        for (let i = 0; i < n * n; i++) {
+          px[4 * i] = dark[0]; px[4 * i + 1] = dark[1]; px[4 * i + 2] = dark[2]; px[4 * i + 3] = 255;
+        }
+        let at = 0;
+        for (let q = 0; q < n; q++) {
+          for (let k = 0, end = triangle ? q + 1 : n; k < end; k++) {
+            const level = levels[at++], i = q * n + k, c = LEVEL_COLOUR[level];
+            values[i] = level * unit;
+            px[4 * i] = LUT[c]; px[4 * i + 1] = LUT[c + 1]; px[4 * i + 2] = LUT[c + 2];
+          }
+        }
+        const bitmap = document.createElement("canvas");
+        bitmap.width = bitmap.height = n;
+        bitmap.getContext("2d").putImageData(image, 0, 0);
+        head.values = values; head.bitmap = bitmap;
+        keep(head);
+      });
+    }
+    if (ready) head.pending.then(ready);
+    return null;
+  }
+
+  // One head: decode lazily and keep the pixels (null while a token-level head inflates).
+  function decodeHead(head, bins, ex, ready) {
+    if (ex && ex.cells === TOKEN_CELLS) return tokenHead(head, bins, ex.triangle, ready);
     if (head.values) return head;
     const quanta = quantised(head);
     const values = new Float32Array(bins * bins);
@@ -129,6 +181,11 @@
       el("span", null, "Colour: square root of the weight relative to the head\u2019s largest cell."));
     root.appendChild(legend);
     const profile = ex.profile ? Profile(root, ex.profile) : null;
+    let queued = false;  // one render for every head that finished inflating in a frame
+    function schedule() {
+      if (!queued) { queued = true; requestAnimationFrame(() => { queued = false; render(); }); }
+    }
+    const headOf = (p, v) => decodeHead(p.view.layers[state.layer][state.heads[v]], bins, ex, schedule);
 
     function buildStrip(p, v) {
       p.strip.replaceChildren();
@@ -142,7 +199,8 @@
         thumb.style.width = thumb.style.height = "36px";
         const ctx = thumb.getContext("2d");
         ctx.imageSmoothingEnabled = bins > 36;
-        ctx.drawImage(decodeHead(head, bins).bitmap, 0, 0, thumb.width, thumb.height);
+        const shown = decodeHead(head, bins, ex, schedule);
+        if (shown) ctx.drawImage(shown.bitmap, 0, 0, thumb.width, thumb.height);
         b.appendChild(thumb);
         b.appendChild(el("span", null, heads.length === 1 ? "all" : String(h)));
         b.addEventListener("click", () => { state.heads[v] = h; render(); });
@@ -151,13 +209,21 @@
     }
 
     function draw(p, v) {
-      const head = decodeHead(p.view.layers[state.layer][state.heads[v]], bins);
+      const head = headOf(p, v);
       const ctx = p.canvas.getContext("2d");
       ctx.setTransform(dpr, 0, 0, dpr, 0, 0);  // draw in CSS pixels
       ctx.fillStyle = "#fff";
       ctx.fillRect(0, 0, size, size);
       ctx.imageSmoothingEnabled = false;
-      ctx.drawImage(head.bitmap, margin, margin, bins * cell, bins * cell);
+      p.canvas.dataset.ready = head ? "1" : "0";
+      if (head) ctx.drawImage(head.bitmap, margin, margin, bins * cell, bins * cell);
+      else {
+        ctx.fillStyle = "#3e4c59";
+        ctx.font = "13px system-ui, sans-serif";
+        ctx.fillText(typeof DecompressionStream === "undefined"
+          ? "This browser cannot inflate the page\u2019s cells (no DecompressionStream)."
+          : "Decoding\u2026", margin + 8, margin + 20);
+      }
       ctx.fillStyle = "#9aa5b1";
       ctx.font = "11px system-ui, sans-serif";
       ctx.textAlign = "left";
@@ -184,8 +250,9 @@
       p.canvas.dataset.labels = drawn;
       [...p.strip.children].forEach((b, h) => b.classList.toggle("active", h === state.heads[v]));
       const which = p.view.layers[state.layer].length > 1 ? "head " + state.heads[v] : "the one head";
+      const scale = p.view.layers[state.layer][state.heads[v]].scale;
       p.caption.textContent = which + (layerCount > 1 ? ", layer " + state.layer : "") +
-        ": largest cell " + head.scale.toFixed(3) + " (yellow)";
+        ": largest cell " + scale.toFixed(3) + " (yellow)";
     }
 
     function render() {
@@ -217,7 +284,8 @@
         return place(e);
       }
       if (kb < 0 || qb < 0 || kb >= bins || qb >= bins) { tooltip.hidden = true; return; }
-      const head = decodeHead(p.view.layers[state.layer][state.heads[v]], bins);
+      const head = headOf(p, v);
+      if (!head) { tooltip.hidden = true; return; }
       const w = head.values[qb * bins + kb];
       tooltip.replaceChildren(
         el("div", "tt-head", p.view.name + (layerCount > 1 ? ", layer " + state.layer : "") +
