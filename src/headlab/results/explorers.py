@@ -25,7 +25,7 @@ import numpy as np
 from headlab.results import token_cells
 from headlab.results.attention_views import AttentionView
 from headlab.results.binning import MAX_BINS, bin_edges, downsample
-from headlab.results.schema import Fields, is_int, is_number, problem
+from headlab.results.schema import Fields, are_short_texts, is_int, is_number, problem
 
 #: The most bytes one explorer's weights may take in the page (SmolLM2's 270 heads and their 30
 #: one-head views at 256 x 256 cells took 49 MB).
@@ -172,7 +172,7 @@ def _token_cell_ok(cell: object, n: int, triangle: bool) -> bool:
 
 
 def _strings(value: object) -> bool:
-    return isinstance(value, list) and bool(value) and all(isinstance(t, str) for t in value)
+    return bool(value) and are_short_texts(value)
 
 
 def check_explorer(f: Fields) -> dict:

@@ -126,13 +126,11 @@ class HeadPattern:
     def from_dict(cls, data: dict, where: str = KIND) -> HeadPattern:
         """The inverse of ``to_dict``; ValueError naming the field that does not fit."""
         f = Fields(data, where)
-        tokens = f.list("tokens", nonempty=True)
-        if not all(isinstance(t, str) for t in tokens):
-            raise problem(f.at("tokens"), "a list of strings", tokens)
+        tokens = f.strings("tokens", nonempty=True)
         n = len(tokens)
         cell, tile = f.int("cell", 1, n), f.int("tile", 1)
         cells = -(-n // cell)
-        overview = f.str("overview")
+        overview = f.text("overview")
         decode_floats(overview, (cells, cells), f.at("overview"))
         tiles = []
         for t in f.objects("tiles"):
@@ -140,8 +138,8 @@ class HeadPattern:
             rows, cols = t.int("rows", 1, min(tile, n - q0)), t.int("cols", 1, min(tile, n - k0))
             if q0 % tile or k0 % tile:
                 raise problem(t.at("q0"), f"tile-aligned positions (multiples of {tile})", [q0, k0])
-            decode_floats(t.str("data"), (rows, cols), t.at("data"))
-            tiles.append(PatternTile(q0, k0, rows, cols, t.str("data")))
+            decode_floats(t.text("data"), (rows, cols), t.at("data"))
+            tiles.append(PatternTile(q0, k0, rows, cols, t.text("data")))
         return cls(f.str("model"), f.int("layer"), f.int("head"), tokens, cell, overview, tile,
                    tiles, f.int("budget"), f.number("mass", 0.0, 1.0 + 1e-6),
                    f.int("total_tokens", n), f.str("cut_reason"))  # fmt: skip
