@@ -40,8 +40,8 @@ BUILDERS = {
     "model_heads.json": _results_sections, "model_collapse.json": _results_sections,
     "model_prune.json": _results_sections, "circuits.json": circuits_sections,
     "induction-circuit.json": circuits_sections, "why_attends.json": circuits_sections,
-    "model_long-context.json": lambda d, pngs: long_context_sections(d, pngs, {}),
-    "model_kv-budget.json": lambda d, pngs: long_context_sections(d, pngs, {}),
+    "model_long-context.json": lambda d, pngs: long_context_sections(d, pngs),
+    "model_kv-budget.json": lambda d, pngs: long_context_sections(d, pngs),
     "redundancy.json": why_sections,
 }  # fmt: skip
 
