@@ -1,9 +1,10 @@
 """The displays at their largest, in headless chromium: bytes, first paint, threshold moves.
 
 Pages, each one display with its code (as a notebook's first output carries it):
-  pattern-8192   one head on 8192 tokens: the 256 x 256 overview and the exact 256 x 256 tiles
-                 the 16 MiB budget keeps (synthetic weights: a sink, a local band, an induction
-                 stripe, 2% noise); pattern-8192-8mib: the same within 8 MiB
+  pattern-8192   one head on 8192 tokens: the 256 x 256 overview and every weight at or above
+                 the floor the 16 MiB budget allows, unrounded, in 256 x 256 tiles (synthetic
+                 weights: a sink, a local band, an induction stripe, 2% noise);
+                 pattern-8192-8mib: the same within 8 MiB
   roles-8192     every head's role on 8192 tokens at SmolLM2's size (30 x 9 heads) with each
                  head's blocked map and received profile (the report tests' synthetic results)
   circuit-70651  SmolLM2's whole circuits graph, every edge, the circuit's threshold first

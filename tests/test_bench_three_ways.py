@@ -11,6 +11,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
 three = pytest.importorskip("bench_three_ways")
+fits = pytest.importorskip("three_ways_fits")
 
 
 def _random_weights(batch: int, heads: int, length: int, seed: int = 2) -> torch.Tensor:
@@ -83,7 +84,7 @@ def test_agreement_is_checked_against_headlab_at_each_length():
         _row("transformer_lens", 512, 3e-4),
     ]
     rows.append(_row("headlab", 8192, 0.0))  # alone at its length: nothing to compare
-    lines = three.disagreements(rows, 1e-4)
+    lines = fits.disagreements(rows, 1e-4)
     assert lines == [
         "512: nnsight - headlab: max |first| 2.0e-06, max |induction| 0.0e+00: agree",
         "512: transformer_lens - headlab: max |first| 3.0e-04, max |induction| 0.0e+00: "
@@ -95,13 +96,13 @@ def test_the_fit_recovers_a_quadratic_and_extrapolates_it():
     lengths = [512, 1024, 2048, 4096]
     a, b, c = 3e8, 2e4, 108.0
     values = [a + b * t + c * t**2 for t in lengths]
-    fitted = three.fit_quadratic(lengths, values)
+    fitted = fits.fit_quadratic(lengths, values)
     assert fitted == pytest.approx((a, b, c), rel=1e-6)
     rows = [
         {"tool": "nnsight", "length": t, "peak": v + 1e9, "before": 1e9, "seconds": t / 100}
         for t, v in zip(lengths, values, strict=True)
     ]
-    fit_line, two_line, target_line = three.extrapolation(rows, "nnsight", 8192)
+    fit_line, two_line, target_line = fits.extrapolation(rows, "nnsight", 8192)
     assert "+108.0 B x T^2" in fit_line and "3.00 x 9 heads" in fit_line
     assert all(
         abs(float(r)) < 1 for r in fit_line.split("residuals ")[1].split(" MiB")[0].split(", ")
@@ -109,25 +110,25 @@ def test_the_fit_recovers_a_quadratic_and_extrapolates_it():
     at_target = (a + b * 8192 + c * 8192**2) / 2**30
     assert f"{at_target:.1f} GiB above the model by the fit" in target_line
     # Through the two longest with no constant: b T + c T^2 through (2048, .), (4096, .).
-    b2, c2 = three.through_two(lengths, values)
+    b2, c2 = fits.through_two(lengths, values)
     assert 2048 * b2 + c2 * 2048**2 == pytest.approx(values[2])
     assert 4096 * b2 + c2 * 4096**2 == pytest.approx(values[3])
     assert f"{c2:+.1f} B x T^2 ({c2 / 36:.2f} arrays)" in two_line
     assert f"{(b2 * 8192 + c2 * 8192**2) / 2**30:.1f} GiB by the two longest" in target_line
     assert "seconds 82 s" in target_line  # t / 100 at 8192, wall seconds: no CPU time recorded
-    assert three.extrapolation(rows[:2], "nnsight", 8192) == [
+    assert fits.extrapolation(rows[:2], "nnsight", 8192) == [
         "nnsight: 2 measured length(s), a fit needs 3"
     ]
     with pytest.raises(ValueError, match="3 distinct lengths"):
-        three.fit_quadratic([512, 512, 1024], [1.0, 2.0, 3.0])
+        fits.fit_quadratic([512, 512, 1024], [1.0, 2.0, 3.0])
 
 
 def test_the_arithmetic_of_eager_attention_at_8192():
-    assert three.full_cache_bytes(8192) == 30 * 9 * 8192**2 * 4 == 72_477_573_120
-    assert three.eager_bytes(8192) == 2 * 9 * 8192**2 * 4 + 8192**2 * 4
+    assert fits.full_cache_bytes(8192) == 30 * 9 * 8192**2 * 4 == 72_477_573_120
+    assert fits.eager_bytes(8192) == 2 * 9 * 8192**2 * 4 + 8192**2 * 4
     logits = 8192 * 49152 * 4
-    assert three.eager_estimate(8192) == 3 * 9 * 8192**2 * 4 + 8192**2 * 4 + logits
-    one_layer, cache = three.arithmetic(8192)
+    assert fits.eager_estimate(8192) == 3 * 9 * 8192**2 * 4 + 8192**2 * 4 + logits
+    one_layer, cache = fits.arithmetic(8192)
     assert "9 x 8192^2 x 4 B = 2.42 GB" in one_layer and one_layer.endswith("mask: 5.1 GB")
     assert cache.endswith("= 72.5 GB (67.5 GiB)")
 

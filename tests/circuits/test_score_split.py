@@ -213,3 +213,19 @@ def test_every_layer_equals_each_layer_alone():
             assert torch.equal(got[name], alone[name]) or torch.allclose(
                 got[name], alone[name], rtol=0, atol=1e-13
             )
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_at_length_marginals_do_not_depend_on_the_blocks(family, monkeypatch):
+    """Blocks of 3 query rows and 5 positions (several over 13 positions) give what the
+    defaults give: the blocks only order the work."""
+    from headlab.circuits import score_marginals
+
+    sides = Sides(_model(family), _ids(4))
+    whole = score_marginals.attended_marginals(sides, 1, 0.375)
+    monkeypatch.setattr(score_marginals, "ROWS", 3)
+    monkeypatch.setattr(score_marginals, "POSITIONS", 5)
+    blocked = score_marginals.attended_marginals(sides, 1, 0.375)
+    assert torch.equal(whole["key"], blocked["key"])
+    for name in ("query_marginal", "key_marginal"):
+        assert torch.allclose(whole[name], blocked[name], rtol=0, atol=1e-12)

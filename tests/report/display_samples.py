@@ -1,6 +1,7 @@
 """Results to display, built through the results' own classes: head statistics of prime sizes,
-a head's pattern on a long synthetic text (local, sink and induction weights), and SmolLM2's
-whole circuits graph (30 layers of 9 query heads on 3 K/V groups: 70,651 edges)."""
+a head's pattern on a long synthetic text (local, sink and induction weights), SmolLM2's
+whole circuits graph (30 layers of 9 query heads on 3 K/V groups: 70,651 edges), and a score
+split whose parts sum as the split's do."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from headlab.results.head_pattern_result import (
     encode_floats,
 )
 from headlab.results.head_statistics import HeadStatistics
+from headlab.results.score_split_result import PairSplit, ScoreSplitResult, SourceSplit
 
 XSS = "<img src=x onerror=alert(1)>"
 
@@ -60,10 +62,10 @@ def head_pattern(n: int = 1000, *, budget: int = TILE_BUDGET, tokens: list[str] 
                  ) -> HeadPattern:  # fmt: skip
     weights = synthetic_weights(n)
     cell = -(-n // OVERVIEW_CELLS)
-    tiles, mass = tiles_within(weights, budget, TILE)
+    tiles, floor, mass, causal = tiles_within(weights, budget, TILE)
     words = tokens or [XSS if i == 7 else f" w{(i * 7) % 251}" for i in range(n)]
     return HeadPattern("fixture", 3, 5, words, cell, encode_floats(block_means(weights, cell)),
-                       TILE, tiles, budget, mass, n, "")  # fmt: skip
+                       TILE, tiles, budget, mass, n, "", floor, causal)  # fmt: skip
 
 
 def smollm2_edges(layers: int = 30, heads: int = 9, kv: int = 3) -> list[str]:
@@ -96,3 +98,30 @@ def circuit_run(edges: list[str] | None = None, seed: int = 0, *, layers: int = 
     scored = EdgeScores("eap-ig", "logprob", edges, scores, -1.0, -6.0)
     return CircuitRun("SmolLM2-135M", "induction", "eap-ig", 5, min(top, len(edges)), performance,
                       [heads] * layers, [kv] * layers, scored, curve)  # fmt: skip
+
+
+SPLIT_COMPONENTS = ["embed", "0.0", "0.1", "0.2", "mlp.0", "1.0", "1.1", "1.2", "mlp.1", "qk-bias"]
+
+
+def score_split_result(seed: int = 0, n: int = 61) -> ScoreSplitResult:
+    """Three (query, key) pairs on a text of ``n`` tokens (one of them ``XSS``): marginals and
+    pair matrices that sum to q.k, head 1.1's key side split by the source tokens it read."""
+    rng = np.random.default_rng(seed)
+    words = [XSS if i == 5 else f" v{(i * 11) % 89}" for i in range(n)]
+    pairs = []
+    for query, key in ((n - 1, 31), (n - 2, 7), (40, 40)):
+        key_side = rng.standard_normal(len(SPLIT_COMPONENTS)).round(3)
+        raw = float(key_side.sum())
+        query_side = rng.standard_normal(len(SPLIT_COMPONENTS)).round(3)
+        query_side[-1] += raw - query_side.sum()
+        pair = rng.standard_normal((4, 4)).round(3)
+        pair[-1, -1] += raw - pair.sum()
+        reads = rng.standard_normal(key + 1).round(3)
+        reads[key] += key_side[6] - reads.sum()  # they sum to head 1.1's key-side term
+        pairs.append(PairSplit(0, query, key, raw + 0.5, raw, 0.0, 0.5, query_side.tolist(),
+                               key_side.tolist(), ["embed", "0.1", "mlp.0", "rest"],
+                               ["1.1", "embed", "0.2", "rest"], pair.tolist(),
+                               [SourceSplit("1.1", list(range(key + 1)), reads.tolist()),
+                                SourceSplit("0.2", [0, key], [0.25, -0.5])]))  # fmt: skip
+    return ScoreSplitResult(f"fixture {XSS}", 2, 1, 0, "top-3", [words], SPLIT_COMPONENTS,
+                            0.125, None, pairs)  # fmt: skip

@@ -10,12 +10,26 @@ import re
 
 import numpy as np
 import pytest
-from display_samples import XSS, circuit_run, head_pattern, head_statistics, smollm2_edges
+from display_samples import (
+    XSS,
+    circuit_run,
+    head_pattern,
+    head_statistics,
+    score_split_result,
+    smollm2_edges,
+    synthetic_weights,
+)
 from long_results import kv_budget_result, long_context_result
 
 from headlab.report.displays import Display, send_code_again, show
 from headlab.report.displays.circuit_display import INPUTS, circuit_display
-from headlab.results.head_pattern_result import HeadPattern
+from headlab.results.head_pattern_result import (
+    ENTRY_BYTES,
+    TILE_BUDGET,
+    TILE_OVERHEAD,
+    HeadPattern,
+)
+from headlab.results.score_split_result import ScoreSplitResult
 
 MB = 10**6
 
@@ -71,14 +85,31 @@ def test_smollm2s_whole_graph_is_one_display_under_20_mb():
 
 @pytest.mark.slow
 def test_a_head_at_8192_tokens_is_one_display_under_20_mb():
-    pattern = head_pattern(8192)
+    n = 8192
+    pattern = head_pattern(n)
     html = show(pattern).html(code=True)
     assert len(html.encode()) < 20 * MB
     data = data_of(html)
-    assert len(data["tokens"]) == 8192 and data["cell"] == 32  # a 256 x 256 overview
-    tiles = len(data["tiles"])
-    assert 40 <= tiles < (8192 // 256) ** 2 // 2  # the budget: some tiles, never every one
-    assert HeadPattern.from_dict(data).to_dict() == pattern.to_dict()
+    assert len(data["tokens"]) == n and data["cell"] == 32  # a 256 x 256 overview
+    read = HeadPattern.from_dict(data)
+    assert read.to_dict() == pattern.to_dict() and data["kept"] == read.kept > 2_000_000
+    # every weight at or above the floor is in the page, unrounded; the floor is the lowest
+    # that fits: the weights above it would not
+    weights = synthetic_weights(n)
+    room = (TILE_BUDGET - TILE_OVERHEAD * (n // 256) ** 2) // ENTRY_BYTES  # weights that fit
+    lower = np.nextafter(np.float32(read.floor), np.float32(0))
+    assert read.causal and read.floor > 0 and (weights >= read.floor).sum() <= room
+    assert (weights >= lower).sum() > room
+    for q0 in range(0, n, 256):
+        for k0 in range(0, q0 + 1, 256):
+            block = weights[q0 : q0 + 256, k0 : k0 + 256]
+            kept = read.tile_weights(q0, k0)
+            if kept is None:
+                assert (block < read.floor).all()
+                continue
+            held = ~np.isnan(kept)
+            np.testing.assert_array_equal(kept[held], block[held])
+            assert held[block >= read.floor].all()
 
 
 def test_roles_and_plans_carry_their_results():
@@ -94,6 +125,18 @@ def test_roles_and_plans_carry_their_results():
     assert [r["kind"] for r in kv["runs"]] == [r.kind for r in plans.runs]
     for part in (result, plans, result.roles, result.maps, result.statistics):
         assert len(repr(part)) < 200 and "\n" not in repr(part)  # one line in a terminal
+
+
+def test_the_score_split_carries_every_pair_the_strongest_first():
+    result = score_split_result()
+    data = data_of(show(result).html())
+    assert ScoreSplitResult.from_dict(data).to_dict() == result.to_dict()
+    scores = [p.score for p in result.pairs]
+    assert data["first"] == scores.index(max(scores))
+    assert show(result, pair=2).data["first"] == 2
+    with pytest.raises(ValueError, match="pair must be between 0 and 2, got 3"):
+        show(result, pair=3)
+    assert len(repr(result)) < 200 and "\n" not in repr(result)
 
 
 def test_another_type_is_refused():
@@ -114,7 +157,8 @@ def test_ipython_shows_every_results_type_through_its_display():
         register_formatters(shell)
         run = circuit_run()
         for result in (head_statistics(), head_pattern(300), run, run.faithfulness,
-                       long_context_result(), kv_budget_result()):  # fmt: skip
+                       long_context_result(), kv_budget_result(),
+                       score_split_result()):  # fmt: skip
             data, _ = shell.display_formatter.format(result)
             assert 'class="hl-display"' in data["text/html"]
             assert data["text/plain"] == repr(result) and len(repr(result)) < 300

@@ -13,11 +13,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 from display_browser import Offline, chromium
-from display_samples import circuit_run, head_pattern, head_statistics, synthetic_weights
+from display_samples import (
+    circuit_run,
+    head_pattern,
+    head_statistics,
+    score_split_result,
+    synthetic_weights,
+)
 from long_results import kv_budget_result, long_context_result
 
 from headlab.report.displays import page_code, show
 from headlab.report.displays.circuit_display import faithfulness_display
+from headlab.results.head_pattern_result import ENTRY_BYTES, TILE_OVERHEAD
 
 pytestmark = pytest.mark.browser
 #: Two animation frames: a redraw asked on input has run.
@@ -207,3 +214,86 @@ def test_drawn_however_a_front_end_runs_scripts(browser, tmp_path, displays):
     assert drawn == [True, True]
     opened.assert_clean()
     opened.close()
+
+
+def test_the_pattern_below_its_floor_says_so(browser, tmp_path):
+    """Within a small budget: a weight at or above the floor hovers exact, one below it is
+    called what it is (below the floor), and the grey is drawn for it."""
+    pattern = head_pattern(N, budget=TILE_OVERHEAD * 4 + ENTRY_BYTES * 4000)
+    assert pattern.floor > 0
+    path = tmp_path / "floor.html"
+    path.write_text("<!doctype html><meta charset=utf-8><body>" + show(pattern).html(code=True),
+                    encoding="utf-8")  # fmt: skip
+    opened = Offline(browser, path)
+    weights = synthetic_weights(N)
+    zoom = opened.page.get_by_test_id("pattern-zoom")
+    q0, k0, px = (int(zoom.get_attribute(f"data-{k}")) for k in ("q", "k", "px"))
+    view = weights[q0 : q0 + 256, k0 : k0 + 256]
+    below = np.argwhere((view < pattern.floor) & (view > 0))[0]
+    above = np.argwhere(view >= pattern.floor)[-1]
+    for (i, j), exact in ((above, True), (below, False)):
+        zoom.hover(position={"x": (j + 0.5) * px, "y": (i + 0.5) * px})
+        text = opened.tooltip()
+        if exact:
+            shown = float(text.split("weight ")[1].split(" ")[0])
+            assert shown == pytest.approx(view[i, j], rel=1e-3)
+        else:
+            assert f"below {pattern.floor:.3g}"[:10] in text and "(exact)" not in text
+    info = opened.page.get_by_test_id("pattern-info").inner_text()
+    assert "every weight \u2265" in info and f"{pattern.kept:,} weights" in info
+    opened.shot("display-pattern-floor.png", "[data-testid=display-pattern]")
+    opened.assert_clean()
+    opened.close()
+
+
+def test_the_score_split_shows_its_pairs_bars_and_sources(browser, tmp_path):
+    """The pair matrix hovers its terms, the bars are the largest |terms| of each side, the
+    source tokens carry what the head read at each, and another pair can be picked."""
+    result = score_split_result()
+    path = tmp_path / "split.html"
+    path.write_text("<!doctype html><meta charset=utf-8><body>" + show(result).html(code=True),
+                    encoding="utf-8")  # fmt: skip
+    opened = Offline(browser, path)
+    page, root = opened.page, opened.page.get_by_test_id("display-score-split")
+    first = max(range(3), key=lambda i: result.pairs[i].score)
+    pair = result.pairs[first]
+    assert root.get_attribute("data-pair") == str(first)
+    canvas = page.get_by_test_id("split-pair")
+    cell, left, top = (int(canvas.get_attribute(f"data-{k}")) for k in ("cell", "left", "top"))
+    canvas.hover(position={"x": left + 0.5 * cell, "y": top + 2.5 * cell})
+    text = opened.tooltip()
+    assert f"query side {pair.pair_rows[2]} \u00d7 key side {pair.pair_cols[0]}" in text
+    assert f"{pair.pair[2][0]:+.4g}".lstrip("+") in text
+    names = page.locator("[data-testid=split-key-bars] .hl-bar-row").evaluate_all(
+        "rows => rows.map(r => r.dataset.component)")
+    strongest = sorted(range(len(result.components)), key=lambda c: -abs(pair.key_marginal[c]))
+    assert names == [result.components[c] for c in strongest[:10]]
+    spans = page.locator("[data-testid=split-text] .hl-tok")
+    source = pair.sources[0]
+    end = min(len(result.tokens[0]), max(pair.key, pair.query) + 1, pair.key + 13)
+    assert spans.count() == end - max(0, pair.key - 150)  # the text around the key
+    at = spans.nth(3)
+    position = int(at.get_attribute("data-pos"))
+    at.hover()
+    value = source.values[source.positions.index(position)]
+    text = opened.tooltip()
+    assert f"position {position} " in text and f"{abs(value):.3g}"[:4] in text
+    assert page.locator("[data-testid=split-text] .hl-tok", has_text="<img").count() == 1
+    page.locator("[data-testid^=split-pick-]").nth((first + 1) % 3).click()
+    assert root.get_attribute("data-pair") == str((first + 1) % 3)
+    opened.shot("display-score-split.png", "[data-testid=display-score-split]")
+    opened.assert_clean()
+    opened.close()
+
+
+def test_a_page_that_runs_no_script_shows_each_summary(browser, page_file, displays):
+    """An untrusted notebook (JupyterLab and classic Notebook strip its scripts) or a viewer
+    without scripts: each display shows its one-line summary, escaped, and nothing else."""
+    context = browser.new_context(java_script_enabled=False)
+    page = context.new_page()
+    page.goto(page_file.resolve().as_uri())
+    fallbacks = page.locator(".hl-fallback")
+    assert fallbacks.count() == len(displays) - 1  # every display but the run it came from
+    assert fallbacks.first.inner_text().startswith(repr(head_statistics()))
+    assert page.locator("canvas").count() == 0 and page.locator("img").count() == 0
+    context.close()

@@ -67,6 +67,22 @@ def browser() -> Iterator[object]:
         yield instance
 
 
+def test_each_display_output_holds_what_every_front_end_reads(executed):
+    """JupyterLab, classic Notebook and VS Code all render an output's text/html (scripts run
+    where the notebook is trusted) and fall back to its text/plain: each display is one output
+    of exactly those two, the drawers in the first alone, and nothing that points off the page."""
+    outputs = [o for c in executed.cells for o in c.get("outputs", [])
+               if 'class="hl-display"' in o.get("data", {}).get("text/html", "")]  # fmt: skip
+    assert len(outputs) == 3
+    for i, output in enumerate(outputs):
+        assert output.output_type in ("execute_result", "display_data")
+        assert set(output.data) == {"text/html", "text/plain"}
+        assert "\n" not in output.data["text/plain"] and len(output.data["text/plain"]) < 300
+        html = output.data["text/html"]
+        assert html.count('data-headlab-code="js"') == (1 if i == 0 else 0)
+        assert " src=" not in html and "href=" not in html and "import(" not in html
+
+
 def test_the_exported_notebook_draws_offline(browser, exported):
     html = exported.read_text(encoding="utf-8")
     assert html.count('data-headlab-code="js"') == 1  # the drawers once, in the first display

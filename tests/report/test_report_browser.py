@@ -272,8 +272,8 @@ def test_overview_cell_opens_that_heads_view(
 
 
 def test_long_context_at_8192_tokens_and_270_heads(browser: object, tmp_path: Path) -> None:
-    """SmolLM2's size: every head's blocked map and, under it, the attention each key receives,
-    for the head picked; the figures and the KV-budget table."""
+    """SmolLM2's size, through the notebook's displays: every head's role, and for the head
+    picked its blocked map and the attention each key receives; the KV-budget table and plans."""
     from long_results import write_long_results
 
     results = write_long_results(tmp_path / "results")
@@ -281,22 +281,21 @@ def test_long_context_at_8192_tokens_and_270_heads(browser: object, tmp_path: Pa
     opened = Opened(browser, index)
     page = opened.page
     section = page.locator("#long-context")
-    for part in ("figure-roles", "figure-attention-maps", "figure-kv-budget"):
-        image = page.get_by_test_id(part).locator("img")
-        assert image.evaluate("i => i.complete && i.naturalWidth > 0"), part
+    assert section.locator("img").count() == 0  # the displays, no second view beside them
     assert page.get_by_test_id("kv-budget-table").locator("tbody tr").count() == 4
-    profile = page.get_by_test_id("profile-long")
-    caption = page.get_by_test_id("profile-caption-long")
-    assert caption.inner_text().startswith("layer 0, head 0: most received by keys 0\u201315")
-    before_map, before_line = opened.picture("long", 0), profile.evaluate("c => c.toDataURL()")
-    page.get_by_test_id("layer-long-21").click()
-    page.get_by_test_id("head-long-0-4").click()
-    assert opened.picture("long", 0) != before_map
-    assert profile.evaluate("c => c.toDataURL()") != before_line
-    assert profile.evaluate("c => [+c.dataset.layer, +c.dataset.head]") == [21, 4]
-    assert caption.inner_text().startswith("layer 21, head 4:")
-    tip = opened.hover_cell("long", 0, q=40, k=3)
-    assert "query \u201c5120-5247\u201d (40)" in tip and "key \u201c384-511\u201d (3)" in tip
+    for name in ("display-roles", "display-kv-budget"):
+        assert page.get_by_test_id(name).get_attribute("data-hl-drawn") == "1", name
+    grid = page.get_by_test_id("roles-grid")
+    cell, left, top = (int(grid.get_attribute(f"data-{k}")) for k in ("cell", "left", "top"))
+    before = page.get_by_test_id("roles-map").evaluate("c => c.toDataURL()")
+    grid.click(position={"x": left + 4.5 * cell, "y": top + 21.5 * cell})  # layer 21, head 4
+    assert page.get_by_test_id("roles-detail").locator("b").inner_text().startswith(
+        "layer 21, head 4")  # fmt: skip
+    assert page.get_by_test_id("roles-map").evaluate("c => c.toDataURL()") != before
+    assert page.get_by_test_id("roles-profile").is_visible()
+    page.get_by_test_id("roles-map").hover(position={"x": 3 * 4 + 1, "y": 40 * 4 + 1})
+    tip = page.locator(".hl-tooltip").inner_text()
+    assert "queries 5120\u20135247" in tip and "keys 384\u2013511" in tip
     ARTIFACTS.mkdir(exist_ok=True)
     section.screenshot(path=str(ARTIFACTS / "report-long-context.png"))
     opened.assert_clean()

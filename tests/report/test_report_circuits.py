@@ -1,4 +1,5 @@
-"""The report's "Circuits" section: read through ``CircuitRun``, its figures drawn, its top edges
+"""The report's "Circuits" section: read through ``CircuitRun``, shown through the notebook's
+displays (the figures go to the figures folder only), its top edges
 listed in order of |score|, a missing file named with the command that makes it, a broken one
 skipped with a warning, and the results type read without torch."""
 
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from headlab.report.circuits_section import FILE, circuits_sections
+from headlab.report.displays import show
 from headlab.report.reading import SkippedResultsWarning
 from headlab.results.circuit_run import CircuitRun
 from headlab.results.output_policy import png_text_chunks
@@ -57,7 +59,10 @@ def test_the_section_from_a_results_file(tmp_path):
     assert set(pngs) == {"circuits.png", "circuits_faithfulness.png"}
     for png in pngs.values():
         assert png_text_chunks(png[:4096]).get("headlab") == "report-figure"
-    assert part["image"].startswith("data:image/png;base64,")
+    # the page shows the displays, not the figures: no second view to drift from them
+    assert "image" not in part and "curve" not in part
+    assert part["display"] == show(CircuitRun.from_dict(_document())).html()
+    assert 'data-hl-kind="faithfulness"' in part["curve_display"]
 
 
 def test_the_round_trip_of_the_results_type():

@@ -1,6 +1,6 @@
 """The report's long-context section, built from results at SmolLM2's size (30 x 9 heads, 8192
-tokens): its parts, its figures, the explorer's data, escaping, and sentences that say only what
-the numbers hold."""
+tokens): its parts, shown through the notebook's displays (the figures go to the figures folder
+only), the displays' data, escaping, and sentences that say only what the numbers hold."""
 
 from __future__ import annotations
 
@@ -27,9 +27,9 @@ from headlab.report.long_context_section import budget_rows, roles_answer
 XSS = "<img src=x onerror=alert(1)>"
 
 
-def _page_data(html: str) -> dict:
-    match = re.search(r'<script type="application/json" id="report-data">(.*?)</script>', html,
-                      re.S)  # fmt: skip
+def _display_data(section: str, kind: str) -> dict:
+    match = re.search(rf'data-hl-kind="{kind}".*?<script type="application/json" '
+                      r'class="hl-data">(.*?)</script>', section, re.S)  # fmt: skip
     return json.loads(match.group(1))
 
 
@@ -42,14 +42,18 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, Path]:
     return index, index.read_text(encoding="utf-8"), root / "png"
 
 
-def test_the_section_has_every_part_and_figure(built) -> None:
+def _section(html: str) -> str:
+    return html.split('<section id="long-context">')[1].split("</section>")[0]
+
+
+def test_the_section_has_every_part_and_display(built) -> None:
     _, html, png = built
-    section = html.split('<section id="long-context">')[1].split("</section>")[0]
-    for part in ("answer-roles", "figure-roles", "figure-attention-maps", "explorer-long",
-                 "answer-kv-budget", "kv-budget-table", "figure-kv-budget"):  # fmt: skip
+    section = _section(html)
+    for part in ("answer-roles", "display-roles", "answer-kv-budget", "kv-budget-table",
+                 "display-kv-budget"):  # fmt: skip
         assert f'data-testid="{part}"' in section, part
     assert "missing-" not in section
-    assert len(re.findall(r'<img[^>]+src="data:image/png;base64,', section)) == 3
+    assert "<img" not in section and "data-explorer" not in section  # the displays alone
     for name in ("roles.png", "attention_maps.png", "kv_budget.png"):
         assert (png / name).read_bytes().startswith(b"\x89PNG"), name
     assert section.count("<tr><td>") == 4  # one row per plan size
@@ -59,30 +63,24 @@ def test_the_model_name_is_text_everywhere(built) -> None:
     _, html, _ = built
     assert XSS not in html and "<img src=x" not in html
     assert "&lt;img src=x onerror=alert(1)&gt; at 8192 tokens" in html
-    explorer = _page_data(html)["explorers"]["long"]
-    assert explorer["title"].startswith(XSS)  # inside the JSON, written with textContent
+    assert _display_data(_section(html), "roles")["model"] == XSS  # inside the escaped JSON
 
 
-def test_the_explorer_holds_every_heads_map_and_profile(built) -> None:
+def test_the_display_holds_every_heads_map_and_profile(built) -> None:
     _, html, _ = built
-    explorer = _page_data(html)["explorers"]["long"]
+    data = _display_data(_section(html), "roles")
     result = long_context_result(model=XSS)
     maps = result.maps
-    assert maps.block == 128 and explorer["bins"] == 64  # 8192 tokens in 64 blocks of 128
-    assert explorer["tokens"][:2] == ["0-127", "128-255"] and explorer["tokens"][-1] == "8064-8191"
-    layers = explorer["views"][0]["layers"]
-    assert len(layers) == LAYERS and all(len(row) == HEADS for row in layers)
-    profile = explorer["profile"]
-    assert profile["bin"] == maps.bin == 16 and profile["n_tokens"] == N_TOKENS
-    head = profile["layers"][21][4]  # decoded as the page does: uint16 of the head's largest
-    q = np.frombuffer(base64.b64decode(head["data"]), dtype="<u2")
-    want = np.asarray(maps.received[21][4])
-    assert head["scale"] == pytest.approx(want.max())
-    np.testing.assert_allclose(q * head["scale"] / 65535, want, atol=want.max() / 65535)
-    cell = layers[21][4]
-    q = np.frombuffer(base64.b64decode(cell["data"]), dtype="<u2").reshape(64, 64)
-    blocked = np.asarray(maps.blocked[21][4])
-    np.testing.assert_allclose(q * cell["scale"] / 65535, blocked, atol=blocked.max() / 65535)
+    assert maps.block == 128 and data["maps"]["blocks"] == 64  # 8192 tokens in 64 blocks
+    assert (data["layers"], data["heads"], data["n_tokens"]) == (LAYERS, HEADS, N_TOKENS)
+    assert data["maps"]["bin"] == maps.bin == 16
+    bins = data["maps"]["bins"]
+    received = np.frombuffer(base64.b64decode(data["maps"]["received"]), "<f4")
+    received = received.reshape(LAYERS, HEADS, bins)
+    np.testing.assert_allclose(received[21, 4], maps.received[21][4], rtol=1e-6)
+    blocked = np.frombuffer(base64.b64decode(data["maps"]["blocked"]), "<f4")
+    blocked = blocked.reshape(LAYERS, HEADS, 64, 64)
+    np.testing.assert_allclose(blocked[21, 4], maps.blocked[21][4], rtol=1e-6)
 
 
 def test_sentences_name_a_retrieval_head_only_when_there_is_one() -> None:

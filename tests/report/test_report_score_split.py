@@ -1,11 +1,13 @@
-"""The report's "why a head attends" part: read through ``ScoreSplitResult``, its figure drawn,
-the strongest pair's components listed by |key-side term|, the sentence names the source token
-that the strongest key-side head read, and a missing file named with the command that makes it."""
+"""The report's "why a head attends" part: read through ``ScoreSplitResult``, shown through the
+notebook's display (its figure drawn for the figures folder), the sentence names the largest
+key-side term and the source token that the strongest key-side head read, and a missing file
+named with the command that makes it."""
 
 from __future__ import annotations
 
 import json
 
+from headlab.report.displays import show
 from headlab.report.score_split_section import FILE, score_split_section
 from headlab.results.score_split_result import PairSplit, ScoreSplitResult, SourceSplit
 
@@ -32,7 +34,8 @@ def test_the_part_reads_draws_and_says(tmp_path):
     pngs: dict[str, bytes] = {}
     part = score_split_section(tmp_path, pngs)
     assert pngs["why_attends.png"].startswith(b"\x89PNG")
-    assert [row["component"] for row in part["rows"]][:3] == ["0.1", "embed", "qk-bias"]
+    assert part["display"] == show(_result()).html()  # the notebook's display, the strongest pair
+    assert "<script>x</script>" not in part["display"]  # the tokens stay inside escaped JSON
     assert "0.1's (+2)" in part["answer"]
     assert "at 1 ('<script>x</script>', +1.5)" in part["answer"]
 

@@ -87,7 +87,7 @@ def _long_sections(folder: Path) -> dict:
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        sections = long_context_sections(folder, {}, {})
+        sections = long_context_sections(folder, {})
     said = [str(w.message) for w in caught if issubclass(w.category, SkippedResultsWarning)]
     return sections, said
 
@@ -108,7 +108,7 @@ def test_the_report_skips_a_hand_edited_file_in_one_line(long_dir, tmp_path, nam
     other = "roles" if key == "kv_budget" else "kv_budget"
     assert "skipped" in sections[key] and field in sections[key]["skipped"]
     assert len(said) == 1 and str(path) in said[0]
-    assert "image" in sections[other]  # the rest of the report is still drawn
+    assert "display" in sections[other]  # the rest of the report is still drawn
 
 
 def test_a_ragged_grid_skips_its_file_naming_it_not_numpy_alone(tmp_path):

@@ -27,19 +27,33 @@ from headlab.attention.workers import run_blocks, usable
 # is slow on thinner matrices: 16 rows cost 10x more than 64 at seq 2048).
 BLOCK_ELEMENTS = 2**20
 MIN_ROWS = 64
+# Causal rows read no key after their own: without averaging, a call whose rows fit one chunk is
+# still cut into up to CAUSAL_BLOCKS blocks (of MIN_ROWS rows at least), so that the first
+# blocks skip the later keys: 4 blocks do 10/16 of the scores, softmax, values and statistics
+# of one (SmolLM2's statistics at 256 tokens, one thread: 1.04x TransformerLens' CPU time with
+# one block, measured side by side).
+CAUSAL_BLOCKS = 4
 
 
 Job = tuple[slice, slice]  # (batch elements, query rows)
 
 
 def plan(
-    q: Tensor, k: Tensor, view: int | None, *, mean: bool, chunk_elements: int, workers: int
+    q: Tensor,
+    k: Tensor,
+    view: int | None,
+    *,
+    mean: bool,
+    chunk_elements: int,
+    workers: int,
+    causal: bool = False,
 ) -> tuple[list[Job], bool]:
     """The blocks of one call, and whether K and V are worth a contiguous copy first.
 
     Averaging: one batch element per block, about BLOCK_ELEMENTS weights, at least MIN_ROWS
     rows. Otherwise the whole batch per block, ``chunk_elements`` weights in all the blocks
-    in flight (one per worker) at once."""
+    in flight (one per worker) at once, and at least CAUSAL_BLOCKS blocks of MIN_ROWS rows or
+    more where ``causal`` rows skip the keys after them."""
     batch, heads, q_len, _ = q.shape
     k_len = k.shape[2]
     out_heads = heads if view is None else view
@@ -49,6 +63,8 @@ def plan(
     else:  # the whole batch (also an empty one); a worker's chunks share chunk_elements
         batch_step = max(1, batch)
         rows_step = max(1, chunk_elements // max(1, workers * batch * out_heads * k_len))
+        if causal:
+            rows_step = min(rows_step, max(MIN_ROWS, -(-q_len // CAUSAL_BLOCKS)))
     jobs = [
         (slice(b0, min(b0 + batch_step, batch)), slice(start, min(start + rows_step, q_len)))
         for b0 in range(0, batch, batch_step)
@@ -110,7 +126,9 @@ def chunked(
     out = q.new_empty(batch, q_len, heads, v.shape[-1])
     averaged = q.new_empty(batch, q_len, k_len) if mean else None
     on_workers = usable() if q.device.type == "cpu" else 1
-    jobs, copy = plan(q, k, view, mean=mean, chunk_elements=chunk_elements, workers=on_workers)
+    trims = mask is not None and mask.last_key(1, k_len) < k_len  # causal rows skip keys
+    jobs, copy = plan(q, k, view, mean=mean, chunk_elements=chunk_elements, workers=on_workers,
+                      causal=trims)  # fmt: skip
     if copy:
         k, v = k.contiguous(), v.contiguous()
 

@@ -46,6 +46,7 @@ from torch import Tensor
 
 from headlab.attention.block import grouped_matmul
 from headlab.attention.functional import entropy
+from headlab.attention.output_norms import contribution_norms, head_factors
 
 PER_QUERY = ("entropy", "max_weight", "self", "prev", "distance", "contribution_norm")
 #: Elements (batch x head x chunk x k_pos) of one chunk of weights: 2**22 floats = 16 MiB.
@@ -219,13 +220,13 @@ class StreamingSums:
         c = rows.stop - rows.start
         for name, index in self.special.items():
             per_query[name] = _at(weights, index.view(self.batch, 1).expand(self.batch, c))
+        per_query["prev"] = _at(weights, positions[None, :] - 1) * (positions >= 1)
         weight = self.counted[:, None, rows]  # (batch, 1, c)
-        sums = {
-            name: (value * weight).sum(dim=(0, 2)).to(torch.float64)
-            for name, value in per_query.items()
-        }
-        prev = _at(weights, positions[None, :] - 1)
-        sums["prev"] = (prev * weight * (positions >= 1)).sum(dim=(0, 2)).double()
+        # one weighted sum of every statistic: a chunk of causal rows is small at short lengths,
+        # where a reduction per statistic costs more than the arithmetic
+        stacked = torch.stack(list(per_query.values()))  # (statistic, batch, head, c)
+        totals = (stacked * weight).sum(dim=(1, 3)).to(torch.float64)  # (statistic, head)
+        sums = dict(zip(per_query, totals.unbind(0), strict=True))
         seen = self.counted[:, None, None, rows] @ weights  # (batch, head, 1, keys), no copy
         part = ChunkSums(rows, sums, seen.sum(dim=(0, 2)).to(torch.float64))
         if self.request.window is not None:
@@ -259,8 +260,15 @@ class StreamingSums:
             return
         on_source = _at(weights, sources)  # (batch, head, c); 0 where the source is -1
         part.sums["copy_weight"] = on_source.sum(dim=(0, 2)).to(torch.float64)
-        hits = weights.argmax(dim=-1) == sources[:, None, :]  # (batch, head, c)
-        part.hits = hits.transpose(0, 1) & valid  # (head, batch, c)
+        # argmax only where the source holds the row's largest weight (a hit needs that; the
+        # first maximum decides ties): one pass of amax instead of argmax over every row
+        maybe = (on_source == weights.amax(dim=-1)) & valid[:, None, :]  # (batch, head, c)
+        hits = torch.zeros_like(maybe)
+        where = maybe.nonzero(as_tuple=True)
+        if where[0].numel():
+            first = weights[where].argmax(dim=-1)  # (candidates,)
+            hits[where] = first == sources[where[0], where[2]]
+        part.hits = hits.transpose(0, 1)  # (head, batch, c)
 
     def _block_mass(self, weights: Tensor, counted: Tensor) -> Tensor:
         """(head, c, k_blocks') mass from this chunk's queries to each block of keys."""
@@ -278,11 +286,11 @@ class StreamingSums:
         w_o = self.request.output_weight
         if w_o is None:
             return
-        _, heads, q_len, d_head = head_out.shape
-        w_o = w_o.view(w_o.shape[0], heads, d_head)  # (embed, head, d_head)
+        _, heads, q_len, _ = head_out.shape
+        factors = head_factors(w_o, heads)  # (head, r, d_head): ||W_h o|| = ||R_h o||
         for start in range(0, q_len, rows_per_chunk):
             rows = slice(start, min(start + rows_per_chunk, q_len))
-            norm = torch.einsum("bhqd,ehd->bhqe", head_out[:, :, rows], w_o).norm(dim=-1)
+            norm = contribution_norms(head_out[:, :, rows], factors)  # (batch, head, c)
             weight = self.counted[:, None, rows]
             self.sums["contribution_norm"] += (norm * weight).sum(dim=(0, 2)).to(torch.float64)
 

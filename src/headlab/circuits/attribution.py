@@ -97,9 +97,12 @@ def _receiver_keys(graph: Graph, edges: Sequence[Edge], indices) -> tuple[dict, 
     """Of the edges ``indices``: receiver layer (None: the logits) -> their indices, and ->
     the (receiver, input) pairs they reach."""
     by_layer: dict[int | None, list[int]] = {}
+    layer_of: dict[str, int | None] = {}  # receiver -> its layer, looked up once per receiver
     for i in indices:
-        layer = None if edges[i].receiver == LOGITS else graph.node(edges[i].receiver).layer
-        by_layer.setdefault(layer, []).append(i)
+        receiver = edges[i].receiver
+        if receiver not in layer_of:
+            layer_of[receiver] = None if receiver == LOGITS else graph.node(receiver).layer
+        by_layer.setdefault(layer_of[receiver], []).append(i)
     keys = {layer: list(dict.fromkeys((edges[i].receiver, edges[i].input) for i in found))
             for layer, found in by_layer.items()}  # fmt: skip
     return by_layer, keys

@@ -69,7 +69,8 @@ def memory_terms(request: CircuitRequest, config, batch: int, pos: int) -> dict[
     positions) and makes logits a few rows at a time for the task's performance; path patching
     adds each sender's write (batch, pos, width) and its patched copies (about 512 MiB, the
     chunk's budget); EAP keeps what the backward needs (the activations of every layer), once
-    for EAP-IG's steps too. Composition reads the weights only."""
+    for EAP-IG's steps too, as node attribution does; the patching sweep (head-patching) holds
+    its stacked copies within a fixed budget. Composition reads the weights only."""
     shape = _shape(config)
     layers, width, vocab = shape["layers"], shape["width"], shape["vocab"]
     query = shape["heads"] * shape["head_dim"]
@@ -85,7 +86,9 @@ def memory_terms(request: CircuitRequest, config, batch: int, pos: int) -> dict[
                                                                      + 4 * query),
         "torch's first backward and the allocator (fixed)": OVERHEAD,
     }
-    if request.method == "path-patching":
+    if request.method == "head-patching":  # no backward: the copies of each patched run
+        terms["the patched copies (a fixed budget)"] = 512 * 2**20
+    elif request.method == "path-patching":
         senders = layers * shape["heads"] + layers + 1
         terms[f"{lower} (every sender's write)"] = FLOAT * positions * width * senders
         terms["the patched copies (a fixed budget)"] = 512 * 2**20

@@ -139,7 +139,8 @@ class Graph:
 
     def node(self, name: str) -> Node:
         """The node ``name``. ValueError naming the kinds of names for an unknown one."""
-        found = self.node_index.get(canonical_group(name))
+        # a name as the graph writes it is its own key: no parsing (EAP looks up every edge's)
+        found = self.node_index.get(name) or self.node_index.get(canonical_group(name))
         if found is None:
             raise ValueError(
                 f"no node {name!r} in this graph of {len(self.layers)} layers; nodes are "
@@ -151,6 +152,9 @@ class Graph:
         """The edge named ``name`` (a K/V group as ``L.gG`` or ``L.kvG``). ValueError for a name
         that is no edge of the graph; for a head's key or value input in a GQA layer, it names
         the K/V group whose input that is."""
+        at = self.edge_index.get(name)  # a name as the graph writes it: no parsing
+        if at is not None:
+            return self.edges[at]
         edge = Edge.parse(name)
         if edge.name not in self.edge_index:
             self.node(edge.sender)

@@ -11,7 +11,9 @@ every input is checked before the long part starts:
 Methods: "composition" (Elhage et al.'s weight-based scores, ``circuits/composition.py``, of
 every head -> later head edge: q into the head, k and v into its K/V group in a GQA layer),
 "path-patching" (exact, ``circuits/patching.py``), "eap" and the "eap-ig" variants
-(``circuits/attribution.py``).
+(``circuits/attribution.py``); and of nodes rather than edges (``NODE_METHODS``, node_run.py):
+"nodes", "nodes-ig" (``circuits/node_attribution.py``) and "head-patching"
+(``circuits/head_patching.py``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from headlab.circuits.tasks import TaskPairs, TaskRequest
 from headlab.limits import check_int
 from headlab.results.circuit_edges import EdgeScores
 from headlab.results.circuit_run import RUN_METHODS, CircuitRun
+from headlab.results.node_scores import NODE_METHODS
 from headlab.results.patching_estimate import PatchingEstimate, duration
 
 Step = Callable[[int, int], None]
@@ -37,7 +40,8 @@ class CircuitRequest:
     EAP-IG's ``steps`` m, whether to measure the ``faithfulness`` curve (against ``seeds``
     random circuits per size), for "composition" the ``rotary_offsets`` of rotary-aware Q-
     and K-composition (None: without rotary), and for "path-patching" the ``edges`` to patch
-    (None: every edge, which ``patching_estimate`` prices first). ValueError naming the option
+    (None: every edge, which ``patching_estimate`` prices first); for the node methods
+    (``NODE_METHODS``) whether to keep each score ``by_position``. ValueError naming the option
     for a bad value."""
 
     task: TaskRequest
@@ -48,11 +52,18 @@ class CircuitRequest:
     seeds: int = 3
     rotary_offsets: tuple[int, ...] | None = None
     edges: tuple[str, ...] | None = None
+    by_position: bool = False
 
     def __post_init__(self) -> None:
-        if self.method not in RUN_METHODS:
-            raise ValueError(f"method must be one of {', '.join(RUN_METHODS)}, got "
-                             f"{self.method!r}")  # fmt: skip
+        if self.method not in RUN_METHODS + NODE_METHODS:
+            raise ValueError(f"method must be one of {', '.join(RUN_METHODS + NODE_METHODS)}, "
+                             f"got {self.method!r}")  # fmt: skip
+        if self.method in NODE_METHODS and self.faithfulness:
+            raise ValueError(f"faithfulness is a curve of circuits of edges: not with method "
+                             f"{self.method} (it scores nodes)")  # fmt: skip
+        if self.by_position and self.method not in NODE_METHODS:
+            raise ValueError(f"by_position applies to methods {', '.join(NODE_METHODS)}, got "
+                             f"method {self.method}")  # fmt: skip
         check_int("top", self.top, low=1)
         check_int("steps", self.steps, low=1, high=10_000)
         check_int("seeds", self.seeds, low=1, high=100)
@@ -93,7 +104,8 @@ def needs_equal_lengths(method: str) -> bool:
 
 @dataclass(frozen=True)
 class Prepared:
-    """What ``prepare`` checked: the pairs, the graph and the names of the edges to score."""
+    """What ``prepare`` checked: the pairs, the graph and the names of the edges to score (of
+    the nodes, for ``NODE_METHODS``)."""
 
     request: CircuitRequest
     pairs: TaskPairs
@@ -123,6 +135,14 @@ def prepare(model, request: CircuitRequest) -> Prepared:
             rotations(model, request.rotary_offsets, layer.head_dim)
             break
     graph = graph_of(model)
+    if request.method in NODE_METHODS:  # the heads, K/V groups and MLPs (node_sites.py)
+        from headlab.circuits.node_sites import units
+
+        nodes = [node.name for node in units(graph)]
+        if request.top > len(nodes):
+            raise ValueError(f"top must be at most {len(nodes)} (the nodes {request.method} "
+                             f"scores in {model.name}), got {request.top}")  # fmt: skip
+        return Prepared(request, pairs, graph, nodes)
     edges = [e.name for e in graph.edges if _scored(graph, e, request.method)]
     if request.edges is not None:
         try:

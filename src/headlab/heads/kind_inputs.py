@@ -76,7 +76,9 @@ class KindInputs:
                                  f"extractor), got {got} Hz; resample it first")  # fmt: skip
 
 
-def _sources(model, inputs: KindInputs) -> list:
+def source_batches(model, inputs: KindInputs) -> list:
+    """One SourceBatch per source (text through the tokenizer, audio through the feature
+    extractor)."""
     if inputs.waveforms:
         return [model.source_audio([w], rate) for w, rate in inputs.waveforms]
     return [model.source_texts([text]) for text in inputs.source_texts]
@@ -85,7 +87,7 @@ def _sources(model, inputs: KindInputs) -> list:
 def source_target_pairs(model, inputs: KindInputs, max_new_tokens: int = 32) -> list:
     """[(SourceBatch, TokenBatch)], one per source (see the module docstring)."""
     pairs = []
-    for i, source in enumerate(_sources(model, inputs)):
+    for i, source in enumerate(source_batches(model, inputs)):
         if inputs.target_texts:
             target = model.target_texts([inputs.target_texts[i]])
         else:
@@ -112,7 +114,7 @@ def generate_from(
     if heads:
         check_heads(model, kind, heads)
         masks = {kind: zero_masks(model, kind, heads)}
-    source = _sources(model, inputs)[0]
+    source = source_batches(model, inputs)[0]
     prompt = inputs.prompt or ""
     ids = model.generate(source, max_new_tokens, masks, prompt=prompt)[0]
     return GenerationResult(model.name, prompt, ids, model.decode(ids), list(heads))

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 import torch
@@ -160,8 +160,10 @@ class RunnableModel(Protocol):
         positions rows.start .. rows.stop - 1, at their own positions (for the maps that act on
         each position alone: a block up to its q, k, v, or its MLP with the heads held). keep:
         (n_kept,) the positions whose final states are returned (default all). sources: the
-        final states of the other streams a cross-attention reads, when the run starts past
-        them. Returns the tensor at ``stop``, else the final states (copies * batch, n_kept,
+        states leaving the last block of each other stream a cross-attention reads, when the
+        run starts past them (``RunCache.streams_out``; the model applies that stream's final
+        norm, where it has one, before its cross-attention reads them). Returns the tensor at
+        ``stop``, else the final states (copies * batch, n_kept,
         d_model)."""
         ...
 
@@ -234,13 +236,15 @@ class RunCache:
     (blocks + 1 tensors (batch, pos, d_model)); head_outputs, per block (batch, head, pos,
     d_head); mlp, per block (batch, pos, d_model) or None; final, the final states at the kept
     positions (batch, n_kept, d_model); streams_out: each stream's states leaving its last block
-    (what a cross-attention of a later stream reads: ``run_blocks``' ``sources``)."""
+    (what a cross-attention of a later stream reads: ``run_blocks``' ``sources``); cross_outputs:
+    per block, its cross-attention's head outputs (batch, head, q_pos, d_head), or None."""
 
     resid: list[Tensor]
     head_outputs: list[Tensor]
     mlp: list[Tensor | None]
     final: Tensor
     streams_out: dict[str, Tensor]
+    cross_outputs: list[Tensor | None] = field(default_factory=list)
 
 
 def cache(model: RunnableModel, batch: Inputs, keep: Tensor | None = None) -> RunCache:
@@ -250,6 +254,7 @@ def cache(model: RunnableModel, batch: Inputs, keep: Tensor | None = None) -> Ru
     resid: list = [None] * (n + 1)
     heads: list = [None] * n
     mlp: list = [None] * n
+    cross: list = [None] * n
     streams_out: dict[str, Tensor] = {}
     last = {block.stream: block for block in blocks}  # each stream's last block
 
@@ -260,6 +265,9 @@ def cache(model: RunnableModel, batch: Inputs, keep: Tensor | None = None) -> Ru
             stack.enter_context(intervene(block.attention, "head_outputs", _into(heads, i)))
             if block.has_mlp:
                 stack.enter_context(intervene(block, "mlp_out", _into(mlp, i)))
+            if block.cross_attention is not None:
+                stack.enter_context(intervene(block.cross_attention, "head_outputs",
+                                              _into(cross, i)))  # fmt: skip
         stack.enter_context(intervene(blocks[-1], "resid_out", _into(resid, n)))
         for name, block in last.items():
             keep_out = lambda t, name=name: streams_out.__setitem__(name, t.detach())  # noqa: E731
@@ -267,7 +275,7 @@ def cache(model: RunnableModel, batch: Inputs, keep: Tensor | None = None) -> Ru
 
     with torch.no_grad():
         final = model.run_blocks(batch, keep=keep, interventions=keeping)
-    return RunCache(resid, heads, mlp, final, streams_out)
+    return RunCache(resid, heads, mlp, final, streams_out, cross)
 
 
 @contextmanager

@@ -4,7 +4,6 @@ nothing itself; the page's template escapes every text (the model's name, a task
 
 from __future__ import annotations
 
-import base64
 from pathlib import Path
 
 from headlab.report import figures
@@ -18,10 +17,6 @@ from headlab.results.json_store import read_result
 
 FILE = "circuits.json"
 COMMAND = "headlab circuits --model smollm2 --task induction --method eap"
-
-
-def _image(png: bytes) -> str:
-    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
 
 
 def circuits_sections(directory: Path, pngs: dict[str, bytes]) -> dict:
@@ -67,8 +62,6 @@ def _part(path: Path, pngs: dict[str, bytes]) -> dict | None:
         "sign_note": SIGN_NOTES.get(result.scores.metric),
         "edges": len(result.scores.edges),
         "rows": rows,
-        "image": _image(graph),
-        "curve": None if curve is None else _image(curve),
         "cpr": None if found is None else f"{found.cpr:.3f}",
         "cmd": None if found is None else f"{found.cmd:.3f}",
         "command": COMMAND,

@@ -1,18 +1,16 @@
-"""The report's long-context section: read one long text's results and a KV budget's, draw their
-figures, write a sentence from each one's numbers (the report measures nothing itself).
+"""The report's long-context section: read one long text's results and a KV budget's, show each
+through its display (the notebook's: ``report.displays``), write a sentence from each one's
+numbers (the report measures nothing itself), and draw their figures for the figures folder.
 
 From ``model_long-context.json`` (``headlab model heads --text-file`` or ``--max-tokens``): the
-roles of every head (grids), a few heads' blocked maps and received profiles (a figure), and an
-explorer of every head's blocked map. From ``model_kv-budget.json`` (``headlab model
-kv-budget``): the budget against perplexity and copy accuracy.
+roles of every head, each head's blocked map and received profile (the roles display). From
+``model_kv-budget.json`` (``headlab model kv-budget``): the plans against perplexity and copy
+accuracy (a table of the plan sizes, and the KV-budget display).
 """
 
 from __future__ import annotations
 
-import base64
 from pathlib import Path
-
-import numpy as np
 
 from headlab.report import figures
 from headlab.report.displays import show
@@ -23,8 +21,6 @@ from headlab.report.long_context_figures import (
     roles_figure,
 )
 from headlab.report.reading import Skipped, skipping
-from headlab.results.attention_views import AttentionView
-from headlab.results.explorers import heatmap_data, profile_data
 from headlab.results.head_roles import RETRIEVAL
 from headlab.results.json_store import read_result
 from headlab.results.kv_budget_result import KVBudgetResult
@@ -37,10 +33,6 @@ COMMANDS = {
     f"{model_results('long-context')}",
     "kv_budget": "headlab model kv-budget --model smollm2",
 }
-
-
-def _uri(png: bytes) -> str:
-    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
 
 
 def roles_answer(result: LongContextResult) -> str:
@@ -139,12 +131,10 @@ def _first_budget(result: KVBudgetResult) -> float | None:
     return next((r.budget for r in result.runs if r.kind == "chosen"), None)
 
 
-def long_context_sections(
-    directory: Path, pngs: dict[str, bytes], explorers: dict
-) -> dict[str, dict]:
-    """{"roles": ..., "kv_budget": ...}: each {title, image(s), answer} or {missing, file} (and
-    skipped: why, with a SkippedResultsWarning, for a file that breaks its schema); adds the
-    blocked-map explorer "long" to ``explorers``."""
+def long_context_sections(directory: Path, pngs: dict[str, bytes]) -> dict[str, dict]:
+    """{"roles": ..., "kv_budget": ...}: each {answer, display, ...} or {missing, file} (and
+    skipped: why, with a SkippedResultsWarning, for a file that breaks its schema); the figures
+    go to ``pngs``."""
     out: dict[str, dict] = {}
     # Each part is read *and drawn* under ``skipping``: data a schema let through that still
     # cannot be drawn skips its file with one line, and the rest of the report is built.
@@ -155,7 +145,7 @@ def long_context_sections(
     elif roles is None:
         out["roles"] = {"missing": COMMANDS["roles"], "file": str(path)}
     else:
-        part, pngs["roles.png"], pngs["attention_maps.png"], explorers["long"] = roles
+        part, pngs["roles.png"], pngs["attention_maps.png"] = roles
         out["roles"] = part
     path = Path(directory) / BUDGET_FILE
     budget = skipping(path, lambda: _budget_part(path))
@@ -168,8 +158,8 @@ def long_context_sections(
     return out
 
 
-def _roles_part(path: Path) -> tuple[dict, bytes, bytes, dict] | None:
-    """(the roles part, its two figures, the blocked-map explorer); None without maps."""
+def _roles_part(path: Path) -> tuple[dict, bytes, bytes] | None:
+    """(the roles part, its two figures); None without maps."""
     result = read_result(path, LongContextResult)
     if result is None or result.roles is None or result.maps is None:
         return None
@@ -178,13 +168,11 @@ def _roles_part(path: Path) -> tuple[dict, bytes, bytes, dict] | None:
     part = {
         "model": result.statistics.model,
         "n_tokens": result.context.n_tokens,
-        "image": _uri(roles_png),
-        "maps": _uri(maps_png),
         "answer": roles_answer(result),
         "role_grid": result.roles.roles,
         "display": show(result).html(),  # the notebook's display of the same result
     }
-    return part, roles_png, maps_png, _blocked_explorer(result)
+    return part, roles_png, maps_png
 
 
 def _budget_part(path: Path) -> tuple[dict, bytes] | None:
@@ -192,34 +180,6 @@ def _budget_part(path: Path) -> tuple[dict, bytes] | None:
     if budget is None:
         return None
     png = figures.png_bytes(kv_budget_figure(budget))
-    part = {"image": _uri(png), "answer": budget_answer(budget), "table": budget_rows(budget),
+    part = {"answer": budget_answer(budget), "table": budget_rows(budget),
             "display": show(budget).html()}  # fmt: skip
     return part, png
-
-
-def _blocked_explorer(result: LongContextResult) -> dict:
-    """Every head's blocked map as a heatmap explorer (blocks of ``block`` tokens as labels),
-    with the attention each key receives along the text under it, for the head shown."""
-    maps = result.maps
-    blocked = np.asarray(maps.blocked, dtype=np.float64)  # (layer, head, q_block, k_block)
-    n = result.context.n_tokens
-    starts = range(0, n, maps.block)
-    labels = [f"{start}-{min(start + maps.block, n) - 1}" for start in starts][: blocked.shape[-1]]
-    view = AttentionView(f"mean weight per block of {maps.block} tokens", blocked)
-    explorer = heatmap_data(
-        f"{result.statistics.model}'s heads along one text of {n} tokens",
-        labels,
-        [view],
-        note=(
-            f"Each cell: the mean weight a query of that block of {maps.block} tokens puts on "
-            "that block of keys. Computed in the same streaming pass; no head's full weights "
-            "were ever held."
-        ),
-    )
-    explorer["profile"] = {
-        "title": "attention each key receives (summed over the queries)",
-        "bin": maps.bin,
-        "n_tokens": n,
-        "layers": profile_data(maps.received),
-    }
-    return explorer

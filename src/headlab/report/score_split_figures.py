@@ -7,18 +7,14 @@ from __future__ import annotations
 import numpy as np
 from matplotlib.figure import Figure
 
+from headlab.report.displays.score_split_display import strongest_pair
 from headlab.report.figures import style_axes
-from headlab.results.score_split_result import PairSplit, ScoreSplitResult
+from headlab.results.score_split_result import ScoreSplitResult
 
 #: Bars per side.
 BARS = 10
 #: Tokens of the text shown around the key.
 AROUND = 24
-
-
-def strongest_pair(result: ScoreSplitResult) -> PairSplit:
-    """The pair with the highest score (the first when scores are not read)."""
-    return max(result.pairs, key=lambda p: p.raw if p.score is None else p.score)
 
 
 def _bars(ax, names: list[str], values: list[float], title: str) -> None:

@@ -1,26 +1,27 @@
 """The report's "Why a head attends where it does" part: read ``headlab why-attends``' results
-file, draw its figure (pair heatmap, marginals, source tokens) and list the strongest pair's
-top key-side and query-side components. Measures nothing; the template escapes every text."""
+file, show it through the notebook's display (pair heatmap, marginals, source tokens:
+``report.displays.score_split_display``), say what its strongest pair's largest terms are, and
+draw its figure for the figures folder. Measures nothing; the template escapes every text."""
 
 from __future__ import annotations
 
-import base64
 from pathlib import Path
 
 from headlab.report import figures
+from headlab.report.displays import show
+from headlab.report.displays.score_split_display import strongest_pair
 from headlab.report.reading import Skipped, skipping
-from headlab.report.score_split_figures import score_split_figure, strongest_pair
+from headlab.report.score_split_figures import score_split_figure
 from headlab.results.json_store import read_result
 from headlab.results.score_split_result import ScoreSplitResult
 
 FILE = "why_attends.json"
 COMMAND = "headlab why-attends --model smollm2 --layer 9 --head 0 --keys induction"
-ROWS = 8
 
 
 def score_split_section(directory: Path, pngs: dict[str, bytes]) -> dict:
-    """The part's title, sentence, figure and rows; or {missing: command, file} (and skipped:
-    why, for a file that breaks its schema)."""
+    """The part's title, sentence and display (its figure into ``pngs``); or {missing: command,
+    file} (and skipped: why, for a file that breaks its schema)."""
     path = Path(directory) / FILE
     part = skipping(path, lambda: _part(path, pngs))
     if part is None or isinstance(part, Skipped):
@@ -41,8 +42,6 @@ def _part(path: Path, pngs: dict[str, bytes]) -> dict | None:
     pair = strongest_pair(result)
     tokens = result.tokens[pair.batch]
     order = sorted(range(len(result.components)), key=lambda c: -abs(pair.key_marginal[c]))
-    rows = [{"component": result.components[c], "key": f"{pair.key_marginal[c]:+.4g}",
-             "query": f"{pair.query_marginal[c]:+.4g}"} for c in order[:ROWS]]  # fmt: skip
     top = result.components[order[0]]
     said = (f"Query {pair.query} ({tokens[pair.query]!r}) to key {pair.key} "
             f"({tokens[pair.key]!r}): q.k = {pair.raw:.4g}; the key side's largest term is "
@@ -57,8 +56,7 @@ def _part(path: Path, pngs: dict[str, bytes]) -> dict | None:
         "title": f"Why head {result.layer}.{result.head} of {result.model} attends where it "
         f"does ({result.keys} keys, {len(result.pairs)} pairs)",
         "answer": said,
-        "image": "data:image/png;base64," + base64.b64encode(png).decode("ascii"),
-        "rows": rows,
+        "display": show(result).html(),
         "command": COMMAND,
     }
 

@@ -161,7 +161,7 @@ def collect(
         "coupling_top": max(max(map(max, m["matrix"])) for m in coupling["matrices"]),
         "results": _results_sections(Path(options.results), pngs),
         "why": why_sections(Path(options.results), pngs),
-        "long": long_context_sections(Path(options.results), pngs, explorers),
+        "long": long_context_sections(Path(options.results), pngs),
         "circuits": circuits_sections(Path(options.results), pngs),
         "kinds": kinds_sections(Path(options.results)),
         "results_dir": str(options.results),

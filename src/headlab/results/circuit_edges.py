@@ -26,14 +26,6 @@ def method_name(method: str) -> str:
     return OLD_SPELLINGS.get(method, method)
 
 
-def _strings(fields: Fields, key: str) -> list[str]:
-    values = fields.list(key)
-    for i, v in enumerate(values):
-        if not isinstance(v, str):
-            raise problem(f"{fields.at(key)}[{i}]", "a string", v)
-    return values
-
-
 @dataclass(frozen=True)
 class EdgeScores:
     """``method`` ("path-patching", an attribution (``circuits.attribution.METHODS``), or
@@ -76,7 +68,7 @@ class EdgeScores:
         method = method_name(fields.str("method"))
         if method not in EDGE_METHODS:
             raise problem(fields.at("method"), f"one of {', '.join(EDGE_METHODS)}", method)
-        edges, scores = _strings(fields, "edges"), fields.numbers("scores")
+        edges, scores = fields.strings("edges"), fields.numbers("scores")
         if len(edges) != len(scores):
             raise problem(fields.at("scores"), f"{len(edges)} numbers (one per edge)", scores)
         return cls(method, fields.str("metric"), edges, scores, fields.number("clean_metric"),

@@ -25,7 +25,7 @@ import numpy as np
 from headlab.results import token_cells
 from headlab.results.attention_views import AttentionView
 from headlab.results.binning import MAX_BINS, bin_edges, downsample
-from headlab.results.schema import Fields, is_int, is_number, problem
+from headlab.results.schema import Fields, are_short_texts, is_int, is_number, problem
 
 #: The most bytes one explorer's weights may take in the page (SmolLM2's 270 heads and their 30
 #: one-head views at 256 x 256 cells took 49 MB).
@@ -56,12 +56,6 @@ def _encode(matrix: np.ndarray) -> dict[str, object]:
     if scale > 0:
         quantised = np.rint(matrix / scale * 65535).astype("<u2")
     return {"scale": scale, "data": base64.b64encode(quantised.tobytes()).decode("ascii")}
-
-
-def profile_data(values: np.ndarray) -> list[list[dict[str, object]]]:
-    """(layer, head, bins) -> per layer, per head, the bins encoded as ``_encode`` does (a line
-    the page draws under an explorer, e.g. the attention each key receives)."""
-    return [[_encode(np.asarray(head, dtype=np.float64)) for head in layer] for layer in values]
 
 
 def heatmap_data(
@@ -172,7 +166,7 @@ def _token_cell_ok(cell: object, n: int, triangle: bool) -> bool:
 
 
 def _strings(value: object) -> bool:
-    return isinstance(value, list) and bool(value) and all(isinstance(t, str) for t in value)
+    return bool(value) and are_short_texts(value)
 
 
 def check_explorer(f: Fields) -> dict:

@@ -45,5 +45,5 @@ class GenerationResult:
             if not (isinstance(pair, list) and len(pair) == 2 and all(
                     is_int(x) and x >= 0 for x in pair)):  # fmt: skip
                 raise problem(f"{f.at('ablated')}[{i}]", "[layer, head]", pair)
-        return cls(f.name("model"), f.str("prompt"), list(ids), f.str("text"),
+        return cls(f.name("model"), f.text("prompt"), list(ids), f.text("text"),
                    [(int(a), int(b)) for a, b in pairs])  # fmt: skip

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from headlab.results.schema import Fields
+from headlab.results.schema import Fields, are_short_texts
 
 PLAIN_METRICS = ("entropy", "max_weight", "self", "prev", "distance", "contribution_norm")
 DETECTOR_NAMES = ("previous_token", "duplicate_token", "induction")  # headlab.heads.detectors
@@ -84,9 +84,11 @@ class HeadStatistics:
                 break
             group = f.object(part, nonempty=part == "metrics")
             grids[part] = {str(k): group.grid(k, layers, heads) for k in group.data}
+        widest = max(len(row) for part in grids.values() for grid in part.values() for row in grid)
+        f.held("num_heads", heads, widest, "the heads of the widest layer its grids hold")
         notes = []
         if "notes" in data:
-            notes = f.get("notes", "a list of strings", _strings)
+            notes = f.get("notes", "a list of strings", are_short_texts)
         return cls(f.name("model"), f.int("n_texts"), layers, heads, grids["metrics"],
                    grids.get("detectors", {}), notes)  # fmt: skip
 
@@ -110,6 +112,3 @@ class HeadStatistics:
             )
         return line
 
-
-def _strings(value: object) -> bool:
-    return isinstance(value, list) and all(isinstance(item, str) for item in value)

@@ -125,7 +125,7 @@ class KVBudgetResult:
         check = None
         if "retrieval" in data:
             check = RetrievalCheck.from_dict(f.object("retrieval"))
-        texts = f.str("texts") if "texts" in data else ""
+        texts = f.text("texts") if "texts" in data else ""
         held_out, calibration = (
             TextContext.from_dict(f.object(name)) if name in data else None
             for name in ("held_out", "calibration")

@@ -126,7 +126,7 @@ class ReportMeasurements:
         params = f.objects("params")
         for row in params:
             ParamRow.from_dict(row)  # checked; the page keeps the document as it is
-        return cls(f.str("text"), num_tokens, f.int("total_words", num_tokens), checked,
+        return cls(f.text("text"), num_tokens, f.int("total_words", num_tokens), checked,
                    [s.data for s in scenarios], [row.data for row in params], coupling.data,
                    *names)  # fmt: skip
 

@@ -25,6 +25,16 @@ def is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def is_short_text(value: object) -> bool:
+    """A string of at most ``MAX_NAME`` characters (a name, a token, a label, a note)."""
+    return isinstance(value, str) and len(value) <= MAX_NAME
+
+
+def are_short_texts(value: object) -> bool:
+    """A list of strings, each of at most ``MAX_NAME`` characters."""
+    return isinstance(value, list) and all(is_short_text(item) for item in value)
+
+
 def is_number(value: object) -> bool:
     """A finite int or float (not a bool)."""
     return (is_int(value) or isinstance(value, float)) and math.isfinite(value)  # type: ignore[arg-type]
@@ -67,15 +77,26 @@ class Fields:
         return value
 
     def str(self, key: str) -> str:
-        return self.get(key, "a string", lambda v: isinstance(v, str))
+        """A string of at most ``MAX_NAME`` characters: every name, label and sentence a results
+        file holds (a model's name, a method, a note); a free text is ``text``."""
+        value = self.text(key)
+        if len(value) > MAX_NAME:
+            raise ValueError(f"{self.at(key)}: expected a string of at most {MAX_NAME} "
+                             f"characters, got {len(value)}")  # fmt: skip
+        return value
 
     def name(self, key: str) -> str:
         """A name (a model's, a task's): a string of at most ``MAX_NAME`` characters."""
-        value = self.str(key)
+        value = self.text(key)
         if len(value) > MAX_NAME:
             raise ValueError(f"{self.at(key)}: expected a name of at most {MAX_NAME} characters, "
                              f"got {len(value)}")  # fmt: skip
         return value
+
+    def text(self, key: str) -> str:
+        """A free text (a prompt, a generated text, encoded numbers), as long as the file holds
+        (the file's own size bounds it: ``input_files``)."""
+        return self.get(key, "a string", lambda v: isinstance(v, str))
 
     def int(self, key: str, low: int = 0, high: int = MAX_COUNT) -> int:
         value = self.get(key, f"an integer >= {low}", lambda v: is_int(v) and v >= low)
@@ -86,6 +107,13 @@ class Fields:
     def size(self, key: str, low: int = 1) -> int:
         """A model or grid size (layers, heads): an integer in [low, ``limits.MAX_SIZE``]."""
         return self.int(key, low, MAX_SIZE)
+
+    def held(self, key: str, value: int, held: int, what: str) -> int:
+        """A size checked against what the document holds: ValueError naming ``key`` unless
+        ``value`` (read already) equals ``held``, which ``what`` says in words."""
+        if value != held:
+            raise problem(self.at(key), f"{held} ({what})", value)
+        return value
 
     def number(self, key: str, low: float | None = None, high: float | None = None) -> float:
         def ok(v: object) -> bool:
@@ -112,6 +140,16 @@ class Fields:
         ``nonempty``."""
         items = self.list(key, nonempty)
         return [Fields(item, f"{self.at(key)}[{i}]") for i, item in enumerate(items)]
+
+    def strings(self, key: str, nonempty: bool = False) -> list[str]:
+        """A list of strings (names, tokens, notes), each of at most ``MAX_NAME`` characters."""
+        values = self.list(key, nonempty)
+        for i, v in enumerate(values):
+            if not is_short_text(v):
+                expected = f"a string of at most {MAX_NAME} characters"
+                raise problem(f"{self.at(key)}[{i}]", expected,
+                              v if not isinstance(v, str) else f"{len(v)} characters")
+        return values
 
     def numbers(self, key: str) -> list[float]:
         values = self.list(key)

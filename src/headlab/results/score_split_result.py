@@ -99,7 +99,7 @@ class PairSplit:
         )  # fmt: skip
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class ScoreSplitResult:
     """See the module docstring. ``keys``: how the keys were chosen ("attended", "top-3",
     "induction", ...); ``components``: the components of both sides (the query side's and the
@@ -118,6 +118,13 @@ class ScoreSplitResult:
     softcap: float | None
     pairs: list[PairSplit]
     frozen: str = "norm scales held at the run's values (one per position, and per head)"
+
+    def __repr__(self) -> str:
+        pairs = ", ".join(f"{p.query}->{p.key}" for p in self.pairs[:4])
+        more = ", ..." if len(self.pairs) > 4 else ""
+        return (f"ScoreSplitResult({self.model!r}, head {self.layer}.{self.head}: "
+                f"{len(self.pairs)} pairs ({self.keys} keys: {pairs}{more}), "
+                f"{len(self.components)} components)")  # fmt: skip
 
     def key_shares(self) -> dict[str, float]:
         """Each component's key-side term summed over the pairs."""

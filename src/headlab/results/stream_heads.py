@@ -16,7 +16,7 @@ from typing import ClassVar
 
 from headlab.results.head_statistics import HeadStatistics
 from headlab.results.kind_views import CrossPatterns, cube_of
-from headlab.results.schema import Fields, is_int, is_number, problem
+from headlab.results.schema import Fields, are_short_texts, is_int, is_number, problem
 
 Head = tuple[int, int]  # (layer, head)
 
@@ -160,12 +160,14 @@ class VisionHeads:
         layers, heads = f.size("num_layers"), f.size("num_heads")
         group = f.object("metrics", nonempty=True)
         metrics = {str(k): group.grid(k, layers, heads) for k in group.data}
+        widest = max(len(row) for grid in metrics.values() for row in grid)
+        f.held("num_heads", heads, widest, "the heads of the widest layer its grids hold")
         grid = f.get("grid", "[rows, cols]", lambda v: isinstance(v, list) and len(v) == 2
                      and all(is_int(x) and x >= 1 for x in v))  # fmt: skip
         registers = f.get("registers", "a list of token positions",
                           lambda v: isinstance(v, list) and all(is_int(x) for x in v))  # fmt: skip
         ratios = f.get("norm_ratios", "(image, layer + 1, token) numbers", _cube(layers + 1))
-        notes = f.get("notes", "a list of strings", _strings)
+        notes = f.get("notes", "a list of strings", are_short_texts)
         rows = []
         if data.get("cls_attention"):
             rows = f.get("cls_attention", f"{layers} x {heads} x tokens (layer, head, key) "
@@ -184,6 +186,3 @@ def _cube(layers: int):
 
     return ok
 
-
-def _strings(value: object) -> bool:
-    return isinstance(value, list) and all(isinstance(x, str) for x in value)

@@ -16,6 +16,8 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
+from headlab.cli import kind_circuits as seq2seq
+from headlab.cli import model_kinds as kinds
 from headlab.cli.model_source import (
     ModelChoice,
     model_source,
@@ -27,8 +29,17 @@ from headlab.cli.parsing import flags, int_list
 from headlab.cli.progress import progress
 from headlab.cli.tables import fitted_tables
 from headlab.results.locations import RESULTS_DIR
+from headlab.results.node_scores import NODE_METHODS, NodeScores
 
-OUT = typer.Option(RESULTS_DIR / "circuits.json", "--out", help="Results file (JSON).")
+OUT = typer.Option(
+    None, "--out", help=f"Results file (JSON). Default: {RESULTS_DIR / 'circuits.json'}, "
+    f"{RESULTS_DIR / 'circuit_nodes.json'} for the node methods.",
+)
+BY_POSITION = typer.Option(
+    False, "--by-position",
+    help="With nodes, nodes-ig or head-patching: also score each node at each position alone "
+    "(head-patching: one more patched run per node and position).",
+)
 GRAPH_FIGURE = typer.Option(None, "--figure", help="Write the circuit on the graph (PNG).")
 CURVE_FIGURE = typer.Option(
     None,
@@ -66,8 +77,10 @@ def circuits(
     ),
     pairs: Path | None = PAIRS,
     method: str = typer.Option(
-        "eap", "--method", help="composition, path-patching, eap, eap-ig (on the inputs), "
-        "eap-ig-activations (Hanna et al.'s) or eap-ig-senders (each sender's activations)."
+        "eap", "--method", help="Of edges: composition, path-patching, eap, eap-ig (on the "
+        "inputs), eap-ig-activations (Hanna et al.'s) or eap-ig-senders (each sender's "
+        "activations). Of nodes (heads, K/V groups, MLPs): nodes (attribution, one forward and "
+        "one backward), nodes-ig, or head-patching (one exact patched run per node)."
     ),
     steps: int = typer.Option(5, "--steps", help="EAP-IG's interpolation steps m."),
     rotary_offsets: str = ROTARY_OFFSETS,
@@ -78,8 +91,14 @@ def circuits(
         None, "--length", help="induction: tokens repeated [40]; copy: tokens of the text [512]."
     ),
     seed: int = typer.Option(0, "--seed", help="Seed of the task's pairs."),
+    source_text: list[str] | None = kinds.SOURCE_TEXT,
+    target_text: list[str] | None = kinds.TARGET_TEXT,
+    audio: Path | None = kinds.AUDIO,
+    corrupted_source_text: list[str] | None = seq2seq.CORRUPTED_TEXT,
+    corrupted_audio: Path | None = seq2seq.CORRUPTED_AUDIO,
     source: ModelChoice = None,  # the model-source options (``model_source``)
-    out: Path = OUT,
+    by_position: bool = BY_POSITION,
+    out: Path | None = OUT,
     figure: Path | None = GRAPH_FIGURE,
     faithfulness_figure: Path | None = CURVE_FIGURE,
     force: bool = FORCE,
@@ -89,9 +108,27 @@ def circuits(
 
     Every edge (sender -> receiver's q, k or v input, MLP or logits) scored by weight-based
     composition, exact path patching, EAP or EAP-IG on clean/corrupted pairs; the model's own
-    accuracy on the task first.
+    accuracy on the task first. An encoder-decoder: a source (--source-text, --audio) and its
+    corrupted twin, the target read with both; its graph spans both streams.
     """
     from headlab.circuits.run import CircuitRequest, needs_equal_lengths
+
+    if seq2seq.asked(audio, source_text, target_text, corrupted_source_text, corrupted_audio) \
+            or seq2seq.is_encoder_decoder(source):  # fmt: skip
+        out = out or RESULTS_DIR / "circuits.json"
+        given = {"--task": task, "--pairs": pairs, "--figure": figure,
+                 "--faithfulness-figure": faithfulness_figure}  # fmt: skip
+        result = seq2seq.kind_circuits(
+            source, audio, source_text, target_text, corrupted_source_text, corrupted_audio,
+            method=method, top=top,
+            edges=_edges(edges), other_inputs=[k for k, v in given.items() if v is not None],
+            claim=lambda: _claim(out, None, None, force), quiet=as_json,
+        )
+        if write_outputs("circuits", result, out, figure=None, draw=None, force=force,
+                         as_json=as_json) is not None:  # fmt: skip
+            _print(result)
+            print(f"wrote {out}")
+        return
     from headlab.circuits.tasks import TaskRequest
 
     if pairs is not None and task is not None:
@@ -99,7 +136,8 @@ def circuits(
     offsets = int_list(rotary_offsets, "--rotary-offsets", low=0)
     chosen = _edges(edges)
     with flags("method", "steps", "top", "n_pairs", "length", "seed", "task", "rotary_offsets",
-               "edges", pairs_file="--pairs"):  # fmt: skip
+               "edges", "by_position", pairs_file="--pairs",
+               faithfulness="--faithfulness-figure"):  # fmt: skip
         request = CircuitRequest(
             TaskRequest(
                 task="pairs" if pairs is not None else task or "induction",
@@ -115,12 +153,18 @@ def circuits(
             faithfulness=faithfulness_figure is not None,
             rotary_offsets=None if offsets is None else tuple(offsets),
             edges=chosen,
+            by_position=by_position,
         )
+    nodes = request.method in NODE_METHODS
+    if nodes and figure is not None:
+        raise ValueError(f"--figure draws a circuit of edges: not with --method "
+                         f"{request.method} (it scores nodes), got --figure {figure}")  # fmt: skip
+    out = out or RESULTS_DIR / ("circuit_nodes.json" if nodes else "circuits.json")
     if pairs is not None:  # the file's own problems, before the model loads
         from headlab.circuits.tasks_pairs import read_pairs
 
         read_pairs(pairs)
-    _claim(out, figure, faithfulness_figure, force)
+    _claim(out, figure, faithfulness_figure, force, NodeScores.KIND if nodes else "circuits")
     found = require_next_token_logits(source, request.needed_by, quiet=as_json, tokenizer=True)
     from headlab.circuits.fits import check_fits_model
 
@@ -141,6 +185,9 @@ def circuits(
         if not as_json:
             print(f"headlab: {estimate.says()}", file=sys.stderr)
     described = f"circuits: {request.method} on {request.task.task}"
+    if nodes:
+        _nodes(loaded, prepared, described, out, force, as_json)
+        return
     with progress(described, None, quiet=as_json) as update:
         result = run_circuits(loaded, prepared, on_step=update,
                               on_stage=lambda stage: update(0, None, stage))  # fmt: skip
@@ -173,11 +220,13 @@ def _edges(given: str | None) -> tuple[str, ...] | None:
     return tuple(name.strip() for name in given.split(",") if name.strip())
 
 
-def _claim(out: Path, figure: Path | None, curve: Path | None, force: bool) -> None:
+def _claim(
+    out: Path, figure: Path | None, curve: Path | None, force: bool, kind: str = "circuits"
+) -> None:
     """Every output path checked before the model loads (and again when written)."""
     from headlab.results.output_policy import Kind, OutputRefused, check_output
 
-    claim("circuits", out, force=force, figure=figure)
+    claim(kind, out, force=force, figure=figure)
     if curve is None:
         return
     for other, flag in ((out, "--out"), (figure, "--figure")):
@@ -249,6 +298,18 @@ def _print(result) -> None:
         f"CPR {curve.cpr:.3f} (random {sum(curve.random_cpr) / seeds:.3f}), "
         f"CMD {curve.cmd:.3f} (random {sum(curve.random_cmd) / seeds:.3f})"
     ))  # fmt: skip
+
+
+def _nodes(loaded, prepared, described: str, out: Path, force: bool, as_json: bool) -> None:
+    """A node method's run, its results file and its table (node_tables.py)."""
+    from headlab.circuits.node_run import run_nodes
+    from headlab.cli.node_tables import node_lines
+    from headlab.cli.outputs import emit_result
+
+    with progress(described, None, quiet=as_json) as update:
+        result = run_nodes(loaded, prepared, on_step=update,
+                           on_stage=lambda stage: update(0, None, stage))  # fmt: skip
+    emit_result(result, out, force, as_json, node_lines(result, prepared.request.top))
 
 
 def register(app: typer.Typer) -> None:

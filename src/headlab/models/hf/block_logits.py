@@ -35,7 +35,7 @@ class _BodyOutputs:
         return self.last_hidden_state
 
 
-class _FinalStates(nn.Module):
+class FinalStates(nn.Module):
     """Stands in for a model's body: returns the given final hidden states, whatever it is
     asked."""
 
@@ -61,7 +61,7 @@ class HFOutputRows:
         body = getattr(self.causal_lm, prefix)
         block = self.states[:, rows]  # (batch, rows, embed_dim)
         ids = torch.zeros(block.shape[:2], dtype=torch.long, device=block.device)
-        setattr(self.causal_lm, prefix, _FinalStates(block))
+        setattr(self.causal_lm, prefix, FinalStates(block))
         try:
             return self.causal_lm(input_ids=ids, use_cache=False).logits  # (batch, rows, vocab)
         finally:

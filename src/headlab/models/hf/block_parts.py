@@ -36,6 +36,10 @@ MLP_ATTRIBUTES = ("mlp", "feed_forward", "block_sparse_moe")
 #: Families whose MLP is not one module: model_type -> (the module reading the MLP's input, the
 #: module giving its output), paths inside the block.
 MLP_ENDS = {name: ("intermediate", "output.dense") for name in ("bert", "roberta", "vit")}
+#: The encoder-decoders: BART, Marian and Whisper write their MLP as fc1 and fc2 on the block;
+#: T5 as the last sublayer's DenseReluDense (its index: 1 in an encoder block, 2 in a decoder's).
+MLP_ENDS.update({name: ("fc1", "fc2") for name in ("bart", "marian", "whisper")})
+MLP_ENDS["t5"] = ("layer.-1.DenseReluDense", "layer.-1.DenseReluDense")
 #: Config fields that switch a family's blocks to parallel attention and MLP.
 PARALLEL_FIELDS = ("use_parallel_residual", "parallel_attn")
 #: Families whose blocks are parallel with no config switch (their modeling code).
@@ -71,7 +75,7 @@ def _replaced(output: object, value: Tensor) -> object:
     return (value, *output[1:])
 
 
-def _block_path(model: nn.Module, declared: set[str], attention_path: str) -> str | None:
+def block_path(model: nn.Module, declared: set[str], attention_path: str) -> str | None:
     parts = attention_path.split(".")
     for cut in range(len(parts) - 1, 0, -1):
         path = ".".join(parts[:cut])
@@ -113,16 +117,23 @@ def _output_hook(sites: Sites, site: str):
     return hook
 
 
+def _submodule(module: nn.Module, path: str) -> nn.Module:
+    """``module.get_submodule(path)``, where a negative index counts from a list's end."""
+    for name in path.split("."):
+        module = module[int(name)] if name.startswith("-") else getattr(module, name)
+    return module
+
+
 def _mlp_ends(module: nn.Module, family: str) -> tuple[nn.Module | None, nn.Module | None]:
     if family in MLP_ENDS:
         first, last = MLP_ENDS[family]
-        return module.get_submodule(first), module.get_submodule(last)
+        return _submodule(module, first), _submodule(module, last)
     mlp = next((getattr(module, n) for n in MLP_ATTRIBUTES
                 if isinstance(getattr(module, n, None), nn.Module)), None)  # fmt: skip
     return mlp, mlp
 
 
-def _parts(path: str, module: nn.Module, family: str) -> HFBlockParts:
+def read_parts(path: str, module: nn.Module, family: str) -> HFBlockParts:
     """The parts kept on ``module`` (fresh sites for a variant's view of a block, which carries
     the original's attributes and hooks), with the hooks put on the block and its MLP once."""
     kept = module.__dict__.get(ATTR)
@@ -187,7 +198,7 @@ def hf_blocks(
                          "its blocks cannot be read")  # fmt: skip
     paths = []
     for layer in layers:
-        path = _block_path(model, declared, layer.path)
+        path = block_path(model, declared, layer.path)
         if path is None:
             raise ValueError(f"{name}'s attention at {layer.path} is in none of its declared "
                              f"blocks ({', '.join(sorted(declared))})")  # fmt: skip
@@ -204,7 +215,7 @@ def hf_blocks(
     family = str(getattr(model.config.get_text_config(), "model_type", ""))
     blocks, parts = [], []
     for i, (layer, path) in enumerate(zip(layers, paths, strict=True)):
-        found = _parts(path, model.get_submodule(path), family)
+        found = read_parts(path, model.get_submodule(path), family)
         if found.mlp_in is None:
             kind, names = type(found.module).__name__, ", ".join(MLP_ATTRIBUTES)
             raise ValueError(f"{name}'s block {kind} has none of the MLP attributes "
@@ -215,4 +226,7 @@ def hf_blocks(
     return blocks, parts
 
 
-__all__ = ["MLP_ATTRIBUTES", "PARALLEL_FAMILIES", "HFBlockParts", "first_tensor", "hf_blocks"]
+__all__ = [
+    "MLP_ATTRIBUTES", "PARALLEL_FAMILIES", "HFBlockParts", "block_path", "first_tensor",
+    "hf_blocks", "read_parts",
+]  # fmt: skip

@@ -20,6 +20,8 @@ decoder's start token (prepended where the tokenizer does not put it).
     loss(source, target, head_masks) -> the mean next-token cross-entropy over the target
     generate(source, max_new_tokens, head_masks) -> greedy ids (the model's own ``generate``,
                         with its cache); the head masks act in every step
+
+The run protocol (two streams, the blocks of both, runs from a block): ``seq2seq_run.py``.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from headlab.models.hf.layer import HFAttentionLayer, keep_all, layer_of
 from headlab.models.hf.probe import probe
 from headlab.models.hf.probe_cache import probed_layers
 from headlab.models.hf.runnable import model_family
+from headlab.models.hf.seq2seq_run import Seq2SeqRoute
 from headlab.models.interface import HeadMask, TokenBatch, layer_masks
 
 #: Seconds of audio per encoder position of Whisper (10 ms frames, the convolution's stride 2).
@@ -66,7 +69,7 @@ def _pad(rows: list[list[int]], pad: int) -> tuple[Tensor, Tensor]:
     return ids, mask
 
 
-class EncoderDecoderModel:
+class EncoderDecoderModel(Seq2SeqRoute):
     """A transformers encoder-decoder on headlab's attention (see the module docstring)."""
 
     def __init__(

@@ -43,11 +43,18 @@ def _static(name: str) -> str:
     return resources.files("headlab.report").joinpath("static", name).read_text(encoding="utf-8")
 
 
+#: The drawers, in order: ``kinds_displays.js`` queues its drawers for ``displays.js``, which
+#: holds the shared helpers and the smaller drawers and makes ``window.headlabDisplays``; then one
+#: file per larger drawer, which adds itself to it.
+DRAWERS = ("kinds_displays.js", "displays.js", "pattern.js", "circuit.js", "score_split.js")
+
+
 def page_code() -> str:
     """The drawers and their styles, as HTML: once per page, before or after the displays."""
+    code = "\n".join(_static(name) for name in DRAWERS)
+    code += "\nwindow.headlabDisplays.drawAll();"
     return (f'<style data-headlab-code="css">{_static("displays.css")}</style>'
-            f'<script data-headlab-code="js">{_static("kinds_displays.js")}\n'
-            f'{_static("displays.js")}</script>')  # fmt: skip
+            f'<script data-headlab-code="js">{code}</script>')  # fmt: skip
 
 
 def send_code_again() -> None:

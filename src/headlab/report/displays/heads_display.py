@@ -20,5 +20,8 @@ def heads_display(stats: HeadStatistics, *, metric: str | None = None) -> Displa
 
 
 def pattern_display(pattern: HeadPattern) -> Display:
-    """One head over its text: the overview, and the exact tiles the pattern kept."""
-    return Display("pattern", pattern.to_dict(), repr(pattern), "display-pattern")
+    """One head over its text: the overview, and the exact weights the pattern kept (every
+    weight at or above its floor), which the page unpacks tile by tile as the view reaches it."""
+    data = pattern.to_dict()
+    data["kept"] = pattern.kept
+    return Display("pattern", data, repr(pattern), "display-pattern")

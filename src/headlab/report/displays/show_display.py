@@ -29,6 +29,8 @@ BUILDERS: dict[tuple[str, str], tuple[str, str]] = {
         ("headlab.report.displays.circuit_display", "circuit_display"),
     ("headlab.results.circuit_edges", "FaithfulnessCurve"):
         ("headlab.report.displays.circuit_display", "curve_display"),
+    ("headlab.results.score_split_result", "ScoreSplitResult"):
+        ("headlab.report.displays.score_split_display", "score_split_display"),
     ("headlab.results.stream_heads", "EncoderDecoderHeads"):
         ("headlab.report.displays.kinds_display", "cross_display"),
     ("headlab.results.stream_heads", "VisionHeads"):
@@ -48,7 +50,8 @@ def _builder(result: object) -> Callable[..., Display]:
 
 def show(result: object, **options: Any) -> Display:
     """The display of ``result`` (a results type of ``BUILDERS``), with the options its builder
-    takes (``threshold`` for a circuit, ``metric`` for head statistics). In a notebook, the last
+    takes (``threshold`` for a circuit, ``metric`` for head statistics, ``pair`` for a
+    score split). In a notebook, the last
     expression of a cell shows it; ``Display.html()`` is its HTML. TypeError for another type."""
     return _builder(result)(result, **options)
 

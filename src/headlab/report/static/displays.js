@@ -1,9 +1,10 @@
 // headlab displays: one drawer per results type, drawn on canvases from the JSON inside each
-// display (report/displays). Loaded once per page; each display then only adds its data.
+// display (report/displays). Loaded once per page, with the drawers of pattern.js and circuit.js
+// after it (display_bundle.page_code); each display then only adds its data.
 // Text from the data is only ever written with textContent, never parsed as HTML.
 (function () {
   "use strict";
-  if (window.headlabDisplays) { window.headlabDisplays.drawAll(); return; }
+  if (window.headlabDisplays) return;  // sent again: page_code's last line draws
   const kinds = {};
 
   // ---------------------------------------------------------------- shared helpers
@@ -169,134 +170,6 @@
     redraw();
   };
 
-  // ---------------------------------------------------------------- one head's pattern
-  kinds.pattern = function (root, d) {
-    const n = d.tokens.length, cell = d.cell, cells = Math.ceil(n / cell), T = d.tile;
-    const overview = decode(d.overview, Float32Array);
-    const tiles = new Map(d.tiles.map((t) => [t.q0 + "," + t.k0, t]));
-    const span = Math.min(T, n), px = Math.max(2, Math.min(24, Math.floor(512 / span))), Z = span * px;
-    let oMax = 0; for (let i = 0; i < overview.length; i++) oMax = Math.max(oMax, overview[i]);
-    const O = Math.max(256, Math.min(384, cells * 2)), opx = O / cells;
-    root.append(el("h4", "hl-title", d.model + ", layer " + d.layer + ", head " + d.head + ": " + n + " tokens"));
-    const kept = d.tiles.length, info = tid(el("p", "hl-muted"), "pattern-info");
-    info.textContent = "Left: the whole text, " + (cell === 1 ? "one token a cell (exact)" : cell + " tokens a cell (the mean weight a query of the cell puts on the cell's keys, summed; from the streaming sums)") +
-      ". Right: " + span + " \u00d7 " + span + " tokens, exact where a tile was kept (" + kept + " tiles of " + T + " \u00d7 " + T + " holding " + (100 * d.mass).toFixed(1) +
-      "% of the attention, within " + (d.budget / 2 ** 20).toFixed(0) + " MiB); grey: a tile not kept, shown from the overview. Click the overview to move, or use the arrows.";
-    if (d.total_tokens > n) root.append(el("p", "hl-muted", "Cut to " + n + " of " + d.total_tokens + " tokens: " + d.cut_reason + "."));
-    const row = el("div", "hl-row"), ov = surface(O, O, "hl-canvas"), zoom = surface(Z, Z, "hl-canvas");
-    tid(ov.canvas, "pattern-overview"); tid(zoom.canvas, "pattern-zoom");
-    const nav = el("div", "hl-nav"), where = tid(el("span", "hl-muted"), "pattern-where");
-    const move = (dq, dk) => { view.q += dq; view.k += dk; clamp(); drawAll(); };
-    [["\u2190 keys", 0, -span / 2], ["keys \u2192", 0, span / 2], ["\u2191 queries", -span / 2, 0], ["queries \u2193", span / 2, 0]].forEach(([label, dq, dk], i) => {
-      const b = tid(el("button", "hl-chip", label), "pattern-move-" + i); b.type = "button"; b.addEventListener("click", () => move(dq, dk)); nav.append(b);
-    });
-    nav.append(where);
-    const leftBox = el("div"), rightBox = el("div");
-    leftBox.append(ov.canvas); rightBox.append(zoom.canvas, nav);
-    row.append(leftBox, rightBox);
-    const text = tid(el("div", "hl-text"), "pattern-text"), asked = tid(el("b"), "pattern-query");
-    const strip = el("p", "hl-muted", "The keys in view, coloured by the weight of the query under the pointer: ");
-    strip.append(asked);
-    root.append(info, row, legend("0", "largest in view", "colour: square root of the weight"), strip, text);
-    const cache = new Map();
-    function tileValues(q0, k0) {
-      const key = q0 + "," + k0;
-      if (!cache.has(key)) { const t = tiles.get(key); cache.set(key, t ? { t, v: decode(t.data, Float32Array) } : null); }
-      return cache.get(key);
-    }
-    // weight of query q on key k: [value, exact?]
-    function weight(q, k) {
-      const q0 = q - (q % T), k0 = k - (k % T), tv = tileValues(q0, k0);
-      if (tv) return [(q - q0) < tv.t.rows && (k - k0) < tv.t.cols ? tv.v[(q - q0) * tv.t.cols + (k - k0)] : 0, true];
-      const qc = Math.floor(q / cell), kc = Math.floor(k / cell), width = Math.min(cell, n - kc * cell);
-      return [overview[qc * cells + kc] / width, false];
-    }
-    // start where the attention is: the kept tile with the most overview mass, past the sinks
-    let best = null, bestMass = -1;
-    d.tiles.forEach((t) => {
-      let m = 0;
-      for (let q = Math.floor(t.q0 / cell); q <= Math.floor((t.q0 + t.rows - 1) / cell); q++)
-        for (let k = Math.floor(t.k0 / cell); k <= Math.floor((t.k0 + t.cols - 1) / cell); k++) m += overview[q * cells + k];
-      if (m > bestMass && !(t.k0 === 0 && n > T)) { bestMass = m; best = t; }
-    });
-    const view = { q: best ? best.q0 : 0, k: best ? best.k0 : 0 };
-    function clamp() { view.q = Math.max(0, Math.min(n - span, Math.round(view.q))); view.k = Math.max(0, Math.min(n - span, Math.round(view.k))); }
-    const oImage = document.createElement("canvas"); oImage.width = oImage.height = cells;
-    (function () {
-      const img = new ImageData(cells, cells), p = img.data;
-      for (let i = 0; i < cells * cells; i++) {
-        const j = 3 * Math.round(Math.sqrt(oMax > 0 ? overview[i] / oMax : 0) * 255);
-        p[4 * i] = LUT[j]; p[4 * i + 1] = LUT[j + 1]; p[4 * i + 2] = LUT[j + 2]; p[4 * i + 3] = 255;
-      }
-      oImage.getContext("2d").putImageData(img, 0, 0);
-    })();
-    const zImage = document.createElement("canvas"); zImage.width = zImage.height = span;
-    let zoomValues = new Float32Array(span * span), zoomExact = new Uint8Array(span * span);
-    function drawOverview() {
-      const ctx = ov.ctx; ctx.imageSmoothingEnabled = false;
-      ctx.drawImage(oImage, 0, 0, O, O);
-      ctx.strokeStyle = "#e4572e"; ctx.lineWidth = 2;
-      ctx.strokeRect((view.k / cell) * opx, (view.q / cell) * opx, Math.max(3, (span / cell) * opx), Math.max(3, (span / cell) * opx));
-    }
-    function drawZoom() {
-      let top = 0;
-      for (let i = 0; i < span; i++) for (let j = 0; j < span; j++) {
-        const [w, exact] = weight(view.q + i, view.k + j);
-        zoomValues[i * span + j] = w; zoomExact[i * span + j] = exact ? 1 : 0; if (w > top) top = w;
-      }
-      const img = new ImageData(span, span), p = img.data;
-      for (let i = 0; i < span * span; i++) {
-        const s = Math.sqrt(top > 0 ? zoomValues[i] / top : 0);
-        if (zoomExact[i]) { const j = 3 * Math.round(s * 255); p[4 * i] = LUT[j]; p[4 * i + 1] = LUT[j + 1]; p[4 * i + 2] = LUT[j + 2]; }
-        else { const g = 235 - Math.round(s * 180); p[4 * i] = p[4 * i + 1] = p[4 * i + 2] = g; }
-        p[4 * i + 3] = 255;
-      }
-      zImage.getContext("2d").putImageData(img, 0, 0);
-      zoom.ctx.imageSmoothingEnabled = false;
-      zoom.ctx.drawImage(zImage, 0, 0, Z, Z);
-      zoom.canvas.dataset.q = view.q; zoom.canvas.dataset.k = view.k; zoom.canvas.dataset.px = px; zoom.canvas.dataset.top = top;
-      where.textContent = "queries " + view.q + "\u2013" + (view.q + span - 1) + ", keys " + view.k + "\u2013" + (view.k + span - 1) + "; largest weight in view " + fmt(top);
-    }
-    function drawText(q) {
-      asked.textContent = q === null ? "" : "query " + q + " " + quote(d.tokens[q]);
-      const spans = [];
-      for (let j = 0; j < span; j++) {
-        const k = view.k + j, s = el("span", k === q ? "hl-tok hl-query" : "hl-tok", d.tokens[k]);
-        if (q !== null) { const [w] = weight(q, k); const a = Math.min(1, Math.sqrt(w) * 1.2); s.style.background = "rgba(228,87,46," + a.toFixed(3) + ")"; }
-        spans.push(s);
-      }
-      text.replaceChildren(...spans);
-    }
-    function drawAll() { drawOverview(); drawZoom(); drawText(null); }
-    ov.canvas.addEventListener("click", (e) => {
-      const [x, y] = local(e, ov.canvas, O, O);
-      view.q = (y / opx) * cell - span / 2; view.k = (x / opx) * cell - span / 2; clamp(); drawAll();
-    });
-    ov.canvas.addEventListener("mousemove", (e) => {
-      const [x, y] = local(e, ov.canvas, O, O), qc = Math.floor(y / opx), kc = Math.floor(x / opx);
-      if (qc < 0 || kc < 0 || qc >= cells || kc >= cells) return untip();
-      const qa = qc * cell, ka = kc * cell, qb = Math.min(n, qa + cell) - 1, kb = Math.min(n, ka + cell) - 1;
-      tip(e, ["queries " + qa + "\u2013" + qb + " " + quote(d.tokens[qa]) + (qb > qa ? " \u2026" : ""), "keys " + ka + "\u2013" + kb + " " + quote(d.tokens[ka]) + (kb > ka ? " \u2026" : ""),
-        "weight on these keys, mean over these queries: " + fmt(overview[qc * cells + kc])]);
-    });
-    ov.canvas.addEventListener("mouseleave", untip);
-    zoom.canvas.addEventListener("mousemove", (e) => {
-      const [x, y] = local(e, zoom.canvas, Z, Z), i = Math.floor(y / px), j = Math.floor(x / px);
-      if (i < 0 || j < 0 || i >= span || j >= span) return untip();
-      const q = view.q + i, k = view.k + j, w = zoomValues[i * span + j];
-      tip(e, ["query " + q + " " + quote(d.tokens[q]), "key " + k + " " + quote(d.tokens[k]),
-        zoomExact[i * span + j] ? "weight " + fmt(w) + " (exact)" : "about " + fmt(w) + " (tile not kept: the overview's mean)"]);
-      if (text.dataset.query !== String(q)) { text.dataset.query = q; drawText(q); }
-    });
-    zoom.canvas.addEventListener("mouseleave", untip);
-    zoom.canvas.tabIndex = 0;
-    zoom.canvas.addEventListener("keydown", (e) => {
-      const step = { ArrowLeft: [0, -span / 8], ArrowRight: [0, span / 8], ArrowUp: [-span / 8, 0], ArrowDown: [span / 8, 0] }[e.key];
-      if (step) { e.preventDefault(); move(step[0], step[1]); }
-    });
-    clamp(); drawAll();
-  };
-
   // ---------------------------------------------------------------- roles at long context
   const ROLE_COLOURS = { retrieval: "#e4572e", copy: "#f3a712", sink: "#3b6fd8", local: "#17a398", mixed: "#cbd2d9" };
   kinds.roles = function (root, d) {
@@ -398,164 +271,6 @@
     say();
   };
 
-  // ---------------------------------------------------------------- the circuit graph
-  const SIGN = ["#3b6fd8", "#e4572e"], DASH = [[], [], [6, 4], [2, 3]], INPUT = ["", "q", "k", "v"], WIDTHS = 6, LIT = 20;
-  kinds.circuit = function (root, d) {
-    const senders = decode(d.senders, Uint16Array), receivers = decode(d.receivers, Uint16Array);
-    const inputs = decode(d.inputs, Uint8Array), scores = decode(d.scores, Float32Array), m = d.count;
-    const L = d.heads_per_layer.length, tallest = Math.max(...d.heads_per_layer);
-    const W = Math.min(1100, Math.max(640, 70 + 34 * (L + 2))), H = Math.min(620, Math.max(260, 60 + 22 * (tallest + 3)));
-    const X = (x) => 30 + ((x + 1.6) / (L + 2.2)) * (W - 50), Y = (y) => 20 + (1 - (y + 2.0) / (tallest + 2.4)) * (H - 40);
-    const px = d.x.map(X), py = d.y.map(Y);
-    const largest = m ? Math.abs(scores[0]) : 1, smallest = (() => { for (let i = m - 1; i >= 0; i--) if (scores[i] !== 0) return Math.abs(scores[i]); return largest; })();
-    root.append(el("h4", "hl-title", d.model + ", " + d.task + ", " + d.method + ": " + m + " edges"));
-    const controls = el("div", "hl-nav"), slider = tid(el("input"), "circuit-threshold"), count = tid(el("span", "hl-muted"), "circuit-count");
-    slider.type = "range"; slider.min = 0; slider.max = 1000; slider.step = 1;
-    const lg = (v) => Math.log10(Math.max(v, 1e-30)), span = Math.max(1e-9, lg(largest) - lg(smallest));
-    const toValue = (s) => (s <= 0 ? 0 : s >= 1000 ? largest : 10 ** (lg(smallest) + (s / 1000) * span)), toSlider = (v) => Math.round(((lg(v) - lg(smallest)) / span) * 1000);
-    let threshold = d.threshold, shown = 0, picked = d.picked ? d.nodes.indexOf(d.picked) : -1;
-    slider.value = Math.max(0, Math.min(1000, toSlider(threshold || smallest)));
-    controls.append(el("span", null, "|score| \u2265"), slider, count);
-    const base = surface(W, H, "hl-canvas"), s = surface(W, H, "hl-canvas");
-    tid(s.canvas, "circuit-canvas");
-    root.append(controls, s.canvas, el("p", "hl-muted", "Layers left to right (emb, then each layer's query heads as dots and its MLP as a square below; in a GQA layer a shaded box is a K/V group, whose k and v edges land on its hollow square; logits at the right). Edges: width by |score|, blue above 0, red below; into q solid, k dashed, v dotted. Point at a node for its edges; click it to light them (its 20 strongest at least, whatever the threshold)."));
-    (function () { // the graph without edges, drawn once
-      const ctx = base.ctx; ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, W, H);
-      d.heads_per_layer.forEach((heads, l) => {
-        const kv = d.kv_heads_per_layer[l];
-        if (kv < heads) {
-          const size = heads / kv;
-          for (let g = 0; g < kv; g++) {
-            const x0 = X(l - 0.28), x1 = X(l + 0.22), y0 = Y(g * size + size - 0.65), y1 = Y(g * size - 0.35);
-            ctx.fillStyle = "#eef1f6"; ctx.strokeStyle = "#d9dee6"; ctx.fillRect(x0, y0, x1 - x0, y1 - y0); ctx.strokeRect(x0, y0, x1 - x0, y1 - y0);
-          }
-        }
-      });
-      ctx.font = "10px system-ui, sans-serif"; ctx.textAlign = "center"; ctx.fillStyle = "#616e7c";
-      const step = Math.max(1, Math.ceil(L / 20));
-      for (let l = 0; l < L; l += step) ctx.fillText(String(l), X(l), H - 4);
-      ctx.fillText("emb", X(-1), H - 4); ctx.fillText("out", X(L), H - 4);
-      d.nodes.forEach((name, i) => {
-        ctx.fillStyle = "#9aa5b1"; ctx.strokeStyle = "#9aa5b1";
-        if (name === "embed" || name === "logits") { ctx.fillStyle = "#1f2933"; ctx.fillRect(px[i] - 4, py[i] - 4, 8, 8); }
-        else if (name.startsWith("mlp.")) ctx.fillRect(px[i] - 3, py[i] - 3, 6, 6);
-        else if (name.includes(".g")) { ctx.fillStyle = "#fff"; ctx.fillRect(px[i] - 3, py[i] - 3, 6, 6); ctx.strokeRect(px[i] - 3, py[i] - 3, 6, 6); }
-        else { ctx.beginPath(); ctx.arc(px[i], py[i], 2.5, 0, 2 * Math.PI); ctx.fill(); }
-      });
-    })();
-    function countAbove(t) { let a = 0, b = m; while (a < b) { const c = (a + b) >> 1; if (Math.abs(scores[c]) >= t) a = c + 1; else b = c; } return a; }
-    function draw() {
-      const t0 = performance.now(), ctx = s.ctx;
-      shown = countAbove(threshold);
-      ctx.drawImage(base.canvas, 0, 0, W, H);
-      // Thousands of edges: thin, solid, faint lines, stroked a few hundred segments a path
-      // (software rasterizers stroke long self-crossing paths and dashes slowly); dashes only
-      // where they can be told apart.
-      const many = shown > 2000, faint = shown > 3000 ? 0.25 : shown > 300 ? 0.5 : 0.85;
-      const paths = new Map();  // (width bucket, sign, input) -> edges; strongest drawn last
-      for (let i = shown - 1; i >= 0; i--) {
-        const share = Math.abs(scores[i]) / largest, w = Math.min(WIDTHS - 1, Math.floor(share * WIDTHS));
-        const key = w * 8 + (scores[i] < 0 ? 4 : 0) + inputs[i];
-        let list = paths.get(key); if (!list) { list = []; paths.set(key, list); }
-        list.push(i);
-      }
-      const stroke = (list) => {
-        for (let a = 0; a < list.length; a += 400) {
-          ctx.beginPath();
-          for (let b = a; b < Math.min(list.length, a + 400); b++) {
-            const i = list[b];
-            ctx.moveTo(px[senders[i]], py[senders[i]]); ctx.lineTo(px[receivers[i]], py[receivers[i]]);
-          }
-          ctx.stroke();
-        }
-      };
-      [...paths.keys()].sort((a, b) => a - b).forEach((key) => {
-        const w = key >> 3, sign = (key >> 2) & 1, input = key & 3, list = paths.get(key);
-        ctx.strokeStyle = SIGN[sign]; ctx.setLineDash(many ? [] : DASH[input]);
-        // many edges: one-pixel hairlines (the rasterizer's fast path), strength by opacity
-        ctx.lineWidth = many ? 1 : 0.5 + (3.5 * (w + 0.5)) / WIDTHS;
-        ctx.globalAlpha = picked < 0 ? Math.min(1, faint + (many ? 0.15 : 0.1) * w) : many ? 0.015 : 0.08;
-        stroke(list);
-      });
-      // the picked node's edges above the threshold, and at least its LIT strongest below it
-      let lit = [];
-      if (picked >= 0) {
-        for (let i = 0; i < m && (i < shown || lit.length < LIT); i++) if (senders[i] === picked || receivers[i] === picked) lit.push(i);
-        const top = lit.length ? Math.abs(scores[lit[0]]) : 1;
-        ctx.globalAlpha = 0.9;
-        lit.slice().reverse().forEach((i) => {
-          ctx.strokeStyle = SIGN[scores[i] < 0 ? 1 : 0]; ctx.setLineDash(DASH[inputs[i]]);
-          ctx.lineWidth = 0.8 + (3.2 * Math.abs(scores[i])) / top;
-          ctx.beginPath(); ctx.moveTo(px[senders[i]], py[senders[i]]); ctx.lineTo(px[receivers[i]], py[receivers[i]]); ctx.stroke();
-        });
-      }
-      ctx.setLineDash([]); ctx.globalAlpha = 1;
-      if (picked >= 0) { ctx.strokeStyle = "#111"; ctx.lineWidth = 2; ctx.beginPath(); ctx.arc(px[picked], py[picked], 6, 0, 2 * Math.PI); ctx.stroke(); }
-      count.textContent = fmt(threshold) + ": " + shown + " of " + m + " edges" + (shown === d.top && d.threshold === threshold ? " (the circuit)" : "") +
-        (picked >= 0 ? "; " + d.nodes[picked] + " lit with " + lit.length + " of its edges (its strongest " + Math.min(LIT, lit.length) + " at least)" : "");
-      s.canvas.dataset.picked = picked < 0 ? "" : d.nodes[picked];
-      s.canvas.dataset.shown = shown; s.canvas.dataset.threshold = threshold; s.canvas.dataset.ms = (performance.now() - t0).toFixed(1);
-    }
-    let queued = false;
-    slider.addEventListener("input", () => {
-      threshold = toValue(+slider.value);
-      if (!queued) { queued = true; requestAnimationFrame(() => { queued = false; draw(); }); }
-    });
-    function nearest(e) {
-      const [x, y] = local(e, s.canvas, W, H); let best = -1, dist = 100;
-      for (let i = 0; i < px.length; i++) { const dd = (px[i] - x) ** 2 + (py[i] - y) ** 2; if (dd < dist) { dist = dd; best = i; } }
-      return best;
-    }
-    s.canvas.addEventListener("mousemove", (e) => {
-      const node = nearest(e);
-      if (node < 0) return untip();
-      let into = 0, out = 0, strongest = -1;
-      for (let i = 0; i < shown; i++) if (senders[i] === node || receivers[i] === node) { if (senders[i] === node) out++; else into++; if (strongest < 0) strongest = i; }
-      tip(e, [d.nodes[node], into + " edges in, " + out + " out (of those drawn)",
-        ...(strongest >= 0 ? ["strongest: " + d.nodes[senders[strongest]] + " \u2192 " + d.nodes[receivers[strongest]] + (INPUT[inputs[strongest]] ? " <" + INPUT[inputs[strongest]] + ">" : "") + " " + fmt(scores[strongest])] : [])]);
-    });
-    s.canvas.addEventListener("mouseleave", untip);
-    s.canvas.addEventListener("click", (e) => { const node = nearest(e); picked = node === picked ? -1 : node; draw(); });
-    draw();
-  };
-
-  // ---------------------------------------------------------------- faithfulness curves
-  const CURVES = ["#3b6fd8", "#e4572e", "#17a398"];
-  kinds.faithfulness = function (root, d) {
-    const first = d.curves[0], W = 640, H = 280, left = 48, bottom = 34, right = 12, top = 12;
-    root.append(el("h4", "hl-title", d.title));
-    const s = surface(W, H, "hl-canvas"); tid(s.canvas, "faithfulness-canvas");
-    const all = [...d.curves.flatMap((c) => c.faithfulness), ...first.random.flat(), 0, 1];
-    const lo = Math.min(...all), hi = Math.max(...all);
-    const fr = first.fractions, lx = (f) => Math.log10(f), x0 = lx(Math.min(...fr)), x1 = lx(Math.max(...fr));
-    const X = (f) => left + ((lx(f) - x0) / Math.max(1e-9, x1 - x0)) * (W - left - right), Y = (v) => top + (1 - (v - lo) / Math.max(1e-9, hi - lo)) * (H - top - bottom);
-    const ctx = s.ctx; ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, W, H);
-    ctx.strokeStyle = "#cbd2d9"; ctx.lineWidth = 1;
-    [0, 1].forEach((v) => { ctx.beginPath(); ctx.moveTo(left, Y(v)); ctx.lineTo(W - right, Y(v)); ctx.stroke(); });
-    ctx.fillStyle = "#616e7c"; ctx.font = "10px system-ui, sans-serif"; ctx.textAlign = "right"; ctx.textBaseline = "middle";
-    [lo, 0, 1, hi].forEach((v) => ctx.fillText(fmt(v), left - 4, Y(v)));
-    ctx.textAlign = "center"; ctx.textBaseline = "top";
-    fr.forEach((f, i) => { if (i % Math.max(1, Math.ceil(fr.length / 10)) === 0) ctx.fillText(+(100 * f).toPrecision(2) + "%", X(f), H - bottom + 4); });
-    ctx.fillText("edges kept (of " + first.edges + "), log scale", left + (W - left) / 2, H - 14);
-    const line = (xs, ys, colour, width, dash) => { ctx.strokeStyle = colour; ctx.lineWidth = width; ctx.setLineDash(dash); ctx.beginPath(); ys.forEach((v, i) => (i ? ctx.lineTo(X(xs[i]), Y(v)) : ctx.moveTo(X(xs[i]), Y(v)))); ctx.stroke(); ctx.setLineDash([]); };
-    const seeds = first.random_cpr.length;
-    for (let k = 0; k < seeds; k++) line(fr, first.random.map((r) => r[k]), "#cbd2d9", 1, []);
-    const mean = first.random.map((r) => r.reduce((a, b) => a + b, 0) / Math.max(1, r.length));
-    line(fr, mean, "#9aa5b1", 1.5, [5, 4]);
-    d.curves.forEach((c, n) => line(c.fractions, c.faithfulness, CURVES[n % 3], 2, []));
-    const key = el("p", "hl-legend");
-    d.curves.forEach((c, n) => { const sw = el("i", "hl-swatch"); sw.style.background = CURVES[n % 3]; key.append(sw, el("span", null, c.selection + " " + c.method + ": CPR " + c.cpr.toFixed(3) + ", CMD " + c.cmd.toFixed(3))); });
-    const sw = el("i", "hl-swatch"); sw.style.background = "#9aa5b1";
-    key.append(sw, el("span", null, "random circuits (" + seeds + " seeds; dashed: their mean)"));
-    s.canvas.addEventListener("mousemove", (e) => {
-      const [x] = local(e, s.canvas, W, H); let best = 0;
-      fr.forEach((f, i) => { if (Math.abs(X(f) - x) < Math.abs(X(fr[best]) - x)) best = i; });
-      tip(e, [first.sizes[best] + " edges (" + fmt(100 * fr[best]) + "%)", ...d.curves.map((c) => c.selection + " " + c.method + ": " + fmt(c.faithfulness[best])), "random mean: " + fmt(mean[best])]);
-    });
-    s.canvas.addEventListener("mouseleave", untip);
-    root.append(s.canvas, key);
-  };
-
   // ---------------------------------------------------------------- drawing
   function draw(root) {
     if (root.dataset.hlDrawn) return;
@@ -574,9 +289,9 @@
     root.dataset.ms = (performance.now() - start).toFixed(1);
   }
   function drawAll(scope) { (scope || document).querySelectorAll(".hl-display:not([data-hl-drawn])").forEach(draw); }
-  // More drawers (kinds_displays.js) come before this file in the page and are added here.
-  const lib = { el, tid, decode, surface, local, tip, untip, fmt, rgb, chips, Grid, legend };
+  const lib = { LUT, rgb, el, tid, decode, surface, local, tip, untip, fmt, quote, chips, Grid, legend };
+  // Drawers queued before this file (kinds_displays.js) are added here; those after it
+  // (pattern.js, circuit.js, score_split.js) add themselves through window.headlabDisplays.lib.
   (window.headlabDrawers || []).forEach((add) => add(kinds, lib));
-  window.headlabDisplays = { kinds, draw, drawAll };
-  drawAll();
+  window.headlabDisplays = { kinds, draw, drawAll, lib };
 })();

@@ -180,7 +180,6 @@
     legend.append(el("span", null, "0"), bar, el("span", null, "largest cell"),
       el("span", null, "Colour: square root of the weight relative to the head\u2019s largest cell."));
     root.appendChild(legend);
-    const profile = ex.profile ? Profile(root, ex.profile) : null;
     let queued = false;  // one render for every head that finished inflating in a frame
     function schedule() {
       if (!queued) { queued = true; requestAnimationFrame(() => { queued = false; render(); }); }
@@ -258,7 +257,6 @@
     function render() {
       [...layerBar.querySelectorAll("button")].forEach((b, l) => b.classList.toggle("active", l === state.layer));
       panels.forEach((p, v) => { buildStrip(p, v); draw(p, v); });
-      if (profile) profile.draw(state.layer, state.heads[0]);
       align();
     }
 
@@ -312,76 +310,6 @@
         root.scrollIntoView({ block: "start" });
       },
     };
-  }
-
-  // A step for about four ticks over 0..total: total / 4 when that is a whole number (2048:
-  // 512), else the 1, 2 or 5 times a power of ten nearest above total / 5.
-  function roundStep(total) {
-    if (total % 4 === 0 && total >= 4) return total / 4;
-    const raw = total / 5, power = 10 ** Math.floor(Math.log10(Math.max(raw, 1)));
-    return [1, 2, 5, 10].map((m) => m * power).find((s) => s >= raw);
-  }
-
-  // One line per head under an explorer (the attention each key receives along a long text),
-  // drawn for the head the explorer shows; log scale, since the first tokens take most of it.
-  function Profile(root, pr) {
-    const id = root.dataset.explorer, width = 720, height = 180, left = 54, bottom = 30;
-    const box = el("div", "profile");
-    const title = el("h4", null, pr.title);
-    const dpr = window.devicePixelRatio || 1;
-    const canvas = el("canvas", "profile-plot");
-    canvas.width = Math.round(width * dpr); canvas.height = Math.round(height * dpr);
-    canvas.style.width = width + "px";
-    canvas.dataset.testid = "profile-" + id;
-    const caption = el("p", "scale");
-    caption.dataset.testid = "profile-caption-" + id;
-    box.append(title, canvas, caption);
-    root.appendChild(box);
-
-    function decode(head) {
-      if (!head.values) head.values = Float32Array.from(quantised(head), (q) => q * (head.scale / 65535));
-      return head.values;
-    }
-
-    function draw(layer, h) {
-      const head = pr.layers[layer][h], values = decode(head), n = values.length;
-      const ctx = canvas.getContext("2d");
-      ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
-      ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, width, height);
-      let floor = head.scale;
-      values.forEach((v) => { if (v > 0 && v < floor) floor = v; });
-      floor = Math.max(floor, head.scale * 1e-4);
-      const top = Math.log10(Math.max(head.scale, floor * 10)), low = Math.log10(floor);
-      const x = (i) => left + (i / Math.max(1, n - 1)) * (width - left - 8);
-      const y = (v) => 8 + (1 - (Math.log10(Math.max(v, floor)) - low) / (top - low)) * (height - bottom - 8);
-      ctx.strokeStyle = "#cbd2d9"; ctx.lineWidth = 1;
-      ctx.beginPath(); ctx.moveTo(left, 8); ctx.lineTo(left, height - bottom); ctx.lineTo(width - 8, height - bottom); ctx.stroke();
-      ctx.fillStyle = "#3e4c59"; ctx.font = "11px system-ui, sans-serif";
-      ctx.textAlign = "right"; ctx.textBaseline = "middle";
-      for (let e = Math.ceil(low); e <= Math.floor(top); e++) ctx.fillText(String(+(10 ** e).toPrecision(1)), left - 4, y(10 ** e));
-      ctx.textBaseline = "top";
-      // ticks at round key positions (quarters of the text when they are whole, else 1-2-5
-      // steps), each placed at the point that holds it
-      const step = roundStep(pr.n_tokens);
-      for (let t = 0; t <= pr.n_tokens; t += step) {
-        const i = Math.min(n - 1, t / pr.bin);
-        ctx.textAlign = t === 0 ? "left" : t + step > pr.n_tokens ? "right" : "center";
-        ctx.fillText(String(t), x(i), height - bottom + 4);
-      }
-      ctx.textAlign = "center";
-      ctx.fillText("key position (" + pr.bin + " a point; log scale)", left + (width - left) / 2, height - 14);
-      ctx.strokeStyle = "#3b6ea5"; ctx.lineWidth = 1.2;
-      ctx.beginPath();
-      values.forEach((v, i) => { if (i === 0) ctx.moveTo(x(i), y(v)); else ctx.lineTo(x(i), y(v)); });
-      ctx.stroke();
-      let most = 0;
-      values.forEach((v, i) => { if (v > values[most]) most = i; });
-      const from = most * pr.bin, to = Math.min(pr.n_tokens, from + pr.bin) - 1;
-      caption.textContent = "layer " + layer + ", head " + h + ": most received by keys " + from +
-        "\u2013" + to + " (" + values[most].toFixed(1) + " summed over " + pr.n_tokens + " queries)";
-      canvas.dataset.layer = layer; canvas.dataset.head = h;
-    }
-    return { draw };
   }
 
   // The layers x heads overview: a click opens that head's view (every statistic of the head),

@@ -1,0 +1,89 @@
+"""``headlab circuits`` on an encoder-decoder: its source and target options, checked against the
+model's kind before it loads; the work is ``headlab.circuits.stream_run``.
+
+A source (``--source-text``, or ``--audio`` for Whisper) and its corrupted twin
+(``--corrupted-source-text`` / ``--corrupted-audio``, of the same length); the target
+(``--target-text``, default: the model's own greedy output on the clean source) is read with
+both. The command's results file and tables are those of a decoder's circuits.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from headlab.cli import model_kinds as kinds
+from headlab.cli.outputs import an_input
+from headlab.cli.parsing import flags
+from headlab.cli.progress import progress
+
+CORRUPTED_TEXT = typer.Option(None, "--corrupted-source-text", metavar="<str>",
+                              help="Encoder-decoders: the corrupted twin of each --source-text "
+                              "(as many tokens).")  # fmt: skip
+CORRUPTED_AUDIO = typer.Option(
+    None,
+    "--corrupted-audio",
+    callback=an_input,
+    help="Whisper: the corrupted twin of --audio (a WAV file).",
+)
+
+
+def asked(audio, source_text, target_text, corrupted_text, corrupted_audio) -> bool:
+    return kinds.asked(None, audio, source_text, target_text) or bool(
+        corrupted_text or corrupted_audio
+    )
+
+
+def is_encoder_decoder(source) -> bool:
+    """Whether the chosen model's config.json declares an encoder-decoder (False where it
+    cannot be read: the decoder's path says what is wrong)."""
+    try:
+        return kinds.declared(source)[0] == "encoder-decoder"
+    except (ValueError, OSError):
+        return False
+
+
+def kind_circuits(
+    source, audio, source_text, target_text, corrupted_text, corrupted_audio, *, method: str,
+    top: int, edges, other_inputs: list[str], claim, quiet: bool,
+):  # fmt: skip
+    """The ``CircuitRun`` of an encoder-decoder. Every check before the load: the options that
+    do not apply (``other_inputs``: the decoder's task options given), the method, the sources
+    against the model's kind and sampling rate, one corrupted source per source; ``claim()``
+    checks the output paths, then the model loads."""
+    from headlab.circuits.stream_run import (
+        StreamCircuitRequest,
+        run_stream_circuits,
+        stream_inputs,
+    )
+
+    if other_inputs:
+        raise ValueError(f"{', '.join(other_inputs)}: for decoder-only models; an "
+                         "encoder-decoder's circuit reads --source-text (or --audio) and its "
+                         "corrupted twin")  # fmt: skip
+    with flags("method", "top", "edges"):
+        request = StreamCircuitRequest(method, top, edges)
+    inputs = kinds.read_inputs(None, audio, source_text, target_text)
+    corrupted = kinds.read_inputs(None, corrupted_audio, corrupted_text, None)
+    kind, name, rate = kinds.declared(source)
+    if kind != "encoder-decoder" and kind != "text":
+        raise ValueError(f"{name} is an image model: circuits read a decoder or an "
+                         "encoder-decoder")  # fmt: skip
+    inputs.check_for_kind(kind, name, rate)
+    given = max(len(inputs.source_texts), len(inputs.waveforms))
+    twins = max(len(corrupted.source_texts), len(corrupted.waveforms))
+    if twins != given or bool(corrupted.waveforms) != bool(inputs.waveforms):
+        flag = "--corrupted-audio" if inputs.waveforms else "--corrupted-source-text"
+        raise ValueError(f"{flag}: one corrupted twin per source, got {twins} for {given}")
+    corrupted.check_for_kind(kind, name, rate)
+    claim()
+    model = kinds.open_kind(source, kind, quiet)
+    from headlab.heads.kind_inputs import source_batches, source_target_pairs
+
+    pairs = source_target_pairs(model, inputs)
+    prepared = stream_inputs(model, pairs, source_batches(model, corrupted))
+    described = f"circuits: {request.method} on {name}"
+    with flags("top", "edges"), progress(described, None, quiet=quiet) as update:
+        return run_stream_circuits(model, prepared, request, on_step=update)
+
+
+__all__ = ["CORRUPTED_AUDIO", "CORRUPTED_TEXT", "asked", "is_encoder_decoder", "kind_circuits"]

@@ -1,0 +1,70 @@
+"""The blocks of a transformers encoder-decoder (T5, BART, Marian, Whisper), both streams, in run
+order: the encoder's blocks, then the decoder's.
+
+An encoder block holds one attention (its self-attention); a decoder block two: its causal
+self-attention and its cross-attention, whose key and value inputs read the encoder's final
+states (``Block.reads`` = "encoder"). The attention layers and their kinds are those
+``EncoderDecoderModel`` found (``attention_kinds``); each block is the ancestor of its layers
+whose class transformers declares a whole layer (``_no_split_modules``), and its MLP the family's
+declared ends (``block_parts.MLP_ENDS``: fc1/fc2, T5's DenseReluDense). A model that does not
+declare these is refused in one line naming what is missing.
+"""
+
+from __future__ import annotations
+
+from torch import nn
+
+from headlab.models.hf.block_parts import HFBlockParts, block_path, read_parts
+from headlab.models.hf.layer import HFAttentionLayer
+from headlab.models.run_protocol import Block
+
+
+def _paths(name: str, model: nn.Module, layers: list[HFAttentionLayer], kind: str) -> list[str]:
+    declared = set(getattr(model, "_no_split_modules", None) or ())
+    if not declared:
+        raise ValueError(f"{name} declares no block class (transformers' _no_split_modules): "
+                         "its blocks cannot be read")  # fmt: skip
+    paths = []
+    for layer in layers:
+        path = block_path(model, declared, layer.path)
+        if path is None:
+            raise ValueError(f"{name}'s {kind} attention at {layer.path} is in none of its "
+                             f"declared blocks ({', '.join(sorted(declared))})")  # fmt: skip
+        paths.append(path)
+    if len(set(paths)) != len(paths):
+        raise ValueError(f"{name} has two {kind} attention layers in one block ({paths})")
+    return paths
+
+
+def seq2seq_blocks(
+    name: str, model: nn.Module, layers: dict[str, list[HFAttentionLayer]]
+) -> tuple[list[Block], list[HFBlockParts]]:
+    """The protocol's blocks of ``model`` (encoder blocks, then decoder blocks with their
+    cross-attention) and their modules, from ``layers`` by kind ("encoder", "decoder",
+    "cross"). ValueError (one line) naming what is missing."""
+    encoder = _paths(name, model, layers["encoder"], "encoder")
+    decoder = _paths(name, model, layers["decoder"], "decoder self-")
+    cross = _paths(name, model, layers["cross"], "cross-")
+    if cross != decoder:
+        raise ValueError(f"{name}'s cross-attention layers are not one per decoder block "
+                         f"({len(cross)} cross, {len(decoder)} decoder blocks)")  # fmt: skip
+    family = str(getattr(model.config, "model_type", ""))
+    blocks, parts = [], []
+    rows = [(path, layer, None) for path, layer in zip(encoder, layers["encoder"], strict=True)]
+    rows += [(path, layer, x) for path, layer, x in
+             zip(decoder, layers["decoder"], layers["cross"], strict=True)]  # fmt: skip
+    for i, (path, layer, cross_layer) in enumerate(rows):
+        found = read_parts(path, model.get_submodule(path), family)
+        if found.mlp_in is None:
+            raise ValueError(f"{name}'s block {type(found.module).__name__} has no MLP this "
+                             f"route knows (its family {family!r} declares none)")  # fmt: skip
+        if layer.num_kv_heads != layer.num_heads:
+            raise ValueError(f"{name}: grouped K/V heads in an encoder-decoder are not read")
+        stream = "encoder" if cross_layer is None else "decoder"
+        reads = None if cross_layer is None else "encoder"
+        blocks.append(Block(i, stream, layer, found.sites, True, False, cross_layer, reads))
+        parts.append(found)
+    return blocks, parts
+
+
+__all__ = ["seq2seq_blocks"]
