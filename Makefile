@@ -34,6 +34,7 @@ browser:
 
 test: $(VENV)/.installed browser
 	$(PY) -m ruff check src tests benchmarks
+	$(PY) -m ruff format --check src tests benchmarks
 	$(PY) -m pytest
 
 bench: $(VENV)/.installed

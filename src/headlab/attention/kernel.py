@@ -47,7 +47,10 @@ from headlab.attention.averaged import AveragedAttention
 from headlab.attention.block import block_weights, values
 from headlab.attention.chunked import RecomputedAttention, chunked
 from headlab.attention.layout import shape_check, static_graph
-from headlab.attention.mask_spec import MaskSpec, MergedMask, outside_window
+from headlab.attention.mask_spec import MaskSpec
+from headlab.attention.sdpa_paths import banded as _banded
+from headlab.attention.sdpa_paths import fused as _fused
+from headlab.attention.sdpa_paths import whole_mask as _whole
 from headlab.attention.sites import Sites
 from headlab.attention.streaming_sums import (
     CHUNK_ELEMENTS,
@@ -87,32 +90,7 @@ class Attended:
     v: Tensor
 
 
-# ----------------------------------------------------------------------------- the paths
-def _fused(
-    q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec | None, *, scale: float, dropout_p: float
-) -> Tensor:
-    """SDPA; the mask materialised once unless plain causality is enough."""
-    group = int(q.shape[1]) // int(k.shape[1])
-    if group != 1 and torch.jit.is_tracing():  # the ONNX exporter has no SDPA with enable_gqa
-        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-        group = 1
-    causal = mask is not None and mask.plain_causal
-    merged = None if causal else _whole(mask, q, k)
-    out = F.scaled_dot_product_attention(
-        q,
-        k,
-        v,
-        attn_mask=None if merged is None else merged.additive,
-        dropout_p=dropout_p,
-        is_causal=causal,
-        scale=scale,
-        enable_gqa=group != 1,
-    )
-    if merged is not None and merged.keep is not None:
-        out = out * merged.keep
-    return out
-
-
+# ---------------------------------------- the paths (fused and banded: attention/sdpa_paths.py)
 def _explicit(
     q: Tensor,
     k: Tensor,
@@ -139,44 +117,6 @@ def _explicit(
     if sites is not None:
         weights = sites("weights", weights)
     return values(weights, v, q.shape[1]), weights, scores
-
-
-def _banded(q: Tensor, k: Tensor, v: Tensor, mask: MaskSpec, *, scale: float) -> Tensor:
-    """head_out (batch, head, q_pos, d_value) of a causal layer with a ``KeyBudget``: every head
-    fused with plain causality, then each budgeted head again over the keys it keeps, a block
-    of max(64, window) queries at a time: its sinks and the keys from the block's first query's
-    window on. The budgeted heads cost O(q_pos x (sinks + 2 window)), not O(q_pos^2); a block's
-    mask is ``MaskSpec``'s window on those key positions (one definition of the kept keys)."""
-    budget = mask.budget
-    out = _fused(q, k, v, replace(mask, budget=None), scale=scale, dropout_p=0.0)
-    heads = budget.heads.to(q.device).nonzero()[:, 0]  # (budgeted,)
-    if not len(heads):
-        return out
-    kv = heads // (q.shape[1] // k.shape[1])  # each budgeted head's K/V head
-    q_b, k_b, v_b = q[:, heads], k[:, kv], v[:, kv]  # (batch, budgeted, pos, d)
-    sinks, size = budget.sinks, budget.window
-    step = max(64, size)
-    for start in range(0, q.shape[2], step):
-        stop = min(start + step, q.shape[2])
-        low = max(sinks, start - size + 1)  # the first key of the band any row here sees
-        keys = torch.cat([torch.arange(min(sinks, low, stop), device=q.device),
-                          torch.arange(min(low, stop), stop, device=q.device)])  # fmt: skip
-        positions = torch.arange(start, stop, device=q.device)
-        after = keys[None, None, None, :] > positions[None, None, :, None]  # causality
-        hidden = after | outside_window(positions, keys, size, sinks, None, causal=True)
-        block = MaskSpec(attn_mask=hidden)  # (1, 1, rows, keys), True hidden
-        out[:, heads, start:stop] = _fused(
-            q_b[:, :, start:stop], k_b[:, :, keys], v_b[:, :, keys], block, scale=scale,
-            dropout_p=0.0,
-        )  # fmt: skip
-    return out
-
-
-def _whole(mask: MaskSpec | None, q: Tensor, k: Tensor) -> MergedMask | None:
-    """Every row of ``mask`` over every key of ``k``, for the paths that hold whole scores."""
-    if mask is None:
-        return None
-    return mask.block(0, q.shape[2], k.shape[2], dtype=q.dtype, device=q.device)
 
 
 # ----------------------------------------------------------------------------- the path
@@ -319,15 +259,23 @@ def attend(
             mask = replace(mask or MaskSpec(), budget=sites.budget)
     score_options = {"scale": scale, "softcap": softcap, "sinks": sinks, "view": view}
     path = choose_path(
-        q, k, v, mask, special=any(x is not None for x in (softcap, sinks, view)),
-        dropout_p=dropout_p, need_weights=need_weights, sites=sites, statistics=statistics,
-    )  # fmt: skip
+        q,
+        k,
+        v,
+        mask,
+        special=any(x is not None for x in (softcap, sinks, view)),
+        dropout_p=dropout_p,
+        need_weights=need_weights,
+        sites=sites,
+        statistics=statistics,
+    )
     sums = None if statistics is None else _streaming_sums(q, k, mask, statistics, sinks)
     weights = scores = None
     if path in ("explicit", "streamed-whole"):
         dropout = dropout_p if path == "explicit" else 0.0  # statistics are of the eval model
-        head_out, weights, scores = _explicit(q, k, v, mask, dropout_p=dropout, sites=sites,
-                                              **score_options)  # fmt: skip
+        head_out, weights, scores = _explicit(
+            q, k, v, mask, dropout_p=dropout, sites=sites, **score_options
+        )
         if sums is not None:  # the outputs before the head_outputs site, as the chunks see them
             _add_whole(sums, weights.detach(), v.detach(), mask)
         if need_weights == "mean":
@@ -339,16 +287,25 @@ def attend(
             _, p = block_weights(q, k, _whole(mask, q, k), inplace=True, **score_options)
             head_out, weights = values(p, v, heads), p.mean(dim=1)
     elif path == "recomputed":
-        head_out = RecomputedAttention.apply(q, k, v, sinks, mask, scale, softcap, view,
-                                             CHUNK_ELEMENTS)  # fmt: skip
+        head_out = RecomputedAttention.apply(
+            q, k, v, sinks, mask, scale, softcap, view, CHUNK_ELEMENTS
+        )
     elif path == "banded":
         with torch.no_grad():
             head_out = _banded(q, k, v, mask, scale=scale)
     elif path in ("blocked", "chunked", "streamed"):
         chunk = CHUNK_ELEMENTS if statistics is None else statistics.chunk_elements
         with torch.no_grad():
-            head_out, weights = chunked(q, k, v, mask, mean=path == "blocked", sums=sums,
-                                         chunk_elements=chunk, **score_options)  # fmt: skip
+            head_out, weights = chunked(
+                q,
+                k,
+                v,
+                mask,
+                mean=path == "blocked",
+                sums=sums,
+                chunk_elements=chunk,
+                **score_options,
+            )
     else:
         head_out = _fused(q, k, v, mask, scale=scale, dropout_p=dropout_p)
     if o.head_scale is not None:
