@@ -26,9 +26,13 @@ M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's malloc.h
 
 
 def add_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--allocator", choices=CHOICES, default="default",
-                        help="steady: glibc keeps freed memory (no page faults from another "
-                             "implementation's frees)")  # fmt: skip
+    parser.add_argument(
+        "--allocator",
+        choices=CHOICES,
+        default="default",
+        help="steady: glibc keeps freed memory (no page faults from another "
+        "implementation's frees)",
+    )
 
 
 def hold_steady() -> None:

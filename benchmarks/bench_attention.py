@@ -266,8 +266,14 @@ def print_table(results: list[Result], speedups: list[dict], console: Console) -
     for col in ("median ms", "min ms", "faults"):
         table.add_column(col, justify="right")
     for r in results:
-        table.add_row(r.size, r.mode, r.impl, f"{r.median_ms:.2f}", f"{min(r.times_ms):.2f}",
-                      f"{r.faults:.0f}")  # fmt: skip
+        table.add_row(
+            r.size,
+            r.mode,
+            r.impl,
+            f"{r.median_ms:.2f}",
+            f"{min(r.times_ms):.2f}",
+            f"{r.faults:.0f}",
+        )
     console.print(table)
     table = Table(title="speedup = torch / headlab (>= 1.0: headlab at least as fast)")
     for col in ("size", "mode", "comparison", "speedup"):

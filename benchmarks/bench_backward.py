@@ -72,8 +72,10 @@ def main(argv: list[str] | None = None) -> int:
     if any(n < 2 for n in args.lengths):
         parser.error(f"--lengths must be >= 2, got {args.lengths}")
     threads = ["--threads", str(args.threads)] if args.threads else []
-    print(f"one causal layer, {HEADS} heads on {KV_HEADS} K/V heads of {D_HEAD}, soft-cap "
-          f"{SOFTCAP:g}, forward + backward, fresh process each")  # fmt: skip
+    print(
+        f"one causal layer, {HEADS} heads on {KV_HEADS} K/V heads of {D_HEAD}, soft-cap "
+        f"{SOFTCAP:g}, forward + backward, fresh process each"
+    )
     print("| load | tokens | way | seconds | / sdpa | peak above start (MiB) | / sdpa |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for load in loads(args.load):
@@ -81,8 +83,9 @@ def main(argv: list[str] | None = None) -> int:
             rows = {}
             for way in WAYS:
                 with competing(load):
-                    row, why = run_child([sys.executable, __file__, "--child", way, str(length),
-                                          *threads])  # fmt: skip
+                    row, why = run_child(
+                        [sys.executable, __file__, "--child", way, str(length), *threads]
+                    )
                 rows[way] = row
                 if row is None:
                     print(f"| {load} | {length} | {way} | failed: {why} | | | |")
@@ -93,8 +96,11 @@ def main(argv: list[str] | None = None) -> int:
                 if base is not None:
                     time_ratio = f"{row['seconds'] / base['seconds']:.2f}"
                     mem_ratio = f"{mib / max((base['peak'] - base['before']) / 2**20, 1e-9):.2f}"
-                print(f"| {load} | {length} | {way} | {row['seconds']:.3f} | {time_ratio} | "
-                      f"{mib:.0f} | {mem_ratio} |", flush=True)  # fmt: skip
+                print(
+                    f"| {load} | {length} | {way} | {row['seconds']:.3f} | {time_ratio} | "
+                    f"{mib:.0f} | {mem_ratio} |",
+                    flush=True,
+                )
     return 0
 
 

@@ -35,8 +35,9 @@ def _as_edges(scores, names):
     from headlab.results.circuit_edges import EdgeScores
 
     values = [scores.score(n) for n in names]
-    return EdgeScores("eap", scores.metric, names, values, scores.clean_metric,
-                      scores.corrupted_metric)  # fmt: skip
+    return EdgeScores(
+        "eap", scores.metric, names, values, scores.clean_metric, scores.corrupted_metric
+    )
 
 
 def main() -> None:
@@ -59,27 +60,39 @@ def main() -> None:
     pairs = build_pairs(TaskRequest("induction", args.pairs, args.length), model)
     metric = task_metric(pairs)
     ids = (model, pairs.clean, pairs.corrupted, metric)
-    print(f"load average {os.getloadavg()[0]:.1f}, torch threads {torch.get_num_threads()}, "
-          f"{args.pairs} pairs of {pairs.clean.shape[1]} tokens")  # fmt: skip
+    print(
+        f"load average {os.getloadavg()[0]:.1f}, torch threads {torch.get_num_threads()}, "
+        f"{args.pairs} pairs of {pairs.clean.shape[1]} tokens"
+    )
     eap, _ = _timed("EAP, every edge", lambda: edge_attribution(*ids))
     print(f"  {len(eap.edges)} edges")
-    nodes, _ = _timed("nodes (attribution)", lambda: node_attribution(*ids,
-                      by_position=args.by_position))  # fmt: skip
-    ig, _ = _timed(f"nodes-ig ({args.steps} steps)", lambda: node_attribution(
-        *ids, method="nodes-ig", steps=args.steps))  # fmt: skip
-    sweep, _ = _timed("head-patching (exact)", lambda: head_patching(
-        *ids, by_position=args.by_position))  # fmt: skip
-    print(f"  {len(sweep.nodes)} nodes; metric clean {sweep.clean_metric:.3f}, corrupted "
-          f"{sweep.corrupted_metric:.3f}")  # fmt: skip
+    nodes, _ = _timed(
+        "nodes (attribution)", lambda: node_attribution(*ids, by_position=args.by_position)
+    )
+    ig, _ = _timed(
+        f"nodes-ig ({args.steps} steps)",
+        lambda: node_attribution(*ids, method="nodes-ig", steps=args.steps),
+    )
+    sweep, _ = _timed(
+        "head-patching (exact)", lambda: head_patching(*ids, by_position=args.by_position)
+    )
+    print(
+        f"  {len(sweep.nodes)} nodes; metric clean {sweep.clean_metric:.3f}, corrupted "
+        f"{sweep.corrupted_metric:.3f}"
+    )
     heads = [n for n in sweep.nodes if "g" not in n and not n.startswith("mlp")]
     print("against the exact sweep   spearman  pearson  top-10 shared")
     exact_heads, exact_all = _as_edges(sweep, heads), _as_edges(sweep, sweep.nodes)
     for name, scores in (("nodes", nodes), ("nodes-ig", ig)):
-        for where, exact, names in (("heads", exact_heads, heads),
-                                    ("all nodes", exact_all, sweep.nodes)):  # fmt: skip
+        for where, exact, names in (
+            ("heads", exact_heads, heads),
+            ("all nodes", exact_all, sweep.nodes),
+        ):
             found = agreement(exact, _as_edges(scores, names), k=10)
-            print(f"{name:<8} {where:<10} {found.spearman:14.3f} {found.pearson:8.3f} "
-                  f"{found.top_k_shared:8d}")  # fmt: skip
+            print(
+                f"{name:<8} {where:<10} {found.spearman:14.3f} {found.pearson:8.3f} "
+                f"{found.top_k_shared:8d}"
+            )
     print("strongest nodes (exact, nodes, nodes-ig):")
     for name, value in sweep.top(8):
         print(f"  {name:>7} {value:+.3f} {nodes.score(name):+.3f} {ig.score(name):+.3f}")

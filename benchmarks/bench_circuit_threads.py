@@ -79,9 +79,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--load", choices=("quiet", "busy", "both"), default="both")
-    parser.add_argument("--curve", nargs="*", default=None,
-                        help="LOAD:THREADS:IMPL (product or loop) of the curves to measure "
-                        "(default: every one; each takes minutes)")
+    parser.add_argument(
+        "--curve",
+        nargs="*",
+        default=None,
+        help="LOAD:THREADS:IMPL (product or loop) of the curves to measure "
+        "(default: every one; each takes minutes)",
+    )
     args = parser.parse_args()
 
     import headlab
@@ -104,8 +108,14 @@ def main() -> None:
         keep = torch.randperm(len(names), generator=generator)[: len(names) // 5].tolist()
         kept = {names[i] for i in keep}
         sets.append({n for n in names if n not in kept})
-    scores = EdgeScores("random", "logprob", names, torch.rand(len(names), generator=generator)
-                        .tolist(), patcher.clean_value, patcher.corrupted_value)  # fmt: skip
+    scores = EdgeScores(
+        "random",
+        "logprob",
+        names,
+        torch.rand(len(names), generator=generator).tolist(),
+        patcher.clean_value,
+        patcher.corrupted_value,
+    )
     patchers = {"product": new.CircuitPatcher(patcher), "loop": loop_patcher(patcher)}
     circuits_per_size = 4
     forwards = FRACTIONS_RUN * circuits_per_size
@@ -122,8 +132,11 @@ def main() -> None:
             for _ in range(forwards):
                 patcher.runner.forward(0, clean, 1)
 
-    print(f"SmolLM2, {args.pairs} pairs of {clean.shape[1]} tokens, {len(names)} edges; "
-          f"torch {torch.__version__}, {os.cpu_count()} cores", flush=True)
+    print(
+        f"SmolLM2, {args.pairs} pairs of {clean.shape[1]} tokens, {len(names)} edges; "
+        f"torch {torch.__version__}, {os.cpu_count()} cores",
+        flush=True,
+    )
     rows: dict[tuple, list[float]] = {}
     seen = []
     for load in loads(args.load):
@@ -132,8 +145,11 @@ def main() -> None:
             for round_ in range(args.rounds):
                 for threads in args.threads:
                     steps = {("evaluation", impl): evaluation(impl) for impl in patchers}
-                    wanted = [impl for impl in patchers if args.curve is None
-                              or f"{load}:{threads}:{impl}" in args.curve]  # fmt: skip
+                    wanted = [
+                        impl
+                        for impl in patchers
+                        if args.curve is None or f"{load}:{threads}:{impl}" in args.curve
+                    ]
                     for impl in wanted:
                         steps[("curve", impl)] = curve(impl)
                     if wanted:
@@ -146,9 +162,12 @@ def main() -> None:
                             seconds = time.perf_counter() - start
                             cpu = time.process_time() - cpu
                         rows.setdefault((load, threads, *key), []).append((seconds, cpu))
-                        print(f"  {load}, {threads} thread(s), {key[0]}, {key[1]}: "
-                              f"{seconds:.1f} s, CPU {cpu:.1f} s (load average "
-                              f"{load_average():.1f})", flush=True)  # fmt: skip
+                        print(
+                            f"  {load}, {threads} thread(s), {key[0]}, {key[1]}: "
+                            f"{seconds:.1f} s, CPU {cpu:.1f} s (load average "
+                            f"{load_average():.1f})",
+                            flush=True,
+                        )
             seen.append(f"{load}: load average {before:.1f} to {load_average():.1f}")
     print("\n| load | threads | measured | implementation | median s | CPU s |")
     print("| --- | --- | --- | --- | --- | --- |")

@@ -26,8 +26,7 @@ def _progress(what: str):
     started = time.perf_counter()
 
     def show(done: int, total: int) -> None:
-        print(f"  {what}: {done}/{total} edges, {time.perf_counter() - started:.0f} s",
-              flush=True)
+        print(f"  {what}: {done}/{total} edges, {time.perf_counter() - started:.0f} s", flush=True)
 
     return show
 
@@ -59,31 +58,59 @@ def main() -> None:
     patcher = Patcher(model, pairs.clean, pairs.corrupted, metric)
     cached = time.perf_counter() - start
     print(f"load average {os.getloadavg()[0]:.1f}, torch threads {torch.get_num_threads()}")
-    print(f"metric clean {patcher.clean_value:.3f}, corrupted {patcher.corrupted_value:.3f} "
-          f"(prototype: -2.45, -12.48); clean and corrupted runs {cached:.1f} s")  # fmt: skip
-    edges = [e.name for receiver in ("17.g1", "18.g2")
-             for e in patcher.graph.edges_into(receiver, "k") if e.sender[0].isdigit()]  # fmt: skip
+    print(
+        f"metric clean {patcher.clean_value:.3f}, corrupted {patcher.corrupted_value:.3f} "
+        f"(prototype: -2.45, -12.48); clean and corrupted runs {cached:.1f} s"
+    )
+    edges = [
+        e.name
+        for receiver in ("17.g1", "18.g2")
+        for e in patcher.graph.edges_into(receiver, "k")
+        if e.sender[0].isdigit()
+    ]
     start, cpu = time.perf_counter(), time.process_time()
     effects = patcher.effects(edges, chunk=args.chunk, progress=_progress("path patching"))
     exact_time, exact_cpu = time.perf_counter() - start, time.process_time() - cpu
-    exact = EdgeScores("path-patching", metric.kind, edges, effects.tolist(),
-                       patcher.clean_value, patcher.corrupted_value)  # fmt: skip
-    print(f"exact path patching: {len(edges)} edges in {exact_time:.1f} s, CPU {exact_cpu:.1f} s, "
-          f"{args.chunk or patcher.default_chunk()} edges a run, load average now "
-          f"{os.getloadavg()[0]:.1f} (prototype 550-900 s; target 120 s)")
+    exact = EdgeScores(
+        "path-patching",
+        metric.kind,
+        edges,
+        effects.tolist(),
+        patcher.clean_value,
+        patcher.corrupted_value,
+    )
+    print(
+        f"exact path patching: {len(edges)} edges in {exact_time:.1f} s, CPU {exact_cpu:.1f} s, "
+        f"{args.chunk or patcher.default_chunk()} edges a run, load average now "
+        f"{os.getloadavg()[0]:.1f} (prototype 550-900 s; target 120 s)"
+    )
     for name, value in exact.top(5):
         print(f"  {name:>18} {value:+.3f}")
     start = time.perf_counter()
     eap = edge_attribution(model, pairs.clean, pairs.corrupted, metric, patcher=patcher)
-    eap_k = EdgeScores("eap", eap.metric, edges, [eap.scores[eap.edges.index(e)] for e in edges],
-                       eap.clean_metric, eap.corrupted_metric)  # fmt: skip
+    eap_k = EdgeScores(
+        "eap",
+        eap.metric,
+        edges,
+        [eap.scores[eap.edges.index(e)] for e in edges],
+        eap.clean_metric,
+        eap.corrupted_metric,
+    )
     eap_time = time.perf_counter() - start
     print(f"EAP: {len(eap.edges)} edges (all) in {eap_time:.1f} s (prototype: 5 s, K edges only)")
     methods = [("eap", eap_k)]
     if not args.skip_ig:
         start = time.perf_counter()
-        ig = edge_attribution(model, pairs.clean, pairs.corrupted, metric, method="eap-ig",
-                              steps=args.steps, edges=edges, patcher=patcher)  # fmt: skip
+        ig = edge_attribution(
+            model,
+            pairs.clean,
+            pairs.corrupted,
+            metric,
+            method="eap-ig",
+            steps=args.steps,
+            edges=edges,
+            patcher=patcher,
+        )
         print(f"EAP-IG ({args.steps} steps): {time.perf_counter() - start:.1f} s")
         methods.append(("eap-ig", ig))
     print("method   spearman  pearson  top-10 shared  (prototype EAP: 0.885, 0.989, 9)")

@@ -38,8 +38,20 @@ def run_command(method: str, out: Path, extra: list[str]) -> tuple[float, float]
     """(wall s, CPU s of the child) of one ``headlab circuits --method method``."""
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), env.get("PYTHONPATH")]))
-    command = [sys.executable, "-m", "headlab", "circuits", "--model", "smollm2",
-               "--method", method, "--force", "--out", str(out), *extra]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "headlab",
+        "circuits",
+        "--model",
+        "smollm2",
+        "--method",
+        method,
+        "--force",
+        "--out",
+        str(out),
+        *extra,
+    ]
     start = time.perf_counter()
     child = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(child.pid, 0)
@@ -59,8 +71,11 @@ def measure(methods: list[str], rounds: int, extra: list[str], folder: Path) -> 
             wall, cpu = run_command(method, folder / f"{method}.json", extra)
             times[method][0].append(wall)
             times[method][1].append(cpu)
-            print(f"  round {round_ + 1} {method}: wall {wall:.1f} s, CPU {cpu:.1f} s",
-                  file=sys.stderr, flush=True)  # fmt: skip
+            print(
+                f"  round {round_ + 1} {method}: wall {wall:.1f} s, CPU {cpu:.1f} s",
+                file=sys.stderr,
+                flush=True,
+            )
     return times
 
 
@@ -78,8 +93,10 @@ def main(argv: list[str] | None = None) -> None:
     add_load_argument(parser)
     args = parser.parse_args(argv)
     medians: dict[tuple[str, str], tuple[float, float]] = {}
-    print("| load (load average before, after) | method | median wall s | median CPU s | "
-          "CPU / wall | wall / quiet | CPU / quiet |")  # fmt: skip
+    print(
+        "| load (load average before, after) | method | median wall s | median CPU s | "
+        "CPU / wall | wall / quiet | CPU / quiet |"
+    )
     print("| --- | --- | --- | --- | --- | --- | --- |")
     with tempfile.TemporaryDirectory() as tmp:
         for load_ in loads(args.load):
@@ -94,8 +111,10 @@ def main(argv: list[str] | None = None) -> None:
                 medians[(load_, method)] = (w, c)
                 quiet = medians.get(("quiet", method))
                 ratios = f"{w / quiet[0]:.2f} | {c / quiet[1]:.2f}" if quiet else " | "
-                print(f"| {seen} | {method} | {w:.1f} | {c:.1f} | {c / w:.2f} | {ratios} |",
-                      flush=True)  # fmt: skip
+                print(
+                    f"| {seen} | {method} | {w:.1f} | {c:.1f} | {c / w:.2f} | {ratios} |",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

@@ -113,8 +113,15 @@ def main(argv: list[str] | None = None) -> int:
     for length in args.lengths:
         base = {}
         for way in args.ways:
-            command = [sys.executable, __file__, "--child", way, str(length),
-                       "--edges", str(args.edges)]  # fmt: skip
+            command = [
+                sys.executable,
+                __file__,
+                "--child",
+                way,
+                str(length),
+                "--edges",
+                str(args.edges),
+            ]
             row, why = run_child(command)
             if row is None:
                 print(f"| {length} | {way} | failed: {why} | | | |", flush=True)
@@ -125,8 +132,11 @@ def main(argv: list[str] | None = None) -> int:
             if BASELINE.get(way) in base:
                 seconds, memory = base[BASELINE[way]]
                 ratios = [f"{row['seconds'] / seconds:.2f}", f"{mib / memory:.2f}"]
-            print(f"| {length} | {way} | {row['seconds']:.1f} | {ratios[0]} | {mib:.0f} | "
-                  f"{ratios[1]} |", flush=True)  # fmt: skip
+            print(
+                f"| {length} | {way} | {row['seconds']:.1f} | {ratios[0]} | {mib:.0f} | "
+                f"{ratios[1]} |",
+                flush=True,
+            )
     print(f"load average after: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     print(f"bounds (issue 30): memory {BOUNDS['memory']}x, time {BOUNDS['time']}x of sdpa")
     return 0

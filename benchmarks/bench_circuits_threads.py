@@ -70,10 +70,14 @@ def main(argv: list[str] | None = None) -> None:
     add_load_argument(parser)
     args = parser.parse_args(argv)
     model = load("smollm2")
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-          f"torch threads {torch.get_num_threads()}, torch {torch.__version__}")  # fmt: skip
-    print("| method | load (load average before, after) | way | median wall s | "
-          "median CPU s | CPU / wall |")  # fmt: skip
+    print(
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+        f"torch threads {torch.get_num_threads()}, torch {torch.__version__}"
+    )
+    print(
+        "| method | load (load average before, after) | way | median wall s | "
+        "median CPU s | CPU / wall |"
+    )
     print("| --- | --- | --- | --- | --- | --- |")
     for method in args.methods:
         task = TaskRequest("induction", n_pairs=args.pairs, length=args.length)
@@ -91,8 +95,9 @@ def main(argv: list[str] | None = None) -> None:
                 seen = f"{load_} ({before:.1f}, {load_average():.1f})"
             for way, (wall, cpu) in times.items():
                 w, c = statistics.median(wall), statistics.median(cpu)
-                print(f"| {method} | {seen} | {way} | {w:.1f} | {c:.1f} | {c / w:.2f} |",
-                      flush=True)  # fmt: skip
+                print(
+                    f"| {method} | {seen} | {way} | {w:.1f} | {c:.1f} | {c / w:.2f} |", flush=True
+                )
 
 
 if __name__ == "__main__":

@@ -52,9 +52,12 @@ def pages(folder: Path, only: list[str]) -> dict[str, Path]:
 
     from headlab.report.displays import show
 
-    makers = {"pattern-8192": lambda: head_pattern(8192),
-              "pattern-8192-8mib": lambda: head_pattern(8192, budget=8 * 2**20),
-              "roles-8192": long_context_result, "circuit-70651": circuit_run}  # fmt: skip
+    makers = {
+        "pattern-8192": lambda: head_pattern(8192),
+        "pattern-8192-8mib": lambda: head_pattern(8192, budget=8 * 2**20),
+        "roles-8192": long_context_result,
+        "circuit-70651": circuit_run,
+    }
     out = {}
     for name, make in makers.items():
         if only and name not in only:
@@ -84,15 +87,21 @@ def measure(paths: dict[str, Path], repeats: int) -> list[dict]:
                 if name.startswith("circuit"):
                     moves += [page.evaluate(MOVE, v) for v in (900, 700, 500, 300, 100, 0)]
                 page.close()
-            row = {"page": name, "mb": round(path.stat().st_size / 1e6, 2),
-                   "first_paint_ms": round(statistics.median(paints)),
-                   "first_paint_max_ms": round(max(paints)),
-                   "draw_ms": round(statistics.median(draws))}  # fmt: skip
+            row = {
+                "page": name,
+                "mb": round(path.stat().st_size / 1e6, 2),
+                "first_paint_ms": round(statistics.median(paints)),
+                "first_paint_max_ms": round(max(paints)),
+                "draw_ms": round(statistics.median(draws)),
+            }
             if moves:
                 frames = [m["frame_ms"] for m in moves]
                 every = [m["frame_ms"] for m in moves if m["shown"] == moves[-1]["shown"]]
-                row |= {"move_median_ms": round(statistics.median(frames)),
-                        "move_max_ms": round(max(frames)), "every_edge_ms": round(max(every))}
+                row |= {
+                    "move_median_ms": round(statistics.median(frames)),
+                    "move_max_ms": round(max(frames)),
+                    "every_edge_ms": round(max(every)),
+                }
             rows.append(row)
         browser.close()
     return rows

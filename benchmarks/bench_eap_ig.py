@@ -38,8 +38,14 @@ def _exact(patcher, edges, metric, cache: Path):
         return exact
     start = time.perf_counter()
     effects = patcher.effects(edges)
-    exact = EdgeScores("path-patching", metric.kind, edges, effects.tolist(),
-                       patcher.clean_value, patcher.corrupted_value)  # fmt: skip
+    exact = EdgeScores(
+        "path-patching",
+        metric.kind,
+        edges,
+        effects.tolist(),
+        patcher.clean_value,
+        patcher.corrupted_value,
+    )
     print(f"exact path patching: {len(edges)} edges in {time.perf_counter() - start:.1f} s")
     cache.parent.mkdir(parents=True, exist_ok=True)
     partial = cache.with_suffix(".partial")
@@ -54,8 +60,16 @@ def _scores(model, pairs, metric, patcher, edges, method: str, steps: int):
     if method == "clean-corrupted":
         parsed = [patcher.graph.edge(e) for e in edges]
         return attribution_scores(patcher, parsed, [0.0, 1.0]).tolist()
-    found = edge_attribution(model, pairs.clean, pairs.corrupted, metric, method=method,
-                             steps=steps, edges=edges, patcher=patcher)  # fmt: skip
+    found = edge_attribution(
+        model,
+        pairs.clean,
+        pairs.corrupted,
+        metric,
+        method=method,
+        steps=steps,
+        edges=edges,
+        patcher=patcher,
+    )
     return found.scores
 
 
@@ -79,8 +93,12 @@ def main() -> None:
     metric = task_metric(pairs)
     patcher = Patcher(model, pairs.clean, pairs.corrupted, metric)
     print(f"metric clean {patcher.clean_value:.3f}, corrupted {patcher.corrupted_value:.3f}")
-    edges = [e.name for receiver in ("17.g1", "18.g2")
-             for e in patcher.graph.edges_into(receiver, "k") if e.sender[0].isdigit()]  # fmt: skip
+    edges = [
+        e.name
+        for receiver in ("17.g1", "18.g2")
+        for e in patcher.graph.edges_into(receiver, "k")
+        if e.sender[0].isdigit()
+    ]
     exact = _exact(patcher, edges, metric, args.exact_cache)
     top = [name for name, _ in exact.top(3)]
     print("exact top 3: " + ", ".join(f"{n} {exact.scores[edges.index(n)]:+.2f}" for n in top))
@@ -93,8 +111,11 @@ def main() -> None:
         took = time.perf_counter() - start
         found = agreement(exact, EdgeScores(method, metric.kind, edges, scores, 0.0, 0.0))
         tops = " ".join(f"{scores[edges.index(n)]:+.2f}" for n in top)
-        print(f"{run:<22} {found.spearman:8.3f} {found.pearson:8.3f} {found.top_k_shared:6d} "
-              f"{took:6.0f}s  {tops}  (load {load:.1f})", flush=True)
+        print(
+            f"{run:<22} {found.spearman:8.3f} {found.pearson:8.3f} {found.top_k_shared:6d} "
+            f"{took:6.0f}s  {tops}  (load {load:.1f})",
+            flush=True,
+        )
     print(f"torch threads {torch.get_num_threads()}, load average now {os.getloadavg()[0]:.1f}")
 
 

@@ -57,11 +57,15 @@ def main(argv: list[str] | None = None) -> None:
     }
     medians, seen = medians_per_load(runs, args.load, args.repeats)
 
-    print(f"machine: {platform.processor() or platform.machine()}, torch threads "
-          f"{torch.get_num_threads()}, torch {torch.__version__}, "
-          f"load average {', '.join(seen)}")  # fmt: skip
-    print(f"{args.n_texts} texts from the default corpus, batch {args.batch_size}, "
-          f"max_seq_length {ours.pooling.max_seq_length}, median of {args.repeats}\n")  # fmt: skip
+    print(
+        f"machine: {platform.processor() or platform.machine()}, torch threads "
+        f"{torch.get_num_threads()}, torch {torch.__version__}, "
+        f"load average {', '.join(seen)}"
+    )
+    print(
+        f"{args.n_texts} texts from the default corpus, batch {args.batch_size}, "
+        f"max_seq_length {ours.pooling.max_seq_length}, median of {args.repeats}\n"
+    )
     print("\n".join(load_table(medians, BASELINE, args.n_texts, "texts")))
     if not args.skip_importance:
         corpus = default_corpus(args.importance_texts)

@@ -48,8 +48,11 @@ def main() -> None:
     pairs = build_pairs(TaskRequest("induction", args.pairs, args.length), model)
     metric = task_metric(pairs)
     patcher = Patcher(model, pairs.clean, pairs.corrupted, metric)
-    print(f"load average {os.getloadavg()[0]:.1f}; metric clean {patcher.clean_value:.3f}, "
-          f"corrupted {patcher.corrupted_value:.3f}", flush=True)  # fmt: skip
+    print(
+        f"load average {os.getloadavg()[0]:.1f}; metric clean {patcher.clean_value:.3f}, "
+        f"corrupted {patcher.corrupted_value:.3f}",
+        flush=True,
+    )
     start = time.perf_counter()
     scores = edge_attribution(model, pairs.clean, pairs.corrupted, metric, patcher=patcher)
     print(f"EAP: {len(scores.edges)} edges in {time.perf_counter() - start:.1f} s", flush=True)
@@ -61,24 +64,38 @@ def main() -> None:
         now = time.perf_counter()
         times.append(now - last[0])
         last[0] = now
-        print(f"  fraction {done}/{total}: {times[-1]:.0f} s, load average "
-              f"{os.getloadavg()[0]:.1f}", flush=True)  # fmt: skip
+        print(
+            f"  fraction {done}/{total}: {times[-1]:.0f} s, load average {os.getloadavg()[0]:.1f}",
+            flush=True,
+        )
 
-    top, greedy = faithfulness_curves(circuits, scores, ("top", "greedy"), seeds=args.seeds,
-                                      progress=progress)  # fmt: skip
+    top, greedy = faithfulness_curves(
+        circuits, scores, ("top", "greedy"), seeds=args.seeds, progress=progress
+    )
     print(f"{'edges':>7} {'n':>6} {'top':>7} {'greedy':>7}  random (seeds)")
     for i, f in enumerate(top.fractions):
         rand = " ".join(f"{r:+.3f}" for r in top.random[i])
-        print(f"{100 * f:6.1f}% {top.sizes[i]:6d} {top.faithfulness[i]:+7.3f} "
-              f"{greedy.faithfulness[i]:+7.3f}  {rand}")  # fmt: skip
+        print(
+            f"{100 * f:6.1f}% {top.sizes[i]:6d} {top.faithfulness[i]:+7.3f} "
+            f"{greedy.faithfulness[i]:+7.3f}  {rand}"
+        )
     for curve in (top, greedy):
         print(f"{curve.selection:>6}: CPR {curve.cpr:.4f}, CMD {curve.cmd:.4f}")
-    print("random: CPR " + ", ".join(f"{v:.4f}" for v in top.random_cpr)
-          + "; CMD " + ", ".join(f"{v:.4f}" for v in top.random_cmd))  # fmt: skip
+    print(
+        "random: CPR "
+        + ", ".join(f"{v:.4f}" for v in top.random_cpr)
+        + "; CMD "
+        + ", ".join(f"{v:.4f}" for v in top.random_cmd)
+    )
     print(f"total {time.perf_counter() - started:.0f} s, load average {os.getloadavg()[0]:.1f}")
     if args.out is not None:
-        data = {"top": top.to_dict(), "greedy": greedy.to_dict(), "seconds": times,
-                "pairs": args.pairs, "length": args.length}  # fmt: skip
+        data = {
+            "top": top.to_dict(),
+            "greedy": greedy.to_dict(),
+            "seconds": times,
+            "pairs": args.pairs,
+            "length": args.length,
+        }
         partial = args.out.with_name(args.out.name + ".partial")
         partial.write_text(json.dumps(data, indent=1))
         partial.rename(args.out)

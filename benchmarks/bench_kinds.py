@@ -43,26 +43,61 @@ def build(family: str):
     import transformers as tf
 
     if family == "whisper":  # whisper-tiny
-        return tf.WhisperForConditionalGeneration(tf.WhisperConfig(
-            vocab_size=51865, d_model=384, encoder_layers=4, decoder_layers=4,
-            encoder_attention_heads=6, decoder_attention_heads=6, encoder_ffn_dim=1536,
-            decoder_ffn_dim=1536, num_mel_bins=80, suppress_tokens=None,
-            begin_suppress_tokens=None))  # fmt: skip
+        return tf.WhisperForConditionalGeneration(
+            tf.WhisperConfig(
+                vocab_size=51865,
+                d_model=384,
+                encoder_layers=4,
+                decoder_layers=4,
+                encoder_attention_heads=6,
+                decoder_attention_heads=6,
+                encoder_ffn_dim=1536,
+                decoder_ffn_dim=1536,
+                num_mel_bins=80,
+                suppress_tokens=None,
+                begin_suppress_tokens=None,
+            )
+        )
     if family == "t5":  # t5-small
-        return tf.T5ForConditionalGeneration(tf.T5Config(
-            vocab_size=32128, d_model=512, d_kv=64, d_ff=2048, num_layers=6, num_heads=8,
-            decoder_start_token_id=0, pad_token_id=0, eos_token_id=1))  # fmt: skip
+        return tf.T5ForConditionalGeneration(
+            tf.T5Config(
+                vocab_size=32128,
+                d_model=512,
+                d_kv=64,
+                d_ff=2048,
+                num_layers=6,
+                num_heads=8,
+                decoder_start_token_id=0,
+                pad_token_id=0,
+                eos_token_id=1,
+            )
+        )
     if family == "bart":  # bart-base
-        return tf.BartForConditionalGeneration(tf.BartConfig(
-            vocab_size=50265, d_model=768, encoder_layers=6, decoder_layers=6,
-            encoder_attention_heads=12, decoder_attention_heads=12, encoder_ffn_dim=3072,
-            decoder_ffn_dim=3072))  # fmt: skip
+        return tf.BartForConditionalGeneration(
+            tf.BartConfig(
+                vocab_size=50265,
+                d_model=768,
+                encoder_layers=6,
+                decoder_layers=6,
+                encoder_attention_heads=12,
+                decoder_attention_heads=12,
+                encoder_ffn_dim=3072,
+                decoder_ffn_dim=3072,
+            )
+        )
     if family == "vit":  # ViT-B/16 at 224
         return tf.ViTModel(tf.ViTConfig(), add_pooling_layer=False)
     if family == "dinov2_registers":  # DINOv2-S/14 with 4 registers at 224
-        return tf.Dinov2WithRegistersModel(tf.Dinov2WithRegistersConfig(
-            hidden_size=384, num_attention_heads=6, num_hidden_layers=12, image_size=224,
-            patch_size=14, num_register_tokens=4))  # fmt: skip
+        return tf.Dinov2WithRegistersModel(
+            tf.Dinov2WithRegistersConfig(
+                hidden_size=384,
+                num_attention_heads=6,
+                num_hidden_layers=12,
+                image_size=224,
+                patch_size=14,
+                num_register_tokens=4,
+            )
+        )
     return tf.CLIPVisionModel(tf.CLIPVisionConfig())  # CLIP ViT-B/32's vision tower
 
 
@@ -72,11 +107,13 @@ def inputs(family: str, model):
     if family in ("vit", "dinov2_registers", "clip_vision"):
         return torch.randn(2, 3, 224, 224, generator=g), None
     if family == "whisper":
-        return {"input_features": torch.randn(1, 80, 3000, generator=g)}, \
-            torch.randint(4, 50000, (1, 24), generator=g)  # fmt: skip
+        return {"input_features": torch.randn(1, 80, 3000, generator=g)}, torch.randint(
+            4, 50000, (1, 24), generator=g
+        )
     ids = torch.randint(4, 30000, (2, 64), generator=g)
-    return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}, \
-        torch.randint(4, 30000, (2, 24), generator=g)  # fmt: skip
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}, torch.randint(
+        4, 30000, (2, 24), generator=g
+    )
 
 
 def main() -> None:
@@ -88,10 +125,14 @@ def main() -> None:
     args = parser.parse_args()
     torch.manual_seed(0)
     torch.set_grad_enabled(False)
-    print(f"load average at start: {load_average():.1f}; torch {torch.__version__}, "
-          f"transformers {transformers.__version__}, {torch.get_num_threads()} threads")
-    print("| family | params | load ms (headlab / eager) | forward ms (SDPA) | statistics ms | "
-          "ratio | peak MiB | logits | statistics | ablation | greedy |")
+    print(
+        f"load average at start: {load_average():.1f}; torch {torch.__version__}, "
+        f"transformers {transformers.__version__}, {torch.get_num_threads()} threads"
+    )
+    print(
+        "| family | params | load ms (headlab / eager) | forward ms (SDPA) | statistics ms | "
+        "ratio | peak MiB | logits | statistics | ablation | greedy |"
+    )
     print("| --- " * 11 + "|")
     for family in args.families.split(","):
         print(bench_family(family, args.repeats), flush=True)
@@ -116,18 +157,24 @@ def bench_family(family: str, repeats: int) -> str:
         model.save_pretrained(folder, safe_serialization=True)
         if vision:
             transformers.ViTImageProcessor().save_pretrained(folder)
-        loads = interleaved({
-            "headlab": lambda: load(folder),
-            "eager": lambda: type(model).from_pretrained(folder, attn_implementation="eager"),
-        }, repeats, 0)  # fmt: skip
+        loads = interleaved(
+            {
+                "headlab": lambda: load(folder),
+                "eager": lambda: type(model).from_pretrained(folder, attn_implementation="eager"),
+            },
+            repeats,
+            0,
+        )
         ours = load(folder)
     eager = copy.deepcopy(model)
     eager.set_attn_implementation("eager")
     model.set_attn_implementation("sdpa")
     x, target = inputs(family, model)
     if vision:
-        steps = {"forward": lambda: model(pixel_values=x),
-                 "statistics": lambda: vision_statistics(ours, [x])}  # fmt: skip
+        steps = {
+            "forward": lambda: model(pixel_values=x),
+            "statistics": lambda: vision_statistics(ours, [x]),
+        }
         parity = _vision_parity(ours, eager, x)
     else:
         mask = x.get("attention_mask")
@@ -138,15 +185,19 @@ def bench_family(family: str, repeats: int) -> str:
         ids = torch.cat([start, target], dim=1)
         batch = TokenBatch(ids, torch.ones_like(ids, dtype=torch.bool), [])
         pairs = [(source, batch)]
-        steps = {"forward": lambda: model(**x, decoder_input_ids=ids),
-                 "statistics": lambda: encoder_decoder_statistics(ours, pairs)}  # fmt: skip
+        steps = {
+            "forward": lambda: model(**x, decoder_input_ids=ids),
+            "statistics": lambda: encoder_decoder_statistics(ours, pairs),
+        }
         parity = _encoder_decoder_parity(ours, eager, source, batch)
     times = interleaved(steps, repeats, 1)
     peak = measure(lambda _: steps["statistics"](), None)["peak"] / 2**20
     med = {k: statistics.median(v) for k, v in {**loads, **times}.items()}
-    return (f"| {family} | {params / 1e6:.0f}M | {med['headlab']:.0f} / {med['eager']:.0f} | "
-            f"{med['forward']:.0f} | {med['statistics']:.0f} | "
-            f"{med['statistics'] / med['forward']:.2f} | {peak:.0f} | {parity} |")
+    return (
+        f"| {family} | {params / 1e6:.0f}M | {med['headlab']:.0f} / {med['eager']:.0f} | "
+        f"{med['forward']:.0f} | {med['statistics']:.0f} | "
+        f"{med['statistics'] / med['forward']:.2f} | {peak:.0f} | {parity} |"
+    )
 
 
 def _vision_parity(ours, eager, x) -> str:
@@ -165,14 +216,17 @@ def _vision_parity(ours, eager, x) -> str:
     ablated = vision_ablation(ours, [x], [(layer, head)]).ablated
     d = ours.layers[layer].head_dim
     hook = eager.get_submodule(ours.layers[layer].output.path).register_forward_pre_hook(
-        lambda m, a: (a[0].index_fill(-1, torch.arange(head * d, (head + 1) * d), 0.0),))
+        lambda m, a: (a[0].index_fill(-1, torch.arange(head * d, (head + 1) * d), 0.0),)
+    )
     try:
         cls = eager(pixel_values=x).last_hidden_state[:, 0]
     finally:
         hook.remove()
     want = float((1 - torch.cosine_similarity(out.last_hidden_state[:, 0], cls, dim=-1)).mean())
-    return (f"{float((mine - out.last_hidden_state).abs().max()):.0e} | {gap:.0e} | "
-            f"{abs(ablated - want):.0e} | n/a")  # fmt: skip
+    return (
+        f"{float((mine - out.last_hidden_state).abs().max()):.0e} | {gap:.0e} | "
+        f"{abs(ablated - want):.0e} | n/a"
+    )
 
 
 def _encoder_decoder_parity(ours, eager, source, batch) -> str:
@@ -183,8 +237,11 @@ def _encoder_decoder_parity(ours, eager, source, batch) -> str:
     logits = ours.run(source, batch)
     got = stats(ours, [(source, batch)])
     gap = 0.0
-    for kind, weights in (("encoder", out.encoder_attentions), ("cross", out.cross_attentions),
-                          ("decoder", out.decoder_attentions)):  # fmt: skip
+    for kind, weights in (
+        ("encoder", out.encoder_attentions),
+        ("cross", out.cross_attentions),
+        ("decoder", out.decoder_attentions),
+    ):
         for layer, w in enumerate(weights):
             want = w.double()[..., 0].mean(dim=(0, 2))
             measured = torch.tensor(got.kinds[kind].metrics["first"][layer])
@@ -194,11 +251,13 @@ def _encoder_decoder_parity(ours, eager, source, batch) -> str:
     d = ours.layers["cross"][layer].head_dim
     path = ours.layers["cross"][layer].output.path
     hook = eager.get_submodule(path).register_forward_pre_hook(
-        lambda m, a: (a[0].index_fill(-1, torch.arange(head * d, (head + 1) * d), 0.0),))
+        lambda m, a: (a[0].index_fill(-1, torch.arange(head * d, (head + 1) * d), 0.0),)
+    )
     try:
         ablated = eager(**source.inputs, decoder_input_ids=batch.input_ids).logits
-        greedy_eager = eager.generate(**source.inputs, max_new_tokens=8, do_sample=False,
-                                      num_beams=1)  # fmt: skip
+        greedy_eager = eager.generate(
+            **source.inputs, max_new_tokens=8, do_sample=False, num_beams=1
+        )
     finally:
         hook.remove()
     loss = torch.nn.functional.cross_entropy(
@@ -206,13 +265,16 @@ def _encoder_decoder_parity(ours, eager, source, batch) -> str:
     )
     masks = {"cross": [None] * len(ours.layers["cross"])}
     masks["cross"][layer] = torch.ones(ours.heads_per_layer("cross")[layer]).index_fill(
-        0, torch.tensor([head]), 0.0)  # fmt: skip
+        0, torch.tensor([head]), 0.0
+    )
     greedy = ours.generate(source, 8, masks)
     start = ours.start_id()
     wanted = [r[1:] if r[0] == start else r for r in greedy_eager.tolist()]
     same = all(g == w[: len(g)] for g, w in zip(greedy, wanted, strict=True))
-    return (f"{float((logits - out.logits).abs().max()):.0e} | {gap:.0e} | "
-            f"{abs(result.ablated - float(loss)):.0e} | {'equal' if same else 'DIFFERENT'}")
+    return (
+        f"{float((logits - out.logits).abs().max()):.0e} | {gap:.0e} | "
+        f"{abs(result.ablated - float(loss)):.0e} | {'equal' if same else 'DIFFERENT'}"
+    )
 
 
 if __name__ == "__main__":

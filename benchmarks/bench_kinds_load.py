@@ -66,14 +66,20 @@ def bench_family(family: str, repeats: int) -> str:
         def cold():
             return _with_cache(tempfile.mkdtemp(dir=caches), load, folder)
 
-        times = interleaved({
-            "eager": lambda: type(model).from_pretrained(folder, attn_implementation="eager"),
-            "cold": cold,
-            "cached": lambda: _with_cache(warm, load, folder),
-        }, repeats, 0)  # fmt: skip
+        times = interleaved(
+            {
+                "eager": lambda: type(model).from_pretrained(folder, attn_implementation="eager"),
+                "cold": cold,
+                "cached": lambda: _with_cache(warm, load, folder),
+            },
+            repeats,
+            0,
+        )
     eager, first, cached = (statistics.median(times[k]) for k in ("eager", "cold", "cached"))
-    return (f"| {family} | {params / 1e6:.0f}M | {eager:.0f} | {first:.0f} | {cached:.0f} | "
-            f"{first / eager:.1f} | {cached / eager:.1f} |")  # fmt: skip
+    return (
+        f"| {family} | {params / 1e6:.0f}M | {eager:.0f} | {first:.0f} | {cached:.0f} | "
+        f"{first / eager:.1f} | {cached / eager:.1f} |"
+    )
 
 
 def main() -> None:
@@ -82,8 +88,10 @@ def main() -> None:
     parser.add_argument("--families", default=",".join(FAMILIES))
     args = parser.parse_args()
     print(f"load average at start: {load_average():.1f}")
-    print("| family | params | eager ms | headlab cold ms | headlab cached ms | cold / eager | "
-          "cached / eager |")  # fmt: skip
+    print(
+        "| family | params | eager ms | headlab cold ms | headlab cached ms | cold / eager | "
+        "cached / eager |"
+    )
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for family in args.families.split(","):
         print(bench_family(family, args.repeats), flush=True)

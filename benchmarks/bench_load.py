@@ -57,8 +57,9 @@ print(json.dumps({"seconds": seconds, "imports": start - begun, "class": type(mo
 
 def _child(src: Path, name: str, threads: int) -> dict:
     """One fresh process with ``src`` first on the path: {"seconds", "class"} of one load."""
-    row, why = run_child(["env", f"PYTHONPATH={src}", sys.executable, "-c", CHILD, name,
-                          str(threads)])  # fmt: skip
+    row, why = run_child(
+        ["env", f"PYTHONPATH={src}", sys.executable, "-c", CHILD, name, str(threads)]
+    )
     if row is None:
         raise SystemExit(f"load({name!r}) with {src} failed: {why}")
     return row
@@ -73,30 +74,39 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="headlab-bench-load-") as tmp:
         old = Path(tmp) / "old"
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(old),
-                        args.rev], check=True)  # fmt: skip
+        subprocess.run(
+            ["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(old), args.rev],
+            check=True,
+        )
         try:
             sides = {args.rev: old / "src", "this tree": ROOT / "src"}
             if "smollm2" in args.models:
                 start = time.perf_counter()
                 _child(ROOT / "src", "smollm2", args.threads)
-                print(f"conversion, once (or the check of a cache already there), with the "
-                      f"load: {time.perf_counter() - start:.1f} s", flush=True)  # fmt: skip
+                print(
+                    f"conversion, once (or the check of a cache already there), with the "
+                    f"load: {time.perf_counter() - start:.1f} s",
+                    flush=True,
+                )
             samples = _measure(sides, args)
         finally:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(old)],
-                           check=False)  # fmt: skip
+            subprocess.run(
+                ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(old)], check=False
+            )
     names = list(sides)
-    print(f"\n| model | load {names[0]} (s) | load {names[1]} (s) | imports {names[0]} / "
-          f"{names[1]} (s) | classes |")  # fmt: skip
+    print(
+        f"\n| model | load {names[0]} (s) | load {names[1]} (s) | imports {names[0]} / "
+        f"{names[1]} (s) | classes |"
+    )
     print("| --- | --- | --- | --- | --- |")
     for model in args.models:
         a, b = (statistics.median(samples[(n, model)][0]) for n in names)
         i, j = (statistics.median(samples[(n, model)][2]) for n in names)
         classes = " / ".join(samples[(n, model)][1] for n in names)
         print(f"| {model} | {a:.2f} | {b:.2f} | {i:.2f} / {j:.2f} | {classes} |")
-    print(f"\nmedian of {max(args.rounds - 1, 1)} rounds; load average at the end: "
-          f"{os.getloadavg()}")  # fmt: skip
+    print(
+        f"\nmedian of {max(args.rounds - 1, 1)} rounds; load average at the end: {os.getloadavg()}"
+    )
     return 0
 
 
@@ -113,8 +123,11 @@ def _measure(sides: dict[str, Path], args) -> dict:
                     times.append(row["seconds"])
                     imports.append(row["imports"])
                 samples[(name, model)] = (times, row["class"], imports)
-                print(f"round {round_ + 1}, {name}, {model}: {row['seconds']:.2f} s "
-                      f"(imports {row['imports']:.2f} s)", flush=True)  # fmt: skip
+                print(
+                    f"round {round_ + 1}, {name}, {model}: {row['seconds']:.2f} s "
+                    f"(imports {row['imports']:.2f} s)",
+                    flush=True,
+                )
     return samples
 
 

@@ -210,8 +210,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--lengths", type=int, nargs="+", default=None)
     parser.add_argument("--routes", nargs="+", choices=ROUTES, default=None)
     parser.add_argument("--bare", action="store_true")
-    parser.add_argument("--backend", choices=RETIRED_BACKENDS, default=None,
-                        help="retired: chooses nothing (one route)")  # fmt: skip
+    parser.add_argument(
+        "--backend",
+        choices=RETIRED_BACKENDS,
+        default=None,
+        help="retired: chooses nothing (one route)",
+    )
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     parser.add_argument("--random-weights", action="store_true")
     parser.add_argument(
@@ -232,13 +236,19 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = _parser()
     args = parser.parse_args(argv)
     if args.backend is not None and not args.child:
-        print(f"bench_long_context: --backend {args.backend} no longer chooses anything: every "
-              "model runs on the one route (docs/transformers.md)", file=sys.stderr)  # fmt: skip
+        print(
+            f"bench_long_context: --backend {args.backend} no longer chooses anything: every "
+            "model runs on the one route (docs/transformers.md)",
+            file=sys.stderr,
+        )
     if args.bare and set(SDPA_ROUTES) & set(args.routes or ()):
         parser.error("--bare is one headlab module: it has no transformers SDPA forward")
     if args.routes is None:
-        args.routes = ["forward", "streaming", "materialised"] if args.bare else [
-            "sdpa", "forward", "streaming", "roles"]  # fmt: skip
+        args.routes = (
+            ["forward", "streaming", "materialised"]
+            if args.bare
+            else ["sdpa", "forward", "streaming", "roles"]
+        )
     if args.lengths is None:
         args.lengths = (
             [2048, 8192, 32768]

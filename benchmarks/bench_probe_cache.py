@@ -52,8 +52,10 @@ def main(repeats: int = 7) -> None:
     }
     times = interleaved(steps, repeats=repeats, warmup=1)
     base = statistics.median(times["search"])
-    print(f"SmolLM2-135M, {repeats} rounds, torch threads 1, load average "
-          f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}")  # fmt: skip
+    print(
+        f"SmolLM2-135M, {repeats} rounds, torch threads 1, load average "
+        f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}"
+    )
     print(f"{'way':<15} {'median ms':>10} {'x search':>9}  rounds (ms)")
     for name, values in times.items():
         median = statistics.median(values)

@@ -66,8 +66,10 @@ def main(argv: list[str] | None = None) -> None:
         works[f"{name} {TOKENS[name]} tokens"] = functools.partial(
             attend, model, TEXT, max_tokens=TOKENS[name]
         )
-    print(f"machine: {platform.processor() or platform.machine()}, torch threads "
-          f"{torch.get_num_threads()}, torch {torch.__version__}")  # fmt: skip
+    print(
+        f"machine: {platform.processor() or platform.machine()}, torch threads "
+        f"{torch.get_num_threads()}, torch {torch.__version__}"
+    )
     for what, work in works.items():
         runs = {way: _on(way, work) for way in (BASELINE, "one thread", "headlab (one when busy)")}
         medians, seen = medians_per_load(runs, args.load, args.repeats)

@@ -83,22 +83,33 @@ def main() -> None:
     torch.set_num_threads(2)
     model = load("smollm2")
     ids = _ids(model, args.length)
-    times = interleaved({"forward": lambda: _forward(model)(ids),
-                         "marginals": lambda: _marginals(model)(ids)},
-                        repeats=args.repeats, warmup=0)  # fmt: skip
+    times = interleaved(
+        {"forward": lambda: _forward(model)(ids), "marginals": lambda: _marginals(model)(ids)},
+        repeats=args.repeats,
+        warmup=0,
+    )
     median = {name: statistics.median(t) / 1e3 for name, t in times.items()}
     memory = {}
     for what in ("forward", "marginals"):
-        row, why = run_child([sys.executable, __file__, "--child", what,
-                              "--length", str(args.length)])  # fmt: skip
+        row, why = run_child(
+            [sys.executable, __file__, "--child", what, "--length", str(args.length)]
+        )
         memory[what] = row if row is not None else {"failed": why}
     peaks = {w: r.get("peak", 0) - r.get("before", 0) for w, r in memory.items()}
-    print(json.dumps({
-        "length": args.length, "seconds": times, "median_s": median,
-        "time_ratio": median["marginals"] / median["forward"],
-        "memory": memory, "peak_above_weights_mb": {w: p / 2**20 for w, p in peaks.items()},
-        "load_average": [round(x, 2) for x in os.getloadavg()],
-    }, indent=1))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "length": args.length,
+                "seconds": times,
+                "median_s": median,
+                "time_ratio": median["marginals"] / median["forward"],
+                "memory": memory,
+                "peak_above_weights_mb": {w: p / 2**20 for w, p in peaks.items()},
+                "load_average": [round(x, 2) for x in os.getloadavg()],
+            },
+            indent=1,
+        )
+    )
 
 
 if __name__ == "__main__":

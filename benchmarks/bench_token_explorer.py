@@ -58,9 +58,23 @@ def build(out: Path, text: Path) -> float:
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), env.get("PYTHONPATH")]))
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "headlab", "report", "--model", "smollm2",
-                    "--text-file", str(text), "--out", str(out)], check=True, env=env,
-                   stdout=subprocess.DEVNULL)  # fmt: skip
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "headlab",
+            "report",
+            "--model",
+            "smollm2",
+            "--text-file",
+            str(text),
+            "--out",
+            str(out),
+        ],
+        check=True,
+        env=env,
+        stdout=subprocess.DEVNULL,
+    )
     return time.perf_counter() - start
 
 
@@ -94,11 +108,13 @@ def main(argv: list[str] | None = None) -> int:
     views = decoded_views(explorer)
     tokens = explorer["tokens"]
     period = period_of(tokens)
-    print(f"report: {seconds:.0f} s; page {index.stat().st_size / 1e6:.2f} MB; model explorer "
-          f"{explorer_bytes(explorer) / 1e6:.2f} MB of cells, {len(tokens)} tokens, "
-          f"cells {explorer.get('cells', 'uint16 binned')}, bins {explorer['bins']}, "
-          f"triangle {explorer.get('triangle')}; the passage repeats every {period} "
-          "tokens")  # fmt: skip
+    print(
+        f"report: {seconds:.0f} s; page {index.stat().st_size / 1e6:.2f} MB; model explorer "
+        f"{explorer_bytes(explorer) / 1e6:.2f} MB of cells, {len(tokens)} tokens, "
+        f"cells {explorer.get('cells', 'uint16 binned')}, bins {explorer['bins']}, "
+        f"triangle {explorer.get('triangle')}; the passage repeats every {period} "
+        "tokens"
+    )
     previous = strongest(views, lambda q: q - 1)
     best = np.unravel_index(previous.argmax(), previous.shape)
     picks = [("previous-token", int(best[0]), int(best[1]), 1)]
@@ -106,8 +122,10 @@ def main(argv: list[str] | None = None) -> int:
         picks.append(("previous-token", layer, int(previous[layer].argmax()), 1))
     induction = strongest(views, lambda q: q - period + 1 if q >= period else -1)
     picks.append(("induction", 18, 6, period - 1))
-    print(f"induction score of 18.6 here: {induction[18, 6]:.3f} (largest "
-          f"{np.unravel_index(induction.argmax(), induction.shape)})")  # fmt: skip
+    print(
+        f"induction score of 18.6 here: {induction[18, 6]:.3f} (largest "
+        f"{np.unravel_index(induction.argmax(), induction.shape)})"
+    )
     args.shots.mkdir(parents=True, exist_ok=True)
     chromium = shutil.which("chromium") or "/usr/bin/chromium"
     with sync_playwright() as pw:
@@ -120,8 +138,11 @@ def main(argv: list[str] | None = None) -> int:
             page.wait_for_function(READY)
             paints.append(page.evaluate(FRAME))
             page.close()
-        print(f"first paint: median {statistics.median(paints):.0f} ms, slowest "
-              f"{max(paints):.0f} ms over {args.repeats} pages", flush=True)  # fmt: skip
+        print(
+            f"first paint: median {statistics.median(paints):.0f} ms, slowest "
+            f"{max(paints):.0f} ms over {args.repeats} pages",
+            flush=True,
+        )
         page = browser.new_page(viewport={"width": 1280, "height": 1000})
         page.goto(index.as_uri())
         page.wait_for_function(READY)
@@ -133,13 +154,16 @@ def main(argv: list[str] | None = None) -> int:
             canvas = page.get_by_test_id("heatmap-model-0")
             rows = range(max(back, 8), n)
             on = canvas.evaluate(GREEN, [[q, q - back] for q in rows])
-            beside = canvas.evaluate(GREEN, [[q, q - back - d] for q in rows for d in (2, 3, 4, 5)
-                                             if q - back - d >= 0])  # fmt: skip
+            beside = canvas.evaluate(
+                GREEN, [[q, q - back - d] for q in rows for d in (2, 3, 4, 5) if q - back - d >= 0]
+            )
             shot = args.shots / f"smollm2-512-{layer}.{head}-{kind}.png"
             canvas.screenshot(path=str(shot))
-            print(f"{kind} head {layer}.{head} (key {back} back): green on the stripe "
-                  f"{np.mean(on):.0f}, beside it {np.mean(beside):.0f}; {shot}",
-                  flush=True)  # fmt: skip
+            print(
+                f"{kind} head {layer}.{head} (key {back} back): green on the stripe "
+                f"{np.mean(on):.0f}, beside it {np.mean(beside):.0f}; {shot}",
+                flush=True,
+            )
         browser.close()
     shutil.rmtree(folder)
     return 0

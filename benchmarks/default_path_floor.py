@@ -71,13 +71,19 @@ def floor_blocks(
     for b in range(batch):
         for start in range(0, length, rows):
             stop = min(length, start + rows)
-            s = torch.baddbmm(zero.expand(heads, stop - start, length), q[b, :, start:stop],
-                              k[b].transpose(-2, -1), beta=0.0, alpha=d**-0.5)  # fmt: skip
+            s = torch.baddbmm(
+                zero.expand(heads, stop - start, length),
+                q[b, :, start:stop],
+                k[b].transpose(-2, -1),
+                beta=0.0,
+                alpha=d**-0.5,
+            )
             torch.softmax(s, dim=-1, out=s)
             out[b, start:stop] = torch.bmm(s, v[b]).transpose(0, 1)
             torch.mean(s, dim=0, out=mean[b, start:stop])
-    return F.linear(out.view(batch, length, embed), module.out_proj.weight,
-                    module.out_proj.bias), mean  # fmt: skip
+    return F.linear(
+        out.view(batch, length, embed), module.out_proj.weight, module.out_proj.bias
+    ), mean
 
 
 def floor_whole(
@@ -88,8 +94,13 @@ def floor_whole(
     heads = module.num_heads
     d = embed // heads
     q, k, v = (t.reshape(batch * heads, length, d) for t in _split(x, module))
-    s = torch.baddbmm(x.new_zeros(()).expand(batch * heads, length, length), q,
-                      k.transpose(-2, -1), beta=0.0, alpha=d**-0.5)  # fmt: skip
+    s = torch.baddbmm(
+        x.new_zeros(()).expand(batch * heads, length, length),
+        q,
+        k.transpose(-2, -1),
+        beta=0.0,
+        alpha=d**-0.5,
+    )
     torch.softmax(s, dim=-1, out=s)
     out = torch.bmm(s, v).view(batch, heads, length, d).transpose(1, 2).reshape(x.shape)
     mean = s.view(batch, heads, length, length).mean(dim=1)
@@ -109,9 +120,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     sizes = (args.batch, args.seq, args.embed, args.heads, args.repeats)
     if min(sizes) < 1 or args.warmup < 0 or args.embed % args.heads:
-        parser.error(f"sizes and --repeats must be >= 1 and --heads must divide --embed, got "
-                     f"batch {args.batch}, seq {args.seq}, embed {args.embed}, heads "
-                     f"{args.heads}, repeats {args.repeats}")  # fmt: skip
+        parser.error(
+            f"sizes and --repeats must be >= 1 and --heads must divide --embed, got "
+            f"batch {args.batch}, seq {args.seq}, embed {args.embed}, heads "
+            f"{args.heads}, repeats {args.repeats}"
+        )
     allocator.use(args.allocator)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -142,9 +155,11 @@ def main(argv: list[str] | None = None) -> int:
         times = interleaved(steps, args.repeats, args.warmup, faults)
     medians = {name: statistics.median(values) for name, values in times.items()}
     floor = min(medians["floor, blocks"], medians["floor, whole"])
-    print(f"batch {args.batch} x {args.seq} tokens x {args.embed} wide, {args.heads} heads, "
-          f"{torch.get_num_threads()} threads, {args.allocator} allocator, median of "
-          f"{args.repeats}")  # fmt: skip
+    print(
+        f"batch {args.batch} x {args.seq} tokens x {args.embed} wide, {args.heads} heads, "
+        f"{torch.get_num_threads()} threads, {args.allocator} allocator, median of "
+        f"{args.repeats}"
+    )
     print("| call | median ms | / floor | faults |")
     print("| --- | --- | --- | --- |")
     for name, median in medians.items():

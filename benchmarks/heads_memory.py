@@ -34,8 +34,18 @@ from machine_load import load_average
 
 RUNS = ("sdpa-body", "budget", "never", "final", "every")
 #: ``mallinfo2``'s fields (glibc >= 2.33), all size_t.
-MALLINFO2 = ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
-             "fordblks", "keepcost")  # fmt: skip
+MALLINFO2 = (
+    "arena",
+    "ordblks",
+    "smblks",
+    "hblks",
+    "hblkhd",
+    "usmblks",
+    "fsmblks",
+    "uordblks",
+    "fordblks",
+    "keepcost",
+)
 
 
 class _Mallinfo2(ctypes.Structure):
@@ -122,13 +132,17 @@ def _child(run: str, length: int) -> dict:
 
 def _timeline(row: dict) -> list[str]:
     mib = 2**20
-    lines = [f"  {'at':10s} {'rss':>6s} {'peak':>6s} {'arena':>6s} {'mapped':>6s} "
-             f"{'in use':>6s} {'free':>6s}"]  # fmt: skip
+    lines = [
+        f"  {'at':10s} {'rss':>6s} {'peak':>6s} {'arena':>6s} {'mapped':>6s} "
+        f"{'in use':>6s} {'free':>6s}"
+    ]
     for m in row["marks"]:
         heap = [m.get(k) for k in ("arena", "mapped", "in_use", "free")]
         cells = [m["rss"], m["hwm"], *heap]
-        lines.append(f"  {m['tag']:10s} " + " ".join(
-            "     -" if v is None else f"{v / mib:6.0f}" for v in cells))  # fmt: skip
+        lines.append(
+            f"  {m['tag']:10s} "
+            + " ".join("     -" if v is None else f"{v / mib:6.0f}" for v in cells)
+        )
     return lines
 
 
@@ -155,22 +169,30 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{run}: failed: {why}", flush=True)
             continue
         rows.append(row)
-        print(f"{run} at {args.length}: {row['seconds']:.1f} s, peak "
-              f"{row['peak'] / 2**30:.2f} GiB", flush=True)  # fmt: skip
+        print(
+            f"{run} at {args.length}: {row['seconds']:.1f} s, peak {row['peak'] / 2**30:.2f} GiB",
+            flush=True,
+        )
         print("\n".join(_timeline(row)), flush=True)
     base = next((r for r in rows if r["run"] == "sdpa-body"), None)
     timed = next((r for r in rows if r["run"] == "never"), None)
-    print(f"\nSmolLM2 at {args.length} tokens; {platform.machine()}, {os.cpu_count()} cores; "
-          f"load average {min(loads):.1f} to {max(loads):.1f}")  # fmt: skip
-    print("| run | seconds | user s | system s | page faults | peak GiB | peak / sdpa-body "
-          "| time / never |")
+    print(
+        f"\nSmolLM2 at {args.length} tokens; {platform.machine()}, {os.cpu_count()} cores; "
+        f"load average {min(loads):.1f} to {max(loads):.1f}"
+    )
+    print(
+        "| run | seconds | user s | system s | page faults | peak GiB | peak / sdpa-body "
+        "| time / never |"
+    )
     print("| --- " * 8 + "|")
     for r in rows:
         ratio = f"{r['peak'] / base['peak']:.2f}" if base else "-"
         headlab_run = timed is not None and r["run"] != "sdpa-body"
         slower = f"{r['seconds'] / timed['seconds']:.2f}" if headlab_run else "-"
-        print(f"| {r['run']} | {r['seconds']:.1f} | {r['user']:.1f} | {r['system']:.1f} | "
-              f"{r['faults']} | {r['peak'] / 2**30:.2f} | {ratio} | {slower} |")
+        print(
+            f"| {r['run']} | {r['seconds']:.1f} | {r['user']:.1f} | {r['system']:.1f} | "
+            f"{r['faults']} | {r['peak'] / 2**30:.2f} | {ratio} | {slower} |"
+        )
 
 
 if __name__ == "__main__":

@@ -30,9 +30,13 @@ CELLS = [
     "from display_samples import head_statistics, head_pattern, circuit_run, "
     "score_split_result\nfrom long_results import long_context_result, kv_budget_result\n"
     "import headlab",
-    "head_statistics()", "head_pattern(600)", "long_context_result()", "kv_budget_result()",
-    "circuit_run()", "score_split_result()",
-]  # fmt: skip
+    "head_statistics()",
+    "head_pattern(600)",
+    "long_context_result()",
+    "kv_budget_result()",
+    "circuit_run()",
+    "score_split_result()",
+]
 #: Where each front end opens a notebook.
 APPS = {"lab": "/lab/tree/{}.ipynb?reset", "nbclassic": "/notebooks/{}.ipynb"}
 LOCAL = ("http://127.0.0.1", "ws://127.0.0.1", "data:", "blob:")
@@ -77,10 +81,13 @@ def look(url: str) -> dict:
                 break
             time.sleep(2)
         time.sleep(3)
-        out = {"displays": page.locator(".hl-display").count(),
-               "drawn": page.locator(".hl-display[data-hl-drawn]").count(),
-               "summaries": page.locator(".hl-fallback").count(),
-               "console_errors": errors, "requests_off_the_machine": left}  # fmt: skip
+        out = {
+            "displays": page.locator(".hl-display").count(),
+            "drawn": page.locator(".hl-display[data-hl-drawn]").count(),
+            "summaries": page.locator(".hl-fallback").count(),
+            "console_errors": errors,
+            "requests_off_the_machine": left,
+        }
         browser.close()
         return out
 
@@ -91,14 +98,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--app", choices=sorted(APPS), default="lab")
     parser.add_argument("--port", type=int, default=8899)
     args = parser.parse_args(argv)
-    version = subprocess.run([args.jupyter, args.app, "--version"], capture_output=True,
-                             text=True, check=True).stdout.strip()  # fmt: skip
+    version = subprocess.run(
+        [args.jupyter, args.app, "--version"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     with tempfile.TemporaryDirectory() as folder:
         write_notebooks(Path(folder), args.jupyter)
         server = subprocess.Popen(
-            [args.jupyter, args.app, "--no-browser", f"--port={args.port}", "--allow-root",
-             "--ServerApp.token=", "--ServerApp.password=", f"--ServerApp.root_dir={folder}"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+            [
+                args.jupyter,
+                args.app,
+                "--no-browser",
+                f"--port={args.port}",
+                "--allow-root",
+                "--ServerApp.token=",
+                "--ServerApp.password=",
+                f"--ServerApp.root_dir={folder}",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         try:
             time.sleep(15)
             for name in ("trusted", "untrusted"):

@@ -46,35 +46,87 @@ def tiny(kind: str):
     import transformers as tf
 
     torch.manual_seed(0)
-    sizes = dict(vocab_size=97, d_model=24, encoder_layers=2, decoder_layers=3,
-                 encoder_attention_heads=4, decoder_attention_heads=2, encoder_ffn_dim=40,
-                 decoder_ffn_dim=40)  # fmt: skip
-    image = dict(hidden_size=24, num_hidden_layers=3, num_attention_heads=4,
-                 intermediate_size=40, image_size=35, patch_size=7, num_channels=3)  # fmt: skip
+    sizes = dict(
+        vocab_size=97,
+        d_model=24,
+        encoder_layers=2,
+        decoder_layers=3,
+        encoder_attention_heads=4,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=40,
+        decoder_ffn_dim=40,
+    )
+    image = dict(
+        hidden_size=24,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        intermediate_size=40,
+        image_size=35,
+        patch_size=7,
+        num_channels=3,
+    )
     built = {
-        "t5": lambda: tf.T5ForConditionalGeneration(tf.T5Config(
-            vocab_size=97, d_model=24, d_kv=6, d_ff=40, num_layers=3, num_decoder_layers=3,
-            num_heads=4, relative_attention_num_buckets=8, decoder_start_token_id=0,
-            pad_token_id=0, eos_token_id=1)),
-        "bart": lambda: tf.BartForConditionalGeneration(tf.BartConfig(
-            max_position_embeddings=64, **sizes)),
-        "marian": lambda: tf.MarianMTModel(tf.MarianConfig(
-            max_position_embeddings=64, decoder_start_token_id=96, pad_token_id=96,
-            eos_token_id=0, **sizes)),
-        "whisper": lambda: tf.WhisperForConditionalGeneration(tf.WhisperConfig(
-            num_mel_bins=16, max_source_positions=50, max_target_positions=40,
-            decoder_start_token_id=3, pad_token_id=2, eos_token_id=1, bos_token_id=1,
-            suppress_tokens=None, begin_suppress_tokens=None, **sizes)),
+        "t5": lambda: tf.T5ForConditionalGeneration(
+            tf.T5Config(
+                vocab_size=97,
+                d_model=24,
+                d_kv=6,
+                d_ff=40,
+                num_layers=3,
+                num_decoder_layers=3,
+                num_heads=4,
+                relative_attention_num_buckets=8,
+                decoder_start_token_id=0,
+                pad_token_id=0,
+                eos_token_id=1,
+            )
+        ),
+        "bart": lambda: tf.BartForConditionalGeneration(
+            tf.BartConfig(max_position_embeddings=64, **sizes)
+        ),
+        "marian": lambda: tf.MarianMTModel(
+            tf.MarianConfig(
+                max_position_embeddings=64,
+                decoder_start_token_id=96,
+                pad_token_id=96,
+                eos_token_id=0,
+                **sizes,
+            )
+        ),
+        "whisper": lambda: tf.WhisperForConditionalGeneration(
+            tf.WhisperConfig(
+                num_mel_bins=16,
+                max_source_positions=50,
+                max_target_positions=40,
+                decoder_start_token_id=3,
+                pad_token_id=2,
+                eos_token_id=1,
+                bos_token_id=1,
+                suppress_tokens=None,
+                begin_suppress_tokens=None,
+                **sizes,
+            )
+        ),
         "vit": lambda: tf.ViTModel(tf.ViTConfig(**image), add_pooling_layer=False),
         "dinov2": lambda: tf.Dinov2Model(tf.Dinov2Config(**image)),
         "dinov2_registers": lambda: tf.Dinov2WithRegistersModel(
-            tf.Dinov2WithRegistersConfig(num_register_tokens=4, **image)),
+            tf.Dinov2WithRegistersConfig(num_register_tokens=4, **image)
+        ),
         "clip_vision": lambda: tf.CLIPVisionModel(tf.CLIPVisionConfig(**image)),
-        "clip_text": lambda: tf.CLIPTextModel(tf.CLIPTextConfig(
-            vocab_size=97, hidden_size=24, num_hidden_layers=3, num_attention_heads=4,
-            intermediate_size=40, max_position_embeddings=32, eos_token_id=2, bos_token_id=1,
-            pad_token_id=0)),
-    }[kind]()  # fmt: skip
+        "clip_text": lambda: tf.CLIPTextModel(
+            tf.CLIPTextConfig(
+                vocab_size=97,
+                hidden_size=24,
+                num_hidden_layers=3,
+                num_attention_heads=4,
+                intermediate_size=40,
+                max_position_embeddings=32,
+                eos_token_id=2,
+                bos_token_id=1,
+                pad_token_id=0,
+            )
+        ),
+    }[kind]()
     built.set_attn_implementation("eager")
     return built.eval()
 
@@ -93,8 +145,11 @@ def _reduced(w: torch.Tensor) -> dict[str, torch.Tensor]:
     w = w.double()
     plogp = torch.where(w > 0, w * w.clamp_min(1e-300).log(), torch.zeros_like(w))
     mean = lambda per_query: per_query.mean(dim=(0, 2))  # noqa: E731
-    return {"entropy": mean(-plogp.sum(-1)), "max_weight": mean(w.amax(-1)),
-            "first": mean(w[..., 0])}  # fmt: skip
+    return {
+        "entropy": mean(-plogp.sum(-1)),
+        "max_weight": mean(w.amax(-1)),
+        "first": mean(w[..., 0]),
+    }
 
 
 def _gap(measured: dict, eager_weights, names=("entropy", "max_weight", "first")) -> float:
@@ -131,13 +186,22 @@ def encoder_decoder_row(name: str, eager, ours) -> list[str]:
         source = ours.source_ids([[5, 6, 7, 8, 9, 10, 11, int(config.eos_token_id)]])
     target = ours.target_ids([[20, 21, 22, 23, 24, 25]])
     with torch.no_grad():
-        out = eager(**source.inputs, decoder_input_ids=target.input_ids, output_attentions=True,
-                    use_cache=False)  # fmt: skip
+        out = eager(
+            **source.inputs,
+            decoder_input_ids=target.input_ids,
+            output_attentions=True,
+            use_cache=False,
+        )
         logits = ours.run(source, target)
     stats = encoder_decoder_statistics(ours, [(source, target)], patterns=False)
-    gap = max(_gap(stats.kinds[kind].metrics, weights) for kind, weights in
-              (("encoder", out.encoder_attentions), ("decoder", out.decoder_attentions),
-               ("cross", out.cross_attentions)))  # fmt: skip
+    gap = max(
+        _gap(stats.kinds[kind].metrics, weights)
+        for kind, weights in (
+            ("encoder", out.encoder_attentions),
+            ("decoder", out.decoder_attentions),
+            ("cross", out.cross_attentions),
+        )
+    )
     layer = len(ours.layers["cross"]) - 1
     ablation = encoder_decoder_ablation(ours, [(source, target)], "cross", [(layer, HEAD)])
     cross = ours.layers["cross"][layer]
@@ -145,8 +209,9 @@ def encoder_decoder_row(name: str, eager, ours) -> list[str]:
     try:
         with torch.no_grad():
             ablated = eager(**source.inputs, decoder_input_ids=target.input_ids).logits
-            greedy_eager = eager.generate(**source.inputs, max_new_tokens=8, do_sample=False,
-                                          num_beams=1)  # fmt: skip
+            greedy_eager = eager.generate(
+                **source.inputs, max_new_tokens=8, do_sample=False, num_beams=1
+            )
     finally:
         hook.remove()
     loss = torch.nn.functional.cross_entropy(ablated[0, :-1], target.input_ids[0, 1:])
@@ -156,8 +221,13 @@ def encoder_decoder_row(name: str, eager, ours) -> list[str]:
     same = all(g == w[: len(g)] for g, w in zip(greedy, want, strict=True))
     output = float((logits - out.logits).abs().max())
     ablated_gap = abs(ablation.ablated - float(loss))
-    return [name, f"{output:.0e}", f"{gap:.0e}", f"{ablated_gap:.0e}",
-            "equal" if same else "DIFFERENT"]  # fmt: skip
+    return [
+        name,
+        f"{output:.0e}",
+        f"{gap:.0e}",
+        f"{ablated_gap:.0e}",
+        "equal" if same else "DIFFERENT",
+    ]
 
 
 def vision_row(name: str, eager, ours) -> list[str]:
@@ -169,8 +239,9 @@ def vision_row(name: str, eager, ours) -> list[str]:
         states = ours.run(x).last_hidden_state
     stats = vision_statistics(ours, [x])
     # cls is the weight on the first key (the class token)
-    gap = _gap({("first" if k == "cls" else k): v for k, v in stats.metrics.items()},
-               out.attentions)  # fmt: skip
+    gap = _gap(
+        {("first" if k == "cls" else k): v for k, v in stats.metrics.items()}, out.attentions
+    )
     layer = ours.num_layers - 1
     ablated = vision_ablation(ours, [x], [(layer, HEAD)]).ablated
     attention = ours.layers[layer]
@@ -181,8 +252,13 @@ def vision_row(name: str, eager, ours) -> list[str]:
     finally:
         hook.remove()
     want = float((1 - torch.cosine_similarity(out.last_hidden_state[:, 0], cls, dim=-1)).mean())
-    return [name, f"{float((states - out.last_hidden_state).abs().max()):.0e}", f"{gap:.0e}",
-            f"{abs(ablated - want):.0e}", "n/a"]  # fmt: skip
+    return [
+        name,
+        f"{float((states - out.last_hidden_state).abs().max()):.0e}",
+        f"{gap:.0e}",
+        f"{abs(ablated - want):.0e}",
+        "n/a",
+    ]
 
 
 def text_row(name: str, eager, ours, texts: list[str]) -> list[str]:
@@ -214,17 +290,32 @@ def text_row(name: str, eager, ours, texts: list[str]) -> list[str]:
             plain = eager(input_ids=ids, attention_mask=mask)
             ablated_eager = plain.logits if ours.causal else plain.last_hidden_state
             if ours.causal:
-                greedy_eager = eager.generate(ids, attention_mask=mask, max_new_tokens=8,
-                                              do_sample=False, pad_token_id=ours._pad_id())
+                greedy_eager = eager.generate(
+                    ids,
+                    attention_mask=mask,
+                    max_new_tokens=8,
+                    do_sample=False,
+                    pad_token_id=ours._pad_id(),
+                )
     finally:
         hook.remove()
     if ours.causal:
         with torch.no_grad(), ours._head_masks(mask_heads):
-            greedy = ours.model.generate(ids, attention_mask=mask, max_new_tokens=8,
-                                         do_sample=False, pad_token_id=ours._pad_id())  # fmt: skip
+            greedy = ours.model.generate(
+                ids,
+                attention_mask=mask,
+                max_new_tokens=8,
+                do_sample=False,
+                pad_token_id=ours._pad_id(),
+            )
         same = "equal" if torch.equal(greedy, greedy_eager) else "DIFFERENT"
-    return [name, f"{float((got_out - want_out).abs().max()):.0e}", f"{gap:.0e}",
-            f"{float((ablated_ours - ablated_eager).abs().max()):.0e}", same]  # fmt: skip
+    return [
+        name,
+        f"{float((got_out - want_out).abs().max()):.0e}",
+        f"{gap:.0e}",
+        f"{float((ablated_ours - ablated_eager).abs().max()):.0e}",
+        same,
+    ]
 
 
 def main() -> None:
@@ -240,8 +331,10 @@ def main() -> None:
     from headlab.models.hf.encoder_decoder import EncoderDecoderModel
     from headlab.models.hf.vision import VisionModel
 
-    print(f"load average before: {load_average():.2f}; torch {torch.__version__}, "
-          f"transformers {transformers.__version__}")  # fmt: skip
+    print(
+        f"load average before: {load_average():.2f}; torch {torch.__version__}, "
+        f"transformers {transformers.__version__}"
+    )
     rows = []
     for kind in TINY_ENCODER_DECODERS:
         eager = tiny(kind)
@@ -281,8 +374,10 @@ def main() -> None:
 
         torch.set_grad_enabled(False)
         print(f"\n{torch.get_num_threads()} threads; random weights at real sizes:")
-        print("| family | params | load ms (headlab / eager) | forward ms (SDPA) | statistics ms "
-              "| ratio | peak MiB | logits | statistics | ablation | greedy |")
+        print(
+            "| family | params | load ms (headlab / eager) | forward ms (SDPA) | statistics ms "
+            "| ratio | peak MiB | logits | statistics | ablation | greedy |"
+        )
         print("| --- " * 11 + "|")
         for family in FAMILIES:
             print(bench_family(family, args.repeats), flush=True)

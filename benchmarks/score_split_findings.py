@@ -29,8 +29,10 @@ from headlab.circuits.score_split import split_scores
 INDUCTION_HEADS = ((17, 3), (17, 4), (18, 6))  # the detector's top three (docs/circuits.md)
 PREVIOUS_TOKEN = ("16.0", "17.8")
 RETRIEVAL_HEAD = (20, 6)  # model roles' top retrieval head (docs/long-context.md)
-PASSAGE = ("the lighthouse keeper counted seven ships before the storm reached the harbour and "
-           "then wrote their names in a blue notebook that nobody ever read again")  # fmt: skip
+PASSAGE = (
+    "the lighthouse keeper counted seven ships before the storm reached the harbour and "
+    "then wrote their names in a blue notebook that nobody ever read again"
+)
 
 
 def smollm2():
@@ -61,8 +63,9 @@ def induction(pairs: int) -> dict:
             sides = Sides(model, task.clean[b : b + 1])
             queries = task.mask[b].nonzero().squeeze(-1).tolist()[-8:]
             for layer, head in INDUCTION_HEADS:
-                result = split_scores(sides, layer, head, queries, KeySpec.parse("induction"),
-                                      sources=0)  # fmt: skip
+                result = split_scores(
+                    sides, layer, head, queries, KeySpec.parse("induction"), sources=0
+                )
                 names[layer] = result.components
                 for pair in result.pairs:  # each pair's terms as shares of its q.k
                     for name, value in zip(result.components, pair.key_marginal, strict=True):
@@ -84,17 +87,23 @@ def induction(pairs: int) -> dict:
         top = sorted(senders, key=lambda n: -mean[n])[:6]
         by_effect = sorted(senders, key=lambda n: effect[n])[:6]
         out["heads"][f"{layer}.{head}"] = {
-            "group": group, "queries": counted[(layer, head)],
+            "group": group,
+            "queries": counted[(layer, head)],
             "top_key_side": [[n, round(mean[n], 4)] for n in top],
             "top_k_edge_effect": [[n, round(effect[n], 4)] for n in by_effect],
-            "previous_token_ranks": {p: 1 + sorted(senders, key=lambda n: -mean[n]).index(p)
-                                     for p in PREVIOUS_TOKEN if p in senders},
-            "spearman_share_vs_minus_effect": spearman([mean[n] for n in senders],
-                                                       [-effect[n] for n in senders]),
-            "spearman_abs": spearman([abs(mean[n]) for n in senders],
-                                     [abs(effect[n]) for n in senders]),
+            "previous_token_ranks": {
+                p: 1 + sorted(senders, key=lambda n: -mean[n]).index(p)
+                for p in PREVIOUS_TOKEN
+                if p in senders
+            },
+            "spearman_share_vs_minus_effect": spearman(
+                [mean[n] for n in senders], [-effect[n] for n in senders]
+            ),
+            "spearman_abs": spearman(
+                [abs(mean[n]) for n in senders], [abs(effect[n]) for n in senders]
+            ),
             "senders": len(senders),
-        }  # fmt: skip
+        }
     out["clean_metric"], out["corrupted_metric"] = patcher.clean_value, patcher.corrupted_value
     return out
 
@@ -119,12 +128,12 @@ def sink() -> dict:
             weights = []
             for head in range(model.heads_per_layer[layer]):
                 bos = split_scores(sides, layer, head, queries, KeySpec.parse("bos"), sources=0)
-                rest = split_scores(sides, layer, head, queries, KeySpec.parse("previous"),
-                                    sources=0)  # fmt: skip
+                rest = split_scores(
+                    sides, layer, head, queries, KeySpec.parse("previous"), sources=0
+                )
                 for result, into in ((bos, total), (rest, other)):
                     for pair in result.pairs:
-                        for name, value in zip(result.components, pair.key_marginal,
-                                               strict=True):  # fmt: skip
+                        for name, value in zip(result.components, pair.key_marginal, strict=True):
                             into[name] += value / len(result.pairs) / 9
                 gaps = [p.score - r.score for p, r in zip(bos.pairs, rest.pairs, strict=True)]
                 weights.append(sum(gaps) / len(gaps))
@@ -134,15 +143,18 @@ def sink() -> dict:
                 "bos_key_side_top": [[n, round(total[n], 3), round(other[n], 3)] for n in top],
                 "bos_q_dot_k": round(sum(total.values()), 3),
                 "previous_q_dot_k": round(sum(other.values()), 3),
-            }  # fmt: skip
+            }
     return out
 
 
 def retrieval(length: int) -> dict:
     model = smollm2()
     filler = natural_text(model, 4000)
-    passage = model.encode(" " + PASSAGE)[1:] if model.encode("a")[0] != model.encode("a")[-1] \
-        else model.encode(" " + PASSAGE)  # fmt: skip
+    passage = (
+        model.encode(" " + PASSAGE)[1:]
+        if model.encode("a")[0] != model.encode("a")[-1]
+        else model.encode(" " + PASSAGE)
+    )
     body = length - 2 * len(passage) - 2
     reps = (filler * (1 + body // len(filler)))[1 : body + 1]
     at = len(reps) // 10
@@ -152,10 +164,8 @@ def retrieval(length: int) -> dict:
     layer, head = RETRIEVAL_HEAD
     with torch.no_grad():
         sides = Sides(model, torch.tensor([ids]))
-        result = split_scores(sides, layer, head, queries, KeySpec.parse("induction"),
-                              sources=2)  # fmt: skip
-        attended = split_scores(sides, layer, head, queries, KeySpec.parse("attended"),
-                                sources=0)  # fmt: skip
+        result = split_scores(sides, layer, head, queries, KeySpec.parse("induction"), sources=2)
+        attended = split_scores(sides, layer, head, queries, KeySpec.parse("attended"), sources=0)
     mean: dict[str, float] = defaultdict(float)
     for pair in result.pairs:
         for name, value in zip(result.components, pair.key_marginal, strict=True):
@@ -168,7 +178,9 @@ def retrieval(length: int) -> dict:
                 sources[(split.component, p - pair.key)] += v / len(result.pairs)
     top_sources = sorted(sources, key=lambda k: -abs(sources[k]))[:6]
     return {
-        "length": len(ids), "passage_tokens": len(passage), "queries": len(queries),
+        "length": len(ids),
+        "passage_tokens": len(passage),
+        "queries": len(queries),
         "hits": sum(a.key == p.key for a, p in zip(attended.pairs, result.pairs, strict=True)),
         "induction_q_dot_k": round(sum(p.raw for p in result.pairs) / len(result.pairs), 3),
         "key_side_top": [[n, round(mean[n], 3)] for n in top],
@@ -201,8 +213,9 @@ def toys(steps: int) -> dict:
         def keep(step, tiny, final=final):
             final["tiny"] = tiny
 
-        run_one(FormationRequest(heads=heads, steps=steps, every=steps).run_config(),
-                on_checkpoint=keep)  # fmt: skip
+        run_one(
+            FormationRequest(heads=heads, steps=steps, every=steps).run_config(), on_checkpoint=keep
+        )
         model = as_transformers(final["tiny"])
         model.model.double()
         clean = task_pairs(8, 123)[0]
@@ -214,9 +227,13 @@ def toys(steps: int) -> dict:
                 for layer in range(model.num_layers):
                     found = key_profiles(sides, layer, list(range(length // 2, length)))
                     layers[layer].append((found["within"], found["to_one_head"]))
-        out[f"h={heads}"] = {layer: [round(sum(v[0] for v in got) / len(got), 3),
-                                     round(sum(v[1] for v in got) / len(got), 3)]
-                             for layer, got in layers.items()}  # fmt: skip
+        out[f"h={heads}"] = {
+            layer: [
+                round(sum(v[0] for v in got) / len(got), 3),
+                round(sum(v[1] for v in got) / len(got), 3),
+            ]
+            for layer, got in layers.items()
+        }
     return out
 
 
@@ -229,9 +246,13 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(2)
     start = time.perf_counter()
-    found = {"induction": lambda: induction(args.pairs), "sink": sink,
-             "retrieval": lambda: retrieval(args.length), "profiles": profiles,
-             "toys": lambda: toys(args.steps)}[args.what]()  # fmt: skip
+    found = {
+        "induction": lambda: induction(args.pairs),
+        "sink": sink,
+        "retrieval": lambda: retrieval(args.length),
+        "profiles": profiles,
+        "toys": lambda: toys(args.steps),
+    }[args.what]()
     found["wall_s"] = round(time.perf_counter() - start, 1)
     found["load_average"] = [round(x, 2) for x in os.getloadavg()]
     print(json.dumps(found, indent=1, default=str))

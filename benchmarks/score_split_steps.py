@@ -23,8 +23,10 @@ from bench_score_split import _forward, _ids
 def timed(name: str, fn):
     cpu, wall = time.process_time(), time.perf_counter()
     out = fn()
-    print(f"{name}: cpu {time.process_time() - cpu:.1f} s, wall {time.perf_counter() - wall:.1f} s",
-          flush=True)  # fmt: skip
+    print(
+        f"{name}: cpu {time.process_time() - cpu:.1f} s, wall {time.perf_counter() - wall:.1f} s",
+        flush=True,
+    )
     return out
 
 

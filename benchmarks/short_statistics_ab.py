@@ -39,8 +39,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     gguf = Path(_gguf(args))
-    tools = {"headlab": (load_headlab(gguf), run_headlab),
-             "transformer_lens": (load_transformer_lens(gguf), run_transformer_lens)}  # fmt: skip
+    tools = {
+        "headlab": (load_headlab(gguf), run_headlab),
+        "transformer_lens": (load_transformer_lens(gguf), run_transformer_lens),
+    }
     ids, n = repeated_ids(args.length), args.length // 2
     cpu: dict[str, list[float]] = {tool: [] for tool in tools}
     with torch.inference_mode():
@@ -54,8 +56,10 @@ def main(argv: list[str] | None = None) -> int:
                 run(loaded, ids, n)
                 cpu[tool].append(time.process_time() - start)
     for tool, values in cpu.items():
-        print(f"{tool}: median CPU {statistics.median(values):.3f} s of "
-              f"{', '.join(f'{v:.3f}' for v in values)}")  # fmt: skip
+        print(
+            f"{tool}: median CPU {statistics.median(values):.3f} s of "
+            f"{', '.join(f'{v:.3f}' for v in values)}"
+        )
     ratio = statistics.median(cpu["headlab"]) / statistics.median(cpu["transformer_lens"])
     print(f"headlab / transformer_lens: {ratio:.3f}x CPU at {args.length} tokens")
     return 0 if worst <= args.tolerance else 1

@@ -74,8 +74,10 @@ def main(argv: list[str] | None = None) -> int:
     with torch.inference_mode():
         times = interleaved(steps, args.repeats, warmup=1)  # ms
     base = statistics.median(times["sdpa"])
-    print(f"one causal layer, {HEADS} heads on {KV_HEADS} K/V heads, {args.length} tokens, "
-          f"{torch.get_num_threads()} threads, median of {args.repeats}")  # fmt: skip
+    print(
+        f"one causal layer, {HEADS} heads on {KV_HEADS} K/V heads, {args.length} tokens, "
+        f"{torch.get_num_threads()} threads, median of {args.repeats}"
+    )
     print("| route | seconds | / sdpa |")
     print("| --- | --- | --- |")
     for name, values in times.items():

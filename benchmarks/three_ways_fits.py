@@ -140,9 +140,14 @@ def ratios(rows: list[dict], tool: str = "transformer_lens") -> list[str]:
         theirs = [r for r in rows if r["length"] == length and r["tool"] == tool]
         if ours and theirs:
             a, b = ours[0], theirs[0]
-            cpu = (f", CPU {a['cpu_seconds'] / b['cpu_seconds']:.2f}x"
-                   if "cpu_seconds" in a and "cpu_seconds" in b else "")  # fmt: skip
+            cpu = (
+                f", CPU {a['cpu_seconds'] / b['cpu_seconds']:.2f}x"
+                if "cpu_seconds" in a and "cpu_seconds" in b
+                else ""
+            )
             memory = (a["peak"] - a["before"]) / max(1, b["peak"] - b["before"])
-            lines.append(f"{length}: headlab / {tool}: time {a['seconds'] / b['seconds']:.2f}x"
-                         f"{cpu}, extra memory {memory:.2f}x")  # fmt: skip
+            lines.append(
+                f"{length}: headlab / {tool}: time {a['seconds'] / b['seconds']:.2f}x"
+                f"{cpu}, extra memory {memory:.2f}x"
+            )
     return lines

@@ -35,8 +35,9 @@ ROOT = HERE.parent
 def _run(command: list[str], src: Path, out: Path) -> dict:
     """One benchmark process with ``src`` first on the path; its --json-out document."""
     env = {**os.environ, "PYTHONPATH": str(src)}
-    done = subprocess.run([*command, "--json-out", str(out)], env=env, check=False,
-                          capture_output=True, text=True)  # fmt: skip
+    done = subprocess.run(
+        [*command, "--json-out", str(out)], env=env, check=False, capture_output=True, text=True
+    )
     if done.returncode:
         raise SystemExit(f"{' '.join(command)} failed:\n{done.stderr[-2000:]}")
     return json.loads(out.read_text())
@@ -70,21 +71,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=11, help="bench_attention's --repeats")
     parser.add_argument("--lengths", type=int, nargs="+", default=[2048, 8192])
     parser.add_argument("--only", help="bench_attention's --only: one size")
-    parser.add_argument("--skip", choices=("attention", "long-context"), action="append",
-                        default=[])  # fmt: skip
+    parser.add_argument(
+        "--skip", choices=("attention", "long-context"), action="append", default=[]
+    )
     add_load_argument(parser)  # passed on to both benchmarks
     allocator.add_argument(parser)  # passed on to bench_attention
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="headlab-versus-") as tmp:
         old = Path(tmp) / "old"
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(old),
-                        args.rev], check=True)  # fmt: skip
+        subprocess.run(
+            ["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(old), args.rev],
+            check=True,
+        )
         try:
             sides = {args.rev: old, "this tree": ROOT}
             medians = _measure(sides, args, Path(tmp))
         finally:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(old)],
-                           check=False)  # fmt: skip
+            subprocess.run(
+                ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(old)], check=False
+            )
     names = list(sides)
     print(f"\n| row | {names[0]} | {names[1]} | this tree / {names[0]} |")
     print("| --- | --- | --- | --- |")
@@ -105,16 +110,32 @@ def _measure(sides: dict[str, Path], args, tmp: Path) -> dict[str, dict[str, flo
             tree = sides[name]
             rows: dict[str, float] = {}
             if "attention" not in args.skip:
-                command = [sys.executable, str(HERE / "bench_attention.py"), "--repeats",
-                           str(args.repeats), "--threads", str(args.threads)]  # fmt: skip
+                command = [
+                    sys.executable,
+                    str(HERE / "bench_attention.py"),
+                    "--repeats",
+                    str(args.repeats),
+                    "--threads",
+                    str(args.threads),
+                ]
                 command += ["--only", args.only] if args.only else []
                 command += ["--load", args.load, "--allocator", args.allocator]
                 rows |= attention_rows(_run(command, tree / "src", tmp / "a.json"))
             if "long-context" not in args.skip:
-                command = [sys.executable, str(tree / "benchmarks" / "bench_long_context.py"),
-                           "--random-weights", "--threads", str(args.threads), "--routes",
-                           "forward", "streaming", "--lengths",
-                           *map(str, args.lengths), "--load", args.load]  # fmt: skip
+                command = [
+                    sys.executable,
+                    str(tree / "benchmarks" / "bench_long_context.py"),
+                    "--random-weights",
+                    "--threads",
+                    str(args.threads),
+                    "--routes",
+                    "forward",
+                    "streaming",
+                    "--lengths",
+                    *map(str, args.lengths),
+                    "--load",
+                    args.load,
+                ]
                 rows |= long_context_rows(_run(command, tree / "src", tmp / "l.json"))
             for key, value in rows.items():
                 samples[name].setdefault(key, []).append(value)

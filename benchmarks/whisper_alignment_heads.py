@@ -72,8 +72,11 @@ def read_ctranslate2(path: Path) -> dict[str, np.ndarray]:
 
 def whisper_state(v: dict[str, np.ndarray], layers: int) -> dict[str, torch.Tensor]:
     """transformers' Whisper state dict from CTranslate2's WhisperSpec variables."""
-    t = {k: torch.from_numpy(np.array(a, dtype=np.float32)) for k, a in v.items()
-         if a.dtype == np.float16 or a.dtype == np.float32}  # fmt: skip
+    t = {
+        k: torch.from_numpy(np.array(a, dtype=np.float32))
+        for k, a in v.items()
+        if a.dtype == np.float16 or a.dtype == np.float32
+    }
     out = {}
 
     def linear(hf: str, ct: str, rows: slice = slice(None), bias: bool = True):
@@ -123,12 +126,22 @@ def load(folder: Path):
 
     variables = read_ctranslate2(folder / "model.bin")
     config = transformers.WhisperConfig(
-        vocab_size=51864, d_model=384, encoder_layers=4, decoder_layers=4,
-        encoder_attention_heads=6, decoder_attention_heads=6, encoder_ffn_dim=1536,
-        decoder_ffn_dim=1536, num_mel_bins=80, decoder_start_token_id=START,
-        pad_token_id=END, eos_token_id=END, bos_token_id=END, suppress_tokens=None,
+        vocab_size=51864,
+        d_model=384,
+        encoder_layers=4,
+        decoder_layers=4,
+        encoder_attention_heads=6,
+        decoder_attention_heads=6,
+        encoder_ffn_dim=1536,
+        decoder_ffn_dim=1536,
+        num_mel_bins=80,
+        decoder_start_token_id=START,
+        pad_token_id=END,
+        eos_token_id=END,
+        bos_token_id=END,
+        suppress_tokens=None,
         begin_suppress_tokens=None,
-    )  # fmt: skip
+    )
     model = transformers.WhisperForConditionalGeneration(config)
     missing, unexpected = model.load_state_dict(whisper_state(variables, 4), strict=False)
     if [m for m in missing if "proj_out" not in m] or unexpected:
@@ -146,8 +159,9 @@ def transcript(model, source, limit: int = 60) -> list[int]:
     with torch.no_grad():
         encoded = model.model.get_encoder()(**source.inputs)  # once: 1500 positions
         for _ in range(limit):
-            logits = model.model(encoder_outputs=encoded,
-                                 decoder_input_ids=torch.tensor([ids])).logits  # fmt: skip
+            logits = model.model(
+                encoder_outputs=encoded, decoder_input_ids=torch.tensor([ids])
+            ).logits
             token = int(logits[0, -1].argmax())
             if token == END:
                 break

@@ -98,8 +98,10 @@ def main() -> None:
     ranked = sorted(((float(cross[l, h]), l, h) for l in range(4) for h in range(6)), reverse=True)
     k = len(chosen)
     hits = sum((l, h) in chosen for _, l, h in ranked[:k])
-    print(f"top {k} by sum |score|: {[(l, h) for _, l, h in ranked[:k]]}; {hits}/{k} are "
-          f"OpenAI's (chance {k}/24)")  # fmt: skip
+    print(
+        f"top {k} by sum |score|: {[(l, h) for _, l, h in ranked[:k]]}; {hits}/{k} are "
+        f"OpenAI's (chance {k}/24)"
+    )
 
 
 def _layer(node: str) -> int:

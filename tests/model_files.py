@@ -31,11 +31,18 @@ def byte_llama(folder: Path, positions: int, *, special: str | None = None) -> P
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
     config = transformers.LlamaConfig(
-        vocab_size=256 + (special is not None), hidden_size=64, num_attention_heads=4,
-        num_key_value_heads=2, intermediate_size=96, num_hidden_layers=2,
-        max_position_embeddings=positions, tie_word_embeddings=False, bos_token_id=None,
-        eos_token_id=None, pad_token_id=None,
-    )  # fmt: skip
+        vocab_size=256 + (special is not None),
+        hidden_size=64,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        max_position_embeddings=positions,
+        tie_word_embeddings=False,
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=None,
+    )
     torch.manual_seed(3)
     model = transformers.LlamaForCausalLM(config)
     if special is not None:

@@ -72,13 +72,30 @@ def test_the_default_path_floors_compute_torchs_default_forward(block_elements, 
 
 def test_the_default_path_floor_runs_and_prints_its_table(capsys):
     floor = pytest.importorskip("default_path_floor")
-    argv = ["--batch", "2", "--seq", "5", "--embed", "12", "--heads", "3", "--repeats", "1",
-            "--warmup", "0"]  # fmt: skip
+    argv = [
+        "--batch",
+        "2",
+        "--seq",
+        "5",
+        "--embed",
+        "12",
+        "--heads",
+        "3",
+        "--repeats",
+        "1",
+        "--warmup",
+        "0",
+    ]
     assert floor.main(argv) == 0
     lines = capsys.readouterr().out.splitlines()
     names = [line.split(" | ")[0].lstrip("| ") for line in lines if line.startswith("| ")][2:]
-    assert names == ["torch default", "headlab default", "floor, blocks", "floor, whole",
-                     "projections"]  # fmt: skip
+    assert names == [
+        "torch default",
+        "headlab default",
+        "floor, blocks",
+        "floor, whole",
+        "projections",
+    ]
     assert lines[-1].startswith("torch / headlab ")
 
 
@@ -103,21 +120,23 @@ def test_interleaved_counts_the_page_faults_of_each_call():
 def test_the_steady_allocator_hands_freed_memory_back_to_the_next_call():
     # in a fresh process: 8 MiB malloc'ed, touched and freed twice; held steady, the second
     # time touches the pages the first one left, so it faults almost none of its 2048 pages
-    code = "\n".join([
-        "import ctypes, ctypes.util, sys",
-        f"sys.path.insert(0, {str(Path(__file__).parents[1] / 'benchmarks')!r})",
-        "import allocator",
-        "allocator.hold_steady()",
-        "libc = ctypes.CDLL(ctypes.util.find_library('c'))",
-        "libc.malloc.restype = ctypes.c_void_p",
-        "size = 8 * 2**20",
-        "for _ in range(2):",
-        "    before = allocator.page_faults()",
-        "    block = libc.malloc(size)",
-        "    ctypes.memset(block, 1, size)",
-        "    libc.free(ctypes.c_void_p(block))",
-        "    print(allocator.page_faults() - before)",
-    ])  # fmt: skip
+    code = "\n".join(
+        [
+            "import ctypes, ctypes.util, sys",
+            f"sys.path.insert(0, {str(Path(__file__).parents[1] / 'benchmarks')!r})",
+            "import allocator",
+            "allocator.hold_steady()",
+            "libc = ctypes.CDLL(ctypes.util.find_library('c'))",
+            "libc.malloc.restype = ctypes.c_void_p",
+            "size = 8 * 2**20",
+            "for _ in range(2):",
+            "    before = allocator.page_faults()",
+            "    block = libc.malloc(size)",
+            "    ctypes.memset(block, 1, size)",
+            "    libc.free(ctypes.c_void_p(block))",
+            "    print(allocator.page_faults() - before)",
+        ]
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     if "needs glibc" in done.stderr:
         pytest.skip("not glibc")
@@ -130,5 +149,7 @@ def test_the_statistics_floor_runs_and_prints_its_table(capsys):
     assert floor.main(["--length", "17", "--repeats", "1"]) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
     assert [row.split(" | ")[0].lstrip("| ") for row in rows[2:]] == [
-        "sdpa", "weights", "statistics"
-    ]  # fmt: skip
+        "sdpa",
+        "weights",
+        "statistics",
+    ]

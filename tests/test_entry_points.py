@@ -18,10 +18,13 @@ from headlab.notices import AttentionSwitched, HeadlabWarning
 
 
 def test_the_packages_are_attributes_of_headlab_in_a_fresh_interpreter():
-    code = ("import headlab; print(headlab.models.load.__module__, "
-            "headlab.circuits.Patcher.__name__, 'models' in dir(headlab))")  # fmt: skip
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True).stdout.split()  # fmt: skip
+    code = (
+        "import headlab; print(headlab.models.load.__module__, "
+        "headlab.circuits.Patcher.__name__, 'models' in dir(headlab))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.split()
     assert out[0].startswith("headlab.models") and out[1:] == ["Patcher", "True"]
     with pytest.raises(AttributeError, match="no attribute 'nothing'"):
         headlab.nothing  # noqa: B018
@@ -52,8 +55,9 @@ def test_a_results_repr_is_a_summary_and_to_dict_keeps_everything():
     edges = [f"{s}.{h}->{s + 1}.g{g}<k>" for s in range(29) for h in range(9) for g in range(3)]
     scores = EdgeScores("eap", "logprob", edges * 90, [0.125] * (len(edges) * 90), -1.5, -4.0)
     performance = TaskPerformance("induction", "logprob", 8, -1.5, -4.0, 0.5, True)
-    run = CircuitRun("SmolLM2-135M", "induction", "eap", None, 20, performance, [9] * 30,
-                     [3] * 30, scores)  # fmt: skip
+    run = CircuitRun(
+        "SmolLM2-135M", "induction", "eap", None, 20, performance, [9] * 30, [3] * 30, scores
+    )
     text = repr(run)
     assert len(text) < 1500, len(text)
     assert text.startswith("CircuitRun('SmolLM2-135M', induction, eap")
@@ -70,8 +74,11 @@ def test_attach_says_once_that_it_switches_the_models_attention():
 
     model = build("llama")
     before = model.config._attn_implementation
-    with pytest.warns(AttentionSwitched, match=rf"switched .* attention from {before} to "
-                      rf"headlab's .*set_attn_implementation\(\"{before}\"\)"):  # fmt: skip
+    with pytest.warns(
+        AttentionSwitched,
+        match=rf"switched .* attention from {before} to "
+        rf"headlab's .*set_attn_implementation\(\"{before}\"\)",
+    ):
         attach(model)
     assert issubclass(AttentionSwitched, HeadlabWarning)
     with warnings.catch_warnings():

@@ -203,8 +203,12 @@ def test_no_import_circle_at_any_level() -> None:
 
 
 def test_the_circle_finder_finds_a_circle(monkeypatch) -> None:
-    fake = {"headlab.a": {"headlab.b"}, "headlab.b": {"headlab.c"}, "headlab.c": {"headlab.a"},
-            "headlab.d": {"headlab.a"}}  # fmt: skip
+    fake = {
+        "headlab.a": {"headlab.b"},
+        "headlab.b": {"headlab.c"},
+        "headlab.c": {"headlab.a"},
+        "headlab.d": {"headlab.a"},
+    }
     monkeypatch.setattr(sys.modules[__name__], "MODULES", dict.fromkeys(fake, None))
     monkeypatch.setattr(sys.modules[__name__], "imports", lambda m: fake[m])
     assert import_circles() == [["headlab.a", "headlab.b", "headlab.c"]]
@@ -224,8 +228,9 @@ def test_results_and_report_load_no_torch_in_python() -> None:
         f"for name in {names!r}: importlib.import_module(name)\n"
         f"print(sorted(set({HEAVY!r}) & set(sys.modules)))\n"
     )
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                          check=True, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120
+    )
     assert done.stdout.strip() == "[]"
 
 
@@ -311,9 +316,7 @@ def where_named(module: str) -> dict[str, str]:
     (``from headlab.x import Name``, at any depth, ``TYPE_CHECKING`` blocks included)."""
     tree = ast.parse(MODULES[module].read_text(encoding="utf-8"))
     names = {
-        node.name: module
-        for node in tree.body
-        if isinstance(node, (ast.ClassDef, ast.FunctionDef))
+        node.name: module for node in tree.body if isinstance(node, (ast.ClassDef, ast.FunctionDef))
     }
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("headlab"):
@@ -329,8 +332,9 @@ def public_returns(module: str):
     for node in tree.body:
         functions = [(node.name, node)] if isinstance(node, ast.FunctionDef) else []
         if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
-            functions = [(f"{node.name}.{f.name}", f) for f in node.body
-                         if isinstance(f, ast.FunctionDef)]  # fmt: skip
+            functions = [
+                (f"{node.name}.{f.name}", f) for f in node.body if isinstance(f, ast.FunctionDef)
+            ]
         for name, function in functions:
             if name.split(".")[-1].startswith("_") or function.returns is None:
                 continue

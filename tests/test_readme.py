@@ -77,8 +77,7 @@ def test_the_docs_have_console_blocks_each_run_or_marked_with_why_not():
             )
 
 
-@pytest.mark.parametrize(("name", "mark", "command", "shown"), blocks(),
-                         ids=lambda v: str(v)[:40])  # fmt: skip
+@pytest.mark.parametrize(("name", "mark", "command", "shown"), blocks(), ids=lambda v: str(v)[:40])
 def test_docs_output_is_what_the_command_prints(
     name, mark, command, shown, capsys, monkeypatch, tmp_path
 ):
@@ -112,8 +111,11 @@ NOT_FOR_USERS = re.compile(
 @pytest.mark.parametrize("path", DOCS, ids=lambda p: p.name)
 def test_no_doc_names_a_machine_a_person_or_a_file_the_repository_lacks(path):
     lines = path.read_text(encoding="utf-8").splitlines()
-    found = [f"{path.name}:{i}: {line.strip()[:90]}" for i, line in enumerate(lines, 1)
-             if NOT_FOR_USERS.search(line)]  # fmt: skip
+    found = [
+        f"{path.name}:{i}: {line.strip()[:90]}"
+        for i, line in enumerate(lines, 1)
+        if NOT_FOR_USERS.search(line)
+    ]
     assert not found, "\n".join(found)
 
 

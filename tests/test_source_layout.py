@@ -63,8 +63,14 @@ def test_the_known_repeats_still_repeat() -> None:
 
 
 def test_the_name_check_sees_a_repeat() -> None:
-    paths = ["heads/compare.py", "analysis/compare.py", "cli/commands/roles_command.py",
-             "heads/roles.py", "heads/__init__.py", "models/__init__.py"]  # fmt: skip
+    paths = [
+        "heads/compare.py",
+        "analysis/compare.py",
+        "cli/commands/roles_command.py",
+        "heads/roles.py",
+        "heads/__init__.py",
+        "models/__init__.py",
+    ]
     assert repeated_names(paths) == {"compare.py": ["heads/compare.py", "analysis/compare.py"]}
 
 

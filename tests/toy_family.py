@@ -151,10 +151,16 @@ class Toy:
         self.output_width = VOCAB if objective_kind == "next-token" else E
         self.mlps, self.parallel = mlps, parallel
         self._blocks = [
-            Block(i, "decoder" if causal else "encoder", a, Sites(BLOCK_SITES),
-                  mlps is not None, parallel)
+            Block(
+                i,
+                "decoder" if causal else "encoder",
+                a,
+                Sites(BLOCK_SITES),
+                mlps is not None,
+                parallel,
+            )
             for i, a in enumerate(layers)
-        ]  # fmt: skip
+        ]
 
     @classmethod
     def build(
@@ -237,8 +243,19 @@ class Toy:
     def blocks(self) -> list[Block]:
         return self._blocks
 
-    def run_blocks(self, batch, *, start=0, hidden=None, copies=1, stop=None, rows=None,
-                   keep=None, interventions=None, sources=None) -> Tensor:  # fmt: skip
+    def run_blocks(
+        self,
+        batch,
+        *,
+        start=0,
+        hidden=None,
+        copies=1,
+        stop=None,
+        rows=None,
+        keep=None,
+        interventions=None,
+        sources=None,
+    ) -> Tensor:
         check_start(self._blocks, start, hidden)
         ids, mask = batch.input_ids, batch.attention_mask
         if rows is not None:
@@ -278,8 +295,9 @@ class Toy:
 
     def objective(self, texts, head_mask=None, max_length=None) -> Tensor:
         if self.objective_kind == "contrastive":
-            return contrastive_objective(self, texts, head_mask,
-                                         max_length=max_length or self.max_positions)  # fmt: skip
+            return contrastive_objective(
+                self, texts, head_mask, max_length=max_length or self.max_positions
+            )
         if self.objective_kind == "none":
             raise ValueError("the toy has no objective (objective_kind 'none')")
         batch = self.tokenize(texts, max_length)
@@ -300,8 +318,12 @@ class Toy:
         if any(H % num_heads for _ in chosen):
             raise ValueError(f"num_heads must divide {H}, got {num_heads}")
         a = self.layers
-        return self._with({i: ToyAttention(a[i].q, a[i].k, a[i].v, a[i].o, num_heads,
-                                           causal=self.causal) for i in chosen})  # fmt: skip
+        return self._with(
+            {
+                i: ToyAttention(a[i].q, a[i].k, a[i].v, a[i].o, num_heads, causal=self.causal)
+                for i in chosen
+            }
+        )
 
     def without_heads(self, heads) -> Toy:
         """Each kept query head keeps its rows of W_Q and W_O and (with GQA) a copy of its
@@ -332,5 +354,3 @@ class Toy:
             new.sites = Sites()
             replace[i] = new
         return self._with(replace)
-
-

@@ -48,8 +48,10 @@ class ToySeq2Seq:
         torch.manual_seed(seed)
 
         def attention(kind=ToyAttention, causal=True):
-            q, k, v, o = (nn.Linear(*shape, bias=False) for shape in
-                          ((E, H * D), (E, H * D), (E, H * D), (H * D, E)))  # fmt: skip
+            q, k, v, o = (
+                nn.Linear(*shape, bias=False)
+                for shape in ((E, H * D), (E, H * D), (E, H * D), (H * D, E))
+            )
             return kind(q, k, v, o, causal=causal)
 
         self.embed = nn.Embedding(VOCAB, E)
@@ -60,10 +62,18 @@ class ToySeq2Seq:
             Block(i, "encoder", self.self_attention[i], Sites(BLOCK_SITES), True, False)
             for i in range(ENCODER)
         ] + [
-            Block(ENCODER + j, "decoder", self.self_attention[ENCODER + j], Sites(BLOCK_SITES),
-                  True, False, self.cross[j], "encoder")
+            Block(
+                ENCODER + j,
+                "decoder",
+                self.self_attention[ENCODER + j],
+                Sites(BLOCK_SITES),
+                True,
+                False,
+                self.cross[j],
+                "encoder",
+            )
             for j in range(DECODER)
-        ]  # fmt: skip
+        ]
 
     def streams(self) -> list[Stream]:
         return [Stream("encoder", "text"), Stream("decoder", "text")]
@@ -80,9 +90,19 @@ class ToySeq2Seq:
         x = x + sites("mlp_out", self.mlps[i](sites("mlp_in", x)))
         return sites("resid_out", x)
 
-    def run_blocks(self, batch: Mapping[str, TokenBatch], *, start=0, hidden=None, copies=1,
-                   stop=None, rows=None, keep=None, interventions=None,
-                   sources=None) -> Tensor:  # fmt: skip
+    def run_blocks(
+        self,
+        batch: Mapping[str, TokenBatch],
+        *,
+        start=0,
+        hidden=None,
+        copies=1,
+        stop=None,
+        rows=None,
+        keep=None,
+        interventions=None,
+        sources=None,
+    ) -> Tensor:
         check_start(self._blocks, start, hidden)
         if rows is not None:
             raise ValueError("the toy encoder-decoder runs whole texts only")

@@ -27,8 +27,17 @@ _WHERE = {
 }
 __all__ = sorted(_WHERE)
 #: The packages, reachable as attributes after ``import headlab`` (``headlab.models.load``).
-SUBPACKAGES = ("analysis", "attention", "circuits", "experiments", "heads", "models",
-               "reference", "report", "results")  # fmt: skip
+SUBPACKAGES = (
+    "analysis",
+    "attention",
+    "circuits",
+    "experiments",
+    "heads",
+    "models",
+    "reference",
+    "report",
+    "results",
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from headlab.analysis import (

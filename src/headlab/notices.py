@@ -25,6 +25,9 @@ def renamed(module: str, name: str, aliases: dict[str, object]) -> object:
     import warnings
 
     new = getattr(aliases[name], "__name__", "?")
-    warnings.warn(f"{module}.{name} is now {new}; the old name will be removed",
-                  DeprecationWarning, stacklevel=3)  # fmt: skip
+    warnings.warn(
+        f"{module}.{name} is now {new}; the old name will be removed",
+        DeprecationWarning,
+        stacklevel=3,
+    )
     return aliases[name]

@@ -180,9 +180,15 @@ def test_a_sides_scores_are_gone_before_the_other_side_runs(monkeypatch):
     def counting(self, *args, **kwargs):
         if self.num_heads == 1 and not torch.is_grad_enabled() and not alive:
             gc.collect()
-            alive.append(sum(1 for o in gc.get_objects()
-                             if type(o) is torch.Tensor and o.is_floating_point()
-                             and tuple(o.shape) == first_side))  # fmt: skip
+            alive.append(
+                sum(
+                    1
+                    for o in gc.get_objects()
+                    if type(o) is torch.Tensor
+                    and o.is_floating_point()
+                    and tuple(o.shape) == first_side
+                )
+            )
         return trace(self, *args, **kwargs)
 
     monkeypatch.setattr(MultiHeadAttention, "trace", counting)

@@ -15,9 +15,15 @@ from headlab.analysis.scenarios import CompareRequest, build
 @pytest.mark.parametrize(("heads", "vs_heads"), [(4, 1), (2, 4)])
 def test_separate_heads_are_uncoupled_and_merged_ones_are_not(heads, vs_heads):
     setup = CompareRequest(
-        d_model=12, heads=heads, vs_heads=vs_heads, seq_len=5, batch=2, init="normal", seed=3,
+        d_model=12,
+        heads=heads,
+        vs_heads=vs_heads,
+        seq_len=5,
+        batch=2,
+        init="normal",
+        seed=3,
         output_projection=True,
-    )  # fmt: skip
+    )
     result = coupling_comparison(setup)
     blocks = max(heads, vs_heads)
     assert result.blocks == blocks

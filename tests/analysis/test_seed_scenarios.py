@@ -131,9 +131,17 @@ def test_kv_heads_and_head_dim_build_what_the_library_module_means(
     heads, kv_heads, head_dim, vs_heads
 ):
     setup = CompareRequest(
-        d_model=12, heads=heads, vs_heads=vs_heads, seq_len=5, batch=2, init="normal", seed=2,
-        output_projection=True, kv_heads=kv_heads, head_dim=head_dim,
-    )  # fmt: skip
+        d_model=12,
+        heads=heads,
+        vs_heads=vs_heads,
+        seq_len=5,
+        batch=2,
+        init="normal",
+        seed=2,
+        output_projection=True,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
+    )
     a, b, x = build(setup)
     assert (a.num_heads, a.num_kv_heads, a.head_dim) == (heads, kv_heads, head_dim)
     view_dim = heads * head_dim // vs_heads

@@ -61,9 +61,18 @@ def explicit_attention(q, k, v, mask):
 def blocked_mean_attention(q, k, v, mask):
     """The kernel's chunked loop, averaging the weights over heads."""
     return chunked_path.chunked(
-        q, k, v, mask, scale=D**-0.5, softcap=None, sinks=None, view=None, mean=True,
-        sums=None, chunk_elements=2**22,
-    )  # fmt: skip
+        q,
+        k,
+        v,
+        mask,
+        scale=D**-0.5,
+        softcap=None,
+        sinks=None,
+        view=None,
+        mean=True,
+        sums=None,
+        chunk_elements=2**22,
+    )
 
 
 def mean_attention(q, k, v):

@@ -99,8 +99,11 @@ def test_a_module_too_large_for_memory_is_refused_before_allocating(kwargs):
 
     if not machine_memory():
         pytest.skip("this machine's memory is unknown")
-    with pytest.raises(ValueError, match=r"with [\d,]+ parameters needs about [\d.]+ GiB, more "
-                       r"than half of this machine's .*refused before starting"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"with [\d,]+ parameters needs about [\d.]+ GiB, more "
+        r"than half of this machine's .*refused before starting",
+    ):
         MultiHeadAttention(**kwargs)
     MultiHeadAttention(**kwargs, device="meta")  # meta tensors take no memory: built
 

@@ -38,8 +38,9 @@ FREED = 1999 * 96 * 1024
 
 def _child(snippet: str) -> dict:
     src = str(Path(headlab.__file__).parents[1])
-    done = subprocess.run([sys.executable, "-c", SETUP + snippet, src], capture_output=True,
-                          text=True, check=True)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", SETUP + snippet, src], capture_output=True, text=True, check=True
+    )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 

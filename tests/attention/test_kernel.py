@@ -196,8 +196,16 @@ def cases(draw, *, plain: bool = False):
 
 def _reference(q, k, v, spec, options):
     scale = options["scale"] or q.shape[-1] ** -0.5
-    return reference(q, k, v, spec, scale=scale, softcap=options["softcap"],
-                     sinks=options["sinks"], view=options["view"])  # fmt: skip
+    return reference(
+        q,
+        k,
+        v,
+        spec,
+        scale=scale,
+        softcap=options["softcap"],
+        sinks=options["sinks"],
+        view=options["view"],
+    )
 
 
 def _attend(q, k, v, spec, options, **kwargs):
@@ -231,9 +239,18 @@ def test_chunked_path_in_blocks_of_rows(case):
     o = options
     with torch.no_grad():
         out, mean = chunked_path.chunked(
-            q, k, v, spec, scale=o["scale"] or q.shape[-1] ** -0.5, softcap=o["softcap"],
-            sinks=o["sinks"], view=o["view"], mean=True, sums=None, chunk_elements=1,
-        )  # fmt: skip
+            q,
+            k,
+            v,
+            spec,
+            scale=o["scale"] or q.shape[-1] ** -0.5,
+            softcap=o["softcap"],
+            sinks=o["sinks"],
+            view=o["view"],
+            mean=True,
+            sums=None,
+            chunk_elements=1,
+        )
     torch.testing.assert_close(out, want_out, atol=1e-10, rtol=1e-10)
     torch.testing.assert_close(mean, want_w.mean(dim=1), atol=1e-10, rtol=1e-10)
 
@@ -341,8 +358,18 @@ def _window_error(w, v, positions, window, causal):
     return torch.where(norm > 0, lost / norm.clamp_min(1e-300), 0.0)
 
 
-PATHS = ["explicit", "fused", "averaged", "blocked", "chunked", "streamed", "streamed-whole",
-         "whole-baddbmm", "blocked-baddbmm", "view"]  # fmt: skip
+PATHS = [
+    "explicit",
+    "fused",
+    "averaged",
+    "blocked",
+    "chunked",
+    "streamed",
+    "streamed-whole",
+    "whole-baddbmm",
+    "blocked-baddbmm",
+    "view",
+]
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -368,8 +395,9 @@ def test_a_fully_masked_row_is_zero_on_every_path(path, monkeypatch):
     options = {"softcap": 3.0} if path == "chunked" else {}
     chosen = []
     choose = kernel.choose_path
-    monkeypatch.setattr(kernel, "choose_path", lambda *a, **o: chosen.append(choose(*a, **o))
-                        or chosen[-1])  # fmt: skip
+    monkeypatch.setattr(
+        kernel, "choose_path", lambda *a, **o: chosen.append(choose(*a, **o)) or chosen[-1]
+    )
     if path == "explicit":
         run = attend(
             q.requires_grad_(),

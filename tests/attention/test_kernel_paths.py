@@ -163,10 +163,12 @@ TABLE = [
 def test_each_kind_of_call_takes_its_path(kind, path, monkeypatch):
     chosen, sdpa = [], []
     choose, fused = kernel.choose_path, F.scaled_dot_product_attention
-    monkeypatch.setattr(kernel, "choose_path", lambda *a, **o: chosen.append(choose(*a, **o))
-                        or chosen[-1])  # fmt: skip
-    monkeypatch.setattr(F, "scaled_dot_product_attention", lambda *a, **o: sdpa.append(1)
-                        or fused(*a, **o))  # fmt: skip
+    monkeypatch.setattr(
+        kernel, "choose_path", lambda *a, **o: chosen.append(choose(*a, **o)) or chosen[-1]
+    )
+    monkeypatch.setattr(
+        F, "scaled_dot_product_attention", lambda *a, **o: sdpa.append(1) or fused(*a, **o)
+    )
     if kind == "default large":
         monkeypatch.setattr(kernel, "MIN_BLOCKED", 1)
     if kind.endswith(("large", "large weights")):

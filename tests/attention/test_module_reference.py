@@ -115,8 +115,16 @@ def reference(m: MultiHeadAttention, xq, xk, xv, *, padding, attn, is_causal, he
     output = contributions.sum(1)
     if m.out_proj.bias is not None:
         output = output + m.out_proj.bias.detach()
-    return {"q": q, "k": k, "v": v, "scores": scores, "weights": weights,
-            "head_outputs": head_out, "contributions": contributions, "output": output}  # fmt: skip
+    return {
+        "q": q,
+        "k": k,
+        "v": v,
+        "scores": scores,
+        "weights": weights,
+        "head_outputs": head_out,
+        "contributions": contributions,
+        "output": output,
+    }
 
 
 @st.composite
@@ -124,8 +132,9 @@ def module_cases(draw, *, talking: bool = False, view: bool = False):
     """(module, (query, key, value) in its layout, batch-first copies, call options)."""
     seed = draw(st.integers(0, 2**16))
     g = torch.Generator().manual_seed(seed)
-    heads, groups = draw(st.sampled_from([(3, 3), (2, 2)] if talking else
-                                         [(4, 2), (3, 3), (6, 3), (4, 1), (2, 2)]))  # fmt: skip
+    heads, groups = draw(
+        st.sampled_from([(3, 3), (2, 2)] if talking else [(4, 2), (3, 3), (6, 3), (4, 1), (2, 2)])
+    )
     d = draw(st.sampled_from([2, 4]))
     embed = draw(st.sampled_from([7, 10]))  # heads * d != embed: a free head_dim
     cross = not talking and draw(st.booleans())
@@ -198,9 +207,15 @@ def _expected(m, batch_first_inputs, call, info, view_module=None):
     padding = call.get("key_padding_mask")
     if padding is not None and info["unbatched"]:
         padding = padding[None]
-    return reference(m, *batch_first_inputs, padding=padding, attn=call.get("attn_mask"),
-                     is_causal=call["is_causal"], head_mask=head_mask,
-                     view=info["view"])  # fmt: skip
+    return reference(
+        m,
+        *batch_first_inputs,
+        padding=padding,
+        attn=call.get("attn_mask"),
+        is_causal=call["is_causal"],
+        head_mask=head_mask,
+        view=info["view"],
+    )
 
 
 def _layout(m, output, info):
@@ -263,9 +278,14 @@ def test_head_group_view_equals_the_reference(case):
 def test_talking_heads_with_identity_mixing_equals_the_reference(case):
     m, inputs, batch_first, call, info = case
     want = _expected(m, batch_first, call, info)
-    options = {"head_dim": m.head_dim, "rotary_base": m.rotary_base, "causal": m.causal,
-               "bias": m.in_proj_bias is not None, "batch_first": m.batch_first,
-               "dtype": F64}  # fmt: skip
+    options = {
+        "head_dim": m.head_dim,
+        "rotary_base": m.rotary_base,
+        "causal": m.causal,
+        "bias": m.in_proj_bias is not None,
+        "batch_first": m.batch_first,
+        "dtype": F64,
+    }
     talking = TalkingHeadsAttention(m.embed_dim, m.num_heads, **options)
     talking.load_state_dict(m.state_dict(), strict=False)
     tol = _tolerance(m)

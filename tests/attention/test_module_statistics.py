@@ -162,7 +162,6 @@ def test_entropy_by_hand():
     torch.testing.assert_close(entropy(rows.T, dim=0), expected)  # along another dim
 
 
-
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
 def test_entropy_equals_xlogy_with_zeros_and_its_gradient(dtype):
     # torch's own 0 ln 0 = 0 (xlogy) as the reference, rows with exact zeros and tiny weights
@@ -174,6 +173,7 @@ def test_entropy_equals_xlogy_with_zeros_and_its_gradient(dtype):
     if dtype == torch.float64:
         logits = torch.randn(2, 3, 5, dtype=dtype, requires_grad=True)
         torch.autograd.gradcheck(lambda x: entropy(torch.softmax(x, -1)), (logits,))
+
 
 @pytest.mark.parametrize("grad", [False, True])
 def test_observing_keeps_weights_scores_and_unbatched_calls(grad):
@@ -218,8 +218,9 @@ def test_observing_keeps_weights_scores_and_unbatched_calls(grad):
 @pytest.mark.parametrize("shape", [(2, 0, E), (0, T, E)], ids=["no query", "no batch element"])
 def test_empty_inputs_stream_nothing(shape):
     """No query counted, every sum 0, an empty output like forward's (GQA, rotary, causal)."""
-    mha = MultiHeadAttention(E, H, head_dim=6, num_kv_heads=1, rotary_base=50.0, causal=True,
-                             batch_first=True)  # fmt: skip
+    mha = MultiHeadAttention(
+        E, H, head_dim=6, num_kv_heads=1, rotary_base=50.0, causal=True, batch_first=True
+    )
     x = torch.randn(*shape)
     out, got = attention_statistics(mha, x)
     assert out.shape == shape and got.n_queries == 0 and got.n_prev == 0

@@ -16,9 +16,13 @@ from headlab import MultiHeadAttention
 def test_packed_projection_equals_separate(num_heads, head_dim, num_kv_heads, need_weights) -> None:
     torch.manual_seed(0)
     mha = MultiHeadAttention(
-        12, num_heads, batch_first=True, dtype=torch.float64, head_dim=head_dim,
+        12,
+        num_heads,
+        batch_first=True,
+        dtype=torch.float64,
+        head_dim=head_dim,
         num_kv_heads=num_kv_heads,
-    )  # fmt: skip
+    )
     with torch.no_grad():
         mha.in_proj_bias.normal_()
     x = torch.randn(2, 7, 12, dtype=torch.float64)

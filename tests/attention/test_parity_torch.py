@@ -208,10 +208,20 @@ def test_empty_inputs_give_what_torch_gives(sizes, extras, layout):
     batch, q_len, k_len = sizes
     if layout == "unbatched" and batch != 2:
         return  # unbatched has no batch dimension to empty
-    cfg = {"embed_dim": 12, "num_heads": 3, "bias": True, "add_bias_kv": extras == "add_bias_kv",
-           "add_zero_attn": extras == "add_zero_attn", "kdim": None, "vdim": None,
-           "batch_first": layout == "batch_first", "batched": layout != "unbatched",
-           "batch": batch, "q_len": q_len, "k_len": k_len}  # fmt: skip
+    cfg = {
+        "embed_dim": 12,
+        "num_heads": 3,
+        "bias": True,
+        "add_bias_kv": extras == "add_bias_kv",
+        "add_zero_attn": extras == "add_zero_attn",
+        "kdim": None,
+        "vdim": None,
+        "batch_first": layout == "batch_first",
+        "batched": layout != "unbatched",
+        "batch": batch,
+        "q_len": q_len,
+        "k_len": k_len,
+    }
     theirs, ours = _pair(cfg)
     gen = torch.Generator().manual_seed(3)
     q, k, v = _inputs(cfg, gen)

@@ -32,9 +32,14 @@ def test_gradients_equal_autograd_of_the_whole_tensors(case, chunk_elements):
     ours = _inputs(q, k, v, options["sinks"])
     theirs = _inputs(q, k, v, options["sinks"])
     out = RecomputedAttention.apply(
-        *ours[:3], ours[3] if len(ours) > 3 else None, spec, scale, options["softcap"],
-        options["view"], chunk_elements,
-    )  # fmt: skip
+        *ours[:3],
+        ours[3] if len(ours) > 3 else None,
+        spec,
+        scale,
+        options["softcap"],
+        options["view"],
+        chunk_elements,
+    )
     sinks = theirs[3] if len(theirs) > 3 else None
     want = _attend(*theirs[:3], spec, {**options, "sinks": sinks}, need_weights="heads").head_out
     torch.testing.assert_close(out, want, atol=1e-12, rtol=1e-10)

@@ -50,8 +50,9 @@ def test_window_error_is_the_error_of_the_budgeted_run(run):
     kept = attend(q, k, v, spec, AttendOptions(sinks=sinks, sites=sites)).head_out
     lost = (full - kept).norm(dim=-1) / full.norm(dim=-1)  # (batch, head, q_pos)
     (sums,) = collected
-    torch.testing.assert_close(sums.sums["window_error"], lost.sum(dim=(0, 2)), atol=1e-9,
-                               rtol=1e-9)  # fmt: skip
+    torch.testing.assert_close(
+        sums.sums["window_error"], lost.sum(dim=(0, 2)), atol=1e-9, rtol=1e-9
+    )
     assert sums.n_queries == batch * q_len
 
 

@@ -18,10 +18,14 @@ from test_path_patching import sharp
 from headlab.circuits.metrics import logit_difference
 
 PARTS = {
-    "llama": {"blocks": "model.layers", "o": "self_attn.o_proj", "k": "self_attn.k_proj",
-              "v": "self_attn.v_proj"},
+    "llama": {
+        "blocks": "model.layers",
+        "o": "self_attn.o_proj",
+        "k": "self_attn.k_proj",
+        "v": "self_attn.v_proj",
+    },
     "gpt2": {"blocks": "transformer.h", "o": "attn.c_proj"},
-}  # fmt: skip
+}
 
 
 def float64_model(family: str):
@@ -31,6 +35,7 @@ def float64_model(family: str):
     model = sharp(family).double()
     for module in model.modules():
         if type(module).__name__.endswith("RMSNorm"):
+
             def forward(x, module=module):
                 scale = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + module.variance_epsilon)
                 return module.weight * (x * scale)
@@ -49,8 +54,12 @@ def task(seed: int = 3, batch: int = 3, length: int = 9):
     position = torch.tensor([length - 1, length - 3, length - 2])[:batch]
     answer = torch.randint(3, VOCAB, (batch,), generator=generator)
     wrong = torch.randint(3, VOCAB, (batch,), generator=generator)
-    return clean, corrupted, (position, answer, wrong), logit_difference(position, answer, wrong,
-                                                                         length)
+    return (
+        clean,
+        corrupted,
+        (position, answer, wrong),
+        logit_difference(position, answer, wrong, length),
+    )
 
 
 class EagerNodes:
@@ -64,7 +73,8 @@ class EagerNodes:
         self.blocks = self.model.get_submodule(self.parts["blocks"])
         config = self.model.config
         self.d_head = getattr(config, "head_dim", None) or config.hidden_size // (
-            config.num_attention_heads)
+            config.num_attention_heads
+        )
         self.ids, self.targets = clean, targets
         self.clean, self.corrupted = self._record(clean), self._record(corrupted)
 
@@ -109,7 +119,8 @@ class EagerNodes:
             clean, corrupted = self.clean[key], self.corrupted[key]
             out = clean.clone()
             out[:, at, columns] = clean[:, at, columns] + s * (
-                corrupted[:, at, columns] - clean[:, at, columns])
+                corrupted[:, at, columns] - clean[:, at, columns]
+            )
             return out
 
         if node is not None:
@@ -117,8 +128,9 @@ class EagerNodes:
             if layer_text == "mlp":
                 layer = int(index_text)
                 new = moved((layer, "mlp"), slice(None))
-                handles.append(self._modules(layer)["mlp"].register_forward_hook(
-                    lambda m, a, o: new))
+                handles.append(
+                    self._modules(layer)["mlp"].register_forward_hook(lambda m, a, o: new)
+                )
             else:
                 layer, group = int(layer_text), index_text.startswith("g")
                 index = int(index_text.lstrip("g"))
@@ -127,11 +139,13 @@ class EagerNodes:
                 for key in ("k", "v") if group else ("o",):
                     new = moved((layer, key), columns)
                     if key == "o":
-                        handles.append(modules[key].register_forward_pre_hook(
-                            lambda m, a, new=new: (new,)))
+                        handles.append(
+                            modules[key].register_forward_pre_hook(lambda m, a, new=new: (new,))
+                        )
                     else:
-                        handles.append(modules[key].register_forward_hook(
-                            lambda m, a, o, new=new: new))
+                        handles.append(
+                            modules[key].register_forward_hook(lambda m, a, o, new=new: new)
+                        )
         with torch.no_grad():
             logits = self.model(input_ids=self.ids).logits
         for handle in handles:

@@ -26,15 +26,25 @@ def word_tokenizer(names: tuple[str, ...] = NAMES, filler: bool = True):
     from tokenizers import Regex, Tokenizer, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
-    pre = pre_tokenizers.Sequence([
-        pre_tokenizers.WhitespaceSplit(),
-        pre_tokenizers.Punctuation(),
-        pre_tokenizers.Split(Regex(r"\d\d"), behavior="isolated"),
-    ])  # fmt: skip
-    text = " ".join([
-        long_document() if filler else "", *IOI_TEMPLATES, *PLACES, *THINGS, *GT_NOUNS, *names,
-        "The lasted from the year 17 to", *(f"{yy:02d}" for yy in range(100)),
-    ])  # fmt: skip
+    pre = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.WhitespaceSplit(),
+            pre_tokenizers.Punctuation(),
+            pre_tokenizers.Split(Regex(r"\d\d"), behavior="isolated"),
+        ]
+    )
+    text = " ".join(
+        [
+            long_document() if filler else "",
+            *IOI_TEMPLATES,
+            *PLACES,
+            *THINGS,
+            *GT_NOUNS,
+            *names,
+            "The lasted from the year 17 to",
+            *(f"{yy:02d}" for yy in range(100)),
+        ]
+    )
     pieces = sorted({piece for piece, _ in pre.pre_tokenize_str(text)})
     vocab = {token: i for i, token in enumerate(SPECIAL + [p for p in pieces if p not in SPECIAL])}
     tokenizer = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
@@ -43,9 +53,12 @@ def word_tokenizer(names: tuple[str, ...] = NAMES, filler: bool = True):
         single="<s> $A", special_tokens=[("<s>", vocab["<s>"])]
     )
     return PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer, unk_token="<unk>", bos_token="<s>", eos_token="</s>",
+        tokenizer_object=tokenizer,
+        unk_token="<unk>",
+        bos_token="<s>",
+        eos_token="</s>",
         pad_token="<pad>",
-    )  # fmt: skip
+    )
 
 
 def tiny_llama(tokenizer, seed: int = 2):
@@ -57,10 +70,16 @@ def tiny_llama(tokenizer, seed: int = 2):
 
     torch.manual_seed(seed)
     config = transformers.LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=24, num_attention_heads=3, num_key_value_heads=1,
-        num_hidden_layers=2, intermediate_size=13, max_position_embeddings=1024,
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        vocab_size=len(tokenizer),
+        hidden_size=24,
+        num_attention_heads=3,
+        num_key_value_heads=1,
+        num_hidden_layers=2,
+        intermediate_size=13,
+        max_position_embeddings=1024,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
-    )  # fmt: skip
+    )
     model = transformers.LlamaForCausalLM(config).eval()
     return attach(model, tokenizer, name="tiny-llama")

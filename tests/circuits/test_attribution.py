@@ -62,16 +62,19 @@ def test_linear_model_attribution_is_exact():
     scale = float(exact.abs().max())
     assert scale > 1e-2
     for method in ("eap", "eap-ig", "eap-ig-senders"):
-        scores = edge_attribution(model, clean, corrupted, metric, method=method, steps=3,
-                                  patcher=patcher)  # fmt: skip
+        scores = edge_attribution(
+            model, clean, corrupted, metric, method=method, steps=3, patcher=patcher
+        )
         got = torch.tensor(scores.scores, dtype=torch.float64)
         torch.testing.assert_close(got, exact, rtol=0, atol=1e-4 * scale)
-        into_logits = sum(s for e, s in zip(scores.edges, scores.scores, strict=True)
-                          if e.endswith("->logits"))  # fmt: skip
+        into_logits = sum(
+            s for e, s in zip(scores.edges, scores.scores, strict=True) if e.endswith("->logits")
+        )
         total = patcher.corrupted_value - patcher.clean_value
         assert into_logits == pytest.approx(total, abs=1e-4 * abs(total))
-    hanna = edge_attribution(model, clean, corrupted, metric, method="eap-ig-activations",
-                             steps=3, patcher=patcher)  # fmt: skip
+    hanna = edge_attribution(
+        model, clean, corrupted, metric, method="eap-ig-activations", steps=3, patcher=patcher
+    )
     got = torch.tensor(hanna.scores, dtype=torch.float64)
     logits = torch.tensor([n.endswith("->logits") for n in names])
     torch.testing.assert_close(got[logits], exact[logits], rtol=0, atol=1e-4 * scale)
@@ -150,8 +153,15 @@ def test_progress_advances_through_the_gradient_runs():
     clean, corrupted, metric = _task()
     model = attach(sharp("llama"))
     calls = []
-    edge_attribution(model, clean, corrupted, metric, method="eap-ig", steps=3,
-                     progress=lambda done, total: calls.append((done, total)))  # fmt: skip
+    edge_attribution(
+        model,
+        clean,
+        corrupted,
+        metric,
+        method="eap-ig",
+        steps=3,
+        progress=lambda done, total: calls.append((done, total)),
+    )
     layers = model.model.config.num_hidden_layers
     # per step: the forward and backward, then each receiver layer and the logits (9 positions:
     # one block of rows)

@@ -35,8 +35,13 @@ def _integral(patcher, edges, held, nodes=12):
     return sum(float(c) * v for c, v in zip(weights, values, strict=True))
 
 
-MOVES = [(None, 1), (Moved("attention", 1, cut=True), -1), (Moved("mlp", 0, cut=True), -1),
-         (Moved("attention", 0), -1), (Moved("mlp", 1), -1)]
+MOVES = [
+    (None, 1),
+    (Moved("attention", 1, cut=True), -1),
+    (Moved("mlp", 0, cut=True), -1),
+    (Moved("attention", 0), -1),
+    (Moved("mlp", 1), -1),
+]
 
 
 @pytest.mark.parametrize(("held", "side"), MOVES)
@@ -71,8 +76,9 @@ def test_activations_at_the_clean_end():
     assert np.abs(eap).max() > 1e-3
 
     def at_one(method):
-        scores = edge_attribution(model, clean, corrupted, metric, method=method, steps=1,
-                                  patcher=patcher)  # fmt: skip
+        scores = edge_attribution(
+            model, clean, corrupted, metric, method=method, steps=1, patcher=patcher
+        )
         return np.array(scores.scores), scores.edges
 
     senders, _ = at_one("eap-ig-senders")
@@ -85,8 +91,7 @@ def test_activations_at_the_clean_end():
     assert logits.any() and last_mlp.any()
     want = np.where(logits, eap, eap * (runs - 1) / runs)
     chosen = logits | last_mlp
-    np.testing.assert_allclose(hanna[chosen], want[chosen], rtol=0,
-                               atol=1e-9 * np.abs(eap).max())  # fmt: skip
+    np.testing.assert_allclose(hanna[chosen], want[chosen], rtol=0, atol=1e-9 * np.abs(eap).max())
 
 
 @pytest.mark.parametrize("method", ["eap", "eap-ig-senders", "eap-ig-activations"])
@@ -98,12 +103,14 @@ def test_edges_into_late_layers_alone_score_as_in_the_whole_graph(method):
     model = attach(sharp("llama").double())
     patcher = Patcher(model, clean, corrupted, metric)
     last = model.model.config.num_hidden_layers - 1
-    whole = edge_attribution(model, clean, corrupted, metric, method=method, steps=2,
-                             patcher=patcher)  # fmt: skip
+    whole = edge_attribution(
+        model, clean, corrupted, metric, method=method, steps=2, patcher=patcher
+    )
     late = [e for e in whole.edges if e.split("->")[1].startswith((f"{last}.", f"mlp.{last}"))]
     assert late
-    alone = edge_attribution(model, clean, corrupted, metric, method=method, steps=2,
-                             edges=late, patcher=patcher)  # fmt: skip
+    alone = edge_attribution(
+        model, clean, corrupted, metric, method=method, steps=2, edges=late, patcher=patcher
+    )
     want = np.array([whole.scores[whole.edges.index(e)] for e in late])
     assert np.abs(want).max() > 1e-3
     np.testing.assert_allclose(alone.scores, want, rtol=0, atol=1e-9 * np.abs(want).max())

@@ -49,18 +49,21 @@ class LoopPatcher(CircuitPatcher):
                 mlp_name = f"mlp.{layer}"
                 base = stream + self._attention_write(layer, heads, block.parallel)
                 corrupted_base = corrupted.resid[layer] + (
-                    0 if block.parallel else self._attention_write(
-                        layer, corrupted.head_outputs[layer], False)
-                )  # fmt: skip
-                shift = self._shift((mlp_name, "in"), patched, base, corrupted_base,
-                                    run_writes, corrupted_writes)  # fmt: skip
+                    0
+                    if block.parallel
+                    else self._attention_write(layer, corrupted.head_outputs[layer], False)
+                )
+                shift = self._shift(
+                    (mlp_name, "in"), patched, base, corrupted_base, run_writes, corrupted_writes
+                )
                 mlp_out = self._mlp(layer, stream + shift, heads)
                 self._run_mlp[layer] = mlp_out
                 run_writes[mlp_name] = mlp_out
                 corrupted_writes[mlp_name] = corrupted.mlp[layer]
             stream = self._block(layer, stream, spliced, mlp_out)
-        shift = self._shift((LOGITS, "in"), patched, stream, corrupted.resid[n], run_writes,
-                            corrupted_writes)  # fmt: skip
+        shift = self._shift(
+            (LOGITS, "in"), patched, stream, corrupted.resid[n], run_writes, corrupted_writes
+        )
         return p.metric(runner.forward(n, stream + shift, copies))
 
     def _named_heads(self, layer, head_outputs):
@@ -89,8 +92,10 @@ class LoopPatcher(CircuitPatcher):
             else:  # the whole difference, less the unpatched edges'
                 kept = [u for u in senders if u not in set(chosen)]
                 total = corrupted_stream - run_stream[rows]
-                total = total - sum((corrupted_writes[u] - run_writes[u][rows] for u in kept),
-                                    torch.zeros_like(total))  # fmt: skip
+                total = total - sum(
+                    (corrupted_writes[u] - run_writes[u][rows] for u in kept),
+                    torch.zeros_like(total),
+                )
             shift[rows] = total
         return shift
 
@@ -119,8 +124,9 @@ class LoopPatcher(CircuitPatcher):
                 run_heads = self._run_heads[layer][rows]
                 mixed = run_heads.clone()
                 mixed[:, heads] = p.corrupted.head_outputs[layer][:, heads]
-                run_mlp = self._run_mlp[layer][rows] if layer in self._run_mlp else \
-                    p.clean.mlp[layer]  # fmt: skip
+                run_mlp = (
+                    self._run_mlp[layer][rows] if layer in self._run_mlp else p.clean.mlp[layer]
+                )
                 mixed_mlp = p.corrupted.mlp[layer] if mlp[0] else run_mlp
                 wanted[layer].append((rows, mixed, run_heads, mixed_mlp, run_mlp))
         for layer, items in wanted.items():
@@ -143,8 +149,9 @@ class LoopPatcher(CircuitPatcher):
             receivers += [(name, "k", g), (name, "v", g)]
         moved, shifts = [], []
         for name, site, index in receivers:
-            shift = self._shift((name, site), patched, stream, corrupted_stream, run_writes,
-                                corrupted_writes)  # fmt: skip
+            shift = self._shift(
+                (name, site), patched, stream, corrupted_stream, run_writes, corrupted_writes
+            )
             if bool(shift.any()):
                 moved.append((site, index))
                 shifts.append(stream + shift)

@@ -48,10 +48,14 @@ def test_induction_repeats_r_and_corrupts_only_the_first_half(length, n, seed):
 
 def test_induction_is_seeded_and_refuses_a_length_beyond_the_vocabulary():
     tokenizer = word_tokenizer()
-    assert torch.equal(tasks_builtin.induction(tokenizer, 2, 7, 3).clean,
-                       tasks_builtin.induction(tokenizer, 2, 7, 3).clean)  # fmt: skip
-    assert not torch.equal(tasks_builtin.induction(tokenizer, 2, 7, 3).clean,
-                           tasks_builtin.induction(tokenizer, 2, 7, 4).clean)  # fmt: skip
+    assert torch.equal(
+        tasks_builtin.induction(tokenizer, 2, 7, 3).clean,
+        tasks_builtin.induction(tokenizer, 2, 7, 3).clean,
+    )
+    assert not torch.equal(
+        tasks_builtin.induction(tokenizer, 2, 7, 3).clean,
+        tasks_builtin.induction(tokenizer, 2, 7, 4).clean,
+    )
     ordinary = len(tokenizer) - len(tokenizer.all_special_ids)
     with pytest.raises(ValueError, match=f"length must be at most {ordinary}"):
         tasks_builtin.induction(tokenizer, 1, ordinary + 1, 0)

@@ -23,10 +23,18 @@ def long_llama_dir(tmp_path_factory) -> Path:
 
     folder = tmp_path_factory.mktemp("llama-8192")
     config = transformers.LlamaConfig(
-        vocab_size=4099, hidden_size=256, num_attention_heads=8, num_key_value_heads=2,
-        intermediate_size=704, num_hidden_layers=3, max_position_embeddings=8192,
-        tie_word_embeddings=False, bos_token_id=None, eos_token_id=None, pad_token_id=None,
-    )  # fmt: skip
+        vocab_size=4099,
+        hidden_size=256,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        intermediate_size=704,
+        num_hidden_layers=3,
+        max_position_embeddings=8192,
+        tie_word_embeddings=False,
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=None,
+    )
     torch.manual_seed(0)
     transformers.LlamaForCausalLM(config).save_pretrained(folder, safe_serialization=True)
     vocab = {f"t{i}": i for i in range(4099)}
@@ -37,15 +45,29 @@ def long_llama_dir(tmp_path_factory) -> Path:
 
 
 @pytest.mark.parametrize("method", ["eap", "path-patching", "eap-ig"])
-def test_a_run_that_cannot_fit_is_refused_before_the_load(long_llama_dir, tmp_path, capsys,
-                                                          monkeypatch, method):  # fmt: skip
+def test_a_run_that_cannot_fit_is_refused_before_the_load(
+    long_llama_dir, tmp_path, capsys, monkeypatch, method
+):
     def refuse(*args, **kwargs):
         raise AssertionError("the model was loaded")
 
     monkeypatch.setattr("headlab.models.load", refuse)
-    code, _, err = run(["circuits", "--model", str(long_llama_dir), "--n-pairs", "4096",
-                        "--length", "4000", "--method", method,
-                        "--out", str(tmp_path / "c.json")], capsys)  # fmt: skip
+    code, _, err = run(
+        [
+            "circuits",
+            "--model",
+            str(long_llama_dir),
+            "--n-pairs",
+            "4096",
+            "--length",
+            "4000",
+            "--method",
+            method,
+            "--out",
+            str(tmp_path / "c.json"),
+        ],
+        capsys,
+    )
     assert code == 2, err
     assert err.count("\n") == 1 and "Traceback" not in err, err
     assert f"circuits --method {method} on 4096 pairs of 8000 tokens needs about " in err
@@ -58,10 +80,11 @@ def test_composition_reads_no_task_and_fits(long_llama_dir):
     from headlab.circuits.tasks import TaskRequest
     from headlab.models.outline import outline
 
-    request = CircuitRequest(TaskRequest("induction", n_pairs=4096, length=4000,
-                                         equal_lengths=False), method="composition")
-    assert sum(memory_terms(request, outline(long_llama_dir).config, 4096, 8000).values()) \
-        < 2**30  # fmt: skip
+    request = CircuitRequest(
+        TaskRequest("induction", n_pairs=4096, length=4000, equal_lengths=False),
+        method="composition",
+    )
+    assert sum(memory_terms(request, outline(long_llama_dir).config, 4096, 8000).values()) < 2**30
 
 
 PROBE = """
@@ -97,8 +120,9 @@ print(status("VmHWM") - base, sum(terms.values()))
 def test_the_estimate_covers_the_measured_peak(long_llama_dir, method, n, length):
     out = subprocess.run(
         [sys.executable, "-c", PROBE, str(long_llama_dir), method, str(n), str(length)],
-        capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     measured, estimate = map(int, out.split())
     assert measured <= estimate <= 2 * measured, (measured, estimate)
-

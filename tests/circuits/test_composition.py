@@ -26,9 +26,17 @@ from headlab.results.composition_result import CompositionScores
 # distinct sizes: embed 42 (transformers wants it a multiple of the heads), head_dim 4 (!= 42 / 6,
 # even for rotary),
 # 6 query heads on 2 K/V groups, 3 layers; GPT-2: embed 21, 3 heads of 7
-LLAMA = dict(hidden_size=42, num_attention_heads=6, num_key_value_heads=2, head_dim=4,
-             num_hidden_layers=3, intermediate_size=11, vocab_size=31,
-             max_position_embeddings=32, tie_word_embeddings=False)  # fmt: skip
+LLAMA = dict(
+    hidden_size=42,
+    num_attention_heads=6,
+    num_key_value_heads=2,
+    head_dim=4,
+    num_hidden_layers=3,
+    intermediate_size=11,
+    vocab_size=31,
+    max_position_embeddings=32,
+    tie_word_embeddings=False,
+)
 GPT2 = dict(n_embd=21, n_head=3, n_layer=3, n_inner=13, vocab_size=31, n_positions=32)
 
 
@@ -58,9 +66,15 @@ def _llama_heads(model) -> list[dict]:
         v = attn.v_proj.weight.double().view(kv, d, -1) * g
         o = attn.o_proj.weight.double().view(-1, h, d)
         group = [i // (h // kv) for i in range(h)]
-        out.append({"q": [q[i] for i in range(h)], "k": [k[group[i]] for i in range(h)],
-                    "v": [v[group[i]] for i in range(h)], "o": [o[:, i] for i in range(h)],
-                    "group": group})  # fmt: skip
+        out.append(
+            {
+                "q": [q[i] for i in range(h)],
+                "k": [k[group[i]] for i in range(h)],
+                "v": [v[group[i]] for i in range(h)],
+                "o": [o[:, i] for i in range(h)],
+                "group": group,
+            }
+        )
     return out
 
 
@@ -75,8 +89,15 @@ def _gpt2_heads(model) -> list[dict]:
         fused = block.attn.c_attn.weight.double().t()  # Conv1D (in, 3 e) -> (3 e, in) = [q; k; v]
         q, k, v = (fused[i * e : (i + 1) * e].view(h, d, e) * g for i in range(3))
         o = block.attn.c_proj.weight.double().t().view(e, h, d)  # (out, in) columns per head
-        out.append({"q": list(q), "k": list(k), "v": list(v), "o": [o[:, i] for i in range(h)],
-                    "group": list(range(h))})  # fmt: skip
+        out.append(
+            {
+                "q": list(q),
+                "k": list(k),
+                "v": list(v),
+                "o": [o[:, i] for i in range(h)],
+                "group": list(range(h)),
+            }
+        )
     return out
 
 
@@ -166,22 +187,37 @@ def _random_layer(generator, embed, d, heads, kv):
     def draw(*shape):
         return torch.randn(*shape, generator=generator, dtype=torch.float64)
 
-    return LayerWeights(draw(heads, d, embed), draw(kv, d, embed), draw(kv, d, embed),
-                        draw(heads, embed, d), heads, kv)  # fmt: skip
+    return LayerWeights(
+        draw(heads, d, embed),
+        draw(kv, d, embed),
+        draw(kv, d, embed),
+        draw(heads, embed, d),
+        heads,
+        kv,
+    )
 
 
 @given(
-    embed=st.integers(3, 17), d=st.integers(1, 6), kv=st.integers(1, 3),
-    group=st.integers(1, 3), factor=st.floats(0.01, 100.0), seed=st.integers(0, 99),
-)  # fmt: skip
-def test_scores_are_in_unit_range_and_free_of_each_factors_scale(embed, d, kv, group, factor,
-                                                                  seed):  # fmt: skip
+    embed=st.integers(3, 17),
+    d=st.integers(1, 6),
+    kv=st.integers(1, 3),
+    group=st.integers(1, 3),
+    factor=st.floats(0.01, 100.0),
+    seed=st.integers(0, 99),
+)
+def test_scores_are_in_unit_range_and_free_of_each_factors_scale(embed, d, kv, group, factor, seed):
     generator = torch.Generator().manual_seed(seed)
     sender = _random_layer(generator, embed, d, kv, kv)
     receiver = _random_layer(generator, embed, d, kv * group, kv)
     base = pair_scores(sender, receiver)
-    scaled = LayerWeights(receiver.w_q * factor, receiver.w_k, receiver.w_v / factor,
-                          receiver.w_o * factor, receiver.heads, receiver.kv_heads)  # fmt: skip
+    scaled = LayerWeights(
+        receiver.w_q * factor,
+        receiver.w_k,
+        receiver.w_v / factor,
+        receiver.w_o * factor,
+        receiver.heads,
+        receiver.kv_heads,
+    )
     again = pair_scores(sender, scaled)
     for mode, scores in base.items():
         assert bool(((scores >= 0) & (scores <= 1 + 1e-9)).all())
@@ -203,8 +239,14 @@ def test_random_baseline_is_seeded_and_near_one_over_sqrt_embed():
 
 @pytest.mark.parametrize("bad", [{"samples": 0}, {"group_size": 0}, {"embed": 0}])
 def test_random_baseline_refuses_sizes_below_one(bad):
-    sizes = {"embed": 5, "sender_d_head": 2, "receiver_d_head": 2, "group_size": 1,
-             "samples": 2, **bad}  # fmt: skip
+    sizes = {
+        "embed": 5,
+        "sender_d_head": 2,
+        "receiver_d_head": 2,
+        "group_size": 1,
+        "samples": 2,
+        **bad,
+    }
     name = next(iter(bad))
     with pytest.raises(ValueError, match=f"{name} must be between 1"):
         random_baseline(**sizes)
@@ -239,8 +281,15 @@ def _toy_heads(toy) -> list[dict]:
         k, v = (w.weight.double().view(kv, d, -1) for w in (layer.k, layer.v))
         o = layer.o.weight.double().view(-1, h, d)
         group = [i // (h // kv) for i in range(h)]
-        out.append({"q": list(q), "k": [k[g] for g in group], "v": [v[g] for g in group],
-                    "o": [o[:, i] for i in range(h)], "group": group})  # fmt: skip
+        out.append(
+            {
+                "q": list(q),
+                "k": [k[g] for g in group],
+                "v": [v[g] for g in group],
+                "o": [o[:, i] for i in range(h)],
+                "group": group,
+            }
+        )
     return out
 
 

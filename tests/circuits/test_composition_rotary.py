@@ -17,9 +17,18 @@ from headlab.circuits.rotary_offsets import rotations
 from headlab.models.hf import attach
 
 EMBED, HEADS, D = 35, 5, 6
-LLAMA = dict(hidden_size=EMBED, num_attention_heads=HEADS, num_key_value_heads=1, head_dim=D,
-             num_hidden_layers=3, intermediate_size=11, vocab_size=31,
-             max_position_embeddings=41, tie_word_embeddings=False, rope_theta=7.0)  # fmt: skip
+LLAMA = dict(
+    hidden_size=EMBED,
+    num_attention_heads=HEADS,
+    num_key_value_heads=1,
+    head_dim=D,
+    num_hidden_layers=3,
+    intermediate_size=11,
+    vocab_size=31,
+    max_position_embeddings=41,
+    tie_word_embeddings=False,
+    rope_theta=7.0,
+)
 
 
 def _llama(seed: int = 5):
@@ -125,8 +134,9 @@ def test_bad_offsets_and_families_without_rotary_are_refused(family, offsets, me
     if family == "llama":
         model = attach(_llama())
     else:
-        config = transformers.GPT2Config(n_embd=21, n_head=3, n_layer=2, vocab_size=31,
-                                         n_positions=32)  # fmt: skip
+        config = transformers.GPT2Config(
+            n_embd=21, n_head=3, n_layer=2, vocab_size=31, n_positions=32
+        )
         model = attach(transformers.GPT2LMHeadModel(config).eval())
     with pytest.raises(ValueError, match=message) as error:
         composition_scores(model, samples=2, offsets=offsets)

@@ -17,9 +17,7 @@ def _by_hand(metric):
     answers, wrong = metric.answers, metric.wrong  # (batch, n_kept)
 
     def difference(logits):
-        return (logits.gather(-1, answers[..., None]) - logits.gather(-1, wrong[..., None]))[
-            ..., 0
-        ]
+        return (logits.gather(-1, answers[..., None]) - logits.gather(-1, wrong[..., None]))[..., 0]
 
     mask = torch.zeros(metric.batch, 9, dtype=torch.bool)
     mask[:, metric.positions] = metric.weight.bool()
@@ -35,8 +33,7 @@ def test_a_metric_function_scores_edges_as_the_builtin_metric_does():
     patcher = Patcher(model, clean, corrupted, mine)
     torch.testing.assert_close(patcher.effects(names), want, rtol=1e-6, atol=1e-6)
     for method in ("eap", "eap-ig"):
-        a = edge_attribution(model, clean, corrupted, builtin, method=method, steps=2,
-                             edges=names)  # fmt: skip
+        a = edge_attribution(model, clean, corrupted, builtin, method=method, steps=2, edges=names)
         b = edge_attribution(model, clean, corrupted, mine, method=method, steps=2, edges=names)
         assert b.metric == "my_difference"
         assert b.scores == pytest.approx(a.scores, rel=1e-5, abs=1e-6)
@@ -46,8 +43,11 @@ def test_a_metric_function_of_the_wrong_shape_or_name_is_refused():
     mask = torch.zeros(3, 9, dtype=torch.bool)
     mask[:, 4] = True
     metric = custom_metric(lambda logits: logits.sum(-1).sum(-1), mask)  # (batch,) not (batch, 1)
-    with pytest.raises(ValueError, match=r"must return \(batch, n_kept\) = \(3, 1\) values, got "
-                       r"\(3,\)"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"must return \(batch, n_kept\) = \(3, 1\) values, got "
+        r"\(3,\)",
+    ):
         metric(torch.zeros(3, 1, 11))
     with pytest.raises(ValueError, match="needs a name of its own"):
         custom_metric(lambda logits: logits[..., 0], mask, name="logprob")

@@ -25,8 +25,10 @@ def _scores(values):
     return EdgeScores("eap", "logprob", edges, [float(v) for v in values], 0.0, -1.0)
 
 
-@given(st.lists(st.floats(-5, 5), min_size=len(GRAPH.edges), max_size=len(GRAPH.edges)),
-       st.integers(0, len(GRAPH.edges)))  # fmt: skip
+@given(
+    st.lists(st.floats(-5, 5), min_size=len(GRAPH.edges), max_size=len(GRAPH.edges)),
+    st.integers(0, len(GRAPH.edges)),
+)
 def test_top_and_greedy(values, n):
     scores = _scores(values)
     top = top_edges(scores, n)
@@ -61,15 +63,23 @@ def test_faithfulness_ends_and_areas(tmp_path):
     # every edge kept is taken as the clean run without a run: it is one
     assert float(circuits.metric([set()])[0]) == pytest.approx(patcher.clean_value, abs=1e-5)
     effects = patcher.effects(every)
-    scores = EdgeScores("path-patching", "logit_diff", every, effects.tolist(),
-                        patcher.clean_value, patcher.corrupted_value)  # fmt: skip
+    scores = EdgeScores(
+        "path-patching",
+        "logit_diff",
+        every,
+        effects.tolist(),
+        patcher.clean_value,
+        patcher.corrupted_value,
+    )
     fractions = (0.05, 0.2, 0.5, 1.0)
     curve = faithfulness_curve(circuits, scores, fractions, seeds=3)
     assert curve.sizes == [round(f * len(every)) for f in fractions]
     assert curve.faithfulness[-1] == pytest.approx(1.0, abs=1e-5)
     assert all(r == pytest.approx(1.0, abs=1e-5) for r in curve.random[-1])
-    trapezoid = sum((fractions[i + 1] - fractions[i]) * (curve.faithfulness[i]
-                    + curve.faithfulness[i + 1]) / 2 for i in range(3))  # fmt: skip
+    trapezoid = sum(
+        (fractions[i + 1] - fractions[i]) * (curve.faithfulness[i] + curve.faithfulness[i + 1]) / 2
+        for i in range(3)
+    )
     assert curve.cpr == pytest.approx(trapezoid)
     grown = faithfulness_curve(circuits, scores, (0.2, 1.0), seeds=1, greedy=True)
     assert grown.selection == "greedy" and grown.faithfulness[-1] == pytest.approx(1.0, abs=1e-5)
@@ -90,12 +100,19 @@ def test_curves_share_their_random_circuits():
     patcher = Patcher(attach(sharp("llama")), clean, corrupted, metric)
     circuits = CircuitPatcher(patcher)
     every = [e.name for e in patcher.graph.edges]
-    scores = EdgeScores("path-patching", "logit_diff", every, patcher.effects(every).tolist(),
-                        patcher.clean_value, patcher.corrupted_value)  # fmt: skip
+    scores = EdgeScores(
+        "path-patching",
+        "logit_diff",
+        every,
+        patcher.effects(every).tolist(),
+        patcher.clean_value,
+        patcher.corrupted_value,
+    )
     fractions = (0.1, 0.3, 1.0)
     top, grown = faithfulness_curves(circuits, scores, ("top", "greedy"), fractions, seeds=2)
-    alone = [faithfulness_curve(circuits, scores, fractions, seeds=2, greedy=g)
-             for g in (False, True)]  # fmt: skip
+    alone = [
+        faithfulness_curve(circuits, scores, fractions, seeds=2, greedy=g) for g in (False, True)
+    ]
     for both, one in zip((top, grown), alone, strict=True):
         assert both.selection == one.selection
         assert both.faithfulness == pytest.approx(one.faithfulness, abs=1e-6)

@@ -46,8 +46,9 @@ def test_eap_scores_with_and_without_the_folded_run():
     got = edge_attribution(model, clean, corrupted, metric)
     scale = float(want.abs().max())
     assert scale > 1e-3
-    torch.testing.assert_close(torch.tensor(got.scores, dtype=torch.float64), want, rtol=0,
-                               atol=1e-9 * scale)  # fmt: skip
+    torch.testing.assert_close(
+        torch.tensor(got.scores, dtype=torch.float64), want, rtol=0, atol=1e-9 * scale
+    )
     assert got.clean_metric == pytest.approx(patcher.clean_value, abs=1e-12)
     assert got.corrupted_metric == pytest.approx(patcher.corrupted_value, abs=1e-12)
 

@@ -72,9 +72,14 @@ def test_bad_names():
 
 @pytest.mark.parametrize(
     ("family", "parallel", "grouped"),
-    [("llama", False, True), ("gpt2", False, False), ("gpt_neox", True, False),
-     ("gemma2", False, True), ("qwen3", False, True)],
-)  # fmt: skip
+    [
+        ("llama", False, True),
+        ("gpt2", False, False),
+        ("gpt_neox", True, False),
+        ("gemma2", False, True),
+        ("qwen3", False, True),
+    ],
+)
 def test_families(family, parallel, grouped):
     model = attach(build(family))
     found = circuit_blocks(model)
@@ -108,8 +113,11 @@ def test_a_group_is_named_g_or_kv_and_a_heads_key_input_points_at_its_group():
     graph = Graph.of([LayerShape(6, 2), LayerShape(6, 2)])
     assert graph.node("1.kv1") == graph.node("1.g1")
     assert graph.edge("0.5->1.kv0<v>") == graph.edge("0.5->1.g0<v>") == Edge("0.5", "1.g0", "v")
-    with pytest.raises(ValueError, match=r"k input of head 1\.4 belongs to its K/V group 1\.g1 "
-                       r"\(query heads 1\.3 to 1\.5\); use '0\.5->1\.g1<k>'"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"k input of head 1\.4 belongs to its K/V group 1\.g1 "
+        r"\(query heads 1\.3 to 1\.5\); use '0\.5->1\.g1<k>'",
+    ):
         graph.edge("0.5->1.4<k>")
     assert graph.edge("0.5->1.4<q>").receiver == "1.4"  # the query input is the head's own
     with pytest.raises(ValueError, match="does not write"):  # a later sender, not a group issue

@@ -85,22 +85,26 @@ def test_on_a_linear_model_attribution_equals_the_exact_sweep():
     scale = float(exact.abs().max())
     assert scale > 1e-2
     for method in ("nodes", "nodes-ig"):
-        scores = node_attribution(model, clean, corrupted, metric, method=method, steps=3,
-                                  by_position=True)  # fmt: skip
+        scores = node_attribution(
+            model, clean, corrupted, metric, method=method, steps=3, by_position=True
+        )
         assert scores.nodes == sweep.nodes
         torch.testing.assert_close(f64(scores.scores), exact, rtol=0, atol=1e-9 * scale)
-        torch.testing.assert_close(f64(scores.by_position),
-                                   f64(sweep.by_position), rtol=0,
-                                   atol=1e-9 * scale)  # fmt: skip
+        torch.testing.assert_close(
+            f64(scores.by_position), f64(sweep.by_position), rtol=0, atol=1e-9 * scale
+        )
     # linear: patching every position at once is the sum of patching each alone
     summed = f64(sweep.by_position).sum(1)
     torch.testing.assert_close(summed, exact, rtol=0, atol=1e-9 * scale)
 
 
-@pytest.mark.parametrize(("options", "message"), [
-    ({"method": "edges"}, "method must be one of nodes, nodes-ig, got 'edges'"),
-    ({"method": "nodes-ig", "steps": 0}, "steps must be between 1 and 10000, got 0"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"method": "edges"}, "method must be one of nodes, nodes-ig, got 'edges'"),
+        ({"method": "nodes-ig", "steps": 0}, "steps must be between 1 and 10000, got 0"),
+    ],
+)
 def test_bad_options_are_refused_before_the_model_runs(options, message):
     clean, corrupted, _, metric = task()
     with pytest.raises(ValueError, match=message):

@@ -25,8 +25,9 @@ def test_kl_and_logprob_per_copy():
     metric = metric.with_reference(clean[:, kept])
     got = metric(copies[:, :, kept].reshape(2 * batch, len(kept), vocab))
     for c in range(2):
-        per = F.kl_div(copies[c].log_softmax(-1), clean.log_softmax(-1), log_target=True,
-                       reduction="none").sum(-1)  # (batch, pos)  # fmt: skip
+        per = F.kl_div(
+            copies[c].log_softmax(-1), clean.log_softmax(-1), log_target=True, reduction="none"
+        ).sum(-1)  # (batch, pos)
         assert float(got[c]) == pytest.approx(float(per[mask].mean()), rel=1e-12)
     ids = torch.randint(0, vocab, (batch, length), generator=generator)
     logprob = next_token_logprob(ids, mask)
@@ -45,8 +46,9 @@ def test_refusals():
     far = logit_difference(torch.tensor([5, 4]), torch.tensor([3, VOCAB]), torch.tensor([5, 6]), 6)
     with pytest.raises(ValueError, match=rf"vocabulary 0..{VOCAB - 1}, got 3..{VOCAB}"):
         Patcher(model, ids, ids, far)
-    three = logit_difference(torch.tensor([5, 4, 3]), torch.tensor([3, 4, 5]),
-                             torch.tensor([5, 6, 7]), 6)  # fmt: skip
+    three = logit_difference(
+        torch.tensor([5, 4, 3]), torch.tensor([3, 4, 5]), torch.tensor([5, 6, 7]), 6
+    )
     with pytest.raises(ValueError, match="the metric is for 3 texts, the batch has 2"):
         Patcher(model, ids, ids, three)
     with pytest.raises(ValueError, match="last position has no next token"):

@@ -27,10 +27,13 @@ _LLAMA = {
     "post_attn": None,
     "post_mlp": None,
     "final": "model.norm",
-    "proj": {"q": ("self_attn.q_proj", 0), "k": ("self_attn.k_proj", 0),
-             "v": ("self_attn.v_proj", 0)},
+    "proj": {
+        "q": ("self_attn.q_proj", 0),
+        "k": ("self_attn.k_proj", 0),
+        "v": ("self_attn.v_proj", 0),
+    },
     "stride": 1,
-}  # fmt: skip
+}
 PARTS = {
     "llama": _LLAMA,
     "qwen3": _LLAMA,
@@ -56,11 +59,14 @@ PARTS = {
         "o": "attention.dense",
         "final": "gpt_neox.final_layer_norm",
         # query_key_value's output is, per head, [q | k | v] of d_head each
-        "proj": {"q": ("attention.query_key_value", 0), "k": ("attention.query_key_value", 1),
-                 "v": ("attention.query_key_value", 2)},
+        "proj": {
+            "q": ("attention.query_key_value", 0),
+            "k": ("attention.query_key_value", 1),
+            "v": ("attention.query_key_value", 2),
+        },
         "stride": 3,
     },
-}  # fmt: skip
+}
 
 
 def _columns(parts, input_, index, d_head, width):
@@ -109,12 +115,13 @@ class Reference:
             handles += [
                 block.register_forward_pre_hook(lambda m, a, i=i: seen["in"].__setitem__(i, a[0])),
                 block.get_submodule(self.parts["o"]).register_forward_pre_hook(
-                    lambda m, a, i=i: seen["o_in"].__setitem__(i, a[0])),
-                block.mlp.register_forward_hook(
-                    lambda m, a, o, i=i: seen["mlp"].__setitem__(i, o)),
+                    lambda m, a, i=i: seen["o_in"].__setitem__(i, a[0])
+                ),
+                block.mlp.register_forward_hook(lambda m, a, o, i=i: seen["mlp"].__setitem__(i, o)),
                 block.get_submodule(self.parts["ln_mlp"]).register_forward_pre_hook(
-                    lambda m, a, i=i: seen["mlp_norm_in"].__setitem__(i, a[0])),
-            ]  # fmt: skip
+                    lambda m, a, i=i: seen["mlp_norm_in"].__setitem__(i, a[0])
+                ),
+            ]
         with torch.no_grad():
             seen["logits"] = self.model(input_ids=ids).logits
         for h in handles:
@@ -193,13 +200,19 @@ def test_every_edge_against_hooks_on_eager(family, monkeypatch):
 
     reference = Reference(family, clean, corrupted)
     clean_value = _logit_diff(reference.clean["logits"], position, answer, wrong)
-    patcher = Patcher(attach(sharp(family)), clean, corrupted,
-                      logit_difference(position, answer, wrong, length))  # fmt: skip
+    patcher = Patcher(
+        attach(sharp(family)), clean, corrupted, logit_difference(position, answer, wrong, length)
+    )
     assert patcher.clean_value == pytest.approx(clean_value, abs=1e-5)
 
     edges = patcher.graph.edges[::3]
     assert {(e.input, e.receiver == "logits") for e in edges} == {
-        ("q", False), ("k", False), ("v", False), ("in", False), ("in", True)}  # fmt: skip
+        ("q", False),
+        ("k", False),
+        ("v", False),
+        ("in", False),
+        ("in", True),
+    }
     names = [e.name for e in edges]
     got = patcher.effects(names, chunk=7)
     expected = []
@@ -211,6 +224,7 @@ def test_every_edge_against_hooks_on_eager(family, monkeypatch):
     scale = float(expected.abs().max())
     assert scale > 1e-3  # the corruption moves the metric through some edges
     assert (got - expected).abs().max() <= 1e-4 * scale + 2e-6, [
-        (n, float(g), float(e)) for n, g, e in zip(names, got, expected, strict=True)
+        (n, float(g), float(e))
+        for n, g, e in zip(names, got, expected, strict=True)
         if abs(g - e) > 1e-4 * scale + 2e-6
-    ][:5]  # fmt: skip
+    ][:5]

@@ -57,8 +57,10 @@ def test_sliced_gradients_equal_autograd(family):
     generator = torch.Generator().manual_seed(11)
     with torch.no_grad():
         seen = patcher.runner.values(layer, x, 1, rows=rows)
-    site_grads = {s: torch.randn(seen[s].shape, generator=generator, dtype=torch.float64)
-                  for s in ("q", "k", "v")}  # fmt: skip
+    site_grads = {
+        s: torch.randn(seen[s].shape, generator=generator, dtype=torch.float64)
+        for s in ("q", "k", "v")
+    }
     want = site_input_grads(patcher.runner, layer, x, rows, site_grads, receivers)
     at_outputs = output_grads_at(patcher.runner, layer, x, rows, plan.modules, site_grads)
     got = plan.grads(x, at_outputs)

@@ -34,13 +34,17 @@ def test_stops_return_what_transformers_modules_see():
     layer = model.model.model.layers[1]
     seen = {}
     handles = [
-        layer.register_forward_pre_hook(lambda m, a, k: seen.__setitem__("resid_in", a[0]),
-                                        with_kwargs=True),
-        layer.register_forward_hook(lambda m, a, o: seen.__setitem__(
-            "resid_out", o if isinstance(o, torch.Tensor) else o[0])),
+        layer.register_forward_pre_hook(
+            lambda m, a, k: seen.__setitem__("resid_in", a[0]), with_kwargs=True
+        ),
+        layer.register_forward_hook(
+            lambda m, a, o: seen.__setitem__(
+                "resid_out", o if isinstance(o, torch.Tensor) else o[0]
+            )
+        ),
         layer.mlp.register_forward_pre_hook(lambda m, a: seen.__setitem__("mlp_in", a[0])),
         layer.mlp.register_forward_hook(lambda m, a, o: seen.__setitem__("mlp_out", o)),
-    ]  # fmt: skip
+    ]
     try:
         with torch.no_grad():
             model.model(input_ids=ids)

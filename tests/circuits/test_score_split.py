@@ -21,8 +21,18 @@ from headlab.circuits.score_split import split_scores
 from headlab.models.hf import attach
 from headlab.results.score_split_result import ScoreSplitResult
 
-FAMILIES = ["llama", "gpt2", "gpt_neox", "qwen2", "qwen3", "olmo2", "gemma2", "gemma3_text",
-            "phi3", "gpt_oss"]  # fmt: skip
+FAMILIES = [
+    "llama",
+    "gpt2",
+    "gpt_neox",
+    "qwen2",
+    "qwen3",
+    "olmo2",
+    "gemma2",
+    "gemma3_text",
+    "phi3",
+    "gpt_oss",
+]
 LENGTH = 13
 
 
@@ -182,12 +192,15 @@ def test_at_length_marginals_equal_the_pair_split(family):
     clean = sides.clean_scores(layer)
     got = attended_marginals(sides, layer, kernel_scale(clean["q"], clean["k"], clean["logits"]))
     for head in (0, model.layers[layer].num_heads - 1):
-        split = split_scores(sides, layer, head, list(range(LENGTH)), KeySpec.parse("attended"),
-                             sources=0)  # fmt: skip
+        split = split_scores(
+            sides, layer, head, list(range(LENGTH)), KeySpec.parse("attended"), sources=0
+        )
         for pair in split.pairs:
             assert int(got["key"][head, pair.query]) == pair.key
-            for side, want in (("key_marginal", pair.key_marginal),
-                               ("query_marginal", pair.query_marginal)):  # fmt: skip
+            for side, want in (
+                ("key_marginal", pair.key_marginal),
+                ("query_marginal", pair.query_marginal),
+            ):
                 want = torch.tensor(want, dtype=torch.float64)
                 assert float((got[side][head, pair.query] - want).abs().max()) <= 1e-12 * float(
                     want.abs().max()

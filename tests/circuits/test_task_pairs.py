@@ -20,9 +20,12 @@ def _write(tmp_path, *lines: str):
     return path
 
 
-GOOD = {"clean": "When Mary and John went to the store , John gave a drink to",
-        "corrupted": "When Alice and Bob went to the store , Tom gave a drink to",
-        "answer": " Mary", "wrong": " John"}  # fmt: skip
+GOOD = {
+    "clean": "When Mary and John went to the store , John gave a drink to",
+    "corrupted": "When Alice and Bob went to the store , Tom gave a drink to",
+    "answer": " Mary",
+    "wrong": " John",
+}
 
 
 @pytest.mark.parametrize(
@@ -30,17 +33,23 @@ GOOD = {"clean": "When Mary and John went to the store , John gave a drink to",
     [
         ("{not json", r"line 2: expected a JSON object, got invalid JSON \(.* at column 2\)"),
         ("[1, 2]", "line 2: expected a JSON object, got list"),
-        (json.dumps({**GOOD, "clean": ""}),
-         "line 2: expected 'clean' a non-empty string, got \"\""),
-        (json.dumps({k: v for k, v in GOOD.items() if k != "corrupted"}),
-         "line 2: expected 'corrupted' a non-empty string, got nothing"),
+        (
+            json.dumps({**GOOD, "clean": ""}),
+            "line 2: expected 'clean' a non-empty string, got \"\"",
+        ),
+        (
+            json.dumps({k: v for k, v in GOOD.items() if k != "corrupted"}),
+            "line 2: expected 'corrupted' a non-empty string, got nothing",
+        ),
         (json.dumps({**GOOD, "answer": -3}), "line 2: expected 'answer' a token .* got -3"),
         (json.dumps({**GOOD, "answer": True}), "line 2: expected 'answer' a token .* got true"),
         (json.dumps({**GOOD, "extra": 1}), "line 2: expected only the fields .* got 'extra'"),
-        (json.dumps({k: v for k, v in GOOD.items() if k != "wrong"}),
-         "line 2: 'wrong' must be given on every line or on none \\(line 1 has\\)"),
+        (
+            json.dumps({k: v for k, v in GOOD.items() if k != "wrong"}),
+            "line 2: 'wrong' must be given on every line or on none \\(line 1 has\\)",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_malformed_line_is_refused_in_one_line_naming_it(tmp_path, line, message):
     path = _write(tmp_path, json.dumps(GOOD), line)
     with pytest.raises(ValueError, match=message) as error:
@@ -63,15 +72,19 @@ def test_empty_files_and_files_too_large_are_refused(tmp_path):
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        ({"answer": 100000}, "line 1: answer token id must lie in the vocabulary 0..2858, got "
-                             "100000"),
+        (
+            {"answer": 100000},
+            "line 1: answer token id must lie in the vocabulary 0..2858, got 100000",
+        ),
         ({"wrong": " Mary Ann"}, "line 1: wrong ' Mary Ann' must be one token, got 2"),
         ({"answer": " Zyzzyva"}, "line 1: answer ' Zyzzyva' is not in the vocabulary"),
-        ({"corrupted": "When Alice and Bob went to the store , Tom gave a drink to Mary"},
-         "line 1: clean and corrupted must have the same number of tokens for this method, got "
-         "15 and 16"),
+        (
+            {"corrupted": "When Alice and Bob went to the store , Tom gave a drink to Mary"},
+            "line 1: clean and corrupted must have the same number of tokens for this method, got "
+            "15 and 16",
+        ),
     ],
-)  # fmt: skip
+)
 def test_answers_and_lengths_are_checked_against_the_tokenizer(tmp_path, changes, message):
     tokenizer = word_tokenizer()
     assert len(tokenizer) == 2859  # the vocabulary size the first message names
@@ -89,9 +102,12 @@ def test_unequal_lengths_pass_where_the_method_allows_them(tmp_path):
 
 def test_a_good_file_reads_back_token_by_token(tmp_path):
     tokenizer = word_tokenizer()
-    second = {"clean": "The war lasted from the year 1732 to the year 17",
-              "corrupted": "The war lasted from the year 1701 to the year 17",
-              "answer": "99", "wrong": tokenizer.convert_tokens_to_ids("32")}  # fmt: skip
+    second = {
+        "clean": "The war lasted from the year 1732 to the year 17",
+        "corrupted": "The war lasted from the year 1701 to the year 17",
+        "answer": "99",
+        "wrong": tokenizer.convert_tokens_to_ids("32"),
+    }
     rows = read_pairs(_write(tmp_path, json.dumps(GOOD), "", json.dumps(second)))
     assert [row.line for row in rows] == [1, 3]
     pairs = encode_pairs(rows, tokenizer)
@@ -104,10 +120,15 @@ def test_a_good_file_reads_back_token_by_token(tmp_path):
     vocab = tokenizer.get_vocab()
     assert pairs.answers[pairs.mask].tolist() == [vocab["Mary"], vocab["99"]]
     assert pairs.wrong[pairs.mask].tolist() == [vocab["John"], vocab["32"]]
-    assert torch.equal(pairs.clean[0] != pairs.corrupted[0],
-                       torch.tensor([c != k for c, k in zip(pairs.clean[0].tolist(),
-                                                            pairs.corrupted[0].tolist(),
-                                                            strict=True)]))  # fmt: skip
+    assert torch.equal(
+        pairs.clean[0] != pairs.corrupted[0],
+        torch.tensor(
+            [
+                c != k
+                for c, k in zip(pairs.clean[0].tolist(), pairs.corrupted[0].tolist(), strict=True)
+            ]
+        ),
+    )
 
 
 def test_without_wrong_tokens_the_metric_is_the_answers_log_probability(tmp_path):

@@ -12,9 +12,12 @@ from task_tokenizers import word_tokenizer
 
 from headlab.circuits.tasks_pairs import MAX_TEXT_CHARS, encode_pairs, read_pairs
 
-GOOD = {"clean": "When Mary and John went to the store , John gave a drink to",
-        "corrupted": "When Alice and Bob went to the store , Tom gave a drink to",
-        "answer": " Mary", "wrong": " John"}  # fmt: skip
+GOOD = {
+    "clean": "When Mary and John went to the store , John gave a drink to",
+    "corrupted": "When Alice and Bob went to the store , Tom gave a drink to",
+    "answer": " Mary",
+    "wrong": " John",
+}
 
 
 def _write(tmp_path, *lines: str):
@@ -69,10 +72,13 @@ def test_a_text_of_no_tokens_is_refused_naming_the_line(tmp_path):
     inner = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     inner.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=inner, unk_token="<unk>")  # no BOS
-    rows = read_pairs(_write(tmp_path, json.dumps({"clean": "a b", "corrupted": "b a",
-                                                   "answer": "a"}),
-                             json.dumps({"clean": "    ", "corrupted": "b a",
-                                         "answer": "a"})))  # fmt: skip
+    rows = read_pairs(
+        _write(
+            tmp_path,
+            json.dumps({"clean": "a b", "corrupted": "b a", "answer": "a"}),
+            json.dumps({"clean": "    ", "corrupted": "b a", "answer": "a"}),
+        )
+    )
     with pytest.raises(ValueError) as error:
         encode_pairs(rows, tokenizer, equal_lengths=False, where="p.jsonl")
     assert str(error.value) == (
@@ -88,7 +94,6 @@ def test_a_prompt_past_the_positions_is_refused_naming_the_line(tmp_path):
     with pytest.raises(ValueError) as error:
         encode_pairs(rows, word_tokenizer(), where="p.jsonl", positions=tokens - 1)
     assert str(error.value).startswith(
-        f"p.jsonl line 2: 'clean' has {tokens} tokens, more than the model's {tokens - 1} "
-        "positions"
+        f"p.jsonl line 2: 'clean' has {tokens} tokens, more than the model's {tokens - 1} positions"
     ), error.value
     assert encode_pairs(rows, word_tokenizer(), positions=tokens).clean.shape[1] == tokens

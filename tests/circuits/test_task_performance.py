@@ -45,11 +45,14 @@ def _by_hand(pairs, logits) -> tuple[float, float]:
 
 
 @pytest.mark.parametrize(
-    "request_", [TaskRequest("induction", n_pairs=3, length=9, seed=2),
-                 TaskRequest("ioi", n_pairs=5, seed=2),
-                 TaskRequest("greater-than", n_pairs=4, seed=2)],
+    "request_",
+    [
+        TaskRequest("induction", n_pairs=3, length=9, seed=2),
+        TaskRequest("ioi", n_pairs=5, seed=2),
+        TaskRequest("greater-than", n_pairs=4, seed=2),
+    ],
     ids=["induction", "ioi", "greater-than"],
-)  # fmt: skip
+)
 def test_performance_equals_the_metric_by_hand_on_transformers_logits(model, request_):
     pairs = build_pairs(request_, model)
     got = task_performance(model, pairs, batch_size=2)

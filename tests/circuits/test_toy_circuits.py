@@ -56,8 +56,12 @@ def _task():
     corrupted[:, 1:4] = torch.randint(0, 29, (BATCH, 3), generator=generator)
     position = torch.tensor([LENGTH - 1, LENGTH - 2, LENGTH - 1])
     answer, wrong = torch.tensor([3, 7, 11]), torch.tensor([5, 2, 13])
-    return clean, corrupted, logit_difference(position, answer, wrong, LENGTH), (position,
-                                                                              answer, wrong)
+    return (
+        clean,
+        corrupted,
+        logit_difference(position, answer, wrong, LENGTH),
+        (position, answer, wrong),
+    )
 
 
 def _by_hand(toy: Toy, ids, extra=None):
@@ -74,10 +78,13 @@ def _by_hand(toy: Toy, ids, extra=None):
 
         def heads_of(lin, site, x=x, layer=layer):
             count = lin.weight.shape[0] // D  # query heads, or K/V heads (groups)
-            found = torch.stack([
-                (x + extra.get((layer, site, h), 0)) @ lin.weight[h * D : (h + 1) * D].T
-                for h in range(count)
-            ], 1)  # fmt: skip
+            found = torch.stack(
+                [
+                    (x + extra.get((layer, site, h), 0)) @ lin.weight[h * D : (h + 1) * D].T
+                    for h in range(count)
+                ],
+                1,
+            )
             return found.repeat_interleave(H // count, dim=1)  # each group to its query heads
 
         q, k, v = heads_of(att.q, "q"), heads_of(att.k, "k"), heads_of(att.v, "v")
@@ -137,8 +144,9 @@ def test_path_patching_and_eap_equal_the_toy_by_hand(parallel, kv_heads):
     base = _metric(clean_logits, truth)
     assert patched.clean_metric == pytest.approx(float(base), abs=1e-9)
     keys = {_receiver_key(graph, graph.edge(n)) for n in names}
-    zeros = {k: torch.zeros(BATCH, LENGTH, 14, dtype=torch.float64, requires_grad=True)
-             for k in keys}  # fmt: skip
+    zeros = {
+        k: torch.zeros(BATCH, LENGTH, 14, dtype=torch.float64, requires_grad=True) for k in keys
+    }
     value = _metric(_by_hand(toy, clean, zeros)[0], truth)
     grads = dict(zip(keys, torch.autograd.grad(value, list(zeros.values())), strict=True))
     want_patch, want_eap = [], []
@@ -184,11 +192,16 @@ def test_one_intervention_reaches_every_site_of_the_toy():
     with torch.no_grad():
         got = toy.run_blocks(batch, start=1, hidden=kept.resid[1], stop=StopAt(1, "mlp_in"))
     torch.testing.assert_close(got, rec["mlp_in"][1])
-    with torch.no_grad(), intervene(block, "mlp_out", lambda t: torch.zeros_like(t)), \
-            record(block, ["resid_out"]) as seen:  # fmt: skip
+    with (
+        torch.no_grad(),
+        intervene(block, "mlp_out", lambda t: torch.zeros_like(t)),
+        record(block, ["resid_out"]) as seen,
+    ):
         toy.run_blocks(batch)
     mid = rec["resid"][2] - rec["mlp"][1]  # the stream leaving block 1 without its MLP
     torch.testing.assert_close(seen["resid_out"], mid)
-    with pytest.raises(ValueError, match="site must be one of resid_in"), \
-            intervene(block, "q", lambda t: t):  # fmt: skip
+    with (
+        pytest.raises(ValueError, match="site must be one of resid_in"),
+        intervene(block, "q", lambda t: t),
+    ):
         pass

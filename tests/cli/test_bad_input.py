@@ -170,8 +170,10 @@ def test_an_empty_prompt_is_refused_before_the_model_loads(capsys, monkeypatch):
 @pytest.mark.parametrize("as_json", [True, False])
 def test_grad_that_overflows_is_refused_not_printed_as_infinity(capsys, scale, as_json):
     argv = ["grad", "--talking-heads", scale, "--d-model", "16", "--heads", "4"]
-    message = f"overflowed float32 (infinite or NaN values): nothing to measure; lower " \
-        f"--talking-heads {float(scale):g}"  # fmt: skip
+    message = (
+        f"overflowed float32 (infinite or NaN values): nothing to measure; lower "
+        f"--talking-heads {float(scale):g}"
+    )
     assert one_line([*argv, *(["--json"] if as_json else [])], capsys, message) == ""
 
 

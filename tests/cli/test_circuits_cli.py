@@ -46,20 +46,38 @@ def _expected(tiny_dir, method: str, steps: int = 5):
     from headlab.models import load
 
     model = load(tiny_dir)
-    task = TaskRequest("induction", n_pairs=2, length=7,
-                       equal_lengths=needs_equal_lengths(method))  # fmt: skip
+    task = TaskRequest("induction", n_pairs=2, length=7, equal_lengths=needs_equal_lengths(method))
     request = CircuitRequest(task, method=method, top=5, steps=steps)
     return run_circuits(model, prepare(model, request))
 
 
-@pytest.mark.parametrize(("method", "extra"), [
-    ("eap", []), ("eap-ig", ["--steps", "3"]), ("path-patching", []), ("composition", []),
-    ("eap-ig-senders", ["--steps", "3"]),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("method", "extra"),
+    [
+        ("eap", []),
+        ("eap-ig", ["--steps", "3"]),
+        ("path-patching", []),
+        ("composition", []),
+        ("eap-ig-senders", ["--steps", "3"]),
+    ],
+)
 def test_each_method_end_to_end(tiny_dir, tmp_path, capsys, method, extra):
     out, figure = tmp_path / "c.json", tmp_path / "c.png"
-    argv = ["circuits", "--model-dir", str(tiny_dir), "--method", method, "--top", "5", *SMALL,
-            *extra, "--out", str(out), "--figure", str(figure)]  # fmt: skip
+    argv = [
+        "circuits",
+        "--model-dir",
+        str(tiny_dir),
+        "--method",
+        method,
+        "--top",
+        "5",
+        *SMALL,
+        *extra,
+        "--out",
+        str(out),
+        "--figure",
+        str(figure),
+    ]
     code, stdout, err = run(argv, capsys)
     assert code == 0, err
     lines = stdout.splitlines()
@@ -86,8 +104,21 @@ def test_each_method_end_to_end(tiny_dir, tmp_path, capsys, method, extra):
 
 def test_faithfulness_curve_and_its_figure(tiny_dir, tmp_path, capsys):
     out, curve = tmp_path / "c.json", tmp_path / "curve.png"
-    argv = ["circuits", "--model-dir", str(tiny_dir), "--task", "ioi", "--n-pairs", "3",
-            "--top", "4", "--out", str(out), "--faithfulness-figure", str(curve)]  # fmt: skip
+    argv = [
+        "circuits",
+        "--model-dir",
+        str(tiny_dir),
+        "--task",
+        "ioi",
+        "--n-pairs",
+        "3",
+        "--top",
+        "4",
+        "--out",
+        str(out),
+        "--faithfulness-figure",
+        str(curve),
+    ]
     code, stdout, err = run(argv, capsys)
     assert code == 0, err
     found = _read(out).faithfulness
@@ -111,33 +142,55 @@ def one_line(argv, capsys, message):
     assert "Traceback" not in err and message in err, err
 
 
-@pytest.mark.parametrize(("extra", "message"), [
-    (["--task", "sorting"], "--task must be one of induction, copy, ioi, greater-than"),
-    (["--method", "acdc"], "--method must be one of composition, path-patching, eap, eap-ig,"),
-    (["--method", "eap-ig", "--steps", "0"], "--steps must be between 1"),
-    (["--top", "0"], "--top must be between 1"),
-    (["--task", "ioi", "--length", "5"], "length applies to induction and copy only"),
-    (["--method", "eap", "--edges", "embed->logits"],
-     "--edges applies to method path-patching only"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--task", "sorting"], "--task must be one of induction, copy, ioi, greater-than"),
+        (["--method", "acdc"], "--method must be one of composition, path-patching, eap, eap-ig,"),
+        (["--method", "eap-ig", "--steps", "0"], "--steps must be between 1"),
+        (["--top", "0"], "--top must be between 1"),
+        (["--task", "ioi", "--length", "5"], "length applies to induction and copy only"),
+        (
+            ["--method", "eap", "--edges", "embed->logits"],
+            "--edges applies to method path-patching only",
+        ),
+    ],
+)
 def test_bad_options_before_the_model_loads(tmp_path, capsys, monkeypatch, extra, message):
     _no_loading(monkeypatch)
-    one_line(["circuits", "--model-dir", str(tmp_path), *extra,
-              "--out", str(tmp_path / "c.json")], capsys, message)  # fmt: skip
+    one_line(
+        ["circuits", "--model-dir", str(tmp_path), *extra, "--out", str(tmp_path / "c.json")],
+        capsys,
+        message,
+    )
     assert not (tmp_path / "c.json").exists()
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ('{"clean": "a b", "corrupted": "a c"}\n', "line 1"),
-    ("not json\n", "line 1"),
-    ("", "expected at least one pair"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('{"clean": "a b", "corrupted": "a c"}\n', "line 1"),
+        ("not json\n", "line 1"),
+        ("", "expected at least one pair"),
+    ],
+)
 def test_a_bad_pairs_file_before_the_model_loads(tmp_path, capsys, monkeypatch, text, message):
     _no_loading(monkeypatch)
     pairs = tmp_path / "pairs.jsonl"
     pairs.write_text(text)
-    one_line(["circuits", "--model-dir", str(tmp_path), "--pairs", str(pairs),
-              "--out", str(tmp_path / "c.json")], capsys, message)  # fmt: skip
+    one_line(
+        [
+            "circuits",
+            "--model-dir",
+            str(tmp_path),
+            "--pairs",
+            str(pairs),
+            "--out",
+            str(tmp_path / "c.json"),
+        ],
+        capsys,
+        message,
+    )
 
 
 def test_pairs_and_task_together_are_refused(tmp_path, capsys, monkeypatch):
@@ -156,16 +209,32 @@ def _pairs(tmp_path, row: dict) -> Path:
 def test_top_beyond_the_edges_after_load_before_the_work(tiny_dir, tmp_path, capsys):
     # the tiny Llama's graph has 51 edges: embed, 3 heads and an MLP per layer, 2 layers
     out = tmp_path / "c.json"
-    one_line(["circuits", "--model-dir", str(tiny_dir), *SMALL, "--top", "52",
-              "--out", str(out)], capsys, "--top must be at most 51")  # fmt: skip
+    one_line(
+        ["circuits", "--model-dir", str(tiny_dir), *SMALL, "--top", "52", "--out", str(out)],
+        capsys,
+        "--top must be at most 51",
+    )
     assert not out.exists()
 
 
 def test_pairs_of_different_token_counts_where_the_method_needs_equal(tiny_dir, tmp_path, capsys):
-    pairs = _pairs(tmp_path, {"clean": "When Mary and John went to the store",
-                              "corrupted": "When Mary went to the store", "answer": " John"})
-    argv = ["circuits", "--model-dir", str(tiny_dir), "--pairs", str(pairs),
-            "--out", str(tmp_path / "c.json")]  # fmt: skip
+    pairs = _pairs(
+        tmp_path,
+        {
+            "clean": "When Mary and John went to the store",
+            "corrupted": "When Mary went to the store",
+            "answer": " John",
+        },
+    )
+    argv = [
+        "circuits",
+        "--model-dir",
+        str(tiny_dir),
+        "--pairs",
+        str(pairs),
+        "--out",
+        str(tmp_path / "c.json"),
+    ]
     one_line([*argv, "--method", "eap"], capsys, "must have the same number of tokens")
     # composition reads the weights: pairs of different lengths are read, the model not run
     code, stdout, err = run([*argv, "--method", "composition", "--top", "3"], capsys)
@@ -175,12 +244,27 @@ def test_pairs_of_different_token_counts_where_the_method_needs_equal(tiny_dir, 
 
 def test_answer_token_outside_the_vocabulary(tiny_dir, tmp_path, capsys):
     vocab = len(word_tokenizer())
-    pairs = _pairs(tmp_path, {"clean": "When Mary and John went to the store",
-                              "corrupted": "When Kate and Tom went to the store",
-                              "answer": vocab + 7})  # fmt: skip
-    one_line(["circuits", "--model-dir", str(tiny_dir), "--pairs", str(pairs),
-              "--out", str(tmp_path / "c.json")], capsys,
-             f"must lie in the vocabulary 0..{vocab - 1}, got {vocab + 7}")  # fmt: skip
+    pairs = _pairs(
+        tmp_path,
+        {
+            "clean": "When Mary and John went to the store",
+            "corrupted": "When Kate and Tom went to the store",
+            "answer": vocab + 7,
+        },
+    )
+    one_line(
+        [
+            "circuits",
+            "--model-dir",
+            str(tiny_dir),
+            "--pairs",
+            str(pairs),
+            "--out",
+            str(tmp_path / "c.json"),
+        ],
+        capsys,
+        f"must lie in the vocabulary 0..{vocab - 1}, got {vocab + 7}",
+    )
 
 
 def test_composition_prints_and_saves_the_random_baseline_beside_its_scores(
@@ -196,8 +280,18 @@ def test_composition_prints_and_saves_the_random_baseline_beside_its_scores(
 
     monkeypatch.setattr("headlab.circuits.task_performance.forward_logits", refuse)
     out = tmp_path / "c.json"
-    argv = ["circuits", "--model-dir", str(tiny_dir), "--method", "composition", "--top", "3",
-            *SMALL, "--out", str(out)]  # fmt: skip
+    argv = [
+        "circuits",
+        "--model-dir",
+        str(tiny_dir),
+        "--method",
+        "composition",
+        "--top",
+        "3",
+        *SMALL,
+        "--out",
+        str(out),
+    ]
     code, stdout, err = run(argv, capsys)
     assert code == 0, err
     result = _read(out)
@@ -211,7 +305,9 @@ def test_composition_prints_and_saves_the_random_baseline_beside_its_scores(
     for (edge, _), row in zip(result.top_edges(), rows, strict=True):
         mode = edge.split("<")[1][0] + ("_group" if ".g" in edge.split("->")[1] else "")
         assert [c.strip() for c in (row[1], row[2], row[-1])] == [
-            edge.split("->")[0], edge.split("->")[1].split("<")[0], f"{result.baseline[mode]:.3f}"
+            edge.split("->")[0],
+            edge.split("->")[1].split("<")[0],
+            f"{result.baseline[mode]:.3f}",
         ]
 
 
@@ -226,8 +322,9 @@ def test_path_patching_of_chosen_edges_and_the_refusal_of_every_edge(
     assert run([*base, "--out", str(eap)], capsys)[0] == 0
     top = [edge for edge, _ in _read(eap).top_edges()]
     out = tmp_path / "pp.json"
-    code, _, err = run([*base, "--method", "path-patching", "--edges", str(eap),
-                             "--out", str(out)], capsys)  # fmt: skip
+    code, _, err = run(
+        [*base, "--method", "path-patching", "--edges", str(eap), "--out", str(out)], capsys
+    )
     assert code == 0, err
     assert "headlab: path-patching 3 edges: about" in err
     patched = _read(out).scores
@@ -236,15 +333,41 @@ def test_path_patching_of_chosen_edges_and_the_refusal_of_every_edge(
     want = dict(zip(every.edges, every.scores, strict=True))
     assert patched.scores == pytest.approx([want[e] for e in top], rel=1e-6, abs=1e-9)
     named = tmp_path / "named.json"
-    assert run([*base, "--method", "path-patching", "--edges", ",".join(top[::-1]),
-                "--out", str(named)], capsys)[0] == 0  # fmt: skip
+    assert (
+        run(
+            [
+                *base,
+                "--method",
+                "path-patching",
+                "--edges",
+                ",".join(top[::-1]),
+                "--out",
+                str(named),
+            ],
+            capsys,
+        )[0]
+        == 0
+    )
     assert _read(named).scores.edges == top[::-1]
     monkeypatch.setattr("headlab.circuits.run.PATCHING_LIMIT_S", 0.0)
     monkeypatch.setattr("headlab.circuits.patching.Patcher.effects", _never)
-    one_line([*base, "--method", "path-patching", "--out", str(tmp_path / "all.json")], capsys,
-             "--edges must be chosen past 0 s: path-patching 51 edges: about")  # fmt: skip
-    code, _, err = run([*base, "--method", "path-patching", "--edges", "0.0->0.g0<k>",
-                        "--out", str(tmp_path / "bad.json")], capsys)  # fmt: skip
+    one_line(
+        [*base, "--method", "path-patching", "--out", str(tmp_path / "all.json")],
+        capsys,
+        "--edges must be chosen past 0 s: path-patching 51 edges: about",
+    )
+    code, _, err = run(
+        [
+            *base,
+            "--method",
+            "path-patching",
+            "--edges",
+            "0.0->0.g0<k>",
+            "--out",
+            str(tmp_path / "bad.json"),
+        ],
+        capsys,
+    )
     assert code == 2 and err.count("\n") == 1
     assert err.startswith("headlab: error: --edges must be edges of ")
     assert "no edge '0.0->0.g0<k>'" in err
@@ -257,11 +380,17 @@ def _never(*args, **kwargs):
 @pytest.mark.model
 def test_an_encoder_is_refused_before_it_loads(tmp_path, capsys, monkeypatch):
     _no_loading(monkeypatch)
-    one_line(["circuits", "--model", "minilm", "--out", str(tmp_path / "c.json")], capsys,
-             "all-MiniLM-L6-v2 is an encoder without a language-model head; the induction task "
-             "needs next-token logits: use --model smollm2")  # fmt: skip
-    one_line(["circuits", "--model", "minilm", "--task", "ioi", "--out", str(tmp_path / "c.json")],
-             capsys, "the ioi task needs next-token logits")  # fmt: skip
+    one_line(
+        ["circuits", "--model", "minilm", "--out", str(tmp_path / "c.json")],
+        capsys,
+        "all-MiniLM-L6-v2 is an encoder without a language-model head; the induction task "
+        "needs next-token logits: use --model smollm2",
+    )
+    one_line(
+        ["circuits", "--model", "minilm", "--task", "ioi", "--out", str(tmp_path / "c.json")],
+        capsys,
+        "the ioi task needs next-token logits",
+    )
     assert not (tmp_path / "c.json").exists()
 
 
@@ -280,20 +409,30 @@ def test_the_default_model_is_a_language_model(tmp_path, capsys, monkeypatch):
     one_line(["circuits", "--out", str(tmp_path / "c.json")], capsys, "stopped here")
     folder = tmp_path / "model"
     folder.mkdir()
-    one_line(["circuits", "--model-dir", str(folder), "--out", str(tmp_path / "c.json")],
-             capsys, "stopped here")  # fmt: skip
+    one_line(
+        ["circuits", "--model-dir", str(folder), "--out", str(tmp_path / "c.json")],
+        capsys,
+        "stopped here",
+    )
     assert seen == ["smollm2", folder]
 
 
 @pytest.mark.model
-@pytest.mark.parametrize(("argv", "needed_by"), [
-    (["model", "generate", "Hello"], "generating text"),
-    (["model", "kv-budget"], "a KV budget"),
-])  # fmt: skip
-def test_other_commands_refuse_an_encoder_before_it_loads(tmp_path, capsys, monkeypatch, argv,
-                                                          needed_by):  # fmt: skip
+@pytest.mark.parametrize(
+    ("argv", "needed_by"),
+    [
+        (["model", "generate", "Hello"], "generating text"),
+        (["model", "kv-budget"], "a KV budget"),
+    ],
+)
+def test_other_commands_refuse_an_encoder_before_it_loads(
+    tmp_path, capsys, monkeypatch, argv, needed_by
+):
     _no_loading(monkeypatch)
     monkeypatch.chdir(tmp_path)
-    one_line([*argv, "--model", "minilm"], capsys,
-             f"all-MiniLM-L6-v2 is an encoder without a language-model head; {needed_by} needs "
-             "next-token logits: use --model smollm2")  # fmt: skip
+    one_line(
+        [*argv, "--model", "minilm"],
+        capsys,
+        f"all-MiniLM-L6-v2 is an encoder without a language-model head; {needed_by} needs "
+        "next-token logits: use --model smollm2",
+    )

@@ -40,19 +40,39 @@ def _expected(tiny_dir, method: str, by_position: bool) -> NodeScores:
     from headlab.models import load
 
     model = load(tiny_dir)
-    request = CircuitRequest(TaskRequest("induction", n_pairs=2, length=7), method=method,
-                             top=5, steps=3, by_position=by_position)  # fmt: skip
+    request = CircuitRequest(
+        TaskRequest("induction", n_pairs=2, length=7),
+        method=method,
+        top=5,
+        steps=3,
+        by_position=by_position,
+    )
     return run_nodes(model, prepare(model, request))
 
 
-@pytest.mark.parametrize(("method", "extra"), [
-    ("nodes", []), ("nodes-ig", ["--steps", "3", "--by-position"]),
-    ("head-patching", ["--by-position"]),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("method", "extra"),
+    [
+        ("nodes", []),
+        ("nodes-ig", ["--steps", "3", "--by-position"]),
+        ("head-patching", ["--by-position"]),
+    ],
+)
 def test_each_node_method_end_to_end(tiny_dir, tmp_path, capsys, method, extra):
     out = tmp_path / "n.json"
-    argv = ["circuits", "--model-dir", str(tiny_dir), "--method", method, "--top", "5", *SMALL,
-            *extra, "--out", str(out)]  # fmt: skip
+    argv = [
+        "circuits",
+        "--model-dir",
+        str(tiny_dir),
+        "--method",
+        method,
+        "--top",
+        "5",
+        *SMALL,
+        *extra,
+        "--out",
+        str(out),
+    ]
     code, stdout, err = run(argv, capsys)
     assert code == 0, err
     lines = stdout.splitlines()
@@ -71,18 +91,36 @@ def test_each_node_method_end_to_end(tiny_dir, tmp_path, capsys, method, extra):
     assert f" 1 │ {top} " in stdout, stdout  # the strongest node first
 
 
-@pytest.mark.parametrize(("extra", "message"), [
-    (["--method", "nodes", "--figure", "x.png"], "--figure draws a circuit of edges"),
-    (["--method", "head-patching", "--faithfulness-figure", "x.png"],
-     "--faithfulness-figure is a curve of circuits of edges"),
-    (["--method", "eap", "--by-position"], "--by-position applies to methods nodes"),
-    (["--method", "nodes", "--edges", "0.0->logits"], "--edges applies to method path-patching"),
-    (["--method", "nodes", "--top", "1000"], "--top must be at most 10 (the nodes nodes scores"),
-    (["--method", "nodez"], "--method must be one of"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--method", "nodes", "--figure", "x.png"], "--figure draws a circuit of edges"),
+        (
+            ["--method", "head-patching", "--faithfulness-figure", "x.png"],
+            "--faithfulness-figure is a curve of circuits of edges",
+        ),
+        (["--method", "eap", "--by-position"], "--by-position applies to methods nodes"),
+        (
+            ["--method", "nodes", "--edges", "0.0->logits"],
+            "--edges applies to method path-patching",
+        ),
+        (
+            ["--method", "nodes", "--top", "1000"],
+            "--top must be at most 10 (the nodes nodes scores",
+        ),
+        (["--method", "nodez"], "--method must be one of"),
+    ],
+)
 def test_options_of_edges_are_refused_in_one_line(tiny_dir, tmp_path, capsys, extra, message):
-    argv = ["circuits", "--model-dir", str(tiny_dir), *SMALL, "--out", str(tmp_path / "n.json"),
-            *extra]  # fmt: skip
+    argv = [
+        "circuits",
+        "--model-dir",
+        str(tiny_dir),
+        *SMALL,
+        "--out",
+        str(tmp_path / "n.json"),
+        *extra,
+    ]
     code, stdout, err = run(argv, capsys)
     assert code == 2, (stdout, err)
     lines = [line for line in err.splitlines() if line.startswith("headlab: error")]

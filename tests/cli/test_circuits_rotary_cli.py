@@ -71,8 +71,9 @@ def _expected(folder: Path, offsets: list[int]) -> dict[str, float]:
     out = {}
     _, _, v0, o0 = layers[0]
     q1, k1, _, _ = layers[1]
-    reads = {j: [q1[j].t() @ _turn(-delta, d, theta) @ k1 for delta in offsets]
-             for j in range(heads)}  # fmt: skip
+    reads = {
+        j: [q1[j].t() @ _turn(-delta, d, theta) @ k1 for delta in offsets] for j in range(heads)
+    }
     for i in range(heads):
         ov = o0[:, i] @ v0  # (embed, embed): what 0.i writes
         for j in range(heads):
@@ -134,28 +135,54 @@ def _one_line(argv, capsys, message):
     assert "Traceback" not in err and message in err, err
 
 
-@pytest.mark.parametrize(("extra", "message"), [
-    (["--rotary-offsets", "1,x"], "--rotary-offsets takes comma-separated integers, got 'x'"),
-    (["--rotary-offsets", "-1"], "--rotary-offsets values must be >= 0, got -1"),
-    (["--rotary-offsets", "1,1"], "--rotary-offsets must be distinct, got [1, 1]"),
-    (["--rotary-offsets", "2000000"], "--rotary-offsets must be between 0 and 1048576"),
-    (["--method", "eap", "--rotary-offsets", "1"],
-     "--rotary-offsets applies to method composition only, got method eap"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--rotary-offsets", "1,x"], "--rotary-offsets takes comma-separated integers, got 'x'"),
+        (["--rotary-offsets", "-1"], "--rotary-offsets values must be >= 0, got -1"),
+        (["--rotary-offsets", "1,1"], "--rotary-offsets must be distinct, got [1, 1]"),
+        (["--rotary-offsets", "2000000"], "--rotary-offsets must be between 0 and 1048576"),
+        (
+            ["--method", "eap", "--rotary-offsets", "1"],
+            "--rotary-offsets applies to method composition only, got method eap",
+        ),
+    ],
+)
 def test_bad_offsets_before_the_model_loads(tmp_path, capsys, monkeypatch, extra, message):
     def refuse(*args, **kwargs):
         raise AssertionError("the model was loaded")
 
     monkeypatch.setattr("headlab.models.load", refuse)
-    argv = ["circuits", "--model-dir", str(tmp_path), "--method", "composition", *extra,
-            "--out", str(tmp_path / "c.json")]  # fmt: skip
+    argv = [
+        "circuits",
+        "--model-dir",
+        str(tmp_path),
+        "--method",
+        "composition",
+        *extra,
+        "--out",
+        str(tmp_path / "c.json"),
+    ]
     _one_line(argv, capsys, message)
     assert not (tmp_path / "c.json").exists()
 
 
 def test_offset_beyond_the_positions_after_load_before_the_work(tiny_dir, tmp_path, capsys):
     out = tmp_path / "c.json"
-    _one_line(["circuits", "--model-dir", str(tiny_dir), "--method", "composition", *SMALL,
-               "--rotary-offsets", "1,1024", "--out", str(out)], capsys,
-              "--rotary-offsets must lie in 0..1023 (the model's positions), got 1024")  # fmt: skip
+    _one_line(
+        [
+            "circuits",
+            "--model-dir",
+            str(tiny_dir),
+            "--method",
+            "composition",
+            *SMALL,
+            "--rotary-offsets",
+            "1,1024",
+            "--out",
+            str(out),
+        ],
+        capsys,
+        "--rotary-offsets must lie in 0..1023 (the model's positions), got 1024",
+    )
     assert not out.exists()

@@ -118,21 +118,24 @@ def test_grouped_kv_heads_work_with_the_default_vs_heads(capsys):
     is the fewest that can (4 heads of 16), and a bad --vs-heads says which counts work."""
     from headlab.analysis.scenarios import CompareRequest, build
 
-    code, out, err = run(["compare", "--kv-heads", "2", "--d-model", "64", "--heads", "8",
-                          "--json"], capsys)  # fmt: skip
+    code, out, err = run(
+        ["compare", "--kv-heads", "2", "--d-model", "64", "--heads", "8", "--json"], capsys
+    )
     assert code == 0 and err == "", err
     assert json.loads(out)["params"]["a"] == json.loads(out)["params"]["b"]
     setup = CompareRequest(d_model=64, heads=8, kv_heads=2, vs_heads=None)
     _, other, _ = build(setup)
     assert setup.vs_heads == 4
     assert (other.num_heads, other.num_kv_heads, other.head_dim) == (4, 1, 16)
-    code, _, err = run(["compare", "--kv-heads", "2", "--d-model", "64", "--heads", "8",
-                        "--vs-heads", "2"], capsys)  # fmt: skip
+    code, _, err = run(
+        ["compare", "--kv-heads", "2", "--d-model", "64", "--heads", "8", "--vs-heads", "2"], capsys
+    )
     assert code == 2
     assert "--vs-heads 2 gives heads of 32, which do not split the K/V width 16" in err
     assert "--vs-heads can be 4, 8, 16, 32, 64" in err
-    code, out, err = run(["grad", "--kv-heads", "2", "--d-model", "64", "--heads", "8",
-                          "--json"], capsys)  # fmt: skip
+    code, out, err = run(
+        ["grad", "--kv-heads", "2", "--d-model", "64", "--heads", "8", "--json"], capsys
+    )
     assert code == 0 and [s["num_heads"] for s in json.loads(out)["sides"]] == [8, 4], err
 
 
@@ -141,10 +144,13 @@ def test_grouped_kv_heads_work_with_the_default_vs_heads(capsys):
     [
         (["--d-model", "16777216"], "lower --d-model 16777216 (the weights", "--seq-len"),
         (["--seq-len", "40000"], "lower --seq-len 40000 or --batch 2 (attention", "--d-model 5"),
-        (["--d-model", "64", "--heads", "2", "--head-dim", "8000000", "--output-projection"],
-         "lower --d-model 64 or --head-dim 8000000 (the weights", "--seq-len"),
+        (
+            ["--d-model", "64", "--heads", "2", "--head-dim", "8000000", "--output-projection"],
+            "lower --d-model 64 or --head-dim 8000000 (the weights",
+            "--seq-len",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_refusal_names_what_dominates_the_estimate(capsys, argv, advice, not_advice):
     code, _, err = run(["compare", *argv], capsys)
     assert code == 2 and "more than half of this machine's" in err, err

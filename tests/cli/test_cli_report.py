@@ -98,8 +98,7 @@ def test_a_results_folder_that_does_not_exist_is_said_and_the_report_still_built
     captured = capsys.readouterr()
     assert captured.out.strip() == str(out / "index.html")
     assert captured.err == (
-        f"headlab: warning: --results {missing} does not exist; the report shows no results "
-        "files\n"
+        f"headlab: warning: --results {missing} does not exist; the report shows no results files\n"
     )
 
 
@@ -110,13 +109,24 @@ def test_hand_edited_results_are_skipped_with_one_line_each_and_the_page_says_so
 
     results = tmp_path / "results"
     results.mkdir()
-    heads = {"headlab": "model-heads", "model": "m", "n_texts": 1, "num_layers": 1,
-             "num_heads": 1, "metrics": {}}  # fmt: skip
+    heads = {
+        "headlab": "model-heads",
+        "model": "m",
+        "n_texts": 1,
+        "num_layers": 1,
+        "num_heads": 1,
+        "metrics": {},
+    }
     (results / "model_heads.json").write_text(json.dumps(heads))
     row = {"num_heads": 10**30, "mean_cosine": 0.5, "nn_agreement": 0.5}
     one_layer = {**row, "num_heads": 1, "layer": 0}
-    collapse = {"headlab": "model-collapse", "model": "m", "n_texts": 1,
-                "all_layers": [row], "per_layer": [one_layer]}  # fmt: skip
+    collapse = {
+        "headlab": "model-collapse",
+        "model": "m",
+        "n_texts": 1,
+        "all_layers": [row],
+        "per_layer": [one_layer],
+    }
     (results / "model_collapse.json").write_text(json.dumps(collapse))
     out = tmp_path / "site"
     args = ["report", "--out", str(out), "--text", "a b", "--model", str(tiny_dir)]

@@ -20,9 +20,24 @@ def test_grad_talking_heads_is_not_block_diagonal(capsys):
 
 def test_expressivity_json_rows(tmp_path, capsys):
     out_file = tmp_path / "e.json"
-    args = ["expressivity", "--seq-lens", "5,7", "--head-dims", "1,7", "--targets", "1",
-            "--steps", "20", "--model", "none", "--out", str(out_file), "--json",
-            "--figure", str(tmp_path / "e.png")]  # fmt: skip
+    args = [
+        "expressivity",
+        "--seq-lens",
+        "5,7",
+        "--head-dims",
+        "1,7",
+        "--targets",
+        "1",
+        "--steps",
+        "20",
+        "--model",
+        "none",
+        "--out",
+        str(out_file),
+        "--json",
+        "--figure",
+        str(tmp_path / "e.png"),
+    ]
     code, out, err = run(args, capsys)
     assert code == 0, err
     doc = json.loads(out)
@@ -57,8 +72,10 @@ def test_specialisation_json_and_figure(tmp_path, capsys):
     doc = json.loads(out)
     assert doc["headlab"] == "specialisation"
     assert [(r["attention"], r["num_heads"]) for r in doc["runs"]] == [
-        ("plain", 1), ("plain", 2), ("talking-heads", 2)
-    ]  # fmt: skip
+        ("plain", 1),
+        ("plain", 2),
+        ("talking-heads", 2),
+    ]
     assert (tmp_path / "s.png").read_bytes().startswith(b"\x89PNG")
 
 

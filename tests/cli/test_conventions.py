@@ -90,9 +90,15 @@ def test_compare_and_grad_take_kv_heads_and_head_dim_like_the_library(capsys):
     code, out, err = run(["compare", *argv, "--output-projection", "--json"], capsys)
     assert code == 0, err
     setup = CompareRequest(
-        d_model=12, heads=4, kv_heads=2, head_dim=6, vs_heads=2, seq_len=5, init="normal",
+        d_model=12,
+        heads=4,
+        kv_heads=2,
+        head_dim=6,
+        vs_heads=2,
+        seq_len=5,
+        init="normal",
         output_projection=True,
-    )  # fmt: skip
+    )
     assert json.loads(out)["max_abs_diff"] == run_setup(setup).max_abs_diff
     code, out, err = run(["grad", *argv, "--json"], capsys)
     assert code == 0, err
@@ -112,9 +118,12 @@ def test_command_modules_do_not_import_the_app():
     folder = Path(headlab.cli.commands.__file__).parent
     modules = sorted(p.stem for p in folder.glob("*_command.py"))
     code = "; ".join(
-        [*(f"import headlab.cli.commands.{m}" for m in modules), "import sys",
-         "assert 'headlab.cli.app' not in sys.modules, 'a command module imported the app'"]
-    )  # fmt: skip
+        [
+            *(f"import headlab.cli.commands.{m}" for m in modules),
+            "import sys",
+            "assert 'headlab.cli.app' not in sys.modules, 'a command module imported the app'",
+        ]
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
     names = {c.name or c.callback.__name__ for c in app.registered_commands}
     names |= {g.name for g in app.registered_groups}

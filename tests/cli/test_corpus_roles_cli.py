@@ -22,9 +22,23 @@ def folder(tiny_llama, tmp_path):
 
 
 def argv(model_dir, folder, tmp_path, *extra):
-    return ["model", "roles", "--model", str(model_dir), "--documents", str(folder),
-            "--sinks", "2", "--window", "8", "--out", str(tmp_path / "roles.jsonl"),
-            "--summary", str(tmp_path / "roles.json"), *extra]  # fmt: skip
+    return [
+        "model",
+        "roles",
+        "--model",
+        str(model_dir),
+        "--documents",
+        str(folder),
+        "--sinks",
+        "2",
+        "--window",
+        "8",
+        "--out",
+        str(tmp_path / "roles.jsonl"),
+        "--summary",
+        str(tmp_path / "roles.json"),
+        *extra,
+    ]
 
 
 def test_roles_over_a_folder_resume_and_json(tiny_llama_dir, folder, tmp_path, capsys):
@@ -76,8 +90,13 @@ def test_bad_input_is_one_line_exit_2_before_any_model_loads(
     blank.mkdir()
     (blank / "a.txt").write_text("t1 t2")
     (blank / "blank.txt").write_text(" \n")
-    paths = {"MISSING": tmp_path / "missing", "EMPTY": tmp_path / "empty", "BLANK": blank,
-             "FILE": tmp_path / "notes.txt", "OUT": tmp_path / "roles.jsonl"}  # fmt: skip
+    paths = {
+        "MISSING": tmp_path / "missing",
+        "EMPTY": tmp_path / "empty",
+        "BLANK": blank,
+        "FILE": tmp_path / "notes.txt",
+        "OUT": tmp_path / "roles.jsonl",
+    }
     extra = [str(paths.get(a, a)) for a in extra]
     message = message.replace("MISSING", str(paths["MISSING"])).replace("FILE", str(paths["FILE"]))
     code, _, err = run(argv(tiny_llama_dir, folder, tmp_path, *extra), capsys)

@@ -119,8 +119,12 @@ def test_every_command_works_on_its_defaults_or_says_what_it_needs(
         assert "Traceback" not in err, (argv, err)
         if argv is argvs[0] and name in REQUIRED:  # without them: what it needs, in one line
             assert _says_what_it_needs(code, err), (argv, code, err)
-            named = [f"'{shown}'" for p in _commands()[name].params if p.required
-                     for shown in (*p.opts, p.name)]  # fmt: skip
+            named = [
+                f"'{shown}'"
+                for p in _commands()[name].params
+                if p.required
+                for shown in (*p.opts, p.name)
+            ]
             assert any(shown in err for shown in named), (named, err)
             continue
         works = code in (0, "started") and "error" not in err

@@ -21,12 +21,15 @@ def chatty(tmp_path_factory):
 
 
 def test_generate_prints_no_special_token_and_ends_with_a_newline(chatty, capsys):
-    code, printed, err = run(["model", "generate", "ab", "--model", str(chatty),
-                              "--max-new-tokens", "3"], capsys)  # fmt: skip
+    code, printed, err = run(
+        ["model", "generate", "ab", "--model", str(chatty), "--max-new-tokens", "3"], capsys
+    )
     assert code == 0, err
     assert END not in printed and printed == "\n"
-    code, printed, err = run(["model", "generate", "ab", "--model", str(chatty),
-                              "--max-new-tokens", "3", "--json"], capsys)  # fmt: skip
+    code, printed, err = run(
+        ["model", "generate", "ab", "--model", str(chatty), "--max-new-tokens", "3", "--json"],
+        capsys,
+    )
     doc = json.loads(printed)
     assert doc["new_ids"] == [0, 0, 0] and doc["text"] == ""
 

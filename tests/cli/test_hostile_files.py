@@ -29,9 +29,14 @@ def headlab(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2] / "src")}
     try:
         return subprocess.run(
-            [sys.executable, "-m", "headlab", *argv], cwd=cwd, env=env, capture_output=True,
-            text=True, timeout=120, preexec_fn=_limited,
-        )  # fmt: skip
+            [sys.executable, "-m", "headlab", *argv],
+            cwd=cwd,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            preexec_fn=_limited,
+        )
     except subprocess.TimeoutExpired:
         pytest.fail(f"headlab {' '.join(argv)} did not end (it opened a file that never ends)")
 
@@ -76,8 +81,10 @@ def test_a_deeply_nested_results_file_is_skipped_and_the_report_still_built(tmp_
     results = tmp_path / "results"
     results.mkdir()
     (results / "model_heads.json").write_text(DEEP)
-    code, _, err = run(["report", "--out", str(tmp_path / "rep"), "--text", "a b",
-                        "--results", str(results)], capsys)  # fmt: skip
+    code, _, err = run(
+        ["report", "--out", str(tmp_path / "rep"), "--text", "a b", "--results", str(results)],
+        capsys,
+    )
     assert code == 0, err
     assert "skipped" in err and "model_heads.json" in err and "nested at most 64 deep" in err
     assert (tmp_path / "rep" / "index.html").is_file()
@@ -99,5 +106,6 @@ def test_a_results_line_nested_too_deep_is_skipped_naming_the_line(tmp_path):
     path.write_text('{"run_id": "a"}\n{"run_id": ' + DEEP + "}\n")
     skipped = read_results(path).skipped
     assert [(s.number, s.reason) for s in skipped][1] == (
-        2, "JSON nested 100001 deep, expected at most 64"
+        2,
+        "JSON nested 100001 deep, expected at most 64",
     )

@@ -65,8 +65,9 @@ def test_outputs_inside_the_documents_folder_are_refused(tmp_path, capsys, outpu
     documents.mkdir()
     (documents / "a.txt").write_text("one document")
     name = "x.jsonl" if output == "--out" else "s.json"
-    code, _, err = run(["model", "roles", "--documents", str(documents), output,
-                        str(documents / name)], capsys)  # fmt: skip
+    code, _, err = run(
+        ["model", "roles", "--documents", str(documents), output, str(documents / name)], capsys
+    )
     assert code == 2
     assert f"{output} {documents / name} is inside the input folder" in err
     assert sorted(p.name for p in documents.iterdir()) == ["a.txt"]
@@ -112,8 +113,9 @@ def _snapshot(folder: Path) -> dict[str, bytes]:
 
 @pytest.mark.parametrize(("command", "output", "name"), INSIDE_THE_MODEL)
 @pytest.mark.parametrize("force", [False, True])
-def test_the_model_folder_is_never_written_into(tiny_dir, tmp_path, capsys, monkeypatch,
-                                                command, output, name, force):  # fmt: skip
+def test_the_model_folder_is_never_written_into(
+    tiny_dir, tmp_path, capsys, monkeypatch, command, output, name, force
+):
     import shutil
 
     def refuse(*args, **kwargs):
@@ -140,8 +142,9 @@ def test_a_gguf_model_file_is_never_replaced(tmp_path, capsys, monkeypatch):
     gguf = tmp_path / "m.gguf"
     gguf.write_bytes(b"GGUF" + bytes(60))
     for output in ("--out", "--figure"):
-        code, _, err = run(["model", "heads", "--model", str(gguf), output, str(gguf), "--force"],
-                           capsys)  # fmt: skip
+        code, _, err = run(
+            ["model", "heads", "--model", str(gguf), output, str(gguf), "--force"], capsys
+        )
         assert code == 2 and "is this command's input" in err, err
         assert gguf.read_bytes() == b"GGUF" + bytes(60)
 
@@ -157,12 +160,15 @@ def test_the_folders_a_named_model_is_read_from_are_inputs(tmp_path, capsys, mon
     monkeypatch.setattr("headlab.models.load", refuse)
     monkeypatch.setenv("HEADLAB_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
-    cases = [("smollm2", tmp_path / "cache" / "SmolLM2-135M-Instruct.Q4_1" / "config.json"),
-             ("owner/name", tmp_path / "hub" / "models--owner--name" / "snapshots" / "x.json")]
+    cases = [
+        ("smollm2", tmp_path / "cache" / "SmolLM2-135M-Instruct.Q4_1" / "config.json"),
+        ("owner/name", tmp_path / "hub" / "models--owner--name" / "snapshots" / "x.json"),
+    ]
     for model, out in cases:
         out.parent.mkdir(parents=True)
         out.write_text("{}")
-        code, _, err = run(["model", "heads", "--model", model, "--out", str(out), "--force"],
-                           capsys)  # fmt: skip
+        code, _, err = run(
+            ["model", "heads", "--model", model, "--out", str(out), "--force"], capsys
+        )
         assert code == 2 and "is inside the input folder" in err, err
         assert out.read_text() == "{}"

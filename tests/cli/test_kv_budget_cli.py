@@ -96,8 +96,9 @@ def test_heads_on_one_long_text_prints_the_roles(llama_dir, tmp_path, capsys):
     text.write_text(_text(2), encoding="utf-8")
     out, figure = tmp_path / "lc.json", tmp_path / "roles.png"
     args = ["model", "heads", "--model", str(llama_dir), "--text-file", str(text)]
-    code, printed, err = run([*args, "--window", "8", "--out", str(out), "--figure", str(figure)],
-                             capsys)  # fmt: skip
+    code, printed, err = run(
+        [*args, "--window", "8", "--out", str(out), "--figure", str(figure)], capsys
+    )
     assert code == 0, err
     shown = " ".join(printed.split())
     assert "head roles: window 4 sinks + 8 recent keys; 6 copy positions" in shown
@@ -160,9 +161,24 @@ def test_a_held_out_text_cut_says_so(llama_dir, tmp_path, capsys):
     calibration = tmp_path / "calibration.txt"
     calibration.write_text(_text(5), encoding="utf-8")
     out = tmp_path / "kv.json"
-    args = ["model", "kv-budget", "--model", str(llama_dir), "--text-file", str(long),
-            "--calibration-file", str(calibration), "--window", "8", "--max-tokens", "60",
-            "--budgets", "0.5", "--out", str(out)]  # fmt: skip
+    args = [
+        "model",
+        "kv-budget",
+        "--model",
+        str(llama_dir),
+        "--text-file",
+        str(long),
+        "--calibration-file",
+        str(calibration),
+        "--window",
+        "8",
+        "--max-tokens",
+        "60",
+        "--budgets",
+        "0.5",
+        "--out",
+        str(out),
+    ]
     code, printed, err = run(args, capsys)
     assert code == 0, err
     whole = len(Tokenizer.from_file(str(llama_dir / "tokenizer.json")).encode(long.read_text()))
@@ -185,8 +201,10 @@ def test_a_small_model_runs_with_the_defaults(tmp_path_factory, capsys):
 
     folder = byte_llama(tmp_path_factory.mktemp("byte-llama"), 512)
     out = tmp_path_factory.mktemp("kv") / "kv.json"
-    code, printed, err = run(["model", "kv-budget", "--model", str(folder), "--budgets", "0.5",
-                              "--out", str(out)], capsys)  # fmt: skip
+    code, printed, err = run(
+        ["model", "kv-budget", "--model", str(folder), "--budgets", "0.5", "--out", str(out)],
+        capsys,
+    )
     assert code == 0, err
     result = KVBudgetResult.from_dict(json.loads(out.read_text()))
     assert result.texts.startswith("built-in copy task") and result.copy_positions > 0
@@ -218,8 +236,9 @@ def test_a_retrieval_k_over_half_the_heads_is_refused_before_the_weights_load(
             shutil.copy(path, folder / path.name)
     (folder / "model.safetensors").write_bytes(b"not weights at all")
     args = ["model", "kv-budget", "--model", str(folder), *texts, "--window", "8"]
-    code, printed, err = run([*args, "--retrieval-k", "10", "--out", str(tmp_path / "o.json")],
-                             capsys)  # fmt: skip
+    code, printed, err = run(
+        [*args, "--retrieval-k", "10", "--out", str(tmp_path / "o.json")], capsys
+    )
     assert code == 2 and printed == "" and len(err.strip().splitlines()) == 1, err
     assert "--retrieval-k must be between 1 and 9 for " in err and "18 heads" in err
     assert not (tmp_path / "o.json").exists()

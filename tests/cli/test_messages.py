@@ -9,9 +9,23 @@ from cli_run import run
 
 
 def _roles(model_dir, docs, tmp_path, *extra):
-    return ["model", "roles", "--model", str(model_dir), "--documents", str(docs),
-            "--sinks", "2", "--window", "8", "--out", str(tmp_path / "roles.jsonl"),
-            "--summary", str(tmp_path / "roles.json"), *extra]  # fmt: skip
+    return [
+        "model",
+        "roles",
+        "--model",
+        str(model_dir),
+        "--documents",
+        str(docs),
+        "--sinks",
+        "2",
+        "--window",
+        "8",
+        "--out",
+        str(tmp_path / "roles.jsonl"),
+        "--summary",
+        str(tmp_path / "roles.json"),
+        *extra,
+    ]
 
 
 @pytest.fixture
@@ -48,7 +62,9 @@ def test_roles_names_the_limit_that_cut(tiny_llama_dir, docs, tmp_path, extra, c
 def test_too_many_default_texts_name_the_flag_before_the_model_loads(command, tmp_path, capsys):
     # a model that does not exist: the --n-texts error comes first, so nothing was loaded
     missing = str(tmp_path / "no-model")
-    code, printed, err = run([*command, "--model", missing, "--n-texts", "5000",
-                              "--out", str(tmp_path / "o.json")], capsys)  # fmt: skip
+    code, printed, err = run(
+        [*command, "--model", missing, "--n-texts", "5000", "--out", str(tmp_path / "o.json")],
+        capsys,
+    )
     assert code == 2 and printed == "" and len(err.strip().splitlines()) == 1
     assert "--n-texts must be at most" in err and "got 5000" in err and "n_texts" not in err

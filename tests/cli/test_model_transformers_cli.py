@@ -52,16 +52,30 @@ def test_ablate_a_head_and_a_kv_group_through_transformers(hf_dirs, capsys, tmp_
     heads 3, 4, 5 of layer 1), which circuits calls 1.g1: both names are read, 1.g1 written."""
     corpus = tmp_path / "corpus.txt"  # words of the tiny vocabulary (others are w0, the padding)
     corpus.write_text("\n".join(text(9, seed) for seed in range(8)), encoding="utf-8")
-    args = ["model", "ablate", "--model", str(hf_dirs["llama"]),
-            "--corpus", str(corpus), "--ablate", "0.1,1.kv1", "--n-texts", "8", "--out",
-            str(tmp_path / "a.json"), "--json"]  # fmt: skip
+    args = [
+        "model",
+        "ablate",
+        "--model",
+        str(hf_dirs["llama"]),
+        "--corpus",
+        str(corpus),
+        "--ablate",
+        "0.1,1.kv1",
+        "--n-texts",
+        "8",
+        "--out",
+        str(tmp_path / "a.json"),
+        "--json",
+    ]
     code, out, err = run(args, capsys)
     assert code == 0, err
     document = json.loads(out)
     assert document["heads"] == [[0, 1], [1, 3], [1, 4], [1, 5]]
     assert document["ablated"] != document["baseline"]
-    same = [{"0.1,1.kv1": "0.1,1.g1", str(tmp_path / "a.json"): str(tmp_path / "b.json")}.get(
-        a, a) for a in args]  # fmt: skip
+    same = [
+        {"0.1,1.kv1": "0.1,1.g1", str(tmp_path / "a.json"): str(tmp_path / "b.json")}.get(a, a)
+        for a in args
+    ]
     code, out, err = run(same, capsys)
     assert code == 0, err
     assert json.loads(out)["heads"] == document["heads"]
@@ -72,8 +86,19 @@ def test_ablate_a_head_and_a_kv_group_through_transformers(hf_dirs, capsys, tmp_
 
 
 def test_prune_refuses_a_fused_layout_and_prunes_it_by_masking(gpt2_dir, capsys, tmp_path):
-    args = ["model", "prune", "--model", str(gpt2_dir), "--n-texts", "6", "--max-length", "12",
-            "--out", str(tmp_path / "p.json"), "--json"]  # fmt: skip
+    args = [
+        "model",
+        "prune",
+        "--model",
+        str(gpt2_dir),
+        "--n-texts",
+        "6",
+        "--max-length",
+        "12",
+        "--out",
+        str(tmp_path / "p.json"),
+        "--json",
+    ]
     code, _, err = run(args, capsys)
     assert code == 2 and err.count("\n") == 1
     assert "family 'gpt2'" in err and "prune by masking instead (--by mask)" in err
@@ -90,8 +115,20 @@ def test_generate_with_heads_ablated_in_every_step(hf_dirs, hf_loaded, capsys):
     from headlab.heads.ablation import ablated
 
     prompt = text(5, 2)
-    args = ["model", "generate", prompt, "--model", str(hf_dirs["llama"]), "--backend",
-            "transformers", "--max-new-tokens", "6", "--ablate", "0.kv0,1.2", "--json"]  # fmt: skip
+    args = [
+        "model",
+        "generate",
+        prompt,
+        "--model",
+        str(hf_dirs["llama"]),
+        "--backend",
+        "transformers",
+        "--max-new-tokens",
+        "6",
+        "--ablate",
+        "0.kv0,1.2",
+        "--json",
+    ]
     code, out, err = run(args, capsys)
     assert code == 0, err
     document = json.loads(out)
@@ -104,8 +141,19 @@ def test_generate_with_heads_ablated_in_every_step(hf_dirs, hf_loaded, capsys):
 
 def test_report_shows_a_checkpoint_through_transformers(hf_dirs, capsys, tmp_path):
     out = tmp_path / "report"
-    args = ["report", "--out", str(out), "--text", text(12, 3), "--results", str(tmp_path),
-            "--model", str(hf_dirs["qwen3"]), "--backend", "transformers"]  # fmt: skip
+    args = [
+        "report",
+        "--out",
+        str(out),
+        "--text",
+        text(12, 3),
+        "--results",
+        str(tmp_path),
+        "--model",
+        str(hf_dirs["qwen3"]),
+        "--backend",
+        "transformers",
+    ]
     code, printed, err = run(args, capsys)
     assert code == 0, err
     assert printed.strip().endswith("index.html")
@@ -127,21 +175,32 @@ def test_heads_of_a_model_of_64_positions_detect_at_half_its_length(gpt2_dir, ca
     texts = [text(9, seed) for seed in range(4)]
     corpus.write_text("\n".join(texts), encoding="utf-8")
     out = tmp_path / "heads.json"
-    args = ["model", "heads", "--model", str(gpt2_dir), "--corpus", str(corpus), "--n-texts", "4",
-            "--json"]  # fmt: skip
+    args = [
+        "model",
+        "heads",
+        "--model",
+        str(gpt2_dir),
+        "--corpus",
+        str(corpus),
+        "--n-texts",
+        "4",
+        "--json",
+    ]
     code, printed, err = run([*args, "--out", str(out)], capsys)
     assert code == 0, err
     model = load(gpt2_dir)
     assert model.max_positions == 64 and default_length(model) == 32
     want = head_statistics(model, texts, max_length=64, detector_length=32)
     assert json.loads(printed)["detectors"] == want.detectors
-    code, printed, err = run([*args, "--detector-length", "33", "--out", str(tmp_path / "x")],
-                             capsys)  # fmt: skip
+    code, printed, err = run(
+        [*args, "--detector-length", "33", "--out", str(tmp_path / "x")], capsys
+    )
     assert code == 2 and printed == "" and err.count("\n") == 1
     assert "--detector-length must be between 2 and 32, got 33" in err
     assert not (tmp_path / "x").exists()
-    code, printed, err = run([*args, "--detector-length", "0", "--out", str(tmp_path / "y")],
-                             capsys)  # fmt: skip
+    code, printed, err = run(
+        [*args, "--detector-length", "0", "--out", str(tmp_path / "y")], capsys
+    )
     assert code == 0, err
     assert "detectors" not in json.loads(printed)
 
@@ -167,9 +226,28 @@ def test_kv_budget_through_transformers(hf_dirs, hf_eager, capsys, tmp_path):
     held_out.write_text(_repeat(3), encoding="utf-8")
     calibration.write_text(_repeat(5), encoding="utf-8")
     out = tmp_path / "kv.json"
-    args = ["model", "kv-budget", "--model", str(hf_dirs["llama"]), "--backend", "transformers",
-            "--text-file", str(held_out), "--calibration-file", str(calibration), "--sinks", "2",
-            "--window", "8", "--budgets", "0.5,1", "--seeds", "3", "--out", str(out)]  # fmt: skip
+    args = [
+        "model",
+        "kv-budget",
+        "--model",
+        str(hf_dirs["llama"]),
+        "--backend",
+        "transformers",
+        "--text-file",
+        str(held_out),
+        "--calibration-file",
+        str(calibration),
+        "--sinks",
+        "2",
+        "--window",
+        "8",
+        "--budgets",
+        "0.5,1",
+        "--seeds",
+        "3",
+        "--out",
+        str(out),
+    ]
     code, printed, err = run(args, capsys)
     assert code == 0, err
     assert "KV budget, llama, 55 tokens, window 2 sinks + 8; 6 copy positions" in printed
@@ -202,9 +280,25 @@ def test_corpus_roles_with_either_backend_value_agree(hf_dirs, capsys, tmp_path)
 
     def roles(backend: str) -> dict:
         summary = tmp_path / f"{backend}.json"
-        args = ["model", "roles", "--model", str(hf_dirs["llama"]), "--backend", backend,
-                "--documents", str(docs), "--sinks", "2", "--window", "8", "--out", str(out),
-                "--summary", str(summary), "--json"]  # fmt: skip
+        args = [
+            "model",
+            "roles",
+            "--model",
+            str(hf_dirs["llama"]),
+            "--backend",
+            backend,
+            "--documents",
+            str(docs),
+            "--sinks",
+            "2",
+            "--window",
+            "8",
+            "--out",
+            str(out),
+            "--summary",
+            str(summary),
+            "--json",
+        ]
         code, printed, err = run(args, capsys)
         assert code == 0, err
         assert "3 documents, 0 already finished" in err
@@ -214,12 +308,17 @@ def test_corpus_roles_with_either_backend_value_agree(hf_dirs, capsys, tmp_path)
     assert len(out.read_text().splitlines()) == 6  # three documents, once per backend
     assert ours["corpus"] == theirs["corpus"] and ours["corpus"]["copy_positions"] == 12
     for name, grid in theirs["metrics"].items():
-        torch.testing.assert_close(torch.tensor(ours["metrics"][name]), torch.tensor(grid),
-                                   atol=1e-5, rtol=1e-5, msg=name)  # fmt: skip
+        torch.testing.assert_close(
+            torch.tensor(ours["metrics"][name]), torch.tensor(grid), atol=1e-5, rtol=1e-5, msg=name
+        )
     for name in ("window_error", "group_window_error", "copy_weight", "retrieval"):
-        torch.testing.assert_close(torch.tensor(ours["roles"][name]),
-                                   torch.tensor(theirs["roles"][name]), atol=1e-5, rtol=1e-5,
-                                   msg=name)  # fmt: skip
+        torch.testing.assert_close(
+            torch.tensor(ours["roles"][name]),
+            torch.tensor(theirs["roles"][name]),
+            atol=1e-5,
+            rtol=1e-5,
+            msg=name,
+        )
 
 
 @pytest.mark.model
@@ -227,8 +326,19 @@ def test_heads_of_minilm_with_a_backend_value_runs(capsys, tmp_path):
     """Once "max_length must be between 3 and 512, got 2" (the statistics' two-token probe):
     the route accepts a cut to [CLS] [SEP], and the value of --backend only earns a warning."""
     out = tmp_path / "heads.json"
-    args = ["model", "heads", "--model", "minilm", "--backend", "transformers", "--n-texts", "8",
-            "--out", str(out), "--json"]  # fmt: skip
+    args = [
+        "model",
+        "heads",
+        "--model",
+        "minilm",
+        "--backend",
+        "transformers",
+        "--n-texts",
+        "8",
+        "--out",
+        str(out),
+        "--json",
+    ]
     code, printed, err = run(args, capsys)
     assert code == 0, err
     assert err.count("\n") == 1 and "backend 'transformers' no longer chooses anything" in err
@@ -238,9 +348,12 @@ def test_heads_of_minilm_with_a_backend_value_runs(capsys, tmp_path):
 
 @pytest.mark.parametrize(
     "command",
-    [["model", "heads", "--n-texts", "2"], ["model", "generate", "w3"],
-     ["circuits", "--task", "induction", "--length", "20"]],  # fits the model's 64 positions
-)  # fmt: skip
+    [
+        ["model", "heads", "--n-texts", "2"],
+        ["model", "generate", "w3"],
+        ["circuits", "--task", "induction", "--length", "20"],
+    ],  # fits the model's 64 positions
+)
 def test_a_folder_without_a_tokenizer_is_refused_before_its_weights_load(
     hf_dirs, tmp_path, capsys, monkeypatch, command
 ):

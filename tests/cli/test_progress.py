@@ -33,8 +33,18 @@ def model_command(name, tiny_dir, tmp_path):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(LINES) + "\n")
     extra = ["--ablate", "1.2"] if name == "ablate" else []
-    return ["model", name, "--model-dir", str(tiny_dir), "--corpus", str(corpus),
-            "--out", str(tmp_path / f"{name}.json"), "--force", *extra]  # fmt: skip
+    return [
+        "model",
+        name,
+        "--model-dir",
+        str(tiny_dir),
+        "--corpus",
+        str(corpus),
+        "--out",
+        str(tmp_path / f"{name}.json"),
+        "--force",
+        *extra,
+    ]
 
 
 DESCRIPTIONS = {
@@ -80,8 +90,19 @@ def test_the_sweep_draws_nothing_when_stderr_is_not_a_terminal(tmp_path, capsys)
 
 
 def test_redundancy_draws_its_bar_on_a_terminal_only(tiny_dir, tmp_path, terminal, capsys):
-    argv = ["redundancy", "--model", str(tiny_dir), "--n-texts", "4", "--max-length", "8",
-            "--ranks", "4,2", "--out", str(tmp_path / "r.json")]  # fmt: skip
+    argv = [
+        "redundancy",
+        "--model",
+        str(tiny_dir),
+        "--n-texts",
+        "4",
+        "--max-length",
+        "8",
+        "--ranks",
+        "4,2",
+        "--out",
+        str(tmp_path / "r.json"),
+    ]
     main([*argv, "--json"])
     assert terminal.getvalue() == ""
     main([*argv, "--force"])
@@ -104,9 +125,23 @@ def test_generate_and_ablation_report_their_steps(tiny_llama):
 def test_the_expressivity_bar_covers_the_model_patterns_then_the_fits(
     tiny_dir, tmp_path, terminal, capsys
 ):
-    argv = ["expressivity", "--model", str(tiny_dir), "--seq-lens", "4", "--head-dims", "1,2",
-            "--targets", "1", "--steps", "2", "--heads", "2",
-            "--out", str(tmp_path / "e.json")]  # fmt: skip
+    argv = [
+        "expressivity",
+        "--model",
+        str(tiny_dir),
+        "--seq-lens",
+        "4",
+        "--head-dims",
+        "1,2",
+        "--targets",
+        "1",
+        "--steps",
+        "2",
+        "--heads",
+        "2",
+        "--out",
+        str(tmp_path / "e.json"),
+    ]
     main(argv)
     screen = terminal.getvalue()
     # 1 length of model patterns, then (random + model) x 2 head sizes + 2 offset fits
@@ -118,8 +153,9 @@ def test_the_expressivity_bar_covers_the_model_patterns_then_the_fits(
 def test_expressivity_reports_its_fits_total():
     from headlab.analysis.expressivity import ExpressivityRequest, measure_expressivity
 
-    config = ExpressivityRequest(seq_lens=(4,), head_dims=(1, 2), targets=1, steps=2, heads=2,
-                                offset_steps=2)  # fmt: skip
+    config = ExpressivityRequest(
+        seq_lens=(4,), head_dims=(1, 2), targets=1, steps=2, heads=2, offset_steps=2
+    )
     steps: list[tuple[int, int]] = []
     measure_expressivity(config, on_step=lambda d, t: steps.append((d, t)))
     assert steps == [(d, config.fits_total()) for d in range(1, 5)] and config.fits_total() == 4
@@ -131,11 +167,36 @@ def _long_text_commands(llama_dir, tmp_path):
     passage = " ".join(f"t{(11 * i) % 97}" for i in range(12))
     text = tmp_path / "book.txt"
     text.write_text(f"t1 {passage} {' '.join(f't{i % 89}' for i in range(30))} {passage}")
-    heads = ["model", "heads", "--model", str(llama_dir), "--text-file", str(text),
-             "--window", "8", "--out", str(tmp_path / "lc.json"), "--force"]  # fmt: skip
-    budget = ["model", "kv-budget", "--model", str(llama_dir), "--text-file", str(text),
-              "--calibration-file", str(text), "--window", "8", "--budgets", "0.5",
-              "--out", str(tmp_path / "kv.json"), "--force"]  # fmt: skip
+    heads = [
+        "model",
+        "heads",
+        "--model",
+        str(llama_dir),
+        "--text-file",
+        str(text),
+        "--window",
+        "8",
+        "--out",
+        str(tmp_path / "lc.json"),
+        "--force",
+    ]
+    budget = [
+        "model",
+        "kv-budget",
+        "--model",
+        str(llama_dir),
+        "--text-file",
+        str(text),
+        "--calibration-file",
+        str(text),
+        "--window",
+        "8",
+        "--budgets",
+        "0.5",
+        "--out",
+        str(tmp_path / "kv.json"),
+        "--force",
+    ]
     return {"one long text: layers": heads, "KV budget: model runs": budget}
 
 

@@ -35,9 +35,25 @@ def tiny_dir(tmp_path_factory) -> Path:
 def test_end_to_end_equals_the_library(tiny_dir, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "80")
     out, figure = tmp_path / "w.json", tmp_path / "w.png"
-    argv = ["why-attends", "--model", str(tiny_dir), "--layer", "1", "--head", "2",
-            "--text", TEXT, "--query", "-1,-2", "--keys", "top-2", "--out", str(out),
-            "--figure", str(figure)]  # fmt: skip
+    argv = [
+        "why-attends",
+        "--model",
+        str(tiny_dir),
+        "--layer",
+        "1",
+        "--head",
+        "2",
+        "--text",
+        TEXT,
+        "--query",
+        "-1,-2",
+        "--keys",
+        "top-2",
+        "--out",
+        str(out),
+        "--figure",
+        str(figure),
+    ]
     code, printed, err = run(argv, capsys)
     assert code == 0, err
     data = json.loads(out.read_text())
@@ -56,45 +72,68 @@ def test_end_to_end_equals_the_library(tiny_dir, tmp_path, capsys, monkeypatch):
     model = load(tiny_dir)
     ids = model.encode(TEXT)
     with torch.no_grad():
-        want = split_scores(Sides(model, torch.tensor([ids])), 1, 2,
-                            [len(ids) - 1, len(ids) - 2], KeySpec.parse("top-2"))  # fmt: skip
+        want = split_scores(
+            Sides(model, torch.tensor([ids])),
+            1,
+            2,
+            [len(ids) - 1, len(ids) - 2],
+            KeySpec.parse("top-2"),
+        )
     for a, b in zip(got.pairs, want.pairs, strict=True):
         assert (a.query, a.key) == (b.query, b.key)
         assert a.key_marginal == pytest.approx(b.key_marginal, abs=1e-6)
         assert abs(sum(a.key_marginal) - a.score) <= 1e-4
 
 
-@pytest.mark.parametrize(("argv", "says"), [
-    (["--keys", "top-0"], "--keys top-K needs K >= 1"),
-    (["--keys", "sideways"], "--keys must be one of"),
-    (["--layer", "-1"], "--layer must be >= 0"),
-    (["--head", "-2"], "--head must be >= 0"),
-    (["--query", "3", "--keys", "5"], "key 5 comes after query 3"),
-    (["--query", "x"], "--query takes comma-separated integers"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--keys", "top-0"], "--keys top-K needs K >= 1"),
+        (["--keys", "sideways"], "--keys must be one of"),
+        (["--layer", "-1"], "--layer must be >= 0"),
+        (["--head", "-2"], "--head must be >= 0"),
+        (["--query", "3", "--keys", "5"], "key 5 comes after query 3"),
+        (["--query", "x"], "--query takes comma-separated integers"),
+    ],
+)
 def test_bad_input_before_the_model_loads(tmp_path, capsys, argv, says):
     base = {"--layer": "0", "--head": "0"}
     for flag, value in zip(argv[::2], argv[1::2], strict=True):
         base[flag] = value
     flat = [x for pair in base.items() for x in pair]
     missing = tmp_path / "no-such-model"  # never read: the input fails first
-    code, _out, err = run(["why-attends", "--model", str(missing), *flat,
-                          "--out", str(tmp_path / "w.json")], capsys)  # fmt: skip
+    code, _out, err = run(
+        ["why-attends", "--model", str(missing), *flat, "--out", str(tmp_path / "w.json")], capsys
+    )
     assert code == 2
     assert says in err
     assert len(err.strip().splitlines()) == 1
     assert "Traceback" not in err
 
 
-@pytest.mark.parametrize(("argv", "says"), [
-    (["--layer", "2", "--head", "0"], "--layer must lie in 0..1"),
-    (["--layer", "1", "--head", "3"], "--head must lie in 0..2"),
-    (["--layer", "0", "--head", "0", "--keys", "induction", "--query", "1"], "names no key"),
-    (["--layer", "0", "--head", "0", "--query", "99"], "--query must lie in"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--layer", "2", "--head", "0"], "--layer must lie in 0..1"),
+        (["--layer", "1", "--head", "3"], "--head must lie in 0..2"),
+        (["--layer", "0", "--head", "0", "--keys", "induction", "--query", "1"], "names no key"),
+        (["--layer", "0", "--head", "0", "--query", "99"], "--query must lie in"),
+    ],
+)
 def test_bad_input_against_the_model(tiny_dir, tmp_path, capsys, argv, says):
-    code, _out, err = run(["why-attends", "--model", str(tiny_dir), "--text", TEXT, *argv,
-                          "--out", str(tmp_path / "w.json")], capsys)  # fmt: skip
+    code, _out, err = run(
+        [
+            "why-attends",
+            "--model",
+            str(tiny_dir),
+            "--text",
+            TEXT,
+            *argv,
+            "--out",
+            str(tmp_path / "w.json"),
+        ],
+        capsys,
+    )
     assert code == 2
     assert says in err
     assert len(err.strip().splitlines()) == 1

@@ -62,8 +62,10 @@ def test_one_process_merges_the_documents_sums_in_their_order(tiny_llama, corpus
         torch.set_num_threads(threads)
     assert result == corpus_result(merge_sums(parts), OPTIONS)
     assert list(sums_by_document(out)) == [d.name for d in corpus]
-    assert all(json.loads(line)["headlab"] == "corpus-roles-document"
-               for line in out.read_text().splitlines())  # fmt: skip
+    assert all(
+        json.loads(line)["headlab"] == "corpus-roles-document"
+        for line in out.read_text().splitlines()
+    )
 
 
 def test_the_local_pool_gives_the_same_bits_and_loads_the_model_once_per_worker(

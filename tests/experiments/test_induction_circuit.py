@@ -131,8 +131,9 @@ def test_checkpoint_fields_equal_the_eager_reference():
     with torch.no_grad():
         logits = ref(input_ids=clean).logits[:, -1]
     assert point.step == 7
-    assert point.loss == pytest.approx(float(torch.nn.functional.cross_entropy(logits, answers)),
-                                       rel=1e-4)  # fmt: skip
+    assert point.loss == pytest.approx(
+        float(torch.nn.functional.cross_entropy(logits, answers)), rel=1e-4
+    )
     assert point.accuracy == pytest.approx(float((logits.argmax(-1) == answers).double().mean()))
     # the detectors' heads, from the eager model's own attention weights
     ids = repeated_random_tokens(torch.arange(16), 12, 32, seed=2)
@@ -170,8 +171,9 @@ def test_checkpoint_fields_equal_the_eager_reference():
 
 
 def test_training_loop_measures_at_every_checkpoint(tmp_path):
-    config = FormationRequest(heads=H, steps=5, every=2, seed=1, batch_size=8, eval_size=13,
-                             composition_samples=2)  # fmt: skip
+    config = FormationRequest(
+        heads=H, steps=5, every=2, seed=1, batch_size=8, eval_size=13, composition_samples=2
+    )
     seen = []
     run = train_and_measure(config, lambda *args: seen.append(args))
     # each checkpoint says when it is measured; while it is, what runs and how far it is
@@ -180,8 +182,12 @@ def test_training_loop_measures_at_every_checkpoint(tmp_path):
     for step in (2, 4, 5):
         assert (step, "composition") in stages and (step, "patching") in stages
     last = {what for step, what in stages if step == 5}
-    assert {"K edges: eap", "K edges: eap-ig", "K edges: exact patching",
-            "faithfulness: circuits"} <= last  # fmt: skip
+    assert {
+        "K edges: eap",
+        "K edges: eap-ig",
+        "K edges: exact patching",
+        "faithfulness: circuits",
+    } <= last
     exact = [s for _, step, _, s in seen if s.startswith("K edges: exact patching")]
     assert exact[-1] == f"K edges: exact patching {H * H}/{H * H}"
     assert seen[-1] == (H, 5, 5, "")
@@ -214,14 +220,37 @@ def test_training_loop_measures_at_every_checkpoint(tmp_path):
 
 def test_result_refuses_a_broken_file():
     good = {
-        "task": "induction", "metric": "logprob",
-        "runs": [{"heads": 1, "seed": 0, "steps": 10, "model": "m", "checkpoints": [
-            {"step": 5, "loss": 1.0, "accuracy": 0.5, "previous_head": 0, "previous_score": 0.9,
-             "induction_head": 0, "induction_score": 0.8, "k_composition": 0.3,
-             "k_baseline": 0.1, "edge": "0.0->1.0<k>", "patching_effect": -1.0,
-             "clean_metric": -0.5, "corrupted_metric": -2.0, "k_path_effect": -1.5}],
-         "k_edges": None, "faithfulness": None}],
-    }  # fmt: skip
+        "task": "induction",
+        "metric": "logprob",
+        "runs": [
+            {
+                "heads": 1,
+                "seed": 0,
+                "steps": 10,
+                "model": "m",
+                "checkpoints": [
+                    {
+                        "step": 5,
+                        "loss": 1.0,
+                        "accuracy": 0.5,
+                        "previous_head": 0,
+                        "previous_score": 0.9,
+                        "induction_head": 0,
+                        "induction_score": 0.8,
+                        "k_composition": 0.3,
+                        "k_baseline": 0.1,
+                        "edge": "0.0->1.0<k>",
+                        "patching_effect": -1.0,
+                        "clean_metric": -0.5,
+                        "corrupted_metric": -2.0,
+                        "k_path_effect": -1.5,
+                    }
+                ],
+                "k_edges": None,
+                "faithfulness": None,
+            }
+        ],
+    }
     assert InductionFormation.from_dict(json.loads(json.dumps(good))).to_dict() == good
     older = json.loads(json.dumps(good))
     del older["runs"][0]["checkpoints"][0]["k_path_effect"]  # files written before it existed
@@ -229,13 +258,28 @@ def test_result_refuses_a_broken_file():
     assert InductionFormation.from_dict(older).runs[0].k_edges is None
     with_edges = json.loads(json.dumps(good))
     with_edges["runs"][0]["k_edges"] = {
-        "edges": ["0.0->1.0<k>"], "composition": [0.3], "eap": [-1.0], "eap_ig": [-0.9],
-        "exact": [-1.1], "previous_scores": [0.9], "induction_scores": [0.5]}  # fmt: skip
+        "edges": ["0.0->1.0<k>"],
+        "composition": [0.3],
+        "eap": [-1.0],
+        "eap_ig": [-0.9],
+        "exact": [-1.1],
+        "previous_scores": [0.9],
+        "induction_scores": [0.5],
+    }
     with_edges["runs"][0]["faithfulness"] = {
-        "method": "eap-ig", "selection": "top", "metric": "logprob", "edges": 10,
-        "fractions": [0.1, 1.0], "sizes": [1, 10], "faithfulness": [0.5, 1.0],
-        "random": [[0.0, 0.1], [1.0, 1.0]], "cpr": 0.7, "cmd": 0.3,
-        "random_cpr": [0.5, 0.55], "random_cmd": [0.5, 0.45]}  # fmt: skip
+        "method": "eap-ig",
+        "selection": "top",
+        "metric": "logprob",
+        "edges": 10,
+        "fractions": [0.1, 1.0],
+        "sizes": [1, 10],
+        "faithfulness": [0.5, 1.0],
+        "random": [[0.0, 0.1], [1.0, 1.0]],
+        "cpr": 0.7,
+        "cmd": 0.3,
+        "random_cpr": [0.5, 0.55],
+        "random_cmd": [0.5, 0.45],
+    }
     assert InductionFormation.from_dict(with_edges).to_dict() == with_edges
     with_edges["runs"][0]["k_edges"]["eap"] = [1.0, 2.0]
     with pytest.raises(ValueError, match=r"k_edges\.eap"):

@@ -176,8 +176,9 @@ def test_a_sweep_killed_as_its_workers_start_leaves_no_process_behind(tmp_path):
     """kill -9 the moment the workers exist (still importing, before any training)."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     argv = [sys.executable, "-m", "headlab", "sweep", *LONG, "--out", str(tmp_path / "s.jsonl")]
-    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                               env=env, cwd=tmp_path)  # fmt: skip
+    process = subprocess.Popen(
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=tmp_path
+    )
     deadline = time.monotonic() + PATIENCE_S
     while len(workers(process.pid)) < 3 and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -58,8 +58,10 @@ def test_attached_copy_runs_headlabs_attention_and_leaves_the_sweep_model():
     [
         (make_config("induction", 4, d_model=16, layers=2, num_kv_heads=2), "without GQA"),
         (make_config("induction", 4, d_model=16, layers=2, head_dim=2), "fill d_model"),
-        (make_config("induction", 2, d_model=16, layers=2, attention="talking-heads"),
-         "TalkingHeadsAttention"),
+        (
+            make_config("induction", 2, d_model=16, layers=2, attention="talking-heads"),
+            "TalkingHeadsAttention",
+        ),
         (make_config("recall", 2, d_model=16, layers=2), "recall"),
         (make_config("induction", 3, d_model=15, layers=2), "full row rank 16"),
     ],

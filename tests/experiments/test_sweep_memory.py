@@ -35,8 +35,23 @@ def test_the_issues_sweep_is_refused_before_any_run(tmp_path, capsys, monkeypatc
     from headlab.experiments import executors
 
     monkeypatch.setattr(executors, "run_one", lambda *_: pytest.fail("a run started"))
-    argv = ["sweep", "--out", str(tmp_path / "b.jsonl"), "--d-model", "16384", "--layers", "256",
-            "--heads", "1", "--seeds", "1", "--steps", "1", "--workers", "1"]  # fmt: skip
+    argv = [
+        "sweep",
+        "--out",
+        str(tmp_path / "b.jsonl"),
+        "--d-model",
+        "16384",
+        "--layers",
+        "256",
+        "--heads",
+        "1",
+        "--seeds",
+        "1",
+        "--steps",
+        "1",
+        "--workers",
+        "1",
+    ]
     start = time.perf_counter()
     code, out, err = run(argv, capsys)
     assert time.perf_counter() - start < 5 and out == ""

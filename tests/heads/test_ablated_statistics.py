@@ -117,8 +117,15 @@ def test_smollm2_with_heads_ablated(smollm2):
 def test_decoder_under_every_intervention(tiny_llama, mode):
     """Statistics, traces, the loss and the importance of the intervened decoder."""
     heads = [(0, h) for h in range(6)] + [(1, 2)] if mode != "weights" else [(1, 0)]
-    traces = _check(tiny_llama, heads, 24, moved_layer=2, mode=mode, texts=DECODER_TEXTS,
-                    reference=DECODER_REFERENCE)
+    traces = _check(
+        tiny_llama,
+        heads,
+        24,
+        moved_layer=2,
+        mode=mode,
+        texts=DECODER_TEXTS,
+        reference=DECODER_REFERENCE,
+    )
     if mode in ("zero", "mean"):  # the traces show the replaced outputs
         for layer, head in heads:
             outputs = traces[layer].head_outputs[:, head]  # (batch, q_pos, d_head)
@@ -133,8 +140,15 @@ def test_decoder_under_every_intervention(tiny_llama, mode):
     assert loss == pytest.approx(float(next_token_loss(logits, batch)), rel=1e-5)
     assert abs(loss - plain) > 1e-6
     if mode != "weights":
-        effect = ablation_effect(tiny_llama, DECODER_TEXTS, heads, mode=mode, max_length=24,
-                                 reference_texts=DECODER_REFERENCE, batch_size=3)  # fmt: skip
+        effect = ablation_effect(
+            tiny_llama,
+            DECODER_TEXTS,
+            heads,
+            mode=mode,
+            max_length=24,
+            reference_texts=DECODER_REFERENCE,
+            batch_size=3,
+        )
         assert effect.baseline == pytest.approx(plain, rel=1e-6)
         assert effect.ablated == pytest.approx(loss, rel=1e-6)
     importance = head_importance(tiny_llama, DECODER_TEXTS, batch_size=3, max_length=24)

@@ -39,8 +39,11 @@ def test_the_temperature_is_any_finite_number_above_zero(temperature):
 @given(st.integers(-3, 40))
 def test_each_batch_size_bound_is_the_request_own(size):
     """Importance and ablation pair texts within a batch (at least 2), collapse does not."""
-    for kind, low, extra in ((ImportanceRequest, 2, {}), (CollapseRequest, 1, {}),
-                             (AblationRequest, 2, {"heads": ((0, 1),)})):  # fmt: skip
+    for kind, low, extra in (
+        (ImportanceRequest, 2, {}),
+        (CollapseRequest, 1, {}),
+        (AblationRequest, 2, {"heads": ((0, 1),)}),
+    ):
         if size >= low:
             assert kind(batch_size=size, **extra).batch_size == size
         else:
@@ -78,12 +81,21 @@ def test_each_request_refuses_naming_its_field(make, message):
 @pytest.mark.parametrize(
     ("argv", "make", "flags"),
     [
-        (["importance", "--temperature", "0"], lambda: ImportanceRequest(temperature=0.0),
-         {"temperature": "--temperature"}),
-        (["ablate", "--ablate", "1.0", "--mode", "half"],
-         lambda: AblationRequest(((1, 0),), mode="half"), {"mode": "--mode"}),
-        (["collapse", "--heads", "3,0"], lambda: CollapseRequest(head_counts=(3, 0)),
-         {"head_counts": "--heads"}),
+        (
+            ["importance", "--temperature", "0"],
+            lambda: ImportanceRequest(temperature=0.0),
+            {"temperature": "--temperature"},
+        ),
+        (
+            ["ablate", "--ablate", "1.0", "--mode", "half"],
+            lambda: AblationRequest(((1, 0),), mode="half"),
+            {"mode": "--mode"},
+        ),
+        (
+            ["collapse", "--heads", "3,0"],
+            lambda: CollapseRequest(head_counts=(3, 0)),
+            {"head_counts": "--heads"},
+        ),
     ],
     ids=["importance", "ablate", "collapse"],
 )
@@ -108,19 +120,20 @@ SAME = {
         lambda m: head_importance(m, LINES, max_length=11),
     ),
     "ablation": (
-        lambda m: ablation_effect(m, AblationRequest(((1, 2),), ((0, 1),), "mean", LINES, 3),
-                                  max_length=11),
-        lambda m: ablation_effect(m, LINES, [(1, 2)], kv_groups=[(0, 1)], mode="mean",
-                                  batch_size=3, max_length=11),
+        lambda m: ablation_effect(
+            m, AblationRequest(((1, 2),), ((0, 1),), "mean", LINES, 3), max_length=11
+        ),
+        lambda m: ablation_effect(
+            m, LINES, [(1, 2)], kv_groups=[(0, 1)], mode="mean", batch_size=3, max_length=11
+        ),
         lambda m: ablation_effect(m, LINES, [(1, 2)], kv_groups=[(0, 1)], max_length=11),
     ),
     "collapse": (
         lambda m: collapse_heads(m, CollapseRequest(LINES, (3,), 3, 5), max_length=11),
-        lambda m: collapse_heads(m, LINES, (3,), per_layer_heads=3, batch_size=5,
-                                 max_length=11),
+        lambda m: collapse_heads(m, LINES, (3,), per_layer_heads=3, batch_size=5, max_length=11),
         lambda m: collapse_heads(m, LINES, (3,), max_length=11),
     ),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("name", list(SAME))

@@ -31,8 +31,9 @@ def parts(tiny_llama, texts):
 
 
 def long_text(model, text):
-    return long_text_statistics(model, text, window=(OPTIONS.sinks, OPTIONS.window),
-                                min_match=OPTIONS.min_match)  # fmt: skip
+    return long_text_statistics(
+        model, text, window=(OPTIONS.sinks, OPTIONS.window), min_match=OPTIONS.min_match
+    )
 
 
 @pytest.mark.parametrize("name", ["repeat", "greedy", "plain"])
@@ -40,8 +41,16 @@ def test_one_document_is_long_text_statistics_bit_for_bit(tiny_llama, texts, par
     one = corpus_result(merge_sums([parts[name]]), OPTIONS)
     expected = long_text(tiny_llama, texts[name])
     assert one.statistics == expected.statistics  # every mean, exactly
-    for field in ("sinks", "window", "copy_positions", "retrieval", "copy_weight",
-                  "window_error", "group_window_error", "roles"):  # fmt: skip
+    for field in (
+        "sinks",
+        "window",
+        "copy_positions",
+        "retrieval",
+        "copy_weight",
+        "window_error",
+        "group_window_error",
+        "roles",
+    ):
         assert getattr(one.roles, field) == getattr(expected.roles, field), field
 
 
@@ -81,26 +90,45 @@ def test_corpus_means_and_roles_agree_with_each_documents_own(tiny_llama, texts,
     singles = {n: long_text(tiny_llama, texts[n]) for n in order}
     n_tokens = {n: parts[n].n_queries for n in order}
     entropy = torch.tensor(corpus.statistics.metrics["entropy"], dtype=torch.float64)
-    weighted = sum(torch.tensor(singles[n].statistics.metrics["entropy"], dtype=torch.float64)
-                   * n_tokens[n] for n in order) / total.n_queries  # fmt: skip
+    weighted = (
+        sum(
+            torch.tensor(singles[n].statistics.metrics["entropy"], dtype=torch.float64)
+            * n_tokens[n]
+            for n in order
+        )
+        / total.n_queries
+    )
     torch.testing.assert_close(entropy, weighted, rtol=1e-12, atol=1e-12)
     error = torch.tensor(corpus.roles.window_error, dtype=torch.float64)  # the 2 longer ones
-    weighted = sum(torch.tensor(singles[n].roles.window_error, dtype=torch.float64)
-                   * n_tokens[n] for n in order[:2]) / total.n_window  # fmt: skip
+    weighted = (
+        sum(
+            torch.tensor(singles[n].roles.window_error, dtype=torch.float64) * n_tokens[n]
+            for n in order[:2]
+        )
+        / total.n_window
+    )
     torch.testing.assert_close(error, weighted, rtol=1e-12, atol=1e-12)
-    hits = sum(torch.tensor(singles[n].roles.retrieval, dtype=torch.float64) * parts[n].n_copy
-               for n in order[:2])  # fmt: skip
+    hits = sum(
+        torch.tensor(singles[n].roles.retrieval, dtype=torch.float64) * parts[n].n_copy
+        for n in order[:2]
+    )
     torch.testing.assert_close(
         torch.tensor(corpus.roles.retrieval, dtype=torch.float64) * total.n_copy,
-        hits, rtol=0, atol=1e-4,
-    )  # fmt: skip
+        hits,
+        rtol=0,
+        atol=1e-4,
+    )
     copies = parts["repeat"].n_copy + parts["greedy"].n_copy
     assert corpus.roles.copy_positions == total.n_copy == copies
     first = corpus.statistics.metrics["first"]
     for layer, row in enumerate(corpus.roles.roles):
         for head, got in enumerate(row):
-            want = role(corpus.roles.retrieval[layer][head], corpus.roles.copy_weight[layer][head],
-                        first[layer][head], corpus.roles.window_error[layer][head])  # fmt: skip
+            want = role(
+                corpus.roles.retrieval[layer][head],
+                corpus.roles.copy_weight[layer][head],
+                first[layer][head],
+                corpus.roles.window_error[layer][head],
+            )
             assert got == want
     assert f"(6 of {total.n_queries} tokens) add no window errors" in corpus.roles.note
     assert corpus.corpus.documents == 3 and corpus.statistics.n_texts == 3

@@ -133,8 +133,12 @@ def test_statistics_and_weights_of_every_variant(variant):
     for layer, w in enumerate(weights):
         w = w.double()  # (batch, head, q_pos, k_pos)
         # float32 weights: each row's sum is 1 up to float32 rounding (seen: 2e-7 over 20 keys)
-        torch.testing.assert_close(_real_rows(w, batch), torch.ones(int(real.sum()), H,
-                                   dtype=torch.float64), atol=1e-6, rtol=0)  # fmt: skip
+        torch.testing.assert_close(
+            _real_rows(w, batch),
+            torch.ones(int(real.sum()), H, dtype=torch.float64),
+            atol=1e-6,
+            rtol=0,
+        )
         if variant.causal:
             assert (w.triu(1) == 0).all()
         else:  # a non-causal query puts weight on later keys
@@ -183,11 +187,9 @@ def test_analyses_that_need_an_objective(variant):
     kind = variant.objective_kind
     analyses = {
         "importance": lambda: head_importance(variant, TEXTS, batch_size=6, max_length=16),
-        "ablation": partial(ablation_effect, variant, TEXTS, [(0, 1)], batch_size=6,
-                            max_length=16),
+        "ablation": partial(ablation_effect, variant, TEXTS, [(0, 1)], batch_size=6, max_length=16),
         "collapse": lambda: collapse_heads(variant, TEXTS, (1, 2, 4), max_length=16),
-        "prune": partial(prune_by_importance, variant, TEXTS, fractions=(0.0, 0.5),
-                         max_length=16),
+        "prune": partial(prune_by_importance, variant, TEXTS, fractions=(0.0, 0.5), max_length=16),
         "redundancy": lambda: measure_redundancy(variant, TEXTS, ranks=(E, 3), max_length=16),
     }
     if kind == "none":
@@ -242,8 +244,17 @@ def test_long_text_corpus_sums_and_kv_budget(variant):
                 want = sum(p.sums[name][layer][head] for p in parts)
                 count = total.n_prev if name == "prev" else total.n_queries
                 assert value == pytest.approx(want / count, rel=1e-9, abs=1e-12), name
-    budget = partial(kv_budget, variant, budgets=(0.5,), n_tokens=34, sinks=2, window=6,
-                     seeds=3, calibration_text=REPEAT, evaluation_text=REPEAT)  # fmt: skip
+    budget = partial(
+        kv_budget,
+        variant,
+        budgets=(0.5,),
+        n_tokens=34,
+        sinks=2,
+        window=6,
+        seeds=3,
+        calibration_text=REPEAT,
+        evaluation_text=REPEAT,
+    )
     if variant.objective_kind != "next-token":
         with pytest.raises(ValueError, match="predicts no tokens"):
             budget()
@@ -297,22 +308,30 @@ def test_every_analysis_runs_on_a_transformers_model(name, hf_loaded):
     counts = [s.params for s in pruned.steps if s.order == "importance"]
     assert counts[0] > counts[1] > counts[2]
     embed = model.attention_layers()[0].embed_dim
-    redundancy = measure_redundancy(model, HF_TEXTS, ranks=(embed, 3), max_length=16,
-                                    batch_size=6)  # fmt: skip
+    redundancy = measure_redundancy(model, HF_TEXTS, ranks=(embed, 3), max_length=16, batch_size=6)
     original = next(p for p in redundancy.curve if p.original).measures
     exact = next(p for p in redundancy.curve if p.rank == embed and not p.original).measures
     assert exact == pytest.approx(original, rel=1e-5)
     text = model_text_attention(model, HF_TEXTS[3])
-    assert [v.name for v in text.views] == [f"{model.heads_per_layer[0]} heads",
-                                            "1 head, same weights"]  # fmt: skip
+    assert [v.name for v in text.views] == [
+        f"{model.heads_per_layer[0]} heads",
+        "1 head, same weights",
+    ]
     if model.causal:
         patterns = patterns_by_length(model, HF_TEXTS, (6,), count=3)
         assert patterns[6].shape == (3, 6, 6)
         passage = " ".join(f"w{(11 * i) % 97 + 1}" for i in range(10))
         filler = " ".join(f"w{(3 * i + 1) % 89 + 1}" for i in range(20))
         repeat = f"w1 {passage} {filler} {passage}"
-        budget = kv_budget(model, budgets=(0.5,), sinks=2, window=5, seeds=3,
-                           calibration_text=repeat, evaluation_text=repeat)  # fmt: skip
+        budget = kv_budget(
+            model,
+            budgets=(0.5,),
+            sinks=2,
+            window=5,
+            seeds=3,
+            calibration_text=repeat,
+            evaluation_text=repeat,
+        )
         assert budget.to_dict()
 
 

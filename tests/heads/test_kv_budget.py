@@ -124,8 +124,9 @@ def test_the_planned_saving_reaches_the_target_with_no_group_to_spare(groups, n,
     assert count == 1 or saved(count - 1) < target
 
 
-WORDS = SimpleNamespace(name="words", max_positions=10_000,
-                        count_tokens=lambda text: len(text.split()))  # fmt: skip
+WORDS = SimpleNamespace(
+    name="words", max_positions=10_000, count_tokens=lambda text: len(text.split())
+)
 
 
 def test_the_default_texts_share_no_filler():
@@ -143,8 +144,10 @@ def test_the_default_texts_share_no_filler():
         filler = words[: task.offset_words] + words[task.offset_words + task.passage_words :]
         filler = filler[: -task.passage_words]
         start, size = task.filler_start, task.slice_stop - task.slice_start
-        order = [task.slice_start + (start - task.slice_start + i) % size
-                 for i in range(task.filler_words)]  # fmt: skip
+        order = [
+            task.slice_start + (start - task.slice_start + i) % size
+            for i in range(task.filler_words)
+        ]
         assert filler == [document[i] for i in order] and set(order) == positions
         assert words[-task.passage_words :] == passage
 
@@ -167,8 +170,11 @@ def test_a_short_context_names_the_model_not_a_flag(tiny_llama):
         default_texts(short, 20, 0, False)
     with pytest.raises(ValueError, match="context of 64 tokens is not longer than sinks 4"):
         kv_budget(tiny_llama)
-    with pytest.raises(ValueError, match="n_tokens=30 cannot hold the built-in copy task: its "
-                       "shortest passage \\(8 words\\) twice takes 17 tokens, more than half"):
+    with pytest.raises(
+        ValueError,
+        match="n_tokens=30 cannot hold the built-in copy task: its "
+        "shortest passage \\(8 words\\) twice takes 17 tokens, more than half",
+    ):
         kv_budget(tiny_llama, n_tokens=30, window=8)
     with pytest.raises(ValueError, match="seeds must be between 3"):
         kv_budget(tiny_llama, seeds=2)

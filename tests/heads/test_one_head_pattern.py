@@ -41,8 +41,9 @@ def test_tiles_and_overview_are_the_heads_own_weights(tiny_llama, layer, head):
     assert got.floor == 0.0 and got.causal and got.kept == 53 * 54 // 2
     for q0, k0 in causal:
         exact = got.tile_weights(q0, k0)
-        np.testing.assert_allclose(np.nan_to_num(exact), full[q0 : q0 + 13, k0 : k0 + 13],
-                                   atol=1e-6)  # fmt: skip
+        np.testing.assert_allclose(
+            np.nan_to_num(exact), full[q0 : q0 + 13, k0 : k0 + 13], atol=1e-6
+        )
     assert got.tile_weights(0, 13) is None  # above the diagonal: no weight, not kept
     assert got.mass == pytest.approx(1.0)
 
@@ -74,8 +75,9 @@ def test_a_budget_keeps_every_weight_above_the_lowest_floor_that_fits(tiny_llama
     assert len(HeadPattern.from_dict(got.to_dict()).to_dict()["tiles"]) == len(got.tiles)
     assert len(repr(got)) < 200 and f"every weight >= {got.floor:.3g}" in repr(got)
     # a tile asked for comes whole, whatever its weights
-    asked = head_pattern(tiny_llama, words(n), 1, 2, tile=tile,
-                         budget=budget + tile_bytes(tile), focus=((25, 3),))  # fmt: skip
+    asked = head_pattern(
+        tiny_llama, words(n), 1, 2, tile=tile, budget=budget + tile_bytes(tile), focus=((25, 3),)
+    )
     whole = asked.tile_weights(22, 0)
     np.testing.assert_allclose(whole, full[22:33, 0:11], atol=1e-6)
     again = HeadPattern.from_dict(asked.to_dict())

@@ -74,9 +74,13 @@ def test_prune_curve_on_tiny(tiny):
     result = prune_curve(tiny, TEXTS, ranking, fractions=(0.0, 0.5, 1.0), latency_repeats=1)
     steps = result.to_dict()["steps"]
     assert [(s["order"], s["heads_pruned"]) for s in steps] == [
-        ("importance", 0), ("importance", 3), ("importance", 6),
-        ("random", 0), ("random", 3), ("random", 6),
-    ]  # fmt: skip
+        ("importance", 0),
+        ("importance", 3),
+        ("importance", 6),
+        ("random", 0),
+        ("random", 3),
+        ("random", 6),
+    ]
     assert steps[0]["mean_cosine"] == pytest.approx(1.0) and steps[0]["nn_agreement"] == 1.0
     assert steps[0]["params"] > steps[1]["params"] > steps[2]["params"] == steps[5]["params"]
     assert steps[2]["mean_cosine"] == pytest.approx(steps[5]["mean_cosine"])

@@ -62,8 +62,9 @@ def test_shared_subspaces_against_svd_of_the_concatenation():
     stacked = forms.reshape(-1, 15)
     right = np.linalg.svd(stacked, compute_uv=False)
     np.testing.assert_allclose(np.linalg.norm(stacked @ v, axis=0), right, rtol=1e-8)
-    np.testing.assert_allclose(np.linalg.norm(u.T @ forms.transpose(1, 0, 2).reshape(15, -1),
-                                              axis=1), s, rtol=1e-8)  # fmt: skip
+    np.testing.assert_allclose(
+        np.linalg.norm(u.T @ forms.transpose(1, 0, 2).reshape(15, -1), axis=1), s, rtol=1e-8
+    )
 
 
 def test_effective_rank_hand_cases():

@@ -44,8 +44,10 @@ def test_the_long_texts_length_is_the_asked_or_the_whole_context(positions, aske
     options = RoleRequest(asked, sinks=0, window=1)
     request = KVBudgetRequest(n_tokens=asked, sinks=0, window=1)
     if asked is not None and asked > positions:
-        for name, call in (("max_tokens", lambda: options.tokens_for(positions)),
-                           ("n_tokens", lambda: request.length_for(positions))):  # fmt: skip
+        for name, call in (
+            ("max_tokens", lambda: options.tokens_for(positions)),
+            ("n_tokens", lambda: request.length_for(positions)),
+        ):
             with pytest.raises(ValueError, match=f"{name} must be between 2 and {positions}"):
                 call()
     else:
@@ -90,16 +92,31 @@ def test_the_edges_of_each_bound_are_accepted():
 @pytest.mark.parametrize(
     ("argv", "make", "flags"),
     [
-        (["model", "kv-budget", "--model", "nowhere", "--seeds", str(MAX_SEEDS + 1)],
-         lambda: KVBudgetRequest(seeds=MAX_SEEDS + 1), {"seeds": "--seeds"}),
-        (["model", "generate", "x", "--max-new-tokens", "0"],
-         lambda: GenerationRequest("x", 0), {"max_new_tokens": "--max-new-tokens"}),
-        (["model", "heads", "--model", "nowhere", "--n-texts", "0"],
-         lambda: CorpusRequest(n_texts=0), {"n_texts": "--n-texts"}),
-        (["expressivity", "--model", "none", "--targets", "1001"],
-         lambda: ExpressivityRequest(targets=1001), {"targets": "--targets"}),
-        (["specialisation", "--steps", str(10**6 + 1)],
-         lambda: SpecialisationRequest(steps=10**6 + 1), {"steps": "--steps"}),
+        (
+            ["model", "kv-budget", "--model", "nowhere", "--seeds", str(MAX_SEEDS + 1)],
+            lambda: KVBudgetRequest(seeds=MAX_SEEDS + 1),
+            {"seeds": "--seeds"},
+        ),
+        (
+            ["model", "generate", "x", "--max-new-tokens", "0"],
+            lambda: GenerationRequest("x", 0),
+            {"max_new_tokens": "--max-new-tokens"},
+        ),
+        (
+            ["model", "heads", "--model", "nowhere", "--n-texts", "0"],
+            lambda: CorpusRequest(n_texts=0),
+            {"n_texts": "--n-texts"},
+        ),
+        (
+            ["expressivity", "--model", "none", "--targets", "1001"],
+            lambda: ExpressivityRequest(targets=1001),
+            {"targets": "--targets"},
+        ),
+        (
+            ["specialisation", "--steps", str(10**6 + 1)],
+            lambda: SpecialisationRequest(steps=10**6 + 1),
+            {"steps": "--steps"},
+        ),
     ],
     ids=["kv-budget seeds", "generate", "heads", "expressivity", "specialisation"],
 )
@@ -108,7 +125,11 @@ def test_the_cli_says_the_library_refusal_with_its_flags(argv, make, flags, caps
     model: loading it would be another error)."""
     with pytest.raises(ValueError) as refused:
         make()
-    code, out, err = run([*argv, "--out", str(tmp_path / "o.json")] if argv[0] != "model"
-                         or argv[1] != "generate" else argv, capsys)  # fmt: skip
+    code, out, err = run(
+        [*argv, "--out", str(tmp_path / "o.json")]
+        if argv[0] != "model" or argv[1] != "generate"
+        else argv,
+        capsys,
+    )
     assert code == 2 and out == "" and err.count("\n") == 1
     assert err == f"headlab: error: {as_flags(str(refused.value), flags)}\n"

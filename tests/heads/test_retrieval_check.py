@@ -22,15 +22,29 @@ def test_a_k_that_leaves_too_few_others_is_refused_before_any_run(tiny_llama, k)
     steps: list[tuple[int, int]] = []
     # 3 layers x 6 heads: k masked and k random others need k <= 9
     with pytest.raises(ValueError, match=rf"retrieval_k must be between 1 and 9 .*18 heads.*{k}"):
-        kv_budget(tiny_llama, budgets=(0.5,), sinks=2, window=8, calibration_text=_text(5),
-                  evaluation_text=_text(3), retrieval_k=k,
-                  on_step=lambda d, t: steps.append((d, t)))  # fmt: skip
+        kv_budget(
+            tiny_llama,
+            budgets=(0.5,),
+            sinks=2,
+            window=8,
+            calibration_text=_text(5),
+            evaluation_text=_text(3),
+            retrieval_k=k,
+            on_step=lambda d, t: steps.append((d, t)),
+        )
     assert steps == []
 
 
 def test_the_largest_k_draws_every_other_head(tiny_llama):
-    result = kv_budget(tiny_llama, budgets=(0.5,), sinks=2, window=8, calibration_text=_text(5),
-                       evaluation_text=_text(3), retrieval_k=9)  # fmt: skip
+    result = kv_budget(
+        tiny_llama,
+        budgets=(0.5,),
+        sinks=2,
+        window=8,
+        calibration_text=_text(5),
+        evaluation_text=_text(3),
+        retrieval_k=9,
+    )
     check = result.retrieval
     masked = {tuple(h) for h in check.heads}
     assert check.k == 9 and len(masked) == 9
@@ -42,9 +56,10 @@ def test_the_largest_k_draws_every_other_head(tiny_llama):
 scores_grid = st.integers(1, 4).flatmap(
     lambda heads: st.lists(
         st.lists(st.floats(0, 1, allow_nan=False), min_size=heads, max_size=heads),
-        min_size=1, max_size=4,
+        min_size=1,
+        max_size=4,
     )
-)  # fmt: skip
+)
 
 
 @given(scores_grid, st.data())

@@ -49,10 +49,12 @@ class BruteForce:
 
         points = []
         for b in self.blocks:
-            points += [(b, "resid_in", keep(("in", b.index))),
-                       (b, "resid_out", keep(("out", b.index))),
-                       (b.attention, "head_outputs", keep(("self", b.index))),
-                       (b, "mlp_out", keep(("mlp", b.index)))]  # fmt: skip
+            points += [
+                (b, "resid_in", keep(("in", b.index))),
+                (b, "resid_out", keep(("out", b.index))),
+                (b.attention, "head_outputs", keep(("self", b.index))),
+                (b, "mlp_out", keep(("mlp", b.index))),
+            ]
             if b.cross_attention is not None:
                 points.append((b.cross_attention, "head_outputs", keep(("cross", b.index))))
         with torch.no_grad():

@@ -16,9 +16,15 @@ def test_clip_text_tower_attaches_and_its_heads_equal_eager():
     from headlab.attention.interventions import record
 
     torch.manual_seed(0)
-    config = transformers.CLIPTextConfig(vocab_size=97, hidden_size=24, num_hidden_layers=3,
-                                         num_attention_heads=4, intermediate_size=40,
-                                         max_position_embeddings=32, eos_token_id=2)  # fmt: skip
+    config = transformers.CLIPTextConfig(
+        vocab_size=97,
+        hidden_size=24,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        intermediate_size=40,
+        max_position_embeddings=32,
+        eos_token_id=2,
+    )
     eager = transformers.CLIPTextModel(config).eval()
     eager.set_attn_implementation("eager")
     model = headlab.attach(copy.deepcopy(eager))
@@ -28,8 +34,10 @@ def test_clip_text_tower_attaches_and_its_heads_equal_eager():
     with torch.no_grad():
         want = eager(input_ids=ids, attention_mask=mask.long(), output_attentions=True)
         with ExitStack() as stack:
-            entered = [stack.enter_context(record(layer, ["weights"]))
-                       for layer in model.attention_layers()]  # fmt: skip
+            entered = [
+                stack.enter_context(record(layer, ["weights"]))
+                for layer in model.attention_layers()
+            ]
             model.model(input_ids=ids, attention_mask=mask.long())
         states = model.model(input_ids=ids, attention_mask=mask.long()).last_hidden_state
     assert model.heads_per_layer == [4, 4, 4]

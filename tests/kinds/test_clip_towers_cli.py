@@ -24,11 +24,25 @@ def clip_dir(tmp_path_factory):
 
     folder = tmp_path_factory.mktemp("clip") / "clip"
     torch.manual_seed(3)
-    text = dict(vocab_size=97, hidden_size=24, num_hidden_layers=3, num_attention_heads=4,
-                intermediate_size=40, max_position_embeddings=32, eos_token_id=2,
-                bos_token_id=1, pad_token_id=0)  # fmt: skip
-    vision = dict(hidden_size=20, num_hidden_layers=2, num_attention_heads=2,
-                  intermediate_size=36, image_size=35, patch_size=7)  # fmt: skip
+    text = dict(
+        vocab_size=97,
+        hidden_size=24,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        intermediate_size=40,
+        max_position_embeddings=32,
+        eos_token_id=2,
+        bos_token_id=1,
+        pad_token_id=0,
+    )
+    vision = dict(
+        hidden_size=20,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=36,
+        image_size=35,
+        patch_size=7,
+    )
     config = transformers.CLIPConfig(text_config=text, vision_config=vision, projection_dim=16)
     transformers.CLIPModel(config).save_pretrained(folder, safe_serialization=True)
     tokenizer = Tokenizer(models.WordLevel(vocab={f"t{i}": i for i in range(97)}, unk_token="t0"))
@@ -61,8 +75,21 @@ def test_tower_text_runs_heads_on_the_texts(clip_dir, tmp_path, capsys):
     text = tmp_path / "a.txt"
     text.write_text("t5 t6 t7 t8 t9 t10 t11")
     out = tmp_path / "heads.json"
-    code, _, err = run(["model", "heads", "--model-dir", str(clip_dir), "--tower", "text",
-                        "--text-file", str(text), "--out", str(out)], capsys)  # fmt: skip
+    code, _, err = run(
+        [
+            "model",
+            "heads",
+            "--model-dir",
+            str(clip_dir),
+            "--tower",
+            "text",
+            "--text-file",
+            str(text),
+            "--out",
+            str(out),
+        ],
+        capsys,
+    )
     assert code == 0, err
     data = json.loads(out.read_text())
     assert data["num_layers"] == 3 and data["num_heads"] == 4
@@ -77,8 +104,7 @@ def test_tower_text_runs_heads_on_the_texts(clip_dir, tmp_path, capsys):
         (["--tower", "text", "--source-text", "t5"], "--tower text reads texts"),
     ],
 )
-def test_a_tower_that_does_not_fit_is_one_line_before_the_load(clip_dir, capsys, extra,
-                                                               expected):  # fmt: skip
+def test_a_tower_that_does_not_fit_is_one_line_before_the_load(clip_dir, capsys, extra, expected):
     broken = str(clip_dir.parent / "clip_broken")
     for command in (["model", "heads"], ["model", "ablate", "--ablate", "1.2"]):
         code, out, err = run([*command, "--model-dir", broken, *extra], capsys)

@@ -35,9 +35,13 @@ def _source(kind: str, model: EncoderDecoderModel):
 
 def _eager_out(eager, source, target):
     with torch.no_grad():
-        return eager(**source.inputs, decoder_input_ids=target.input_ids,
-                     decoder_attention_mask=target.attention_mask.long(),
-                     output_attentions=True, use_cache=False)  # fmt: skip
+        return eager(
+            **source.inputs,
+            decoder_input_ids=target.input_ids,
+            decoder_attention_mask=target.attention_mask.long(),
+            output_attentions=True,
+            use_cache=False,
+        )
 
 
 def _reference(weights: torch.Tensor, queries: torch.Tensor, same_stream: bool, last):
@@ -47,8 +51,11 @@ def _reference(weights: torch.Tensor, queries: torch.Tensor, same_stream: bool, 
     n = counted.sum()
     mean = lambda per_query: (per_query * counted).sum(dim=(0, 2)) / n  # noqa: E731
     plogp = torch.where(w > 0, w * w.clamp_min(1e-300).log(), torch.zeros_like(w))
-    out = {"entropy": mean(-plogp.sum(-1)), "max_weight": mean(w.amax(-1)),
-           "first": mean(w[..., 0])}  # fmt: skip
+    out = {
+        "entropy": mean(-plogp.sum(-1)),
+        "max_weight": mean(w.amax(-1)),
+        "first": mean(w[..., 0]),
+    }
     if last is not None:
         index = last.view(-1, 1, 1, 1).expand(*w.shape[:3], 1)
         out["last"] = mean(w.gather(-1, index)[..., 0])
@@ -124,8 +131,9 @@ def test_cross_attention_head_ablated_before_its_w_o_equals_eager(pair):
     finally:
         handle.remove()
     wanted = target.input_ids[:, 1:]
-    losses = torch.nn.functional.cross_entropy(logits[:, :-1].transpose(1, 2), wanted,
-                                               reduction="none")  # fmt: skip
+    losses = torch.nn.functional.cross_entropy(
+        logits[:, :-1].transpose(1, 2), wanted, reduction="none"
+    )
     want = float(losses[target.attention_mask[:, 1:]].mean())
     assert abs(result.ablated - want) < 1e-5
     assert abs(result.baseline - float(model.loss(source, target).detach())) < 1e-6
@@ -147,8 +155,10 @@ def test_greedy_generation_equals_eager_with_and_without_an_ablated_head(pair):
     want = strip(_eager_generate(eager, source, 7))
     assert [r == w[: len(r)] for r, w in zip(ours, want, strict=True)] == [True, True]
     layer, head = 0, 0
-    masks = {"cross": [torch.tensor([0.0, 1.0] + [1.0] * (model.heads_per_layer("cross")[0] - 2))]
-             + [None] * (len(model.layers["cross"]) - 1)}  # fmt: skip
+    masks = {
+        "cross": [torch.tensor([0.0, 1.0] + [1.0] * (model.heads_per_layer("cross")[0] - 2))]
+        + [None] * (len(model.layers["cross"]) - 1)
+    }
     ablated = model.generate(source, 7, masks)
     d_head = model.layers["cross"][layer].head_dim
     handle = _output_projection(eager, model, "cross", layer).register_forward_pre_hook(

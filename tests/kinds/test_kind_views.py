@@ -34,9 +34,13 @@ def test_cross_patterns_equal_eager_cross_attentions(kind):
     stats = encoder_decoder_statistics(model, [(source, target)])
     kept = stats.cross_patterns
     with torch.no_grad():
-        out = eager(**source.inputs, decoder_input_ids=target.input_ids,
-                    decoder_attention_mask=target.attention_mask.long(),
-                    output_attentions=True, use_cache=False)  # fmt: skip
+        out = eager(
+            **source.inputs,
+            decoder_input_ids=target.input_ids,
+            decoder_attention_mask=target.attention_mask.long(),
+            output_attentions=True,
+            use_cache=False,
+        )
     layers, heads = len(out.cross_attentions), out.cross_attentions[0].shape[1]
     assert kept.heads == [(l, h) for l in range(layers) for h in range(heads)]
     assert kept.notes == []  # every source position, unbinned
@@ -58,8 +62,12 @@ def test_over_the_budget_every_head_is_kept_with_its_source_summed_in_bins():
     assert kept.sources == [source.labels[0][i] for i in (0, 3, 6)]
     assert "bins of 3" in kept.notes[0]
     with torch.no_grad():
-        out = eager(**source.inputs, decoder_input_ids=target.input_ids, output_attentions=True,
-                    use_cache=False)  # fmt: skip
+        out = eager(
+            **source.inputs,
+            decoder_input_ids=target.input_ids,
+            output_attentions=True,
+            use_cache=False,
+        )
     for (layer, head), weights in zip(kept.heads, kept.weights, strict=True):
         w = out.cross_attentions[layer][0, head].double()  # (q_pos, k_pos)
         want = torch.stack([w[:, 0:3].sum(-1), w[:, 3:6].sum(-1), w[:, 6:7].sum(-1)], dim=-1)

@@ -53,41 +53,109 @@ def _one_line_exit_2(argv, capsys, expected: str) -> None:
 @pytest.mark.parametrize(
     ("argv", "expected"),
     [
-        (["model", "heads", "--model-dir", "{root}/dinov2_registers_broken", "--image",
-          "{root}/broken.png"], "broken.png: not a readable image"),
-        (["model", "heads", "--model-dir", "{root}/whisper_broken", "--audio",
-          "{root}/phone.wav"], "--audio must be sampled at 16000 Hz"),
-        (["model", "heads", "--model-dir", "{root}/dinov2_registers_broken"],
-         "is an image model: pass --image"),
-        (["model", "importance", "--model-dir", "{root}/dinov2_registers_broken"],
-         "reads pixel_values, not text"),
-        (["model", "generate", "a prompt", "--model", "{root}/t5_broken"],
-         "a decoder prompt needs a source"),
-        (["model", "heads", "--model-dir", "{root}/t5_broken", "--image", "{root}/images"],
-         "is an encoder-decoder model, which reads a source"),
-        (["model", "ablate", "--model-dir", "{root}/t5_broken", "--source-text", "hi",
-          "--ablate", "0.1", "--attention", "sideways"], "--attention must be encoder or"),
-        (["model", "heads", "--model-dir", "{root}/t5_broken", "--source-text", "hi",
-          "--target-text", "a", "--target-text", "b"], "--target-text: one per source"),
+        (
+            [
+                "model",
+                "heads",
+                "--model-dir",
+                "{root}/dinov2_registers_broken",
+                "--image",
+                "{root}/broken.png",
+            ],
+            "broken.png: not a readable image",
+        ),
+        (
+            [
+                "model",
+                "heads",
+                "--model-dir",
+                "{root}/whisper_broken",
+                "--audio",
+                "{root}/phone.wav",
+            ],
+            "--audio must be sampled at 16000 Hz",
+        ),
+        (
+            ["model", "heads", "--model-dir", "{root}/dinov2_registers_broken"],
+            "is an image model: pass --image",
+        ),
+        (
+            ["model", "importance", "--model-dir", "{root}/dinov2_registers_broken"],
+            "reads pixel_values, not text",
+        ),
+        (
+            ["model", "generate", "a prompt", "--model", "{root}/t5_broken"],
+            "a decoder prompt needs a source",
+        ),
+        (
+            ["model", "heads", "--model-dir", "{root}/t5_broken", "--image", "{root}/images"],
+            "is an encoder-decoder model, which reads a source",
+        ),
+        (
+            [
+                "model",
+                "ablate",
+                "--model-dir",
+                "{root}/t5_broken",
+                "--source-text",
+                "hi",
+                "--ablate",
+                "0.1",
+                "--attention",
+                "sideways",
+            ],
+            "--attention must be encoder or",
+        ),
+        (
+            [
+                "model",
+                "heads",
+                "--model-dir",
+                "{root}/t5_broken",
+                "--source-text",
+                "hi",
+                "--target-text",
+                "a",
+                "--target-text",
+                "b",
+            ],
+            "--target-text: one per source",
+        ),
     ],
-)  # fmt: skip
+)
 def test_bad_input_to_the_new_kinds_is_one_line_before_the_model_loads(
     files, capsys, argv, expected
 ):
     _one_line_exit_2([a.format(root=files) for a in argv], capsys, expected)
 
 
-def test_model_heads_of_an_encoder_decoder_writes_what_the_library_measures(files, capsys,
-                                                                             tmp_path):  # fmt: skip
+def test_model_heads_of_an_encoder_decoder_writes_what_the_library_measures(
+    files, capsys, tmp_path
+):
     from headlab.heads.encoder_decoder_heads import encoder_decoder_statistics
     from headlab.heads.kind_inputs import KindInputs, source_target_pairs
     from headlab.models.hf.kinds_loader import load_encoder_decoder
     from headlab.results.stream_heads import EncoderDecoderHeads
 
     out = tmp_path / "heads.json"
-    argv = ["model", "heads", "--model-dir", str(files / "t5"), "--source-text", "the cat sat",
-            "--source-text", "hello", "--target-text", "le chat", "--target-text", "salut",
-            "--metric", "max_weight", "--out", str(out)]  # fmt: skip
+    argv = [
+        "model",
+        "heads",
+        "--model-dir",
+        str(files / "t5"),
+        "--source-text",
+        "the cat sat",
+        "--source-text",
+        "hello",
+        "--target-text",
+        "le chat",
+        "--target-text",
+        "salut",
+        "--metric",
+        "max_weight",
+        "--out",
+        str(out),
+    ]
     code, stdout, err = run(argv, capsys)
     assert code == 0, err
     assert "max_weight per head, cross attention" in stdout
@@ -105,8 +173,18 @@ def test_model_heads_of_an_image_folder_and_ablate_of_an_audio_source(files, cap
     from headlab.results.stream_heads import KindAblation, VisionHeads
 
     out = tmp_path / "vision.json"
-    argv = ["model", "heads", "--model-dir", str(files / "dinov2_registers"), "--image",
-            str(files / "images"), "--metric", "registers", "--out", str(out)]  # fmt: skip
+    argv = [
+        "model",
+        "heads",
+        "--model-dir",
+        str(files / "dinov2_registers"),
+        "--image",
+        str(files / "images"),
+        "--metric",
+        "registers",
+        "--out",
+        str(out),
+    ]
     code, stdout, err = run(argv, capsys)
     assert code == 0, err
     result = VisionHeads.from_dict(json.loads(out.read_text()))
@@ -114,9 +192,20 @@ def test_model_heads_of_an_image_folder_and_ablate_of_an_audio_source(files, cap
     assert len(result.norm_ratios[0]) == result.num_layers + 1
     assert "registers per head" in stdout and "high-norm" in stdout
     out = tmp_path / "ablate.json"
-    argv = ["model", "ablate", "--model-dir", str(files / "whisper"), "--audio",
-            str(files / "speech.wav"), "--target-text", "hello", "--ablate", "1.0,2.1",
-            "--out", str(out)]  # fmt: skip
+    argv = [
+        "model",
+        "ablate",
+        "--model-dir",
+        str(files / "whisper"),
+        "--audio",
+        str(files / "speech.wav"),
+        "--target-text",
+        "hello",
+        "--ablate",
+        "1.0,2.1",
+        "--out",
+        str(out),
+    ]
     code, stdout, err = run(argv, capsys)
     assert code == 0, err
     ablation = KindAblation.from_dict(json.loads(out.read_text()))
@@ -129,8 +218,20 @@ def test_model_generate_from_a_source_equals_the_library(files, capsys):
 
     from headlab.models.hf.kinds_loader import load_encoder_decoder
 
-    argv = ["model", "generate", "he", "--model", str(files / "t5"), "--source-text", "a cat",
-            "--max-new-tokens", "6", "--ablate", "0.2", "--json"]  # fmt: skip
+    argv = [
+        "model",
+        "generate",
+        "he",
+        "--model",
+        str(files / "t5"),
+        "--source-text",
+        "a cat",
+        "--max-new-tokens",
+        "6",
+        "--ablate",
+        "0.2",
+        "--json",
+    ]
     code, stdout, err = run(argv, capsys)
     assert code == 0, err
     document = json.loads(stdout)

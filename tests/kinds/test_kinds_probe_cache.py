@@ -24,15 +24,28 @@ def _load(kind: str, folder):
 
 
 def _facts(model) -> list:
-    layers = model.layers if isinstance(model.layers, list) else [
-        layer for kind in sorted(model.layers) for layer in model.layers[kind]]  # fmt: skip
+    layers = (
+        model.layers
+        if isinstance(model.layers, list)
+        else [layer for kind in sorted(model.layers) for layer in model.layers[kind]]
+    )
 
     def rows(found):
         return None if found is None or isinstance(found, str) else (found.path, found.rows)
 
-    return [(layer.path, layer.num_heads, layer.num_kv_heads, layer.head_dim,
-             rows(layer.output), rows(layer.query), rows(layer.key), rows(layer.value))
-            for layer in layers]  # fmt: skip
+    return [
+        (
+            layer.path,
+            layer.num_heads,
+            layer.num_kv_heads,
+            layer.head_dim,
+            rows(layer.output),
+            rows(layer.query),
+            rows(layer.key),
+            rows(layer.value),
+        )
+        for layer in layers
+    ]
 
 
 def _no_probe(*args, **kwargs):

@@ -22,8 +22,10 @@ def _write_wav(path, samples: np.ndarray, rate: int, width: int, channels: int) 
 
 
 @settings(max_examples=25, deadline=None)
-@given(st.lists(st.integers(-32768, 32767), min_size=2, max_size=40).filter(
-    lambda v: len(v) % 2 == 0), st.sampled_from([8000, 16000, 44100]))  # fmt: skip
+@given(
+    st.lists(st.integers(-32768, 32767), min_size=2, max_size=40).filter(lambda v: len(v) % 2 == 0),
+    st.sampled_from([8000, 16000, 44100]),
+)
 def test_sixteen_bit_stereo_wav_is_read_as_the_mean_of_its_channels(tmp_path_factory, values, rate):
     path = tmp_path_factory.mktemp("wav") / "a.wav"
     samples = np.array(values, dtype="<i2")
@@ -49,8 +51,10 @@ def test_eight_and_twenty_four_bit_wavs_are_scaled_to_unit_range(tmp_path):
 
 def test_files_that_are_not_wavs_are_refused_in_one_line(tmp_path):
     (tmp_path / "not.wav").write_bytes(b"RIFF0000WAVEnope")
-    for path, why in ((tmp_path / "not.wav", "not a PCM WAV file"),
-                      (tmp_path / "missing.wav", "got nothing there")):  # fmt: skip
+    for path, why in (
+        (tmp_path / "not.wav", "not a PCM WAV file"),
+        (tmp_path / "missing.wav", "got nothing there"),
+    ):
         with pytest.raises(ValueError, match=why) as error:
             read_wav(path, "--audio")
         assert "\n" not in str(error.value) and str(error.value).startswith("--audio")

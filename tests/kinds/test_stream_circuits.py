@@ -32,8 +32,9 @@ def _double(source):
 def _inputs(kind: str, model: EncoderDecoderModel, seed: int):
     g = torch.Generator().manual_seed(seed)
     if kind == "whisper":
-        source = model.source_audio([torch.randn(16000, generator=g) * 0.1 for _ in range(2)],
-                                    16000)  # fmt: skip
+        source = model.source_audio(
+            [torch.randn(16000, generator=g) * 0.1 for _ in range(2)], 16000
+        )
         source = _double(source)
     else:
         rows = torch.randint(3, 90, (2, 7), generator=g).tolist()
@@ -78,12 +79,14 @@ def test_run_from_each_block_equals_the_model_with_that_stream(case):
     kept = cache(model, clean)
     for start, block in enumerate(model.blocks()):
         g = torch.Generator().manual_seed(start)
-        hidden = kept.resid[start] + 0.3 * torch.randn(kept.resid[start].shape, generator=g,
-                                                      dtype=torch.float64)  # fmt: skip
+        hidden = kept.resid[start] + 0.3 * torch.randn(
+            kept.resid[start].shape, generator=g, dtype=torch.float64
+        )
         with intervene(block, "resid_in", lambda t, h=hidden: h):
             want = model.run(clean["encoder"], clean["decoder"])
-        got = model.unembed(model.run_blocks(clean, start=start, hidden=hidden,
-                                             sources=kept.streams_out))  # fmt: skip
+        got = model.unembed(
+            model.run_blocks(clean, start=start, hidden=hidden, sources=kept.streams_out)
+        )
         torch.testing.assert_close(got, want, rtol=0, atol=1e-10)
 
 
@@ -94,8 +97,9 @@ def test_a_decoder_start_reads_the_sources_through_the_final_norm(case):
     memory = kept.streams_out["encoder"] * 1.7 + 0.05  # the stream leaving the encoder
     with intervene(model.blocks()[first - 1], "resid_out", lambda t: memory):
         want = model.run(clean["encoder"], clean["decoder"])
-    got = model.run_blocks(clean, start=first, hidden=kept.resid[first],
-                           sources={"encoder": memory})  # fmt: skip
+    got = model.run_blocks(
+        clean, start=first, hidden=kept.resid[first], sources={"encoder": memory}
+    )
     torch.testing.assert_close(model.unembed(got), want, rtol=0, atol=1e-10)
     with pytest.raises(ValueError, match="needs the encoder's states"):
         model.run_blocks(clean, start=first, hidden=kept.resid[first])
@@ -119,13 +123,23 @@ def _sampled(patcher: StreamPatcher) -> list:
     node = graph.node
     extra = [  # an encoder head and the embeddings into the keys and values; a head into the
         # cross-attention of its own block
-        next(e for e in graph.edges if node(e.sender).kind == "head"
-             and node(e.sender).stream == "encoder" and node(e.receiver).kind == "cross"
-             and e.input == "k"),
+        next(
+            e
+            for e in graph.edges
+            if node(e.sender).kind == "head"
+            and node(e.sender).stream == "encoder"
+            and node(e.receiver).kind == "cross"
+            and e.input == "k"
+        ),
         [e for e in graph.edges if e.sender == "embed.encoder" and e.input == "v"][-1],
-        next(e for e in graph.edges if node(e.receiver).kind == "cross" and e.input == "q"
-             and node(e.sender).layer == node(e.receiver).layer),
-    ]  # fmt: skip
+        next(
+            e
+            for e in graph.edges
+            if node(e.receiver).kind == "cross"
+            and e.input == "q"
+            and node(e.sender).layer == node(e.receiver).layer
+        ),
+    ]
     return chosen + [e for e in extra if e not in chosen]
 
 
@@ -147,13 +161,15 @@ def test_path_patching_and_eap_equal_brute_force(case):
     } <= kinds
     names = [e.name for e in edges]
     effects = patcher.effects(names, chunk=5)
-    want = torch.tensor([float(brute.effect(patcher.graph, e).detach()) for e in edges],
-                        dtype=torch.float64)  # fmt: skip
+    want = torch.tensor(
+        [float(brute.effect(patcher.graph, e).detach()) for e in edges], dtype=torch.float64
+    )
     scale = float(want.abs().max())
     assert scale > 1e-6  # the corruption moves the metric (random tiny BART: by ~1e-4)
     torch.testing.assert_close(effects, want, rtol=1e-9, atol=1e-9 * scale)
-    scores = torch.tensor(stream_attribution(model, clean, corrupted, metric, names,
-                                             patcher=patcher).scores)  # fmt: skip
+    scores = torch.tensor(
+        stream_attribution(model, clean, corrupted, metric, names, patcher=patcher).scores
+    )
     slopes = torch.tensor([brute.derivative(patcher.graph, e) for e in edges], dtype=torch.float64)
     slope_scale = float(slopes.abs().max())
     assert slope_scale > 1e-6

@@ -37,16 +37,49 @@ def folders(tmp_path_factory):
     [
         (["--model", "{root}/t5_broken", "--target-text", "hi"], "this command needs a source"),
         (["--model", "{root}/t5_broken"], "this command needs a source"),
-        (["--model", "{root}/t5_broken", "--source-text", "hi"],
-         "--corrupted-source-text: one corrupted twin per source, got 0 for 1"),
-        (["--model", "{root}/t5_broken", "--source-text", "hi", "--corrupted-source-text", "ho",
-          "--method", "eap-ig"], "--method must be one of eap, path-patching"),
-        (["--model", "{root}/t5_broken", "--source-text", "hi", "--corrupted-source-text", "ho",
-          "--task", "ioi"], "--task: for decoder-only models"),
-        (["--model", "{root}/whisper_broken", "--audio", "{root}/phone.wav", "--corrupted-audio",
-          "{root}/phone.wav"], "--audio must be sampled at 16000 Hz"),
+        (
+            ["--model", "{root}/t5_broken", "--source-text", "hi"],
+            "--corrupted-source-text: one corrupted twin per source, got 0 for 1",
+        ),
+        (
+            [
+                "--model",
+                "{root}/t5_broken",
+                "--source-text",
+                "hi",
+                "--corrupted-source-text",
+                "ho",
+                "--method",
+                "eap-ig",
+            ],
+            "--method must be one of eap, path-patching",
+        ),
+        (
+            [
+                "--model",
+                "{root}/t5_broken",
+                "--source-text",
+                "hi",
+                "--corrupted-source-text",
+                "ho",
+                "--task",
+                "ioi",
+            ],
+            "--task: for decoder-only models",
+        ),
+        (
+            [
+                "--model",
+                "{root}/whisper_broken",
+                "--audio",
+                "{root}/phone.wav",
+                "--corrupted-audio",
+                "{root}/phone.wav",
+            ],
+            "--audio must be sampled at 16000 Hz",
+        ),
     ],
-)  # fmt: skip
+)
 def test_bad_input_is_one_line_before_the_model_loads(folders, capsys, argv, expected):
     code, out, err = run(["circuits", *[a.format(root=folders) for a in argv]], capsys)
     lines = [line for line in err.splitlines() if line.startswith("headlab: error")]
@@ -62,9 +95,23 @@ def test_circuits_of_an_encoder_decoder_writes_the_library_scores(folders, capsy
     from headlab.results.circuit_run import CircuitRun
 
     out = tmp_path / "circuits.json"
-    argv = ["circuits", "--model", str(folders / "t5"), "--source-text", "the cat sat",
-            "--corrupted-source-text", "the dog ran", "--target-text", "le chat",
-            "--method", "eap", "--top", "7", "--out", str(out)]  # fmt: skip
+    argv = [
+        "circuits",
+        "--model",
+        str(folders / "t5"),
+        "--source-text",
+        "the cat sat",
+        "--corrupted-source-text",
+        "the dog ran",
+        "--target-text",
+        "le chat",
+        "--method",
+        "eap",
+        "--top",
+        "7",
+        "--out",
+        str(out),
+    ]
     code, stdout, err = run(argv, capsys)
     assert code == 0, err
     assert "Top 7 of" in stdout and "source-target" in stdout

@@ -50,16 +50,19 @@ def test_vision_statistics_equal_eager_weights_by_brute_force(pair):
         states = out.hidden_states[layer].double()  # (batch, pos, d_model)
         norms = states.norm(dim=-1)
         ratio = norms / norms[:, first:].median(dim=-1).values[:, None]
-        assert torch.allclose(torch.tensor(stats.norm_ratios)[:, layer].double(), ratio,
-                              atol=1e-4)  # fmt: skip
+        assert torch.allclose(torch.tensor(stats.norm_ratios)[:, layer].double(), ratio, atol=1e-4)
         high = [[t for t in range(first, w.shape[-1]) if ratio[b, t] > 1.2] for b in range(2)]
         assert stats.high_norm_tokens(layer) == high
         for head in range(w.shape[1]):
             rows = w[:, head]  # (batch, q_pos, k_pos)
-            want = {"cls": rows[..., 0].mean(), "max_weight": rows.amax(-1).mean(),
-                    "entropy": -(rows * rows.log()).sum(-1).mean(),
-                    "high_norm": torch.stack([rows[b][:, high[b]].sum(-1).mean()
-                                              for b in range(2)]).mean()}  # fmt: skip
+            want = {
+                "cls": rows[..., 0].mean(),
+                "max_weight": rows.amax(-1).mean(),
+                "entropy": -(rows * rows.log()).sum(-1).mean(),
+                "high_norm": torch.stack(
+                    [rows[b][:, high[b]].sum(-1).mean() for b in range(2)]
+                ).mean(),
+            }
             if registers:
                 want["registers"] = rows[..., 1:first].sum(-1).mean()
             distances = []  # brute force: each patch query, each patch key

@@ -20,25 +20,55 @@ VISION = ("vit", "dinov2", "dinov2_registers", "clip_vision")
 def _encoder_decoder(kind: str):
     import transformers as tf
 
-    sizes = dict(vocab_size=VOCAB, d_model=24, encoder_layers=2, decoder_layers=3,
-                 encoder_attention_heads=4, decoder_attention_heads=2, encoder_ffn_dim=40,
-                 decoder_ffn_dim=40)  # fmt: skip
+    sizes = dict(
+        vocab_size=VOCAB,
+        d_model=24,
+        encoder_layers=2,
+        decoder_layers=3,
+        encoder_attention_heads=4,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=40,
+        decoder_ffn_dim=40,
+    )
     if kind == "t5":
-        config = tf.T5Config(vocab_size=VOCAB, d_model=24, d_kv=6, d_ff=40, num_layers=3,
-                             num_decoder_layers=3, num_heads=4, relative_attention_num_buckets=8,
-                             decoder_start_token_id=0, pad_token_id=0, eos_token_id=1)  # fmt: skip
+        config = tf.T5Config(
+            vocab_size=VOCAB,
+            d_model=24,
+            d_kv=6,
+            d_ff=40,
+            num_layers=3,
+            num_decoder_layers=3,
+            num_heads=4,
+            relative_attention_num_buckets=8,
+            decoder_start_token_id=0,
+            pad_token_id=0,
+            eos_token_id=1,
+        )
         return tf.T5ForConditionalGeneration(config)
     if kind == "bart":
         config = tf.BartConfig(max_position_embeddings=64, **sizes)
         return tf.BartForConditionalGeneration(config)
     if kind == "marian":
-        config = tf.MarianConfig(max_position_embeddings=64, decoder_start_token_id=96,
-                                 pad_token_id=96, eos_token_id=0, **sizes)  # fmt: skip
+        config = tf.MarianConfig(
+            max_position_embeddings=64,
+            decoder_start_token_id=96,
+            pad_token_id=96,
+            eos_token_id=0,
+            **sizes,
+        )
         return tf.MarianMTModel(config)
-    config = tf.WhisperConfig(num_mel_bins=16, max_source_positions=50, max_target_positions=40,
-                              decoder_start_token_id=3, pad_token_id=2, eos_token_id=1,
-                              bos_token_id=1, suppress_tokens=None, begin_suppress_tokens=None,
-                              **sizes)  # fmt: skip
+    config = tf.WhisperConfig(
+        num_mel_bins=16,
+        max_source_positions=50,
+        max_target_positions=40,
+        decoder_start_token_id=3,
+        pad_token_id=2,
+        eos_token_id=1,
+        bos_token_id=1,
+        suppress_tokens=None,
+        begin_suppress_tokens=None,
+        **sizes,
+    )
     return tf.WhisperForConditionalGeneration(config)
 
 
@@ -53,15 +83,23 @@ def whisper_features():
 def _vision(kind: str):
     import transformers as tf
 
-    common = dict(hidden_size=24, num_hidden_layers=3, num_attention_heads=4,
-                  intermediate_size=40, image_size=35, patch_size=7, num_channels=3)  # fmt: skip
+    common = dict(
+        hidden_size=24,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        intermediate_size=40,
+        image_size=35,
+        patch_size=7,
+        num_channels=3,
+    )
     if kind == "vit":
         return tf.ViTModel(tf.ViTConfig(**common), add_pooling_layer=False)
     if kind == "dinov2":
         return tf.Dinov2Model(tf.Dinov2Config(**common))
     if kind == "dinov2_registers":
-        return tf.Dinov2WithRegistersModel(tf.Dinov2WithRegistersConfig(num_register_tokens=4,
-                                                                         **common))  # fmt: skip
+        return tf.Dinov2WithRegistersModel(
+            tf.Dinov2WithRegistersConfig(num_register_tokens=4, **common)
+        )
     return tf.CLIPVisionModel(tf.CLIPVisionConfig(**common))
 
 
@@ -95,8 +133,9 @@ def char_tokenizer(end: str | None = "</s>"):
         tokenizer.post_processor = processors.TemplateProcessing(
             single=f"$A {end}", special_tokens=[(end, vocab[end])]
         )
-    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, pad_token="<pad>",
-                                   eos_token="</s>", unk_token="<unk>")  # fmt: skip
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, pad_token="<pad>", eos_token="</s>", unk_token="<unk>"
+    )
 
 
 def saved(kind: str, folder):

@@ -161,8 +161,13 @@ OTHER_FAMILIES: dict[str, Family] = {
 #: (found by observing a forward, models/hf/observe.py): StableLM, and hybrids whose attention
 #: layers sit between state-space (Mamba) or linear-attention layers.
 _MAMBA = {"mamba_d_state": 4, "mamba_d_conv": 3, "mamba_expand": 2}
-_MAMBA2 = {**_MAMBA, "mamba_n_heads": 4, "mamba_d_head": 24, "mamba_n_groups": 1,
-           "mamba_chunk_size": 4}  # fmt: skip
+_MAMBA2 = {
+    **_MAMBA,
+    "mamba_n_heads": 4,
+    "mamba_d_head": 24,
+    "mamba_n_groups": 1,
+    "mamba_chunk_size": 4,
+}
 OBSERVED_FAMILIES: dict[str, Family] = {
     "stablelm": Family(
         "stablelm",

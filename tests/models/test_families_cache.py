@@ -44,8 +44,8 @@ def observed(monkeypatch, tmp_path):
 
 def test_the_second_call_reads_what_the_first_observed(observed, tmp_path):
     first = cached_family_support()
-    assert first == families.family_support() == FamilySupport(
-        ["llama"], {"dbrx": SEEN["dbrx"].error}
+    assert (
+        first == families.family_support() == FamilySupport(["llama"], {"dbrx": SEEN["dbrx"].error})
     )
     assert observed == FAMILIES * 2  # the call above, then the reference
     assert entry_path().parent == tmp_path / "cache" / "families"
@@ -117,8 +117,7 @@ def test_each_transformers_version_has_its_own_entry(observed, monkeypatch):
     assert before.exists() and entry_path().exists()
 
 
-def test_a_cache_that_cannot_be_written_costs_only_the_observation(observed, tmp_path,
-                                                                    monkeypatch):  # fmt: skip
+def test_a_cache_that_cannot_be_written_costs_only_the_observation(observed, tmp_path, monkeypatch):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
     monkeypatch.setenv("HEADLAB_CACHE", str(blocker))
@@ -142,8 +141,10 @@ def test_the_command_says_why_the_first_call_takes_long(observed, capsys):
     assert observed == FAMILIES
     code, document, err = run(["model", "families", "--json"], capsys)
     assert code == 0 and err == ""
-    assert json.loads(document) == {"families": ["llama"],
-                                    "not_observed": {"dbrx": SEEN["dbrx"].error}}  # fmt: skip
+    assert json.loads(document) == {
+        "families": ["llama"],
+        "not_observed": {"dbrx": SEEN["dbrx"].error},
+    }
 
 
 def test_a_kept_answer_is_read_without_torch(observed, tmp_path):
@@ -153,11 +154,17 @@ def test_a_kept_answer_is_read_without_torch(observed, tmp_path):
     import sys
 
     cached_family_support()
-    code = ("import sys; from headlab.results.kept_families import kept_family_support; "
-            "print(kept_family_support().to_dict()); "
-            "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")  # fmt: skip
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env={**os.environ, "HEADLAB_CACHE": str(tmp_path / "cache")})  # fmt: skip
+    code = (
+        "import sys; from headlab.results.kept_families import kept_family_support; "
+        "print(kept_family_support().to_dict()); "
+        "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HEADLAB_CACHE": str(tmp_path / "cache")},
+    )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0] == str({"families": ["llama"], "not_observed": {"dbrx": SEEN["dbrx"].error}})

@@ -39,9 +39,11 @@ def test_converted_folder_gives_the_ggufs_logits(tiny_gguf: Path, tmp_path: Path
     folder = convert(tiny_gguf, tmp_path / "cache")
     assert stale_reason(folder, tiny_gguf) is None
     direct = AutoModelForCausalLM.from_pretrained(
-        str(tiny_gguf.parent), gguf_file=tiny_gguf.name, dtype=torch.float32,
+        str(tiny_gguf.parent),
+        gguf_file=tiny_gguf.name,
+        dtype=torch.float32,
         attn_implementation="eager",
-    ).eval()  # fmt: skip
+    ).eval()
     cached = AutoModelForCausalLM.from_pretrained(
         str(folder), dtype=torch.float32, attn_implementation="eager"
     ).eval()
@@ -127,8 +129,12 @@ def test_a_changed_gguf_makes_the_cache_stale(tiny_gguf: Path, tmp_path: Path) -
 
 
 def test_a_leftover_of_a_dead_conversion_is_removed(tiny_gguf: Path, tmp_path: Path) -> None:
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True, check=True)  # fmt: skip
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     leftover = tmp_path / f".tmp-tiny-llama-{dead.stdout.strip()}-abc123"
     leftover.mkdir()
     (leftover / gguf_cache.MARK).write_bytes(b"")  # headlab's: it marks a folder first
@@ -151,10 +157,15 @@ def test_two_processes_converting_at_once_both_succeed_with_one_result(tiny_gguf
     src = str(Path(gguf_cache.__file__).parents[2])
     env = {"PYTHONPATH": src, "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"}
     runs = [
-        subprocess.Popen([sys.executable, "-c", CONVERT, str(tiny_gguf), str(root)], env=env,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, "-c", CONVERT, str(tiny_gguf), str(root)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for _ in range(2)
-    ]  # fmt: skip
+    ]
     outputs = [run.communicate(timeout=300) for run in runs]
     assert [run.returncode for run in runs] == [0, 0], [err for _, err in outputs]
     folders = {out.strip() for out, _ in outputs}
@@ -212,8 +223,9 @@ def test_a_file_whose_stat_is_recorded_is_not_hashed_again(tiny_gguf, tmp_path, 
         assert stale_reason(folder, tiny_gguf) is None
 
 
-def test_a_write_that_keeps_size_and_modification_time_is_still_found(tiny_gguf, tmp_path,
-                                                                      monkeypatch):  # fmt: skip
+def test_a_write_that_keeps_size_and_modification_time_is_still_found(
+    tiny_gguf, tmp_path, monkeypatch
+):
     """The change time moves with every write and cannot be set back: the file is hashed."""
     import os
     import time

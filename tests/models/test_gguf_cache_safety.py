@@ -95,8 +95,12 @@ def test_a_leftover_headlab_did_not_mark_is_kept(tiny_gguf, tmp_path):
     import subprocess
     import sys
 
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     theirs = tmp_path / f".tmp-tiny-llama-{dead}-mine"
     theirs.mkdir()
     (theirs / "data.bin").write_bytes(b"theirs")

@@ -75,17 +75,25 @@ def assert_all_close(ours, theirs, mask, **tolerance) -> None:
 @pytest.mark.parametrize("hidden_act", ["gelu", "relu"])
 def test_bert_equals_transformers_and_the_route_in_float64(hidden_act):
     config = transformers.BertConfig(
-        vocab_size=31, hidden_size=15, num_hidden_layers=2, num_attention_heads=3,
-        intermediate_size=23, max_position_embeddings=37, type_vocab_size=2,
-        hidden_act=hidden_act, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-    )  # fmt: skip
+        vocab_size=31,
+        hidden_size=15,
+        num_hidden_layers=2,
+        num_attention_heads=3,
+        intermediate_size=23,
+        max_position_embeddings=37,
+        type_vocab_size=2,
+        hidden_act=hidden_act,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
     eager, route = twins(transformers.BertModel, config, seed=5)
     ids, mask = right_padded(31, [11, 7, 2], seed=7)
     types = (torch.arange(11) >= 5).long().expand(3, -1)
     ours = bert_forward(eager.state_dict(), config, ids, mask, types)
     with torch.no_grad():
-        out = eager(input_ids=ids, attention_mask=mask, token_type_ids=types,
-                    output_attentions=True)  # fmt: skip
+        out = eager(
+            input_ids=ids, attention_mask=mask, token_type_ids=types, output_attentions=True
+        )
     real = mask.bool()[..., None]
     torch.testing.assert_close(ours.hidden_states * real, out.last_hidden_state * real, **F64)
     assert_all_close(ours.attentions, out.attentions, mask, **F64)
@@ -104,10 +112,19 @@ def test_llama_equals_transformers_and_the_route_in_float64(tied, bias):
     """6 query heads of 10 on 2 K/V heads (groups of 3) in a width of 42; tied embeddings with
     q/k/v/o biases (Qwen2-like) as the second case."""
     config = transformers.LlamaConfig(
-        vocab_size=53, hidden_size=42, num_attention_heads=6, num_key_value_heads=2,
-        head_dim=10, intermediate_size=37, num_hidden_layers=3, max_position_embeddings=64,
-        rope_theta=500.0, tie_word_embeddings=tied, attention_bias=bias, rms_norm_eps=1e-5,
-    )  # fmt: skip
+        vocab_size=53,
+        hidden_size=42,
+        num_attention_heads=6,
+        num_key_value_heads=2,
+        head_dim=10,
+        intermediate_size=37,
+        num_hidden_layers=3,
+        max_position_embeddings=64,
+        rope_theta=500.0,
+        tie_word_embeddings=tied,
+        attention_bias=bias,
+        rms_norm_eps=1e-5,
+    )
     eager, route = twins(transformers.LlamaForCausalLM, config, seed=13)
     if bias:  # transformers starts biases at 0; unusual values so that a dropped bias shows
         with torch.no_grad():

@@ -47,15 +47,17 @@ def _seen_by_hooks(model, batch):
         module = model.model.get_submodule(model._block_parts()[1][i].path)
         handles += [
             module.register_forward_pre_hook(
-                keep(i, "resid_in", lambda m, a, k: a or [k["hidden_states"]]), with_kwargs=True),
+                keep(i, "resid_in", lambda m, a, k: a or [k["hidden_states"]]), with_kwargs=True
+            ),
             module.register_forward_hook(keep(i, "resid_out", lambda m, a, o: o)),
             module.mlp.register_forward_pre_hook(keep(i, "mlp_in", lambda m, a: a)),
             module.mlp.register_forward_hook(keep(i, "mlp_out", lambda m, a, o: o)),
-        ]  # fmt: skip
+        ]
     try:
         with torch.no_grad():
-            logits = model.model(input_ids=batch.input_ids,
-                                 attention_mask=batch.attention_mask.long()).logits  # fmt: skip
+            logits = model.model(
+                input_ids=batch.input_ids, attention_mask=batch.attention_mask.long()
+            ).logits
     finally:
         for handle in handles:
             handle.remove()
@@ -82,10 +84,12 @@ def test_the_protocol_equals_transformers(family):
             torch.testing.assert_close(got, seen[(i, site)], rtol=1e-5, atol=1e-5)
     for start in range(len(blocks) + 1):
         with torch.no_grad():
-            states = model.run_blocks(batch, start=start, hidden=kept.resid[start].repeat(2, 1, 1),
-                                      copies=2)  # fmt: skip
-            torch.testing.assert_close(model.unembed(states), logits.repeat(2, 1, 1), rtol=1e-5,
-                                       atol=1e-5)  # fmt: skip
+            states = model.run_blocks(
+                batch, start=start, hidden=kept.resid[start].repeat(2, 1, 1), copies=2
+            )
+            torch.testing.assert_close(
+                model.unembed(states), logits.repeat(2, 1, 1), rtol=1e-5, atol=1e-5
+            )
     assert all("forward" not in vars(p.module) for p in model._block_parts()[1])
 
 
@@ -94,8 +98,13 @@ def _parallel_family(name: str):
     torch.manual_seed(0)
     sizes = {"vocab_size": VOCAB}
     if name == "phi":
-        config = transformers.PhiConfig(hidden_size=32, num_attention_heads=4,
-                                        num_hidden_layers=2, intermediate_size=37, **sizes)
+        config = transformers.PhiConfig(
+            hidden_size=32,
+            num_attention_heads=4,
+            num_hidden_layers=2,
+            intermediate_size=37,
+            **sizes,
+        )
         return transformers.PhiForCausalLM(config).eval()
     config = transformers.GPTJConfig(n_embd=32, n_head=4, n_layer=2, rotary_dim=4, **sizes)
     return transformers.GPTJForCausalLM(config).eval()
@@ -139,17 +148,23 @@ def test_an_encoder_whose_mlp_is_two_modules():
     layer = model.model.encoder.layer[1]
     seen = {}
     handles = [
-        layer.register_forward_pre_hook(lambda m, a, k: seen.__setitem__(
-            "resid_in", a[0] if a else k["hidden_states"]), with_kwargs=True),
+        layer.register_forward_pre_hook(
+            lambda m, a, k: seen.__setitem__("resid_in", a[0] if a else k["hidden_states"]),
+            with_kwargs=True,
+        ),
         layer.intermediate.register_forward_pre_hook(lambda m, a: seen.__setitem__("mlp_in", a[0])),
         layer.output.dense.register_forward_hook(lambda m, a, o: seen.__setitem__("mlp_out", o)),
-        layer.register_forward_hook(lambda m, a, o: seen.__setitem__(
-            "resid_out", o if isinstance(o, torch.Tensor) else o[0])),
-    ]  # fmt: skip
+        layer.register_forward_hook(
+            lambda m, a, o: seen.__setitem__(
+                "resid_out", o if isinstance(o, torch.Tensor) else o[0]
+            )
+        ),
+    ]
     try:
         with torch.no_grad():
-            want = model.model(input_ids=batch.input_ids,
-                               attention_mask=batch.attention_mask.long()).last_hidden_state
+            want = model.model(
+                input_ids=batch.input_ids, attention_mask=batch.attention_mask.long()
+            ).last_hidden_state
     finally:
         for handle in handles:
             handle.remove()

@@ -101,8 +101,7 @@ def test_the_command_and_the_report_show_the_note_and_the_metric_is_refused(
 ):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(text(8, seed) for seed in range(4)), encoding="utf-8")
-    args = ["model", "heads", "--model", str(lfm3_dir), "--corpus", str(corpus), "--n-texts",
-            "4"]  # fmt: skip
+    args = ["model", "heads", "--model", str(lfm3_dir), "--corpus", str(corpus), "--n-texts", "4"]
     results = tmp_path / "results"
     code, out, err = run([*args, "--out", str(results / "model_heads.json"), "--json"], capsys)
     assert code == 0, err
@@ -114,8 +113,9 @@ def test_the_command_and_the_report_show_the_note_and_the_metric_is_refused(
     code, out, err = run([*args, "--out", str(tmp_path / "t.json")], capsys)
     assert code == 0, err
     assert "note: contribution_norm left out (attention layers 0, 1)" in " ".join(out.split())
-    code, out, err = run([*args, "--metric", "contribution_norm", "--out",
-                          str(tmp_path / "m.json")], capsys)  # fmt: skip
+    code, out, err = run(
+        [*args, "--metric", "contribution_norm", "--out", str(tmp_path / "m.json")], capsys
+    )
     assert code == 2 and out == "" and err.count("\n") == 1
     assert "--metric must be one of entropy, max_weight, first, self, prev, distance" in err
     assert f"got 'contribution_norm' ({NOTE})" in err

@@ -20,8 +20,18 @@ from headlab.models.hf.registry import register
 NEW_TOKENS = 6
 #: the families whose ``test_generate_with_static_cache`` failed in transformers' own suite, and
 #: families that take a dict of masks per layer type (Gemma 2, gpt-oss)
-FAMILIES = ["llama", "mistral", "mistral-no-window", "gpt2", "gpt_neox", "olmo2", "phi3",
-            "stablelm", "gemma2", "gpt_oss"]  # fmt: skip
+FAMILIES = [
+    "llama",
+    "mistral",
+    "mistral-no-window",
+    "gpt2",
+    "gpt_neox",
+    "olmo2",
+    "phi3",
+    "stablelm",
+    "gemma2",
+    "gpt_oss",
+]
 WINDOWED = {"mistral", "gemma2", "gpt_oss"}
 #: the reference implementation: SDPA, or eager where transformers has no SDPA for the family
 REFERENCE = {"gemma2": "eager", "gpt_oss": "eager"}
@@ -106,11 +116,15 @@ def test_a_prepared_mask_is_returned_as_it_is_when_it_describes_the_call():
 
     prepared = headlab_mask(batch_size=2, q_length=3, kv_length=11, q_offset=5)
     assert (prepared.ndim, prepared.shape) == (4, (2, 1, 3, 11))
-    again = headlab_mask(batch_size=2, q_length=3, kv_length=11, q_offset=5,
-                         attention_mask=prepared)  # fmt: skip
+    again = headlab_mask(
+        batch_size=2, q_length=3, kv_length=11, q_offset=5, attention_mask=prepared
+    )
     assert again is prepared
-    with pytest.raises(ValueError, match=r"describes .* = \(2, 3, 11, 5, 0\), the model's call "
-                       r"\(2, 1, 11, 5, 0\)"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"describes .* = \(2, 3, 11, 5, 0\), the model's call "
+        r"\(2, 1, 11, 5, 0\)",
+    ):
         headlab_mask(batch_size=2, q_length=1, kv_length=11, q_offset=5, attention_mask=prepared)
 
 
@@ -127,11 +141,15 @@ def test_generate_from_embeddings_with_a_static_cache_gives_sdpas_tokens(name, m
             model.set_attn_implementation(implementation)
             with torch.no_grad():
                 outputs[implementation] = model.generate(
-                    inputs_embeds=embeds, attention_mask=torch.ones_like(ids),
-                    max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,
-                    cache_implementation="static", return_dict_in_generate=True,
+                    inputs_embeds=embeds,
+                    attention_mask=torch.ones_like(ids),
+                    max_new_tokens=NEW_TOKENS,
+                    min_new_tokens=NEW_TOKENS,
+                    do_sample=False,
+                    cache_implementation="static",
+                    return_dict_in_generate=True,
                     output_scores=True,
-                )  # fmt: skip
+                )
     finally:
         model.set_attn_implementation("sdpa")
     assert outputs["headlab"].sequences.tolist() == outputs["sdpa"].sequences.tolist()

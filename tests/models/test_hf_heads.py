@@ -111,8 +111,9 @@ def assert_statistics_equal_eager(model, eager, ids, mask):
     _, attentions = eager_run(eager, ids, mask)
     gated = [layer.output is None for layer in model.attention_layers()]
     inputs = [None] * len(gated) if all(gated) else head_inputs(eager, model, ids, mask)
-    for layer, sums, w, x in zip(model.attention_layers(), per_layer, attentions, inputs,
-                                 strict=True):  # fmt: skip
+    for layer, sums, w, x in zip(
+        model.attention_layers(), per_layer, attentions, inputs, strict=True
+    ):
         norms = torch.zeros(w.shape[:3]) if x is None else contribution_norms(eager, layer, x)
         want = reference_means(w, mask.bool(), norms)
         if layer.output is None:
@@ -169,9 +170,12 @@ def assert_detectors_equal_eager(model, eager):
         want = detector_scores(w.double(), 5)
         for kind in DETECTORS:
             torch.testing.assert_close(
-                torch.tensor(got[kind][layer], dtype=torch.float64), want[kind], atol=1e-5,
-                rtol=1e-5, msg=kind,
-            )  # fmt: skip
+                torch.tensor(got[kind][layer], dtype=torch.float64),
+                want[kind],
+                atol=1e-5,
+                rtol=1e-5,
+                msg=kind,
+            )
 
 
 def _ablated_heads(model) -> tuple[dict[int, list[int]], int, int]:
@@ -226,8 +230,13 @@ def test_generation_with_an_ablation_equals_eager_generation_with_the_hook(
     model, eager = hf_loaded(name), hf_eager(name)
     prompt = text(6, 7)
     ids = torch.tensor([model.encode(prompt)])
-    options = {"max_new_tokens": 8, "do_sample": False, "output_scores": True,
-               "return_dict_in_generate": True, "attention_mask": torch.ones_like(ids)}  # fmt: skip
+    options = {
+        "max_new_tokens": 8,
+        "do_sample": False,
+        "output_scores": True,
+        "return_dict_in_generate": True,
+        "attention_mask": torch.ones_like(ids),
+    }
     with contextlib.ExitStack() as stack:
         for module, hook in _hooks(model, eager):
             stack.callback(module.register_forward_pre_hook(hook).remove)
@@ -269,15 +278,16 @@ def test_long_text_roles_equal_the_full_eager_weights(name, hf_loaded, hf_eager,
     n = ids.shape[1]
     logits, attentions = eager_run(eager, ids, torch.ones_like(ids))
     with contextlib.ExitStack() as stack, torch.no_grad():
-        recordings = [stack.enter_context(record(layer, ["v"])) for layer in
-                      model.attention_layers()]  # fmt: skip
+        recordings = [
+            stack.enter_context(record(layer, ["v"])) for layer in model.attention_layers()
+        ]
         model.run(batch)
     sources = copy_sources(ids[0], 4)
     copies = (sources >= 0).nonzero()[:, 0]
     assert len(copies) == 14 - 4 and result.roles.copy_positions == len(copies)
     correct = logits[0, copies].argmax(-1) == ids[0, copies + 1]
     offset = torch.arange(n)[:, None] - torch.arange(n)[None, :]
-    allowed = (((offset >= 0) & (offset < window[1])) | (torch.arange(n)[None] < window[0]))
+    allowed = ((offset >= 0) & (offset < window[1])) | (torch.arange(n)[None] < window[0])
     block = result.maps.block
     assert result.maps.bin == 1 and block == 2  # 52 tokens: blocks of 2, every key its own bin
     in_block = torch.nn.functional.one_hot(torch.arange(n) // block).double()  # (pos, q_block)
@@ -295,15 +305,25 @@ def test_long_text_roles_equal_the_full_eager_weights(name, hf_loaded, hf_eager,
         # the blocked map: mass from each block of queries to each block of keys, per query
         mass = torch.einsum("qa,hqk,kb->hab", in_block, w, in_block)
         blocked = mass / in_block.sum(0)[None, :, None]
-        torch.testing.assert_close(torch.tensor(result.maps.blocked[layer], dtype=torch.float64),
-                                   blocked, atol=1e-3, rtol=1e-3)  # 4 significant digits kept
-        torch.testing.assert_close(torch.tensor(result.maps.received[layer], dtype=torch.float64),
-                                   w.sum(1), atol=1e-3, rtol=1e-3)  # fmt: skip
+        torch.testing.assert_close(
+            torch.tensor(result.maps.blocked[layer], dtype=torch.float64),
+            blocked,
+            atol=1e-3,
+            rtol=1e-3,
+        )  # 4 significant digits kept
+        torch.testing.assert_close(
+            torch.tensor(result.maps.received[layer], dtype=torch.float64),
+            w.sum(1),
+            atol=1e-3,
+            rtol=1e-3,
+        )
         group_error = error.view(groups, -1).amax(-1)  # a group shrinks only if all its heads can
         torch.testing.assert_close(
             torch.tensor(result.roles.group_window_error[layer], dtype=torch.float64),
-            group_error, atol=1e-5, rtol=1e-5,
-        )  # fmt: skip
+            group_error,
+            atol=1e-5,
+            rtol=1e-5,
+        )
         checks = {
             "window_error": (result.roles.window_error[layer], error),
             "copy_weight": (
@@ -318,8 +338,9 @@ def test_long_text_roles_equal_the_full_eager_weights(name, hf_loaded, hf_eager,
             "entropy": (result.statistics.metrics["entropy"][layer], entropy(w).mean(-1)),
         }
         for metric, (got, want) in checks.items():
-            torch.testing.assert_close(torch.tensor(got, dtype=torch.float64), want, atol=1e-5,
-                                       rtol=1e-5, msg=metric)  # fmt: skip
+            torch.testing.assert_close(
+                torch.tensor(got, dtype=torch.float64), want, atol=1e-5, rtol=1e-5, msg=metric
+            )
         received = torch.from_numpy(result.received[layer])  # (head, k_pos)
         torch.testing.assert_close(received, w.sum(1), atol=1e-5, rtol=1e-6)
 
@@ -338,8 +359,10 @@ def test_bfloat16_statistics_are_within_their_precision_of_float32(name, hf_dirs
 
     def means(model):
         _, per_layer = model_head_sums(model, batch)
-        return [{k: v / (s.n_prev if k == "prev" else s.n_queries) for k, v in s.sums.items()}
-                for s in per_layer]  # fmt: skip
+        return [
+            {k: v / (s.n_prev if k == "prev" else s.n_queries) for k, v in s.sums.items()}
+            for s in per_layer
+        ]
 
     exact = means(hf_loaded(name))
     half = means(load_transformers(hf_dirs[name], dtype=torch.bfloat16))

@@ -59,8 +59,9 @@ def _losses_after_training(attention: str, folder: Path) -> tuple[list[float], d
         model.set_attn_implementation(attention)
     generator = torch.Generator().manual_seed(3)
     ids = torch.randint(1, VOCAB, (4, 9), generator=generator).repeat(6, 1)  # learnable
-    rows = [{"input_ids": row, "labels": row, "attention_mask": torch.ones_like(row)}
-            for row in ids]  # fmt: skip
+    rows = [
+        {"input_ids": row, "labels": row, "attention_mask": torch.ones_like(row)} for row in ids
+    ]
     losses: list[float] = []
 
     class Recording(Trainer):

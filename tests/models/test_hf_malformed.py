@@ -149,8 +149,9 @@ def test_extra_tensors_are_one_warning_not_transformers_table(qwen3_dir, tmp_pat
     assert code == 0, err
     assert "LOAD REPORT" not in err and "UNEXPECTED" not in err
     warnings = [line for line in err.splitlines() if "unused" in line]
-    assert warnings == ["headlab: warning: qwen3: 2 tensors of its weights unused (e.g. "
-                        "'model.probe_head.bias')"]  # fmt: skip
+    assert warnings == [
+        "headlab: warning: qwen3: 2 tensors of its weights unused (e.g. 'model.probe_head.bias')"
+    ]
 
 
 @pytest.mark.parametrize("keep", [10, 100, 1000, 0.5])
@@ -287,8 +288,14 @@ def test_relative_positions_the_family_no_longer_runs_are_refused(
     asks for relative positions is refused before the build, not run as another model."""
     import transformers
 
-    small = dict(vocab_size=31, hidden_size=14, num_hidden_layers=1, num_attention_heads=2,
-                 intermediate_size=17, max_position_embeddings=19)
+    small = dict(
+        vocab_size=31,
+        hidden_size=14,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=17,
+        max_position_embeddings=19,
+    )
     torch.manual_seed(0)
     absolute = transformers.BertModel(transformers.BertConfig(**small)).eval()
     relative_config = transformers.BertConfig(**small, position_embedding_type="relative_key")

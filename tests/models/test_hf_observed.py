@@ -82,8 +82,18 @@ def test_detectors_equal_eager_weights(name, observed_models):
 def test_observing_decides_support_not_the_flag():
     from headlab.models.hf.families import observe_family, supports
 
-    for name in ("stablelm", "jamba", "zamba2", "falcon_h1", "qwen3_next", "nemotron_h",
-                 "olmo_hybrid", "qwen3_5", "llama", "bert"):  # fmt: skip
+    for name in (
+        "stablelm",
+        "jamba",
+        "zamba2",
+        "falcon_h1",
+        "qwen3_next",
+        "nemotron_h",
+        "olmo_hybrid",
+        "qwen3_5",
+        "llama",
+        "bert",
+    ):
         assert supports(name), name
     # Bamba's default config has no attention layer: observed again with its layers set to
     # attention (attn_layer_indices)
@@ -94,9 +104,7 @@ def test_observing_decides_support_not_the_flag():
     assert observe_family("gemma4_assistant").error.startswith("no default config")
 
 
-def test_a_family_that_computes_its_attention_itself_is_refused_in_one_line(
-    tmp_path, capsys
-):
+def test_a_family_that_computes_its_attention_itself_is_refused_in_one_line(tmp_path, capsys):
     import transformers
 
     from headlab.models.hf import attach
@@ -119,13 +127,19 @@ def test_a_family_that_computes_its_attention_itself_is_refused_in_one_line(
 BLOCK_NOTES = {
     "stablelm": [],
     "falcon_h1": [],  # attention and Mamba-2 side by side: every block has heads
-    "jamba": ["attention layers 0, 1 are the model's blocks 1, 3 (of 4, model.layers); "
-              "blocks 0, 2 (linear_attention) have no heads"],
-    "bamba": ["attention layer 0 is the model's block 1 (of 3, model.layers); blocks 0, 2 "
-              "(linear_attention) have no heads"],
-    "qwen3_next": ["attention layer 0 is the model's block 1 (of 2, model.layers); block 0 "
-                   "(linear_attention) has no heads"],
-}  # fmt: skip
+    "jamba": [
+        "attention layers 0, 1 are the model's blocks 1, 3 (of 4, model.layers); "
+        "blocks 0, 2 (linear_attention) have no heads"
+    ],
+    "bamba": [
+        "attention layer 0 is the model's block 1 (of 3, model.layers); blocks 0, 2 "
+        "(linear_attention) have no heads"
+    ],
+    "qwen3_next": [
+        "attention layer 0 is the model's block 1 (of 2, model.layers); block 0 "
+        "(linear_attention) has no heads"
+    ],
+}
 
 
 @pytest.mark.parametrize("name", OBSERVED_FAMILIES)
@@ -148,8 +162,16 @@ def test_the_table_the_results_and_the_report_name_the_blocks_without_heads(
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(text(8, seed) for seed in range(4)), encoding="utf-8")
     results = tmp_path / "results"
-    args = ["model", "heads", "--model", str(observed_dirs["jamba"]), "--corpus", str(corpus),
-            "--n-texts", "4"]  # fmt: skip
+    args = [
+        "model",
+        "heads",
+        "--model",
+        str(observed_dirs["jamba"]),
+        "--corpus",
+        str(corpus),
+        "--n-texts",
+        "4",
+    ]
     code, out, err = run([*args, "--out", str(results / "model_heads.json"), "--json"], capsys)
     assert code == 0, err
     assert json.loads(out)["notes"] == BLOCK_NOTES["jamba"]

@@ -227,8 +227,9 @@ def test_swapped_heads_in_the_entry_do_not_swap_composition_scores(tmp_path) -> 
 
     def scores(model, layers):
         keep_all(model, layers)
-        return composition_scores(TransformersModel("llama", model, None, causal=True),
-                                  samples=4, seed=0)  # fmt: skip
+        return composition_scores(
+            TransformersModel("llama", model, None, causal=True), samples=4, seed=0
+        )
 
     model = _on_headlab("llama")
     want = scores(model, probe(model, "llama"))

@@ -36,9 +36,7 @@ def _remote_code_folder(tmp_path: Path) -> tuple[Path, Path]:
 
 @pytest.mark.parametrize("value", ["no", "False", 1, 0, None, [True]])
 @pytest.mark.parametrize("entry", [load, load_transformers])
-def test_only_true_runs_remote_code_anything_else_but_false_is_a_type_error(
-    entry, value, tmp_path
-):
+def test_only_true_runs_remote_code_anything_else_but_false_is_a_type_error(entry, value, tmp_path):
     folder, marker = _remote_code_folder(tmp_path)
     expected = "trust_remote_code must be True or False, got " + re.escape(repr(value))
     with pytest.raises(TypeError, match=expected):

@@ -27,10 +27,21 @@ def documents(tmp_path_factory):
     return folder
 
 
-def test_every_way_to_the_route_names_the_extra(hf_dirs, documents, tmp_path, capsys,
-                                                without_transformers):  # fmt: skip
-    roles = ["model", "roles", "--model", str(hf_dirs["gpt_oss"]), "--documents", str(documents),
-             "--out", str(tmp_path / "r.jsonl"), "--summary", str(tmp_path / "r.json")]  # fmt: skip
+def test_every_way_to_the_route_names_the_extra(
+    hf_dirs, documents, tmp_path, capsys, without_transformers
+):
+    roles = [
+        "model",
+        "roles",
+        "--model",
+        str(hf_dirs["gpt_oss"]),
+        "--documents",
+        str(documents),
+        "--out",
+        str(tmp_path / "r.jsonl"),
+        "--summary",
+        str(tmp_path / "r.json"),
+    ]
     cases = {
         "a folder": (
             ["model", "generate", "w1", "--model", str(hf_dirs["gpt_oss"])],
@@ -73,8 +84,11 @@ def test_the_library_entries_name_the_extra(tmp_path, without_transformers):
         lambda: load("smollm2"),
         supported_families,
     ):
-        with pytest.raises(ValueError, match=r"needs transformers >= 5\.4, which is not "
-                           r"installed: pip install 'headlab\[models\]'"):  # fmt: skip
+        with pytest.raises(
+            ValueError,
+            match=r"needs transformers >= 5\.4, which is not "
+            r"installed: pip install 'headlab\[models\]'",
+        ):
             call()
 
 
@@ -86,8 +100,11 @@ def test_a_gguf_file_needs_accelerate(tmp_path, monkeypatch):
     path = tmp_path / "tiny.gguf"
     write_llama_gguf(path)
     monkeypatch.setitem(sys.modules, "accelerate", None)
-    with pytest.raises(ValueError, match=r"^tiny: transformers reads a GGUF file only with "
-                       r"accelerate, which is not installed: pip install"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"^tiny: transformers reads a GGUF file only with "
+        r"accelerate, which is not installed: pip install",
+    ):
         load_transformers(path)
 
 
@@ -97,8 +114,11 @@ def test_a_transformers_too_old_is_named(monkeypatch):
     from headlab.models.hf.requirements import require_transformers
 
     monkeypatch.setattr(transformers, "__version__", "5.3.1")
-    with pytest.raises(ValueError, match=r"needs transformers >= 5\.4, found 5\.3\.1: pip install "
-                       r"'transformers>=5\.4'"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"needs transformers >= 5\.4, found 5\.3\.1: pip install "
+        r"'transformers>=5\.4'",
+    ):
         require_transformers()
     monkeypatch.setattr(transformers, "__version__", "5.10.0.dev0")  # 10 > 4, not "1" < "4"
     require_transformers()

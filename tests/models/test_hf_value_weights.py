@@ -24,8 +24,11 @@ def _own_weights(name: str, model) -> tuple[torch.Tensor, torch.Tensor, torch.Te
         heads, width = model.config.num_attention_heads, model.config.hidden_size
         d = width // heads
         fused = block.attention.query_key_value.weight.view(heads, 3, d, width)  # per head q,k,v
-        return (fused[:, 2].reshape(heads * d, width), block.attention.dense.weight,
-                block.input_layernorm.weight)  # fmt: skip
+        return (
+            fused[:, 2].reshape(heads * d, width),
+            block.attention.dense.weight,
+            block.input_layernorm.weight,
+        )
     if name == "phi3":
         block = model.model.layers[0]
         q = model.config.num_attention_heads * model.config.head_dim

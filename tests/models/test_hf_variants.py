@@ -24,8 +24,17 @@ from headlab.models.hf import attach, load_transformers
 from headlab.models.interface import TokenBatch
 
 #: Families whose projections are one nn.Linear per role: heads can be removed.
-CUTTABLE = ["llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "gemma2", "gemma3_text", "gpt_oss",
-            "bert"]  # fmt: skip
+CUTTABLE = [
+    "llama",
+    "mistral",
+    "qwen2",
+    "qwen3",
+    "qwen3_moe",
+    "gemma2",
+    "gemma3_text",
+    "gpt_oss",
+    "bert",
+]
 #: Why the others cannot: (family, words of the refusal).
 UNCUT = [
     ("phi3", "qkv_proj makes 80 outputs"),
@@ -138,7 +147,8 @@ def test_a_head_view_equals_the_same_weights_loaded_with_one_head(name, heads, h
 
 
 @pytest.mark.parametrize(
-    "name", [n for n in FAMILIES if n not in ("gpt2", "bert")]  # those two: the test above
+    "name",
+    [n for n in FAMILIES if n not in ("gpt2", "bert")],  # those two: the test above
 )
 def test_a_head_view_of_rotary_or_grouped_heads_runs_and_keeps_the_weights(name, hf_loaded):
     """Grouped K/V heads and rotary positions (and soft-cap, sinks, QK-norm, fused projections):
@@ -217,9 +227,16 @@ def test_query_key_weights_are_refused_behind_a_norm(name, hf_loaded):
 
 @pytest.mark.parametrize(
     ("name", "recomputed"),
-    [("llama", False), ("gemma2", False), ("gemma2", True), ("gpt_oss", False),
-     ("gpt_oss", True), ("gpt2", False), ("bert", False)],
-)  # fmt: skip
+    [
+        ("llama", False),
+        ("gemma2", False),
+        ("gemma2", True),
+        ("gpt_oss", False),
+        ("gpt_oss", True),
+        ("gpt2", False),
+        ("bert", False),
+    ],
+)
 def test_the_head_mask_gradient_equals_autograd_through_the_hook(
     name, recomputed, hf_dirs, monkeypatch
 ):
@@ -236,23 +253,32 @@ def test_the_head_mask_gradient_equals_autograd_through_the_hook(
         original = kernel.RecomputedAttention.apply
         monkeypatch.setattr(kernel, "MIN_RECOMPUTED", 1)
         monkeypatch.setattr(kernel, "CHUNK_ELEMENTS", 7)  # several chunks
-        monkeypatch.setattr(kernel.RecomputedAttention, "apply",
-                            lambda *a: calls.append(1) or original(*a))  # fmt: skip
+        monkeypatch.setattr(
+            kernel.RecomputedAttention, "apply", lambda *a: calls.append(1) or original(*a)
+        )
     dtype = torch.float32 if name == "gpt_oss" else torch.float64
     eager = name in ("gemma2", "gpt_oss")
     model = load_transformers(hf_dirs[name], dtype=dtype)
     texts = [text(8, seed) for seed in range(4)]
     seed = torch.Generator().manual_seed(0)
-    xi = [(0.5 + torch.rand(h, generator=seed, dtype=dtype)).requires_grad_()
-          for h in model.heads_per_layer]  # fmt: skip
+    xi = [
+        (0.5 + torch.rand(h, generator=seed, dtype=dtype)).requires_grad_()
+        for h in model.heads_per_layer
+    ]
     ours = torch.autograd.grad(model.objective(texts, xi, 12), xi)
     reference = load_transformers(hf_dirs[name], dtype=dtype)
-    reference.model = model_class(FAMILIES[name]).from_pretrained(
-        hf_dirs[name], attn_implementation="eager" if eager else "sdpa", dtype=dtype
-    ).eval()
+    reference.model = (
+        model_class(FAMILIES[name])
+        .from_pretrained(
+            hf_dirs[name], attn_implementation="eager" if eager else "sdpa", dtype=dtype
+        )
+        .eval()
+    )
     xi_ref = [x.detach().clone().requires_grad_() for x in xi]
-    hooks = [(reference.model.get_submodule(layer.output.path), scale_heads(layer.head_dim, x))
-             for layer, x in zip(model.attention_layers(), xi_ref, strict=True)]  # fmt: skip
+    hooks = [
+        (reference.model.get_submodule(layer.output.path), scale_heads(layer.head_dim, x))
+        for layer, x in zip(model.attention_layers(), xi_ref, strict=True)
+    ]
     with contextlib.ExitStack() as stack:
         for module, hook in hooks:
             stack.callback(module.register_forward_pre_hook(hook).remove)

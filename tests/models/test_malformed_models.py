@@ -68,11 +68,18 @@ def refused_in_one_line(source: Path, capsys, before_weights: bool = True) -> st
         ({"llama.attention.head_count": 3, "llama.attention.head_count_kv": 1}, {}, False),
         ({}, {"blk.1.ffn_up.weight": None}, True),
     ],
-    ids=["zero heads", "heads a string", "heads a list", "heads not dividing", "kv not fitting",
-         "tensor missing"],
+    ids=[
+        "zero heads",
+        "heads a string",
+        "heads a list",
+        "heads not dividing",
+        "kv not fitting",
+        "tensor missing",
+    ],
 )
-def test_a_malformed_gguf_is_refused_in_one_line(tmp_path, capsys, metadata, tensors,
-                                                 before_weights):  # fmt: skip
+def test_a_malformed_gguf_is_refused_in_one_line(
+    tmp_path, capsys, metadata, tensors, before_weights
+):
     path = write_llama_gguf(tmp_path / "bad.gguf", metadata, tensors)
     refused_in_one_line(path, capsys, before_weights)
 

@@ -42,8 +42,10 @@ def test_minilm_is_outlined_as_an_encoder_without_loading(monkeypatch):
     assert outline(None) == found  # the default model of load
     with pytest.raises(ValueError) as refused:
         require_next_token_logits(found, "the induction task")
-    assert str(refused.value) == ("all-MiniLM-L6-v2 is an encoder without a language-model head; "
-                                  "the induction task needs next-token logits")  # fmt: skip
+    assert str(refused.value) == (
+        "all-MiniLM-L6-v2 is an encoder without a language-model head; "
+        "the induction task needs next-token logits"
+    )
 
 
 def test_an_unknown_source_is_refused_as_load_refuses_it(tmp_path):
@@ -65,6 +67,9 @@ def test_circuits_refuse_an_encoder_by_its_interface(tiny):
     from headlab.circuits.run import CircuitRequest, prepare
     from headlab.circuits.tasks import TaskRequest
 
-    with pytest.raises(ValueError, match=r"is an encoder without a language-model head; the "
-                       r"copy task needs next-token logits$"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"is an encoder without a language-model head; the "
+        r"copy task needs next-token logits$",
+    ):
         prepare(tiny, CircuitRequest(TaskRequest("copy")))

@@ -16,17 +16,26 @@ POS = 7
 
 def _llama():
     config = transformers.LlamaConfig(
-        vocab_size=53, hidden_size=42, num_attention_heads=3, num_key_value_heads=1,
-        intermediate_size=37, num_hidden_layers=3, max_position_embeddings=41,
-    )  # fmt: skip
+        vocab_size=53,
+        hidden_size=42,
+        num_attention_heads=3,
+        num_key_value_heads=1,
+        intermediate_size=37,
+        num_hidden_layers=3,
+        max_position_embeddings=41,
+    )
     return transformers.LlamaForCausalLM(config)
 
 
 def _bert():
     config = transformers.BertConfig(
-        vocab_size=53, hidden_size=30, num_attention_heads=5, intermediate_size=37,
-        num_hidden_layers=3, max_position_embeddings=41,
-    )  # fmt: skip
+        vocab_size=53,
+        hidden_size=30,
+        num_attention_heads=5,
+        intermediate_size=37,
+        num_hidden_layers=3,
+        max_position_embeddings=41,
+    )
     return transformers.BertModel(config, add_pooling_layer=False)
 
 
@@ -59,5 +68,6 @@ def test_a_layer_without_heads_traces_as_the_masked_layer(build):
     torch.testing.assert_close(empty.output, expected[1].output, rtol=1e-6, atol=1e-6)
     assert (empty.output.abs().sum() > 0) == (build is _bert)
     for kept in (0, 2):
-        torch.testing.assert_close(traces[kept].weights, expected[kept].weights, rtol=1e-5,
-                                   atol=1e-6)  # fmt: skip
+        torch.testing.assert_close(
+            traces[kept].weights, expected[kept].weights, rtol=1e-5, atol=1e-6
+        )

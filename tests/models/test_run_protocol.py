@@ -23,8 +23,7 @@ def _batch() -> TokenBatch:
 def test_the_types_refuse_what_does_not_fit():
     with pytest.raises(ValueError, match="kind is one of text, patches, audio"):
         Stream("encoder", "video")
-    assert Stream("patches", "patches", ("cls", "register")).named_positions == ("cls",
-                                                                                 "register")
+    assert Stream("patches", "patches", ("cls", "register")).named_positions == ("cls", "register")
     with pytest.raises(ValueError, match="a run stops at one of"):
         StopAt(0, "nowhere")
     with pytest.raises(ValueError, match="a run stops at one of"):
@@ -45,12 +44,19 @@ def test_a_stop_at_each_site_is_what_the_whole_run_saw(mlp):
     kept = cache(toy, batch)
     for block in toy.blocks():
         sites = [s for s in BLOCK_SITES if mlp or not s.startswith("mlp")]
-        with torch.no_grad(), record(block, sites) as seen, \
-                record(block.attention, ["q", "k", "v", "head_outputs"]) as heads:  # fmt: skip
+        with (
+            torch.no_grad(),
+            record(block, sites) as seen,
+            record(block.attention, ["q", "k", "v", "head_outputs"]) as heads,
+        ):
             toy.run_blocks(batch)
         for site in sites:
-            got = toy.run_blocks(batch, start=block.index, hidden=kept.resid[block.index],
-                                 stop=StopAt(block.index, site))  # fmt: skip
+            got = toy.run_blocks(
+                batch,
+                start=block.index,
+                hidden=kept.resid[block.index],
+                stop=StopAt(block.index, site),
+            )
             torch.testing.assert_close(got, seen[site])
         for site in ("q", "k", "v", "head_outputs"):
             got = toy.run_blocks(batch, stop=StopAt(block.index, site))
@@ -76,7 +82,8 @@ def test_two_streams_fit_the_protocol():
     assert [s.name for s in model.streams()] == ["encoder", "decoder"]
     blocks = model.blocks()
     assert [(b.stream, b.reads) for b in blocks] == [("encoder", None)] * ENCODER + [
-        ("decoder", "encoder")] * (len(blocks) - ENCODER)  # fmt: skip
+        ("decoder", "encoder")
+    ] * (len(blocks) - ENCODER)
     source = _batch()
     target = TokenBatch(source.input_ids.flip(1)[:, :5], source.attention_mask[:, :5], [])
     inputs = {"encoder": source, "decoder": target}
@@ -92,8 +99,12 @@ def test_two_streams_fit_the_protocol():
         want = (memory @ w_k.T).view(2, 6, H, D).transpose(1, 2)  # (batch, head, k_pos, d_head)
         torch.testing.assert_close(keys, want)
         with torch.no_grad():
-            again = model.run_blocks(inputs, start=block.index, hidden=kept.resid[block.index],
-                                     sources={"encoder": memory})  # fmt: skip
+            again = model.run_blocks(
+                inputs,
+                start=block.index,
+                hidden=kept.resid[block.index],
+                sources={"encoder": memory},
+            )
         torch.testing.assert_close(again, kept.final)
     with pytest.raises(ValueError, match="needs the encoder's states"):
         model.run_blocks(inputs, start=ENCODER, hidden=kept.resid[ENCODER])

@@ -45,8 +45,9 @@ def bad_sources(tmp_path_factory) -> dict[str, Path]:
     (configured / "tokenizer_config.json").write_text(
         json.dumps({"tokenizer_class": "PreTrainedTokenizerFast"})
     )
-    gguf = write_llama_gguf(root / "merges.gguf",
-                            metadata={"tokenizer.ggml.merges": [*MERGES, "zz qq"]})  # fmt: skip
+    gguf = write_llama_gguf(
+        root / "merges.gguf", metadata={"tokenizer.ggml.merges": [*MERGES, "zz qq"]}
+    )
     return {"plain": plain, "configured": configured, "gguf": gguf}
 
 
@@ -55,8 +56,9 @@ def _no_weights(*args, **kwargs):
 
 
 @pytest.mark.parametrize("kind", ["plain", "configured", "gguf"])
-def test_merges_outside_the_vocabulary_are_one_line_before_the_weights(kind, bad_sources,
-                                                                       monkeypatch):  # fmt: skip
+def test_merges_outside_the_vocabulary_are_one_line_before_the_weights(
+    kind, bad_sources, monkeypatch
+):
     from transformers import PreTrainedModel
 
     monkeypatch.setattr(PreTrainedModel, "from_pretrained", classmethod(_no_weights))

@@ -53,8 +53,9 @@ def test_parameter_errors(setup) -> None:
     with pytest.raises(ValueError, match=r"b_v must have shape \(10,\), got \(11,\)"):
         dataclasses.replace(params, b_v=np.zeros(11))
     with pytest.raises(ValueError, match="w_q rows must be num_heads \\* head_dim"):
-        MultiHeadParams(w_q=np.zeros((31, 12)), w_k=params.w_k, w_v=params.w_v,
-                        w_o=params.w_o, num_heads=6)  # fmt: skip
+        MultiHeadParams(
+            w_q=np.zeros((31, 12)), w_k=params.w_k, w_v=params.w_v, w_o=params.w_o, num_heads=6
+        )
     with pytest.raises(ValueError, match="b_o dtype must be float64 like w_q, got float32"):
         dataclasses.replace(params, b_o=params.b_o.astype(np.float32))
 

@@ -58,14 +58,29 @@ def block_means(weights: np.ndarray, cell: int) -> np.ndarray:
     return per_key.reshape(cells, cell, cells).sum(1) / rows[:, None]
 
 
-def head_pattern(n: int = 1000, *, budget: int = TILE_BUDGET, tokens: list[str] | None = None
-                 ) -> HeadPattern:  # fmt: skip
+def head_pattern(
+    n: int = 1000, *, budget: int = TILE_BUDGET, tokens: list[str] | None = None
+) -> HeadPattern:
     weights = synthetic_weights(n)
     cell = -(-n // OVERVIEW_CELLS)
     tiles, floor, mass, causal = tiles_within(weights, budget, TILE)
     words = tokens or [XSS if i == 7 else f" w{(i * 7) % 251}" for i in range(n)]
-    return HeadPattern("fixture", 3, 5, words, cell, encode_floats(block_means(weights, cell)),
-                       TILE, tiles, budget, mass, n, "", floor, causal)  # fmt: skip
+    return HeadPattern(
+        "fixture",
+        3,
+        5,
+        words,
+        cell,
+        encode_floats(block_means(weights, cell)),
+        TILE,
+        tiles,
+        budget,
+        mass,
+        n,
+        "",
+        floor,
+        causal,
+    )
 
 
 def smollm2_edges(layers: int = 30, heads: int = 9, kv: int = 3) -> list[str]:
@@ -83,21 +98,48 @@ def smollm2_edges(layers: int = 30, heads: int = 9, kv: int = 3) -> list[str]:
     return edges + [f"{s}->logits" for s in senders]
 
 
-def circuit_run(edges: list[str] | None = None, seed: int = 0, *, layers: int = 30,
-                heads: int = 9, kv: int = 3, top: int = 40) -> CircuitRun:  # fmt: skip
+def circuit_run(
+    edges: list[str] | None = None,
+    seed: int = 0,
+    *,
+    layers: int = 30,
+    heads: int = 9,
+    kv: int = 3,
+    top: int = 40,
+) -> CircuitRun:
     edges = edges or smollm2_edges(layers, heads, kv)
     rng = np.random.default_rng(seed)
     scores = (rng.standard_normal(len(edges)) * rng.pareto(2.0, len(edges)) * 1e-3).tolist()
     performance = TaskPerformance("induction", "logprob", 8, -1.0, -6.0, 0.9, True)
     fractions = [0.001, 0.01, 0.05, 0.1, 0.5, 1.0]
     sizes = [max(1, round(f * len(edges))) for f in fractions]
-    curve = FaithfulnessCurve("eap-ig", "top", "logprob", len(edges), fractions, sizes,
-                              [0.2, 0.55, 0.8, 0.9, 0.97, 1.0],
-                              [[0.0, 0.02], [0.05, 0.01], [0.1, 0.12], [0.2, 0.25], [0.6, 0.55],
-                               [1.0, 1.0]], 0.8, 0.2, [0.3, 0.31], [0.7, 0.69])  # fmt: skip
+    curve = FaithfulnessCurve(
+        "eap-ig",
+        "top",
+        "logprob",
+        len(edges),
+        fractions,
+        sizes,
+        [0.2, 0.55, 0.8, 0.9, 0.97, 1.0],
+        [[0.0, 0.02], [0.05, 0.01], [0.1, 0.12], [0.2, 0.25], [0.6, 0.55], [1.0, 1.0]],
+        0.8,
+        0.2,
+        [0.3, 0.31],
+        [0.7, 0.69],
+    )
     scored = EdgeScores("eap-ig", "logprob", edges, scores, -1.0, -6.0)
-    return CircuitRun("SmolLM2-135M", "induction", "eap-ig", 5, min(top, len(edges)), performance,
-                      [heads] * layers, [kv] * layers, scored, curve)  # fmt: skip
+    return CircuitRun(
+        "SmolLM2-135M",
+        "induction",
+        "eap-ig",
+        5,
+        min(top, len(edges)),
+        performance,
+        [heads] * layers,
+        [kv] * layers,
+        scored,
+        curve,
+    )
 
 
 SPLIT_COMPONENTS = ["embed", "0.0", "0.1", "0.2", "mlp.0", "1.0", "1.1", "1.2", "mlp.1", "qk-bias"]
@@ -118,10 +160,26 @@ def score_split_result(seed: int = 0, n: int = 61) -> ScoreSplitResult:
         pair[-1, -1] += raw - pair.sum()
         reads = rng.standard_normal(key + 1).round(3)
         reads[key] += key_side[6] - reads.sum()  # they sum to head 1.1's key-side term
-        pairs.append(PairSplit(0, query, key, raw + 0.5, raw, 0.0, 0.5, query_side.tolist(),
-                               key_side.tolist(), ["embed", "0.1", "mlp.0", "rest"],
-                               ["1.1", "embed", "0.2", "rest"], pair.tolist(),
-                               [SourceSplit("1.1", list(range(key + 1)), reads.tolist()),
-                                SourceSplit("0.2", [0, key], [0.25, -0.5])]))  # fmt: skip
-    return ScoreSplitResult(f"fixture {XSS}", 2, 1, 0, "top-3", [words], SPLIT_COMPONENTS,
-                            0.125, None, pairs)  # fmt: skip
+        pairs.append(
+            PairSplit(
+                0,
+                query,
+                key,
+                raw + 0.5,
+                raw,
+                0.0,
+                0.5,
+                query_side.tolist(),
+                key_side.tolist(),
+                ["embed", "0.1", "mlp.0", "rest"],
+                ["1.1", "embed", "0.2", "rest"],
+                pair.tolist(),
+                [
+                    SourceSplit("1.1", list(range(key + 1)), reads.tolist()),
+                    SourceSplit("0.2", [0, key], [0.25, -0.5]),
+                ],
+            )
+        )
+    return ScoreSplitResult(
+        f"fixture {XSS}", 2, 1, 0, "top-3", [words], SPLIT_COMPONENTS, 0.125, None, pairs
+    )

@@ -32,9 +32,11 @@ def encoder_decoder_heads(layers: int = 3, heads: int = 4) -> EncoderDecoderHead
         metrics = {n: rng.random((layers, heads)).round(4).tolist() for n in names}
         return HeadStatistics(f"fixture {XSS}", 2, layers, heads, metrics)
 
-    kinds = {"encoder": stats(("entropy", "max_weight", "self")),
-             "decoder": stats(("entropy", "max_weight", "prev")),
-             "cross": stats(("entropy", "max_weight", "first"))}  # fmt: skip
+    kinds = {
+        "encoder": stats(("entropy", "max_weight", "self")),
+        "decoder": stats(("entropy", "max_weight", "prev")),
+        "cross": stats(("entropy", "max_weight", "first")),
+    }
     targets = ["<s>", XSS, *[f"tok{i}" for i in range(TARGET - 2)]]
     sources = [f"{0.02 * i:.2f}s" for i in range(SOURCE)]
     sources[1] = XSS
@@ -61,6 +63,16 @@ def vision_heads(layers: int = 3, heads: int = 4) -> VisionHeads:
     tokens = 1 + REGISTERS + ROWS * COLS
     ratios = np.ones((1, layers + 1, tokens))
     ratios[0, 1:, 1 + REGISTERS + HIGH[0] * COLS + HIGH[1]] = 9.0  # high-norm from layer 1 on
-    return VisionHeads(f"fixture {XSS}", 1, layers, heads, [ROWS, COLS],
-                       list(range(1, 1 + REGISTERS)), 4.0, metrics, ratios.tolist(), [],
-                       cls_rows(layers, heads).tolist())  # fmt: skip
+    return VisionHeads(
+        f"fixture {XSS}",
+        1,
+        layers,
+        heads,
+        [ROWS, COLS],
+        list(range(1, 1 + REGISTERS)),
+        4.0,
+        metrics,
+        ratios.tolist(),
+        [],
+        cls_rows(layers, heads).tolist(),
+    )

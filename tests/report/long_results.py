@@ -72,23 +72,59 @@ def kv_budget_result(seed: int = 3, model: str = "SmolLM2-135M") -> KVBudgetResu
     opposite ranking and the retrieval check."""
     rng = np.random.default_rng(seed)
     every = [[layer, g] for layer in range(LAYERS) for g in range(KV)]
-    ranking = sorted(([layer, g, float(rng.beta(0.5, 3))] for layer, g in every),
-                     key=lambda c: c[2])  # fmt: skip
+    ranking = sorted(
+        ([layer, g, float(rng.beta(0.5, 3))] for layer, g in every), key=lambda c: c[2]
+    )
     runs = [PlanRun("full", 0.0, None, [], 1.0, 20.0, 0.95)]
     for count, target in ((27, None), (38, 1.67), (45, None), (54, None)):
         share = count / len(every)
         saved = 1 / (1 - share * (1 - 260 / N_TOKENS))
         groups = [c[:2] for c in ranking[:count]]
-        runs.append(PlanRun("chosen", share, None, groups, saved, 20.0 * (1 + share / 30),
-                            0.95 - share / 10, target))  # fmt: skip
+        runs.append(
+            PlanRun(
+                "chosen",
+                share,
+                None,
+                groups,
+                saved,
+                20.0 * (1 + share / 30),
+                0.95 - share / 10,
+                target,
+            )
+        )
         for s in range(3):
             picked = [every[i] for i in rng.choice(len(every), count, replace=False)]
-            runs.append(PlanRun("random", share, s, picked, saved, 20.0 * (1 + share / 3 + s / 50),
-                                0.95 - share + s / 40, target))  # fmt: skip
-        runs.append(PlanRun("opposite", share, None, [c[:2] for c in ranking[::-1][:count]],
-                            saved, 20.0 * (1 + share), 0.3, target))  # fmt: skip
-    check = RetrievalCheck(4, [[14, 2], [17, 6], [21, 0], [9, 4]], 0.2, [0.93, 0.94, 0.95],
-                           [[[1, 1], [2, 2], [3, 3], [4, 4]]] * 3)  # fmt: skip
+            runs.append(
+                PlanRun(
+                    "random",
+                    share,
+                    s,
+                    picked,
+                    saved,
+                    20.0 * (1 + share / 3 + s / 50),
+                    0.95 - share + s / 40,
+                    target,
+                )
+            )
+        runs.append(
+            PlanRun(
+                "opposite",
+                share,
+                None,
+                [c[:2] for c in ranking[::-1][:count]],
+                saved,
+                20.0 * (1 + share),
+                0.3,
+                target,
+            )
+        )
+    check = RetrievalCheck(
+        4,
+        [[14, 2], [17, 6], [21, 0], [9, 4]],
+        0.2,
+        [0.93, 0.94, 0.95],
+        [[[1, 1], [2, 2], [3, 3], [4, 4]]] * 3,
+    )
     texts = "built-in copy task, seed 0"
     return KVBudgetResult(model, N_TOKENS, 4, 256, 83, ranking, runs, check, texts)
 

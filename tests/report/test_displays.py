@@ -55,18 +55,33 @@ def test_the_drawers_travel_once_per_kernel():
 
 
 def test_the_graph_carries_every_edge_strongest_first():
-    run = circuit_run(["embed->0.g0<k>", "0.1->1.g0<v>", "0.2->1.1<q>", "1.0->logits",
-                       "mlp.0->1.2<q>", "0.0->mlp.1"], layers=2, heads=3, kv=1, top=3)  # fmt: skip
+    run = circuit_run(
+        [
+            "embed->0.g0<k>",
+            "0.1->1.g0<v>",
+            "0.2->1.1<q>",
+            "1.0->logits",
+            "mlp.0->1.2<q>",
+            "0.0->mlp.1",
+        ],
+        layers=2,
+        heads=3,
+        kv=1,
+        top=3,
+    )
     data = data_of(circuit_display(run).html())
     senders = np.frombuffer(base64.b64decode(data["senders"]), "<u2")
     receivers = np.frombuffer(base64.b64decode(data["receivers"]), "<u2")
     inputs = np.frombuffer(base64.b64decode(data["inputs"]), np.uint8)
     scores = np.frombuffer(base64.b64decode(data["scores"]), "<f4")
     names = data["nodes"]
-    got = [f"{names[s]}->{names[r]}" + (f"<{INPUTS[i]}>" if INPUTS[i] else "")
-           for s, r, i in zip(senders, receivers, inputs, strict=True)]  # fmt: skip
-    expected = sorted(zip(run.scores.edges, run.scores.scores, strict=True),
-                      key=lambda e: -abs(e[1]))  # fmt: skip
+    got = [
+        f"{names[s]}->{names[r]}" + (f"<{INPUTS[i]}>" if INPUTS[i] else "")
+        for s, r, i in zip(senders, receivers, inputs, strict=True)
+    ]
+    expected = sorted(
+        zip(run.scores.edges, run.scores.scores, strict=True), key=lambda e: -abs(e[1])
+    )
     assert got == [e for e, _ in expected]
     np.testing.assert_allclose(scores, [s for _, s in expected], rtol=1e-6)
     # The default threshold draws the circuit: the top ``run.top`` edges, no more.
@@ -156,9 +171,15 @@ def test_ipython_shows_every_results_type_through_its_display():
     try:
         register_formatters(shell)
         run = circuit_run()
-        for result in (head_statistics(), head_pattern(300), run, run.faithfulness,
-                       long_context_result(), kv_budget_result(),
-                       score_split_result()):  # fmt: skip
+        for result in (
+            head_statistics(),
+            head_pattern(300),
+            run,
+            run.faithfulness,
+            long_context_result(),
+            kv_budget_result(),
+            score_split_result(),
+        ):
             data, _ = shell.display_formatter.format(result)
             assert 'class="hl-display"' in data["text/html"]
             assert data["text/plain"] == repr(result) and len(repr(result)) < 300

@@ -41,10 +41,15 @@ def browser() -> Iterator[object]:
 @pytest.fixture(scope="module")
 def displays() -> dict:
     run = circuit_run()
-    return {"heads": show(head_statistics()), "pattern": show(head_pattern(N)),
-            "roles": show(long_context_result()), "kv": show(kv_budget_result()),
-            "circuit": show(run), "curve": faithfulness_display([run.faithfulness], "curve"),
-            "run": run}  # fmt: skip
+    return {
+        "heads": show(head_statistics()),
+        "pattern": show(head_pattern(N)),
+        "roles": show(long_context_result()),
+        "kv": show(kv_budget_result()),
+        "circuit": show(run),
+        "curve": faithfulness_display([run.faithfulness], "curve"),
+        "run": run,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -52,17 +57,20 @@ def page_file(tmp_path_factory: pytest.TempPathFactory, displays: dict) -> Path:
     parts = [d.html() for name, d in displays.items() if name != "run"]
     path = tmp_path_factory.mktemp("displays") / "displays.html"
     # the code once, after the displays (as the report has it)
-    path.write_text("<!doctype html><meta charset=utf-8><body>" + "".join(parts) + page_code(),
-                    encoding="utf-8")  # fmt: skip
+    path.write_text(
+        "<!doctype html><meta charset=utf-8><body>" + "".join(parts) + page_code(), encoding="utf-8"
+    )
     return path
 
 
 def test_every_display_draws_offline(browser, page_file):
     opened = Offline(browser, page_file)
     kinds = opened.page.eval_on_selector_all(
-        ".hl-display", "ds => ds.map(d => [d.dataset.hlKind, !!d.dataset.hlDrawn])")
-    assert kinds == [[k, True] for k in ("heads", "pattern", "roles", "kv-budget", "circuit",
-                                         "faithfulness")]  # fmt: skip
+        ".hl-display", "ds => ds.map(d => [d.dataset.hlKind, !!d.dataset.hlDrawn])"
+    )
+    assert kinds == [
+        [k, True] for k in ("heads", "pattern", "roles", "kv-budget", "circuit", "faithfulness")
+    ]
     assert opened.page.locator(".hl-fallback").count() == 0
     opened.shot("displays.png")
     opened.assert_clean()
@@ -75,8 +83,10 @@ def test_heads_sort_and_select(browser, page_file, displays):
     page.get_by_test_id("heads-sort-prev").click()
     first = page.locator("[data-testid=heads-table] tbody tr").first
     prev = np.array(stats["metrics"]["prev"])
-    assert (int(first.get_attribute("data-layer")), int(first.get_attribute("data-head"))) == \
-        np.unravel_index(prev.argmax(), prev.shape)  # fmt: skip
+    assert (
+        int(first.get_attribute("data-layer")),
+        int(first.get_attribute("data-head")),
+    ) == np.unravel_index(prev.argmax(), prev.shape)
     canvas = page.get_by_test_id("heads-heatmap")
     cell, left, top = (int(canvas.get_attribute(f"data-{k}")) for k in ("cell", "left", "top"))
     canvas.hover(position={"x": left + 3.5 * cell, "y": top + 2.5 * cell})  # layer 2, head 3
@@ -99,8 +109,9 @@ def test_the_pattern_hovers_exact_weights_and_moves(browser, page_file, displays
         text = opened.tooltip()
         q, k = q0 + i, k0 + j
         assert f"query {q} " in text and f"key {k} " in text and "(exact)" in text
-        assert float(text.split("weight ")[1].split(" ")[0]) == pytest.approx(weights[q, k],
-                                                                            rel=1e-3)  # fmt: skip
+        assert float(text.split("weight ")[1].split(" ")[0]) == pytest.approx(
+            weights[q, k], rel=1e-3
+        )
         assert page.get_by_test_id("pattern-query").inner_text().startswith(f"query {q} ")
         spans = page.locator("[data-testid=pattern-text] .hl-tok")
         assert spans.count() == 256 and spans.nth(j).inner_text() == data["tokens"][k]
@@ -148,8 +159,10 @@ def test_the_circuit_threshold_and_node_selection(browser, page_file, displays):
 
 def _size(data: dict) -> tuple[float, float]:
     layers, tallest = len(data["heads_per_layer"]), max(data["heads_per_layer"])
-    return (min(1100, max(640, 70 + 34 * (layers + 2))),
-            min(620, max(260, 60 + 22 * (tallest + 3))))  # fmt: skip
+    return (
+        min(1100, max(640, 70 + 34 * (layers + 2))),
+        min(620, max(260, 60 + 22 * (tallest + 3))),
+    )
 
 
 def _node_xy(data: dict, i: int) -> tuple[float, float]:
@@ -168,8 +181,9 @@ def test_roles_plans_and_curves_respond(browser, page_file, displays):
     cell, left, top = (int(grid.get_attribute(f"data-{k}")) for k in ("cell", "left", "top"))
     grid.click(position={"x": left + 2.5 * cell, "y": top + 14.5 * cell})  # layer 14, head 2
     role = displays["roles"].data["roles"][14][2]
-    assert page.get_by_test_id("roles-detail").locator("b").inner_text() == \
-        f"layer 14, head 2: {role}"  # fmt: skip
+    assert (
+        page.get_by_test_id("roles-detail").locator("b").inner_text() == f"layer 14, head 2: {role}"
+    )
     page.get_by_test_id("roles-map").hover(position={"x": 10, "y": 10})
     assert "mean weight on these keys" in opened.tooltip()
     page.get_by_test_id("kv-run-2").click()
@@ -187,9 +201,10 @@ def test_drawn_however_a_front_end_runs_scripts(browser, tmp_path, displays):
     display's own script finds its display); classic Notebook (jQuery) inserts it, then runs
     each script apart, in the page's head."""
     path = tmp_path / "front-ends.html"
-    path.write_text("<!doctype html><meta charset=utf-8><body><div id=lab></div><div id=out>"
-                    "</div>",
-                    encoding="utf-8")  # fmt: skip
+    path.write_text(
+        "<!doctype html><meta charset=utf-8><body><div id=lab></div><div id=out></div>",
+        encoding="utf-8",
+    )
     opened = Offline(browser, path)
     first = displays["heads"].html(code=True)  # the first output carries the code
     later = displays["kv"].html()
@@ -222,8 +237,10 @@ def test_the_pattern_below_its_floor_says_so(browser, tmp_path):
     pattern = head_pattern(N, budget=TILE_OVERHEAD * 4 + ENTRY_BYTES * 4000)
     assert pattern.floor > 0
     path = tmp_path / "floor.html"
-    path.write_text("<!doctype html><meta charset=utf-8><body>" + show(pattern).html(code=True),
-                    encoding="utf-8")  # fmt: skip
+    path.write_text(
+        "<!doctype html><meta charset=utf-8><body>" + show(pattern).html(code=True),
+        encoding="utf-8",
+    )
     opened = Offline(browser, path)
     weights = synthetic_weights(N)
     zoom = opened.page.get_by_test_id("pattern-zoom")
@@ -251,8 +268,9 @@ def test_the_score_split_shows_its_pairs_bars_and_sources(browser, tmp_path):
     source tokens carry what the head read at each, and another pair can be picked."""
     result = score_split_result()
     path = tmp_path / "split.html"
-    path.write_text("<!doctype html><meta charset=utf-8><body>" + show(result).html(code=True),
-                    encoding="utf-8")  # fmt: skip
+    path.write_text(
+        "<!doctype html><meta charset=utf-8><body>" + show(result).html(code=True), encoding="utf-8"
+    )
     opened = Offline(browser, path)
     page, root = opened.page, opened.page.get_by_test_id("display-score-split")
     first = max(range(3), key=lambda i: result.pairs[i].score)
@@ -265,7 +283,8 @@ def test_the_score_split_shows_its_pairs_bars_and_sources(browser, tmp_path):
     assert f"query side {pair.pair_rows[2]} \u00d7 key side {pair.pair_cols[0]}" in text
     assert f"{pair.pair[2][0]:+.4g}".lstrip("+") in text
     names = page.locator("[data-testid=split-key-bars] .hl-bar-row").evaluate_all(
-        "rows => rows.map(r => r.dataset.component)")
+        "rows => rows.map(r => r.dataset.component)"
+    )
     strongest = sorted(range(len(result.components)), key=lambda c: -abs(pair.key_marginal[c]))
     assert names == [result.components[c] for c in strongest[:10]]
     spans = page.locator("[data-testid=split-text] .hl-tok")

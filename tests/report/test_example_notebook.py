@@ -26,8 +26,10 @@ def test_the_notebook_is_committed_without_outputs():
 
 
 #: What nbconvert's default HTML template itself loads from the network (not headlab's).
-NBCONVERT_CDN = ("https://cdnjs.cloudflare.com/ajax/libs/mathjax/",
-                 "https://cdnjs.cloudflare.com/ajax/libs/require.js/")  # fmt: skip
+NBCONVERT_CDN = (
+    "https://cdnjs.cloudflare.com/ajax/libs/mathjax/",
+    "https://cdnjs.cloudflare.com/ajax/libs/require.js/",
+)
 
 
 @pytest.fixture(scope="module")
@@ -71,8 +73,12 @@ def test_each_display_output_holds_what_every_front_end_reads(executed):
     """JupyterLab, classic Notebook and VS Code all render an output's text/html (scripts run
     where the notebook is trusted) and fall back to its text/plain: each display is one output
     of exactly those two, the drawers in the first alone, and nothing that points off the page."""
-    outputs = [o for c in executed.cells for o in c.get("outputs", [])
-               if 'class="hl-display"' in o.get("data", {}).get("text/html", "")]  # fmt: skip
+    outputs = [
+        o
+        for c in executed.cells
+        for o in c.get("outputs", [])
+        if 'class="hl-display"' in o.get("data", {}).get("text/html", "")
+    ]
     assert len(outputs) == 3
     for i, output in enumerate(outputs):
         assert output.output_type in ("execute_result", "display_data")
@@ -89,7 +95,8 @@ def test_the_exported_notebook_draws_offline(browser, exported):
     opened = Offline(browser, exported)
     page = opened.page
     kinds = page.eval_on_selector_all(
-        ".hl-display", "ds => ds.map(d => [d.dataset.hlKind, !!d.dataset.hlDrawn])")
+        ".hl-display", "ds => ds.map(d => [d.dataset.hlKind, !!d.dataset.hlDrawn])"
+    )
     assert kinds == [["heads", True], ["pattern", True], ["circuit", True]]
     # the plain-text repr printed in the notebook is one line
     assert "HeadStatistics('SmolLM2-135M-Instruct'" in page.inner_text("body")
@@ -124,7 +131,8 @@ def test_the_default_export_draws_with_its_own_cdn_scripts_blocked(browser, exec
     opened = Offline(browser, export(executed, tmp_path))
     assert len(opened.blocked) == 2 and all(u.startswith(NBCONVERT_CDN) for u in opened.blocked)
     assert opened.errors == ["Failed to load resource: net::ERR_FAILED"] * 2
-    drawn = opened.page.eval_on_selector_all(".hl-display",
-                                             "ds => ds.map(d => !!d.dataset.hlDrawn)")  # fmt: skip
+    drawn = opened.page.eval_on_selector_all(
+        ".hl-display", "ds => ds.map(d => !!d.dataset.hlDrawn)"
+    )
     assert drawn == [True, True, True] and opened.page.locator(".hl-error").count() == 0
     opened.close()

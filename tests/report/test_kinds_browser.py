@@ -37,8 +37,9 @@ def browser() -> Iterator[object]:
 def page_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     parts = [show(encoder_decoder_heads()).html(), show(vision_heads()).html()]
     path = tmp_path_factory.mktemp("kinds") / "kinds.html"
-    path.write_text("<!doctype html><meta charset=utf-8><body>" + "".join(parts) + page_code(),
-                    encoding="utf-8")  # fmt: skip
+    path.write_text(
+        "<!doctype html><meta charset=utf-8><body>" + "".join(parts) + page_code(), encoding="utf-8"
+    )
     return path
 
 
@@ -53,7 +54,8 @@ def _hover(opened: Offline, testid: str, x: float, y: float) -> str:
 def test_both_views_draw_offline_with_markup_as_text(browser, page_file):
     opened = Offline(browser, page_file)
     kinds = opened.page.eval_on_selector_all(
-        ".hl-display", "ds => ds.map(d => [d.dataset.hlKind, !!d.dataset.hlDrawn])")
+        ".hl-display", "ds => ds.map(d => [d.dataset.hlKind, !!d.dataset.hlDrawn])"
+    )
     assert kinds == [["cross", True], ["patch-grid", True]]
     assert opened.page.locator("img").count() == 0  # the token <img ...> stayed text
     assert XSS in opened.page.get_by_test_id("cross-peaks").inner_text()
@@ -75,7 +77,8 @@ def test_a_cross_head_hovers_tokens_sources_and_exact_weights(browser, page_file
     assert "tok0 \u2192 0.20s" in peaks  # token 2 peaks on position 10
     for testid, value in (("cross-from", 10), ("cross-to", 20)):  # narrow the source columns
         opened.page.get_by_test_id(testid).evaluate(
-            f"e => {{ e.value = {value}; e.dispatchEvent(new Event('input')); }}")
+            f"e => {{ e.value = {value}; e.dispatchEvent(new Event('input')); }}"
+        )
     shown = opened.page.get_by_test_id("cross-range").inner_text()
     assert shown == "source columns 10 (0.20s) to 20 (0.40s), 11 of 53"
     box = opened.page.get_by_test_id("cross-pattern-canvas").bounding_box()

@@ -289,8 +289,9 @@ def test_long_context_at_8192_tokens_and_270_heads(browser: object, tmp_path: Pa
     cell, left, top = (int(grid.get_attribute(f"data-{k}")) for k in ("cell", "left", "top"))
     before = page.get_by_test_id("roles-map").evaluate("c => c.toDataURL()")
     grid.click(position={"x": left + 4.5 * cell, "y": top + 21.5 * cell})  # layer 21, head 4
-    assert page.get_by_test_id("roles-detail").locator("b").inner_text().startswith(
-        "layer 21, head 4")  # fmt: skip
+    assert (
+        page.get_by_test_id("roles-detail").locator("b").inner_text().startswith("layer 21, head 4")
+    )
     assert page.get_by_test_id("roles-map").evaluate("c => c.toDataURL()") != before
     assert page.get_by_test_id("roles-profile").is_visible()
     page.get_by_test_id("roles-map").hover(position={"x": 3 * 4 + 1, "y": 40 * 4 + 1})

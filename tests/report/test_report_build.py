@@ -158,8 +158,9 @@ def test_rebuild_replaces_a_report_but_never_a_foreign_directory(tmp_path: Path)
     with pytest.warns(ReplacedUserFilesWarning) as warned:
         build(report, ReportRequest(text="p q", results=tmp_path / "none"), force=True)
     (message,) = [str(w.message) for w in warned]  # once, at the swap, not at the early check
-    assert re.match(r"force=True: deleting files that headlab did not write in .*: stale.txt$",
-                    message)  # fmt: skip
+    assert re.match(
+        r"force=True: deleting files that headlab did not write in .*: stale.txt$", message
+    )
     assert "--force" not in message  # the library names its argument; the CLI maps it
     assert sorted(p.name for p in report.iterdir()) == [MARKER, "index.html", "measurements.json"]
     assert _page_data((report / "index.html").read_text())["explorers"]["text"]["tokens"] == [

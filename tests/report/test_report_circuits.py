@@ -18,27 +18,57 @@ from headlab.report.reading import SkippedResultsWarning
 from headlab.results.circuit_run import CircuitRun
 from headlab.results.output_policy import png_text_chunks
 
-SCORES = {"embed->0.g0<k>": 0.25, "0.1->1.g0<k>": -1.5, "0.2->1.1<q>": 0.75,
-          "1.0->logits": 2.0, "mlp.0->1.2<q>": -0.125}  # fmt: skip
+SCORES = {
+    "embed->0.g0<k>": 0.25,
+    "0.1->1.g0<k>": -1.5,
+    "0.2->1.1<q>": 0.75,
+    "1.0->logits": 2.0,
+    "mlp.0->1.2<q>": -0.125,
+}
 
 
 def _document(model: str = "fixture <b>decoder</b>") -> dict:
     fractions, sizes = [0.2, 0.6, 1.0], [1, 3, 5]
     return {
-        "model": model, "task": "induction", "method": "eap-ig", "steps": 3, "top": 3,
-        "performance": {"task": "induction", "metric": "logprob", "n_pairs": 4, "clean": -2.5,
-                        "corrupted": -9.0, "accuracy": 0.25, "does_task": False},
-        "heads_per_layer": [3, 3], "kv_heads_per_layer": [1, 1],
-        "scores": {"method": "eap-ig", "metric": "logprob", "edges": list(SCORES),
-                   "scores": list(SCORES.values()), "clean_metric": -2.5,
-                   "corrupted_metric": -9.0},
-        "faithfulness": {"method": "eap-ig", "selection": "top", "metric": "logprob",
-                         "edges": 5, "fractions": fractions, "sizes": sizes,
-                         "faithfulness": [0.5, 0.9, 1.0],
-                         "random": [[0.0, 0.1], [0.2, 0.4], [1.0, 1.0]],
-                         "cpr": 0.66, "cmd": 0.34, "random_cpr": [0.3, 0.35],
-                         "random_cmd": [0.7, 0.65]},
-    }  # fmt: skip
+        "model": model,
+        "task": "induction",
+        "method": "eap-ig",
+        "steps": 3,
+        "top": 3,
+        "performance": {
+            "task": "induction",
+            "metric": "logprob",
+            "n_pairs": 4,
+            "clean": -2.5,
+            "corrupted": -9.0,
+            "accuracy": 0.25,
+            "does_task": False,
+        },
+        "heads_per_layer": [3, 3],
+        "kv_heads_per_layer": [1, 1],
+        "scores": {
+            "method": "eap-ig",
+            "metric": "logprob",
+            "edges": list(SCORES),
+            "scores": list(SCORES.values()),
+            "clean_metric": -2.5,
+            "corrupted_metric": -9.0,
+        },
+        "faithfulness": {
+            "method": "eap-ig",
+            "selection": "top",
+            "metric": "logprob",
+            "edges": 5,
+            "fractions": fractions,
+            "sizes": sizes,
+            "faithfulness": [0.5, 0.9, 1.0],
+            "random": [[0.0, 0.1], [0.2, 0.4], [1.0, 1.0]],
+            "cpr": 0.66,
+            "cmd": 0.34,
+            "random_cpr": [0.3, 0.35],
+            "random_cmd": [0.7, 0.65],
+        },
+    }
 
 
 def _write(directory: Path, document: dict) -> None:
@@ -51,8 +81,10 @@ def test_the_section_from_a_results_file(tmp_path):
     part = circuits_sections(tmp_path, pngs)["circuits"]
     by_size = sorted(SCORES.items(), key=lambda item: -abs(item[1]))[:3]
     assert [(r["sender"], r["receiver"], r["input"]) for r in part["rows"]] == [
-        ("1.0", "logits", "in"), ("0.1", "1.g0", "k"), ("0.2", "1.1", "q")
-    ]  # fmt: skip
+        ("1.0", "logits", "in"),
+        ("0.1", "1.g0", "k"),
+        ("0.2", "1.1", "q"),
+    ]
     assert [float(r["score"]) for r in part["rows"]] == [v for _, v in by_size]
     assert part["does_task"] is False and "does NOT do the task" in part["performance"]
     assert (part["cpr"], part["cmd"], part["edges"]) == ("0.660", "0.340", 5)
@@ -71,12 +103,15 @@ def test_the_round_trip_of_the_results_type():
     assert run.top_edges() == sorted(SCORES.items(), key=lambda item: -abs(item[1]))[:3]
 
 
-@pytest.mark.parametrize(("change", "field"), [
-    ({"method": "acdc"}, "circuits.method"),
-    ({"top": 6}, "circuits.top"),
-    ({"kv_heads_per_layer": [1]}, "circuits.kv_heads_per_layer"),
-    ({"steps": 0}, "circuits.steps"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"method": "acdc"}, "circuits.method"),
+        ({"top": 6}, "circuits.top"),
+        ({"kv_heads_per_layer": [1]}, "circuits.kv_heads_per_layer"),
+        ({"steps": 0}, "circuits.steps"),
+    ],
+)
 def test_a_broken_file_is_skipped_and_named(tmp_path, change, field):
     _write(tmp_path, {**_document(), **change})
     with pytest.warns(SkippedResultsWarning, match=field):
@@ -91,13 +126,16 @@ def test_a_missing_file_names_the_command(tmp_path):
 
 def test_the_results_type_reads_without_torch(tmp_path):
     _write(tmp_path, _document())
-    code = ("import sys; from headlab.results.json_store import read_result; "
-            "from headlab.results.circuit_run import CircuitRun; "
-            f"r = read_result({str(tmp_path / FILE)!r}, CircuitRun); "
-            "assert r.top == 3; assert 'torch' not in sys.modules, 'torch imported'")  # fmt: skip
+    code = (
+        "import sys; from headlab.results.json_store import read_result; "
+        "from headlab.results.circuit_run import CircuitRun; "
+        f"r = read_result({str(tmp_path / FILE)!r}, CircuitRun); "
+        "assert r.top == 3; assert 'torch' not in sys.modules, 'torch imported'"
+    )
     src = Path(__file__).parents[2] / "src"
-    done = subprocess.run([sys.executable, "-c", code], env={"PYTHONPATH": str(src)},
-                          capture_output=True, text=True)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", code], env={"PYTHONPATH": str(src)}, capture_output=True, text=True
+    )
     assert done.returncode == 0, done.stderr
 
 
@@ -106,9 +144,20 @@ def test_top_and_greedy_curves_in_one_figure():
     from headlab.results.circuit_edges import FaithfulnessCurve
 
     def curve(selection, values, cpr):
-        return FaithfulnessCurve("eap", selection, "logprob", 200, [0.01, 0.1, 1.0], [2, 20, 200],
-                                 values, [[0.0, 0.1], [0.2, 0.3], [1.0, 1.0]], cpr, 1 - cpr,
-                                 [0.3, 0.35], [0.7, 0.65])  # fmt: skip
+        return FaithfulnessCurve(
+            "eap",
+            selection,
+            "logprob",
+            200,
+            [0.01, 0.1, 1.0],
+            [2, 20, 200],
+            values,
+            [[0.0, 0.1], [0.2, 0.3], [1.0, 1.0]],
+            cpr,
+            1 - cpr,
+            [0.3, 0.35],
+            [0.7, 0.65],
+        )
 
     curves = [curve("top", [0.1, 0.5, 1.0], 0.6), curve("greedy", [0.3, 0.7, 1.0], 0.8)]
     ax = faithfulness_curves_figure(curves, "t").axes[0]

@@ -24,11 +24,18 @@ def _heads(seed: int, model: str = MODEL) -> dict:
     rng = np.random.default_rng(seed)
     shape = (LAYERS, HEADS)  # 30 x 9
     names = ("entropy", "max_weight", "first", "self", "prev", "distance", "contribution_norm")
-    detectors = {d: rng.random(shape).round(4).tolist()
-                 for d in ("previous_token", "duplicate_token", "induction")}  # fmt: skip
-    return {"model": model, "n_texts": 40, "num_layers": LAYERS, "num_heads": HEADS,
-            "metrics": {n: rng.random(shape).round(4).tolist() for n in names},
-            "detectors": detectors}  # fmt: skip
+    detectors = {
+        d: rng.random(shape).round(4).tolist()
+        for d in ("previous_token", "duplicate_token", "induction")
+    }
+    return {
+        "model": model,
+        "n_texts": 40,
+        "num_layers": LAYERS,
+        "num_heads": HEADS,
+        "metrics": {n: rng.random(shape).round(4).tolist() for n in names},
+        "detectors": detectors,
+    }
 
 
 def _card(html: str, name: str) -> str:
@@ -56,8 +63,9 @@ def test_every_detector_is_a_grid_of_its_scores_on_one_zero_to_one_scale(page) -
     for name, grid in heads["detectors"].items():
         card = _card(section, name.replace("_", "-"))
         cells = _cells(card)
-        assert [(l, h) for l, h, _ in cells] == [(l, h) for l in range(LAYERS)
-                                                 for h in range(HEADS)]  # fmt: skip
+        assert [(l, h) for l, h, _ in cells] == [
+            (l, h) for l in range(LAYERS) for h in range(HEADS)
+        ]
         assert [float(v) for *_, v in cells] == pytest.approx(
             [v for row in grid for v in row], rel=1e-3
         )

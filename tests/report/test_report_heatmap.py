@@ -69,8 +69,13 @@ def test_a_text_longer_than_the_encoder_is_cut_and_says_how_long_it_was(minilm) 
 
 def test_a_cut_reason_travels_to_the_page() -> None:
     w = np.full((1, 1, 4, 4), 0.25)
-    data = heatmap_data("t", list("abcd"), [AttentionView("v", w)], total_tokens=9,
-                        cut_reason="the page shows at most 4 of the 64 tokens m reads")  # fmt: skip
+    data = heatmap_data(
+        "t",
+        list("abcd"),
+        [AttentionView("v", w)],
+        total_tokens=9,
+        cut_reason="the page shows at most 4 of the 64 tokens m reads",
+    )
     assert data["cut_reason"] == "the page shows at most 4 of the 64 tokens m reads"
 
 

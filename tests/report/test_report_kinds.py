@@ -23,8 +23,9 @@ def test_missing_files_name_their_commands(tmp_path):
 def test_files_become_their_displays_and_a_broken_one_is_skipped(tmp_path):
     write_result(tmp_path / "model_heads-encoder-decoder.json", encoder_decoder_heads())
     broken = vision_heads().to_dict() | {"cls_attention": [[[0.5]]]}
-    (tmp_path / "model_heads-vision.json").write_text(json.dumps(
-        {"headlab": "model-heads-vision", **broken}))  # fmt: skip
+    (tmp_path / "model_heads-vision.json").write_text(
+        json.dumps({"headlab": "model-heads-vision", **broken})
+    )
     with pytest.warns(SkippedResultsWarning, match="cls_attention"):
         parts = kinds_sections(tmp_path)
     assert 'data-hl-kind="cross"' in parts["cross"]["display"]

@@ -28,8 +28,12 @@ XSS = "<img src=x onerror=alert(1)>"
 
 
 def _display_data(section: str, kind: str) -> dict:
-    match = re.search(rf'data-hl-kind="{kind}".*?<script type="application/json" '
-                      r'class="hl-data">(.*?)</script>', section, re.S)  # fmt: skip
+    match = re.search(
+        rf'data-hl-kind="{kind}".*?<script type="application/json" '
+        r'class="hl-data">(.*?)</script>',
+        section,
+        re.S,
+    )
     return json.loads(match.group(1))
 
 
@@ -37,8 +41,9 @@ def _display_data(section: str, kind: str) -> dict:
 def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, Path]:
     root = tmp_path_factory.mktemp("long")
     results = write_long_results(root / "results", model=XSS)
-    index = build(root / "report", ReportRequest(results=results, use_model=False),
-                         png=root / "png")  # fmt: skip
+    index = build(
+        root / "report", ReportRequest(results=results, use_model=False), png=root / "png"
+    )
     return index, index.read_text(encoding="utf-8"), root / "png"
 
 
@@ -49,8 +54,13 @@ def _section(html: str) -> str:
 def test_the_section_has_every_part_and_display(built) -> None:
     _, html, png = built
     section = _section(html)
-    for part in ("answer-roles", "display-roles", "answer-kv-budget", "kv-budget-table",
-                 "display-kv-budget"):  # fmt: skip
+    for part in (
+        "answer-roles",
+        "display-roles",
+        "answer-kv-budget",
+        "kv-budget-table",
+        "display-kv-budget",
+    ):
         assert f'data-testid="{part}"' in section, part
     assert "missing-" not in section
     assert "<img" not in section and "data-explorer" not in section  # the displays alone

@@ -18,14 +18,24 @@ def _result() -> ScoreSplitResult:
     key = [0.5, -0.25, 2.0, 0.125, 0.0, 0.375]
     query = [1.0, 0.5, 0.25, 1.0, 0.0, 0.0]
     pair = PairSplit(
-        batch=0, query=3, key=2, score=2.75, raw=2.75, softcap_term=0.0, bias_term=0.0,
-        query_marginal=query, key_marginal=key, pair_rows=["embed", "rest"],
-        pair_cols=["0.1", "rest"], pair=[[1.0, 0.0], [1.0, 0.75]],
+        batch=0,
+        query=3,
+        key=2,
+        score=2.75,
+        raw=2.75,
+        softcap_term=0.0,
+        bias_term=0.0,
+        query_marginal=query,
+        key_marginal=key,
+        pair_rows=["embed", "rest"],
+        pair_cols=["0.1", "rest"],
+        pair=[[1.0, 0.0], [1.0, 0.75]],
         sources=[SourceSplit("0.1", [0, 1, 2], [0.25, 1.5, 0.25])],
-    )  # fmt: skip
+    )
     tokens = [["<s>", "<script>x</script>", "b", "c"]]
-    return ScoreSplitResult("fixture <b>model</b>", 1, 0, 0, "attended", tokens, COMPONENTS,
-                            0.125, None, [pair])  # fmt: skip
+    return ScoreSplitResult(
+        "fixture <b>model</b>", 1, 0, 0, "attended", tokens, COMPONENTS, 0.125, None, [pair]
+    )
 
 
 def test_the_part_reads_draws_and_says(tmp_path):
@@ -43,4 +53,3 @@ def test_the_part_reads_draws_and_says(tmp_path):
 def test_a_missing_file_names_its_command(tmp_path):
     part = score_split_section(tmp_path, {})
     assert part["missing"].startswith("headlab why-attends")
-

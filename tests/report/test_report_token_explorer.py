@@ -67,9 +67,7 @@ def test_stripes_at_512_tokens_are_single_cells(
 ) -> None:
     weights = striped_heads()
     tokens = [f"t{i}" for i in range(N)]
-    collected = collect_measured(
-        ReportRequest(text="a b", results=shared_results, use_model=False)
-    )
+    collected = collect_measured(ReportRequest(text="a b", results=shared_results, use_model=False))
     explorer = heatmap_data("model", tokens, [AttentionView("3 heads", weights)], token_level=True)
     assert explorer["cells"] == TOKEN_CELLS and explorer["triangle"] and explorer["bins"] == N
     collected.explorers["model"] = explorer
@@ -82,8 +80,9 @@ def test_stripes_at_512_tokens_are_single_cells(
     assert page.get_by_test_id("heatmap-model-0").evaluate("c => +c.dataset.cell") == 1
     # previous-token: the cell one left of the diagonal is bright, its neighbours dark
     for q in (40, 300, 511):
-        assert green(opened, q, q - 1) > 200 > 60 > max(green(opened, q, q - 3),
-                                                        green(opened, q, q))  # fmt: skip
+        assert (
+            green(opened, q, q - 1) > 200 > 60 > max(green(opened, q, q - 3), green(opened, q, q))
+        )
     page.get_by_test_id("head-model-0-1").click()
     ready(opened)
     for q in (300, 420):

@@ -18,10 +18,17 @@ def _above_one():
     result = long_context_result()
     errors = [list(row) for row in result.roles.window_error]
     errors[3][2] = 1.7  # farther from the full output than no output
-    roles = head_roles(sinks=4, window=256, first=result.statistics.metrics["first"],
-                       window_error=errors, copy_weight=result.roles.copy_weight,
-                       retrieval_hits=None, copies=83, kv_heads_per_layer=[3] * 30,
-                       no_window="")  # fmt: skip
+    roles = head_roles(
+        sinks=4,
+        window=256,
+        first=result.statistics.metrics["first"],
+        window_error=errors,
+        copy_weight=result.roles.copy_weight,
+        retrieval_hits=None,
+        copies=83,
+        kv_heads_per_layer=[3] * 30,
+        no_window="",
+    )
     return dataclasses.replace(result, roles=roles)
 
 

@@ -88,25 +88,46 @@ def _document() -> dict:
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
-        (lambda d: d.update(verdict="same"), r"compare.verdict: expected one of identical, "
-         r"close, different, got \"same\""),
-        (lambda d: d.update(identical=True), r"compare.identical: expected False \(verdict "
-         r"different\), got true"),
+        (
+            lambda d: d.update(verdict="same"),
+            r"compare.verdict: expected one of identical, "
+            r"close, different, got \"same\"",
+        ),
+        (
+            lambda d: d.update(identical=True),
+            r"compare.identical: expected False \(verdict "
+            r"different\), got true",
+        ),
         (lambda d: d.update(max_abs_diff=-1.0), r"compare.max_abs_diff: expected a number >= 0"),
         (lambda d: d.pop("rel_diff"), r"compare.rel_diff: expected a number >= 0, got nothing"),
-        (lambda d: d["findings"][0].update(code="why"), r"compare.findings\[0\].code: expected "
-         r"one of same_config, .*, got \"why\""),
-        (lambda d: d["findings"][1].update(fraction=1.5), r"compare.findings\[1\].fraction: "
-         r"expected a finite number in \[0.0, 1.0\], got 1.5"),
-        (lambda d: d["findings"][0]["measures"].update(rows="7"), r"compare.findings\[0\]"
-         r".measures.rows: expected a number, true/false, a list of numbers or null, got \"7\""),
-        (lambda d: d["params"].pop("b"), r"compare.params.b: expected an integer >= 0, got "
-         r"nothing"),
+        (
+            lambda d: d["findings"][0].update(code="why"),
+            r"compare.findings\[0\].code: expected "
+            r"one of same_config, .*, got \"why\"",
+        ),
+        (
+            lambda d: d["findings"][1].update(fraction=1.5),
+            r"compare.findings\[1\].fraction: "
+            r"expected a finite number in \[0.0, 1.0\], got 1.5",
+        ),
+        (
+            lambda d: d["findings"][0]["measures"].update(rows="7"),
+            r"compare.findings\[0\]"
+            r".measures.rows: expected a number, true/false, a list of numbers or null, got \"7\"",
+        ),
+        (
+            lambda d: d["params"].pop("b"),
+            r"compare.params.b: expected an integer >= 0, got "
+            r"nothing",
+        ),
         (lambda d: d["params"].update(c=3), r"compare.params: expected the keys \"a\" and \"b\""),
-        (lambda d: d.update(gradients_equal=None), r"compare.gradients_equal: expected true or "
-         r"false, got null"),
+        (
+            lambda d: d.update(gradients_equal=None),
+            r"compare.gradients_equal: expected true or "
+            r"false, got null",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_document_off_the_schema_is_refused_naming_the_field(edit, message):
     document = _document()
     assert ComparisonResult.from_dict(copy.deepcopy(document)).to_dict() == document
@@ -142,8 +163,14 @@ rows = st.builds(
     gradients_equal=st.booleans(),
 )
 def test_any_result_reads_back_through_json(findings, verdict, diffs, params, gradients_equal):
-    r = ComparisonResult(verdict, verdict == "identical", *diffs, gradients_equal, findings,
-                         {"a": params[0], "b": params[1]})  # fmt: skip
+    r = ComparisonResult(
+        verdict,
+        verdict == "identical",
+        *diffs,
+        gradients_equal,
+        findings,
+        {"a": params[0], "b": params[1]},
+    )
     assert ComparisonResult.from_dict(_json(r.to_dict())) == r
 
 
@@ -151,16 +178,26 @@ def test_a_scenario_reads_back_with_its_draws():
     setup = CompareRequest(d_model=15, heads=5, seq_len=7, init="normal", output_projection=True)
     result = run_setup(setup).result()
     draws = over_draws({"d_model": 15, "heads": 5, "seq_len": 7}, range(3))
-    scenario = ScenarioResult("small", "Does it?", "headlab compare --d-model 15",
-                              setup.to_dict(), result, explain(result), draws)  # fmt: skip
+    scenario = ScenarioResult(
+        "small",
+        "Does it?",
+        "headlab compare --d-model 15",
+        setup.to_dict(),
+        result,
+        explain(result),
+        draws,
+    )
     document = _json(scenario.to_dict())
     back = ScenarioResult.from_dict(document)
     assert back == replace(scenario, comparison=replace(result, sides=None))
     assert CompareRequest(**back.setup) == setup
     assert back.draws.sentence() == draws.sentence()
     document["draws"]["identical"] = [7]
-    with pytest.raises(ValueError, match=r"scenario.draws.identical\[0\]: expected one of the "
-                       r"seeds, got 7"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"scenario.draws.identical\[0\]: expected one of the "
+        r"seeds, got 7",
+    ):
         ScenarioResult.from_dict(document)
 
 
@@ -179,6 +216,7 @@ def test_importing_the_comparison_results_loads_no_torch():
         "import headlab.results.comparison_result, headlab.results.scenario_result\n"
         "print('torch' in sys.modules)\n"
     )
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                          check=True, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120
+    )
     assert done.stdout.strip() == "False"

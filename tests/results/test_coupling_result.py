@@ -52,19 +52,31 @@ def _grad_document() -> dict:
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
-        (lambda d: d["sides"].pop(), r"grad.sides: expected 2 sides \(heads, vs_heads\), got "
-         r"\"1 sides\""),
-        (lambda d: d["sides"][0]["coupling"].pop(), r"grad.sides\[0\].coupling: expected 3 x 3 "
-         r"\(block x block\) numbers, got \"2 rows\""),
-        (lambda d: d["sides"][1]["coupling"][2].append(0.5), r"grad.sides\[1\].coupling\[2\]: "
-         r"expected 3 numbers \(a 3 x 3 matrix\), got \["),
-        (lambda d: d["sides"][0]["head_gradient_norms"]["w_k"].pop(), r"grad.sides\[0\]"
-         r".head_gradient_norms.w_k: expected 3 numbers >= 0 \(head\)"),
+        (
+            lambda d: d["sides"].pop(),
+            r"grad.sides: expected 2 sides \(heads, vs_heads\), got "
+            r"\"1 sides\"",
+        ),
+        (
+            lambda d: d["sides"][0]["coupling"].pop(),
+            r"grad.sides\[0\].coupling: expected 3 x 3 "
+            r"\(block x block\) numbers, got \"2 rows\"",
+        ),
+        (
+            lambda d: d["sides"][1]["coupling"][2].append(0.5),
+            r"grad.sides\[1\].coupling\[2\]: "
+            r"expected 3 numbers \(a 3 x 3 matrix\), got \[",
+        ),
+        (
+            lambda d: d["sides"][0]["head_gradient_norms"]["w_k"].pop(),
+            r"grad.sides\[0\]"
+            r".head_gradient_norms.w_k: expected 3 numbers >= 0 \(head\)",
+        ),
         (lambda d: d["sides"][0].update(kind="x"), r"grad.sides\[0\].kind: expected \"\" or "),
         (lambda d: d.update(blocks=0), r"grad.blocks: expected an integer >= 1, got 0"),
         (lambda d: d.pop("setup"), r"grad.setup: expected a JSON object, got nothing"),
     ],
-)  # fmt: skip
+)
 def test_a_grad_document_off_the_schema_is_refused_naming_the_field(edit, message):
     document = _grad_document()
     CouplingComparison.from_dict(_json(document))
@@ -79,6 +91,9 @@ def test_parameter_rows_read_back_and_add_up():
         assert ParamRow.from_dict(Fields(_json(row.to_dict()), "params[0]")) == row
     document = _json(rows[-1].to_dict())
     document["total"] += 1
-    with pytest.raises(ValueError, match=r"params\[0\].total: expected q_proj \+ kv_proj \+ "
-                       r"out_proj = \d+, got \d+"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"params\[0\].total: expected q_proj \+ kv_proj \+ "
+        r"out_proj = \d+, got \d+",
+    ):
         ParamRow.from_dict(Fields(document, "params[0]"))

@@ -65,9 +65,11 @@ def test_a_size_is_checked_against_what_the_file_holds(long_dir, tmp_path_factor
     (the report would otherwise allocate for 10**12)."""
     data = json.loads((long_dir / "model_long-context.json").read_text())
     block, blocks = data["maps"]["block"], len(data["maps"]["blocked"][0][0])
-    holds = -(-n_tokens // block) == blocks and -(-n_tokens // data["maps"]["bin"]) == len(
-        data["maps"]["received"][0][0]
-    ) and n_tokens > max(max(map(max, row)) for row in data["heavy_hitters"]["top_keys"])
+    holds = (
+        -(-n_tokens // block) == blocks
+        and -(-n_tokens // data["maps"]["bin"]) == len(data["maps"]["received"][0][0])
+        and n_tokens > max(max(map(max, row)) for row in data["heavy_hitters"]["top_keys"])
+    )
     data["context"]["n_tokens"] = n_tokens
     if holds:
         assert LongContextResult.from_dict(data).context.n_tokens == n_tokens
@@ -116,8 +118,14 @@ def test_a_ragged_grid_skips_its_file_naming_it_not_numpy_alone(tmp_path):
     stack them, the file is skipped in one line naming it, and the other parts are kept."""
     from headlab.report.sections import _results_sections
 
-    heads = {"headlab": "model-heads", "model": "m", "n_texts": 2, "num_layers": 3,
-             "num_heads": 3, "metrics": {"entropy": [[0.1, 0.2, 0.3], [0.1], [0.2, 0.3, 0.4]]}}
+    heads = {
+        "headlab": "model-heads",
+        "model": "m",
+        "n_texts": 2,
+        "num_layers": 3,
+        "num_heads": 3,
+        "metrics": {"entropy": [[0.1, 0.2, 0.3], [0.1], [0.2, 0.3, 0.4]]},
+    }
     (tmp_path / "model_heads.json").write_text(json.dumps(heads))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -159,8 +167,14 @@ def test_a_ragged_grid_is_drawn_and_summarised_with_its_pruned_layer(tmp_path):
     largest value, found here by hand: 0.5 at layer 1, head 0."""
     from headlab.report.sections import _results_sections
 
-    heads = {"headlab": "model-heads", "model": "m", "n_texts": 2, "num_layers": 3,
-             "num_heads": 3, "metrics": {"entropy": [[0.1, 0.2, 0.3], [0.5], [0.2, 0.3, 0.4]]}}
+    heads = {
+        "headlab": "model-heads",
+        "model": "m",
+        "n_texts": 2,
+        "num_layers": 3,
+        "num_heads": 3,
+        "metrics": {"entropy": [[0.1, 0.2, 0.3], [0.5], [0.2, 0.3, 0.4]]},
+    }
     (tmp_path / "model_heads.json").write_text(json.dumps(heads))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -24,8 +24,10 @@ from headlab.results.input_files import (
 
 JSON_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(alphabet='[]{}"\\ ab\n\u00e9'),
-    lambda inner: st.lists(inner, max_size=3)
-    | st.dictionaries(st.text(alphabet='[]{}"\\x', max_size=4), inner, max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.text(alphabet='[]{}"\\x', max_size=4), inner, max_size=3)
+    ),
     max_leaves=12,
 )
 
@@ -87,8 +89,12 @@ def test_only_regular_files_are_opened(tmp_path, kind):
     else:
         with socket.socket(socket.AF_UNIX) as server:
             server.bind(str(path))  # the socket file stays after the socket closes
-    what = {"fifo": "a FIFO", "dev-zero": "a character device", "folder": "a directory",
-            "socket": "a socket"}[kind]  # fmt: skip
+    what = {
+        "fifo": "a FIFO",
+        "dev-zero": "a character device",
+        "folder": "a directory",
+        "socket": "a socket",
+    }[kind]
     with pytest.raises(NotRegularFile, match=f"config.json is {what}, expected a regular file"):
         read_json(path, "config")
     with pytest.raises(NotRegularFile):

@@ -89,8 +89,9 @@ def test_expressivity(tmp_path):
     from headlab.analysis.expressivity import ExpressivityRequest, measure_expressivity
     from headlab.results.expressivity_result import PatternRow, RankRow
 
-    config = ExpressivityRequest(seq_lens=(4,), head_dims=(1, 4), targets=1, steps=5,
-                                offset_seq_len=5, offset_steps=5)  # fmt: skip
+    config = ExpressivityRequest(
+        seq_lens=(4,), head_dims=(1, 4), targets=1, steps=5, offset_seq_len=5, offset_steps=5
+    )
     result = measure_expressivity(config)
     back = round_trip(result, tmp_path / "expressivity.json")
     assert back.rank == result.rank and back.patterns == result.patterns
@@ -102,8 +103,9 @@ def test_specialisation(tmp_path):
     from headlab.experiments.specialisation import SpecialisationRequest, measure_specialisation
     from headlab.results.specialisation_result import Checkpoint, SpecialisationRun
 
-    config = SpecialisationRequest(heads=(1, 2), attention=("plain",), d_model=8, steps=4,
-                                  eval_every=2, eval_size=8)  # fmt: skip
+    config = SpecialisationRequest(
+        heads=(1, 2), attention=("plain",), d_model=8, steps=4, eval_every=2, eval_size=8
+    )
     result = measure_specialisation(config)
     back = round_trip(result, tmp_path / "specialisation.json")
     assert back.runs == result.runs
@@ -263,8 +265,9 @@ def test_a_broken_specialisation_checkpoint_names_its_field(tmp_path):
     from headlab.experiments.specialisation import SpecialisationRequest, measure_specialisation
     from headlab.results.specialisation_result import SpecialisationResult
 
-    config = SpecialisationRequest(heads=(2,), attention=("plain",), d_model=8, steps=2,
-                                  eval_every=2, eval_size=8)  # fmt: skip
+    config = SpecialisationRequest(
+        heads=(2,), attention=("plain",), d_model=8, steps=2, eval_every=2, eval_size=8
+    )
     path = tmp_path / "specialisation.json"
     document = write_result(path, measure_specialisation(config))
     document["runs"][0]["checkpoints"][0]["served_by"][1] = 2  # a third head of two

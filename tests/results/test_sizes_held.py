@@ -37,13 +37,16 @@ LONG = "m" * 300_000
 #: measured, a prompt, a generated text, numbers encoded in base64.
 FREE_TEXT = {"texts", "text", "prompt", "overview", "data"}
 BUILDERS = {
-    "model_heads.json": _results_sections, "model_collapse.json": _results_sections,
-    "model_prune.json": _results_sections, "circuits.json": circuits_sections,
-    "induction-circuit.json": circuits_sections, "why_attends.json": circuits_sections,
+    "model_heads.json": _results_sections,
+    "model_collapse.json": _results_sections,
+    "model_prune.json": _results_sections,
+    "circuits.json": circuits_sections,
+    "induction-circuit.json": circuits_sections,
+    "why_attends.json": circuits_sections,
     "model_long-context.json": lambda d, pngs: long_context_sections(d, pngs),
     "model_kv-budget.json": lambda d, pngs: long_context_sections(d, pngs),
     "redundancy.json": why_sections,
-}  # fmt: skip
+}
 
 
 @pytest.fixture(scope="module")
@@ -107,32 +110,62 @@ def test_a_head_count_the_grids_do_not_hold_is_refused(results):
     document = json.loads((results / "model_heads.json").read_text())
     HeadStatistics.from_dict(document)
     document["num_heads"] = 2**24
-    with pytest.raises(ValueError, match=r"model-heads\.num_heads: expected 5 \(the heads of the "
-                                         r"widest layer its grids hold\), got 16777216"):
+    with pytest.raises(
+        ValueError,
+        match=r"model-heads\.num_heads: expected 5 \(the heads of the "
+        r"widest layer its grids hold\), got 16777216",
+    ):
         HeadStatistics.from_dict(document)
 
 
 def _nodes() -> dict:
-    return NodeScores("tiny", "nodes", "logprob", ["0.0", "0.1", "0.g0", "mlp.0", "1.0", "1.1"],
-                      [0.5, -0.25, 0.125, 1.0, 2.0, 0.0], -1.0, -3.0, [2, 2], [1, 2]).to_dict()
+    return NodeScores(
+        "tiny",
+        "nodes",
+        "logprob",
+        ["0.0", "0.1", "0.g0", "mlp.0", "1.0", "1.1"],
+        [0.5, -0.25, 0.125, 1.0, 2.0, 0.0],
+        -1.0,
+        -3.0,
+        [2, 2],
+        [1, 2],
+    ).to_dict()
 
 
-@pytest.mark.parametrize(("change", "message"), [
-    (lambda d: d.update(heads_per_layer=[10**12, 2]),
-     "circuit-nodes.heads_per_layer[0]: expected 2 (the heads its nodes name in layer 0)"),
-    (lambda d: d.update(heads_per_layer=[2, 2, 2], kv_heads_per_layer=[1, 2, 2]),
-     "circuit-nodes.heads_per_layer: expected 2 layers (those its nodes name)"),
-    (lambda d: d.update(kv_heads_per_layer=[2, 2]),
-     "circuit-nodes.kv_heads_per_layer[0]: expected 1 (the K/V groups its nodes name in layer 0)"),
-    (lambda d: d.update(model=LONG),
-     f"circuit-nodes.model: expected a name of at most {MAX_NAME} characters, got 300000"),
-    (lambda d: d["nodes"].__setitem__(0, "1" * 300_000 + ".0"),
-     f"circuit-nodes.nodes[0]: expected a string of at most {MAX_NAME} characters"),
-    (lambda d: d.update(by_position=[[1.0, 2.0]] * 5 + [[1.0]]),
-     "circuit-nodes.by_position[5]: expected 2 numbers (one per position)"),
-    (lambda d: d.update(by_position=[[1.0]] * 7),
-     "circuit-nodes.by_position: expected 6 rows (one per node), got \"7 rows\""),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            lambda d: d.update(heads_per_layer=[10**12, 2]),
+            "circuit-nodes.heads_per_layer[0]: expected 2 (the heads its nodes name in layer 0)",
+        ),
+        (
+            lambda d: d.update(heads_per_layer=[2, 2, 2], kv_heads_per_layer=[1, 2, 2]),
+            "circuit-nodes.heads_per_layer: expected 2 layers (those its nodes name)",
+        ),
+        (
+            lambda d: d.update(kv_heads_per_layer=[2, 2]),
+            "circuit-nodes.kv_heads_per_layer[0]: expected 1 "
+            "(the K/V groups its nodes name in layer 0)",
+        ),
+        (
+            lambda d: d.update(model=LONG),
+            f"circuit-nodes.model: expected a name of at most {MAX_NAME} characters, got 300000",
+        ),
+        (
+            lambda d: d["nodes"].__setitem__(0, "1" * 300_000 + ".0"),
+            f"circuit-nodes.nodes[0]: expected a string of at most {MAX_NAME} characters",
+        ),
+        (
+            lambda d: d.update(by_position=[[1.0, 2.0]] * 5 + [[1.0]]),
+            "circuit-nodes.by_position[5]: expected 2 numbers (one per position)",
+        ),
+        (
+            lambda d: d.update(by_position=[[1.0]] * 7),
+            'circuit-nodes.by_position: expected 6 rows (one per node), got "7 rows"',
+        ),
+    ],
+)
 def test_node_scores_sizes_are_checked_against_the_nodes(change, message):
     document = _nodes()
     assert NodeScores.from_dict(copy.deepcopy(document)).to_dict() == document

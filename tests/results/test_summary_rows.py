@@ -14,11 +14,24 @@ from headlab.results.sweep_summary import SummaryRow, summarize
 
 
 def _final(run: str, heads: int, kv_heads: int, seed: int, loss: float, accuracy: float) -> dict:
-    config = {"task": "recall", "num_heads": heads, "num_kv_heads": kv_heads,
-              "head_dim": 30 // heads, "seed": seed}  # fmt: skip
-    return {"run_id": run, "config": config, "step": 7, "loss": loss, "accuracy": accuracy,
-            "final": True, "head_entropy": [0.5, 1.25, 0.75], "params": 977,
-            "seconds": 1.5}  # fmt: skip
+    config = {
+        "task": "recall",
+        "num_heads": heads,
+        "num_kv_heads": kv_heads,
+        "head_dim": 30 // heads,
+        "seed": seed,
+    }
+    return {
+        "run_id": run,
+        "config": config,
+        "step": 7,
+        "loss": loss,
+        "accuracy": accuracy,
+        "final": True,
+        "head_entropy": [0.5, 1.25, 0.75],
+        "params": 977,
+        "seconds": 1.5,
+    }
 
 
 ROWS = [
@@ -47,13 +60,17 @@ def test_summaries_read_back_and_hold_the_seed_statistics():
     ("field", "value", "message"),
     [
         ("num_kv_heads", 2, r"summary\[0\].num_kv_heads: expected a divisor of 5 heads, got 2"),
-        ("accuracy_mean", 1.5, r"summary\[0\].accuracy_mean: expected a finite number in "
-         r"\[0.0, 1.0\], got 1.5"),
+        (
+            "accuracy_mean",
+            1.5,
+            r"summary\[0\].accuracy_mean: expected a finite number in "
+            r"\[0.0, 1.0\], got 1.5",
+        ),
         ("loss_std", -0.1, r"summary\[0\].loss_std: expected a finite number in \[0.0, None\]"),
         ("attention", "talking", r"summary\[0\].attention: expected one of plain, talking-heads"),
         ("seeds", 0, r"summary\[0\].seeds: expected an integer >= 1, got 0"),
     ],
-)  # fmt: skip
+)
 def test_a_summary_row_off_the_schema_is_refused_naming_the_field(field, value, message):
     document = summarize(ROWS)[-1].to_dict()
     document[field] = value

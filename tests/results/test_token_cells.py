@@ -70,8 +70,9 @@ def test_a_token_level_explorer_reads_back_and_decodes_every_head(causal):
     assert view.weights.shape == (3, 5, n, n)
     step = w.max(axis=(2, 3), keepdims=True) / 510
     assert np.all(np.abs(view.weights - w) <= step + 1e-12)
-    assert explorer_bytes(explorer) == sum(len(c["z"]) for layer in explorer["views"][0]["layers"]
-                                           for c in layer)  # fmt: skip
+    assert explorer_bytes(explorer) == sum(
+        len(c["z"]) for layer in explorer["views"][0]["layers"] for c in layer
+    )
 
 
 def test_a_broken_token_cell_is_named():
@@ -92,5 +93,6 @@ def test_a_broken_token_cell_is_named():
 
 def test_wrong_shapes_are_refused():
     with pytest.raises(ValueError, match=r"must be \(layer, head, 3, 3\)"):
-        heatmap_data("t", list("abc"), [AttentionView("v", np.zeros((1, 1, 3, 4)))],
-                     token_level=True)  # fmt: skip
+        heatmap_data(
+            "t", list("abc"), [AttentionView("v", np.zeros((1, 1, 3, 4)))], token_level=True
+        )

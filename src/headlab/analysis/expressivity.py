@@ -169,12 +169,6 @@ class ExpressivityRequest:
         return (len(self.seq_lens) + model_lengths) * len(self.head_dims) + 2
 
 
-
-
-
-
-
-
 def measure_expressivity(
     config: ExpressivityRequest | None = None,
     *,

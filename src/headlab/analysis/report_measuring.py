@@ -59,8 +59,12 @@ def _model_attention(text: str, options: ReportRequest) -> tuple[str, TextAttent
 
     model_name = options.model
     try:
-        model = load(model_name, backend=options.backend, download=options.download,
-                     trust_remote_code=options.trust_remote_code)  # fmt: skip
+        model = load(
+            model_name,
+            backend=options.backend,
+            download=options.download,
+            trust_remote_code=options.trust_remote_code,
+        )
     except (OSError, ValueError) as error:
         if model_name != DEFAULT_MODEL or options.backend is not None:
             raise
@@ -87,10 +91,14 @@ def _model_explorer(name: str, attention: TextAttention, max_bins: int) -> dict:
     title, n = f"{name}'s heads on your text", len(attention.tokens)
     cut = {"total_tokens": attention.total_tokens, "cut_reason": attention.cut_reason}
     token_level = heatmap_data(
-        title, attention.tokens, attention.views, token_level=True, **cut,
+        title,
+        attention.tokens,
+        attention.views,
+        token_level=True,
+        **cut,
         note=note + " One cell a token, 8 bits a cell (weights below 1/510 of the head's largest "
         "show as 0).",
-    )  # fmt: skip
+    )
     size = explorers.explorer_bytes(token_level)
     if size <= explorers.PAGE_BYTES:
         return token_level
@@ -102,11 +110,15 @@ def _model_explorer(name: str, attention: TextAttention, max_bins: int) -> dict:
         shown = f"{grids[0]} heads" + (
             f" and their {sum(grids[1:])} one-head views" if len(grids) > 1 else ""
         )
-        note += (f" Binned to {bins} x {bins} cells (about {per_cell:.1f} tokens a cell) so "
-                 f"that its {shown} fit the page (one cell a token: "
-                 f"{size / 2**20:.1f} MiB).")  # fmt: skip
-        _say(f"{name}'s {shown} are binned to {bins} x {bins} cells on the page, so that the "
-             f"explorer's weights take at most {explorers.PAGE_BYTES / 2**20:g} MiB")  # fmt: skip
+        note += (
+            f" Binned to {bins} x {bins} cells (about {per_cell:.1f} tokens a cell) so "
+            f"that its {shown} fit the page (one cell a token: "
+            f"{size / 2**20:.1f} MiB)."
+        )
+        _say(
+            f"{name}'s {shown} are binned to {bins} x {bins} cells on the page, so that the "
+            f"explorer's weights take at most {explorers.PAGE_BYTES / 2**20:g} MiB"
+        )
     return heatmap_data(title, attention.tokens, attention.views, note=note, max_bins=bins, **cut)
 
 

@@ -110,8 +110,10 @@ def scaled_masked(q: Tensor, k: Tensor, scale: float, mask: MergedMask | None) -
     batch, heads, rows, _ = q.shape
     keys = k.shape[-2]
     additive = None if mask is None else mask.additive
-    if batch == 1 and k.shape[1] == heads and (
-        mask is None or (mask.first == 0 and additive.shape[0] == 1)
+    if (
+        batch == 1
+        and k.shape[1] == heads
+        and (mask is None or (mask.first == 0 and additive.shape[0] == 1))
     ):
         shape = (heads, rows, keys)
         base = q.new_zeros(()).expand(shape) if additive is None else additive[0].expand(shape)

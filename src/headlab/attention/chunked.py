@@ -127,8 +127,9 @@ def chunked(
     averaged = q.new_empty(batch, q_len, k_len) if mean else None
     on_workers = usable() if q.device.type == "cpu" else 1
     trims = mask is not None and mask.last_key(1, k_len) < k_len  # causal rows skip keys
-    jobs, copy = plan(q, k, view, mean=mean, chunk_elements=chunk_elements, workers=on_workers,
-                      causal=trims)  # fmt: skip
+    jobs, copy = plan(
+        q, k, view, mean=mean, chunk_elements=chunk_elements, workers=on_workers, causal=trims
+    )
     if copy:
         k, v = k.contiguous(), v.contiguous()
 
@@ -181,8 +182,19 @@ class RecomputedAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, sinks, mask, scale, softcap, view, chunk_elements):
-        out, _ = chunked(q, k, v, mask, scale=scale, softcap=softcap, sinks=sinks, view=view,
-                         mean=False, sums=None, chunk_elements=chunk_elements)  # fmt: skip
+        out, _ = chunked(
+            q,
+            k,
+            v,
+            mask,
+            scale=scale,
+            softcap=softcap,
+            sinks=sinks,
+            view=view,
+            mean=False,
+            sums=None,
+            chunk_elements=chunk_elements,
+        )
         ctx.save_for_backward(q, k, v, sinks)
         ctx.constants = (mask, scale, softcap, view, chunk_elements)
         return out
@@ -211,8 +223,15 @@ class RecomputedAttention(torch.autograd.Function):
                 if want_sinks:
                     inputs.append(block_sinks)
             with torch.enable_grad():
-                _, p = block_weights(inputs[0], inputs[1], merged, scale=scale, softcap=softcap,
-                                     sinks=block_sinks, view=view)  # fmt: skip
+                _, p = block_weights(
+                    inputs[0],
+                    inputs[1],
+                    merged,
+                    scale=scale,
+                    softcap=softcap,
+                    sinks=block_sinks,
+                    view=view,
+                )
                 o = values(p, inputs[2], heads)  # (batch', head, rows, d_value)
                 grads = torch.autograd.grad(o, inputs, d_out[part, :, rows])
             d_q[part, :, rows] += grads[0]

@@ -129,9 +129,7 @@ def head_axis_index(module: SitedLayer, site: str, heads: Sequence[int]) -> list
 
 
 @contextmanager
-def patch(
-    module: SitedLayer, site: str, heads: Sequence[int], source: Tensor
-) -> Iterator[None]:
+def patch(module: SitedLayer, site: str, heads: Sequence[int], source: Tensor) -> Iterator[None]:
     """Activation patching: ``heads`` of ``site`` take their values from ``source`` (the same
     site recorded on another input, same shape), the other heads keep theirs."""
     index = head_axis_index(module, site, heads)

@@ -110,8 +110,11 @@ class MaskSpec:
 
     @property
     def _nothing_else(self) -> bool:
-        return self.window is None and self.key_padding is None and self.budget is None and (
-            self.attn_mask is None and self.rows is None and self.bias is None
+        return (
+            self.window is None
+            and self.key_padding is None
+            and self.budget is None
+            and (self.attn_mask is None and self.rows is None and self.bias is None)
         )
 
     @property
@@ -153,8 +156,16 @@ class MaskSpec:
         if self.causal:
             hide((keys[None, :] > positions[:, None])[None, None])  # (1, 1, rows, keys)
         if self.window is not None:
-            hide(outside_window(positions, keys, self.window, self.window_sinks,
-                                 self.window_heads, causal=self.causal))  # fmt: skip
+            hide(
+                outside_window(
+                    positions,
+                    keys,
+                    self.window,
+                    self.window_sinks,
+                    self.window_heads,
+                    causal=self.causal,
+                )
+            )
         if self.budget is not None:
             b = self.budget
             hide(outside_window(positions, keys, b.window, b.sinks, b.heads, causal=self.causal))

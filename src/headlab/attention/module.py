@@ -106,8 +106,9 @@ class MultiHeadAttention(nn.Module):
         q_dim, kv_dim = num_heads * head_dim, num_kv_heads * head_dim
         if torch.empty(0, device=device).device.type != "meta":  # meta tensors take no memory
             size = torch.finfo(dtype or torch.get_default_dtype()).bits // 8
-            scalars = parameter_elements(embed_dim, self.kdim, self.vdim, q_dim, kv_dim,
-                                         bias=bias, add_bias_kv=add_bias_kv)  # fmt: skip
+            scalars = parameter_elements(
+                embed_dim, self.kdim, self.vdim, q_dim, kv_dim, bias=bias, add_bias_kv=add_bias_kv
+            )
             check_fits(
                 f"MultiHeadAttention(embed_dim={embed_dim}, num_heads={num_heads}, "
                 f"head_dim={head_dim}, num_kv_heads={num_kv_heads}) with {scalars:,} parameters",

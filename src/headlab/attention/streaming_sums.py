@@ -164,10 +164,17 @@ class StreamingSums:
         )  # (batch, q_pos)
         self.special = {name: index.to(device) for name, index in request.special.items()}
         totals = {"dtype": torch.float64, "device": device}
-        extra = [n for n, asked in (("window_error", request.window), ("copy_weight",
-                 request.copy_sources)) if asked is not None]  # fmt: skip
-        plain = [n for n in PER_QUERY if n != "contribution_norm" or request.output_weight
-                 is not None]  # fmt: skip
+        extra = [
+            n
+            for n, asked in (
+                ("window_error", request.window),
+                ("copy_weight", request.copy_sources),
+            )
+            if asked is not None
+        ]
+        plain = [
+            n for n in PER_QUERY if n != "contribution_norm" or request.output_weight is not None
+        ]
         names = (*plain, *self.special, *extra)
         self.sums = {name: torch.zeros(heads, **totals) for name in names}
         self.received = torch.zeros(heads, k_len, **totals)
@@ -230,8 +237,15 @@ class StreamingSums:
         seen = self.counted[:, None, None, rows] @ weights  # (batch, head, 1, keys), no copy
         part = ChunkSums(rows, sums, seen.sum(dim=(0, 2)).to(torch.float64))
         if self.request.window is not None:
-            error = window_error(weights, values, outputs, positions, self.request.window,
-                                 causal=causal_keys, sink_logits=self.sink_logits)  # fmt: skip
+            error = window_error(
+                weights,
+                values,
+                outputs,
+                positions,
+                self.request.window,
+                causal=causal_keys,
+                sink_logits=self.sink_logits,
+            )
             sums["window_error"] = (error * weight).sum(dim=(0, 2)).to(torch.float64)
         if self.sources is not None:
             self._chunk_copies(weights, rows, part)
@@ -310,8 +324,9 @@ class StreamingSums:
             rows = torch.zeros(self.blocks.shape[1], dtype=torch.float64)
             rows.index_add_(0, (absolute // size).cpu(), self.counted.sum(0).double().cpu())
             blocks = self.blocks.cpu()
-        return HeadSums(sums, self.received.cpu(), int(self.counted.sum()), n_prev, n_copy,
-                        hits, blocks, rows)  # fmt: skip
+        return HeadSums(
+            sums, self.received.cpu(), int(self.counted.sum()), n_prev, n_copy, hits, blocks, rows
+        )
 
 
 def window_error(

@@ -31,8 +31,11 @@ class TalkingHeadsAttention(MultiHeadAttention):
     intervention sites of ``headlab.attention.interventions``."""
 
     def __init__(self, embed_dim: int, num_heads: int, **kwargs: object) -> None:
-        allowed = {"num_kv_heads": (None, num_heads), "kdim": (None, embed_dim),
-                   "vdim": (None, embed_dim)}  # fmt: skip
+        allowed = {
+            "num_kv_heads": (None, num_heads),
+            "kdim": (None, embed_dim),
+            "vdim": (None, embed_dim),
+        }
         for option in ("add_bias_kv", "add_zero_attn", "num_kv_heads", "kdim", "vdim"):
             if kwargs.get(option) not in allowed.get(option, (None, False)):
                 raise ValueError(f"TalkingHeadsAttention does not support {option}")
@@ -125,6 +128,10 @@ class TalkingHeadsAttention(MultiHeadAttention):
         if attn_mask is not None:
             raise ValueError("TalkingHeadsAttention does not support attn_mask")
         return super().trace(
-            query, key, value, key_padding_mask=key_padding_mask, is_causal=is_causal,
+            query,
+            key,
+            value,
+            key_padding_mask=key_padding_mask,
+            is_causal=is_causal,
             head_mask=head_mask,
-        )  # fmt: skip
+        )

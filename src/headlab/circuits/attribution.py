@@ -103,8 +103,10 @@ def _receiver_keys(graph: Graph, edges: Sequence[Edge], indices) -> tuple[dict, 
         if receiver not in layer_of:
             layer_of[receiver] = None if receiver == LOGITS else graph.node(receiver).layer
         by_layer.setdefault(layer_of[receiver], []).append(i)
-    keys = {layer: list(dict.fromkeys((edges[i].receiver, edges[i].input) for i in found))
-            for layer, found in by_layer.items()}  # fmt: skip
+    keys = {
+        layer: list(dict.fromkeys((edges[i].receiver, edges[i].input) for i in found))
+        for layer, found in by_layer.items()
+    }
     return by_layer, keys
 
 
@@ -114,8 +116,9 @@ def _group(patcher: Patcher, edges: Sequence[Edge], node, indices, rows) -> _Gro
     order = {node.name: i for i, node in enumerate(graph.nodes)}  # the order they write
     senders = sorted(dict.fromkeys(edges[i].sender for i in indices), key=order.__getitem__)
     row = {name: i for i, name in enumerate(senders)}
-    reach = {layer: 1 + max(row[edges[i].sender] for i in found)
-             for layer, found in by_layer.items()}  # fmt: skip
+    reach = {
+        layer: 1 + max(row[edges[i].sender] for i in found) for layer, found in by_layer.items()
+    }
     chunks = _chunks(list(keys))
     widest = max(sum(len(keys[layer]) for layer in chunk) for chunk in chunks)
     step = rows or _rows_step(patcher, len(senders), widest)
@@ -125,8 +128,7 @@ def _group(patcher: Patcher, edges: Sequence[Edge], node, indices, rows) -> _Gro
 def _chunks(layers: list[int | None]) -> list[list[int | None]]:
     """The receiver layers in order (the logits last), ``LAYERS_PER_PRODUCT`` at a time."""
     ordered = sorted(layers, key=lambda layer: float("inf") if layer is None else layer)
-    return [ordered[i : i + LAYERS_PER_PRODUCT]
-            for i in range(0, len(ordered), LAYERS_PER_PRODUCT)]  # fmt: skip
+    return [ordered[i : i + LAYERS_PER_PRODUCT] for i in range(0, len(ordered), LAYERS_PER_PRODUCT)]
 
 
 def _plans(runner: Runner, graph: Graph, keys: dict, known: dict) -> dict:
@@ -185,8 +187,11 @@ def attribution_scores(
     everything = range(len(edges))
     if own:
         mine = [sender_node(graph, e.sender) for e in edges]
-        groups = [_group(patcher, edges, node, [i for i in everything if mine[i] == node], rows)
-                  for node in moved if node in mine]  # fmt: skip
+        groups = [
+            _group(patcher, edges, node, [i for i in everything if mine[i] == node], rows)
+            for node in moved
+            if node in mine
+        ]
     else:
         groups = [_group(patcher, edges, node, everything, rows) for node in moved]
     clean0, corrupted0 = patcher.clean.resid[0], patcher.corrupted.resid[0]
@@ -211,8 +216,10 @@ def attribution_scores(
         first = min(len(patcher.runner.blocks) if k is None else k for k in group.by_layer)
         plans = _plans(patcher.runner, graph, group.keys, known)
         # per receiver layer: (sender, receiver input) sums over the runs and blocks of rows
-        totals = {layer: torch.zeros(group.reach[layer], len(keys), dtype=torch.float64)
-                  for layer, keys in group.keys.items()}  # fmt: skip
+        totals = {
+            layer: torch.zeros(group.reach[layer], len(keys), dtype=torch.float64)
+            for layer, keys in group.keys.items()
+        }
         for alpha in alphas:
             if node is None and alpha != 1:
                 hidden, start = corrupted0 + alpha * (clean0 - corrupted0), 0
@@ -222,9 +229,15 @@ def attribution_scores(
             if node is None and alpha == 1 and "run" in prepared:
                 run = prepared.pop("run")
             else:
-                run = gradient_run(patcher, hidden, node is None and alpha == 1, start,
-                                   moved_hooks(patcher, node, alpha), set(group.by_layer),
-                                   plans)  # fmt: skip
+                run = gradient_run(
+                    patcher,
+                    hidden,
+                    node is None and alpha == 1,
+                    start,
+                    moved_hooks(patcher, node, alpha),
+                    set(group.by_layer),
+                    plans,
+                )
             advance()
             for begin in range(0, pos, step):
                 block_rows = slice(begin, min(begin + step, pos))
@@ -236,8 +249,9 @@ def attribution_scores(
                     grads = flat.new_empty(width, flat.shape[1])  # (receiver, b * rows * e)
                     at = 0
                     for layer in chunk:
-                        for g in receiver_rows(patcher, run, layer, group.keys[layer],
-                                               plans.get(layer), block_rows):  # fmt: skip
+                        for g in receiver_rows(
+                            patcher, run, layer, group.keys[layer], plans.get(layer), block_rows
+                        ):
                             grads[at].copy_(g.reshape(-1))
                             at += 1
                         advance()
@@ -254,8 +268,7 @@ def attribution_scores(
         for layer, indices in group.by_layer.items():
             column = {key: j for j, key in enumerate(group.keys[layer])}
             at_row = torch.tensor([row[edges[i].sender] for i in indices])
-            at_column = torch.tensor([column[(edges[i].receiver, edges[i].input)]
-                                      for i in indices])  # fmt: skip
+            at_column = torch.tensor([column[(edges[i].receiver, edges[i].input)] for i in indices])
             scores[indices] += totals[layer][at_row, at_column]
     return scores / (len(alphas) * (1 if own else len(moved)))
 
@@ -317,8 +330,7 @@ def edge_attribution(
     elif method == "eap-ig":  # Hanna et al.'s get_scores_eap_ig: k = 0 .. steps - 1
         scores = attribution_scores(patcher, parsed, [k / steps for k in range(steps)], progress)
     else:
-        scores = activation_scores(patcher, parsed, steps, method == "eap-ig-activations",
-                                   progress)  # fmt: skip
+        scores = activation_scores(patcher, parsed, steps, method == "eap-ig-activations", progress)
     return EdgeScores(
         method=method,
         metric=metric.kind,

@@ -24,8 +24,10 @@ def circuit_blocks(model: RunnableModel) -> list[Block]:
     another stream, or one whose blocks the model cannot read (its own one-line reason)."""
     if not isinstance(model, RunnableModel):
         name = getattr(model, "name", type(model).__name__)
-        raise ValueError(f"{name} does not give its blocks (the run protocol: streams, blocks, "
-                         "run_blocks, unembed)")  # fmt: skip
+        raise ValueError(
+            f"{name} does not give its blocks (the run protocol: streams, blocks, "
+            "run_blocks, unembed)"
+        )
     if not getattr(model, "causal", False):
         raise ValueError(
             f"{model.name} is not a decoder: circuits need the residual stream of a causal "

@@ -196,8 +196,9 @@ class CircuitPatcher:
                 mixed = run_heads.clone()
                 mixed[:, heads] = p.corrupted.head_outputs[layer][:, heads]
                 # the MLP of the receiver's own layer is no sender of it: held at any value
-                run_mlp = self._run_mlp[layer][rows] if layer in self._run_mlp else \
-                    p.clean.mlp[layer]  # fmt: skip
+                run_mlp = (
+                    self._run_mlp[layer][rows] if layer in self._run_mlp else p.clean.mlp[layer]
+                )
                 mixed_mlp = p.corrupted.mlp[layer] if mlp[0] else run_mlp
                 wanted[layer].append((rows, mixed, run_heads, mixed_mlp, run_mlp))
         for layer, items in wanted.items():
@@ -272,8 +273,7 @@ class CircuitPatcher:
             self._splice_hooks(stack, layer, spliced)
 
         copies = stream.shape[0] // self.patcher.batch
-        return self.runner.forward(layer, stream, copies, hooks,
-                                   stop=StopAt(layer, "head_outputs"))  # fmt: skip
+        return self.runner.forward(layer, stream, copies, hooks, stop=StopAt(layer, "head_outputs"))
 
     def _mlp(self, layer: int, shifted: Tensor, heads: Tensor) -> Tensor:
         """The MLP's output on its shifted input (the layer's heads held at this run's)."""
@@ -311,8 +311,10 @@ class ReceiverEdges:
             key = (edge.receiver, edge.input)
             start, count = self.ranges.get(key, (i, 0))
             if start + count != i or self.sender_index.get(edge.sender) != count:
-                raise ValueError(f"the senders into {edge.receiver} <{edge.input}> are not the "
-                                 "first senders in the order they write")  # fmt: skip
+                raise ValueError(
+                    f"the senders into {edge.receiver} <{edge.input}> are not the "
+                    "first senders in the order they write"
+                )
             self.ranges[key] = (start, count + 1)
 
     def of(self, keys) -> tuple[list[int], int]:

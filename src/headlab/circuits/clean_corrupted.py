@@ -43,8 +43,9 @@ class TaskPairs:
         for name in ("corrupted", "mask", "answers", "wrong"):
             value = getattr(self, name)
             if value is not None and tuple(value.shape) != shape:
-                raise ValueError(f"{name} must have the clean ids' shape {shape}, got "
-                                 f"{tuple(value.shape)}")  # fmt: skip
+                raise ValueError(
+                    f"{name} must have the clean ids' shape {shape}, got {tuple(value.shape)}"
+                )
         if not bool(self.mask.any(1).all()):
             raise ValueError("every pair needs at least one position the metric reads")
 
@@ -78,9 +79,11 @@ def check_positions(tokens: int, positions: int | None, what: str) -> None:
     ``what`` (a task's inputs, a line's text) has more ``tokens`` than the model has
     ``positions`` (None: no limit known)."""
     if positions is not None and tokens > positions:
-        raise ValueError(f"{what} has {tokens} tokens, more than the model's {positions} "
-                         "positions (max_position_embeddings): a position past them has no "
-                         "embedding or was never trained")  # fmt: skip
+        raise ValueError(
+            f"{what} has {tokens} tokens, more than the model's {positions} "
+            "positions (max_position_embeddings): a position past them has no "
+            "embedding or was never trained"
+        )
 
 
 __all__ = ["METRICS", "TaskPairs", "check_positions", "last_position_answers"]

@@ -88,8 +88,14 @@ class LayerWeights:
         = (R_q, R_k); W_Q -> R_q W_Q, W_K -> R_k W_K per head (no W_Q: unchanged)."""
         if self.w_q is None:
             return self
-        return LayerWeights(rotation[0] @ self.w_q, rotation[1] @ self.w_k, self.w_v, self.w_o,
-                            self.heads, self.kv_heads)  # fmt: skip
+        return LayerWeights(
+            rotation[0] @ self.w_q,
+            rotation[1] @ self.w_k,
+            self.w_v,
+            self.w_o,
+            self.heads,
+            self.kv_heads,
+        )
 
 
 def _gram(a: Tensor) -> Tensor:
@@ -251,7 +257,9 @@ def composition_scores(
         baselines=baselines,
         folded_layers=folded,
         folded="the scale of each layer's input norm (RMSNorm/LayerNorm weight) into its W_Q, "
-        "W_K, W_V" if fold else "nothing",
+        "W_K, W_V"
+        if fold
+        else "nothing",
         not_folded="the normalisation itself (division by RMS/std, mean subtraction), biases, "
         "QK-norm, norms after W_O, MLPs",
         rotary=ROTARY if offsets is None else rotary_aware(offsets),
@@ -289,17 +297,26 @@ def _as_lists(scores: Tensor) -> list[list[float | None]]:
 
 
 def random_baseline(
-    embed: int, sender_d_head: int, receiver_d_head: int, group_size: int = 1,
-    samples: int = 64, seed: int = 0, rotation: Tensor | None = None,
-) -> Baseline:  # fmt: skip
+    embed: int,
+    sender_d_head: int,
+    receiver_d_head: int,
+    group_size: int = 1,
+    samples: int = 64,
+    seed: int = 0,
+    rotation: Tensor | None = None,
+) -> Baseline:
     """The score of random matrices of the same shapes: a sender (W_O (embed, d_s), W_V
     (d_s, embed)) and a receiver group of ``group_size`` query heads sharing W_K and W_V, every
     entry standard normal (the score does not depend on each factor's scale), ``samples``
     draws from ``seed``; the mean and standard deviation of each mode's score (of the group's
     first query head for "q", "k", "v"). ``rotation``: the rotary-aware scores' rotations
     (``pair_scores``), applied to the random receiver as to the model's."""
-    sizes = {"embed": embed, "sender_d_head": sender_d_head,
-             "receiver_d_head": receiver_d_head, "group_size": group_size}  # fmt: skip
+    sizes = {
+        "embed": embed,
+        "sender_d_head": sender_d_head,
+        "receiver_d_head": receiver_d_head,
+        "group_size": group_size,
+    }
     for name, value in sizes.items():
         check_int(name, value, low=1, high=1 << 20)
     check_int("samples", samples, low=1, high=100_000)
@@ -310,13 +327,17 @@ def random_baseline(
 
     drawn = {m: [] for m in MODES + GROUP_MODES}
     for _ in range(samples):
-        sender = LayerWeights(None, None, draw(1, sender_d_head, embed),
-                              draw(1, embed, sender_d_head), 1, 1)  # fmt: skip
+        sender = LayerWeights(
+            None, None, draw(1, sender_d_head, embed), draw(1, embed, sender_d_head), 1, 1
+        )
         receiver = LayerWeights(
-            draw(group_size, receiver_d_head, embed), draw(1, receiver_d_head, embed),
-            draw(1, receiver_d_head, embed), draw(group_size, embed, receiver_d_head),
-            group_size, 1,
-        )  # fmt: skip
+            draw(group_size, receiver_d_head, embed),
+            draw(1, receiver_d_head, embed),
+            draw(1, receiver_d_head, embed),
+            draw(group_size, embed, receiver_d_head),
+            group_size,
+            1,
+        )
         for mode, block in pair_scores(sender, receiver, rotation).items():
             drawn[mode].append(float(block[0, 0]))
     values = {m: torch.tensor(v, dtype=torch.float64) for m, v in drawn.items()}

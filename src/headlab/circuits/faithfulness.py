@@ -86,14 +86,18 @@ def faithfulness_curves(
     """One curve per selection ("top" or "greedy"), all against the same random circuits
     (measured once, in the same runs). ValueError for fractions outside (0, 1] or not
     increasing, seeds < 1, an unknown or repeated selection."""
-    if not fractions or any(not 0 < f <= 1 for f in fractions) or list(fractions) != sorted(
-        set(fractions)
+    if (
+        not fractions
+        or any(not 0 < f <= 1 for f in fractions)
+        or list(fractions) != sorted(set(fractions))
     ):
         raise ValueError(f"fractions must increase within (0, 1], got {list(fractions)}")
     if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
         raise ValueError(f"seeds must be an integer >= 1, got {seeds!r}")
-    if not selections or len(set(selections)) != len(selections) or any(
-        s not in ("top", "greedy") for s in selections
+    if (
+        not selections
+        or len(set(selections)) != len(selections)
+        or any(s not in ("top", "greedy") for s in selections)
     ):
         raise ValueError(f"selections must be distinct of top, greedy, got {list(selections)}")
     edges = [e.name for e in circuits.graph.edges]

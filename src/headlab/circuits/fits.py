@@ -53,11 +53,14 @@ def _shape(config) -> dict[str, int]:
     heads = size("num_attention_heads", default=1)
     head_dim = size("head_dim", default=max(1, width // heads))
     return {
-        "layers": size("num_hidden_layers", default=1), "width": width, "heads": heads,
-        "kv_heads": size("num_key_value_heads", default=heads), "head_dim": head_dim,
+        "layers": size("num_hidden_layers", default=1),
+        "width": width,
+        "heads": heads,
+        "kv_heads": size("num_key_value_heads", default=heads),
+        "head_dim": head_dim,
         "mlp": size("intermediate_size", "n_inner", default=4 * width),
         "vocab": size("vocab_size", default=1),
-    }  # fmt: skip
+    }
 
 
 def memory_terms(request: CircuitRequest, config, batch: int, pos: int) -> dict[str, int]:
@@ -82,8 +85,9 @@ def memory_terms(request: CircuitRequest, config, batch: int, pos: int) -> dict[
     terms = {
         f"{lower} (the clean and corrupted runs)": 2 * FLOAT * positions * stream,
         f"{lower} (logits over the vocabulary of {vocab})": 3 * FLOAT * positions * vocab,
-        f"{lower} (one forward's activations)": FLOAT * positions * (8 * width + 2 * shape["mlp"]
-                                                                     + 4 * query),
+        f"{lower} (one forward's activations)": FLOAT
+        * positions
+        * (8 * width + 2 * shape["mlp"] + 4 * query),
         "torch's first backward and the allocator (fixed)": OVERHEAD,
     }
     if request.method == "head-patching":  # no backward: the copies of each patched run
@@ -103,5 +107,8 @@ def check_fits_model(request: CircuitRequest, outline) -> None:
     whose run would not fit in memory (the estimate, and what lowers its largest part)."""
     batch, pos = task_shape(request, outline)
     terms = memory_terms(request, outline.config, batch, pos)
-    check_fits(f"circuits --method {request.method} on {batch} pairs of {pos} tokens",
-               sum(terms.values()), max((size, advice) for advice, size in terms.items())[1])
+    check_fits(
+        f"circuits --method {request.method} on {batch} pairs of {pos} tokens",
+        sum(terms.values()),
+        max((size, advice) for advice, size in terms.items())[1],
+    )

@@ -40,8 +40,9 @@ def norms_of(module: nn.Module) -> list[nn.Module]:
 def norms_outside(parts) -> list[nn.Module]:
     """The norms of a block's modules (the transformers route's ``HFBlockParts``) outside its
     MLP."""
-    inside = {id(m) for mlp in (parts.mlp_in, parts.mlp_out) if mlp is not None
-              for m in norms_of(mlp)}  # fmt: skip
+    inside = {
+        id(m) for mlp in (parts.mlp_in, parts.mlp_out) if mlp is not None for m in norms_of(mlp)
+    }
     return [m for m in norms_of(parts.module) if id(m) not in inside]
 
 
@@ -58,9 +59,7 @@ def norm_form(module: nn.Module) -> tuple[Tensor, Tensor]:
     return norm_scale(module, width), shift[0, 0]
 
 
-def held_scale(
-    x: Tensor, y: Tensor, form: tuple[Tensor, Tensor]
-) -> tuple[bool, Tensor]:
+def held_scale(x: Tensor, y: Tensor, form: tuple[Tensor, Tensor]) -> tuple[bool, Tensor]:
     """(centred, 1/s) of a norm of ``form`` (g, b) that gave ``y`` for ``x``: whether it
     subtracts the mean, and (..., 1) one over each row's scale, read from its output. ValueError
     where its output is no such map of its input."""

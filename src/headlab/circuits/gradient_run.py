@@ -79,8 +79,9 @@ def gradient_run(
     resid: list = list(patcher.clean.resid[:n])
     heads: list = list(patcher.clean.head_outputs)
     kept = None if clean else (resid, heads)
-    got = _backward(patcher.runner, patcher.metric, hidden, start, moving, layers, plans or {},
-                    kept)  # fmt: skip
+    got = _backward(
+        patcher.runner, patcher.metric, hidden, start, moving, layers, plans or {}, kept
+    )
     return _assembled(got, resid, heads, plans or {})
 
 
@@ -116,9 +117,15 @@ def clean_gradient_run(
 
 
 def _backward(
-    runner: Runner, metric, hidden: Tensor, start: int, moving, layers: Collection[int] | None,
-    plans: dict[int, SlicedReceivers | None], kept: tuple[list, list] | None,
-) -> dict[tuple, Tensor]:  # fmt: skip
+    runner: Runner,
+    metric,
+    hidden: Tensor,
+    start: int,
+    moving,
+    layers: Collection[int] | None,
+    plans: dict[int, SlicedReceivers | None],
+    kept: tuple[list, list] | None,
+) -> dict[tuple, Tensor]:
     """One forward from ``hidden`` at layer ``start`` and the backward of ``metric``: the
     gradients gradient_run keeps, by (layer, site or projection or "mlp") and ("final",).
     kept: the lists where the stream entering each block and the head outputs go (None: they
@@ -164,8 +171,10 @@ def _assembled(
     got: dict[tuple, Tensor], resid: list, heads: list, plans: dict[int, SlicedReceivers | None]
 ) -> GradientRun:
     n = len(heads)
-    output_grads = [[got[(i, j)] for j in range(len(plans[i].modules))] if plans.get(i) else []
-                    for i in range(n)]  # fmt: skip
+    output_grads = [
+        [got[(i, j)] for j in range(len(plans[i].modules))] if plans.get(i) else []
+        for i in range(n)
+    ]
     return GradientRun(
         resid=resid,
         head_outputs=heads,
@@ -177,9 +186,13 @@ def _assembled(
 
 
 def _attention_input_grads(
-    patcher: Patcher, run: GradientRun, layer: int, receivers: list[Receiver],
-    plan: SlicedReceivers | None, rows: slice,
-) -> list[Tensor]:  # fmt: skip
+    patcher: Patcher,
+    run: GradientRun,
+    layer: int,
+    receivers: list[Receiver],
+    plan: SlicedReceivers | None,
+    rows: slice,
+) -> list[Tensor]:
     """dm/dx_v at the positions ``rows`` for each of ``receivers`` ((site, head or group) of
     ``layer``), each (batch, rows, embed_dim): the sliced path where ``plan`` is one, else the
     generic (receiver_grads.py)."""
@@ -208,17 +221,23 @@ def _mlp_input_grad(patcher: Patcher, run: GradientRun, layer: int, rows: slice)
 
 
 def receiver_rows(
-    patcher: Patcher, run: GradientRun, layer: int | None, keys: list[tuple[str, str]],
-    plan: SlicedReceivers | None, rows: slice,
-) -> list[Tensor]:  # fmt: skip
+    patcher: Patcher,
+    run: GradientRun,
+    layer: int | None,
+    keys: list[tuple[str, str]],
+    plan: SlicedReceivers | None,
+    rows: slice,
+) -> list[Tensor]:
     """dm/dx_v at ``rows`` for the receiver inputs ``keys`` of ``layer`` (None: the logits)."""
     if layer is None:
         return [run.final_grad[:, rows]]
     attention = attention_receivers(patcher.graph, keys)
-    grads = iter(_attention_input_grads(patcher, run, layer, attention, plan, rows)
-                 if attention else [])  # fmt: skip
-    return [_mlp_input_grad(patcher, run, layer, rows) if s == "in" else next(grads)
-            for _, s in keys]  # fmt: skip
+    grads = iter(
+        _attention_input_grads(patcher, run, layer, attention, plan, rows) if attention else []
+    )
+    return [
+        _mlp_input_grad(patcher, run, layer, rows) if s == "in" else next(grads) for _, s in keys
+    ]
 
 
 def attention_receivers(graph: Graph, keys: list[tuple[str, str]]) -> list[Receiver]:
@@ -226,5 +245,9 @@ def attention_receivers(graph: Graph, keys: list[tuple[str, str]]) -> list[Recei
 
 
 __all__ = [
-    "GradientRun", "attention_receivers", "clean_gradient_run", "gradient_run", "receiver_rows",
-]  # fmt: skip
+    "GradientRun",
+    "attention_receivers",
+    "clean_gradient_run",
+    "gradient_run",
+    "receiver_rows",
+]

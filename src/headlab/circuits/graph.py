@@ -198,8 +198,9 @@ def _build(layers: Sequence[LayerShape]) -> tuple[tuple[Node, ...], tuple[Edge, 
         if shape.grouped:
             size = shape.group_size
             members = [tuple(range(g * size, g * size + size)) for g in range(shape.num_kv_heads)]
-            groups = [Node(group_name(layer, g), "group", layer, g, m)
-                      for g, m in enumerate(members)]  # fmt: skip
+            groups = [
+                Node(group_name(layer, g), "group", layer, g, m) for g, m in enumerate(members)
+            ]
         nodes += heads + groups
         for head in heads:
             edges += [Edge(s, head.name, "q") for s in written]

@@ -103,13 +103,15 @@ def head_patching(
     streams = [(block.index, "resid_in") for block in runner.blocks]
     keys = needed_sites(nodes) + streams
     with torch.no_grad():
-        clean_sites, clean_logits, clean_value, _ = site_run(runner, runner.stream_in(), keys,
-                                                             metric, grad=False)  # fmt: skip
+        clean_sites, clean_logits, clean_value, _ = site_run(
+            runner, runner.stream_in(), keys, metric, grad=False
+        )
         if metric.kind == "kl":
             metric = metric.with_reference(clean_logits)
         corrupted_in = Runner(model, corrupted, mask, metric.positions).stream_in()
-        corrupted_sites, _, corrupted_value, _ = site_run(runner, corrupted_in,
-                                                          needed_sites(nodes), metric, False)
+        corrupted_sites, _, corrupted_value, _ = site_run(
+            runner, corrupted_in, needed_sites(nodes), metric, False
+        )
     pos = clean.shape[1]
     # with by_position, every position alone and then every position at once (the score)
     places: list[int | None] = [None] + (list(range(pos)) if by_position else [])

@@ -60,8 +60,10 @@ class Metric:
             if not callable(self.function):
                 raise ValueError(f"function must be callable, got {type(self.function).__name__}")
             if self.kind in METRIC_KINDS or not self.kind:
-                raise ValueError(f"a metric function needs a name of its own (not one of "
-                                 f"{', '.join(METRIC_KINDS)}), got {self.kind!r}")  # fmt: skip
+                raise ValueError(
+                    f"a metric function needs a name of its own (not one of "
+                    f"{', '.join(METRIC_KINDS)}), got {self.kind!r}"
+                )
         elif self.kind not in METRIC_KINDS:
             raise ValueError(f"metric must be one of {', '.join(METRIC_KINDS)}, got {self.kind!r}")
         if self.kind == "prob_diff" and (self.candidates is None or self.signs is None):
@@ -84,8 +86,11 @@ class Metric:
     def check_vocab(self, vocab: int) -> None:
         """ValueError for an answer token outside ``vocab`` (where the metric counts it)."""
         counted = self.weight > 0  # (batch, n_kept); the other entries are placeholders
-        named = (("answer", self.answers), ("wrong-answer", self.wrong),
-                 ("candidate", self.candidates))  # fmt: skip
+        named = (
+            ("answer", self.answers),
+            ("wrong-answer", self.wrong),
+            ("candidate", self.candidates),
+        )
         for name, ids in named:
             if ids is not None and ids.shape == counted.shape:
                 ids = ids[counted]
@@ -132,8 +137,10 @@ class Metric:
             per = self.function(copy)
             if not isinstance(per, Tensor) or tuple(per.shape) != (b, n_kept):
                 got = tuple(per.shape) if isinstance(per, Tensor) else type(per).__name__
-                raise ValueError(f"metric {self.kind!r} must return (batch, n_kept) = "
-                                 f"({b}, {n_kept}) values, got {got}")  # fmt: skip
+                raise ValueError(
+                    f"metric {self.kind!r} must return (batch, n_kept) = "
+                    f"({b}, {n_kept}) values, got {got}"
+                )
             out.append(per)
         return torch.stack(out)  # (copies, batch, n_kept)
 

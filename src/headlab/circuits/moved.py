@@ -34,8 +34,9 @@ def moved_hooks(patcher: Patcher, moved: Moved | None, alpha: float):
         return lambda stack: None
     block = patcher.runner.blocks[moved.layer]
     ends = (patcher.clean, patcher.corrupted)
-    clean, corrupted = ((c.head_outputs if moved.kind == "attention" else c.mlp)[moved.layer]
-                        for c in ends)  # fmt: skip
+    clean, corrupted = (
+        (c.head_outputs if moved.kind == "attention" else c.mlp)[moved.layer] for c in ends
+    )
     value = (corrupted + alpha * (clean - corrupted)).detach()
 
     def to_value(t: Tensor) -> Tensor:

@@ -65,8 +65,10 @@ def site_run(
         grads = None
         if grad:
             got = torch.autograd.grad(value, [store[k] for k in keys], allow_unused=True)
-            grads = {k: torch.zeros_like(store[k]) if g is None else g.detach()
-                     for k, g in zip(keys, got, strict=True)}  # fmt: skip
+            grads = {
+                k: torch.zeros_like(store[k]) if g is None else g.detach()
+                for k, g in zip(keys, got, strict=True)
+            }
     return {k: t.detach() for k, t in store.items()}, logits.detach(), float(value.detach()), grads
 
 
@@ -123,7 +125,8 @@ def node_attribution(
 
     # the clean run first: a KL metric takes its logits as the reference
     clean_sites, clean_logits, clean_value, grads = site_run(
-        runner, clean_in, keys, metric, grad=method == "nodes")
+        runner, clean_in, keys, metric, grad=method == "nodes"
+    )
     advance()
     if metric.kind == "kl":
         metric = metric.with_reference(clean_logits)

@@ -17,17 +17,18 @@ from headlab.results.node_scores import NODE_METHODS, NodeScores
 
 
 def run_nodes(
-    model, prepared: Prepared, on_step: Step | None = None,
+    model,
+    prepared: Prepared,
+    on_step: Step | None = None,
     on_stage: Callable[[str], None] | None = None,
-) -> NodeScores:  # fmt: skip
+) -> NodeScores:
     """The run of the module docstring. ``on_stage(name)`` when a stage starts ("performance",
     "scores"), ``on_step(done, total)`` within it (the runs)."""
     from headlab.circuits.task_performance import task_metric, task_performance
 
     request, pairs = prepared.request, prepared.pairs
     if request.method not in NODE_METHODS:
-        raise ValueError(f"method must be one of {', '.join(NODE_METHODS)}, got "
-                         f"{request.method!r}")  # fmt: skip
+        raise ValueError(f"method must be one of {', '.join(NODE_METHODS)}, got {request.method!r}")
     with _stage(on_stage, "performance"):
         performance = task_performance(model, pairs)
     metric = task_metric(pairs)
@@ -35,15 +36,27 @@ def run_nodes(
         if request.method == "head-patching":
             from headlab.circuits.head_patching import head_patching
 
-            scores = head_patching(model, pairs.clean, pairs.corrupted, metric,
-                                   by_position=request.by_position, progress=on_step)  # fmt: skip
+            scores = head_patching(
+                model,
+                pairs.clean,
+                pairs.corrupted,
+                metric,
+                by_position=request.by_position,
+                progress=on_step,
+            )
         else:
             from headlab.circuits.node_attribution import node_attribution
 
-            scores = node_attribution(model, pairs.clean, pairs.corrupted, metric,
-                                      method=request.method, steps=request.steps,
-                                      by_position=request.by_position,
-                                      progress=on_step)  # fmt: skip
+            scores = node_attribution(
+                model,
+                pairs.clean,
+                pairs.corrupted,
+                metric,
+                method=request.method,
+                steps=request.steps,
+                by_position=request.by_position,
+                progress=on_step,
+            )
     return dataclasses.replace(scores, task=pairs.task, performance=performance)
 
 

@@ -87,5 +87,12 @@ class NodeSites:
         return unit_slice(node, self.corrupted[key]) - unit_slice(node, self.clean[key])
 
 
-__all__ = ["NodeSites", "SiteKey", "keep_sites", "needed_sites", "unit_sites", "unit_slice",
-           "units"]  # fmt: skip
+__all__ = [
+    "NodeSites",
+    "SiteKey",
+    "keep_sites",
+    "needed_sites",
+    "unit_sites",
+    "unit_slice",
+    "units",
+]

@@ -272,8 +272,11 @@ class Patcher:
         groups: dict[tuple[int, str], list[int]] = defaultdict(list)
         for i, edge in enumerate(parsed):
             node = self.graph.node(edge.receiver)
-            kind = "logits" if edge.receiver == LOGITS else (
-                "mlp" if node.kind == "mlp" else "attention")  # fmt: skip
+            kind = (
+                "logits"
+                if edge.receiver == LOGITS
+                else ("mlp" if node.kind == "mlp" else "attention")
+            )
             groups[(node.layer, kind)].append(i)
         out = torch.zeros(len(parsed), dtype=torch.float64)
         done = 0

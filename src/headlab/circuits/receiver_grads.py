@@ -48,9 +48,13 @@ CHECK_TOLERANCE = 1e-4
 
 
 def site_input_grads(
-    runner: Runner, layer: int, x: Tensor, rows: slice, site_grads: dict[str, Tensor],
+    runner: Runner,
+    layer: int,
+    x: Tensor,
+    rows: slice,
+    site_grads: dict[str, Tensor],
     receivers: list[Receiver],
-) -> Tensor:  # fmt: skip
+) -> Tensor:
     """(receiver, batch, rows, embed_dim) the generic path: x (batch, rows, embed_dim) the
     stream at the positions ``rows``; site_grads: "q", "k", "v" -> (batch, head, rows, d_head)
     the metric's gradient at the sites at those positions."""
@@ -103,10 +107,12 @@ class SlicedReceivers:
                 scaled.pow(2).sum(-1, keepdim=True).clamp_min(tiny)
             )  # (batch, rows, 1): 1/s, read from the norm's output
             x_hat = (centred * inv_s).reshape(b * rows, width)
-            y = torch.stack([
-                output_grads[m].index_select(-1, cols) * inv_s
-                for m, cols in zip(self.module_of, self.columns, strict=True)
-            ]).reshape(count, b * rows, d_head)  # fmt: skip
+            y = torch.stack(
+                [
+                    output_grads[m].index_select(-1, cols) * inv_s
+                    for m, cols in zip(self.module_of, self.columns, strict=True)
+                ]
+            ).reshape(count, b * rows, d_head)
             out = torch.bmm(y, self.weights)  # (receiver, batch * rows, embed_dim)
             along = x_hat @ self.weights.reshape(count * d_head, width).t()
             along = along.reshape(b * rows, count, d_head).transpose(0, 1)
@@ -144,16 +150,30 @@ def _plan(runner: Runner, layer: int, receivers: list[Receiver]) -> SlicedReceiv
         rows.append(projection.weight().detach()[cols])
     weights = torch.stack(rows) * scale  # (receiver, d_head, embed_dim)
     with torch.no_grad():
-        shift = norm(torch.zeros(1, 1, weights.shape[-1], dtype=weights.dtype,
-                                 device=weights.device))[0, 0]  # fmt: skip
-    return SlicedReceivers(receivers, modules, module_of, columns, weights.contiguous(),
-                           weights.sum(-1), norm, scale.to(weights.dtype), shift)  # fmt: skip
+        shift = norm(
+            torch.zeros(1, 1, weights.shape[-1], dtype=weights.dtype, device=weights.device)
+        )[0, 0]
+    return SlicedReceivers(
+        receivers,
+        modules,
+        module_of,
+        columns,
+        weights.contiguous(),
+        weights.sum(-1),
+        norm,
+        scale.to(weights.dtype),
+        shift,
+    )
 
 
 def output_grads_at(
-    runner: Runner, layer: int, x: Tensor, rows: slice, modules: list[nn.Module],
+    runner: Runner,
+    layer: int,
+    x: Tensor,
+    rows: slice,
+    modules: list[nn.Module],
     site_grads: dict[str, Tensor],
-) -> list[Tensor]:  # fmt: skip
+) -> list[Tensor]:
     """Per module, (batch, rows, out) the gradient at its output of sum over sites of
     site . site_grads (one backward from the sites)."""
     kept: dict[int, Tensor] = {}
@@ -165,8 +185,11 @@ def output_grads_at(
         seen = runner.values(layer, x.detach().clone().requires_grad_(True), 1, hooks, rows)
         outputs = [kept[j] for j in range(len(modules))]
         sites = sorted(site_grads)
-        return list(torch.autograd.grad([seen[s] for s in sites], outputs,
-                                        [site_grads[s] for s in sites], allow_unused=True))
+        return list(
+            torch.autograd.grad(
+                [seen[s] for s in sites], outputs, [site_grads[s] for s in sites], allow_unused=True
+            )
+        )
 
 
 def sliced_receivers(
@@ -202,6 +225,11 @@ def sliced_receivers(
 
 
 __all__ = [
-    "CHECK_ROWS", "CHECK_TOLERANCE", "Receiver", "SlicedReceivers", "output_grads_at",
-    "site_input_grads", "sliced_receivers",
-]  # fmt: skip
+    "CHECK_ROWS",
+    "CHECK_TOLERANCE",
+    "Receiver",
+    "SlicedReceivers",
+    "output_grads_at",
+    "site_input_grads",
+    "sliced_receivers",
+]

@@ -90,8 +90,14 @@ class Runner:
         run, (copies,), the logits made by the model's own output head a few copies at a time
         (``METRIC_ROWS`` rows) from the final states at the kept positions: the logits of
         every copy never exist at once, so a run can stack many copies."""
-        states = self.model.run_blocks(self.input, start=start, hidden=hidden, copies=copies,
-                                       keep=self.positions, interventions=hooks)  # fmt: skip
+        states = self.model.run_blocks(
+            self.input,
+            start=start,
+            hidden=hidden,
+            copies=copies,
+            keep=self.positions,
+            interventions=hooks,
+        )
         per = max(1, METRIC_ROWS // (self.batch * states.shape[1]))
         values = []
         for c in range(0, copies, per):
@@ -131,15 +137,26 @@ class Runner:
         with a ``stop`` before anything that mixes positions."""
         if rows is not None and stop is None:
             raise ValueError("a run of some positions alone needs a stop")
-        out = self.model.run_blocks(self.input, start=start, hidden=hidden, copies=copies,
-                                    stop=stop, rows=rows, interventions=hooks,
-                                    keep=None if stop else self.positions)  # fmt: skip
+        out = self.model.run_blocks(
+            self.input,
+            start=start,
+            hidden=hidden,
+            copies=copies,
+            stop=stop,
+            rows=rows,
+            interventions=hooks,
+            keep=None if stop else self.positions,
+        )
         return out if stop is not None else self.model.unembed(out)
 
     def values(
-        self, layer: int, hidden: Tensor, copies: int, hooks: Hooks | None = None,
+        self,
+        layer: int,
+        hidden: Tensor,
+        copies: int,
+        hooks: Hooks | None = None,
         rows: slice | None = None,
-    ) -> dict[str, Tensor]:  # fmt: skip
+    ) -> dict[str, Tensor]:
         """Layer ``layer``'s q, k and v (as the kernel's sites receive them) on a run from that
         layer with ``hidden``; nothing after the layer's v runs."""
         seen: dict[str, Tensor] = {}

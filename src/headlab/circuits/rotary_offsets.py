@@ -48,8 +48,9 @@ def rotations(model: HeadModel, offsets: Sequence[int], head_dim: int) -> Tensor
         )
     tables = getattr(model, "rotary_tables", None)
     if tables is None:
-        raise ValueError(f"rotary offsets need a model with rotary positions; {model.name} has "
-                         "none")  # fmt: skip
+        raise ValueError(
+            f"rotary offsets need a model with rotary positions; {model.name} has none"
+        )
     cos, sin, rotate_half = tables(torch.tensor([0, *offsets]), head_dim)  # (1 + offset, d_rot)
     d_rot = cos.shape[-1]
     if d_rot > head_dim or d_rot % 2:

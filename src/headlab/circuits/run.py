@@ -56,22 +56,29 @@ class CircuitRequest:
 
     def __post_init__(self) -> None:
         if self.method not in RUN_METHODS + NODE_METHODS:
-            raise ValueError(f"method must be one of {', '.join(RUN_METHODS + NODE_METHODS)}, "
-                             f"got {self.method!r}")  # fmt: skip
+            raise ValueError(
+                f"method must be one of {', '.join(RUN_METHODS + NODE_METHODS)}, "
+                f"got {self.method!r}"
+            )
         if self.method in NODE_METHODS and self.faithfulness:
-            raise ValueError(f"faithfulness is a curve of circuits of edges: not with method "
-                             f"{self.method} (it scores nodes)")  # fmt: skip
+            raise ValueError(
+                f"faithfulness is a curve of circuits of edges: not with method "
+                f"{self.method} (it scores nodes)"
+            )
         if self.by_position and self.method not in NODE_METHODS:
-            raise ValueError(f"by_position applies to methods {', '.join(NODE_METHODS)}, got "
-                             f"method {self.method}")  # fmt: skip
+            raise ValueError(
+                f"by_position applies to methods {', '.join(NODE_METHODS)}, got "
+                f"method {self.method}"
+            )
         check_int("top", self.top, low=1)
         check_int("steps", self.steps, low=1, high=10_000)
         check_int("seeds", self.seeds, low=1, high=100)
         if self.rotary_offsets is not None:
             offsets = self.rotary_offsets
             if self.method != "composition":
-                raise ValueError("rotary_offsets applies to method composition only, got "
-                                 f"method {self.method}")  # fmt: skip
+                raise ValueError(
+                    f"rotary_offsets applies to method composition only, got method {self.method}"
+                )
             if not offsets:
                 raise ValueError("rotary_offsets must name at least one offset, got none")
             for offset in offsets:
@@ -80,14 +87,15 @@ class CircuitRequest:
                 raise ValueError(f"rotary_offsets must be distinct, got {list(offsets)}")
         if self.edges is not None:
             if self.method != "path-patching":
-                raise ValueError(f"edges applies to method path-patching only (the others score "
-                                 f"every edge at once), got method {self.method}")  # fmt: skip
+                raise ValueError(
+                    f"edges applies to method path-patching only (the others score "
+                    f"every edge at once), got method {self.method}"
+                )
             if not self.edges or len(set(self.edges)) != len(self.edges):
                 raise ValueError(f"edges must name distinct edges, got {list(self.edges)[:5]}")
         if needs_equal_lengths(self.method) and not self.task.equal_lengths:
             raise ValueError(f"task.equal_lengths must be True for method {self.method}")
         # composition reads the weights: equal-length pairs (the task's default) serve it too
-
 
     @property
     def needed_by(self) -> str:
@@ -140,8 +148,10 @@ def prepare(model, request: CircuitRequest) -> Prepared:
 
         nodes = [node.name for node in units(graph)]
         if request.top > len(nodes):
-            raise ValueError(f"top must be at most {len(nodes)} (the nodes {request.method} "
-                             f"scores in {model.name}), got {request.top}")  # fmt: skip
+            raise ValueError(
+                f"top must be at most {len(nodes)} (the nodes {request.method} "
+                f"scores in {model.name}), got {request.top}"
+            )
         return Prepared(request, pairs, graph, nodes)
     edges = [e.name for e in graph.edges if _scored(graph, e, request.method)]
     if request.edges is not None:
@@ -198,13 +208,16 @@ def _scored(graph, edge, method: str) -> bool:
     if method != "composition":
         return True
     return graph.node(edge.sender).kind == "head" and graph.node(edge.receiver).kind in (
-        "head", "group",
-    )  # fmt: skip
+        "head",
+        "group",
+    )
 
 
 def run_circuits(
-    model, prepared: Prepared, on_step: Step | None = None, on_stage: Callable[[str], None]
-    | None = None,
+    model,
+    prepared: Prepared,
+    on_step: Step | None = None,
+    on_stage: Callable[[str], None] | None = None,
 ) -> CircuitRun:
     """The run of the module docstring. ``on_stage(name)`` when a stage starts ("performance",
     "scores", "faithfulness"), ``on_step(done, total)`` within it. "composition" reads the
@@ -221,8 +234,9 @@ def run_circuits(
     patcher = None
     with _stage(on_stage, "scores"):
         if request.method == "composition":
-            scores, baseline = composition_edges(model, graph, prepared.edges, on_step,
-                                                 request.rotary_offsets)  # fmt: skip
+            scores, baseline = composition_edges(
+                model, graph, prepared.edges, on_step, request.rotary_offsets
+            )
         else:
             from headlab.circuits.patching import Patcher
 
@@ -236,8 +250,12 @@ def run_circuits(
 
         with _stage(on_stage, "faithfulness"):
             patcher = patcher or Patcher(model, pairs.clean, pairs.corrupted, metric)
-            curve = faithfulness_curve(CircuitPatcher(patcher), _every_edge(scores, graph),
-                                       seeds=request.seeds, progress=on_step)  # fmt: skip
+            curve = faithfulness_curve(
+                CircuitPatcher(patcher),
+                _every_edge(scores, graph),
+                seeds=request.seeds,
+                progress=on_step,
+            )
     layers = [graph_layer for graph_layer in graph.layers]
     return CircuitRun(
         model=model.name,
@@ -268,17 +286,32 @@ def _stage(on_stage: Callable[[str], None] | None, name: str) -> Iterator[None]:
         yield
 
 
-def _scores(model, pairs, metric, patcher, request: CircuitRequest, on_step,
-            prepared_edges: list[str]) -> EdgeScores:  # fmt: skip
+def _scores(
+    model, pairs, metric, patcher, request: CircuitRequest, on_step, prepared_edges: list[str]
+) -> EdgeScores:
     if request.method == "path-patching":
         names = list(prepared_edges)
         values = patcher.effects(names, progress=on_step)
-        return EdgeScores("path-patching", metric.kind, names, values.tolist(),
-                          patcher.clean_value, patcher.corrupted_value)  # fmt: skip
+        return EdgeScores(
+            "path-patching",
+            metric.kind,
+            names,
+            values.tolist(),
+            patcher.clean_value,
+            patcher.corrupted_value,
+        )
     from headlab.circuits.attribution import edge_attribution
 
-    return edge_attribution(model, pairs.clean, pairs.corrupted, metric, method=request.method,
-                            steps=request.steps, patcher=patcher, progress=on_step)  # fmt: skip
+    return edge_attribution(
+        model,
+        pairs.clean,
+        pairs.corrupted,
+        metric,
+        method=request.method,
+        steps=request.steps,
+        patcher=patcher,
+        progress=on_step,
+    )
 
 
 def _every_edge(scores: EdgeScores, graph) -> EdgeScores:
@@ -288,8 +321,14 @@ def _every_edge(scores: EdgeScores, graph) -> EdgeScores:
         return scores
     have = dict(zip(scores.edges, scores.scores, strict=True))
     names = [e.name for e in graph.edges]
-    return EdgeScores(scores.method, scores.metric, names, [have.get(n, 0.0) for n in names],
-                      scores.clean_metric, scores.corrupted_metric)  # fmt: skip
+    return EdgeScores(
+        scores.method,
+        scores.metric,
+        names,
+        [have.get(n, 0.0) for n in names],
+        scores.clean_metric,
+        scores.corrupted_metric,
+    )
 
 
 def composition_edges(
@@ -303,8 +342,9 @@ def composition_edges(
     (QK-norm leaves out Q and K) scores 0. The model does not run: its metric fields are 0."""
     from headlab.circuits.composition import composition_scores
 
-    found = composition_scores(model, samples=16, on_layer=on_step,
-                               offsets=None if offsets is None else list(offsets))  # fmt: skip
+    found = composition_scores(
+        model, samples=16, on_layer=on_step, offsets=None if offsets is None else list(offsets)
+    )
     values, modes = [], {}
     for name in edges:
         edge = graph.edge(name)

@@ -72,10 +72,18 @@ def _fast_parts(sides: Sides, layer: int) -> dict:
     q = (centre @ w_q.t() + c_q).view(length, heads, d).transpose(0, 1)  # (head, pos, d_head)
     k = (centre @ w_k.t() + c_k).view(length, groups, d).transpose(0, 1)
     positions = torch.arange(length)
-    return {"w_q": w_q.view(heads, d, -1), "w_k": w_k.view(groups, d, -1), "g": g,
-            "inv_s": inv_s[:, 0], "centred": centred, "tables": tables,
-            "q": _turn(q, positions, tables), "k": _turn(k, positions, tables),
-            "c_q": c_q.view(heads, d), "c_k": c_k.view(groups, d)}  # fmt: skip
+    return {
+        "w_q": w_q.view(heads, d, -1),
+        "w_k": w_k.view(groups, d, -1),
+        "g": g,
+        "inv_s": inv_s[:, 0],
+        "centred": centred,
+        "tables": tables,
+        "q": _turn(q, positions, tables),
+        "k": _turn(k, positions, tables),
+        "c_q": c_q.view(heads, d),
+        "c_k": c_k.view(groups, d),
+    }
 
 
 def _bias(projection) -> Tensor | None:
@@ -198,8 +206,9 @@ def _pass(held: Tensor, plans: list[_Plan]) -> None:
         for plan in plans:
             n, heads = plan.count, plan.key.shape[0]
             at = torch.arange(start, stop).expand(heads, -1)
-            pulled = plan.scale * _pulled(plan.parts, plan.to_q[:, start:stop], at,
-                                          plan.parts["w_q"])  # fmt: skip
+            pulled = plan.scale * _pulled(
+                plan.parts, plan.to_q[:, start:stop], at, plan.parts["w_q"]
+            )
             got = torch.bmm(block[:, :n], pulled.permute(1, 2, 0))  # (rows, component, head)
             plan.query_side[:, start:stop, :n] = got.permute(2, 0, 1)
             _key_block(plan, block, start, stop)

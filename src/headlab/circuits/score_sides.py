@@ -127,8 +127,11 @@ class Sides:
         if block.has_mlp:
             found = torch.cat([found, cache.mlp[index][None, :, rows]])
         bias = getattr(attention.output.module, "bias", None)
-        bias = torch.zeros_like(heads[0, 0, 0, :1]).expand(w.shape[0]) if bias is None else \
-            bias.detach().to(heads)  # fmt: skip
+        bias = (
+            torch.zeros_like(heads[0, 0, 0, :1]).expand(w.shape[0])
+            if bias is None
+            else bias.detach().to(heads)
+        )
         return found, bias
 
     def _block_writes(self, block, rows: slice) -> Tensor:
@@ -166,8 +169,9 @@ class Sides:
         stream = cache.resid[i][:, rows]
         hidden = torch.cat([stream.new_zeros(copies - 1, *stream.shape), stream[None]])
         with torch.no_grad():
-            out = self.runner.forward(i, hidden.flatten(0, 1), copies, hooks, rows,
-                                      StopAt(i, "resid_out"))  # fmt: skip
+            out = self.runner.forward(
+                i, hidden.flatten(0, 1), copies, hooks, rows, StopAt(i, "resid_out")
+            )
         out = out.unflatten(0, (copies, b))
         return out[:parts] - out[parts]
 
@@ -260,11 +264,21 @@ class Sides:
 
         stream = self.cache.resid[layer]
         with torch.no_grad():
-            self.runner.forward(layer, stream if rows is None else stream[:, rows], 1, hooks,
-                                rows, StopAt(layer, "weights"))  # fmt: skip
+            self.runner.forward(
+                layer,
+                stream if rows is None else stream[:, rows],
+                1,
+                hooks,
+                rows,
+                StopAt(layer, "weights"),
+            )
         recording = kept["r"]
-        return {"q": recording["q"], "k": recording["k"], "logits": logits[-1],
-                "scores": recording["scores"]}  # fmt: skip
+        return {
+            "q": recording["q"],
+            "k": recording["k"],
+            "logits": logits[-1],
+            "scores": recording["scores"],
+        }
 
 
 def qk_norms(block) -> list:
@@ -299,5 +313,11 @@ def capped(raw: Tensor, cap: float | None) -> Tensor:
 
 
 __all__ = [
-    "OUT_BIAS", "QK_BIAS", "Sides", "capped", "kernel_scale", "qk_norms", "softcap_of",
-]  # fmt: skip
+    "OUT_BIAS",
+    "QK_BIAS",
+    "Sides",
+    "capped",
+    "kernel_scale",
+    "qk_norms",
+    "softcap_of",
+]

@@ -46,14 +46,24 @@ def head_facts(sides: Sides, layer: int, head: int) -> dict:
     if length <= KERNEL_SCORES_UP_TO:
         clean = sides.clean_scores(layer)
         scale = kernel_scale(clean["q"], clean["k"], clean["logits"])
-        return {"scale": scale, "softcap": cap, "scores": clean["scores"][0, head],
-                "kernel": True, "group": group}  # fmt: skip
+        return {
+            "scale": scale,
+            "softcap": cap,
+            "scores": clean["scores"][0, head],
+            "kernel": True,
+            "group": group,
+        }
     probe = sides.clean_scores(layer, rows=slice(0, min(length, 32)))
     scale = kernel_scale(probe["q"], probe["k"], probe["logits"])
     q, k = sides.clean_qk(layer)
     raw = scale * q[0, head] @ k[0, group].t()  # (q_pos, k_pos)
-    return {"scale": scale, "softcap": cap, "scores": capped(raw, cap), "kernel": False,
-            "group": group}  # fmt: skip
+    return {
+        "scale": scale,
+        "softcap": cap,
+        "scores": capped(raw, cap),
+        "kernel": False,
+        "group": group,
+    }
 
 
 def _runs(positions: list[int]) -> list[slice]:
@@ -85,8 +95,9 @@ def _framed(pair: Tensor, names: list[str], qm: Tensor, km: Tensor):
     rest_row = pair[:, cols].sum(0) - kept.sum(0)
     rest_col = pair[rows].sum(1) - kept.sum(1)
     corner = pair.sum() - kept.sum() - rest_row.sum() - rest_col.sum()
-    grid = torch.cat([torch.cat([kept, rest_col[:, None]], 1),
-                      torch.cat([rest_row, corner[None]])[None]])  # fmt: skip
+    grid = torch.cat(
+        [torch.cat([kept, rest_col[:, None]], 1), torch.cat([rest_row, corner[None]])[None]]
+    )
     return [names[r] for r in rows] + [REST], [names[c] for c in cols] + [REST], grid.tolist()
 
 
@@ -101,16 +112,23 @@ def layer_pattern(sides: Sides, layer: int) -> tuple[Tensor, Tensor]:
         kept["r"] = stack.enter_context(record(attention, ["v", "weights"]))
 
     with torch.no_grad():
-        sides.runner.forward(layer, sides.cache.resid[layer], 1, hooks,
-                             stop=StopAt(layer, "head_outputs"))  # fmt: skip
+        sides.runner.forward(
+            layer, sides.cache.resid[layer], 1, hooks, stop=StopAt(layer, "head_outputs")
+        )
     got = kept["r"]
     return got["weights"][0], got["v"][0]
 
 
 def source_terms(
-    sides: Sides, layer: int, group: int, query_side: Tensor, scale: float, component: str,
-    key: int, pattern: tuple[Tensor, Tensor],
-) -> SourceSplit:  # fmt: skip
+    sides: Sides,
+    layer: int,
+    group: int,
+    query_side: Tensor,
+    scale: float,
+    component: str,
+    key: int,
+    pattern: tuple[Tensor, Tensor],
+) -> SourceSplit:
     """The key-side term of head ``component`` ("M.H") at ``key`` split by the positions that
     head read: each source's write pushed through layer ``layer``'s key map (norms held) and
     dotted with ``query_side`` (the query's q, d_head) times ``scale``."""
@@ -129,10 +147,17 @@ def source_terms(
 
 
 def split_scores(
-    sides: Sides, layer: int, head: int, queries: list[int], spec: KeySpec, *,
-    sources: int = 3, recompute: bool = False, tokens: list[str] | None = None,
+    sides: Sides,
+    layer: int,
+    head: int,
+    queries: list[int],
+    spec: KeySpec,
+    *,
+    sources: int = 3,
+    recompute: bool = False,
+    tokens: list[str] | None = None,
     progress: Callable[[int, int], None] | None = None,
-) -> ScoreSplitResult:  # fmt: skip
+) -> ScoreSplitResult:
     """The split of ``head`` of ``layer`` at each query in ``queries`` and the keys ``spec``
     names for it (score_keys.py), on the one text ``sides`` ran. ``sources``: the head
     components (by |key-side term|) whose key side is split by source position, per pair.
@@ -165,30 +190,54 @@ def split_scores(
         score = float(scores[i, j]) if facts["kernel"] else None
         rows, cols, grid = _framed(pair, names, qm, km)
         split = []
-        heads = [c for c in km.abs().argsort(descending=True).tolist() if "." in names[c]
-                 and not names[c].startswith("mlp")][:sources]  # fmt: skip
+        heads = [
+            c
+            for c in km.abs().argsort(descending=True).tolist()
+            if "." in names[c] and not names[c].startswith("mlp")
+        ][:sources]
         for c in heads if sides.direct else []:
             sender_layer = int(names[c].split(".")[0])
             if sender_layer not in patterns:
                 patterns[sender_layer] = layer_pattern(sides, sender_layer)
-            split.append(source_terms(sides, layer, group, q_terms.sum(0), scale, names[c], j,
-                                      patterns[sender_layer]))  # fmt: skip
+            split.append(
+                source_terms(
+                    sides, layer, group, q_terms.sum(0), scale, names[c], j, patterns[sender_layer]
+                )
+            )
         moved = recomputed_terms(sides, layer, group, q_terms.sum(0), scale, j) if recompute else []
         capped_raw = float(capped(raw, cap))
-        pairs.append(PairSplit(
-            batch=0, query=i, key=j, score=score, raw=float(raw),
-            softcap_term=capped_raw - float(raw),
-            bias_term=None if score is None else score - capped_raw,
-            query_marginal=qm.tolist(), key_marginal=km.tolist(),
-            pair_rows=rows, pair_cols=cols, pair=grid, sources=split, recomputed=moved,
-        ))  # fmt: skip
+        pairs.append(
+            PairSplit(
+                batch=0,
+                query=i,
+                key=j,
+                score=score,
+                raw=float(raw),
+                softcap_term=capped_raw - float(raw),
+                bias_term=None if score is None else score - capped_raw,
+                query_marginal=qm.tolist(),
+                key_marginal=km.tolist(),
+                pair_rows=rows,
+                pair_cols=cols,
+                pair=grid,
+                sources=split,
+                recomputed=moved,
+            )
+        )
         if progress is not None:
             progress(n + 1, len(wanted))
     return ScoreSplitResult(
-        model=runner.model.name, layer=layer, head=head, kv_group=group, keys=spec.name(),
-        tokens=[tokens or [str(t) for t in ids]], components=names, scale=scale, softcap=cap,
+        model=runner.model.name,
+        layer=layer,
+        head=head,
+        kv_group=group,
+        keys=spec.name(),
+        tokens=[tokens or [str(t) for t in ids]],
+        components=names,
+        scale=scale,
+        softcap=cap,
         pairs=pairs,
-    )  # fmt: skip
+    )
 
 
 def recomputed_terms(
@@ -206,6 +255,11 @@ def recomputed_terms(
 
 
 __all__ = [
-    "KERNEL_SCORES_UP_TO", "head_facts", "layer_pattern", "recomputed_terms", "source_terms",
-    "split_scores", "terms_at",
-]  # fmt: skip
+    "KERNEL_SCORES_UP_TO",
+    "head_facts",
+    "layer_pattern",
+    "recomputed_terms",
+    "source_terms",
+    "split_scores",
+    "terms_at",
+]

@@ -73,13 +73,16 @@ def site_gradients(patcher: StreamPatcher, keys: set[Key]) -> dict[Key, Tensor]:
                 stack.enter_context(intervene(attention, site, _viewed(kept, (layer, kind, site))))
 
     with torch.enable_grad():
-        states = patcher.model.run_blocks(patcher.input, keep=patcher.positions,
-                                          interventions=hooks)  # fmt: skip
+        states = patcher.model.run_blocks(
+            patcher.input, keep=patcher.positions, interventions=hooks
+        )
         value = patcher.metric(patcher.model.unembed(states))[0]
         order = sorted(kept)
         grads = torch.autograd.grad(value, [kept[k] for k in order], allow_unused=True)
-    return {k: torch.zeros_like(kept[k]) if g is None else g.detach()
-            for k, g in zip(order, grads, strict=True)}  # fmt: skip
+    return {
+        k: torch.zeros_like(kept[k]) if g is None else g.detach()
+        for k, g in zip(order, grads, strict=True)
+    }
 
 
 def input_gradients(patcher: StreamPatcher, key: Key, grad: Tensor) -> Tensor:
@@ -113,10 +116,15 @@ def input_gradients(patcher: StreamPatcher, key: Key, grad: Tensor) -> Tensor:
 
 
 def stream_attribution(
-    model, clean: Mapping, corrupted: Mapping, metric: Metric,
-    edges: Sequence[str] | None = None, *, patcher: StreamPatcher | None = None,
+    model,
+    clean: Mapping,
+    corrupted: Mapping,
+    metric: Metric,
+    edges: Sequence[str] | None = None,
+    *,
+    patcher: StreamPatcher | None = None,
     progress: Progress | None = None,
-) -> EdgeScores:  # fmt: skip
+) -> EdgeScores:
     """EAP scores of ``edges`` (default: every edge of the two streams' graph), see the module
     docstring; inputs as ``StreamPatcher``."""
     patcher = patcher or StreamPatcher(model, clean, corrupted, metric)
@@ -139,8 +147,9 @@ def stream_attribution(
                 scores[i] = float((writes[edge.sender] * per_receiver[at]).sum())
             if progress is not None:
                 progress(done, len(by_key))
-    return EdgeScores("eap", metric.kind, names, scores.tolist(), patcher.clean_value,
-                      patcher.corrupted_value)  # fmt: skip
+    return EdgeScores(
+        "eap", metric.kind, names, scores.tolist(), patcher.clean_value, patcher.corrupted_value
+    )
 
 
 __all__ = ["input_gradients", "site_gradients", "stream_attribution"]

@@ -124,21 +124,26 @@ def _build(blocks: Sequence[StreamBlockShape]):
     for layer, shape in enumerate(blocks):
         if shape.stream != stream:  # the decoder starts: its own stream
             if shape.stream != "decoder" or stream != "encoder":
-                raise ValueError("an encoder-decoder's blocks are encoder blocks, then decoder "
-                                 "blocks")  # fmt: skip
+                raise ValueError(
+                    "an encoder-decoder's blocks are encoder blocks, then decoder blocks"
+                )
             encoder_senders, stream = written, "decoder"
             nodes.append(StreamNode(EMBED_PREFIX + "decoder", "embed", "decoder", -1))
             written = [nodes[-1].name]
-        heads = [StreamNode(head_name(layer, h), "head", stream, layer, h)
-                 for h in range(shape.num_heads)]  # fmt: skip
+        heads = [
+            StreamNode(head_name(layer, h), "head", stream, layer, h)
+            for h in range(shape.num_heads)
+        ]
         nodes += heads
         for head in heads:
             for input_ in ("q", "k", "v"):
                 edges += [Edge(s, head.name, input_) for s in written]
         written = written + [h.name for h in heads]
         if shape.cross_heads:
-            cross = [StreamNode(cross_name(layer, h), "cross", stream, layer, h)
-                     for h in range(shape.cross_heads)]  # fmt: skip
+            cross = [
+                StreamNode(cross_name(layer, h), "cross", stream, layer, h)
+                for h in range(shape.cross_heads)
+            ]
             nodes += cross
             for head in cross:
                 edges += [Edge(s, head.name, "q") for s in written]
@@ -161,21 +166,31 @@ def stream_graph_of(model) -> StreamGraph:
     blocks read it). ValueError (one line) for a model of another shape."""
     streams = [s.name for s in model.streams()]
     if streams != ["encoder", "decoder"]:
-        raise ValueError(f"{model.name} has the streams {streams}; this graph reads an encoder "
-                         "and a decoder")  # fmt: skip
+        raise ValueError(
+            f"{model.name} has the streams {streams}; this graph reads an encoder and a decoder"
+        )
     shapes = []
     for block in model.blocks():
         cross = block.cross_attention
         if block.stream == "decoder" and (cross is None or block.reads != "encoder"):
             raise ValueError(f"{model.name}'s decoder block {block.index} reads no encoder")
         if not block.has_mlp or block.parallel:
-            raise ValueError(f"{model.name}'s block {block.index}: this graph reads blocks with "
-                             "attention, then an MLP")  # fmt: skip
+            raise ValueError(
+                f"{model.name}'s block {block.index}: this graph reads blocks with "
+                "attention, then an MLP"
+            )
         heads = block.attention.num_heads
-        shapes.append(StreamBlockShape(block.stream, heads, 0 if cross is None else
-                                       cross.num_heads))  # fmt: skip
+        shapes.append(
+            StreamBlockShape(block.stream, heads, 0 if cross is None else cross.num_heads)
+        )
     return StreamGraph(tuple(shapes))
 
 
-__all__ = ["EMBED_PREFIX", "StreamBlockShape", "StreamGraph", "StreamNode", "cross_name",
-           "stream_graph_of"]  # fmt: skip
+__all__ = [
+    "EMBED_PREFIX",
+    "StreamBlockShape",
+    "StreamGraph",
+    "StreamNode",
+    "cross_name",
+    "stream_graph_of",
+]

@@ -45,14 +45,18 @@ def _check_pair(clean: Mapping, corrupted: Mapping, metric: Metric) -> None:
         a = clean[stream].mask if stream == "encoder" else clean[stream].input_ids
         b = corrupted[stream].mask if stream == "encoder" else corrupted[stream].input_ids
         if a.shape != b.shape:
-            raise ValueError(f"clean and corrupted {stream} inputs must be of one shape, got "
-                             f"{tuple(a.shape)} and {tuple(b.shape)}")  # fmt: skip
+            raise ValueError(
+                f"clean and corrupted {stream} inputs must be of one shape, got "
+                f"{tuple(a.shape)} and {tuple(b.shape)}"
+            )
     target = clean["decoder"].input_ids
     if metric.batch != target.shape[0]:
         raise ValueError(f"the metric is for {metric.batch} texts, the batch has {target.shape[0]}")
     if int(metric.positions.max()) >= target.shape[1]:
-        raise ValueError(f"the metric reads target position {int(metric.positions.max())}, the "
-                         f"targets have {target.shape[1]} tokens")  # fmt: skip
+        raise ValueError(
+            f"the metric reads target position {int(metric.positions.max())}, the "
+            f"targets have {target.shape[1]} tokens"
+        )
 
 
 def held_copies(t: Tensor, value: Tensor) -> Tensor:
@@ -93,20 +97,40 @@ class StreamPatcher:
         return run.streams_out["encoder"]
 
     # ------------------------------------------------------------------ runs
-    def run(self, start: int, hidden: Tensor, copies: int, hooks: Hooks | None = None,
-            stop: StopAt | None = None, sources: Tensor | None = None) -> Tensor:  # fmt: skip
+    def run(
+        self,
+        start: int,
+        hidden: Tensor,
+        copies: int,
+        hooks: Hooks | None = None,
+        stop: StopAt | None = None,
+        sources: Tensor | None = None,
+    ) -> Tensor:
         """The model's run from block ``start`` with ``hidden`` (the stream entering it), the
         clean input's encoder states unless ``sources`` ((copies * batch, source pos,
         d_model)); the final states at the metric's positions, or the tensor at ``stop``."""
         given = None
         if start >= self.first_decoder:
             given = {"encoder": sources if sources is not None else self.encoder_out(self.clean)}
-        return self.model.run_blocks(self.input, start=start, hidden=hidden, copies=copies,
-                                     stop=stop, keep=None if stop else self.positions,
-                                     interventions=hooks, sources=given)  # fmt: skip
+        return self.model.run_blocks(
+            self.input,
+            start=start,
+            hidden=hidden,
+            copies=copies,
+            stop=stop,
+            keep=None if stop else self.positions,
+            interventions=hooks,
+            sources=given,
+        )
 
-    def measure(self, start: int, hidden: Tensor, copies: int, hooks: Hooks | None = None,
-                sources: Tensor | None = None) -> Tensor:  # fmt: skip
+    def measure(
+        self,
+        start: int,
+        hidden: Tensor,
+        copies: int,
+        hooks: Hooks | None = None,
+        sources: Tensor | None = None,
+    ) -> Tensor:
         """(copies,) the metric of each copy of ``run``'s final states."""
         states = self.run(start, hidden, copies, hooks, sources=sources)
         return self.metric(self.model.unembed(states))
@@ -117,11 +141,13 @@ class StreamPatcher:
         block = self.blocks[layer]
 
         def hooks(stack: ExitStack) -> None:
-            stack.enter_context(intervene(block.attention, "head_outputs",
-                                          lambda t: values("self", t)))  # fmt: skip
+            stack.enter_context(
+                intervene(block.attention, "head_outputs", lambda t: values("self", t))
+            )
             if block.cross_attention is not None:
-                stack.enter_context(intervene(block.cross_attention, "head_outputs",
-                                              lambda t: values("cross", t)))  # fmt: skip
+                stack.enter_context(
+                    intervene(block.cross_attention, "head_outputs", lambda t: values("cross", t))
+                )
             stack.enter_context(intervene(block, "mlp_out", lambda t: values("mlp", t)))
 
         return hooks
@@ -140,8 +166,7 @@ class StreamPatcher:
             if kind in ("cross_q", "mlp"):
                 stack.enter_context(intervene(block.attention, "head_outputs", hold("self")))
             if kind == "mlp" and block.cross_attention is not None:
-                stack.enter_context(intervene(block.cross_attention, "head_outputs",
-                                              hold("cross")))  # fmt: skip
+                stack.enter_context(intervene(block.cross_attention, "head_outputs", hold("cross")))
 
         return hooks
 
@@ -171,8 +196,11 @@ class StreamPatcher:
         output corrupted and the rest of the block held clean."""
         b, copies = self.batch, len(names) + 1
         nodes = [self.graph.node(n) for n in names]
-        clean = {"self": self.clean.head_outputs[layer], "cross": self.clean.cross_outputs[layer],
-                 "mlp": self.clean.mlp[layer]}  # fmt: skip
+        clean = {
+            "self": self.clean.head_outputs[layer],
+            "cross": self.clean.cross_outputs[layer],
+            "mlp": self.clean.mlp[layer],
+        }
         bad = {
             "self": self.corrupted.head_outputs[layer],
             "cross": self.corrupted.cross_outputs[layer],
@@ -193,9 +221,14 @@ class StreamPatcher:
             return out
 
         hidden = self.clean.resid[layer].repeat(copies, 1, 1)
-        out = self.run(layer, hidden, copies, self.held_block(layer, values),
-                       StopAt(layer, "resid_out"),
-                       self.sources_for(layer, copies))  # fmt: skip
+        out = self.run(
+            layer,
+            hidden,
+            copies,
+            self.held_block(layer, values),
+            StopAt(layer, "resid_out"),
+            self.sources_for(layer, copies),
+        )
         base = out[(copies - 1) * b :]
         return {n: out[c * b : (c + 1) * b] - base for c, n in enumerate(names)}
 
@@ -278,8 +311,13 @@ class StreamPatcher:
         hidden = self.clean.resid[layer].repeat(copies, 1, 1)
         return self.measure(layer, hidden, copies, hooks, self.sources_for(layer, copies))
 
-    def effects(self, edges: Sequence[str], chunk: int = 16, progress: Progress | None = None,
-                scale: float = 1.0) -> Tensor:  # fmt: skip
+    def effects(
+        self,
+        edges: Sequence[str],
+        chunk: int = 16,
+        progress: Progress | None = None,
+        scale: float = 1.0,
+    ) -> Tensor:
         """(len(edges),) float64: metric(edge patched) - metric(clean), each edge alone;
         ``scale`` multiplies each write (1: path patching)."""
         parsed = [self.graph.edge(name) for name in edges]
@@ -300,16 +338,29 @@ class StreamPatcher:
         return out
 
 
-def stream_path_patching(model, clean: Mapping, corrupted: Mapping, metric: Metric,
-                         edges: Sequence[str] | None = None, *, chunk: int = 16,
-                         progress: Progress | None = None) -> EdgeScores:  # fmt: skip
+def stream_path_patching(
+    model,
+    clean: Mapping,
+    corrupted: Mapping,
+    metric: Metric,
+    edges: Sequence[str] | None = None,
+    *,
+    chunk: int = 16,
+    progress: Progress | None = None,
+) -> EdgeScores:
     """Exact path patching of ``edges`` (default: every edge of the two streams' graph), each
     alone (module docstring)."""
     patcher = StreamPatcher(model, clean, corrupted, metric)
     names = list(edges) if edges is not None else [e.name for e in patcher.graph.edges]
     scores = patcher.effects(names, chunk=chunk, progress=progress)
-    return EdgeScores("path-patching", metric.kind, names, scores.tolist(), patcher.clean_value,
-                      patcher.corrupted_value)  # fmt: skip
+    return EdgeScores(
+        "path-patching",
+        metric.kind,
+        names,
+        scores.tolist(),
+        patcher.clean_value,
+        patcher.corrupted_value,
+    )
 
 
 __all__ = ["StreamPatcher", "held_copies", "stream_path_patching"]

@@ -45,12 +45,15 @@ class StreamCircuitRequest:
 
     def __post_init__(self) -> None:
         if self.method not in STREAM_METHODS:
-            raise ValueError(f"method must be one of {', '.join(STREAM_METHODS)} for an "
-                             f"encoder-decoder, got {self.method!r}")  # fmt: skip
+            raise ValueError(
+                f"method must be one of {', '.join(STREAM_METHODS)} for an "
+                f"encoder-decoder, got {self.method!r}"
+            )
         check_int("top", self.top, low=1)
         if self.edges is not None and self.method != "path-patching":
-            raise ValueError(f"edges applies to method path-patching only, got method "
-                             f"{self.method}")  # fmt: skip
+            raise ValueError(
+                f"edges applies to method path-patching only, got method {self.method}"
+            )
 
 
 @dataclass(frozen=True)
@@ -83,8 +86,9 @@ def stream_inputs(model, pairs: Sequence, corrupted: Sequence) -> StreamInputs:
     one corrupted SourceBatch per pair. ValueError (naming the option) for a corrupted source of
     another length than its clean one, or a target with nothing to predict."""
     if len(corrupted) != len(pairs):
-        raise ValueError(f"corrupted sources: one per source, got {len(corrupted)} for "
-                         f"{len(pairs)}")  # fmt: skip
+        raise ValueError(
+            f"corrupted sources: one per source, got {len(corrupted)} for {len(pairs)}"
+        )
     for i, ((source, _), bad) in enumerate(zip(pairs, corrupted, strict=True)):
         if bad.mask.shape != source.mask.shape:
             raise ValueError(
@@ -113,14 +117,23 @@ def _performance(patcher, metric: Metric, n_pairs: int) -> TaskPerformance:
     counted = metric.weight > 0
     right = (logits.argmax(-1) == metric.answers.to(logits.device))[counted]
     accuracy = float(right.double().mean())
-    return TaskPerformance(TASK, "logprob", n_pairs, patcher.clean_value,
-                           patcher.corrupted_value, accuracy, accuracy >= DOES_TASK)  # fmt: skip
+    return TaskPerformance(
+        TASK,
+        "logprob",
+        n_pairs,
+        patcher.clean_value,
+        patcher.corrupted_value,
+        accuracy,
+        accuracy >= DOES_TASK,
+    )
 
 
 def run_stream_circuits(
-    model, inputs: StreamInputs, request: StreamCircuitRequest,
+    model,
+    inputs: StreamInputs,
+    request: StreamCircuitRequest,
     on_step: Callable[[int, int], None] | None = None,
-) -> CircuitRun:  # fmt: skip
+) -> CircuitRun:
     """Performance, then every edge (or ``request.edges``) scored by ``request.method``."""
     from headlab.circuits.stream_attribution import stream_attribution
     from headlab.circuits.stream_patching import StreamPatcher
@@ -133,21 +146,49 @@ def run_stream_circuits(
         except ValueError as error:
             raise ValueError(f"edges must be edges of {model.name}: {error}") from None
     if request.top > len(names):
-        raise ValueError(f"top must be at most {len(names)} (the edges scored in {model.name}), "
-                         f"got {request.top}")  # fmt: skip
+        raise ValueError(
+            f"top must be at most {len(names)} (the edges scored in {model.name}), "
+            f"got {request.top}"
+        )
     performance = _performance(patcher, inputs.metric, inputs.metric.batch)
     if request.method == "eap":
-        scores = stream_attribution(model, inputs.clean, inputs.corrupted, inputs.metric, names,
-                                    patcher=patcher, progress=on_step)  # fmt: skip
+        scores = stream_attribution(
+            model,
+            inputs.clean,
+            inputs.corrupted,
+            inputs.metric,
+            names,
+            patcher=patcher,
+            progress=on_step,
+        )
     else:
         values = patcher.effects(names, progress=on_step)
-        scores = EdgeScores("path-patching", inputs.metric.kind, names, values.tolist(),
-                            patcher.clean_value, patcher.corrupted_value)  # fmt: skip
+        scores = EdgeScores(
+            "path-patching",
+            inputs.metric.kind,
+            names,
+            values.tolist(),
+            patcher.clean_value,
+            patcher.corrupted_value,
+        )
     heads = [block.attention.num_heads for block in patcher.blocks]
-    return CircuitRun(model=model.name, task=TASK, method=request.method, steps=None,
-                      top=request.top, performance=performance, heads_per_layer=heads,
-                      kv_heads_per_layer=list(heads), scores=scores)  # fmt: skip
+    return CircuitRun(
+        model=model.name,
+        task=TASK,
+        method=request.method,
+        steps=None,
+        top=request.top,
+        performance=performance,
+        heads_per_layer=heads,
+        kv_heads_per_layer=list(heads),
+        scores=scores,
+    )
 
 
-__all__ = ["STREAM_METHODS", "StreamCircuitRequest", "StreamInputs", "run_stream_circuits",
-           "stream_inputs"]  # fmt: skip
+__all__ = [
+    "STREAM_METHODS",
+    "StreamCircuitRequest",
+    "StreamInputs",
+    "run_stream_circuits",
+    "stream_inputs",
+]

@@ -39,8 +39,9 @@ def task_metric(pairs: TaskPairs, kind: str | None = None) -> Metric:
     positions = pairs.mask.any(0).nonzero().squeeze(-1)  # (n_kept,)
     weight = pairs.mask[:, positions].float()  # (batch, n_kept)
     if kind == "logit_diff":
-        return Metric("logit_diff", positions, weight, pairs.answers[:, positions],
-                      pairs.wrong[:, positions])  # fmt: skip
+        return Metric(
+            "logit_diff", positions, weight, pairs.answers[:, positions], pairs.wrong[:, positions]
+        )
     return Metric("prob_diff", positions, weight, candidates=pairs.candidates, signs=pairs.signs)
 
 
@@ -50,8 +51,11 @@ def forward_logits(model, ids: Tensor, batch_size: int = 8) -> Tensor:
     out = []
     with torch.no_grad():
         for chunk in ids.split(batch_size):
-            batch = TokenBatch(chunk, torch.ones_like(chunk, dtype=torch.bool),
-                               tokens=[[] for _ in range(len(chunk))])  # fmt: skip
+            batch = TokenBatch(
+                chunk,
+                torch.ones_like(chunk, dtype=torch.bool),
+                tokens=[[] for _ in range(len(chunk))],
+            )
             out.append(model.run(batch).float())
     return torch.cat(out)
 
@@ -71,9 +75,14 @@ def task_performance(model, pairs: TaskPairs, batch_size: int = 8) -> TaskPerfor
     corrupted_value = float(metric(corrupted[:, kept]).item())
     accuracy = _accuracy(pairs, clean)
     return TaskPerformance(
-        task=pairs.task, metric=pairs.metric, n_pairs=pairs.batch, clean=clean_value,
-        corrupted=corrupted_value, accuracy=accuracy, does_task=accuracy >= DOES_TASK,
-    )  # fmt: skip
+        task=pairs.task,
+        metric=pairs.metric,
+        n_pairs=pairs.batch,
+        clean=clean_value,
+        corrupted=corrupted_value,
+        accuracy=accuracy,
+        does_task=accuracy >= DOES_TASK,
+    )
 
 
 def _accuracy(pairs: TaskPairs, logits: Tensor) -> float:

@@ -99,8 +99,11 @@ def check_task_length(request: TaskRequest, model) -> int | None:
     positions = getattr(model, "max_positions", None)
     if known is not None and positions is not None:
         most = positions if request.task == "copy" else (positions - known % 2) // 2
-        check_positions(known, positions, f"the {request.task} task of length="
-                        f"{request.resolved_length} (at most {most} fits)")  # fmt: skip
+        check_positions(
+            known,
+            positions,
+            f"the {request.task} task of length={request.resolved_length} (at most {most} fits)",
+        )
     return known
 
 
@@ -123,8 +126,9 @@ def build_pairs(request: TaskRequest, model) -> TaskPairs:
         return tasks_builtin.copy(model, tokenizer, n, request.resolved_length, seed)
     if request.task == "pairs":
         rows = tasks_pairs.read_pairs(request.pairs_file)
-        return tasks_pairs.encode_pairs(rows, tokenizer, request.equal_lengths,
-                                        where=request.pairs_file, positions=positions)  # fmt: skip
+        return tasks_pairs.encode_pairs(
+            rows, tokenizer, request.equal_lengths, where=request.pairs_file, positions=positions
+        )
     built = tasks_builtin.ioi if request.task == "ioi" else tasks_builtin.greater_than
     pairs = built(tokenizer, n, seed)
     check_positions(int(pairs.clean.shape[1]), positions, f"the {request.task} task's text")
@@ -135,13 +139,22 @@ def tokenizer_of(model):
     """The tokenizer a model holds (``TransformersModel.tokenizer``); ValueError without one."""
     tokenizer = getattr(model, "tokenizer", None)
     if tokenizer is None:
-        raise ValueError(f"{getattr(model, 'name', 'the model')} has no tokenizer to build "
-                         "task texts with")  # fmt: skip
+        raise ValueError(
+            f"{getattr(model, 'name', 'the model')} has no tokenizer to build task texts with"
+        )
     return tokenizer
 
 
 __all__ = [
-    "DEFAULT_LENGTHS", "METRICS", "TASKS", "TaskPairs", "TaskRequest", "build_pairs",
-    "check_positions", "check_task_length", "last_position_answers", "task_positions",
+    "DEFAULT_LENGTHS",
+    "METRICS",
+    "TASKS",
+    "TaskPairs",
+    "TaskRequest",
+    "build_pairs",
+    "check_positions",
+    "check_task_length",
+    "last_position_answers",
+    "task_positions",
     "tokenizer_of",
-]  # fmt: skip
+]

@@ -13,12 +13,70 @@ from headlab.circuits.clean_corrupted import TaskPairs, last_position_answers
 
 #: Common first names; IOI uses those the tokenizer writes as one token after a space.
 NAMES = (
-    "Mary", "John", "Alice", "Bob", "Tom", "James", "Michael", "David", "Sarah", "Emma", "Anna",
-    "Paul", "Mark", "Peter", "Lisa", "Kate", "Jack", "Sam", "Ben", "Dan", "Max", "Adam", "Eric",
-    "Ryan", "Jason", "Kevin", "Brian", "Steve", "Laura", "Rose", "Grace", "Amy", "Helen", "Jane",
-    "Lucy", "Ruth", "Ann", "Joe", "Tim", "Jim", "Bill", "Fred", "George", "Henry", "Frank",
-    "Carl", "Alex", "Chris", "Matt", "Nick", "Luke", "Sean", "Ian", "Scott", "Andrew", "Robert",
-    "Thomas", "Daniel", "Jennifer", "Susan", "Linda", "Karen", "Nancy", "Emily",
+    "Mary",
+    "John",
+    "Alice",
+    "Bob",
+    "Tom",
+    "James",
+    "Michael",
+    "David",
+    "Sarah",
+    "Emma",
+    "Anna",
+    "Paul",
+    "Mark",
+    "Peter",
+    "Lisa",
+    "Kate",
+    "Jack",
+    "Sam",
+    "Ben",
+    "Dan",
+    "Max",
+    "Adam",
+    "Eric",
+    "Ryan",
+    "Jason",
+    "Kevin",
+    "Brian",
+    "Steve",
+    "Laura",
+    "Rose",
+    "Grace",
+    "Amy",
+    "Helen",
+    "Jane",
+    "Lucy",
+    "Ruth",
+    "Ann",
+    "Joe",
+    "Tim",
+    "Jim",
+    "Bill",
+    "Fred",
+    "George",
+    "Henry",
+    "Frank",
+    "Carl",
+    "Alex",
+    "Chris",
+    "Matt",
+    "Nick",
+    "Luke",
+    "Sean",
+    "Ian",
+    "Scott",
+    "Andrew",
+    "Robert",
+    "Thomas",
+    "Daniel",
+    "Jennifer",
+    "Susan",
+    "Linda",
+    "Karen",
+    "Nancy",
+    "Emily",
 )
 #: Templates of Wang et al. (2022): {A} and {B} are the two names of the first clause (IO and S
 #: in either order), {C} the subject of the second (S in clean texts).
@@ -57,13 +115,16 @@ def induction(tokenizer, n: int, length: int, seed: int) -> TaskPairs:
     (seeded); the metric reads the second half's next tokens (log-probability)."""
     pool = plain_ids(tokenizer)
     if length > len(pool):
-        raise ValueError(f"length must be at most {len(pool)} (the tokenizer's ordinary tokens, "
-                         f"none repeated in r), got {length}")  # fmt: skip
+        raise ValueError(
+            f"length must be at most {len(pool)} (the tokenizer's ordinary tokens, "
+            f"none repeated in r), got {length}"
+        )
     generator = torch.Generator().manual_seed(seed)
 
     def draw() -> Tensor:  # (n, length)
-        return torch.stack([pool[torch.randperm(len(pool), generator=generator)[:length]]
-                            for _ in range(n)])  # fmt: skip
+        return torch.stack(
+            [pool[torch.randperm(len(pool), generator=generator)[:length]] for _ in range(n)]
+        )
 
     r, r_other = draw(), draw()
     bos = torch.tensor(_bos(tokenizer), dtype=torch.long).expand(n, -1)
@@ -75,8 +136,9 @@ def induction(tokenizer, n: int, length: int, seed: int) -> TaskPairs:
     answers = torch.zeros_like(clean)
     answers[:, :-1] = clean[:, 1:]
     answers[~mask] = 0
-    return TaskPairs("induction", "logprob", clean, corrupted, mask, answers,
-                     pad_id=_pad(tokenizer))  # fmt: skip
+    return TaskPairs(
+        "induction", "logprob", clean, corrupted, mask, answers, pad_id=_pad(tokenizer)
+    )
 
 
 def copy(model, tokenizer, n: int, length: int, seed: int) -> TaskPairs:
@@ -91,8 +153,7 @@ def copy(model, tokenizer, n: int, length: int, seed: int) -> TaskPairs:
     ids = [model.tokenize([t.text], max_length=length).input_ids[0] for t in texts]
     shortest = min(len(row) for row in ids)
     keep = 1 if _bos(tokenizer) and all(int(row[0]) == _bos(tokenizer)[0] for row in ids) else 0
-    clean = torch.stack([torch.cat([row[:keep], row[keep + len(row) - shortest :]])
-                         for row in ids])  # fmt: skip
+    clean = torch.stack([torch.cat([row[:keep], row[keep + len(row) - shortest :]]) for row in ids])
     corrupted = clean.clone()
     mask = torch.zeros(clean.shape, dtype=torch.bool)
     pool = plain_ids(tokenizer)
@@ -104,15 +165,19 @@ def copy(model, tokenizer, n: int, length: int, seed: int) -> TaskPairs:
         positions = torch.arange(shortest)
         copied = (sources >= 0) & (positions >= shortest - tail)
         if not bool(copied.any()):
-            raise ValueError(f"copy task (seed {seed + row}): no copied token at the end; "
-                             "use a longer length")  # fmt: skip
+            raise ValueError(
+                f"copy task (seed {seed + row}): no copied token at the end; use a longer length"
+            )
         first, last = int(sources[copied].min()) - MIN_MATCH, int(sources[copied].max())
         if first < keep or last >= shortest - tail:
-            raise ValueError(f"copy task (seed {seed + row}): the passage's first occurrence "
-                             "was cut; use a longer length")  # fmt: skip
+            raise ValueError(
+                f"copy task (seed {seed + row}): the passage's first occurrence "
+                "was cut; use a longer length"
+            )
         span = last - first + 1
-        corrupted[row, first : last + 1] = pool[torch.randint(len(pool), (span,),
-                                                              generator=generator)]  # fmt: skip
+        corrupted[row, first : last + 1] = pool[
+            torch.randint(len(pool), (span,), generator=generator)
+        ]
         mask[row] = copied
     answers = torch.zeros_like(clean)
     answers[:, :-1] = clean[:, 1:]
@@ -137,8 +202,10 @@ def ioi(tokenizer, n: int, seed: int) -> TaskPairs:
     names = single_token_names(tokenizer)
     if len(names) < 3:
         found = ", ".join(names) or "none"
-        raise ValueError(f"ioi needs at least 3 names the tokenizer writes as one token; it has "
-                         f"{len(names)} of the {len(NAMES)} built in ({found})")  # fmt: skip
+        raise ValueError(
+            f"ioi needs at least 3 names the tokenizer writes as one token; it has "
+            f"{len(names)} of the {len(NAMES)} built in ({found})"
+        )
     rng = random.Random(f"ioi {seed}")
     rows = []
     for _ in range(n):
@@ -157,8 +224,10 @@ def ioi(tokenizer, n: int, seed: int) -> TaskPairs:
                 rows.append((clean, corrupted, io_id, s_id))
                 break
         else:
-            raise ValueError(f"ioi: no sentence whose clean and corrupted texts tokenise to the "
-                             f"same length in {ATTEMPTS} tries")  # fmt: skip
+            raise ValueError(
+                f"ioi: no sentence whose clean and corrupted texts tokenise to the "
+                f"same length in {ATTEMPTS} tries"
+            )
     return _last_position_pairs("ioi", "logit_diff", rows, tokenizer)
 
 
@@ -172,14 +241,16 @@ def year_tokens(tokenizer) -> list[int]:
         unknown = got[-1] == tokenizer.unk_token_id
         if len(got) != len(century) + 1 or got[: len(century)] != century or unknown:
             shown = tokenizer.convert_ids_to_tokens(got)
-            raise ValueError(f"greater-than needs years written as ' 17' + one two-digit token; "
-                             f"this tokenizer writes ' 17{yy:02d}' as {shown}")  # fmt: skip
+            raise ValueError(
+                f"greater-than needs years written as ' 17' + one two-digit token; "
+                f"this tokenizer writes ' 17{yy:02d}' as {shown}"
+            )
         ids.append(got[-1])
     return ids
 
 
 def greater_than(tokenizer, n: int, seed: int) -> TaskPairs:
-    """"The {noun} lasted from the year 17YY to the year 17" (Hanna et al. 2023), YY drawn from
+    """ "The {noun} lasted from the year 17YY to the year 17" (Hanna et al. 2023), YY drawn from
     02..98; corrupted: YY = 01; the metric: probability difference, the two-digit year tokens
     above YY counted +1, those at or below -1 (``candidates``, ``signs``)."""
     years = year_tokens(tokenizer)
@@ -195,8 +266,10 @@ def greater_than(tokenizer, n: int, seed: int) -> TaskPairs:
                 cutoffs.append(yy)
                 break
         else:
-            raise ValueError(f"greater-than: no sentence whose clean and corrupted texts "
-                             f"tokenise to the same length in {ATTEMPTS} tries")  # fmt: skip
+            raise ValueError(
+                f"greater-than: no sentence whose clean and corrupted texts "
+                f"tokenise to the same length in {ATTEMPTS} tries"
+            )
     pairs = _last_position_pairs("greater-than", "prob_diff", rows, tokenizer)
     candidates = torch.tensor(years, dtype=torch.long).expand(n, -1).clone()  # (batch, 100)
     signs = torch.tensor([[1.0 if y > yy else -1.0 for y in range(100)] for yy in cutoffs])
@@ -218,10 +291,12 @@ def _last_position_pairs(task: str, metric: str, rows: list, tokenizer) -> TaskP
     answer = torch.tensor([a for _, _, a, _ in rows])
     wrong = None if rows[0][3] is None else torch.tensor([w for *_, w in rows])
     mask, answers, wrong_full = last_position_answers(clean, last, answer, wrong)
-    notes = () if len(set(last.tolist())) == 1 else ("rows of different lengths, padded on the "
-                                                      "right",)  # fmt: skip
-    return TaskPairs(task, metric, clean, corrupted, mask, answers, wrong_full, pad_id=pad,
-                     notes=notes)  # fmt: skip
+    notes = (
+        () if len(set(last.tolist())) == 1 else ("rows of different lengths, padded on the right",)
+    )
+    return TaskPairs(
+        task, metric, clean, corrupted, mask, answers, wrong_full, pad_id=pad, notes=notes
+    )
 
 
 def _pad(tokenizer) -> int:

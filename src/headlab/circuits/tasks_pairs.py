@@ -76,8 +76,9 @@ def read_pairs(path: str | Path) -> list[PairRow]:
     if any(having) and not all(having):
         odd = next(row for row, has in zip(rows, having, strict=True) if has != having[0])
         first = f"line {rows[0].line} {'has' if having[0] else 'has none'}"
-        raise ValueError(f"{path} line {odd.line}: 'wrong' must be given on every line or on "
-                         f"none ({first})")  # fmt: skip
+        raise ValueError(
+            f"{path} line {odd.line}: 'wrong' must be given on every line or on none ({first})"
+        )
     return rows
 
 
@@ -87,22 +88,27 @@ def _row(text: str, number: int, path: Path) -> PairRow:
         check_depth(text.encode("utf-8", "surrogatepass"), where)  # never a RecursionError
         data = json.loads(text)
     except json.JSONDecodeError as error:
-        raise ValueError(f"{where}: expected a JSON object, got invalid JSON ({error.msg} at "
-                         f"column {error.colno})") from None  # fmt: skip
+        raise ValueError(
+            f"{where}: expected a JSON object, got invalid JSON ({error.msg} at "
+            f"column {error.colno})"
+        ) from None
     if not isinstance(data, dict):
         raise ValueError(f"{where}: expected a JSON object, got {type(data).__name__}")
     unknown = sorted(set(data) - set(FIELDS))
     if unknown:
-        raise ValueError(f"{where}: expected only the fields {', '.join(FIELDS)}, got "
-                         f"{', '.join(map(repr, unknown))}")  # fmt: skip
+        raise ValueError(
+            f"{where}: expected only the fields {', '.join(FIELDS)}, got "
+            f"{', '.join(map(repr, unknown))}"
+        )
     for name in ("clean", "corrupted"):
         value = data.get(name)
         if not isinstance(value, str) or not value:
-            raise ValueError(f"{where}: expected {name!r} a non-empty string, got "
-                             f"{_shown(value)}")  # fmt: skip
+            raise ValueError(f"{where}: expected {name!r} a non-empty string, got {_shown(value)}")
         if len(value) > MAX_TEXT_CHARS:
-            raise ValueError(f"{where}: expected {name!r} of at most {MAX_TEXT_CHARS:,} "
-                             f"characters, got {len(value):,}")  # fmt: skip
+            raise ValueError(
+                f"{where}: expected {name!r} of at most {MAX_TEXT_CHARS:,} "
+                f"characters, got {len(value):,}"
+            )
     tokens = {}
     for name in ("answer", "wrong"):
         value = data.get(name)
@@ -111,8 +117,10 @@ def _row(text: str, number: int, path: Path) -> PairRow:
             continue
         token_id = isinstance(value, int) and not isinstance(value, bool) and value >= 0
         if not (token_id or (isinstance(value, str) and value)):
-            raise ValueError(f"{where}: expected {name!r} a token (its text or a non-negative "
-                             f"id), got {_shown(value)}")  # fmt: skip
+            raise ValueError(
+                f"{where}: expected {name!r} a token (its text or a non-negative "
+                f"id), got {_shown(value)}"
+            )
         tokens[name] = value
     for name in FIELDS:
         _check_unicode(data.get(name), name, where)
@@ -128,8 +136,10 @@ def _check_unicode(value: object, name: str, where: str) -> None:
         value.encode("utf-8")
     except UnicodeEncodeError as error:
         code = ord(value[error.start])
-        raise ValueError(f"{where}: expected {name!r} Unicode text, got a lone surrogate "
-                         f"(\\u{code:04x} at character {error.start + 1})") from None  # fmt: skip
+        raise ValueError(
+            f"{where}: expected {name!r} Unicode text, got a lone surrogate "
+            f"(\\u{code:04x} at character {error.start + 1})"
+        ) from None
 
 
 def _shown(value: object) -> str:
@@ -158,15 +168,21 @@ def encode_pairs(
         at = f"{where} line {row.line}"
         clean = list(tokenizer(row.clean)["input_ids"])
         corrupted = list(tokenizer(row.corrupted)["input_ids"])
-        for name, text, ids in (("clean", row.clean, clean), ("corrupted", row.corrupted,
-                                                              corrupted)):  # fmt: skip
+        for name, text, ids in (
+            ("clean", row.clean, clean),
+            ("corrupted", row.corrupted, corrupted),
+        ):
             if not ids:
-                raise ValueError(f"{at}: expected {name!r} of at least one token, got none (the "
-                                 f"tokenizer writes {_shown_text(text)} as no token)")  # fmt: skip
+                raise ValueError(
+                    f"{at}: expected {name!r} of at least one token, got none (the "
+                    f"tokenizer writes {_shown_text(text)} as no token)"
+                )
             check_positions(len(ids), positions, f"{at}: {name!r}")
         if equal_lengths and len(clean) != len(corrupted):
-            raise ValueError(f"{at}: clean and corrupted must have the same number of tokens "
-                             f"for this method, got {len(clean)} and {len(corrupted)}")  # fmt: skip
+            raise ValueError(
+                f"{at}: clean and corrupted must have the same number of tokens "
+                f"for this method, got {len(clean)} and {len(corrupted)}"
+            )
         answer = _token(row.answer, "answer", tokenizer, vocab, at)
         wrong = None if row.wrong is None else _token(row.wrong, "wrong", tokenizer, vocab, at)
         encoded.append((clean, corrupted, answer, wrong))
@@ -181,8 +197,9 @@ def encode_pairs(
     wrong = None if encoded[0][3] is None else torch.tensor([w for *_, w in encoded])
     mask, answers, wrong_full = last_position_answers(clean_ids, last, answer, wrong)
     metric = "logprob" if wrong is None else "logit_diff"
-    return TaskPairs("pairs", metric, clean_ids, corrupted_ids, mask, answers, wrong_full,
-                     pad_id=int(pad))  # fmt: skip
+    return TaskPairs(
+        "pairs", metric, clean_ids, corrupted_ids, mask, answers, wrong_full, pad_id=int(pad)
+    )
 
 
 def _shown_text(text: str) -> str:
@@ -193,15 +210,20 @@ def _token(value: str | int, name: str, tokenizer, vocab: int, at: str) -> int:
     """The id of one answer token given by id or text; ValueError naming the line."""
     if isinstance(value, int):
         if value >= vocab:
-            raise ValueError(f"{at}: {name} token id must lie in the vocabulary 0..{vocab - 1}, "
-                             f"got {value}")  # fmt: skip
+            raise ValueError(
+                f"{at}: {name} token id must lie in the vocabulary 0..{vocab - 1}, got {value}"
+            )
         return value
     ids = list(tokenizer(value, add_special_tokens=False)["input_ids"])
     if ids and ids == [tokenizer.unk_token_id]:
-        raise ValueError(f"{at}: {name} {value!r} is not in the vocabulary (the tokenizer writes "
-                         "it as its unknown token)")  # fmt: skip
+        raise ValueError(
+            f"{at}: {name} {value!r} is not in the vocabulary (the tokenizer writes "
+            "it as its unknown token)"
+        )
     if len(ids) != 1:
         pieces = tokenizer.convert_ids_to_tokens(ids)
-        raise ValueError(f"{at}: {name} {value!r} must be one token, got {len(ids)} "
-                         f"({', '.join(map(repr, pieces))}); give one token or its id")  # fmt: skip
+        raise ValueError(
+            f"{at}: {name} {value!r} must be one token, got {len(ids)} "
+            f"({', '.join(map(repr, pieces))}); give one token or its id"
+        )
     return int(ids[0])

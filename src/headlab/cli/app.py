@@ -124,14 +124,31 @@ sweep_app = typer.Typer(
 # Each command module adds its command to its group here; none imports this module, nor another
 # command module (no cycle). The order is the order of ``headlab --help``.
 GROUPS = {
-    app: (circuits_command, compare_command, grad_command, expressivity_command,
-          formation_command, params_command, redundancy_command, report_command,
-          specialisation_command, why_attends_command),
-    model_app: (model_heads_command, model_collapse_command, model_importance_command,
-                model_prune_command, model_ablate_command, model_generate_command,
-                model_families_command, model_roles_command, model_kv_budget_command),
+    app: (
+        circuits_command,
+        compare_command,
+        grad_command,
+        expressivity_command,
+        formation_command,
+        params_command,
+        redundancy_command,
+        report_command,
+        specialisation_command,
+        why_attends_command,
+    ),
+    model_app: (
+        model_heads_command,
+        model_collapse_command,
+        model_importance_command,
+        model_prune_command,
+        model_ablate_command,
+        model_generate_command,
+        model_families_command,
+        model_roles_command,
+        model_kv_budget_command,
+    ),
     sweep_app: (sweep_command, sweep_plot_command, sweep_summary_command),
-}  # fmt: skip
+}
 for _group, _modules in GROUPS.items():
     for _module in _modules:
         _module.register(_group)

@@ -16,9 +16,12 @@ from headlab.cli.outputs import an_input
 from headlab.cli.parsing import flags
 from headlab.cli.progress import progress
 
-CORRUPTED_TEXT = typer.Option(None, "--corrupted-source-text", metavar="<str>",
-                              help="Encoder-decoders: the corrupted twin of each --source-text "
-                              "(as many tokens).")  # fmt: skip
+CORRUPTED_TEXT = typer.Option(
+    None,
+    "--corrupted-source-text",
+    metavar="<str>",
+    help="Encoder-decoders: the corrupted twin of each --source-text (as many tokens).",
+)
 CORRUPTED_AUDIO = typer.Option(
     None,
     "--corrupted-audio",
@@ -43,9 +46,20 @@ def is_encoder_decoder(source) -> bool:
 
 
 def kind_circuits(
-    source, audio, source_text, target_text, corrupted_text, corrupted_audio, *, method: str,
-    top: int, edges, other_inputs: list[str], claim, quiet: bool,
-):  # fmt: skip
+    source,
+    audio,
+    source_text,
+    target_text,
+    corrupted_text,
+    corrupted_audio,
+    *,
+    method: str,
+    top: int,
+    edges,
+    other_inputs: list[str],
+    claim,
+    quiet: bool,
+):
     """The ``CircuitRun`` of an encoder-decoder. Every check before the load: the options that
     do not apply (``other_inputs``: the decoder's task options given), the method, the sources
     against the model's kind and sampling rate, one corrupted source per source; ``claim()``
@@ -57,17 +71,18 @@ def kind_circuits(
     )
 
     if other_inputs:
-        raise ValueError(f"{', '.join(other_inputs)}: for decoder-only models; an "
-                         "encoder-decoder's circuit reads --source-text (or --audio) and its "
-                         "corrupted twin")  # fmt: skip
+        raise ValueError(
+            f"{', '.join(other_inputs)}: for decoder-only models; an "
+            "encoder-decoder's circuit reads --source-text (or --audio) and its "
+            "corrupted twin"
+        )
     with flags("method", "top", "edges"):
         request = StreamCircuitRequest(method, top, edges)
     inputs = kinds.read_inputs(None, audio, source_text, target_text)
     corrupted = kinds.read_inputs(None, corrupted_audio, corrupted_text, None)
     kind, name, rate = kinds.declared(source)
     if kind != "encoder-decoder" and kind != "text":
-        raise ValueError(f"{name} is an image model: circuits read a decoder or an "
-                         "encoder-decoder")  # fmt: skip
+        raise ValueError(f"{name} is an image model: circuits read a decoder or an encoder-decoder")
     inputs.check_for_kind(kind, name, rate)
     given = max(len(inputs.source_texts), len(inputs.waveforms))
     twins = max(len(corrupted.source_texts), len(corrupted.waveforms))

@@ -23,20 +23,40 @@ from headlab.cli.progress import progress
 from headlab.cli.tables import fitted_tables
 from headlab.results.locations import model_results
 
-IMAGE = typer.Option(None, "--image", callback=an_input,
-                     help="An image file or a folder of them (image models).")  # fmt: skip
-AUDIO = typer.Option(None, "--audio", callback=an_input,
-                     help="A PCM WAV file at the model's sampling rate (Whisper).")  # fmt: skip
-SOURCE_TEXT = typer.Option(None, "--source-text", metavar="<str>",
-                           help="A source text for an encoder-decoder (repeat for more).")
-TARGET_TEXT = typer.Option(None, "--target-text", metavar="<str>",
-                           help="The target of each --source-text [default: the model's own "
-                           "greedy output].")
-TOWER = typer.Option(None, "--tower", help="Which tower of a model with a text and an image "
-                     "tower (CLIP): text (the text options) or vision (--image) [default: "
-                     "vision with --image].")  # fmt: skip
-ATTENTION = typer.Option(None, "--attention", help="The attention kind of the --ablate heads: "
-                         "encoder, decoder or cross [default: cross; images: encoder].")
+IMAGE = typer.Option(
+    None, "--image", callback=an_input, help="An image file or a folder of them (image models)."
+)
+AUDIO = typer.Option(
+    None,
+    "--audio",
+    callback=an_input,
+    help="A PCM WAV file at the model's sampling rate (Whisper).",
+)
+SOURCE_TEXT = typer.Option(
+    None,
+    "--source-text",
+    metavar="<str>",
+    help="A source text for an encoder-decoder (repeat for more).",
+)
+TARGET_TEXT = typer.Option(
+    None,
+    "--target-text",
+    metavar="<str>",
+    help="The target of each --source-text [default: the model's own greedy output].",
+)
+TOWER = typer.Option(
+    None,
+    "--tower",
+    help="Which tower of a model with a text and an image "
+    "tower (CLIP): text (the text options) or vision (--image) [default: "
+    "vision with --image].",
+)
+ATTENTION = typer.Option(
+    None,
+    "--attention",
+    help="The attention kind of the --ablate heads: "
+    "encoder, decoder or cross [default: cross; images: encoder].",
+)
 
 
 def asked(image, audio, source_text, target_text) -> bool:
@@ -59,8 +79,9 @@ def declared(source: ModelChoice) -> tuple[str, str, int | None]:
     return kind, Path(name).name or name, rate
 
 
-def text_tower(source: ModelChoice, tower: str | None, image, audio, source_text,
-               target_text) -> bool:  # fmt: skip
+def text_tower(
+    source: ModelChoice, tower: str | None, image, audio, source_text, target_text
+) -> bool:
     """Whether the command runs a two-tower model's text tower on the text route (``--tower
     text``); ValueError in one line, before the model loads, for a tower that does not fit the
     model or the inputs, or text input to a two-tower model without ``--tower text``."""
@@ -92,8 +113,10 @@ def text_tower(source: ModelChoice, tower: str | None, image, audio, source_text
             raise ValueError("--tower vision reads images: pass --image (a file or a folder)")
         return False
     if asked(image, audio, source_text, target_text):
-        raise ValueError("--tower text reads texts (--corpus, --text-file); leave out --image, "
-                         "--audio, --source-text and --target-text")  # fmt: skip
+        raise ValueError(
+            "--tower text reads texts (--corpus, --text-file); leave out --image, "
+            "--audio, --source-text and --target-text"
+        )
     return True
 
 
@@ -104,8 +127,9 @@ def read_inputs(image, audio, source_text, target_text, prompt=None):
 
     images = read_images(image, "--image") if image is not None else []
     waves = [read_wav(audio, "--audio")] if audio is not None else []
-    return KindInputs(tuple(source_text or ()), tuple(waves), tuple(target_text or ()), images,
-                      prompt)  # fmt: skip
+    return KindInputs(
+        tuple(source_text or ()), tuple(waves), tuple(target_text or ()), images, prompt
+    )
 
 
 def checked(source: ModelChoice, inputs) -> str:
@@ -132,8 +156,9 @@ def kind_heads(source, inputs, metric: str | None, out, as_json: bool, force: bo
     names = VISION_METRICS if kind == "vision" else SELF_METRICS
     metric = metric or ("cls" if kind == "vision" else "entropy")
     if metric not in names:
-        raise ValueError(f"--metric must be one of {', '.join(names)} for this model, got "
-                         f"{metric!r}")  # fmt: skip
+        raise ValueError(
+            f"--metric must be one of {', '.join(names)} for this model, got {metric!r}"
+        )
     analysis = "heads-vision" if kind == "vision" else "heads-encoder-decoder"
     out = model_results(analysis) if out is None else out
     claim_analysis(analysis, out, force)
@@ -170,16 +195,17 @@ def _vision_tables(result, metric: str) -> list:
         return [*note_lines([f"no {metric} in this model ({', '.join(result.metrics)})"])]
     title = f"{metric} per head, {result.model}, {result.n_images} images"
     tables = head_grid(title, result.metrics[metric])
-    tables.append(top_table("top high-norm heads (weight)",
-                            _top(result.metrics["high_norm"])))  # fmt: skip
+    tables.append(top_table("top high-norm heads (weight)", _top(result.metrics["high_norm"])))
     rows = []
     for layer in range(result.num_layers + 1):
-        ratios = [max(image[layer][1 + len(result.registers):]) for image in result.norm_ratios]
+        ratios = [max(image[layer][1 + len(result.registers) :]) for image in result.norm_ratios]
         counts = [len(tokens) for tokens in result.high_norm_tokens(layer)]
         where = "output" if layer == result.num_layers else str(layer)
         rows.append([where, f"{max(ratios, default=0):.1f}", str(sum(counts))])
-    title = (f"patch norms against the median, at each layer's input (high-norm: > "
-             f"{result.threshold:g}x)")  # fmt: skip
+    title = (
+        f"patch norms against the median, at each layer's input (high-norm: > "
+        f"{result.threshold:g}x)"
+    )
     tables.extend(fitted_tables(title, ["layer", "max ratio", "high-norm tokens"], rows))
     return [*tables, *note_lines(result.notes)]
 
@@ -199,8 +225,9 @@ def kind_ablate(source, inputs, attention, heads: str, out, as_json: bool, force
     attention = attention or ("encoder" if kind == "vision" else "cross")
     allowed = ("encoder",) if kind == "vision" else ("encoder", "decoder", "cross")
     if attention not in allowed:
-        raise ValueError(f"--attention must be {' or '.join(allowed)} for this model, got "
-                         f"{attention!r}")  # fmt: skip
+        raise ValueError(
+            f"--attention must be {' or '.join(allowed)} for this model, got {attention!r}"
+        )
     out = model_results("ablate-kind") if out is None else out
     claim_analysis("ablate-kind", out, force)
     model = open_kind(source, kind, as_json)
@@ -216,11 +243,21 @@ def kind_ablate(source, inputs, attention, heads: str, out, as_json: bool, force
 
             pairs = source_target_pairs(model, inputs)
             result = encoder_decoder_ablation(model, pairs, attention, chosen)
-    row = [",".join(f"{l}.{h}" for l, h in result.heads), result.kind,
-           f"{result.baseline:.4f}", f"{result.ablated:.4f}", f"{result.change:+.4f}"]  # fmt: skip
+    row = [
+        ",".join(f"{l}.{h}" for l, h in result.heads),
+        result.kind,
+        f"{result.baseline:.4f}",
+        f"{result.ablated:.4f}",
+        f"{result.change:+.4f}",
+    ]
     title = f"Ablation, {result.model}, {result.n_inputs} inputs"
-    tables = fitted_tables(title, ["heads", "attention", "baseline", "ablated", "change"], [row],
-                           keys=0, left=["heads"])  # fmt: skip
+    tables = fitted_tables(
+        title,
+        ["heads", "attention", "baseline", "ablated", "change"],
+        [row],
+        keys=0,
+        left=["heads"],
+    )
     emit_result(result, out, force, as_json, [*tables, Text(f"objective: {result.objective}")])
 
 
@@ -235,8 +272,10 @@ def kind_generate(source, inputs, max_new_tokens: int, attention, heads, as_json
             chosen = parse_heads(heads)
     kind, name, _ = declared(source)
     if kind == "vision":
-        raise ValueError(f"{name} is an image model (it reads pixel_values, not text): model "
-                         "generate is for models that write text")  # fmt: skip
+        raise ValueError(
+            f"{name} is an image model (it reads pixel_values, not text): model "
+            "generate is for models that write text"
+        )
     kind = checked(source, inputs)
     attention = attention or "cross"
     model = open_kind(source, kind, as_json)

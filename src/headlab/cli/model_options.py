@@ -24,9 +24,7 @@ MAX_LENGTH = typer.Option(
 )
 AS_JSON = typer.Option(False, "--json", help="Print the results document as JSON.")
 FIGURE = typer.Option(None, "--figure", help="Write a layers x heads PNG grid.")
-FORCE = typer.Option(
-    False, "--force", help="Replace --out even if it is not this analysis' file."
-)
+FORCE = typer.Option(False, "--force", help="Replace --out even if it is not this analysis' file.")
 FORCE_WITH_FIGURE = typer.Option(
     False, "--force", help="Replace --out (and --figure) even if it is not this analysis' file."
 )
@@ -66,6 +64,7 @@ def load_for(source: ModelChoice, request, *, quiet: bool, kind_checked: bool = 
     """(model, request, max_length) for an analysis request over a ``CorpusRequest``
     (``headlab.heads.requests``): its texts read before the model loads and put in the
     request's corpus, the length checked against the model's positions once it has."""
-    loaded, texts, max_length = load_with_texts(source, request.corpus, quiet=quiet,
-                                                kind_checked=kind_checked)  # fmt: skip
+    loaded, texts, max_length = load_with_texts(
+        source, request.corpus, quiet=quiet, kind_checked=kind_checked
+    )
     return loaded, replace(request, corpus=tuple(texts)), max_length

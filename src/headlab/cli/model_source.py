@@ -110,9 +110,12 @@ def require_next_token_logits(
         check_backend(source.backend, warn=False)
     names = ("model", "download", "trust_remote_code")
     with flags(*names), progress("reading the model's config", None, quiet=quiet):
-        found = outline(source.name_or_path, download=source.download,
-                        trust_remote_code=source.trust_remote_code,
-                        tokenizer=tokenizer)  # fmt: skip
+        found = outline(
+            source.name_or_path,
+            download=source.download,
+            trust_remote_code=source.trust_remote_code,
+            tokenizer=tokenizer,
+        )
     try:
         require(found, needed_by)
     except ValueError as error:
@@ -126,23 +129,54 @@ def _options(default: str | None, help: str, folder: bool, backend: bool) -> lis
     shown = None if folder else default
     options = [("model", str | None, typer.Option(shown, "--model", help=help))]
     if folder:
-        options.append(("model_dir", Path | None, typer.Option(
-            None, "--model-dir", help="A model folder (same as --model PATH).",
-        )))  # fmt: skip
+        options.append(
+            (
+                "model_dir",
+                Path | None,
+                typer.Option(
+                    None,
+                    "--model-dir",
+                    help="A model folder (same as --model PATH).",
+                ),
+            )
+        )
     if backend:
-        options.append(("backend", str | None, typer.Option(
-            None, "--backend", help="Accepted for old scripts; it no longer chooses anything: "
-            "every model runs as a transformers model on headlab's attention "
-            "(docs/transformers.md).",
-        )))  # fmt: skip
-    options.append(("download", bool, typer.Option(
-        False, "--download", help="Fetch a hub id that is not in the local cache (needs the "
-        "network).",
-    )))  # fmt: skip
-    options.append(("trust_remote_code", bool, typer.Option(
-        False, "--trust-remote-code", help="Run the checkpoint's own Python code (its "
-        "auto_map): only for checkpoints you trust.",
-    )))  # fmt: skip
+        options.append(
+            (
+                "backend",
+                str | None,
+                typer.Option(
+                    None,
+                    "--backend",
+                    help="Accepted for old scripts; it no longer chooses anything: "
+                    "every model runs as a transformers model on headlab's attention "
+                    "(docs/transformers.md).",
+                ),
+            )
+        )
+    options.append(
+        (
+            "download",
+            bool,
+            typer.Option(
+                False,
+                "--download",
+                help="Fetch a hub id that is not in the local cache (needs the network).",
+            ),
+        )
+    )
+    options.append(
+        (
+            "trust_remote_code",
+            bool,
+            typer.Option(
+                False,
+                "--trust-remote-code",
+                help="Run the checkpoint's own Python code (its "
+                "auto_map): only for checkpoints you trust.",
+            ),
+        )
+    )
     return options
 
 
@@ -160,9 +194,12 @@ def model_source(
         signature = inspect.signature(command, eval_str=True)
         options = _options(default, help, folder, backend)
         names = [name for name, _, _ in options]
-        added = [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                                   default=option, annotation=annotation)
-                 for name, annotation, option in options]  # fmt: skip
+        added = [
+            inspect.Parameter(
+                name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=option, annotation=annotation
+            )
+            for name, annotation, option in options
+        ]
         parameters = []
         for parameter in signature.parameters.values():
             parameters.extend(added if parameter.name == "source" else [parameter])

@@ -26,9 +26,15 @@ def node_lines(result: NodeScores, top: int) -> list:
     if performance is not None:
         lines.append(Text(textwrap.fill(performance.says(), 80)))
         if not performance.does_task:
-            lines.append(Text(textwrap.fill(
-                f"warning: {result.model} does not do {result.task}; scores of a behaviour the "
-                "model lacks explain little", 80)))  # fmt: skip
+            lines.append(
+                Text(
+                    textwrap.fill(
+                        f"warning: {result.model} does not do {result.task}; scores of a behaviour "
+                        "the model lacks explain little",
+                        80,
+                    )
+                )
+            )
     index = {name: i for i, name in enumerate(result.nodes)}
     rows = []
     for rank, (node, score) in enumerate(result.top(top), start=1):
@@ -46,12 +52,21 @@ def node_lines(result: NodeScores, top: int) -> list:
     title = f"Top {len(rows)} of {len(result.nodes)} nodes, {result.method}{steps}"
     title += f", {result.task}" if result.task else ""
     lines += fitted_tables(title, columns, rows, keys=1, left=["node", "kind"])
-    alone = ("; alone: the same at the position where it is largest" if result.by_position
-             is not None else "")  # fmt: skip
-    lines.append(Text(textwrap.fill(
-        f"score: {MEANS.get(result.method, 'change')} in {result.metric} when the node's output "
-        f"comes from the corrupted run (clean {result.clean_metric:.4g}, corrupted "
-        f"{result.corrupted_metric:.4g}){alone}", 80)))  # fmt: skip
+    alone = (
+        "; alone: the same at the position where it is largest"
+        if result.by_position is not None
+        else ""
+    )
+    lines.append(
+        Text(
+            textwrap.fill(
+                f"score: {MEANS.get(result.method, 'change')} in {result.metric} when the node's "
+                f"output comes from the corrupted run (clean {result.clean_metric:.4g}, corrupted "
+                f"{result.corrupted_metric:.4g}){alone}",
+                80,
+            )
+        )
+    )
     return lines
 
 

@@ -63,9 +63,13 @@ def non_finite(value: object, where: str = "") -> str | None:
     """Where in ``value`` (``sides[0].coupling[1][2]``) the first NaN or infinity is; None."""
     if isinstance(value, float) and not math.isfinite(value):
         return where
-    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(
-        value, list | tuple
-    ) else ()  # fmt: skip
+    items = (
+        value.items()
+        if isinstance(value, dict)
+        else enumerate(value)
+        if isinstance(value, list | tuple)
+        else ()
+    )
     for key, item in items:
         place = f"{where}[{key}]" if isinstance(key, int) else f"{where}.{key}".lstrip(".")
         found = non_finite(item, place)
@@ -136,8 +140,16 @@ def emit_result(
     with --json only the document."""
     from rich.console import Console
 
-    written = write_outputs(result.KIND, result, out, figure=None, draw=lambda r: None,
-                            force=force, as_json=as_json, out_flag=out_flag)  # fmt: skip
+    written = write_outputs(
+        result.KIND,
+        result,
+        out,
+        figure=None,
+        draw=lambda r: None,
+        force=force,
+        as_json=as_json,
+        out_flag=out_flag,
+    )
     if written is None:
         return
     console = Console()

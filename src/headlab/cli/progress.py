@@ -37,6 +37,8 @@ def first_line_s() -> float:
     except ValueError:
         return FIRST_LINE_S
     return seconds if math.isfinite(seconds) and seconds >= 0 else FIRST_LINE_S
+
+
 EVERY_S = 10.0  # then one line this often
 
 

@@ -39,15 +39,22 @@ def role_tables(roles, statistics=None, top: int = 5) -> list[Table | Text]:
         if statistics is not None:
             out.extend(_numbers_behind(roles, statistics))
     if roles.group_window_error is not None:
-        groups = sorted((v, layer, g) for layer, row in enumerate(roles.group_window_error)
-                        for g, v in enumerate(row))  # fmt: skip
+        groups = sorted(
+            (v, layer, g)
+            for layer, row in enumerate(roles.group_window_error)
+            for g, v in enumerate(row)
+        )
         rows = [[str(layer), str(g), f"{v:.3f}"] for v, layer, g in groups[:top]]
         title = "K/V groups that sinks + a window serve best"
         out.extend(fitted_tables(title, ["layer", "group", "window error"], rows))
-        out.append(Text("(window error: ||o - o_window|| / ||o||, the relative error of the "
-                        "output of the group's worst head with only the sinks and the window; "
-                        "0: nothing changes, above 1: farther from the full output than no "
-                        "output)"))  # fmt: skip
+        out.append(
+            Text(
+                "(window error: ||o - o_window|| / ||o||, the relative error of the "
+                "output of the group's worst head with only the sinks and the window; "
+                "0: nothing changes, above 1: farther from the full output than no "
+                "output)"
+            )
+        )
     return out
 
 
@@ -65,11 +72,18 @@ def _numbers_behind(roles, statistics, count: int = 3) -> list[Table | Text]:
     rows = []
     for name in ROLES:
         for layer, h in roles.examples(name, first, count):
-            rows.append([name, f"{layer}.{h}", score(roles.retrieval, layer, h),
-                         score(roles.copy_weight, layer, h), score(first, layer, h),
-                         score(roles.window_error, layer, h, "{:.3f}"),
-                         score(metrics["prev"], layer, h),
-                         score(metrics["distance"], layer, h, "{:.0f}")])  # fmt: skip
+            rows.append(
+                [
+                    name,
+                    f"{layer}.{h}",
+                    score(roles.retrieval, layer, h),
+                    score(roles.copy_weight, layer, h),
+                    score(first, layer, h),
+                    score(roles.window_error, layer, h, "{:.3f}"),
+                    score(metrics["prev"], layer, h),
+                    score(metrics["distance"], layer, h, "{:.0f}"),
+                ]
+            )
     columns = ["role", "head", "retrieval", "copy", "first", "window", "prev", "distance"]
     title = f"the numbers behind each role (its {count} clearest heads, layer.head)"
     out: list[Table | Text] = [*fitted_tables(title, columns, rows, keys=2, left=["role"])]
@@ -80,7 +94,8 @@ def _numbers_behind(roles, statistics, count: int = 3) -> list[Table | Text]:
         )
     )
     if roles.retrieval is not None and not roles.counts()["retrieval"]:
-        best, layer, h = max((v, layer, h) for layer, row in enumerate(roles.retrieval)
-                             for h, v in enumerate(row))  # fmt: skip
+        best, layer, h = max(
+            (v, layer, h) for layer, row in enumerate(roles.retrieval) for h, v in enumerate(row)
+        )
         out.append(Text(f"no retrieval head: the best retrieval score is {best:.2f} ({layer}.{h})"))
     return out

@@ -33,5 +33,16 @@ HEAD_DIM = typer.Option(
 )
 AS_JSON = typer.Option(False, "--json", help="Print the JSON document only.")
 # CompareRequest's arguments, which its errors name, are these commands' flags
-SETUP_FLAGS = ("d_model", "heads", "vs_heads", "seq_len", "batch", "init", "seed", "kv_heads",
-          "head_dim", "output_projection", "talking_heads")  # fmt: skip
+SETUP_FLAGS = (
+    "d_model",
+    "heads",
+    "vs_heads",
+    "seq_len",
+    "batch",
+    "init",
+    "seed",
+    "kv_heads",
+    "head_dim",
+    "output_projection",
+    "talking_heads",
+)

@@ -77,8 +77,9 @@ class ModelSource:
     def load(self) -> HeadModel:
         from headlab.models import load
 
-        return load(self.name_or_path, download=self.download,
-                    trust_remote_code=self.trust_remote_code)  # fmt: skip
+        return load(
+            self.name_or_path, download=self.download, trust_remote_code=self.trust_remote_code
+        )
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,7 @@ def read_documents(folder: str | Path) -> list[Document]:
         raise FileNotFoundError(f"documents folder {folder} does not exist")
     if not folder.is_dir():
         raise ValueError(f"documents={folder} is not a folder of {DOCUMENT_SUFFIX} files")
+
     def hidden(p: Path) -> bool:
         return any(part.startswith(".") for part in p.relative_to(folder).parts)
 
@@ -206,8 +208,12 @@ def row_problem(row: object) -> str | None:
         if not isinstance(row.get(key), str) or not row[key]:
             return f"{key!r} must be a non-empty string"
     seconds = row.get("seconds")
-    if not (isinstance(seconds, int | float) and not isinstance(seconds, bool)
-            and math.isfinite(seconds) and seconds >= 0):  # fmt: skip
+    if not (
+        isinstance(seconds, int | float)
+        and not isinstance(seconds, bool)
+        and math.isfinite(seconds)
+        and seconds >= 0
+    ):
         return "'seconds' must be a finite number >= 0"
     try:
         RoleRequest.from_dict(Fields(row.get("options"), "options"))
@@ -276,9 +282,13 @@ def run_corpus(
     with ResultsWriter(plan.out, ROWS) as writer:  # locked: a second run into it is refused
         todo = _unfinished(plan.todo, writer.read().rows)  # finished since planning: not again
         for result in run_jobs(
-            run_document, todo, executor=executor, workers=workers, address=address,
+            run_document,
+            todo,
+            executor=executor,
+            workers=workers,
+            address=address,
             describe=lambda job: f"document {job.document.name}",
-        ):  # fmt: skip
+        ):
             writer.append([result.row()])
             yield result
 

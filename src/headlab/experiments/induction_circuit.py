@@ -93,16 +93,24 @@ class FormationRequest:
         if not 0.0 < self.lr <= 1.0:
             raise ValueError(f"lr must be in (0, 1], got {self.lr}")
         if self.layers != 2:
-            raise ValueError(f"layers must be 2 (a previous-token and an induction layer), got "
-                             f"{self.layers}")  # fmt: skip
+            raise ValueError(
+                f"layers must be 2 (a previous-token and an induction layer), got {self.layers}"
+            )
 
     def run_config(self) -> RunConfig:
         """The sweep's ``RunConfig`` of this run (its ``run_id`` names it in sweep.jsonl)."""
         return make_config(
-            INDUCTION.name, self.heads, d_model=self.d_model, layers=self.layers,
-            seed=self.seed, steps=self.steps, batch_size=self.batch_size, lr=self.lr,
-            eval_every=self.every, eval_size=self.eval_size,
-        )  # fmt: skip
+            INDUCTION.name,
+            self.heads,
+            d_model=self.d_model,
+            layers=self.layers,
+            seed=self.seed,
+            steps=self.steps,
+            batch_size=self.batch_size,
+            lr=self.lr,
+            eval_every=self.every,
+            eval_size=self.eval_size,
+        )
 
 
 def task_pairs(n: int, seed: int) -> tuple[Tensor, Tensor, Tensor]:
@@ -152,8 +160,9 @@ def measure(
         ind = found["induction"][1]
         p = max(range(len(prev)), key=prev.__getitem__)
         i = max(range(len(ind)), key=ind.__getitem__)
-        scores = composition_scores(model, samples=samples, seed=seed,
-                                    on_layer=lambda d, n: stage("composition", d, n))  # fmt: skip
+        scores = composition_scores(
+            model, samples=samples, seed=seed, on_layer=lambda d, n: stage("composition", d, n)
+        )
         k = scores.score("k", f"0.{p}", f"1.{i}")
         edge = f"0.{p}->1.{i}<k>"
         stage("patching", 0, 2)
@@ -166,63 +175,101 @@ def measure(
     finally:
         module.train(was_training)
     return CircuitCheckpoint(
-        step=step, loss=loss, accuracy=accuracy, previous_head=p,
-        previous_score=float(prev[p]), induction_head=i, induction_score=float(ind[i]),
-        k_composition=float(k), k_baseline=float(scores.baseline_for("k")),
-        edge=edge, patching_effect=effect, clean_metric=patcher.clean_value,
-        corrupted_metric=patcher.corrupted_value, k_path_effect=k_path,
-    )  # fmt: skip
+        step=step,
+        loss=loss,
+        accuracy=accuracy,
+        previous_head=p,
+        previous_score=float(prev[p]),
+        induction_head=i,
+        induction_score=float(ind[i]),
+        k_composition=float(k),
+        k_baseline=float(scores.baseline_for("k")),
+        edge=edge,
+        patching_effect=effect,
+        clean_metric=patcher.clean_value,
+        corrupted_metric=patcher.corrupted_value,
+        k_path_effect=k_path,
+    )
 
 
-def k_edges(model: TransformersModel, pairs: tuple[Tensor, Tensor, Tensor], samples: int = 16,
-            seed: int = 0, stage: Stage = _quiet) -> KEdges:  # fmt: skip
+def k_edges(
+    model: TransformersModel,
+    pairs: tuple[Tensor, Tensor, Tensor],
+    samples: int = 16,
+    seed: int = 0,
+    stage: Stage = _quiet,
+) -> KEdges:
     """Every K edge 0.s -> 1.r<k> of ``model`` scored by composition, EAP, EAP-IG (5 steps)
     and exact path patching on ``pairs``, with the detectors' scores of every head;
     ``stage(what, done, total)`` as each part runs (exact patching: edge by edge)."""
     clean, corrupted, answers = pairs
     stage("K edges: detectors", 0, 1)
     with torch.no_grad():
-        found = detect_heads(model, torch.arange(INDUCTION.vocab_sizes[0]), DETECTOR_LENGTH,
-                             count=32, seed=seed)  # fmt: skip
+        found = detect_heads(
+            model, torch.arange(INDUCTION.vocab_sizes[0]), DETECTOR_LENGTH, count=32, seed=seed
+        )
     prev, ind = found["previous_token"][0], found["induction"][1]
     pairs_sr = [(s, r) for s in range(len(prev)) for r in range(len(ind))]
     edges = [f"0.{s}->1.{r}<k>" for s, r in pairs_sr]
-    scores = composition_scores(model, samples=samples, seed=seed,
-                                on_layer=lambda d, n: stage("K edges: composition", d, n))
+    scores = composition_scores(
+        model, samples=samples, seed=seed, on_layer=lambda d, n: stage("K edges: composition", d, n)
+    )
     patcher = Patcher(model, clean, corrupted, _answer_metric(clean, answers))
     attributed = {
-        method: edge_attribution(model, clean, corrupted, patcher.metric, method=method,
-                                 edges=edges, patcher=patcher,
-                                 progress=lambda d, n, m=method: stage(f"K edges: {m}", d, n)
-                                 ).scores
+        method: edge_attribution(
+            model,
+            clean,
+            corrupted,
+            patcher.metric,
+            method=method,
+            edges=edges,
+            patcher=patcher,
+            progress=lambda d, n, m=method: stage(f"K edges: {m}", d, n),
+        ).scores
         for method in ("eap", "eap-ig")
-    }  # fmt: skip
+    }
     exact = patcher.effects(edges, progress=lambda d, n: stage("K edges: exact patching", d, n))
     return KEdges(
         edges=edges,
         composition=[float(scores.score("k", f"0.{s}", f"1.{r}")) for s, r in pairs_sr],
-        eap=[float(v) for v in attributed["eap"]], eap_ig=[float(v) for v in attributed["eap-ig"]],
+        eap=[float(v) for v in attributed["eap"]],
+        eap_ig=[float(v) for v in attributed["eap-ig"]],
         exact=[float(v) for v in exact],
-        previous_scores=[float(v) for v in prev], induction_scores=[float(v) for v in ind],
-    )  # fmt: skip
+        previous_scores=[float(v) for v in prev],
+        induction_scores=[float(v) for v in ind],
+    )
 
 
 FRACTIONS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)  # the issue's 1, 2, 5% and the rest of a curve
 
 
-def circuit_faithfulness(model: TransformersModel, pairs: tuple[Tensor, Tensor, Tensor],
-                         seeds: int = 3, stage: Stage = _quiet) -> FaithfulnessCurve:  # fmt: skip
+def circuit_faithfulness(
+    model: TransformersModel,
+    pairs: tuple[Tensor, Tensor, Tensor],
+    seeds: int = 3,
+    stage: Stage = _quiet,
+) -> FaithfulnessCurve:
     """The faithfulness of the top-n EAP-IG (5 steps) circuits of ``model``'s whole graph at
     ``FRACTIONS`` of its edges, beside ``seeds`` random circuits of each size;
     ``stage(what, done, total)`` as each part runs."""
     clean, corrupted, answers = pairs
     patcher = Patcher(model, clean, corrupted, _answer_metric(clean, answers))
     scores = edge_attribution(
-        model, clean, corrupted, patcher.metric, method="eap-ig", patcher=patcher,
+        model,
+        clean,
+        corrupted,
+        patcher.metric,
+        method="eap-ig",
+        patcher=patcher,
         progress=lambda d, n: stage("faithfulness: eap-ig", d, n),
-    )  # fmt: skip
-    return faithfulness_curve(CircuitPatcher(patcher), scores, FRACTIONS, seeds=seeds,
-                              progress=lambda d, n: stage("faithfulness: circuits", d, n))
+    )
+    return faithfulness_curve(
+        CircuitPatcher(patcher),
+        scores,
+        FRACTIONS,
+        seeds=seeds,
+        progress=lambda d, n: stage("faithfulness: circuits", d, n),
+    )
 
 
 def _answer_metric(clean: Tensor, answers: Tensor):
@@ -250,8 +297,9 @@ def train_and_measure(config: FormationRequest, progress: Progress | None = None
 
     def on_checkpoint(step: int, tiny) -> None:
         model = as_transformers(tiny, name=f"sweep-induction-h{config.heads}")
-        checkpoints.append(measure(model, step, held_out, config.composition_samples,
-                                   config.seed, stage_of(step)))  # fmt: skip
+        checkpoints.append(
+            measure(model, step, held_out, config.composition_samples, config.seed, stage_of(step))
+        )
         if progress is not None and step != config.steps:
             progress(config.heads, step, config.steps, "")
 
@@ -261,8 +309,9 @@ def train_and_measure(config: FormationRequest, progress: Progress | None = None
         on_checkpoint(step, tiny)
         if step == config.steps:
             model = as_transformers(tiny)
-            final["k"] = k_edges(model, held_out, config.composition_samples, config.seed,
-                                 stage_of(step))  # fmt: skip
+            final["k"] = k_edges(
+                model, held_out, config.composition_samples, config.seed, stage_of(step)
+            )
             final["curve"] = circuit_faithfulness(model, held_out, stage=stage_of(step))
             if progress is not None:
                 progress(config.heads, step, config.steps, "")
@@ -270,18 +319,25 @@ def train_and_measure(config: FormationRequest, progress: Progress | None = None
     run_one(run, on_checkpoint=on_final)
     heads = f"{run.num_heads} head{'s' * (run.num_heads > 1)}"
     return FormationRun(
-        heads=config.heads, seed=config.seed, steps=config.steps,
+        heads=config.heads,
+        seed=config.seed,
+        steps=config.steps,
         model=f"the sweep's TinyTransformer (run_id {run.run_id}): d_model {run.d_model}, "
         f"{run.layers} layers, {heads} of {run.head_dim}, MLP "
         f"{run.mlp_ratio * run.d_model}, vocab {INDUCTION.vocab_sizes[0]}, {INDUCTION.seq_len} "
         f"positions, batch {run.batch_size}, lr {run.lr}; measured as the GPT-2 with its "
-        f"weights", checkpoints=checkpoints, k_edges=final.get("k"),
+        f"weights",
+        checkpoints=checkpoints,
+        k_edges=final.get("k"),
         faithfulness=final.get("curve"),
-    )  # fmt: skip
+    )
 
 
 def induction_formation(
-    heads: list[int], steps: int = 800, every: int = 50, seed: int | Sequence[int] = 0,
+    heads: list[int],
+    steps: int = 800,
+    every: int = 50,
+    seed: int | Sequence[int] = 0,
     progress: Progress | None = None,
     lr: float = 3e-3,
 ) -> InductionFormation:

@@ -31,6 +31,7 @@ def run_parameters(config: RunConfig) -> int:
     readout = (d + 1) * outputs * spec.num_classes
     return (sum(spec.vocab_sizes) + spec.seq_len) * d + config.layers * block + 2 * d + readout
 
+
 def run_memory_estimate(config: RunConfig) -> int:
     """Bytes a run adds at its peak (``train.run_one``), fitted to measurements
     (docs/experiments.md, "Memory"): weights, gradients and AdamW's two states (4 copies of

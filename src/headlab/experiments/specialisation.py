@@ -64,8 +64,6 @@ def served_by(base: list, ablated: list) -> list[int | None]:
     return [int(np.argmax(col)) if col.max() >= SERVED else None for col in drop.T]
 
 
-
-
 def split_step(checkpoints: list[Checkpoint], heads: int) -> int | None:
     """The first checkpoint step at which the lookups are served by min(heads, D) different
     heads (module docstring); None for one head or when it never happens."""
@@ -126,10 +124,6 @@ class SpecialisationRequest:
         return [(a, h) for a in self.attention for h in self.heads if a == "plain" or h > 1]
 
 
-
-
-
-
 def measure_specialisation(
     config: SpecialisationRequest | None = None,
     on_step: Callable[[int, int], None] | None = None,
@@ -158,9 +152,15 @@ def _one_run(
     config: SpecialisationRequest, attention: str, heads: int, batch: Batch, tick: Callable
 ) -> SpecialisationRun:
     run_config = make_config(
-        TASK, heads, d_model=config.d_model, seed=config.seed, steps=config.steps,
-        eval_every=config.eval_every, eval_size=config.eval_size, attention=attention,
-    )  # fmt: skip
+        TASK,
+        heads,
+        d_model=config.d_model,
+        seed=config.seed,
+        steps=config.steps,
+        eval_every=config.eval_every,
+        eval_size=config.eval_size,
+        attention=attention,
+    )
     checkpoints: list[Checkpoint] = []
 
     def record(step: int, model: TinyTransformer) -> None:

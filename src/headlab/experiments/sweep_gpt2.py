@@ -41,8 +41,12 @@ def _refuse_unmappable(tiny: TinyTransformer) -> None:
     attn = tiny.blocks[0].attn
     d_model = tiny.pos.weight.shape[1]
     plain = getattr(attn, "in_proj_weight", None) is not None and not hasattr(attn, "pre_mix")
-    if not plain or attn.num_kv_heads != attn.num_heads or attn.num_heads * attn.head_dim != \
-            d_model or getattr(attn, "rotary_base", None) is not None:  # fmt: skip
+    if (
+        not plain
+        or attn.num_kv_heads != attn.num_heads
+        or attn.num_heads * attn.head_dim != d_model
+        or getattr(attn, "rotary_base", None) is not None
+    ):
         raise ValueError(
             "only plain attention without GQA or rotary whose heads fill d_model maps to GPT-2, "
             f"got {type(attn).__name__}({attn.num_heads} heads of {attn.head_dim}, "
@@ -61,12 +65,21 @@ def gpt2_like(tiny: TinyTransformer) -> torch.nn.Module:
     d_model = tiny.pos.weight.shape[1]
     first = tiny.blocks[0]
     config = transformers.GPT2Config(
-        vocab_size=spec.vocab_sizes[0], n_positions=spec.seq_len, n_embd=d_model,
-        n_layer=len(tiny.blocks), n_head=first.attn.num_heads,
-        n_inner=first.mlp[0].out_features, activation_function="gelu",
-        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, layer_norm_epsilon=first.ln1.eps,
-        tie_word_embeddings=False, bos_token_id=0, eos_token_id=0,
-    )  # fmt: skip
+        vocab_size=spec.vocab_sizes[0],
+        n_positions=spec.seq_len,
+        n_embd=d_model,
+        n_layer=len(tiny.blocks),
+        n_head=first.attn.num_heads,
+        n_inner=first.mlp[0].out_features,
+        activation_function="gelu",
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        layer_norm_epsilon=first.ln1.eps,
+        tie_word_embeddings=False,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
     config._attn_implementation = "eager"
     gpt2 = transformers.GPT2LMHeadModel(config).to(tiny.pos.weight.dtype).eval()
     readout_w = tiny.readout.weight.detach()  # (vocab, d_model)
@@ -88,8 +101,10 @@ def gpt2_like(tiny: TinyTransformer) -> torch.nn.Module:
     for n, block in enumerate(tiny.blocks):
         prefix = f"transformer.h.{n}."
         state |= {
-            prefix + "ln_1.weight": block.ln1.weight, prefix + "ln_1.bias": block.ln1.bias,
-            prefix + "ln_2.weight": block.ln2.weight, prefix + "ln_2.bias": block.ln2.bias,
+            prefix + "ln_1.weight": block.ln1.weight,
+            prefix + "ln_1.bias": block.ln1.bias,
+            prefix + "ln_2.weight": block.ln2.weight,
+            prefix + "ln_2.bias": block.ln2.bias,
             prefix + "attn.c_attn.weight": block.attn.in_proj_weight.t(),
             prefix + "attn.c_attn.bias": block.attn.in_proj_bias,
             prefix + "attn.c_proj.weight": block.attn.out_proj.weight.t(),
@@ -98,7 +113,7 @@ def gpt2_like(tiny: TinyTransformer) -> torch.nn.Module:
             prefix + "mlp.c_fc.bias": block.mlp[0].bias,
             prefix + "mlp.c_proj.weight": block.mlp[2].weight.t(),
             prefix + "mlp.c_proj.bias": block.mlp[2].bias,
-        }  # fmt: skip
+        }
     missing, unexpected = gpt2.load_state_dict(
         {k: v.detach().clone().contiguous() for k, v in state.items()}, strict=False
     )

@@ -91,4 +91,3 @@ def run_one(
             params=parameter_count(model),
             seconds=round(time.perf_counter() - start, 3),
         )
-

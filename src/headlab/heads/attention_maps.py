@@ -29,8 +29,6 @@ def block_size(n_tokens: int) -> int:
     return max(1, -(-n_tokens // MAX_BLOCKS))
 
 
-
-
 def attention_maps(blocks: Tensor, rows: Tensor, received: Tensor, block: int) -> AttentionMaps:
     """The maps as a results file holds them: blocks (layer, head, q_blocks, k_blocks) mass sums
     and rows (q_blocks,) counted queries; received (layer, head, k_pos) summed weights, binned to
@@ -50,7 +48,3 @@ def _rounded(t: Tensor) -> list:
         return [cut(v) for v in value] if isinstance(value, list) else float(f"{value:.4g}")
 
     return cut(t.double().tolist())
-
-
-
-

@@ -66,9 +66,14 @@ def document_sums(
     too), MemoryError (via ``check_fits``) when the pass would not fit in this machine's memory.
     """
     options.check()
-    run = text_pass(model, text, max_tokens=options.max_tokens,
-                    window=(options.sinks, options.window), min_match=options.min_match,
-                    chunk_elements=chunk_elements)  # fmt: skip
+    run = text_pass(
+        model,
+        text,
+        max_tokens=options.max_tokens,
+        window=(options.sinks, options.window),
+        min_match=options.min_match,
+        chunk_elements=chunk_elements,
+    )
     per_layer, batch = run.per_layer, run.batch
     n_tokens = len(batch.tokens[0])
     predicts = run.correct is not None
@@ -102,10 +107,22 @@ def merge_sums(parts: list[DocumentSums]) -> DocumentSums:
         raise ValueError("expected the sums of at least one document, got none")
     total = parts[0]
     for i, part in enumerate(parts[1:], start=1):
-        same = (part.model, part.first_token, part.kv_heads_per_layer, part.predicts,
-                part.statistic_names, [len(r) for r in part.retrieval_hits])  # fmt: skip
-        expected = (total.model, total.first_token, total.kv_heads_per_layer, total.predicts,
-                    total.statistic_names, [len(r) for r in total.retrieval_hits])  # fmt: skip
+        same = (
+            part.model,
+            part.first_token,
+            part.kv_heads_per_layer,
+            part.predicts,
+            part.statistic_names,
+            [len(r) for r in part.retrieval_hits],
+        )
+        expected = (
+            total.model,
+            total.first_token,
+            total.kv_heads_per_layer,
+            total.predicts,
+            total.statistic_names,
+            [len(r) for r in total.retrieval_hits],
+        )
         if same != expected:
             raise ValueError(
                 f"document {i}: expected sums of {total.model} with the statistics "
@@ -125,12 +142,24 @@ def _added(a: DocumentSums, b: DocumentSums) -> DocumentSums:
         elif name not in a.sums:
             sums[name] = b.sums[name]
         else:
-            sums[name] = [[x + y for x, y in zip(ra, rb, strict=True)]
-                          for ra, rb in zip(a.sums[name], b.sums[name], strict=True)]  # fmt: skip
-    hits = [[x + y for x, y in zip(ra, rb, strict=True)]
-            for ra, rb in zip(a.retrieval_hits, b.retrieval_hits, strict=True)]  # fmt: skip
-    counts = ("documents", "truncated", "text_tokens", "n_queries", "n_prev", "n_window",
-              "n_copy", "n_correct")  # fmt: skip
+            sums[name] = [
+                [x + y for x, y in zip(ra, rb, strict=True)]
+                for ra, rb in zip(a.sums[name], b.sums[name], strict=True)
+            ]
+    hits = [
+        [x + y for x, y in zip(ra, rb, strict=True)]
+        for ra, rb in zip(a.retrieval_hits, b.retrieval_hits, strict=True)
+    ]
+    counts = (
+        "documents",
+        "truncated",
+        "text_tokens",
+        "n_queries",
+        "n_prev",
+        "n_window",
+        "n_copy",
+        "n_correct",
+    )
     added = {name: getattr(a, name) + getattr(b, name) for name in counts}
     return DocumentSums(
         model=a.model,
@@ -141,10 +170,6 @@ def _added(a: DocumentSums, b: DocumentSums) -> DocumentSums:
         retrieval_hits=hits,
         **added,
     )
-
-
-
-
 
 
 def corpus_result(total: DocumentSums, options: RoleRequest) -> CorpusRolesResult:
@@ -159,15 +184,22 @@ def corpus_result(total: DocumentSums, options: RoleRequest) -> CorpusRolesResul
         per_head_means(layers, names),
         notes=[unmeasured_note(name) for name in UNMEASURED if name not in names],
     )
-    counts = CorpusCounts(total.documents, total.truncated, total.n_queries, total.n_window,
-                          total.n_copy, total.n_correct)  # fmt: skip
+    counts = CorpusCounts(
+        total.documents,
+        total.truncated,
+        total.n_queries,
+        total.n_window,
+        total.n_copy,
+        total.n_correct,
+    )
     return CorpusRolesResult(statistics, counts, options, _roles(total, statistics, options))
 
 
 def _head_sums(total: DocumentSums, layer: int) -> HeadSums:
     """One layer's sums as the kernel hands them over (float64), for ``per_head_means``."""
-    sums = {name: torch.tensor(grid[layer], dtype=torch.float64)
-            for name, grid in total.sums.items()}  # fmt: skip
+    sums = {
+        name: torch.tensor(grid[layer], dtype=torch.float64) for name, grid in total.sums.items()
+    }
     return HeadSums(sums, torch.zeros(0), total.n_queries, total.n_prev, total.n_copy)
 
 
@@ -176,8 +208,9 @@ def _roles(total: DocumentSums, statistics: HeadStatistics, options: RoleRequest
     one text)."""
 
     def means(name: str, count: int) -> list[list[float]]:
-        return [(torch.tensor(row, dtype=torch.float64) / count).tolist()
-                for row in total.sums[name]]  # fmt: skip
+        return [
+            (torch.tensor(row, dtype=torch.float64) / count).tolist() for row in total.sums[name]
+        ]
 
     notes = []
     if 0 < total.n_window < total.n_queries:

@@ -36,8 +36,9 @@ def cross_patterns(
     source binned to fit ``budget`` values (see the module docstring)."""
     layers = model.layers["cross"]
     row = slice(0, 1)
-    first_source = SourceBatch({k: v[row] for k, v in source.inputs.items()}, source.mask[row],
-                               source.labels[:1])  # fmt: skip
+    first_source = SourceBatch(
+        {k: v[row] for k, v in source.inputs.items()}, source.mask[row], source.labels[:1]
+    )
     first_target = TokenBatch(target.input_ids[row], target.attention_mask[row], target.tokens[:1])
     with ExitStack() as stack, torch.no_grad():
         recordings = [stack.enter_context(record(layer, ["weights"])) for layer in layers]
@@ -52,8 +53,10 @@ def cross_patterns(
     size = -(-len(heads) * n_target * n_source // max(1, budget))  # ceil: positions per bin
     bins = -(-n_source // size)
     if size > 1:
-        notes.append(f"source positions summed in bins of {size} (each labelled by its first), "
-                     f"so that the {len(heads)} heads fit {budget:,} weights")  # fmt: skip
+        notes.append(
+            f"source positions summed in bins of {size} (each labelled by its first), "
+            f"so that the {len(heads)} heads fit {budget:,} weights"
+        )
     weights = []
     for layer, head in heads:
         w = recordings[layer]["weights"][0, head, :n_target, :n_source].double()  # (q, k_pos)

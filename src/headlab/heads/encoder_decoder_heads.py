@@ -36,8 +36,16 @@ from headlab.results.head_statistics import HeadStatistics
 from headlab.results.stream_heads import EncoderDecoderHeads, KindAblation
 
 Pairs = Sequence[tuple[SourceBatch, TokenBatch]]
-SELF_METRICS = ("entropy", "max_weight", "first", "last", "self", "prev", "distance",
-                "contribution_norm")  # fmt: skip
+SELF_METRICS = (
+    "entropy",
+    "max_weight",
+    "first",
+    "last",
+    "self",
+    "prev",
+    "distance",
+    "contribution_norm",
+)
 ACROSS = "self, prev and distance left out: queries and keys are in different streams"
 LOSS = "next-token cross-entropy of the target (teacher-forced)"
 
@@ -60,8 +68,9 @@ def _batch_sums(model: EncoderDecoderModel, source: SourceBatch, target: TokenBa
             queries = source.mask if kind == "encoder" else target.attention_mask
             special = _special(kind, source, target)
             for i, layer in enumerate(layers):
-                request = StatisticsRequest(query_mask=queries, special=special,
-                                            report=collected[kind][i].append)  # fmt: skip
+                request = StatisticsRequest(
+                    query_mask=queries, special=special, report=collected[kind][i].append
+                )
                 stack.enter_context(observing(layer, request))
         model.run(source, target)
     for kind, layers in collected.items():
@@ -106,8 +115,9 @@ def encoder_decoder_statistics(
         if kind == "cross":
             notes.append(ACROSS)
         heads = max(layer.num_heads for layer in model.layers[kind])
-        kinds[kind] = HeadStatistics(model.name, done, len(layers), heads,
-                                     per_head_means(layers, names), {}, notes)  # fmt: skip
+        kinds[kind] = HeadStatistics(
+            model.name, done, len(layers), heads, per_head_means(layers, names), {}, notes
+        )
     kept = None
     if patterns and "cross" in kinds:
         kept = cross_patterns(model, *pairs[0])
@@ -153,5 +163,6 @@ def encoder_decoder_ablation(
             n += source.mask.shape[0]
     if not count:
         raise ValueError("every target holds only its start token: nothing to predict")
-    return KindAblation(model.name, n, kind, LOSS, [tuple(h) for h in heads],
-                        totals[0] / count, totals[1] / count)  # fmt: skip
+    return KindAblation(
+        model.name, n, kind, LOSS, [tuple(h) for h in heads], totals[0] / count, totals[1] / count
+    )

@@ -45,8 +45,6 @@ __all__ = [
 ]
 
 
-
-
 def even_batches(n: int, batch_size: int) -> list[range]:
     """Split range(n) into ceil(n / batch_size) contiguous batches of near-equal size."""
     count = -(-n // batch_size)

@@ -57,23 +57,31 @@ class KindInputs:
             raise ValueError("--image is for image models; leave out the source and target")
         if asked != kind and asked != "text":
             article = "an" if kind[0] in "aeiou" else "a"
-            raise ValueError(f"{name} is {article} {kind} model, which reads {READS[kind]}; "
-                             f"got {READS[asked]}")  # fmt: skip
+            raise ValueError(
+                f"{name} is {article} {kind} model, which reads {READS[kind]}; got {READS[asked]}"
+            )
         if kind == "encoder-decoder" and not (self.source_texts or self.waveforms):
             what = "a decoder prompt" if self.prompt else "this command"
-            raise ValueError(f"{name} is an encoder-decoder: {what} needs a source: pass "
-                             "--source-text TEXT (or --audio FILE.wav for Whisper)")  # fmt: skip
+            raise ValueError(
+                f"{name} is an encoder-decoder: {what} needs a source: pass "
+                "--source-text TEXT (or --audio FILE.wav for Whisper)"
+            )
         if asked == "text" and kind == "vision":
-            raise ValueError(f"{name} is an image model: pass --image (a file or a folder); "
-                             "text-only commands do not run on it")  # fmt: skip
+            raise ValueError(
+                f"{name} is an image model: pass --image (a file or a folder); "
+                "text-only commands do not run on it"
+            )
         sources = max(len(self.source_texts), len(self.waveforms))
         if self.target_texts and len(self.target_texts) != sources:
-            raise ValueError(f"--target-text: one per source, got {len(self.target_texts)} for "
-                             f"{sources} sources")  # fmt: skip
+            raise ValueError(
+                f"--target-text: one per source, got {len(self.target_texts)} for {sources} sources"
+            )
         for _, got in self.waveforms:
             if rate is not None and got != rate:
-                raise ValueError(f"--audio must be sampled at {rate} Hz (the model's feature "
-                                 f"extractor), got {got} Hz; resample it first")  # fmt: skip
+                raise ValueError(
+                    f"--audio must be sampled at {rate} Hz (the model's feature "
+                    f"extractor), got {got} Hz; resample it first"
+                )
 
 
 def source_batches(model, inputs: KindInputs) -> list:
@@ -105,9 +113,12 @@ def pixel_batches(model, inputs: KindInputs, batch_size: int = 8) -> list[torch.
 
 
 def generate_from(
-    model, inputs: KindInputs, max_new_tokens: int, kind: str = "cross",
+    model,
+    inputs: KindInputs,
+    max_new_tokens: int,
+    kind: str = "cross",
     heads: Sequence[tuple[int, int]] = (),
-) -> GenerationResult:  # fmt: skip
+) -> GenerationResult:
     """Greedy continuation of the decoder prompt after the first source, with ``heads`` of
     ``kind`` zeroed in every step (none: as the model is)."""
     masks = None

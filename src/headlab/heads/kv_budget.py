@@ -111,14 +111,6 @@ def evaluate(model: HeadModel, batch: TokenBatch, sources: torch.Tensor) -> Eval
     return Evaluation(perplexity, float(hits.double().mean()) if len(hits) else 0.0)
 
 
-
-
-
-
-
-
-
-
 MIN_SEEDS = 3  # random plans of each size: fewer cannot show a spread
 MAX_SEEDS = 100  # each seed is a model run per plan size: more is a typo, not an experiment
 
@@ -193,8 +185,11 @@ class KVBudgetRequest:
 
 def ranked_groups(roles: HeadRoles) -> list[list[float]]:
     """[layer, group, window error] of every K/V group, lowest error first."""
-    cells = [[layer, g, err] for layer, row in enumerate(roles.group_window_error)
-             for g, err in enumerate(row)]  # fmt: skip
+    cells = [
+        [layer, g, err]
+        for layer, row in enumerate(roles.group_window_error)
+        for g, err in enumerate(row)
+    ]
     return sorted(cells, key=lambda c: (c[2], c[0], c[1]))
 
 
@@ -211,8 +206,10 @@ def default_texts(model: HeadModel, n_tokens: int, seed: int, asked: bool) -> tu
     ``n_tokens``; otherwise the message of a context too short names the model's context."""
     hint = "give calibration_text= and evaluation_text="
     length = n_tokens if asked else None
-    return tuple(context_copy_task(model, length, hint, seed=seed, part=part, parts=2).text
-                 for part in (0, 1))  # fmt: skip
+    return tuple(
+        context_copy_task(model, length, hint, seed=seed, part=part, parts=2).text
+        for part in (0, 1)
+    )
 
 
 def kv_budget(
@@ -247,14 +244,23 @@ def kv_budget(
     runs, for budgets outside (0, 1], a saving out of reach, fewer than 3 or more than 100
     seeds, a window or sink count out of range, a retrieval_k out of range, a text not longer
     than the window, or an evaluation text without copy positions."""
-    asked = dict(budgets=budgets, kv_saved=kv_saved, n_tokens=n_tokens, sinks=sinks,
-                 window=window, seeds=seeds, seed=seed, retrieval_k=retrieval_k)  # fmt: skip
+    asked = dict(
+        budgets=budgets,
+        kv_saved=kv_saved,
+        n_tokens=n_tokens,
+        sinks=sinks,
+        window=window,
+        seeds=seeds,
+        seed=seed,
+        retrieval_k=retrieval_k,
+    )
     chosen = {name: value for name, value in asked.items() if value is not None}
     if request is None:
         request = KVBudgetRequest(**chosen)
     elif chosen:
-        raise ValueError(f"{', '.join(chosen)} is the request's own: pass it in the "
-                         "KVBudgetRequest")  # fmt: skip
+        raise ValueError(
+            f"{', '.join(chosen)} is the request's own: pass it in the KVBudgetRequest"
+        )
     budgets, kv_saved, n_tokens = request.budgets, request.kv_saved, request.n_tokens
     sinks, window, seeds, seed = request.sinks, request.window, request.seeds, request.seed
     retrieval_k = request.retrieval_k
@@ -319,8 +325,18 @@ def kv_budget(
         with planned(model, plan):
             result = evaluate(model, batch, sources)
         saved = plan.kv_saved(model.kv_heads_per_layer, length)
-        runs.append(PlanRun(kind, len(groups) / groups_total, seed, [list(g) for g in groups],
-                            saved, result.perplexity, result.copy_accuracy, target))  # fmt: skip
+        runs.append(
+            PlanRun(
+                kind,
+                len(groups) / groups_total,
+                seed,
+                [list(g) for g in groups],
+                saved,
+                result.perplexity,
+                result.copy_accuracy,
+                target,
+            )
+        )
         step()
 
     every = [(int(layer), int(g)) for layer, g, _ in ranking]
@@ -332,10 +348,24 @@ def kv_budget(
     check = None
     if stats.roles.retrieval is not None and most_heads(model) >= 1:
         check = retrieval_check(
-            model, stats.roles.retrieval, retrieval_k, seeds,
-            lambda: evaluate(model, batch, sources).copy_accuracy, step,
-        )  # fmt: skip
+            model,
+            stats.roles.retrieval,
+            retrieval_k,
+            seeds,
+            lambda: evaluate(model, batch, sources).copy_accuracy,
+            step,
+        )
     calibration = TextContext(len(stats.tokens), stats.text_tokens, stats.truncated)
-    return KVBudgetResult(model.name, length, sinks, window, int((sources >= 0).sum()),
-                          ranking, runs, check, texts, held_out, calibration)  # fmt: skip
-
+    return KVBudgetResult(
+        model.name,
+        length,
+        sinks,
+        window,
+        int((sources >= 0).sum()),
+        ranking,
+        runs,
+        check,
+        texts,
+        held_out,
+        calibration,
+    )

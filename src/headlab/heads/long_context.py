@@ -190,9 +190,17 @@ def long_text_statistics(
     if window is not None:
         check_int("sinks", window[0], low=0)
         check_int("window", window[1], low=1)
-    run = text_pass(model, text, max_tokens=max_tokens, window=window, min_match=min_match,
-                    chunk_elements=chunk_elements, on_layer=on_layer, block=True,
-                    strict_window=strict_window)  # fmt: skip
+    run = text_pass(
+        model,
+        text,
+        max_tokens=max_tokens,
+        window=window,
+        min_match=min_match,
+        chunk_elements=chunk_elements,
+        on_layer=on_layer,
+        block=True,
+        strict_window=strict_window,
+    )
     per_layer = run.per_layer
     special = model.special_positions(run.batch)  # name -> (1,) key index
     names = metric_names(special_names(model, special))
@@ -225,16 +233,25 @@ def long_text_statistics(
         f"{size}: every key is in the window, no window errors or roles",
     )
     maps = attention_maps(
-        torch.stack([s.blocks for s in per_layer]), per_layer[0].block_rows, received,
+        torch.stack([s.blocks for s in per_layer]),
+        per_layer[0].block_rows,
+        received,
         block_size(n_tokens),
-    )  # fmt: skip
+    )
     share, top = heavy_hitters(received, positions)
     heavy = HeavyHitters(share.tolist(), top[..., :TOP_KEYS_KEPT].tolist(), list(positions))
     findings = long_context_findings(statistics, share)
     return LongContextStatistics(
-        statistics, received.numpy(), run.batch.tokens[0], run.text_tokens, positions, heavy,
-        findings, roles, maps,
-    )  # fmt: skip
+        statistics,
+        received.numpy(),
+        run.batch.tokens[0],
+        run.text_tokens,
+        positions,
+        heavy,
+        findings,
+        roles,
+        maps,
+    )
 
 
 def long_context_findings(

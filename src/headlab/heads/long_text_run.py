@@ -69,9 +69,14 @@ def long_text_run(
         words = context_copy_task(model, request.max_tokens, "give text_file").text
     else:
         words = read.text
-    result = long_text_statistics(model, words, max_tokens=request.max_tokens, on_layer=on_layer,
-                                  window=(roles.sinks, roles.window),
-                                  strict_window=request.window is not None)  # fmt: skip
+    result = long_text_statistics(
+        model,
+        words,
+        max_tokens=request.max_tokens,
+        on_layer=on_layer,
+        window=(roles.sinks, roles.window),
+        strict_window=request.window is not None,
+    )
     cut = ""
     if result.truncated:
         cut = f" (cut from at least {result.text_tokens}: the rest was not analysed)"

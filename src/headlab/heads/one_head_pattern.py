@@ -78,21 +78,38 @@ def head_pattern(
 
     cell = -(-n // cells)
     found: list[HeadSums] = []
-    request = StatisticsRequest(query_mask=batch.attention_mask, block=cell, tap=keep,
-                                report=found.append)  # fmt: skip
+    request = StatisticsRequest(
+        query_mask=batch.attention_mask, block=cell, tap=keep, report=found.append
+    )
     with torch.no_grad(), observing(model.attention_layers()[layer], request):
         model.run(batch)
     if len(found) != 1 or len(real) != n:
-        raise ValueError(f"expected one call of layer {layer} on one unpadded text, got "
-                         f"{len(found)} calls and {len(real)} of {n} positions")  # fmt: skip
+        raise ValueError(
+            f"expected one call of layer {layer} on one unpadded text, got "
+            f"{len(found)} calls and {len(real)} of {n} positions"
+        )
     sums = found[0]
     overview = (sums.blocks[head] / sums.block_rows.clamp_min(1)[:, None]).numpy()
     first = [(q - q % tile, k - k % tile) for q, k in focus if max(q, k) < n]
     tiles, floor, mass, causal = tiles_within(weights, budget, tile, first)
     total = max(n, model.count_tokens(text))
     cut = "" if total <= n else f"cut to {n} of {total} tokens (max_tokens)"
-    return HeadPattern(model.name, layer, head, tokens, cell, encode_floats(overview), tile,
-                       tiles, budget, mass, total, cut, floor, causal)  # fmt: skip
+    return HeadPattern(
+        model.name,
+        layer,
+        head,
+        tokens,
+        cell,
+        encode_floats(overview),
+        tile,
+        tiles,
+        budget,
+        mass,
+        total,
+        cut,
+        floor,
+        causal,
+    )
 
 
 def tiles_within(
@@ -128,8 +145,15 @@ def tiles_within(
                 kept.append(PatternTile(q0, k0, *block.shape, encode_floats(block)))
             else:
                 where = np.flatnonzero(keep)  # row * cols + col, ascending
-                kept.append(PatternTile(q0, k0, *block.shape, encode_floats(block.ravel()[where]),
-                                        encode_offsets(where)))  # fmt: skip
+                kept.append(
+                    PatternTile(
+                        q0,
+                        k0,
+                        *block.shape,
+                        encode_floats(block.ravel()[where]),
+                        encode_offsets(where),
+                    )
+                )
     total = float(weights.sum(dtype=np.float64)) or 1.0
     return kept, floor, min(1.0, held / total), causal
 

@@ -34,9 +34,6 @@ def unique_parameters(model: HeadModel) -> int:
     return model.parameter_count()
 
 
-
-
-
 def prune_heads(
     model: HeadModel, heads: Mapping[int, Iterable[int]], by: str = "removal"
 ) -> HeadModel:
@@ -78,12 +75,6 @@ def check_prunable(model: HeadModel, by: str = "removal") -> None:
     check_by(by)
     if by == "removal":
         model.without_heads({0: [0]})
-
-
-
-
-
-
 
 
 def _latency_ms(model: HeadModel, texts: list[str], max_length: int, repeats: int) -> float:

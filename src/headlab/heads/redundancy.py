@@ -94,12 +94,6 @@ def shared_projections(
     return cut[0], cut[1]
 
 
-
-
-
-
-
-
 def default_ranks(model: HeadModel) -> tuple[int, ...]:
     """The key/query width H * d_head of the first layer divided by 1, 2, 4, 8 and 16."""
     module = model.attention_layers()[0]

@@ -69,9 +69,7 @@ class CorpusRequest:
 Texts = CorpusRequest | Sequence[str]  # a corpus to read, or the texts themselves
 
 
-def corpus_texts(
-    texts: Texts, max_length: int | None, max_positions: int
-) -> tuple[list[str], int]:
+def corpus_texts(texts: Texts, max_length: int | None, max_positions: int) -> tuple[list[str], int]:
     """What an analysis over many texts runs on: (texts, tokens per text). A ``CorpusRequest``
     is read and its length fitted to the model (``length_for``); texts are taken as they are,
     with ``max_length`` (None: DEFAULT_LENGTH, as before requests). ValueError for a request

@@ -57,8 +57,9 @@ def _check_k(name: str, total: int, k: int) -> None:
 
 def ranked(scores: Sequence[Sequence[float]]) -> list[tuple[float, int, int]]:
     """(score, layer, head) of every head, highest score first."""
-    return sorted(((v, layer, h) for layer, row in enumerate(scores)
-                   for h, v in enumerate(row)), reverse=True)  # fmt: skip
+    return sorted(
+        ((v, layer, h) for layer, row in enumerate(scores) for h, v in enumerate(row)), reverse=True
+    )
 
 
 def chosen_heads(
@@ -72,12 +73,15 @@ def chosen_heads(
         scoring = sum(v >= RETRIEVAL for v, _, _ in cells)
         k = min(max(scoring, 1), most)
         if scoring == 0:
-            note = (f"no head scores >= {RETRIEVAL} (the best: {cells[0][0]:.3f}); masked the "
-                    "top one")  # fmt: skip
+            note = (
+                f"no head scores >= {RETRIEVAL} (the best: {cells[0][0]:.3f}); masked the top one"
+            )
         elif scoring > most:
-            note = (f"{scoring} heads score >= {RETRIEVAL}; masked the top {most}, half the "
-                    "heads, so that as many random heads could be drawn from the "
-                    "others")  # fmt: skip
+            note = (
+                f"{scoring} heads score >= {RETRIEVAL}; masked the top {most}, half the "
+                "heads, so that as many random heads could be drawn from the "
+                "others"
+            )
     return [(layer, h) for _, layer, h in cells[:k]], note
 
 
@@ -104,6 +108,11 @@ def retrieval_check(
         with ablated(model, heads):
             accuracy.append(copy_accuracy())
         step()
-    return RetrievalCheck(k, [list(h) for h in top], masked, accuracy,
-                          [[list(h) for h in heads] for heads in drawn], note)  # fmt: skip
-
+    return RetrievalCheck(
+        k,
+        [list(h) for h in top],
+        masked,
+        accuracy,
+        [[list(h) for h in heads] for heads in drawn],
+        note,
+    )

@@ -51,8 +51,6 @@ def role(retrieval: float | None, copy: float | None, first: float, window_error
     return "mixed"
 
 
-
-
 def head_roles(
     *,
     sinks: int,
@@ -73,14 +71,16 @@ def head_roles(
     notes = list(notes)
     retrieval = None
     if copies == 0:
-        notes.insert(0, "no copy positions (no repeat of an earlier passage): no retrieval or copy "
-                     "scores")  # fmt: skip
+        notes.insert(
+            0, "no copy positions (no repeat of an earlier passage): no retrieval or copy scores"
+        )
         copy_weight = None
     elif retrieval_hits is None:
         notes.insert(0, "the model predicts no tokens: no retrieval scores")
     else:
-        retrieval = [(torch.tensor(row, dtype=torch.float64) / copies).tolist()
-                     for row in retrieval_hits]  # fmt: skip
+        retrieval = [
+            (torch.tensor(row, dtype=torch.float64) / copies).tolist() for row in retrieval_hits
+        ]
     groups = roles = None
     if window_error is None:
         notes.append(no_window)
@@ -101,5 +101,6 @@ def head_roles(
             ]
             for layer, row in enumerate(window_error)
         ]
-    return HeadRoles(sinks, window, copies, retrieval, copy_weight, window_error, groups, roles,
-                     "; ".join(notes))  # fmt: skip
+    return HeadRoles(
+        sinks, window, copies, retrieval, copy_weight, window_error, groups, roles, "; ".join(notes)
+    )

@@ -101,10 +101,6 @@ def model_metric_names(model: HeadModel) -> tuple[str, ...]:
     return model_metrics(model)[0]
 
 
-
-
-
-
 def per_head_means(layers: list[list[HeadSums]], names: tuple[str, ...]) -> dict:
     """name -> (layer, head) means over the counted queries of every call of each layer."""
     means = {}

@@ -58,8 +58,11 @@ def _head_means(weights: Tensor, layout: TokenLayout, high: Tensor) -> dict[str,
     weights; ``high``: (batch, k_pos) bool, the layer's high-norm tokens."""
     w = weights.double()
     patches = slice(layout.first_patch, None)
-    out = {"entropy": entropy(w).mean(-1), "max_weight": w.amax(-1).mean(-1),
-           "cls": w[..., layout.cls].mean(-1)}  # fmt: skip
+    out = {
+        "entropy": entropy(w).mean(-1),
+        "max_weight": w.amax(-1).mean(-1),
+        "cls": w[..., layout.cls].mean(-1),
+    }
     if layout.registers:
         out["registers"] = w[..., list(layout.registers)].sum(-1).mean(-1)
     out["high_norm"] = (w * high[:, None, None, :]).sum(-1).mean(-1)
@@ -101,8 +104,9 @@ def vision_statistics(
         high[..., : layout.first_patch] = False  # the class token and registers by name
         for i, recording in enumerate(recordings):
             for name, value in _head_means(recording["weights"], layout, high[:, i]).items():
-                grid = sums.setdefault(name, torch.zeros(model.num_layers, value.shape[-1],
-                                                         dtype=torch.float64))  # fmt: skip
+                grid = sums.setdefault(
+                    name, torch.zeros(model.num_layers, value.shape[-1], dtype=torch.float64)
+                )
                 grid[i] += value.sum(0)
         ratios.append(ratio)
         images += pixels.shape[0]
@@ -114,10 +118,18 @@ def vision_statistics(
     if all_ratios is None:
         notes.append("norm ratios left out: the images have different token counts")
     return VisionHeads(
-        model.name, images, model.num_layers, max(model.heads_per_layer), list(layout.grid),
-        list(layout.registers), threshold, metrics,
-        [] if all_ratios is None else all_ratios.float().tolist(), notes, cls_rows,
-    )  # fmt: skip
+        model.name,
+        images,
+        model.num_layers,
+        max(model.heads_per_layer),
+        list(layout.grid),
+        list(layout.registers),
+        threshold,
+        metrics,
+        [] if all_ratios is None else all_ratios.float().tolist(),
+        notes,
+        cls_rows,
+    )
 
 
 def vision_ablation(
@@ -136,8 +148,9 @@ def vision_ablation(
             images += pixels.shape[0]
     if not images:
         raise ValueError("expected at least one image, got none")
-    return KindAblation(model.name, images, "encoder", OBJECTIVE, [tuple(h) for h in heads],
-                        0.0, total / images)  # fmt: skip
+    return KindAblation(
+        model.name, images, "encoder", OBJECTIVE, [tuple(h) for h in heads], 0.0, total / images
+    )
 
 
 class _Kinds:

@@ -288,8 +288,10 @@ def converted(gguf: str | Path, root: Path | None = None) -> Path:
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as error:
-        raise OSError(f"{root}: cannot create headlab's cache folder ({error}); set "
-                      f"{CACHE_ENV} to a writable folder") from None  # fmt: skip
+        raise OSError(
+            f"{root}: cannot create headlab's cache folder ({error}); set "
+            f"{CACHE_ENV} to a writable folder"
+        ) from None
     with _lock(root / f".{target.name}.lock"):
         why = stale_reason(target, gguf)  # another process may have converted it meanwhile
         if why is None:

@@ -52,5 +52,3 @@ def read_manifest(folder: Path) -> dict:
         _facts(facts, name)
         expect(facts, "size", int)
     return manifest
-
-

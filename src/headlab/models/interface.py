@@ -223,8 +223,9 @@ def require_next_token_logits(model: HeadModel | ModelOutline, needed_by: str) -
     if gives_next_token_logits(model):
         return
     kind = "a decoder" if model.causal else "an encoder"
-    raise ValueError(f"{model.name} is {kind} without a language-model head; {needed_by} needs "
-                     "next-token logits")  # fmt: skip
+    raise ValueError(
+        f"{model.name} is {kind} without a language-model head; {needed_by} needs next-token logits"
+    )
 
 
 def layer_masks(head_mask: HeadMask, num_layers: int) -> list[Tensor | None]:

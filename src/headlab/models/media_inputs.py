@@ -56,8 +56,13 @@ def _open_image(file: Path, what: str):
             with Image.open(file) as image:
                 image.load()
                 return image.convert("RGB")
-    except (OSError, ValueError, SyntaxError, Image.DecompressionBombWarning,
-            Image.DecompressionBombError) as error:  # fmt: skip
+    except (
+        OSError,
+        ValueError,
+        SyntaxError,
+        Image.DecompressionBombWarning,
+        Image.DecompressionBombError,
+    ) as error:
         why = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise ValueError(f"{what} {file}: not a readable image ({why})") from None
 

@@ -59,8 +59,14 @@ def outline(
     read = None
     if tokenizer and not checkpoint.to_fetch:
         read = load_tokenizer(checkpoint, trust_remote_code)
-    return ModelOutline(name or checkpoint.name, causal, objective_kind(causal), config, read,
-                        max_positions_of(config))  # fmt: skip
+    return ModelOutline(
+        name or checkpoint.name,
+        causal,
+        objective_kind(causal),
+        config,
+        read,
+        max_positions_of(config),
+    )
 
 
 __all__ = ["outline"]

@@ -68,8 +68,9 @@ class Stream:
 
     def __post_init__(self) -> None:
         if self.kind not in STREAM_KINDS:
-            raise ValueError(f"a stream's kind is one of {', '.join(STREAM_KINDS)}, got "
-                             f"{self.kind!r}")  # fmt: skip
+            raise ValueError(
+                f"a stream's kind is one of {', '.join(STREAM_KINDS)}, got {self.kind!r}"
+            )
 
 
 @runtime_checkable
@@ -118,8 +119,9 @@ class StopAt:
     def __post_init__(self) -> None:
         names = SITES if self.cross or self.site not in BLOCK_SITES else BLOCK_SITES
         if self.site not in names:
-            raise ValueError(f"a run stops at one of {', '.join(BLOCK_SITES + SITES)}, got "
-                             f"{self.site!r}")  # fmt: skip
+            raise ValueError(
+                f"a run stops at one of {', '.join(BLOCK_SITES + SITES)}, got {self.site!r}"
+            )
 
 
 @runtime_checkable
@@ -266,8 +268,9 @@ def cache(model: RunnableModel, batch: Inputs, keep: Tensor | None = None) -> Ru
             if block.has_mlp:
                 stack.enter_context(intervene(block, "mlp_out", _into(mlp, i)))
             if block.cross_attention is not None:
-                stack.enter_context(intervene(block.cross_attention, "head_outputs",
-                                              _into(cross, i)))  # fmt: skip
+                stack.enter_context(
+                    intervene(block.cross_attention, "head_outputs", _into(cross, i))
+                )
         stack.enter_context(intervene(blocks[-1], "resid_out", _into(resid, n)))
         for name, block in last.items():
             keep_out = lambda t, name=name: streams_out.__setitem__(name, t.detach())  # noqa: E731
@@ -307,7 +310,19 @@ def _into(store: list, index: int) -> Callable[[Tensor], None]:
 
 
 __all__ = [
-    "STREAM_KINDS", "Block", "BlockAttention", "Inputs", "Interventions", "RunCache",
-    "RunnableModel", "StopAt", "Stream", "cache", "check_start", "given_stream", "kept_outputs",
-    "stop_target", "stopped_run",
-]  # fmt: skip
+    "STREAM_KINDS",
+    "Block",
+    "BlockAttention",
+    "Inputs",
+    "Interventions",
+    "RunCache",
+    "RunnableModel",
+    "StopAt",
+    "Stream",
+    "cache",
+    "check_start",
+    "given_stream",
+    "kept_outputs",
+    "stop_target",
+    "stopped_run",
+]

@@ -129,8 +129,9 @@ def build_report(
     try:
         stored = report / MEASUREMENTS
         write_result(stored, measured)
-        collected = collect(options, read_result(stored, ReportMeasurements),
-                            want_png=png is not None)  # fmt: skip
+        collected = collect(
+            options, read_result(stored, ReportMeasurements), want_png=png is not None
+        )
         html = render(collected)
         _build_folder({"index.html": html.encode("utf-8")}, target, REPORT, report)
         pictures = None if figures is None else _build_folder(collected.pngs, figures, FIGURES)

@@ -62,16 +62,36 @@ def circuit_graph_figure(run: CircuitRun) -> Figure:
         if kv < heads:  # GQA: a box per K/V group, where its k and v edges land
             size = heads // kv
             for g in range(kv):
-                ax.add_patch(FancyBboxPatch(
-                    (layer - 0.28, g * size - 0.35), 0.5, size - 0.3,
-                    boxstyle="round,pad=0.02", facecolor="#eef1f6", edgecolor=GRID, zorder=0,
-                ))  # fmt: skip
+                ax.add_patch(
+                    FancyBboxPatch(
+                        (layer - 0.28, g * size - 0.35),
+                        0.5,
+                        size - 0.3,
+                        boxstyle="round,pad=0.02",
+                        facecolor="#eef1f6",
+                        edgecolor=GRID,
+                        zorder=0,
+                    )
+                )
                 centre = g * size + (size - 1) / 2
-                ax.scatter([layer - GROUP_SHIFT], [centre], s=18, marker="s", zorder=2,
-                           facecolor="white", edgecolor="#9aa5b1")  # fmt: skip
+                ax.scatter(
+                    [layer - GROUP_SHIFT],
+                    [centre],
+                    s=18,
+                    marker="s",
+                    zorder=2,
+                    facecolor="white",
+                    edgecolor="#9aa5b1",
+                )
                 if layers <= 16:
-                    ax.text(layer - 0.26, g * size + size - 0.55, f"g{g}", fontsize=6,
-                            color="#6b7a8f", va="bottom")  # fmt: skip
+                    ax.text(
+                        layer - 0.26,
+                        g * size + size - 0.55,
+                        f"g{g}",
+                        fontsize=6,
+                        color="#6b7a8f",
+                        va="bottom",
+                    )
         xs = [layer] * heads  # heads off the circuit: faint, so an edge over one is not read
         ax.scatter(xs, range(heads), s=8, color="#d3d9e0", zorder=1)  # as ending there
         ax.scatter([layer], [-1.2], s=14, marker="s", color="#d3d9e0", zorder=1)
@@ -87,30 +107,59 @@ def circuit_graph_figure(run: CircuitRun) -> Figure:
             continue
         # an arc, not a straight line: a line between heads of far layers runs through the
         # heads of the layers between at the same height
-        ax.add_patch(FancyArrowPatch(
-            where[sender], where[receiver], arrowstyle="-", connectionstyle="arc3,rad=0.18",
-            linestyle=STYLES.get(input_, "-"), linewidth=0.6 + 3.4 * abs(score) / largest,
-            alpha=0.85, zorder=3, color=POSITIVE if score >= 0 else NEGATIVE,
-        ))  # fmt: skip
+        ax.add_patch(
+            FancyArrowPatch(
+                where[sender],
+                where[receiver],
+                arrowstyle="-",
+                connectionstyle="arc3,rad=0.18",
+                linestyle=STYLES.get(input_, "-"),
+                linewidth=0.6 + 3.4 * abs(score) / largest,
+                alpha=0.85,
+                zorder=3,
+                color=POSITIVE if score >= 0 else NEGATIVE,
+            )
+        )
     ends = {node for edge, _ in top for node in _split(edge)[:2] if node in where}
     for node in ends - {"embed", "logits"}:  # the circuit's nodes, dark over the faint ones
         x, y = where[node]
-        ax.scatter([x], [y], s=22, color=INK, zorder=4,
-                   marker="s" if node.startswith("mlp") or ".g" in node else "o")  # fmt: skip
+        ax.scatter(
+            [x],
+            [y],
+            s=22,
+            color=INK,
+            zorder=4,
+            marker="s" if node.startswith("mlp") or ".g" in node else "o",
+        )
     named = []
     for edge, _ in top[:5]:  # name the ends of the strongest edges, each once
         named += [n for n in _split(edge)[:2] if n not in named and n not in ("embed", "logits")]
     for node in named:
         if node in where:
             x, y = where[node]
-            ax.text(x + 0.12, y + 0.2, node, fontsize=9, color=INK, zorder=5,
-                    bbox={"boxstyle": "round,pad=0.15", "facecolor": "white",
-                          "edgecolor": "none", "alpha": 0.8})  # fmt: skip
+            ax.text(
+                x + 0.12,
+                y + 0.2,
+                node,
+                fontsize=9,
+                color=INK,
+                zorder=5,
+                bbox={
+                    "boxstyle": "round,pad=0.15",
+                    "facecolor": "white",
+                    "edgecolor": "none",
+                    "alpha": 0.8,
+                },
+            )
     step = max(1, layers // 15)
-    ax.set_xticks([-1, *range(0, layers, step), layers],
-                  ["emb", *(str(i) for i in range(0, layers, step)), "out"])  # fmt: skip
-    ax.set_yticks([-1.2, *range(0, tallest, max(1, tallest // 12))],
-                  ["mlp", *(str(h) for h in range(0, tallest, max(1, tallest // 12)))])  # fmt: skip
+    ax.set_xticks(
+        [-1, *range(0, layers, step), layers],
+        ["emb", *(str(i) for i in range(0, layers, step)), "out"],
+    )
+    ax.set_yticks(
+        [-1.2, *range(0, tallest, max(1, tallest // 12))],
+        ["mlp", *(str(h) for h in range(0, tallest, max(1, tallest // 12)))],
+    )
     ax.set_xlabel("layer", color=INK)
     ax.set_ylabel("query head", color=INK)
     style_axes(ax)
@@ -124,8 +173,12 @@ def circuit_graph_figure(run: CircuitRun) -> Figure:
     ]
     legend_outside(ax, handles=handles)
     steps = f", m={run.steps}" if run.steps else ""
-    ax.set_title(f"{run.model}: top {len(top)} edges, {run.task}, {run.method}{steps}",
-                 fontsize=9, color=INK, loc="left")  # fmt: skip
+    ax.set_title(
+        f"{run.model}: top {len(top)} edges, {run.task}, {run.method}{steps}",
+        fontsize=9,
+        color=INK,
+        loc="left",
+    )
     return fig
 
 
@@ -153,18 +206,34 @@ def faithfulness_curves_figure(curves: list[FaithfulnessCurve], title: str) -> F
     x = [100 * f for f in first.fractions]
     seeds = len(first.random_cpr)
     for s in range(seeds):
-        ax.plot(x, [r[s] for r in first.random], color="#9aa5b1", linewidth=0.8, alpha=0.7,
-                label="random circuits" if s == 0 else None)  # fmt: skip
+        ax.plot(
+            x,
+            [r[s] for r in first.random],
+            color="#9aa5b1",
+            linewidth=0.8,
+            alpha=0.7,
+            label="random circuits" if s == 0 else None,
+        )
     mean = [sum(r) / len(r) for r in first.random]
     random_cpr = sum(first.random_cpr) / seeds
     random_cmd = sum(first.random_cmd) / seeds
-    ax.plot(x, mean, "o--", color=COLOURS[5], markersize=3,
-            label=f"random mean: CPR {random_cpr:.3f}, CMD {random_cmd:.3f}")  # fmt: skip
+    ax.plot(
+        x,
+        mean,
+        "o--",
+        color=COLOURS[5],
+        markersize=3,
+        label=f"random mean: CPR {random_cpr:.3f}, CMD {random_cmd:.3f}",
+    )
     for n, curve in enumerate(curves):
-        ax.plot([100 * f for f in curve.fractions], curve.faithfulness,
-                "o-" if n == 0 else "s-", color=(POSITIVE, NEGATIVE, COLOURS[2])[n % 3],
-                markersize=4, label=f"{curve.selection} {curve.method}: CPR {curve.cpr:.3f}, "
-                f"CMD {curve.cmd:.3f}")  # fmt: skip
+        ax.plot(
+            [100 * f for f in curve.fractions],
+            curve.faithfulness,
+            "o-" if n == 0 else "s-",
+            color=(POSITIVE, NEGATIVE, COLOURS[2])[n % 3],
+            markersize=4,
+            label=f"{curve.selection} {curve.method}: CPR {curve.cpr:.3f}, CMD {curve.cmd:.3f}",
+        )
     ax.axhline(1.0, color=INK, linewidth=0.6)
     ax.axhline(0.0, color=INK, linewidth=0.6)
     ax.set_xscale("log")

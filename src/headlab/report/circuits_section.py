@@ -28,8 +28,11 @@ def circuits_sections(directory: Path, pngs: dict[str, bytes]) -> dict:
     if part is None or isinstance(part, Skipped):
         missing = part.part(COMMAND) if part else {"missing": COMMAND, "file": str(path)}
         part = {"title": "Circuits", **missing}
-    return {"circuits": part, "formation": formation_section(Path(directory), pngs),
-            "attends": score_split_section(Path(directory), pngs)}  # fmt: skip
+    return {
+        "circuits": part,
+        "formation": formation_section(Path(directory), pngs),
+        "attends": score_split_section(Path(directory), pngs),
+    }
 
 
 def _part(path: Path, pngs: dict[str, bytes]) -> dict | None:
@@ -50,8 +53,15 @@ def _part(path: Path, pngs: dict[str, bytes]) -> dict | None:
     for rank, (edge, score) in enumerate(result.top_edges(), start=1):
         sender, rest = edge.split("->", 1)
         receiver, _, input_ = rest.partition("<")
-        rows.append({"rank": rank, "sender": sender, "receiver": receiver,
-                     "input": input_.rstrip(">") or "in", "score": f"{score:+.4g}"})  # fmt: skip
+        rows.append(
+            {
+                "rank": rank,
+                "sender": sender,
+                "receiver": receiver,
+                "input": input_.rstrip(">") or "in",
+                "score": f"{score:+.4g}",
+            }
+        )
     steps = f" (m={result.steps})" if result.steps else ""
     found = result.faithfulness
     return {
@@ -73,13 +83,17 @@ def _part(path: Path, pngs: dict[str, bytes]) -> dict | None:
 
 # what the sign of an edge's score means, per metric: a score is the change in the metric when
 # the edge carries the corrupted input, and these metrics fall when the behaviour is broken
-_FALLS = ("A score is the change in {} when the edge carries the corrupted input: the edges the "
-          "behaviour uses lower it, so the red (negative) edges are the important ones; blue "
-          "edges work against the answer.")  # fmt: skip
-SIGN_NOTES = {"logprob": _FALLS.format("log p(answer)"),
-              "logit_diff": _FALLS.format("the logit difference"),
-              "prob_diff": _FALLS.format("the probability difference"),
-              "kl": "A score is the change in KL to the clean run: larger is more important."}
+_FALLS = (
+    "A score is the change in {} when the edge carries the corrupted input: the edges the "
+    "behaviour uses lower it, so the red (negative) edges are the important ones; blue "
+    "edges work against the answer."
+)
+SIGN_NOTES = {
+    "logprob": _FALLS.format("log p(answer)"),
+    "logit_diff": _FALLS.format("the logit difference"),
+    "prob_diff": _FALLS.format("the probability difference"),
+    "kl": "A score is the change in KL to the clean run: larger is more important.",
+}
 WEIGHTS_ONLY = "Composition reads the weights only: the model was not run on the task."
 
 
@@ -87,8 +101,9 @@ def _baseline_text(baseline: dict[str, float] | None) -> str | None:
     """Composition's random baseline in words: what random matrices of these shapes score."""
     if not baseline:
         return None
-    values = ", ".join(f"{mode.replace('_group', ' (K/V group)')} {v:.3f}"
-                       for mode, v in baseline.items())  # fmt: skip
+    values = ", ".join(
+        f"{mode.replace('_group', ' (K/V group)')} {v:.3f}" for mode, v in baseline.items()
+    )
     return f"Random matrices of the same shapes score {values}: a score well above these is news."
 
 

@@ -46,8 +46,10 @@ def heads_grid(heads: dict) -> Figure:
     """model_heads.json data (``HeadStatistics.to_dict()``) -> one layers x heads image per
     detector (scores on [0, 1]; decoders) and per metric (each on its own scale), each with its
     colour bar. Rows of unequal length (pruned layers) are padded blank."""
-    panels = [(f"{name.replace('_', '-')} (detector)", grid, (0.0, 1.0))
-              for name, grid in heads.get("detectors", {}).items()]  # fmt: skip
+    panels = [
+        (f"{name.replace('_', '-')} (detector)", grid, (0.0, 1.0))
+        for name, grid in heads.get("detectors", {}).items()
+    ]
     panels += [(name, grid, (None, None)) for name, grid in heads["metrics"].items()]
     cols = min(4, len(panels))
     rows = -(-len(panels) // cols)

@@ -47,29 +47,39 @@ def _row(run: FormationRun) -> dict:
         k = run.k_edges
         row["k_edges"] = {
             "count": len(k.edges),
-            "top": {m: ", ".join(f"{e[:-3]} {v:+.3g}" for e, v in k.top(m))
-                    for m in ("exact", "eap", "eap_ig", "composition")},
-            "spearman": {"eap": _rho(k, "eap"), "eap_ig": _rho(k, "eap_ig"),
-                         "composition": _rho(k, "composition", absolute=True)},
-        }  # fmt: skip
+            "top": {
+                m: ", ".join(f"{e[:-3]} {v:+.3g}" for e, v in k.top(m))
+                for m in ("exact", "eap", "eap_ig", "composition")
+            },
+            "spearman": {
+                "eap": _rho(k, "eap"),
+                "eap_ig": _rho(k, "eap_ig"),
+                "composition": _rho(k, "composition", absolute=True),
+            },
+        }
     curve = run.faithfulness
     if curve is not None:
         parts = []
-        for fraction, size, value, drawn in zip(curve.fractions, curve.sizes, curve.faithfulness,
-                                                curve.random, strict=True):  # fmt: skip
+        for fraction, size, value, drawn in zip(
+            curve.fractions, curve.sizes, curve.faithfulness, curve.random, strict=True
+        ):
             if fraction in (0.01, 0.02, 0.05):
                 edges = f"{size} edge" + "s" * (size != 1)
-                parts.append(f"{fraction:.0%} ({edges}): {_two(value)} (random "
-                             f"{_two(sum(drawn) / len(drawn))})")  # fmt: skip
+                parts.append(
+                    f"{fraction:.0%} ({edges}): {_two(value)} (random "
+                    f"{_two(sum(drawn) / len(drawn))})"
+                )
         random_cpr = sum(curve.random_cpr) / len(curve.random_cpr)
         row["faithfulness"] = "; ".join(parts) + (
-            f"; CPR {curve.cpr:.2f} (random {random_cpr:.2f}) over {curve.edges} edges")
+            f"; CPR {curve.cpr:.2f} (random {random_cpr:.2f}) over {curve.edges} edges"
+        )
     if jump is None:
         row["jump"] = "none (accuracy never crosses 0.5)"
         return row
     before, after = jump
-    row["jump"] = (f"steps {before.step}-{after.step}: accuracy {before.accuracy:.2f} -> "
-                   f"{after.accuracy:.2f}")  # fmt: skip
+    row["jump"] = (
+        f"steps {before.step}-{after.step}: accuracy {before.accuracy:.2f} -> {after.accuracy:.2f}"
+    )
     row["k_jump"] = f"{before.k_composition:.3f} -> {after.k_composition:.3f}"
     row["patch_jump"] = f"{before.patching_effect:+.3f} -> {after.patching_effect:+.3f}"
     row["path_jump"] = f"{_signed(before.k_path_effect)} -> {_signed(after.k_path_effect)}"
@@ -115,10 +125,13 @@ def _part(path: Path, pngs: dict[str, bytes]) -> dict | None:
     return {
         "seeds": len(seeds),
         "jumps": [f"h = {h}: {jump_text(found)}" for h, found in jumps.items()]
-        if len(seeds) > 1 else [],
+        if len(seeds) > 1
+        else [],
         "title": "When the induction circuit forms (the sweep's 2-layer models)",
-        "models": [f"h = {run.heads}" + (f", seed {run.seed}" if len(seeds) > 1 else "")
-                   + f": {run.model}" for run in result.runs],
+        "models": [
+            f"h = {run.heads}" + (f", seed {run.seed}" if len(seeds) > 1 else "") + f": {run.model}"
+            for run in result.runs
+        ],
         "rows": [_row(run) for run in result.runs],
         "image": "data:image/png;base64," + base64.b64encode(png).decode("ascii"),
         "command": COMMAND,

@@ -35,25 +35,50 @@ def formation_figure(result: InductionFormation) -> Figure:
         first = nth == 0
         steps = [c.step for c in run.checkpoints]
         label = f"h = {run.heads}"
-        axes[0].plot(steps, [c.accuracy for c in run.checkpoints], marker=marker, ms=3,
-                     color=color, alpha=1.0 if first else 0.75,
-                     label=f"{label}, seed {run.seed}" if several else label)  # fmt: skip
-        axes[1].plot(steps, [c.k_composition for c in run.checkpoints], marker=marker, ms=3,
-                     color=color, alpha=1.0 if first else 0.75,
-                     label=f"{label}: best prev-token -> best induction head" if first
-                     else None)  # fmt: skip
+        axes[0].plot(
+            steps,
+            [c.accuracy for c in run.checkpoints],
+            marker=marker,
+            ms=3,
+            color=color,
+            alpha=1.0 if first else 0.75,
+            label=f"{label}, seed {run.seed}" if several else label,
+        )
+        axes[1].plot(
+            steps,
+            [c.k_composition for c in run.checkpoints],
+            marker=marker,
+            ms=3,
+            color=color,
+            alpha=1.0 if first else 0.75,
+            label=f"{label}: best prev-token -> best induction head" if first else None,
+        )
         if first:
-            axes[1].plot(steps, [c.k_baseline for c in run.checkpoints], "--", color=color,
-                         label=f"{label}: random baseline")  # fmt: skip
-        axes[2].plot(steps, [c.patching_effect for c in run.checkpoints], marker=marker, ms=3,
-                     color=color, alpha=1.0 if first else 0.75,
-                     label=f"{label}: the pair's edge" if first else None)  # fmt: skip
+            axes[1].plot(
+                steps,
+                [c.k_baseline for c in run.checkpoints],
+                "--",
+                color=color,
+                label=f"{label}: random baseline",
+            )
+        axes[2].plot(
+            steps,
+            [c.patching_effect for c in run.checkpoints],
+            marker=marker,
+            ms=3,
+            color=color,
+            alpha=1.0 if first else 0.75,
+            label=f"{label}: the pair's edge" if first else None,
+        )
         paths = [(c.step, c.k_path_effect) for c in run.checkpoints if c.k_path_effect is not None]
         if paths:
-            axes[2].plot(*zip(*paths, strict=True), "--", color=color,
-                         alpha=1.0 if first else 0.75,
-                         label=f"{label}: every layer 0 -> layer 1 K edge" if first
-                         else None)  # fmt: skip
+            axes[2].plot(
+                *zip(*paths, strict=True),
+                "--",
+                color=color,
+                alpha=1.0 if first else 0.75,
+                label=f"{label}: every layer 0 -> layer 1 K edge" if first else None,
+            )
     axes[0].set_ylabel("accuracy (held out)")
     axes[0].set_ylim(-0.02, 1.02)
     axes[1].set_ylabel("K-composition")
@@ -67,15 +92,23 @@ def formation_figure(result: InductionFormation) -> Figure:
     legend_outside(axes[2])
     seeds = sorted({run.seed for run in result.runs})
     which = f"seeds {', '.join(map(str, seeds))}" if several else f"seed {seeds[0]}"
-    axes[0].set_title(f"Induction circuit forming: the sweep's 2-layer models ({which})",
-                      loc="left")  # fmt: skip
+    axes[0].set_title(
+        f"Induction circuit forming: the sweep's 2-layer models ({which})", loc="left"
+    )
     return fig
 
 
-def write_formation_figure(result: InductionFormation, path: str | Path, *,
-                           force: bool = False) -> Path:  # fmt: skip
+def write_formation_figure(
+    result: InductionFormation, path: str | Path, *, force: bool = False
+) -> Path:
     """``formation_figure`` saved atomically to ``path`` under the output policy."""
     return save_figure(
-        formation_figure(result), path, INDUCTION_CIRCUIT_FIGURE_KIND, force=force,
-        argument="figure", dpi=110, bbox_inches="tight", facecolor="white",
-    )  # fmt: skip
+        formation_figure(result),
+        path,
+        INDUCTION_CIRCUIT_FIGURE_KIND,
+        force=force,
+        argument="figure",
+        dpi=110,
+        bbox_inches="tight",
+        facecolor="white",
+    )

@@ -19,8 +19,10 @@ PARTS = {
     "cross": (EncoderDecoderHeads, "headlab model heads --model-dir MODEL --source-text TEXT"),
     "vision": (VisionHeads, "headlab model heads --model-dir MODEL --image IMAGES"),
 }
-FILES = {"cross": model_results("heads-encoder-decoder").name,
-         "vision": model_results("heads-vision").name}  # fmt: skip
+FILES = {
+    "cross": model_results("heads-encoder-decoder").name,
+    "vision": model_results("heads-vision").name,
+}
 
 
 def kinds_sections(directory: Path) -> dict:

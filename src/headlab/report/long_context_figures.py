@@ -26,12 +26,21 @@ if TYPE_CHECKING:
     from headlab.results.long_context_result import LongContextResult
 
 # retrieval red and sink blue, the two roles a reader compares, far apart in hue and lightness
-ROLE_COLOURS = {"retrieval": COLOURS[1], "copy": COLOURS[4], "sink": COLOURS[0],
-                "local": COLOURS[2], "mixed": "#d9dee5"}  # fmt: skip
+ROLE_COLOURS = {
+    "retrieval": COLOURS[1],
+    "copy": COLOURS[4],
+    "sink": COLOURS[0],
+    "local": COLOURS[2],
+    "mixed": "#d9dee5",
+}
 
 
 def _grid(
-    ax, values: list[list[float]], title: str, fig: Figure, cmap: str = "viridis",
+    ax,
+    values: list[list[float]],
+    title: str,
+    fig: Figure,
+    cmap: str = "viridis",
     top: float | None = None,
 ) -> None:
     """A layers x heads grid; ``top`` caps the colour scale (larger values drawn at the cap)."""
@@ -40,8 +49,9 @@ def _grid(
     for layer, row in enumerate(values):
         grid[layer, : len(row)] = row
     capped = top is not None and np.nanmax(grid) > top
-    image = ax.imshow(grid, aspect="auto", cmap=cmap, interpolation="nearest",
-                      vmax=top if capped else None)  # fmt: skip
+    image = ax.imshow(
+        grid, aspect="auto", cmap=cmap, interpolation="nearest", vmax=top if capped else None
+    )
     ax.set_title(title, fontsize=9)
     _layer_head_axes(ax)
     fig.colorbar(image, ax=ax, fraction=0.05, extend="max" if capped else "neither")
@@ -77,8 +87,14 @@ def roles_figure(result: LongContextResult) -> Figure:
         names = list(ROLE_COLOURS)
         index = [[names.index(r) for r in row] for row in roles.roles]
         ax = axes[-1]
-        ax.imshow(np.array(index), aspect="auto", cmap=ListedColormap(list(ROLE_COLOURS.values())),
-                  vmin=-0.5, vmax=len(names) - 0.5, interpolation="nearest")  # fmt: skip
+        ax.imshow(
+            np.array(index),
+            aspect="auto",
+            cmap=ListedColormap(list(ROLE_COLOURS.values())),
+            vmin=-0.5,
+            vmax=len(names) - 0.5,
+            interpolation="nearest",
+        )
         counts = roles.counts()
         for name, colour in ROLE_COLOURS.items():
             ax.plot([], [], "s", color=colour, label=f"{name} ({counts[name]})")
@@ -149,9 +165,15 @@ def kv_budget_figure(result: KVBudgetResult) -> Figure:
         ax.axhline(getattr(base, key), color=INK, linestyle=":", label="full model")
         for kind, colour, style in (("chosen", COLOURS[2], "o-"), ("opposite", COLOURS[1], "s--")):
             rows = sorted((r for r in result.runs if r.kind == kind), key=lambda r: r.budget)
-            ax.plot([r.budget for r in rows], [getattr(r, key) for r in rows], style,
-                    color=colour, label=f"{kind} (lowest window error first)"
-                    if kind == "chosen" else "opposite ranking")  # fmt: skip
+            ax.plot(
+                [r.budget for r in rows],
+                [getattr(r, key) for r in rows],
+                style,
+                color=colour,
+                label=f"{kind} (lowest window error first)"
+                if kind == "chosen"
+                else "opposite ranking",
+            )
         means, lows, highs = [], [], []
         for b in budgets:
             values = [getattr(r, key) for r in result.runs if r.kind == "random" and r.budget == b]

@@ -85,22 +85,35 @@ def budget_rows(result: KVBudgetResult) -> list[dict]:
         def change(r) -> str:
             return f"{r.perplexity / base.perplexity - 1:+.1%}"
 
-        rows.append({
-            "groups": f"{len(run.groups)} ({run.budget:.0%})",
-            "saved": f"{run.kv_saved:.2f}x"
-            + ("" if run.target_kv_saved is None else f" (asked {run.target_kv_saved:g}x)"),
-            "perplexity": change(run),
-            "random_perplexity": "\u2026".join(
-                change(r) for r in (min(randoms, key=lambda r: r.perplexity),
-                                    max(randoms, key=lambda r: r.perplexity))
-            ) if randoms else "",
-            "opposite_perplexity": change(opposite) if opposite else "",
-            "copy_accuracy": f"{run.copy_accuracy:.3f}",
-            "random_copy": "\u2026".join(f"{v:.3f}" for v in (
-                min(r.copy_accuracy for r in randoms), max(r.copy_accuracy for r in randoms)
-            )) if randoms else "",
-            "opposite_copy": f"{opposite.copy_accuracy:.3f}" if opposite else "",
-        })  # fmt: skip
+        rows.append(
+            {
+                "groups": f"{len(run.groups)} ({run.budget:.0%})",
+                "saved": f"{run.kv_saved:.2f}x"
+                + ("" if run.target_kv_saved is None else f" (asked {run.target_kv_saved:g}x)"),
+                "perplexity": change(run),
+                "random_perplexity": "\u2026".join(
+                    change(r)
+                    for r in (
+                        min(randoms, key=lambda r: r.perplexity),
+                        max(randoms, key=lambda r: r.perplexity),
+                    )
+                )
+                if randoms
+                else "",
+                "opposite_perplexity": change(opposite) if opposite else "",
+                "copy_accuracy": f"{run.copy_accuracy:.3f}",
+                "random_copy": "\u2026".join(
+                    f"{v:.3f}"
+                    for v in (
+                        min(r.copy_accuracy for r in randoms),
+                        max(r.copy_accuracy for r in randoms),
+                    )
+                )
+                if randoms
+                else "",
+                "opposite_copy": f"{opposite.copy_accuracy:.3f}" if opposite else "",
+            }
+        )
     return rows
 
 
@@ -180,6 +193,9 @@ def _budget_part(path: Path) -> tuple[dict, bytes] | None:
     if budget is None:
         return None
     png = figures.png_bytes(kv_budget_figure(budget))
-    part = {"answer": budget_answer(budget), "table": budget_rows(budget),
-            "display": show(budget).html()}  # fmt: skip
+    part = {
+        "answer": budget_answer(budget),
+        "table": budget_rows(budget),
+        "display": show(budget).html(),
+    }
     return part, png

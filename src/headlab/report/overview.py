@@ -43,8 +43,7 @@ def _scaled(name: str, grid: list[list[float]], kind: str, fixed: bool) -> dict:
     ]
     stops = ", ".join(_colour(i / (STOPS - 1)) for i in range(STOPS))
     title = name.replace("_", "-") if kind == "detector" else name
-    return {"name": title, "kind": kind, "low": low, "high": high, "gradient": stops,
-            "rows": rows}  # fmt: skip
+    return {"name": title, "kind": kind, "low": low, "high": high, "gradient": stops, "rows": rows}
 
 
 def _roles(roles: list[list[str]], colours: dict[str, str]) -> dict:

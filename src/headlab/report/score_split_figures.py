@@ -51,8 +51,9 @@ def score_split_figure(result: ScoreSplitResult) -> Figure:
     score = "" if pair.score is None else f", score {pair.score:.3g}"
     heat.set_title(
         f"{result.model} head {result.layer}.{result.head}: query {pair.query} '{query}' -> "
-        f"key {pair.key} '{key}' (raw {pair.raw:.3g}{score})", fontsize=9,
-    )  # fmt: skip
+        f"key {pair.key} '{key}' (raw {pair.raw:.3g}{score})",
+        fontsize=9,
+    )
     _bars(fig.add_subplot(grid[0, 2]), result.components, pair.key_marginal, "key side")
     _bars(fig.add_subplot(grid[1, 2]), result.components, pair.query_marginal, "query side")
     text = fig.add_subplot(grid[1, 0:2])
@@ -61,8 +62,13 @@ def score_split_figure(result: ScoreSplitResult) -> Figure:
         source = pair.sources[0]
         _source_text(text, tokens, pair, source.component, source.positions, source.values)
     else:
-        text.text(0, 0.5, "no head component split by source (the family's writes pass "
-                  "through a post-norm, or no head adds to the key side)", fontsize=8)  # fmt: skip
+        text.text(
+            0,
+            0.5,
+            "no head component split by source (the family's writes pass "
+            "through a post-norm, or no head adds to the key side)",
+            fontsize=8,
+        )
     return fig
 
 
@@ -73,20 +79,31 @@ def _source_text(ax, tokens, pair, component, positions, values) -> None:
     bound = max((abs(v) for _, v in shown), default=1.0) or 1.0
     ax.set_title(
         f"key side of head {component} at key {pair.key}, by the source token it read "
-        f"(red adds to the score, blue takes away; {sum(values):+.3g} in all)", fontsize=9,
-    )  # fmt: skip
+        f"(red adds to the score, blue takes away; {sum(values):+.3g} in all)",
+        fontsize=9,
+    )
     x, y = 0.0, 0.85
     for p, v in shown:
         word = _token(tokens[p], 12)
         width = 0.012 * len(word) + 0.02
         if x + width > 1.0:
             x, y = 0.0, y - 0.17
-        colour = (1, 1 - min(1, v / bound), 1 - min(1, v / bound)) if v >= 0 else (
-            1 - min(1, -v / bound), 1 - min(1, -v / bound), 1)  # fmt: skip
+        colour = (
+            (1, 1 - min(1, v / bound), 1 - min(1, v / bound))
+            if v >= 0
+            else (1 - min(1, -v / bound), 1 - min(1, -v / bound), 1)
+        )
         weight = "bold" if p == pair.key else "normal"
-        ax.text(x, y, word, fontsize=8, weight=weight, family="monospace",
-                bbox={"facecolor": colour, "edgecolor": "#999", "pad": 1.5, "lw": 0.3},
-                transform=ax.transAxes)  # fmt: skip
+        ax.text(
+            x,
+            y,
+            word,
+            fontsize=8,
+            weight=weight,
+            family="monospace",
+            bbox={"facecolor": colour, "edgecolor": "#999", "pad": 1.5, "lw": 0.3},
+            transform=ax.transAxes,
+        )
         x += width
 
 

@@ -43,15 +43,19 @@ def _part(path: Path, pngs: dict[str, bytes]) -> dict | None:
     tokens = result.tokens[pair.batch]
     order = sorted(range(len(result.components)), key=lambda c: -abs(pair.key_marginal[c]))
     top = result.components[order[0]]
-    said = (f"Query {pair.query} ({tokens[pair.query]!r}) to key {pair.key} "
-            f"({tokens[pair.key]!r}): q.k = {pair.raw:.4g}; the key side's largest term is "
-            f"{top}'s ({pair.key_marginal[order[0]]:+.4g}).")  # fmt: skip
+    said = (
+        f"Query {pair.query} ({tokens[pair.query]!r}) to key {pair.key} "
+        f"({tokens[pair.key]!r}): q.k = {pair.raw:.4g}; the key side's largest term is "
+        f"{top}'s ({pair.key_marginal[order[0]]:+.4g})."
+    )
     if pair.sources:
         source = pair.sources[0]
         best = max(zip(source.positions, source.values, strict=True), key=lambda x: x[1])
-        said += (f" Head {source.component} adds {sum(source.values):+.4g} to the key side, "
-                 f"most through the token it read at {best[0]} ({tokens[best[0]]!r}, "
-                 f"{best[1]:+.4g}).")  # fmt: skip
+        said += (
+            f" Head {source.component} adds {sum(source.values):+.4g} to the key side, "
+            f"most through the token it read at {best[0]} ({tokens[best[0]]!r}, "
+            f"{best[1]:+.4g})."
+        )
     return {
         "title": f"Why head {result.layer}.{result.head} of {result.model} attends where it "
         f"does ({result.keys} keys, {len(result.pairs)} pairs)",

@@ -54,8 +54,9 @@ def _results_sections(directory: Path, pngs: dict[str, bytes]) -> dict:
     )
     for key, filename, draw in readers:
         # Read and drawn under ``skipping``: a file whose data cannot be drawn is one line.
-        part = skipping(directory / filename, lambda k=key, f=filename, d=draw: _part(
-            directory, k, f, d))  # fmt: skip
+        part = skipping(
+            directory / filename, lambda k=key, f=filename, d=draw: _part(directory, k, f, d)
+        )
         if isinstance(part, Skipped):
             out[key] = part.part(PRODUCERS[filename])
         elif part is None:
@@ -90,8 +91,9 @@ def _heads_summary(heads: dict) -> list[dict]:
     rows = []
     named = {k.replace("_", "-"): g for k, g in heads.get("detectors", {}).items()}
     for name, grid in {**named, **heads["metrics"]}.items():
-        cells = [(float(v), layer, head) for layer, row in enumerate(grid)
-                 for head, v in enumerate(row)]  # fmt: skip
+        cells = [
+            (float(v), layer, head) for layer, row in enumerate(grid) for head, v in enumerate(row)
+        ]
         if cells:
             value, layer, head = max(cells, key=lambda cell: cell[0])
             rows.append({"metric": name, "layer": layer, "head": head, "value": value})

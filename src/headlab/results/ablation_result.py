@@ -57,5 +57,12 @@ class AblationResult:
             if not (isinstance(pair, list) and len(pair) == 2 and all(map(is_int, pair))):
                 raise problem(f"{where}.heads[{i}]", "[layer, head]", pair)
             heads.append((pair[0], pair[1]))
-        return cls(f.name("model"), f.int("n_texts"), f.str("objective"), f.str("mode"), heads,
-                   f.number("baseline"), f.number("ablated"))  # fmt: skip
+        return cls(
+            f.name("model"),
+            f.int("n_texts"),
+            f.str("objective"),
+            f.str("mode"),
+            heads,
+            f.number("baseline"),
+            f.number("ablated"),
+        )

@@ -20,12 +20,18 @@ class AttentionMaps:
 
     def __repr__(self) -> str:
         heads = sum(len(row) for row in self.blocked)
-        return (f"AttentionMaps({heads} heads: blocked maps of {self.block}-token blocks, "
-                f"received profiles of {self.bin}-token bins)")
+        return (
+            f"AttentionMaps({heads} heads: blocked maps of {self.block}-token blocks, "
+            f"received profiles of {self.bin}-token bins)"
+        )
 
     def to_dict(self) -> dict:
-        return {"block": self.block, "blocked": self.blocked, "bin": self.bin,
-                "received": self.received}  # fmt: skip
+        return {
+            "block": self.block,
+            "blocked": self.blocked,
+            "bin": self.bin,
+            "received": self.received,
+        }
 
     @classmethod
     def from_dict(cls, f: Fields, layers: int, heads: int) -> AttentionMaps:

@@ -15,7 +15,12 @@ from dataclasses import asdict, dataclass
 from headlab.results.schema import Fields, is_int, problem
 
 EDGE_METHODS = (
-    "path-patching", "eap", "eap-ig", "eap-ig-activations", "eap-ig-senders", "composition"
+    "path-patching",
+    "eap",
+    "eap-ig",
+    "eap-ig-activations",
+    "eap-ig-senders",
+    "composition",
 )
 #: Spellings of earlier results files, read as today's (``circuits --method`` names them so).
 OLD_SPELLINGS = {"path_patching": "path-patching"}
@@ -71,8 +76,14 @@ class EdgeScores:
         edges, scores = fields.strings("edges"), fields.numbers("scores")
         if len(edges) != len(scores):
             raise problem(fields.at("scores"), f"{len(edges)} numbers (one per edge)", scores)
-        return cls(method, fields.str("metric"), edges, scores, fields.number("clean_metric"),
-                   fields.number("corrupted_metric"))  # fmt: skip
+        return cls(
+            method,
+            fields.str("metric"),
+            edges,
+            scores,
+            fields.number("clean_metric"),
+            fields.number("corrupted_metric"),
+        )
 
 
 @dataclass(frozen=True)
@@ -94,10 +105,15 @@ class Agreement:
     @classmethod
     def from_dict(cls, data: dict, where: str = "circuit-agreement") -> Agreement:
         fields = Fields(data, where)
-        return cls(method_name(fields.str("reference")), method_name(fields.str("method")),
-                   fields.int("edges", 2),
-                   fields.number("spearman", -1.0, 1.0), fields.number("pearson", -1.0, 1.0),
-                   fields.int("k", 1), fields.int("top_k_shared"))  # fmt: skip
+        return cls(
+            method_name(fields.str("reference")),
+            method_name(fields.str("method")),
+            fields.int("edges", 2),
+            fields.number("spearman", -1.0, 1.0),
+            fields.number("pearson", -1.0, 1.0),
+            fields.int("k", 1),
+            fields.int("top_k_shared"),
+        )
 
 
 @dataclass(frozen=True)
@@ -123,8 +139,10 @@ class FaithfulnessCurve:
     random_cmd: list[float]
 
     def __repr__(self) -> str:
-        return (f"FaithfulnessCurve({self.selection} {self.method}, {len(self.sizes)} sizes of "
-                f"{self.edges} edges: CPR {self.cpr:.3f}, CMD {self.cmd:.3f})")
+        return (
+            f"FaithfulnessCurve({self.selection} {self.method}, {len(self.sizes)} sizes of "
+            f"{self.edges} edges: CPR {self.cpr:.3f}, CMD {self.cmd:.3f})"
+        )
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -143,8 +161,9 @@ class FaithfulnessCurve:
         edges = fields.int("edges", 1)
         for i, size in enumerate(sizes):
             if size > edges:
-                raise problem(f"{fields.at('sizes')}[{i}]", f"an integer <= {edges} (its edges)",
-                              size)  # fmt: skip
+                raise problem(
+                    f"{fields.at('sizes')}[{i}]", f"an integer <= {edges} (its edges)", size
+                )
         faithfulness = fields.numbers("faithfulness")
         random = fields.grid("random")
         for key, got in (("sizes", sizes), ("faithfulness", faithfulness), ("random", random)):

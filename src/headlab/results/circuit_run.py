@@ -17,7 +17,12 @@ from headlab.results.circuit_tasks import TaskPerformance
 from headlab.results.schema import Fields, is_int, problem
 
 RUN_METHODS = (
-    "composition", "path-patching", "eap", "eap-ig", "eap-ig-activations", "eap-ig-senders"
+    "composition",
+    "path-patching",
+    "eap",
+    "eap-ig",
+    "eap-ig-activations",
+    "eap-ig-senders",
 )
 # The graph's node names (circuits/graph.py): a head "layer.head", a K/V group "layer.gG", an MLP
 # "mlp.layer"; the embeddings and the logits name no layer.
@@ -62,8 +67,10 @@ class CircuitRun:
         top = self.top_edges()
         best = f"; strongest {top[0][0]} {top[0][1]:+.3g}" if top else ""
         curve = "" if self.faithfulness is None else f"; CPR {self.faithfulness.cpr:.3f}"
-        return (f"CircuitRun({self.model!r}, {self.task}, {self.method}: "
-                f"{len(self.scores.edges)} edges, circuit of the top {self.top}{best}{curve})")
+        return (
+            f"CircuitRun({self.model!r}, {self.task}, {self.method}: "
+            f"{len(self.scores.edges)} edges, circuit of the top {self.top}{best}{curve})"
+        )
 
     def to_dict(self) -> dict:
         return {
@@ -157,26 +164,36 @@ def _check_shapes(
     named_heads, named_groups, layers = _named_nodes(edges)
     if some:
         if layers and max(layers) >= len(heads):
-            raise problem(fields.at("heads_per_layer"),
-                          f"more than {max(layers)} layers (those its edges name)", heads)
-        named_heads = {layer: max(named_heads.get(layer, 0), count)
-                       for layer, count in enumerate(heads)}  # fmt: skip
-        named_groups = {layer: kv_heads[layer] for layer, count in named_groups.items()
-                        if count <= kv_heads[layer]} | {
-            layer: count for layer, count in named_groups.items() if count > kv_heads[layer]}
+            raise problem(
+                fields.at("heads_per_layer"),
+                f"more than {max(layers)} layers (those its edges name)",
+                heads,
+            )
+        named_heads = {
+            layer: max(named_heads.get(layer, 0), count) for layer, count in enumerate(heads)
+        }
+        named_groups = {
+            layer: kv_heads[layer]
+            for layer, count in named_groups.items()
+            if count <= kv_heads[layer]
+        } | {layer: count for layer, count in named_groups.items() if count > kv_heads[layer]}
         layers = set(range(len(heads)))
     if len(heads) != len(layers) or (layers and max(layers) != len(layers) - 1):
-        raise problem(fields.at("heads_per_layer"),
-                      f"{len(layers)} layers (those its edges name)", heads)  # fmt: skip
+        raise problem(
+            fields.at("heads_per_layer"), f"{len(layers)} layers (those its edges name)", heads
+        )
     for layer, (count, kv) in enumerate(zip(heads, kv_heads, strict=True)):
         if count != named_heads.get(layer, 0):
-            raise problem(f"{fields.at('heads_per_layer')}[{layer}]",
-                          f"{named_heads.get(layer, 0)} (the heads its edges name in layer "
-                          f"{layer})", count)  # fmt: skip
+            raise problem(
+                f"{fields.at('heads_per_layer')}[{layer}]",
+                f"{named_heads.get(layer, 0)} (the heads its edges name in layer {layer})",
+                count,
+            )
         at = f"{fields.at('kv_heads_per_layer')}[{layer}]"
         if layer in named_groups and kv != named_groups[layer]:
-            raise problem(at, f"{named_groups[layer]} (the K/V groups its edges name in layer "
-                          f"{layer})", kv)  # fmt: skip
+            raise problem(
+                at, f"{named_groups[layer]} (the K/V groups its edges name in layer {layer})", kv
+            )
         if count % kv:
             raise problem(at, f"a count dividing {count} (the layer's heads)", kv)
 

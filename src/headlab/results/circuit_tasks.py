@@ -28,9 +28,11 @@ class TaskPerformance:
     def says(self) -> str:
         """One line for a person: the accuracy and whether the model does the task."""
         verdict = "does the task" if self.does_task else "does NOT do the task"
-        return (f"{self.task}: accuracy {self.accuracy:.0%} on {self.n_pairs} clean pairs, "
-                f"{self.metric} {self.clean:.3g} clean vs {self.corrupted:.3g} corrupted: the "
-                f"model {verdict}")  # fmt: skip
+        return (
+            f"{self.task}: accuracy {self.accuracy:.0%} on {self.n_pairs} clean pairs, "
+            f"{self.metric} {self.clean:.3g} clean vs {self.corrupted:.3g} corrupted: the "
+            f"model {verdict}"
+        )
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -145,8 +145,9 @@ class ComparisonResult:
         verdict = f.get("verdict", f"one of {', '.join(VERDICTS)}", lambda v: v in VERDICTS)
         identical = f.bool("identical")
         if identical != (verdict == "identical"):
-            raise problem(f.at("identical"), f"{verdict == 'identical'} (verdict {verdict})",
-                          identical)  # fmt: skip
+            raise problem(
+                f.at("identical"), f"{verdict == 'identical'} (verdict {verdict})", identical
+            )
         differences = []
         for name in ("max_abs_diff", "rel_diff"):
             value = f.get(name, "a number >= 0", lambda v: _is_float(v) and not v < 0)
@@ -164,4 +165,3 @@ class ComparisonResult:
         if not self.findings:
             return None
         return max(self.findings, key=lambda f: f.fraction).code
-

@@ -156,7 +156,8 @@ class CompositionScores:
             rotary=fields.str("rotary"),
             missing={key: missing.str(key) for key in missing.data},
             rotary_offsets=[int(v) for v in fields.numbers("rotary_offsets")]
-            if "rotary_offsets" in data else [],
+            if "rotary_offsets" in data
+            else [],
         )
 
 
@@ -169,8 +170,9 @@ def _matrix(value: list, where: str, rows: int, cols: int) -> list[list[float | 
         if not isinstance(row, list) or len(row) != cols:
             raise problem(f"{where}[{i}]", f"a row of {cols} entries", row)
         for j, v in enumerate(row):
-            ok = v is None or (isinstance(v, int | float) and not isinstance(v, bool)
-                               and 0.0 <= v <= 1.0)  # fmt: skip
+            ok = v is None or (
+                isinstance(v, int | float) and not isinstance(v, bool) and 0.0 <= v <= 1.0
+            )
             if not ok:
                 raise problem(f"{where}[{i}][{j}]", "a number in [0, 1] or null", v)
         out.append([None if v is None else float(v) for v in row])

@@ -112,8 +112,13 @@ class DocumentSums:
         for name, grid in sums.items():
             if [len(row) for row in grid] != [len(row) for row in hits]:
                 raise problem(group.at(name), "the heads of retrieval_hits in each layer", grid)
-        kv = f.get("kv_heads_per_layer", f"{layers} integers >= 1", lambda v: isinstance(v, list)
-                   and len(v) == layers and all(is_int(n) and n >= 1 for n in v))  # fmt: skip
+        kv = f.get(
+            "kv_heads_per_layer",
+            f"{layers} integers >= 1",
+            lambda v: (
+                isinstance(v, list) and len(v) == layers and all(is_int(n) and n >= 1 for n in v)
+            ),
+        )
         first = f.str("first_token")
         if first not in sums:
             raise problem(f.at("first_token"), "one of the names in sums", first)
@@ -159,9 +164,19 @@ class CorpusCounts:
 
     @classmethod
     def from_dict(cls, f: Fields) -> CorpusCounts:
-        return cls(*(f.int(name, 1 if name == "documents" else 0) for name in
-                     ("documents", "truncated", "tokens", "window_tokens", "copy_positions",
-                      "correct_predictions")))  # fmt: skip
+        return cls(
+            *(
+                f.int(name, 1 if name == "documents" else 0)
+                for name in (
+                    "documents",
+                    "truncated",
+                    "tokens",
+                    "window_tokens",
+                    "copy_positions",
+                    "correct_predictions",
+                )
+            )
+        )
 
 
 @summarised

@@ -29,8 +29,14 @@ class RankRow:
 
     @classmethod
     def from_dict(cls, f: Fields) -> RankRow:
-        return cls(f.str("source"), f.int("seq_len", 1), f.int("head_dim", 1), f.number("kl"),
-                   f.number("kl_std", 0.0), f.int("targets", 1))  # fmt: skip
+        return cls(
+            f.str("source"),
+            f.int("seq_len", 1),
+            f.int("head_dim", 1),
+            f.number("kl"),
+            f.number("kl_std", 0.0),
+            f.int("targets", 1),
+        )
 
 
 @dataclass(frozen=True)
@@ -49,8 +55,13 @@ class PatternRow:
 
     @classmethod
     def from_dict(cls, f: Fields) -> PatternRow:
-        return cls(f.int("num_heads", 1), f.int("head_dim", 1), f.int("blocks", 1),
-                   f.int("seq_len", 1), f.number("relative_error", 0.0))  # fmt: skip
+        return cls(
+            f.int("num_heads", 1),
+            f.int("head_dim", 1),
+            f.int("blocks", 1),
+            f.int("seq_len", 1),
+            f.number("relative_error", 0.0),
+        )
 
 
 @summarised

@@ -42,8 +42,16 @@ class GenerationResult:
                 raise problem(f"{f.at('new_ids')}[{i}]", "a token id (an integer >= 0)", token)
         pairs = f.list("ablated") if "ablated" in f.data else []
         for i, pair in enumerate(pairs):
-            if not (isinstance(pair, list) and len(pair) == 2 and all(
-                    is_int(x) and x >= 0 for x in pair)):  # fmt: skip
+            if not (
+                isinstance(pair, list)
+                and len(pair) == 2
+                and all(is_int(x) and x >= 0 for x in pair)
+            ):
                 raise problem(f"{f.at('ablated')}[{i}]", "[layer, head]", pair)
-        return cls(f.name("model"), f.text("prompt"), list(ids), f.text("text"),
-                   [(int(a), int(b)) for a, b in pairs])  # fmt: skip
+        return cls(
+            f.name("model"),
+            f.text("prompt"),
+            list(ids),
+            f.text("text"),
+            [(int(a), int(b)) for a, b in pairs],
+        )

@@ -154,12 +154,21 @@ class HeadPattern:
 
     def to_dict(self) -> dict:
         return {
-            "model": self.model, "layer": self.layer, "head": self.head, "tokens": self.tokens,
-            "cell": self.cell, "overview": self.overview, "tile": self.tile,
-            "tiles": [vars(t) for t in self.tiles], "budget": self.budget, "mass": self.mass,
+            "model": self.model,
+            "layer": self.layer,
+            "head": self.head,
+            "tokens": self.tokens,
+            "cell": self.cell,
+            "overview": self.overview,
+            "tile": self.tile,
+            "tiles": [vars(t) for t in self.tiles],
+            "budget": self.budget,
+            "mass": self.mass,
             "total_tokens": max(self.total_tokens, len(self.tokens)),
-            "cut_reason": self.cut_reason, "floor": self.floor, "causal": self.causal,
-        }  # fmt: skip
+            "cut_reason": self.cut_reason,
+            "floor": self.floor,
+            "causal": self.causal,
+        }
 
     @classmethod
     def from_dict(cls, data: dict, where: str = KIND) -> HeadPattern:
@@ -183,9 +192,22 @@ class HeadPattern:
             tiles.append(read)
         floor = f.number("floor", 0.0) if "floor" in data else 0.0
         causal = f.bool("causal") if "causal" in data else False
-        return cls(f.str("model"), f.int("layer"), f.int("head"), tokens, cell, overview, tile,
-                   tiles, f.int("budget"), f.number("mass", 0.0, 1.0 + 1e-6),
-                   f.int("total_tokens", n), f.str("cut_reason"), floor, causal)  # fmt: skip
+        return cls(
+            f.str("model"),
+            f.int("layer"),
+            f.int("head"),
+            tokens,
+            cell,
+            overview,
+            tile,
+            tiles,
+            f.int("budget"),
+            f.number("mass", 0.0, 1.0 + 1e-6),
+            f.int("total_tokens", n),
+            f.str("cut_reason"),
+            floor,
+            causal,
+        )
 
 
 def _tile_array(t: PatternTile, where: str) -> np.ndarray:
@@ -198,8 +220,10 @@ def _tile_array(t: PatternTile, where: str) -> np.ndarray:
     except (ValueError, TypeError) as error:
         raise problem(where, "base64 of uint16 offsets", t.offsets) from error
     offsets = np.frombuffer(raw[: len(raw) - len(raw) % 2], dtype="<u2")
-    if len(raw) % 2 or (len(offsets) and (offsets[-1] >= t.rows * t.cols
-                                          or (np.diff(offsets.astype(np.int64)) <= 0).any())):
+    if len(raw) % 2 or (
+        len(offsets)
+        and (offsets[-1] >= t.rows * t.cols or (np.diff(offsets.astype(np.int64)) <= 0).any())
+    ):
         expected = f"ascending offsets below {t.rows * t.cols}"
         raise problem(where, expected, f"{len(offsets)} offsets")
     values = decode_floats(t.data, (len(offsets),), where)

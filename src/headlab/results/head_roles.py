@@ -54,11 +54,20 @@ class HeadRoles:
         the highest (the least local). Empty without roles."""
         if self.roles is None:
             return []
-        scores = {"retrieval": self.retrieval, "copy": self.copy_weight, "sink": first,
-                  "local": self.window_error, "mixed": self.window_error}  # fmt: skip
+        scores = {
+            "retrieval": self.retrieval,
+            "copy": self.copy_weight,
+            "sink": first,
+            "local": self.window_error,
+            "mixed": self.window_error,
+        }
         grid, sign = scores[name], -1.0 if name == "local" else 1.0
-        cells = [(layer, h) for layer, row in enumerate(self.roles)
-                 for h, r in enumerate(row) if r == name]  # fmt: skip
+        cells = [
+            (layer, h)
+            for layer, row in enumerate(self.roles)
+            for h, r in enumerate(row)
+            if r == name
+        ]
         return sorted(cells, key=lambda c: (-sign * grid[c[0]][c[1]], c))[:count]
 
     def __repr__(self) -> str:
@@ -91,6 +100,14 @@ class HeadRoles:
         if groups is not None:
             groups = f.grid("group_window_error", layers, heads)
         note = f.str("note") if "note" in f.data else ""
-        return cls(f.int("sinks", 0), f.int("window", 1), f.int("copy_positions", 0),
-                   grid("retrieval"), grid("copy_weight"), grid("window_error"), groups, roles,
-                   note)  # fmt: skip
+        return cls(
+            f.int("sinks", 0),
+            f.int("window", 1),
+            f.int("copy_positions", 0),
+            grid("retrieval"),
+            grid("copy_weight"),
+            grid("window_error"),
+            groups,
+            roles,
+            note,
+        )

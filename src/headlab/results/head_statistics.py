@@ -54,10 +54,12 @@ class HeadStatistics:
         statistic (a results file's every number is in ``to_dict``)."""
         name = next(iter(self.metrics))
         layer, head, value = self.top(name, 1)[0]
-        return (f"HeadStatistics({self.model!r}: {self.num_layers} layers x {self.num_heads} "
-                f"heads, {len(self.metrics)} statistics, {len(self.detectors)} detectors, "
-                f"{self.n_texts} texts; highest {name}: layer {layer}, head {head}, "
-                f"{value:.3g})")  # fmt: skip
+        return (
+            f"HeadStatistics({self.model!r}: {self.num_layers} layers x {self.num_heads} "
+            f"heads, {len(self.metrics)} statistics, {len(self.detectors)} detectors, "
+            f"{self.n_texts} texts; highest {name}: layer {layer}, head {head}, "
+            f"{value:.3g})"
+        )
 
     def to_dict(self) -> dict:
         out = {
@@ -89,8 +91,15 @@ class HeadStatistics:
         notes = []
         if "notes" in data:
             notes = f.get("notes", "a list of strings", are_short_texts)
-        return cls(f.name("model"), f.int("n_texts"), layers, heads, grids["metrics"],
-                   grids.get("detectors", {}), notes)  # fmt: skip
+        return cls(
+            f.name("model"),
+            f.int("n_texts"),
+            layers,
+            heads,
+            grids["metrics"],
+            grids.get("detectors", {}),
+            notes,
+        )
 
     def top(self, name: str, count: int = 5) -> list[tuple[int, int, float]]:
         """The ``count`` heads with the highest ``name`` (a metric or a detector), best first;
@@ -111,4 +120,3 @@ class HeadStatistics:
                 "detector_length=50), or headlab model heads --detector-length 50"
             )
         return line
-

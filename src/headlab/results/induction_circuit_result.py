@@ -44,14 +44,21 @@ class CircuitCheckpoint:
     def from_dict(cls, data: dict, where: str) -> CircuitCheckpoint:
         f = Fields(data, where)
         return cls(
-            f.int("step", 1), f.number("loss", 0.0), f.number("accuracy", 0.0, 1.0),
-            f.int("previous_head"), f.number("previous_score", 0.0, 1.0),
-            f.int("induction_head"), f.number("induction_score", 0.0, 1.0),
-            f.number("k_composition", 0.0, 1.0), f.number("k_baseline", 0.0, 1.0),
-            f.str("edge"), f.number("patching_effect"), f.number("clean_metric"),
+            f.int("step", 1),
+            f.number("loss", 0.0),
+            f.number("accuracy", 0.0, 1.0),
+            f.int("previous_head"),
+            f.number("previous_score", 0.0, 1.0),
+            f.int("induction_head"),
+            f.number("induction_score", 0.0, 1.0),
+            f.number("k_composition", 0.0, 1.0),
+            f.number("k_baseline", 0.0, 1.0),
+            f.str("edge"),
+            f.number("patching_effect"),
+            f.number("clean_metric"),
             f.number("corrupted_metric"),
             f.number("k_path_effect") if data.get("k_path_effect") is not None else None,
-        )  # fmt: skip
+        )
 
 
 def _ranks(values: list[float]) -> list[float]:
@@ -116,8 +123,12 @@ class KEdges:
         for key, values in lists.items():
             if len(values) != len(edges):
                 raise problem(f.at(key), f"{len(edges)} numbers", len(values))
-        return cls(edges, **lists, previous_scores=f.numbers("previous_scores"),
-                   induction_scores=f.numbers("induction_scores"))  # fmt: skip
+        return cls(
+            edges,
+            **lists,
+            previous_scores=f.numbers("previous_scores"),
+            induction_scores=f.numbers("induction_scores"),
+        )
 
 
 @dataclass(frozen=True)
@@ -169,10 +180,16 @@ class FormationRun:
             k_edges = KEdges.from_dict(f.object("k_edges").data, f.at("k_edges"))
         curve = None
         if data.get("faithfulness") is not None:
-            curve = FaithfulnessCurve.from_dict(f.object("faithfulness").data,
-                                                f.at("faithfulness"))  # fmt: skip
-        return cls(f.int("heads", 1), f.int("seed"), f.int("steps", 1), f.name("model"), points,
-                   k_edges, curve)  # fmt: skip
+            curve = FaithfulnessCurve.from_dict(f.object("faithfulness").data, f.at("faithfulness"))
+        return cls(
+            f.int("heads", 1),
+            f.int("seed"),
+            f.int("steps", 1),
+            f.name("model"),
+            points,
+            k_edges,
+            curve,
+        )
 
 
 @summarised
@@ -196,8 +213,9 @@ class InductionFormation:
         found: dict[int, list[tuple[int, int | None]]] = {}
         for run in self.runs:
             jump = run.phase_change(level)
-            found.setdefault(run.heads, []).append((run.seed, None if jump is None else
-                                                    jump[1].step))  # fmt: skip
+            found.setdefault(run.heads, []).append(
+                (run.seed, None if jump is None else jump[1].step)
+            )
         return found
 
     @classmethod

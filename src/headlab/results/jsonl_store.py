@@ -41,7 +41,6 @@ if TYPE_CHECKING:
     from headlab.results.run_config import RunConfig
 
 
-
 class TornLineWarning(HeadlabWarning):
     """The results file ends in an incomplete line (an interrupted write); it was ignored."""
 
@@ -345,13 +344,3 @@ def read_finals(path: str | Path) -> list[SweepRow]:
     ``read_rows`` (warnings for what it skips). Runs without a final row (still running,
     interrupted) are left out."""
     return [SweepRow.from_dict(row) for row in final_rows(read_rows(path))]
-
-
-
-
-
-
-
-
-
-

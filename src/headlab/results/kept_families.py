@@ -94,8 +94,9 @@ def kept_family_support(root: Path | None = None) -> FamilySupport | None:
     return support
 
 
-def keep_family_support(support: FamilySupport, observed: list[str],
-                        root: Path | None = None) -> None:  # fmt: skip
+def keep_family_support(
+    support: FamilySupport, observed: list[str], root: Path | None = None
+) -> None:
     """Keep ``support``, observed on the families ``observed``, for this installation (nothing
     where the cache cannot be written: the next call observes again)."""
     from headlab.results.cache_files import write_entry
@@ -103,8 +104,12 @@ def keep_family_support(support: FamilySupport, observed: list[str],
     path = entry_path(root)
     if path is None:
         return
-    document = {"format": FORMAT, "key": path.stem, "observed": sorted(observed),
-                "support": support.to_dict()}  # fmt: skip
+    document = {
+        "format": FORMAT,
+        "key": path.stem,
+        "observed": sorted(observed),
+        "support": support.to_dict(),
+    }
     with contextlib.suppress(OSError):
         path.parent.mkdir(parents=True, exist_ok=True)
         write_entry(path, document)

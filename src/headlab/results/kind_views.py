@@ -50,8 +50,9 @@ class CrossPatterns:
         targets = f.get("targets", "a list of strings", strings)
         sources = f.get("sources", "a list of strings", strings)
         shape = f"{len(heads)} x {len(targets)} x {len(sources)} (head, target, source) numbers"
-        weights = f.get("weights", shape, lambda v: _cube(v, len(heads), len(targets),
-                                                          len(sources)))  # fmt: skip
+        weights = f.get(
+            "weights", shape, lambda v: _cube(v, len(heads), len(targets), len(sources))
+        )
         return cls(heads, targets, sources, weights, f.get("notes", "a list of strings", strings))
 
 
@@ -61,16 +62,26 @@ def strings(value: object) -> bool:
 
 def _cube(value: object, a: int, b: int, c: int) -> bool:
     return (
-        isinstance(value, list) and len(value) == a
-        and all(isinstance(m, list) and len(m) == b
-                and all(isinstance(r, list) and len(r) == c and all(map(is_number, r)) for r in m)
-                for m in value)
-    )  # fmt: skip
+        isinstance(value, list)
+        and len(value) == a
+        and all(
+            isinstance(m, list)
+            and len(m) == b
+            and all(isinstance(r, list) and len(r) == c and all(map(is_number, r)) for r in m)
+            for m in value
+        )
+    )
 
 
 def cube_of(value: object, a: int, b: int) -> bool:
     """Whether ``value`` is a (a, b, n) nested list of numbers, any n (the same for all)."""
-    if not (isinstance(value, list) and len(value) == a and value and isinstance(value[0], list)
-            and value[0] and isinstance(value[0][0], list)):  # fmt: skip
+    if not (
+        isinstance(value, list)
+        and len(value) == a
+        and value
+        and isinstance(value[0], list)
+        and value[0]
+        and isinstance(value[0][0], list)
+    ):
         return False
     return _cube(value, a, b, len(value[0][0]))

@@ -38,9 +38,16 @@ class PlanRun:
         for i, g in enumerate(groups):
             if not (isinstance(g, list) and len(g) == 2 and all(isinstance(x, int) for x in g)):
                 raise problem(f"{f.at('groups')}[{i}]", "[layer, group]", g)
-        return cls(kind, f.number("budget", 0.0, 1.0), seed, groups, f.number("kv_saved", 1.0),
-                   f.number("perplexity", 0.0), f.number("copy_accuracy", 0.0, 1.0),
-                   target)  # fmt: skip
+        return cls(
+            kind,
+            f.number("budget", 0.0, 1.0),
+            seed,
+            groups,
+            f.number("kv_saved", 1.0),
+            f.number("perplexity", 0.0),
+            f.number("copy_accuracy", 0.0, 1.0),
+            target,
+        )
 
 
 KINDS = ("full", "chosen", "random", "opposite")
@@ -71,9 +78,14 @@ class RetrievalCheck:
         for i, draw in enumerate(drawn):
             if not isinstance(draw, list) or len(draw) != k:
                 raise problem(f"{f.at('random_heads')}[{i}]", f"k = {k} heads", draw)
-        return cls(k, heads, f.number("copy_accuracy", 0.0, 1.0),
-                   [float(v) for v in f.numbers("random_copy_accuracy")], drawn,
-                   note)  # fmt: skip
+        return cls(
+            k,
+            heads,
+            f.number("copy_accuracy", 0.0, 1.0),
+            [float(v) for v in f.numbers("random_copy_accuracy")],
+            drawn,
+            note,
+        )
 
 
 @dataclass(frozen=True)
@@ -100,8 +112,10 @@ class KVBudgetResult:
 
     def __repr__(self) -> str:
         """One line: the runs and the baseline (every number is in ``to_dict``)."""
-        return (f"KVBudgetResult({self.model!r}, {self.n_tokens} tokens, window {self.window}: "
-                f"{len(self.runs)} plan runs, full perplexity {self.baseline().perplexity:.4g})")
+        return (
+            f"KVBudgetResult({self.model!r}, {self.n_tokens} tokens, window {self.window}: "
+            f"{len(self.runs)} plan runs, full perplexity {self.baseline().perplexity:.4g})"
+        )
 
     def to_dict(self) -> dict:
         out = asdict(self)
@@ -130,9 +144,19 @@ class KVBudgetResult:
             TextContext.from_dict(f.object(name)) if name in data else None
             for name in ("held_out", "calibration")
         )
-        return cls(f.name("model"), f.int("n_tokens", 2), f.int("sinks"), f.int("window", 1),
-                   f.int("copy_positions"), ranking, runs, check, texts, held_out,
-                   calibration)  # fmt: skip
+        return cls(
+            f.name("model"),
+            f.int("n_tokens", 2),
+            f.int("sinks"),
+            f.int("window", 1),
+            f.int("copy_positions"),
+            ranking,
+            runs,
+            check,
+            texts,
+            held_out,
+            calibration,
+        )
 
     def baseline(self) -> PlanRun:
         return next(r for r in self.runs if r.kind == "full")

@@ -144,8 +144,10 @@ class LongContextResult:
         """One line: the text's length and the heads' roles (every number is in ``to_dict``)."""
         counts = {} if self.roles is None else self.roles.counts()
         roles = ", ".join(f"{n} {r}" for r, n in counts.items()) or "no roles"
-        return (f"LongContextResult({self.statistics.model!r}, {self.context.n_tokens} tokens, "
-                f"{self.statistics.num_layers} x {self.statistics.num_heads} heads: {roles})")
+        return (
+            f"LongContextResult({self.statistics.model!r}, {self.context.n_tokens} tokens, "
+            f"{self.statistics.num_layers} x {self.statistics.num_heads} heads: {roles})"
+        )
 
     def to_dict(self) -> dict:
         out = {
@@ -214,5 +216,6 @@ class LongContextStatistics:
 
     def result(self) -> LongContextResult:
         """What the results file holds."""
-        return LongContextResult(self.statistics, self.context, self.heavy_hitters,
-                                 self.findings, self.roles, self.maps)  # fmt: skip
+        return LongContextResult(
+            self.statistics, self.context, self.heavy_hitters, self.findings, self.roles, self.maps
+        )

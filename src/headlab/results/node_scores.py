@@ -63,8 +63,10 @@ class NodeScores:
 
     def __post_init__(self) -> None:
         if len(self.nodes) != len(self.scores):
-            raise ValueError(f"nodes and scores must have one length, got {len(self.nodes)} "
-                             f"and {len(self.scores)}")  # fmt: skip
+            raise ValueError(
+                f"nodes and scores must have one length, got {len(self.nodes)} "
+                f"and {len(self.scores)}"
+            )
 
     def top(self, n: int) -> list[tuple[str, float]]:
         """The ``n`` nodes of largest |score|, largest first (ties in the nodes' order)."""
@@ -83,8 +85,10 @@ class NodeScores:
         top = self.top(1)
         best = f"; strongest {top[0][0]} {top[0][1]:+.3g}" if top else ""
         where = "" if self.by_position is None else f" x {len(self.by_position[0])} positions"
-        return (f"NodeScores({self.model!r}, {self.method}, {self.metric}: "
-                f"{len(self.nodes)} nodes{where}{best})")
+        return (
+            f"NodeScores({self.model!r}, {self.method}, {self.metric}: "
+            f"{len(self.nodes)} nodes{where}{best})"
+        )
 
     def to_dict(self) -> dict:
         return {
@@ -97,8 +101,9 @@ class NodeScores:
             "corrupted_metric": self.corrupted_metric,
             "heads_per_layer": list(self.heads_per_layer),
             "kv_heads_per_layer": list(self.kv_heads_per_layer),
-            "by_position": None if self.by_position is None else [list(r)
-                                                                  for r in self.by_position],
+            "by_position": None
+            if self.by_position is None
+            else [list(r) for r in self.by_position],
             "steps": self.steps,
             "task": self.task,
             "performance": None if self.performance is None else self.performance.to_dict(),
@@ -122,26 +127,41 @@ class NodeScores:
         if fields.data.get("by_position") is not None:
             rows = fields.list("by_position")
             if len(rows) != len(nodes):
-                raise problem(fields.at("by_position"), f"{len(nodes)} rows (one per node)",
-                              f"{len(rows)} rows")  # fmt: skip
+                raise problem(
+                    fields.at("by_position"),
+                    f"{len(nodes)} rows (one per node)",
+                    f"{len(rows)} rows",
+                )
             by_position = fields.grid("by_position")
             width = len(by_position[0])
             for i, row in enumerate(by_position):
                 if len(row) != width or not row:
-                    raise problem(f"{fields.at('by_position')}[{i}]",
-                                  f"{max(width, 1)} numbers (one per position)", row)  # fmt: skip
+                    raise problem(
+                        f"{fields.at('by_position')}[{i}]",
+                        f"{max(width, 1)} numbers (one per position)",
+                        row,
+                    )
         task = None if fields.data.get("task") is None else fields.name("task")
         performance = None
         if fields.data.get("performance") is not None:
-            performance = TaskPerformance.from_dict(fields.object("performance").data,
-                                                    fields.at("performance"))  # fmt: skip
+            performance = TaskPerformance.from_dict(
+                fields.object("performance").data, fields.at("performance")
+            )
         return cls(
-            model=fields.name("model"), method=method, metric=fields.name("metric"),
-            nodes=nodes, scores=scores, clean_metric=fields.number("clean_metric"),
-            corrupted_metric=fields.number("corrupted_metric"), heads_per_layer=heads,
-            kv_heads_per_layer=kv_heads, by_position=by_position, steps=steps, task=task,
+            model=fields.name("model"),
+            method=method,
+            metric=fields.name("metric"),
+            nodes=nodes,
+            scores=scores,
+            clean_metric=fields.number("clean_metric"),
+            corrupted_metric=fields.number("corrupted_metric"),
+            heads_per_layer=heads,
+            kv_heads_per_layer=kv_heads,
+            by_position=by_position,
+            steps=steps,
+            task=task,
             performance=performance,
-        )  # fmt: skip
+        )
 
 
 def _shapes(fields: Fields, nodes: list) -> tuple[list[int], list[int]]:
@@ -163,22 +183,27 @@ def _shapes(fields: Fields, nodes: list) -> tuple[list[int], list[int]]:
     counts = fields.list("heads_per_layer", nonempty=True)
     kv_counts = fields.list("kv_heads_per_layer", nonempty=True)
     if len(counts) != len(heads) or max(heads) != len(heads) - 1:
-        raise problem(fields.at("heads_per_layer"),
-                      f"{len(heads)} layers (those its nodes name)", counts)  # fmt: skip
+        raise problem(
+            fields.at("heads_per_layer"), f"{len(heads)} layers (those its nodes name)", counts
+        )
     if len(kv_counts) != len(counts):
         raise problem(fields.at("kv_heads_per_layer"), f"{len(counts)} counts", kv_counts)
     for layer, (count, kv) in enumerate(zip(counts, kv_counts, strict=True)):
         named = heads[layer]
         if not named or named != set(range(len(named))) or count != len(named):
-            raise problem(f"{fields.at('heads_per_layer')}[{layer}]",
-                          f"{len(named)} (the heads its nodes name in layer {layer})", count)
+            raise problem(
+                f"{fields.at('heads_per_layer')}[{layer}]",
+                f"{len(named)} (the heads its nodes name in layer {layer})",
+                count,
+            )
         at = f"{fields.at('kv_heads_per_layer')}[{layer}]"
         if not is_int(kv) or kv < 1 or count % kv:
             raise problem(at, f"a count dividing {count} (the layer's heads)", kv)
         grouped = groups.get(layer, set())
         if grouped and (grouped != set(range(kv)) or kv == count):
-            raise problem(at, f"{len(grouped)} (the K/V groups its nodes name in layer {layer})",
-                          kv)  # fmt: skip
+            raise problem(
+                at, f"{len(grouped)} (the K/V groups its nodes name in layer {layer})", kv
+            )
     return counts, kv_counts
 
 

@@ -31,8 +31,11 @@ class ParamRow:
         sizes = {name: f.size(name) for name in ("num_heads", "num_kv_heads", "head_dim")}
         counts = {name.name: f.int(name.name) for name in fields(cls) if name.name not in sizes}
         if sizes["num_heads"] % sizes["num_kv_heads"]:
-            raise problem(f.at("num_kv_heads"), f"a divisor of {sizes['num_heads']} heads",
-                          sizes["num_kv_heads"])  # fmt: skip
+            raise problem(
+                f.at("num_kv_heads"),
+                f"a divisor of {sizes['num_heads']} heads",
+                sizes["num_kv_heads"],
+            )
         parts = counts["q_proj"] + counts["kv_proj"] + counts["out_proj"]
         if parts != counts["total"]:
             raise problem(f.at("total"), f"q_proj + kv_proj + out_proj = {parts}", counts["total"])

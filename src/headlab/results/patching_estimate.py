@@ -24,8 +24,10 @@ class PatchingEstimate:
         return self.forwards * self.forward_seconds
 
     def says(self) -> str:
-        return (f"path-patching {self.edges:,} edges: about {self.forwards:,.0f} forwards of the "
-                f"pairs, {duration(self.seconds)} here ({self.forward_seconds:.2f} s a forward)")
+        return (
+            f"path-patching {self.edges:,} edges: about {self.forwards:,.0f} forwards of the "
+            f"pairs, {duration(self.seconds)} here ({self.forward_seconds:.2f} s a forward)"
+        )
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -1,5 +1,5 @@
-"""The names of the measures a collapsed or pruned model is judged by (``headlab.heads.quality``).
-"""
+"""The names of the measures a collapsed or pruned model is judged by
+(``headlab.heads.quality``)."""
 
 from __future__ import annotations
 

@@ -27,8 +27,12 @@ class LayerSpectrum:
 
     @classmethod
     def from_dict(cls, f: Fields) -> LayerSpectrum:
-        return cls(f.int("layer"), f.numbers("singular_values"), f.number("effective_rank"),
-                   f.int("max_rank"))  # fmt: skip
+        return cls(
+            f.int("layer"),
+            f.numbers("singular_values"),
+            f.number("effective_rank"),
+            f.int("max_rank"),
+        )
 
 
 @dataclass(frozen=True)
@@ -43,8 +47,12 @@ class CurvePoint:
     measures: dict[str, float]
 
     def to_dict(self) -> dict:
-        return {"rank": self.rank, "fraction": self.fraction, "original": self.original,
-                **self.measures}  # fmt: skip
+        return {
+            "rank": self.rank,
+            "fraction": self.fraction,
+            "original": self.original,
+            **self.measures,
+        }
 
     @classmethod
     def from_dict(cls, f: Fields) -> CurvePoint:
@@ -83,5 +91,11 @@ class RedundancyResult:
         f = Fields(data, where)
         layers = [LayerSpectrum.from_dict(layer) for layer in f.objects("layers")]
         curve = [CurvePoint.from_dict(point) for point in f.objects("curve")]
-        return cls(f.name("model"), f.int("n_texts"), f.int("embed_dim", 1), f.int("qk_width", 1),
-                   layers, curve)  # fmt: skip
+        return cls(
+            f.name("model"),
+            f.int("n_texts"),
+            f.int("embed_dim", 1),
+            f.int("qk_width", 1),
+            layers,
+            curve,
+        )

@@ -115,20 +115,29 @@ class ReportMeasurements:
             for key in SCENARIO_TEXTS:
                 scenario.str(key)
             if scenario.data["explorer"] not in checked:
-                raise problem(scenario.at("explorer"), "the name of an explorer",
-                              scenario.data["explorer"])  # fmt: skip
+                raise problem(
+                    scenario.at("explorer"), "the name of an explorer", scenario.data["explorer"]
+                )
             ComparisonResult.from_dict(scenario.object("result").data, scenario.at("result"))
         coupling = f.object("coupling", nonempty=True)
         coupling.objects("matrices", nonempty=True)
         CouplingSummary.from_dict(coupling.data, f.at("coupling"))
-        names = [None if data.get(key) is None else f.str(key)
-                 for key in ("model_name", "model_problem")]  # fmt: skip
+        names = [
+            None if data.get(key) is None else f.str(key) for key in ("model_name", "model_problem")
+        ]
         params = f.objects("params")
         for row in params:
             ParamRow.from_dict(row)  # checked; the page keeps the document as it is
-        return cls(f.text("text"), num_tokens, f.int("total_words", num_tokens), checked,
-                   [s.data for s in scenarios], [row.data for row in params], coupling.data,
-                   *names)  # fmt: skip
+        return cls(
+            f.text("text"),
+            num_tokens,
+            f.int("total_words", num_tokens),
+            checked,
+            [s.data for s in scenarios],
+            [row.data for row in params],
+            coupling.data,
+            *names,
+        )
 
 
 def __getattr__(name: str) -> object:

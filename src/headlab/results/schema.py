@@ -21,6 +21,7 @@ MAX_COUNT = 2**53
 # (PATH_MAX); a name past it is an edit, and drawn as a figure's title it would need gigabytes.
 MAX_NAME = 4096
 
+
 def is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -81,16 +82,20 @@ class Fields:
         file holds (a model's name, a method, a note); a free text is ``text``."""
         value = self.text(key)
         if len(value) > MAX_NAME:
-            raise ValueError(f"{self.at(key)}: expected a string of at most {MAX_NAME} "
-                             f"characters, got {len(value)}")  # fmt: skip
+            raise ValueError(
+                f"{self.at(key)}: expected a string of at most {MAX_NAME} "
+                f"characters, got {len(value)}"
+            )
         return value
 
     def name(self, key: str) -> str:
         """A name (a model's, a task's): a string of at most ``MAX_NAME`` characters."""
         value = self.text(key)
         if len(value) > MAX_NAME:
-            raise ValueError(f"{self.at(key)}: expected a name of at most {MAX_NAME} characters, "
-                             f"got {len(value)}")  # fmt: skip
+            raise ValueError(
+                f"{self.at(key)}: expected a name of at most {MAX_NAME} characters, "
+                f"got {len(value)}"
+            )
         return value
 
     def text(self, key: str) -> str:
@@ -147,8 +152,11 @@ class Fields:
         for i, v in enumerate(values):
             if not is_short_text(v):
                 expected = f"a string of at most {MAX_NAME} characters"
-                raise problem(f"{self.at(key)}[{i}]", expected,
-                              v if not isinstance(v, str) else f"{len(v)} characters")
+                raise problem(
+                    f"{self.at(key)}[{i}]",
+                    expected,
+                    v if not isinstance(v, str) else f"{len(v)} characters",
+                )
         return values
 
     def numbers(self, key: str) -> list[float]:
@@ -160,8 +168,9 @@ class Fields:
 
     def grid(self, key: str, rows: int | None = None, cols: int | None = None) -> list[list[float]]:
         """A (layer, head) grid of finite numbers; ``rows`` x ``cols`` when given."""
-        return grid(self.get(key, "a list of rows", lambda v: isinstance(v, list)), self.at(key),
-                    rows, cols)  # fmt: skip
+        return grid(
+            self.get(key, "a list of rows", lambda v: isinstance(v, list)), self.at(key), rows, cols
+        )
 
     def measures(self, known: tuple[str, ...], allowed: tuple[tuple[str, ...], ...]) -> dict:
         """The fields not in ``known``: exactly one of the ``allowed`` sets of quality measures

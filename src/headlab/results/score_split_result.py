@@ -37,8 +37,11 @@ class SourceSplit:
     values: list[float]
 
     def to_dict(self) -> dict:
-        return {"component": self.component, "positions": list(self.positions),
-                "values": list(self.values)}  # fmt: skip
+        return {
+            "component": self.component,
+            "positions": list(self.positions),
+            "values": list(self.values),
+        }
 
     @classmethod
     def from_dict(cls, data: dict, where: str = "source") -> SourceSplit:
@@ -71,32 +74,44 @@ class PairSplit:
 
     def to_dict(self) -> dict:
         return {
-            "batch": self.batch, "query": self.query, "key": self.key, "score": self.score,
-            "raw": self.raw, "softcap_term": self.softcap_term, "bias_term": self.bias_term,
-            "query_marginal": list(self.query_marginal), "key_marginal": list(self.key_marginal),
-            "pair_rows": list(self.pair_rows), "pair_cols": list(self.pair_cols),
+            "batch": self.batch,
+            "query": self.query,
+            "key": self.key,
+            "score": self.score,
+            "raw": self.raw,
+            "softcap_term": self.softcap_term,
+            "bias_term": self.bias_term,
+            "query_marginal": list(self.query_marginal),
+            "key_marginal": list(self.key_marginal),
+            "pair_rows": list(self.pair_rows),
+            "pair_cols": list(self.pair_cols),
             "pair": [list(r) for r in self.pair],
             "sources": [s.to_dict() for s in self.sources],
             "recomputed": list(self.recomputed),
-        }  # fmt: skip
+        }
 
     @classmethod
     def from_dict(cls, data: dict, where: str = "pair") -> PairSplit:
         fields = Fields(data, where)
-        optional = {k: (None if data.get(k) is None else fields.number(k))
-                    for k in ("score", "bias_term")}  # fmt: skip
+        optional = {
+            k: (None if data.get(k) is None else fields.number(k)) for k in ("score", "bias_term")
+        }
         rows, cols = fields.list("pair_rows"), fields.list("pair_cols")
         return cls(
-            batch=fields.int("batch"), query=fields.int("query"), key=fields.int("key"),
-            raw=fields.number("raw"), softcap_term=fields.number("softcap_term"),
+            batch=fields.int("batch"),
+            query=fields.int("query"),
+            key=fields.int("key"),
+            raw=fields.number("raw"),
+            softcap_term=fields.number("softcap_term"),
             query_marginal=fields.numbers("query_marginal"),
             key_marginal=fields.numbers("key_marginal"),
-            pair_rows=[str(r) for r in rows], pair_cols=[str(c) for c in cols],
+            pair_rows=[str(r) for r in rows],
+            pair_cols=[str(c) for c in cols],
             pair=fields.grid("pair", len(rows), len(cols)),
             sources=[SourceSplit.from_dict(s.data, s.where) for s in fields.objects("sources")],
             recomputed=fields.numbers("recomputed") if "recomputed" in data else [],
             **optional,
-        )  # fmt: skip
+        )
 
 
 @dataclass(frozen=True, repr=False)
@@ -122,9 +137,11 @@ class ScoreSplitResult:
     def __repr__(self) -> str:
         pairs = ", ".join(f"{p.query}->{p.key}" for p in self.pairs[:4])
         more = ", ..." if len(self.pairs) > 4 else ""
-        return (f"ScoreSplitResult({self.model!r}, head {self.layer}.{self.head}: "
-                f"{len(self.pairs)} pairs ({self.keys} keys: {pairs}{more}), "
-                f"{len(self.components)} components)")  # fmt: skip
+        return (
+            f"ScoreSplitResult({self.model!r}, head {self.layer}.{self.head}: "
+            f"{len(self.pairs)} pairs ({self.keys} keys: {pairs}{more}), "
+            f"{len(self.components)} components)"
+        )
 
     def key_shares(self) -> dict[str, float]:
         """Each component's key-side term summed over the pairs."""
@@ -136,12 +153,18 @@ class ScoreSplitResult:
 
     def to_dict(self) -> dict:
         return {
-            "model": self.model, "layer": self.layer, "head": self.head,
-            "kv_group": self.kv_group, "keys": self.keys,
-            "tokens": [list(t) for t in self.tokens], "components": list(self.components),
-            "scale": self.scale, "softcap": self.softcap,
-            "pairs": [p.to_dict() for p in self.pairs], "frozen": self.frozen,
-        }  # fmt: skip
+            "model": self.model,
+            "layer": self.layer,
+            "head": self.head,
+            "kv_group": self.kv_group,
+            "keys": self.keys,
+            "tokens": [list(t) for t in self.tokens],
+            "components": list(self.components),
+            "scale": self.scale,
+            "softcap": self.softcap,
+            "pairs": [p.to_dict() for p in self.pairs],
+            "frozen": self.frozen,
+        }
 
     @classmethod
     def from_dict(cls, data: dict, where: str = KIND) -> ScoreSplitResult:
@@ -151,16 +174,23 @@ class ScoreSplitResult:
         for pair in pairs:
             for side in (pair.query_marginal, pair.key_marginal):
                 if len(side) != len(components):
-                    raise ValueError(f"{where}: a marginal has {len(side)} values for "
-                                     f"{len(components)} components")  # fmt: skip
+                    raise ValueError(
+                        f"{where}: a marginal has {len(side)} values for "
+                        f"{len(components)} components"
+                    )
         return cls(
-            model=fields.str("model"), layer=fields.int("layer"), head=fields.int("head"),
-            kv_group=fields.int("kv_group"), keys=fields.str("keys"),
+            model=fields.str("model"),
+            layer=fields.int("layer"),
+            head=fields.int("head"),
+            kv_group=fields.int("kv_group"),
+            keys=fields.str("keys"),
             tokens=[[str(t) for t in row] for row in fields.list("tokens")],
-            components=components, scale=fields.number("scale"),
+            components=components,
+            scale=fields.number("scale"),
             softcap=None if data.get("softcap") is None else fields.number("softcap"),
-            pairs=pairs, frozen=fields.str("frozen"),
-        )  # fmt: skip
+            pairs=pairs,
+            frozen=fields.str("frozen"),
+        )
 
 
 __all__ = ["REST", "PairSplit", "ScoreSplitResult", "SourceSplit"]

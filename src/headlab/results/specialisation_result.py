@@ -70,8 +70,16 @@ class SpecialisationRun:
             for key in ("split_step", "settled_step")
         )
         checkpoints = [Checkpoint.from_dict(point, heads) for point in f.objects("checkpoints")]
-        return cls(heads, f.int("head_dim", 1), f.str("attention"), f.int("params"),
-                   f.number("accuracy", 0.0, 1.0), split, settled, checkpoints)  # fmt: skip
+        return cls(
+            heads,
+            f.int("head_dim", 1),
+            f.str("attention"),
+            f.int("params"),
+            f.number("accuracy", 0.0, 1.0),
+            split,
+            settled,
+            checkpoints,
+        )
 
 
 @summarised

@@ -101,8 +101,15 @@ class KindAblation:
             if not (isinstance(pair, list) and len(pair) == 2 and all(map(is_int, pair))):
                 raise problem(f"{where}.heads[{i}]", "[layer, head]", pair)
             heads.append((pair[0], pair[1]))
-        return cls(f.str("model"), f.int("n_inputs"), f.str("kind"), f.str("objective"), heads,
-                   f.number("baseline"), f.number("ablated"))  # fmt: skip
+        return cls(
+            f.str("model"),
+            f.int("n_inputs"),
+            f.str("kind"),
+            f.str("objective"),
+            heads,
+            f.number("baseline"),
+            f.number("ablated"),
+        )
 
 
 @dataclass(frozen=True)
@@ -135,8 +142,10 @@ class VisionHeads:
     def high_norm_tokens(self, layer: int) -> list[list[int]]:
         """Each image's high-norm patch tokens at ``layer``'s input (``num_layers``: output)."""
         first = 1 + len(self.registers)
-        return [[t for t, r in enumerate(image[layer]) if t >= first and r > self.threshold]
-                for image in self.norm_ratios]  # fmt: skip
+        return [
+            [t for t, r in enumerate(image[layer]) if t >= first and r > self.threshold]
+            for image in self.norm_ratios
+        ]
 
     def to_dict(self) -> dict:
         return {
@@ -162,27 +171,47 @@ class VisionHeads:
         metrics = {str(k): group.grid(k, layers, heads) for k in group.data}
         widest = max(len(row) for grid in metrics.values() for row in grid)
         f.held("num_heads", heads, widest, "the heads of the widest layer its grids hold")
-        grid = f.get("grid", "[rows, cols]", lambda v: isinstance(v, list) and len(v) == 2
-                     and all(is_int(x) and x >= 1 for x in v))  # fmt: skip
-        registers = f.get("registers", "a list of token positions",
-                          lambda v: isinstance(v, list) and all(is_int(x) for x in v))  # fmt: skip
+        grid = f.get(
+            "grid",
+            "[rows, cols]",
+            lambda v: isinstance(v, list) and len(v) == 2 and all(is_int(x) and x >= 1 for x in v),
+        )
+        registers = f.get(
+            "registers",
+            "a list of token positions",
+            lambda v: isinstance(v, list) and all(is_int(x) for x in v),
+        )
         ratios = f.get("norm_ratios", "(image, layer + 1, token) numbers", _cube(layers + 1))
         notes = f.get("notes", "a list of strings", are_short_texts)
         rows = []
         if data.get("cls_attention"):
-            rows = f.get("cls_attention", f"{layers} x {heads} x tokens (layer, head, key) "
-                         "numbers", lambda v: cube_of(v, layers, heads))  # fmt: skip
-        return cls(f.str("model"), f.int("n_images"), layers, heads, grid, registers,
-                   f.number("threshold", low=1.0), metrics, ratios, notes, rows)  # fmt: skip
+            rows = f.get(
+                "cls_attention",
+                f"{layers} x {heads} x tokens (layer, head, key) numbers",
+                lambda v: cube_of(v, layers, heads),
+            )
+        return cls(
+            f.str("model"),
+            f.int("n_images"),
+            layers,
+            heads,
+            grid,
+            registers,
+            f.number("threshold", low=1.0),
+            metrics,
+            ratios,
+            notes,
+            rows,
+        )
 
 
 def _cube(layers: int):
     def ok(value: object) -> bool:
         return isinstance(value, list) and all(
-            isinstance(image, list) and len(image) == layers
+            isinstance(image, list)
+            and len(image) == layers
             and all(isinstance(row, list) and all(is_number(x) for x in row) for row in image)
             for image in value
-        )  # fmt: skip
+        )
 
     return ok
-

@@ -30,8 +30,7 @@ def summary(value: object, depth: int = 0) -> str:
         if depth >= 2:
             return f"{type(value).__name__}(...)"
         fields = [f for f in dataclasses.fields(value) if f.repr]
-        inner = ", ".join(f"{f.name}={summary(getattr(value, f.name), depth + 1)}"
-                          for f in fields)  # fmt: skip
+        inner = ", ".join(f"{f.name}={summary(getattr(value, f.name), depth + 1)}" for f in fields)
         return f"{type(value).__name__}({inner})"
     if isinstance(value, dict):
         if len(value) <= SHORT and depth < 2:

@@ -48,8 +48,9 @@ class SummaryRow:
         entropy = None if f.data.get("entropy_mean") is None else f.number("entropy_mean", 0.0)
         attention = "plain"  # rows written before talking heads have no "attention"
         if "attention" in f.data:
-            attention = f.get("attention", f"one of {', '.join(ATTENTIONS)}",
-                              lambda v: v in ATTENTIONS)  # fmt: skip
+            attention = f.get(
+                "attention", f"one of {', '.join(ATTENTIONS)}", lambda v: v in ATTENTIONS
+            )
         return cls(
             task=f.str("task"),
             num_heads=heads,

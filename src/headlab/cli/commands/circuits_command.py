@@ -32,11 +32,14 @@ from headlab.results.locations import RESULTS_DIR
 from headlab.results.node_scores import NODE_METHODS, NodeScores
 
 OUT = typer.Option(
-    None, "--out", help=f"Results file (JSON). Default: {RESULTS_DIR / 'circuits.json'}, "
+    None,
+    "--out",
+    help=f"Results file (JSON). Default: {RESULTS_DIR / 'circuits.json'}, "
     f"{RESULTS_DIR / 'circuit_nodes.json'} for the node methods.",
 )
 BY_POSITION = typer.Option(
-    False, "--by-position",
+    False,
+    "--by-position",
     help="With nodes, nodes-ig or head-patching: also score each node at each position alone "
     "(head-patching: one more patched run per node and position).",
 )
@@ -47,19 +50,23 @@ CURVE_FIGURE = typer.Option(
     help="Measure the faithfulness curve against random circuits and write it (PNG).",
 )
 ROTARY_OFFSETS = typer.Option(
-    "", "--rotary-offsets",
+    "",
+    "--rotary-offsets",
     help="With --method composition: Q- and K-composition with rotary at these relative "
     "offsets (comma-separated: the key that many positions before the query; 1 for a "
     "previous-token head, the repeat's distance for an induction head). Default: without rotary.",
 )
 EDGES = typer.Option(
-    None, "--edges",
+    None,
+    "--edges",
     help="With --method path-patching: the edges to patch, comma-separated names "
     "('16.0->18.g2<k>,mlp.2->logits'), or an earlier circuits results file (its top edges). "
     "Default: every edge, refused when the estimate passes 30 min.",
 )
 PAIRS = typer.Option(
-    None, "--pairs", help="Your own JSONL of clean/corrupted pairs (instead of --task).",
+    None,
+    "--pairs",
+    help="Your own JSONL of clean/corrupted pairs (instead of --task).",
     callback=an_input,
 )
 
@@ -77,10 +84,12 @@ def circuits(
     ),
     pairs: Path | None = PAIRS,
     method: str = typer.Option(
-        "eap", "--method", help="Of edges: composition, path-patching, eap, eap-ig (on the "
+        "eap",
+        "--method",
+        help="Of edges: composition, path-patching, eap, eap-ig (on the "
         "inputs), eap-ig-activations (Hanna et al.'s) or eap-ig-senders (each sender's "
         "activations). Of nodes (heads, K/V groups, MLPs): nodes (attribution, one forward and "
-        "one backward), nodes-ig, or head-patching (one exact patched run per node)."
+        "one backward), nodes-ig, or head-patching (one exact patched run per node).",
     ),
     steps: int = typer.Option(5, "--steps", help="EAP-IG's interpolation steps m."),
     rotary_offsets: str = ROTARY_OFFSETS,
@@ -113,19 +122,36 @@ def circuits(
     """
     from headlab.circuits.run import CircuitRequest, needs_equal_lengths
 
-    if seq2seq.asked(audio, source_text, target_text, corrupted_source_text, corrupted_audio) \
-            or seq2seq.is_encoder_decoder(source):  # fmt: skip
+    if seq2seq.asked(
+        audio, source_text, target_text, corrupted_source_text, corrupted_audio
+    ) or seq2seq.is_encoder_decoder(source):
         out = out or RESULTS_DIR / "circuits.json"
-        given = {"--task": task, "--pairs": pairs, "--figure": figure,
-                 "--faithfulness-figure": faithfulness_figure}  # fmt: skip
+        given = {
+            "--task": task,
+            "--pairs": pairs,
+            "--figure": figure,
+            "--faithfulness-figure": faithfulness_figure,
+        }
         result = seq2seq.kind_circuits(
-            source, audio, source_text, target_text, corrupted_source_text, corrupted_audio,
-            method=method, top=top,
-            edges=_edges(edges), other_inputs=[k for k, v in given.items() if v is not None],
-            claim=lambda: _claim(out, None, None, force), quiet=as_json,
+            source,
+            audio,
+            source_text,
+            target_text,
+            corrupted_source_text,
+            corrupted_audio,
+            method=method,
+            top=top,
+            edges=_edges(edges),
+            other_inputs=[k for k, v in given.items() if v is not None],
+            claim=lambda: _claim(out, None, None, force),
+            quiet=as_json,
         )
-        if write_outputs("circuits", result, out, figure=None, draw=None, force=force,
-                         as_json=as_json) is not None:  # fmt: skip
+        if (
+            write_outputs(
+                "circuits", result, out, figure=None, draw=None, force=force, as_json=as_json
+            )
+            is not None
+        ):
             _print(result)
             print(f"wrote {out}")
         return
@@ -135,9 +161,20 @@ def circuits(
         raise ValueError(f"pass --task or --pairs, not both (got --task {task} and --pairs)")
     offsets = int_list(rotary_offsets, "--rotary-offsets", low=0)
     chosen = _edges(edges)
-    with flags("method", "steps", "top", "n_pairs", "length", "seed", "task", "rotary_offsets",
-               "edges", "by_position", pairs_file="--pairs",
-               faithfulness="--faithfulness-figure"):  # fmt: skip
+    with flags(
+        "method",
+        "steps",
+        "top",
+        "n_pairs",
+        "length",
+        "seed",
+        "task",
+        "rotary_offsets",
+        "edges",
+        "by_position",
+        pairs_file="--pairs",
+        faithfulness="--faithfulness-figure",
+    ):
         request = CircuitRequest(
             TaskRequest(
                 task="pairs" if pairs is not None else task or "induction",
@@ -157,8 +194,10 @@ def circuits(
         )
     nodes = request.method in NODE_METHODS
     if nodes and figure is not None:
-        raise ValueError(f"--figure draws a circuit of edges: not with --method "
-                         f"{request.method} (it scores nodes), got --figure {figure}")  # fmt: skip
+        raise ValueError(
+            f"--figure draws a circuit of edges: not with --method "
+            f"{request.method} (it scores nodes), got --figure {figure}"
+        )
     out = out or RESULTS_DIR / ("circuit_nodes.json" if nodes else "circuits.json")
     if pairs is not None:  # the file's own problems, before the model loads
         from headlab.circuits.tasks_pairs import read_pairs
@@ -189,12 +228,20 @@ def circuits(
         _nodes(loaded, prepared, described, out, force, as_json)
         return
     with progress(described, None, quiet=as_json) as update:
-        result = run_circuits(loaded, prepared, on_step=update,
-                              on_stage=lambda stage: update(0, None, stage))  # fmt: skip
+        result = run_circuits(
+            loaded, prepared, on_step=update, on_stage=lambda stage: update(0, None, stage)
+        )
     from headlab.report.circuit_figures import circuit_graph_figure
 
-    written = write_outputs("circuits", result, out, figure=figure, draw=circuit_graph_figure,
-                            force=force, as_json=as_json)  # fmt: skip
+    written = write_outputs(
+        "circuits",
+        result,
+        out,
+        figure=figure,
+        draw=circuit_graph_figure,
+        force=force,
+        as_json=as_json,
+    )
     if faithfulness_figure is not None:
         _write_curve(result, faithfulness_figure, force)
     if written is None:
@@ -231,8 +278,9 @@ def _claim(
         return
     for other, flag in ((out, "--out"), (figure, "--figure")):
         if other is not None and os.path.abspath(other) == os.path.abspath(curve):
-            raise OutputRefused(f"--faithfulness-figure and {flag} must be different files, "
-                                f"got {curve} twice")  # fmt: skip
+            raise OutputRefused(
+                f"--faithfulness-figure and {flag} must be different files, got {curve} twice"
+            )
     with writing("--faithfulness-figure"):
         check_output(curve, Kind.png("circuits"), force=force)
 
@@ -256,8 +304,13 @@ def _print(result) -> None:
     else:
         print(textwrap.fill(performance.says(), 80))
     if performance is not None and not performance.does_task:
-        print(textwrap.fill(f"warning: {result.model} does not do {result.task}; a circuit of "
-                            "a behaviour the model lacks explains little", 80))  # fmt: skip
+        print(
+            textwrap.fill(
+                f"warning: {result.model} does not do {result.task}; a circuit of "
+                "a behaviour the model lacks explains little",
+                80,
+            )
+        )
     scores = result.scores
     baseline = result.baseline or {}
     rows = []
@@ -271,33 +324,46 @@ def _print(result) -> None:
             row.append(f"{baseline[mode]:.3f}" if mode in baseline else "-")
         rows.append(row)
     steps = f" (m={result.steps})" if result.steps else ""
-    title = (f"Top {len(rows)} of {len(scores.edges)} edges, {result.method}{steps}, "
-             f"{result.task}")  # fmt: skip
+    title = f"Top {len(rows)} of {len(scores.edges)} edges, {result.method}{steps}, {result.task}"
     columns = ["#", "sender", "receiver", "input", "score"] + (["random"] if baseline else [])
     for table in fitted_tables(title, columns, rows, keys=1, left=["sender", "receiver", "input"]):
         console.print(table)
-    rotary = ("without rotary" if result.rotary_offsets is None else "rotary at offsets "
-              + ", ".join(str(o) for o in result.rotary_offsets))  # fmt: skip
-    what = (f"composition score (0..1, weights only, {rotary}); random: the mean score of "
-            "random matrices of the same shapes"
-            if result.method == "composition" else
-            f"change in {scores.metric} (clean {scores.clean_metric:.4g}, corrupted "
-            f"{scores.corrupted_metric:.4g})")  # fmt: skip
+    rotary = (
+        "without rotary"
+        if result.rotary_offsets is None
+        else "rotary at offsets " + ", ".join(str(o) for o in result.rotary_offsets)
+    )
+    what = (
+        f"composition score (0..1, weights only, {rotary}); random: the mean score of "
+        "random matrices of the same shapes"
+        if result.method == "composition"
+        else f"change in {scores.metric} (clean {scores.clean_metric:.4g}, corrupted "
+        f"{scores.corrupted_metric:.4g})"
+    )
     console.print(Text(f"score: {what}"))
     curve = result.faithfulness
     if curve is None:
         return
-    rows = [[f"{100 * f:g}%", str(n), f"{v:.3f}", f"{sum(r) / len(r):.3f}"]
-            for f, n, v, r in zip(curve.fractions, curve.sizes, curve.faithfulness,
-                                  curve.random, strict=True)]  # fmt: skip
+    rows = [
+        [f"{100 * f:g}%", str(n), f"{v:.3f}", f"{sum(r) / len(r):.3f}"]
+        for f, n, v, r in zip(
+            curve.fractions, curve.sizes, curve.faithfulness, curve.random, strict=True
+        )
+    ]
     seeds = len(curve.random_cpr)
-    for table in fitted_tables(f"Faithfulness of the top-n circuit, random: mean of {seeds}",
-                               ["edges", "n", "circuit", "random"], rows, keys=1):  # fmt: skip
+    for table in fitted_tables(
+        f"Faithfulness of the top-n circuit, random: mean of {seeds}",
+        ["edges", "n", "circuit", "random"],
+        rows,
+        keys=1,
+    ):
         console.print(table)
-    console.print(Text(
-        f"CPR {curve.cpr:.3f} (random {sum(curve.random_cpr) / seeds:.3f}), "
-        f"CMD {curve.cmd:.3f} (random {sum(curve.random_cmd) / seeds:.3f})"
-    ))  # fmt: skip
+    console.print(
+        Text(
+            f"CPR {curve.cpr:.3f} (random {sum(curve.random_cpr) / seeds:.3f}), "
+            f"CMD {curve.cmd:.3f} (random {sum(curve.random_cmd) / seeds:.3f})"
+        )
+    )
 
 
 def _nodes(loaded, prepared, described: str, out: Path, force: bool, as_json: bool) -> None:
@@ -307,8 +373,9 @@ def _nodes(loaded, prepared, described: str, out: Path, force: bool, as_json: bo
     from headlab.cli.outputs import emit_result
 
     with progress(described, None, quiet=as_json) as update:
-        result = run_nodes(loaded, prepared, on_step=update,
-                           on_stage=lambda stage: update(0, None, stage))  # fmt: skip
+        result = run_nodes(
+            loaded, prepared, on_step=update, on_stage=lambda stage: update(0, None, stage)
+        )
     emit_result(result, out, force, as_json, node_lines(result, prepared.request.top))
 
 

@@ -23,8 +23,9 @@ if TYPE_CHECKING:  # the analysis loads lazily: the CLI starts without torch
 OUT = typer.Option(why_results("expressivity"), "--out", help="Results file (JSON).")
 
 
-@model_source(default="minilm", help="Also fit this encoder's heads' patterns; 'none' to skip.",
-              backend=False)  # fmt: skip
+@model_source(
+    default="minilm", help="Also fit this encoder's heads' patterns; 'none' to skip.", backend=False
+)
 def expressivity(
     seq_lens: str = typer.Option("8,16,32", "--seq-lens", help="Sequence lengths n."),
     head_dims: str = typer.Option("1,2,4,8,16,32", "--head-dims", help="Head sizes d_head."),

@@ -24,8 +24,10 @@ def induction_circuit(
     steps: int = typer.Option(800, "--steps", help="Training steps of each run."),
     every: int = typer.Option(50, "--every", help="Measure every this many steps."),
     seed: str = typer.Option(
-        "0", "--seed", help="Seed of the model, the data and the detectors; several, comma "
-        "separated (0,1,2), train one run per seed and head count."
+        "0",
+        "--seed",
+        help="Seed of the model, the data and the detectors; several, comma "
+        "separated (0,1,2), train one run per seed and head count.",
     ),
     lr: float = typer.Option(3e-3, "--lr", help="Peak learning rate (the sweep's 3e-3)."),
     out: Path = OUT,
@@ -61,30 +63,52 @@ def induction_circuit(
         def on_step(h: int, step: int, _steps: int, stage: str) -> None:
             # ``stage``: the measuring of the checkpoint at ``step`` under way and its count
             # (the last one's K edges and faithfulness take longer than the training)
-            update(done=finished[0] + step,
-                   detail=f"h = {h}, step {step}" + (f": {stage}" if stage else ""))  # fmt: skip
+            update(
+                done=finished[0] + step,
+                detail=f"h = {h}, step {step}" + (f": {stage}" if stage else ""),
+            )
             if step == steps and not stage:  # the run is done, its last measuring included
                 finished[0] += steps
 
         result = induction_formation(counts, steps, every, seeds, on_step, lr=lr)
-    written = write_outputs(KIND, result, out, figure=figure, draw=formation_figure,
-                            force=force, as_json=as_json)  # fmt: skip
+    written = write_outputs(
+        KIND, result, out, figure=figure, draw=formation_figure, force=force, as_json=as_json
+    )
     if written is None:
         return
     several = len(seeds) > 1
     # the two heads are names (layer.head), written so that they do not read as scores
-    columns = ["h", "step", "loss", "acc", "prev head", "ind head", "K-comp", "base", "patch",
-               "K path"]  # fmt: skip
+    columns = [
+        "h",
+        "step",
+        "loss",
+        "acc",
+        "prev head",
+        "ind head",
+        "K-comp",
+        "base",
+        "patch",
+        "K path",
+    ]
     if several:
         columns[1:1] = ["seed"]
     cells = [
-        [str(run.heads), *([str(run.seed)] if several else []), str(c.step),
-         f"{c.loss:.3f}", f"{c.accuracy:.3f}",
-         f"head 0.{c.previous_head}", f"head 1.{c.induction_head}", f"{c.k_composition:.3f}",
-         f"{c.k_baseline:.3f}", f"{c.patching_effect:+.3f}", f"{c.k_path_effect:+.3f}"]
+        [
+            str(run.heads),
+            *([str(run.seed)] if several else []),
+            str(c.step),
+            f"{c.loss:.3f}",
+            f"{c.accuracy:.3f}",
+            f"head 0.{c.previous_head}",
+            f"head 1.{c.induction_head}",
+            f"{c.k_composition:.3f}",
+            f"{c.k_baseline:.3f}",
+            f"{c.patching_effect:+.3f}",
+            f"{c.k_path_effect:+.3f}",
+        ]
         for run in result.runs
         for c in run.checkpoints
-    ]  # fmt: skip
+    ]
     title = "Induction circuit over training (patch, K path: change in log p(answer))"
     Console().print(*fitted_tables(title, columns, cells, keys=3 if several else 2))
     if several:
@@ -102,12 +126,16 @@ def induction_circuit(
             if curve is not None:
                 pairs = list(zip(curve.fractions, curve.faithfulness, strict=True))[:3]
                 at = [f"{f:.0%} {v:.2f}" for f, v in pairs]
-                print(f"  faithfulness of the top EAP-IG circuit: {', '.join(at)}; CPR "
-                      f"{curve.cpr:.2f}")
+                print(
+                    f"  faithfulness of the top EAP-IG circuit: {', '.join(at)}; CPR "
+                    f"{curve.cpr:.2f}"
+                )
             if len(k.edges) >= 3:
-                print(f"  Spearman with exact: EAP {k.spearman('eap'):.2f}, EAP-IG "
-                      f"{k.spearman('eap_ig'):.2f}, composition (sizes) "
-                      f"{k.spearman('composition', absolute=True):.2f}")
+                print(
+                    f"  Spearman with exact: EAP {k.spearman('eap'):.2f}, EAP-IG "
+                    f"{k.spearman('eap_ig'):.2f}, composition (sizes) "
+                    f"{k.spearman('composition', absolute=True):.2f}"
+                )
     print(f"wrote {out}" + (f" and {figure}" if figure is not None else ""))
 
 

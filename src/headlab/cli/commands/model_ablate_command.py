@@ -35,6 +35,7 @@ HEADS = typer.Option(
 
 OUT = out_option("ablate")
 
+
 @model_source(folder=True)
 def ablate(
     heads: str = HEADS,
@@ -60,8 +61,9 @@ def ablate(
     CLIP (a text and an image tower): --tower text for its text tower on the texts.
     """
     on_text_tower = kinds.text_tower(source, tower, image, audio, source_text, target_text)
-    if not on_text_tower and (kinds.asked(image, audio, source_text, target_text)
-                       or kinds.declared(source)[0] != "text"):  # fmt: skip
+    if not on_text_tower and (
+        kinds.asked(image, audio, source_text, target_text) or kinds.declared(source)[0] != "text"
+    ):
         inputs = kinds.read_inputs(image, audio, source_text, target_text)
         kind_out = None if out == model_results("ablate") else out  # its own default file
         kinds.kind_ablate(source, inputs, attention, heads, kind_out, as_json, force)

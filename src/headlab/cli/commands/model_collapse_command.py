@@ -32,6 +32,7 @@ HEADS = typer.Option(
 
 OUT = out_option("collapse")
 
+
 @model_source(folder=True)
 def collapse(
     source: ModelChoice,

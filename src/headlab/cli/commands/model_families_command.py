@@ -31,9 +31,13 @@ def families(as_json: bool = AS_JSON) -> None:
 
             from headlab.models.hf.families import text_families
 
-            print(f"headlab: observing {len(text_families())} families' forwards once for "
-                  f"transformers {transformers.__version__}: about a minute; later calls read "
-                  "the cache", file=sys.stderr, flush=True)  # fmt: skip
+            print(
+                f"headlab: observing {len(text_families())} families' forwards once for "
+                f"transformers {transformers.__version__}: about a minute; later calls read "
+                "the cache",
+                file=sys.stderr,
+                flush=True,
+            )
         with progress("observing each family's forward", None, quiet=as_json) as update:
             support = observe_and_keep(on_step=update)
     if as_json:

@@ -26,8 +26,10 @@ def generate(
     max_new_tokens: int = typer.Option(32, "--max-new-tokens", help="Tokens to generate."),
     chat: bool = typer.Option(False, "--chat", help="Wrap the prompt in the chat template."),
     heads: str | None = typer.Option(
-        None, "--ablate", help="Heads zeroed in every step: LAYER.HEAD or a K/V group "
-        "LAYER.gGROUP (LAYER.kvGROUP is read too)."
+        None,
+        "--ablate",
+        help="Heads zeroed in every step: LAYER.HEAD or a K/V group "
+        "LAYER.gGROUP (LAYER.kvGROUP is read too).",
     ),
     as_json: bool = AS_JSON,
     audio: Path | None = kinds.AUDIO,

@@ -60,8 +60,13 @@ OUT = typer.Option(
     f"{model_results('long-context')} for one long text].",
 )
 # the library's arguments, which its errors name, are this command's flags
-LONG_FLAGS = {"max_tokens": "--max-tokens", "n_tokens": "--max-tokens", "window": "--window",
-              "sinks": "--sinks", "text_file": "--text-file"}  # fmt: skip
+LONG_FLAGS = {
+    "max_tokens": "--max-tokens",
+    "n_tokens": "--max-tokens",
+    "window": "--window",
+    "sinks": "--sinks",
+    "text_file": "--text-file",
+}
 
 
 @model_source(folder=True)
@@ -100,8 +105,9 @@ def heads(
     CLIP (a text and an image tower): --tower text for its text tower on the texts.
     """
     on_text_tower = kinds.text_tower(source, tower, image, audio, source_text, target_text)
-    if not on_text_tower and (kinds.asked(image, audio, source_text, target_text)
-                       or kinds.declared(source)[0] != "text"):  # fmt: skip
+    if not on_text_tower and (
+        kinds.asked(image, audio, source_text, target_text) or kinds.declared(source)[0] != "text"
+    ):
         inputs = kinds.read_inputs(image, audio, source_text, target_text)
         shown = None if metric == "entropy" else metric
         kinds.kind_heads(source, inputs, shown, out, as_json, force)
@@ -117,8 +123,9 @@ def heads(
                 "--detector-length is for many short texts (the head detectors); with "
                 "--text-file or --max-tokens leave it out"
             )
-        _long_context(source, text_file, max_tokens, metric, (sinks, window), figure, out,
-                      as_json, force)  # fmt: skip
+        _long_context(
+            source, text_file, max_tokens, metric, (sinks, window), figure, out, as_json, force
+        )
         return
     if window is not None:
         raise ValueError("--window is for one long text: pass --text-file or --max-tokens")
@@ -132,17 +139,21 @@ def heads(
     with flags("detector_length"):
         if detector_length is not None:  # the model's bound once it is loaded
             check_asked_length(detector_length)
-        loaded, texts, max_length = load_with_texts(source, request, quiet=as_json,
-                                                    kind_checked=True)  # fmt: skip
+        loaded, texts, max_length = load_with_texts(
+            source, request, quiet=as_json, kind_checked=True
+        )
         if detector_length and loaded.causal:
             check_length(loaded, detector_length)
     with flags("metric"):
         check_metric(loaded, metric)
     with progress("head statistics: texts", len(texts), quiet=as_json) as update:
         result = head_statistics(
-            loaded, texts, max_length=max_length, detector_length=detector_length,
+            loaded,
+            texts,
+            max_length=max_length,
+            detector_length=detector_length,
             on_batch=update,
-        )  # fmt: skip
+        )
     if figure is not None:
         from headlab.report.figure_files import write_heads_figure
 

@@ -25,6 +25,7 @@ from headlab.cli.progress import progress
 
 OUT = out_option("importance")
 
+
 @model_source(folder=True)
 def importance(
     source: ModelChoice,

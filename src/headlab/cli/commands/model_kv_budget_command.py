@@ -41,10 +41,18 @@ FIGURE = typer.Option(
 )
 DEFAULT_BUDGETS = "0.25,0.4,0.5,0.6"
 # KVBudgetRequest's fields and kv_budget's arguments, which their errors name, are these flags
-FLAGS = {"budgets": "--budgets", "sinks": "--sinks", "window": "--window", "seeds": "--seeds",
-         "seed": "--seed", "kv_saved": "--kv-saved", "n_tokens": "--max-tokens",
-         "calibration_text": "--calibration-file", "evaluation_text": "--text-file",
-         "retrieval_k": "--retrieval-k"}  # fmt: skip
+FLAGS = {
+    "budgets": "--budgets",
+    "sinks": "--sinks",
+    "window": "--window",
+    "seeds": "--seeds",
+    "seed": "--seed",
+    "kv_saved": "--kv-saved",
+    "n_tokens": "--max-tokens",
+    "calibration_text": "--calibration-file",
+    "evaluation_text": "--text-file",
+    "retrieval_k": "--retrieval-k",
+}
 
 
 def budget_tables(result) -> list[Table | Text]:
@@ -64,8 +72,12 @@ def budget_tables(result) -> list[Table | Text]:
     out: list[Table | Text] = [*fitted_tables(title, columns, rows, keys=2, left=["plan"])]
     for name, context in (("held-out", result.held_out), ("calibration", result.calibration)):
         if context is not None and context.truncated:
-            out.append(Text(f"the {name} text: {context.n_tokens} tokens (cut from at least "
-                            f"{context.text_tokens}: the rest was not analysed)"))  # fmt: skip
+            out.append(
+                Text(
+                    f"the {name} text: {context.n_tokens} tokens (cut from at least "
+                    f"{context.text_tokens}: the rest was not analysed)"
+                )
+            )
     check = result.retrieval
     if check is not None:
         randoms = ", ".join(f"{a:.3f}" for a in check.random_copy_accuracy)
@@ -78,10 +90,14 @@ def budget_tables(result) -> list[Table | Text]:
             )
         )
     return out
+
+
 OUT = out_option("kv-budget")
 
-@model_source(default="smollm2", help="smollm2 (default), a language model's folder, file or "
-              "hub id.")  # fmt: skip
+
+@model_source(
+    default="smollm2", help="smollm2 (default), a language model's folder, file or hub id."
+)
 def kv_budget_command(
     source: ModelChoice,
     budgets: str | None = typer.Option(
@@ -132,9 +148,16 @@ def kv_budget_command(
     shares = [] if budgets is None else float_list("--budgets", budgets)
     savings = [] if kv_saved is None else float_list("--kv-saved", kv_saved)
     with flags(**FLAGS):  # every bound, before the model loads
-        request = KVBudgetRequest(budgets=tuple(shares), kv_saved=tuple(savings),
-                                  n_tokens=max_tokens, sinks=sinks, window=window, seeds=seeds,
-                                  seed=seed, retrieval_k=retrieval_k)  # fmt: skip
+        request = KVBudgetRequest(
+            budgets=tuple(shares),
+            kv_saved=tuple(savings),
+            n_tokens=max_tokens,
+            sinks=sinks,
+            window=window,
+            seeds=seeds,
+            seed=seed,
+            retrieval_k=retrieval_k,
+        )
         if retrieval_k is not None:  # the config's head count, before the weights load
             check_retrieval_k_declared(source.name_or_path, retrieval_k)
     claim_analysis("kv-budget", out, force, figure)
@@ -152,8 +175,13 @@ def kv_budget_command(
     if calibration is not None:
         calibration = calibration.read_tokens(loaded.count_tokens, limit).text
     with progress("KV budget: model runs", None, quiet=as_json) as update, flags(**FLAGS):
-        result = kv_budget(loaded, request, calibration_text=calibration,
-                           evaluation_text=evaluation, on_step=update)  # fmt: skip
+        result = kv_budget(
+            loaded,
+            request,
+            calibration_text=calibration,
+            evaluation_text=evaluation,
+            on_step=update,
+        )
     if figure is not None:
         from headlab.report.figure_files import write_kv_budget_figure
 

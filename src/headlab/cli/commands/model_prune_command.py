@@ -31,6 +31,7 @@ BY = typer.Option(
 
 OUT = out_option("prune")
 
+
 @model_source(folder=True)
 def prune(
     source: ModelChoice,

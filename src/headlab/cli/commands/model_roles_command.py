@@ -33,8 +33,18 @@ SUMMARY = typer.Option(
     help="The merged results document (JSON): every head's statistics and role over the corpus.",
 )
 # the library's arguments, which its errors name, are this command's flags
-FLAGS = ("model", "backend", "workers", "executor", "address", "sinks", "window", "max_tokens",
-         "documents", "out")  # fmt: skip
+FLAGS = (
+    "model",
+    "backend",
+    "workers",
+    "executor",
+    "address",
+    "sinks",
+    "window",
+    "max_tokens",
+    "documents",
+    "out",
+)
 
 
 @model_source(default="smollm2", help="smollm2 (default), minilm, a model's path or a hub id.")
@@ -78,8 +88,12 @@ def roles_command(
             raise ValueError(f"--out and --summary must be different files, got {out} twice")
         claim("model-corpus-roles", summary, force=force, out_flag="--summary")
         texts = read_documents(documents)
-        model = ModelSource.of(source.model, backend=source.backend, download=source.download,
-                               trust_remote_code=source.trust_remote_code)  # fmt: skip
+        model = ModelSource.of(
+            source.model,
+            backend=source.backend,
+            download=source.download,
+            trust_remote_code=source.trust_remote_code,
+        )
         plan = plan_corpus(model, texts, options, out)  # every input checked, no model loaded
         if executor == "ray" and address:
             check_reachable(address)  # Ray itself would retry an unreachable address for minutes

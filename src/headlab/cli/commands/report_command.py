@@ -21,8 +21,9 @@ from headlab.results.defaults import DEFAULT_TEXT
 from headlab.results.locations import REPORT_DIR, RESULTS_DIR
 
 
-@model_source(default="minilm", help="Trained model shown on the text: minilm, smollm2, a path "
-              "or a hub id.")  # fmt: skip
+@model_source(
+    default="minilm", help="Trained model shown on the text: minilm, smollm2, a path or a hub id."
+)
 def report(
     out: Annotated[Path, typer.Option("--out", help="Directory of the report.")] = REPORT_DIR,
     text: Annotated[str, typer.Option("--text", help="Text whose attention is shown.")] = (
@@ -71,10 +72,17 @@ def report(
     hub_access(source.download)
     named = results is not None and not results.is_dir()  # named but not there: mistyped?
     results = RESULTS_DIR if results is None else results  # the default: missing in a fresh folder
-    options = ReportRequest(text=text, results=results, seed=seed, model=source.model,
-                            backend=source.backend, download=source.download,
-                            trust_remote_code=source.trust_remote_code,
-                            text_file=text_file, text_cut_note=cut_note)  # fmt: skip
+    options = ReportRequest(
+        text=text,
+        results=results,
+        seed=seed,
+        model=source.model,
+        backend=source.backend,
+        download=source.download,
+        trust_remote_code=source.trust_remote_code,
+        text_file=text_file,
+        text_cut_note=cut_note,
+    )
     names = ("out", "png", "force", "model", "backend", "download", "trust_remote_code")
     with flags(*names):
         check_targets(out, options, force=force, png=png)  # a refusal before the measuring

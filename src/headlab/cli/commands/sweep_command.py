@@ -17,8 +17,22 @@ if TYPE_CHECKING:  # pragma: no cover
     from headlab.experiments.sweep import SweepPlan
 
 # SweepRequest's and the executors' arguments, which their errors name, are this command's flags
-SWEEP_FLAGS = ("task", "heads", "d_model", "layers", "seeds", "steps", "kv_heads", "head_dim",
-               "attention", "workers", "executor", "address", "out")  # fmt: skip
+SWEEP_FLAGS = (
+    "task",
+    "heads",
+    "d_model",
+    "layers",
+    "seeds",
+    "steps",
+    "kv_heads",
+    "head_dim",
+    "attention",
+    "workers",
+    "executor",
+    "address",
+    "out",
+)
+
 
 def run_name(config) -> str:
     """How the progress bar names a run: its head split and its seed."""

@@ -26,8 +26,7 @@ OUT = typer.Option(RESULTS_DIR / "why_attends.json", "--out", help="Results file
 FIGURE = typer.Option(
     None, "--figure", help="Write the pair heatmap, marginals and source tokens (PNG)."
 )
-TEXT = ("The cat sat on the mat. The dog ran in the park. The cat sat on the mat. "
-        "The dog ran")  # fmt: skip
+TEXT = "The cat sat on the mat. The dog ran in the park. The cat sat on the mat. The dog ran"
 #: Pairs printed as tables (the results file holds them all).
 PRINTED = 3
 #: Components per printed table.
@@ -58,8 +57,9 @@ def why_attends(
         "-1", "--query", help="Query positions, comma-separated (negative: from the end)."
     ),
     keys: str = typer.Option(
-        "attended", "--keys", help="attended, top-K, induction, previous, bos, self, all or a "
-        "key position."
+        "attended",
+        "--keys",
+        help="attended, top-K, induction, previous, bos, self, all or a key position.",
     ),
     sources: int = typer.Option(
         3, "--sources", help="Head components whose key side is split by source position."
@@ -97,8 +97,10 @@ def why_attends(
     positions = [q + len(ids) if q < 0 else q for q in queries]
     bad = [q for q, p in zip(queries, positions, strict=True) if not 0 <= p < len(ids)]
     if bad:
-        raise ValueError(f"--query must lie in -{len(ids)}..{len(ids) - 1} (the text's "
-                         f"{len(ids)} tokens), got {bad[0]}")  # fmt: skip
+        raise ValueError(
+            f"--query must lie in -{len(ids)}..{len(ids) - 1} (the text's "
+            f"{len(ids)} tokens), got {bad[0]}"
+        )
     import torch
 
     from headlab.circuits.score_keys import keys_for
@@ -110,16 +112,36 @@ def why_attends(
             for p in positions:
                 keys_for(spec, ids, p, causal=loaded.causal)
     tokens = [loaded.decode([t]) for t in ids]
-    with progress("why-attends: one run of the model, then the split", None,
-                  quiet=as_json) as update, torch.no_grad():  # fmt: skip
+    with (
+        progress(
+            "why-attends: one run of the model, then the split", None, quiet=as_json
+        ) as update,
+        torch.no_grad(),
+    ):
         sides = Sides(loaded, torch.tensor([ids]))
         with flags("keys"):
-            result = split_scores(sides, layer, head, positions, spec, sources=sources,
-                                  recompute=recompute, tokens=tokens, progress=update)  # fmt: skip
+            result = split_scores(
+                sides,
+                layer,
+                head,
+                positions,
+                spec,
+                sources=sources,
+                recompute=recompute,
+                tokens=tokens,
+                progress=update,
+            )
     from headlab.report.score_split_figures import score_split_figure
 
-    written = write_outputs("why-attends", result, out, figure=figure, draw=score_split_figure,
-                            force=force, as_json=as_json)  # fmt: skip
+    written = write_outputs(
+        "why-attends",
+        result,
+        out,
+        figure=figure,
+        draw=score_split_figure,
+        force=force,
+        as_json=as_json,
+    )
     if written is None:
         return
     _print(result)
@@ -136,14 +158,20 @@ def _print(result) -> None:
         cap = f" {pair.softcap_term:+.3g} soft-cap" if pair.softcap_term else ""
         shown = pair.bias_term and abs(pair.bias_term) > 1e-4 * max(1.0, abs(pair.raw))
         bias = f" {pair.bias_term:+.3g} bias" if shown else ""  # else: the float's rounding
-        title = (f"{result.layer}.{result.head}: query {pair.query} {tokens[pair.query]!r} -> "
-                 f"key {pair.key} {tokens[pair.key]!r}: {score}{pair.raw:.4g} q.k{cap}{bias}")
-        order = sorted(range(len(result.components)),
-                       key=lambda c: -abs(pair.key_marginal[c]))[:ROWS]  # fmt: skip
-        rows = [[result.components[c], f"{pair.key_marginal[c]:+.4g}",
-                 f"{pair.query_marginal[c]:+.4g}"] for c in order]  # fmt: skip
-        for table in fitted_tables(title, ["component", "key side", "query side"], rows,
-                                   left=["component"]):  # fmt: skip
+        title = (
+            f"{result.layer}.{result.head}: query {pair.query} {tokens[pair.query]!r} -> "
+            f"key {pair.key} {tokens[pair.key]!r}: {score}{pair.raw:.4g} q.k{cap}{bias}"
+        )
+        order = sorted(range(len(result.components)), key=lambda c: -abs(pair.key_marginal[c]))[
+            :ROWS
+        ]
+        rows = [
+            [result.components[c], f"{pair.key_marginal[c]:+.4g}", f"{pair.query_marginal[c]:+.4g}"]
+            for c in order
+        ]
+        for table in fitted_tables(
+            title, ["component", "key side", "query side"], rows, left=["component"]
+        ):
             console.print(table)
         for split in pair.sources[:1]:
             top = sorted(zip(split.positions, split.values, strict=True), key=lambda x: -x[1])
@@ -152,8 +180,12 @@ def _print(result) -> None:
     more = len(result.pairs) - PRINTED
     if more > 0:
         console.print(Text(f"... and {more} more pairs in the results file"))
-    console.print(Text("key side: what the key position's stream holds; query side: the "
-                       "query's; each sums to q.k (norms held at the run's scales)"))  # fmt: skip
+    console.print(
+        Text(
+            "key side: what the key position's stream holds; query side: the "
+            "query's; each sums to q.k (norms held at the run's scales)"
+        )
+    )
 
 
 def register(app: typer.Typer) -> None:

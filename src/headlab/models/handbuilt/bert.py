@@ -104,8 +104,12 @@ def bert_forward(
         q, k, v = (split(_linear(s, f"{p}attention.self.{n}", x)) for n in QKV)
         out, weights = attention(q, k, v, allowed)  # (batch, head, q_pos, d_head)
         out = out.transpose(1, 2).reshape(batch, pos, -1)  # (batch, q_pos, d_model): heads in a row
-        x = _layer_norm(s, f"{p}attention.output.LayerNorm",
-                        x + _linear(s, f"{p}attention.output.dense", out), eps)  # fmt: skip
+        x = _layer_norm(
+            s,
+            f"{p}attention.output.LayerNorm",
+            x + _linear(s, f"{p}attention.output.dense", out),
+            eps,
+        )
         hidden = act(_linear(s, f"{p}intermediate.dense", x))  # (batch, pos, intermediate)
         x = _layer_norm(s, f"{p}output.LayerNorm", x + _linear(s, f"{p}output.dense", hidden), eps)
         attentions.append(weights)

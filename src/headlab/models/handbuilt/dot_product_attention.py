@@ -1,7 +1,7 @@
 """Scaled dot-product attention as one pure function, the math above the code.
 
-    weights = softmax(q k^T / sqrt(d_head) + mask)       mask: 0 where allowed, -inf elsewhere
-    out     = weights v
+weights = softmax(q k^T / sqrt(d_head) + mask)       mask: 0 where allowed, -inf elsewhere
+out     = weights v
 """
 
 from __future__ import annotations

@@ -97,9 +97,12 @@ def load_transformers(
     from headlab.models.pooling import read_pooling_config
 
     model, tokenizer, checkpoint = load_pretrained(
-        source, download=download, trust_remote_code=trust_remote_code, dtype=dtype,
+        source,
+        download=download,
+        trust_remote_code=trust_remote_code,
+        dtype=dtype,
         reads_text=reads_text,
-    )  # fmt: skip
+    )
     causal = _causal(model)
     keep_all(model, probed_layers(model, model_family(model)))  # the adapter finds them there
     wrapped = TransformersModel(checkpoint.name, model, tokenizer, causal=causal)

@@ -88,8 +88,9 @@ def next_token_loss(rows: HFOutputRows, batch: TokenBatch, block: int = LOGIT_RO
 
         def part(states: Tensor, wanted: Tensor = targets[:, start:stop]) -> Tensor:
             logits = HFOutputRows(rows.causal_lm, states).logits(slice(None))
-            return F.cross_entropy(logits.flatten(0, 1).float(), wanted.flatten(),
-                                   ignore_index=-100, reduction="sum")  # fmt: skip
+            return F.cross_entropy(
+                logits.flatten(0, 1).float(), wanted.flatten(), ignore_index=-100, reduction="sum"
+            )
 
         total = total + checkpoint(part, rows.states[:, start:stop], use_reentrant=False)
     return total / count

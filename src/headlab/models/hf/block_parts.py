@@ -128,8 +128,14 @@ def _mlp_ends(module: nn.Module, family: str) -> tuple[nn.Module | None, nn.Modu
     if family in MLP_ENDS:
         first, last = MLP_ENDS[family]
         return _submodule(module, first), _submodule(module, last)
-    mlp = next((getattr(module, n) for n in MLP_ATTRIBUTES
-                if isinstance(getattr(module, n, None), nn.Module)), None)  # fmt: skip
+    mlp = next(
+        (
+            getattr(module, n)
+            for n in MLP_ATTRIBUTES
+            if isinstance(getattr(module, n, None), nn.Module)
+        ),
+        None,
+    )
     return mlp, mlp
 
 
@@ -194,23 +200,31 @@ def hf_blocks(
     share one, a block has no attention (a hybrid) or no declared MLP attribute."""
     declared = set(getattr(model, "_no_split_modules", None) or ())
     if not declared:
-        raise ValueError(f"{name} declares no block class (transformers' _no_split_modules): "
-                         "its blocks cannot be read")  # fmt: skip
+        raise ValueError(
+            f"{name} declares no block class (transformers' _no_split_modules): "
+            "its blocks cannot be read"
+        )
     paths = []
     for layer in layers:
         path = block_path(model, declared, layer.path)
         if path is None:
-            raise ValueError(f"{name}'s attention at {layer.path} is in none of its declared "
-                             f"blocks ({', '.join(sorted(declared))})")  # fmt: skip
+            raise ValueError(
+                f"{name}'s attention at {layer.path} is in none of its declared "
+                f"blocks ({', '.join(sorted(declared))})"
+            )
         paths.append(path)
     if len(set(paths)) != len(paths):
-        raise ValueError(f"{name} has two attention layers in one block ({paths}): "
-                         "cross-attention is not read by this route")  # fmt: skip
+        raise ValueError(
+            f"{name} has two attention layers in one block ({paths}): "
+            "cross-attention is not read by this route"
+        )
     container, _ = paths[0].rsplit(".", 1) if "." in paths[0] else ("", paths[0])
     listed = model.get_submodule(container) if container else model
     if isinstance(listed, nn.ModuleList) and len(listed) != len(paths):
-        raise ValueError(f"{name} has {len(listed)} blocks in {container} but {len(paths)} with "
-                         "attention (a hybrid): every block of a run needs its sites")  # fmt: skip
+        raise ValueError(
+            f"{name} has {len(listed)} blocks in {container} but {len(paths)} with "
+            "attention (a hybrid): every block of a run needs its sites"
+        )
     parallel = _parallel(model)
     family = str(getattr(model.config.get_text_config(), "model_type", ""))
     blocks, parts = [], []
@@ -218,8 +232,10 @@ def hf_blocks(
         found = read_parts(path, model.get_submodule(path), family)
         if found.mlp_in is None:
             kind, names = type(found.module).__name__, ", ".join(MLP_ATTRIBUTES)
-            raise ValueError(f"{name}'s block {kind} has none of the MLP attributes "
-                             f"transformers' blocks declare ({names})")  # fmt: skip
+            raise ValueError(
+                f"{name}'s block {kind} has none of the MLP attributes "
+                f"transformers' blocks declare ({names})"
+            )
         stream = "decoder" if causal else "encoder"
         blocks.append(Block(i, stream, layer, found.sites, True, parallel))
         parts.append(found)
@@ -227,6 +243,11 @@ def hf_blocks(
 
 
 __all__ = [
-    "MLP_ATTRIBUTES", "PARALLEL_FAMILIES", "HFBlockParts", "block_path", "first_tensor",
-    "hf_blocks", "read_parts",
-]  # fmt: skip
+    "MLP_ATTRIBUTES",
+    "PARALLEL_FAMILIES",
+    "HFBlockParts",
+    "block_path",
+    "first_tensor",
+    "hf_blocks",
+    "read_parts",
+]

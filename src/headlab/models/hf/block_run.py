@@ -96,9 +96,12 @@ class BlockRoute:
         body = getattr(self.model, self.model.base_model_prefix, self.model)
 
         def call() -> Tensor:
-            out = body(input_ids=ids.repeat(copies, 1).to(device),
-                       attention_mask=mask.repeat(copies, 1).to(device), use_cache=False,
-                       **kwargs)  # fmt: skip
+            out = body(
+                input_ids=ids.repeat(copies, 1).to(device),
+                attention_mask=mask.repeat(copies, 1).to(device),
+                use_cache=False,
+                **kwargs,
+            )
             states = out.last_hidden_state  # (copies * batch, pos, d_model)
             return states if keep is None else states[:, keep.to(device)]
 

@@ -68,9 +68,16 @@ def no_heads_trace(layer: HFAttentionLayer, batch: int, pos: int) -> AttentionTr
     def none(*shape: int) -> Tensor:
         return hidden.new_zeros(batch, 0, pos, *shape)  # (batch, head=0, q_pos, ...)
 
-    return AttentionTrace(q=none(d), k=none(d), v=none(d), scores=none(pos), weights=none(pos),
-                          head_outputs=none(d), contributions=none(layer.embed_dim),
-                          output=output)  # fmt: skip
+    return AttentionTrace(
+        q=none(d),
+        k=none(d),
+        v=none(d),
+        scores=none(pos),
+        weights=none(pos),
+        head_outputs=none(d),
+        contributions=none(layer.embed_dim),
+        output=output,
+    )
 
 
 def _refuse(layer: HFAttentionLayer, what: str) -> ValueError:
@@ -187,8 +194,9 @@ def without_heads(layer: HFAttentionLayer, remove: Iterable[int]) -> Removal:
                 )
             continue
         for pname, parameter in child.named_parameters(recurse=False):
-            if parameter.shape != (d,) and any(s in (heads * d, kv_heads * d) for s in
-                                              parameter.shape):  # fmt: skip
+            if parameter.shape != (d,) and any(
+                s in (heads * d, kv_heads * d) for s in parameter.shape
+            ):
                 raise _refuse(
                     layer,
                     f"{name}.{pname} ({tuple(parameter.shape)}) normalises over all heads at "

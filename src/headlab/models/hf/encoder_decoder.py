@@ -95,8 +95,11 @@ class EncoderDecoderModel(Seq2SeqRoute):
             inputs = {"input_features": features, "decoder_input_ids": target}
             return inputs, int(self.config.max_source_positions), 3
         source = (torch.arange(1, 6, device=device) % self.vocab_size)[None]
-        inputs = {"input_ids": source, "attention_mask": torch.ones_like(source),
-                  "decoder_input_ids": target}  # fmt: skip
+        inputs = {
+            "input_ids": source,
+            "attention_mask": torch.ones_like(source),
+            "decoder_input_ids": target,
+        }
         return inputs, 5, 3
 
     def _layers(self, cached: bool) -> dict[str, list[HFAttentionLayer]]:
@@ -220,9 +223,12 @@ class EncoderDecoderModel(Seq2SeqRoute):
     ) -> Tensor:
         """(batch, q_pos, vocab) next-token logits of the target, teacher-forced."""
         with self.masked(head_masks):
-            out = self.model(**source.inputs, decoder_input_ids=target.input_ids,
-                             decoder_attention_mask=target.attention_mask.long(),
-                             use_cache=False)  # fmt: skip
+            out = self.model(
+                **source.inputs,
+                decoder_input_ids=target.input_ids,
+                decoder_attention_mask=target.attention_mask.long(),
+                use_cache=False,
+            )
         return out.logits
 
     def loss(
@@ -234,14 +240,18 @@ class EncoderDecoderModel(Seq2SeqRoute):
         counted = target.attention_mask[:, 1:]
         if not counted.any():
             raise ValueError("every target holds only its start token: nothing to predict")
-        losses = torch.nn.functional.cross_entropy(logits.transpose(1, 2).float(), wanted,
-                                                   reduction="none")  # fmt: skip
+        losses = torch.nn.functional.cross_entropy(
+            logits.transpose(1, 2).float(), wanted, reduction="none"
+        )
         return losses[counted].mean()
 
     def generate(
-        self, source: SourceBatch, max_new_tokens: int = 32, head_masks: Mapping | None = None,
+        self,
+        source: SourceBatch,
+        max_new_tokens: int = 32,
+        head_masks: Mapping | None = None,
         prompt: str = "",
-    ) -> list[list[int]]:  # fmt: skip
+    ) -> list[list[int]]:
         """Greedy new ids of each source (the model's own ``generate`` and cache) after the start
         token and the decoder ``prompt`` (text, through the tokenizer without special tokens),
         up to and with the end token; the head masks act in every step."""
@@ -252,8 +262,13 @@ class EncoderDecoderModel(Seq2SeqRoute):
             batch = source.mask.shape[0]
             keywords["decoder_input_ids"] = torch.tensor([given] * batch)
         with self.masked(head_masks), torch.no_grad():
-            out = self.model.generate(**source.inputs, max_new_tokens=max_new_tokens,
-                                      do_sample=False, num_beams=1, **keywords)  # fmt: skip
+            out = self.model.generate(
+                **source.inputs,
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                num_beams=1,
+                **keywords,
+            )
         sequences = out if isinstance(out, Tensor) else out.sequences
         eos = getattr(self.model.generation_config, "eos_token_id", None)
         ends = set(eos if isinstance(eos, list) else [eos]) - {None}

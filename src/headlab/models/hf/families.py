@@ -149,8 +149,11 @@ def unobserved_families(seen: dict[str, Observation]) -> dict[str, str]:
     """family -> why its default config showed nothing (it does not build, or its forward
     stopped before any call), for the families of ``seen`` that neither call nor compute their
     attention themselves, apart from encoder-decoders: a checkpoint's own config may run."""
-    return {family: o.error for family, o in seen.items()
-            if o.error is not None and o.error != ENCODER_DECODER}  # fmt: skip
+    return {
+        family: o.error
+        for family, o in seen.items()
+        if o.error is not None and o.error != ENCODER_DECODER
+    }
 
 
 @contextmanager

@@ -37,7 +37,7 @@ AUDIO_TYPES = ("whisper",)
 
 
 def declared_kind(config: dict | None) -> str:
-    """"encoder-decoder", "vision" or "text" from a config.json (None: "text", the load says
+    """ "encoder-decoder", "vision" or "text" from a config.json (None: "text", the load says
     what is wrong)."""
     if not isinstance(config, dict):
         return "text"
@@ -68,8 +68,7 @@ def _check_size(model_class, config, name: str) -> None:
     with torch.device("meta"):
         built = model_class._from_config(config)
     count = sum(p.numel() for p in built.parameters())
-    check_fits(f"{name} ({count:,} parameters in float32)", 4 * count,
-               hint="pick a smaller model")  # fmt: skip
+    check_fits(f"{name} ({count:,} parameters in float32)", 4 * count, hint="pick a smaller model")
 
 
 def _pretrained(model_class, checkpoint, config):
@@ -80,12 +79,16 @@ def _pretrained(model_class, checkpoint, config):
     logging.disable_progress_bar()
     try:
         model = model_class.from_pretrained(
-            str(checkpoint.folder), config=config, attn_implementation=register(),
-            local_files_only=True, use_safetensors=True,
-        )  # fmt: skip
+            str(checkpoint.folder),
+            config=config,
+            attn_implementation=register(),
+            local_files_only=True,
+            use_safetensors=True,
+        )
     except (ValueError, OSError, KeyError, RuntimeError) as error:
-        raise ValueError(f"{checkpoint.name}: transformers cannot load it "
-                         f"({first_line(error)})") from None  # fmt: skip
+        raise ValueError(
+            f"{checkpoint.name}: transformers cannot load it ({first_line(error)})"
+        ) from None
     finally:
         logging.set_verbosity(verbosity)
         if bars:
@@ -100,23 +103,29 @@ def _preprocessor(auto_name: str, checkpoint):
     import transformers
 
     try:
-        return getattr(transformers, auto_name).from_pretrained(str(checkpoint.folder),
-                                                                local_files_only=True)  # fmt: skip
+        return getattr(transformers, auto_name).from_pretrained(
+            str(checkpoint.folder), local_files_only=True
+        )
     except (ValueError, OSError, KeyError, TypeError) as error:
-        raise ValueError(f"{checkpoint.name}: transformers cannot read its preprocessor_config"
-                         f".json ({first_line(error)})") from None  # fmt: skip
+        raise ValueError(
+            f"{checkpoint.name}: transformers cannot read its preprocessor_config"
+            f".json ({first_line(error)})"
+        ) from None
 
 
 def _located(source, download: bool, kind: str):
     require_transformers()
     checkpoint = locate(source, download=download)
     if checkpoint.gguf is not None:
-        raise ValueError(f"{checkpoint.name}: a GGUF file holds a decoder; {kind}s are read "
-                         "from a transformers folder")  # fmt: skip
+        raise ValueError(
+            f"{checkpoint.name}: a GGUF file holds a decoder; {kind}s are read "
+            "from a transformers folder"
+        )
     found = declared_kind(raw_config(checkpoint))
     if found != kind:
-        raise ValueError(f"{checkpoint.name}: expected an {kind} model, its config declares a "
-                         f"{found} model")  # fmt: skip
+        raise ValueError(
+            f"{checkpoint.name}: expected an {kind} model, its config declares a {found} model"
+        )
     config = read_config(checkpoint)
     return checkpoint, config
 
@@ -133,16 +142,18 @@ def load_encoder_decoder(source, *, download: bool = False):
     audio = config.model_type in AUDIO_TYPES
     auto = transformers.AutoModelForSpeechSeq2Seq if audio else transformers.AutoModelForSeq2SeqLM
     if type(config) not in auto._model_mapping:
-        raise ValueError(f"{checkpoint.name}: transformers has no generating class for "
-                         f"{config.model_type!r}")  # fmt: skip
+        raise ValueError(
+            f"{checkpoint.name}: transformers has no generating class for {config.model_type!r}"
+        )
     model_class = auto._model_mapping[type(config)]
     _check_size(model_class, config, checkpoint.name)
     checkpoint = fetch_rest(checkpoint, False)
     check_weights(checkpoint)
     model = _pretrained(model_class, checkpoint, config)
     features = _preprocessor("AutoFeatureExtractor", checkpoint) if audio else None
-    return EncoderDecoderModel(checkpoint.name, model, load_tokenizer(checkpoint), features,
-                               cached=True)  # fmt: skip
+    return EncoderDecoderModel(
+        checkpoint.name, model, load_tokenizer(checkpoint), features, cached=True
+    )
 
 
 def load_vision(source, *, download: bool = False):
@@ -183,9 +194,13 @@ def refuse_other_kinds(source, command: str = "this command") -> None:
     name = Path(str(source)).name or str(source)
     family = config.get("model_type", "?")
     if kind == "vision":
-        raise ValueError(f"{name}: family {family!r} is an image model (it reads pixel_values, "
-                         f"not text): {command} reads text; image models run in `headlab model "
-                         "heads --image` and `model ablate --image`")  # fmt: skip
-    raise ValueError(f"{name}: family {family!r} is an encoder-decoder: {command} reads one "
-                     "text stream; encoder-decoders run in `headlab model heads`, `ablate` and "
-                     "`generate` with --source-text (or --audio)")  # fmt: skip
+        raise ValueError(
+            f"{name}: family {family!r} is an image model (it reads pixel_values, "
+            f"not text): {command} reads text; image models run in `headlab model "
+            "heads --image` and `model ablate --image`"
+        )
+    raise ValueError(
+        f"{name}: family {family!r} is an encoder-decoder: {command} reads one "
+        "text stream; encoder-decoders run in `headlab model heads`, `ablate` and "
+        "`generate` with --source-text (or --audio)"
+    )

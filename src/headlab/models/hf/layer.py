@@ -233,8 +233,9 @@ def rebuilt(
     def again(found, name):
         if isinstance(found, str):
             return found
-        return Projection(found.path, root.get_submodule(found.path), found.transposed,
-                          rows.get(name, found.rows))  # fmt: skip
+        return Projection(
+            found.path, root.get_submodule(found.path), found.transposed, rows.get(name, found.rows)
+        )
 
     fields = {"module": module, "sites": Sites(), "head_mask": None, **changes}
     for name in ("output", "query", "key", "value"):

@@ -232,8 +232,9 @@ def load_pretrained(
     if held is None:  # a hub checkpoint: its weights are here now
         held = checkpoint_shapes(checkpoint.folder, checkpoint.gguf)
     weights = checkpoint.folder / (checkpoint.gguf or "")
-    check_shapes(plan.shapes, plan.prefix, held or {}, config, str(weights),
-                 gguf=checkpoint.gguf is not None)  # fmt: skip
+    check_shapes(
+        plan.shapes, plan.prefix, held or {}, config, str(weights), gguf=checkpoint.gguf is not None
+    )
     tokenizer = load_tokenizer(checkpoint, trust_remote_code)  # refused before the weights
     extra = {} if checkpoint.gguf is not None else {"use_safetensors": True}
     try:

@@ -103,8 +103,9 @@ class Recorder:
                         raise _Enough
         if id(module) not in self.seen and x.numel():
             rows_x, rows_y = x.reshape(-1, x.shape[-1]), y.reshape(-1, y.shape[-1])
-            self.seen[id(module)] = Seen(rows_x[0].detach().clone(), rows_y[0].detach().clone(),
-                                         transposed)  # fmt: skip
+            self.seen[id(module)] = Seen(
+                rows_x[0].detach().clone(), rows_y[0].detach().clone(), transposed
+            )
 
 
 def _same_memory(x: Tensor, returned: Tensor) -> bool:
@@ -173,9 +174,13 @@ class Claim:
 
 
 def _claimed(
-    claim: Claim, call_module: nn.Module, vectors: Tensor, recorder: Recorder,
-    modules: dict[str, nn.Module], exclude: nn.Module | None,
-) -> Projection | None:  # fmt: skip
+    claim: Claim,
+    call_module: nn.Module,
+    vectors: Tensor,
+    recorder: Recorder,
+    modules: dict[str, nn.Module],
+    exclude: nn.Module | None,
+) -> Projection | None:
     """The Projection ``claim`` names when it holds for ``vectors`` (head, d), else None."""
     module = modules.get(claim.path)
     seen = None if module is None or module is exclude else recorder.seen.get(id(module))
@@ -202,9 +207,12 @@ def claim_of(found: Projection | str | None, heads: int) -> Claim | None:
 
 
 def _projection(
-    call_module: nn.Module, vectors: Tensor, recorder: Recorder, paths: dict[int, str],
+    call_module: nn.Module,
+    vectors: Tensor,
+    recorder: Recorder,
+    paths: dict[int, str],
     exclude: nn.Module | None,
-) -> Projection | str:  # fmt: skip
+) -> Projection | str:
     """The projection inside ``call_module`` whose output at position 0 holds every row of
     ``vectors`` (head, d) as a slice, or the reason there is none."""
     for module in call_module.modules():
@@ -229,8 +237,10 @@ def probe(
     paths = {id(m): name for name, m in model.named_modules()}
     recorder = _observe(model, tokens, inputs=inputs)
     config, modules = model.config.get_text_config(), dict(model.named_modules())
-    return [_layer(call, recorder, paths, family, config, None, modules)[0]
-            for call in _first_calls(recorder, family)]  # fmt: skip
+    return [
+        _layer(call, recorder, paths, family, config, None, modules)[0]
+        for call in _first_calls(recorder, family)
+    ]
 
 
 #: The three projections a claim may name, in an entry's order.
@@ -322,9 +332,14 @@ def _observe(
 
 
 def _layer(
-    call: Call, recorder: Recorder, paths: dict[int, str], family: str, config,
-    claims: dict[str, Claim | None] | None, modules: dict[str, nn.Module],
-) -> tuple[HFAttentionLayer, str | None]:  # fmt: skip
+    call: Call,
+    recorder: Recorder,
+    paths: dict[int, str],
+    family: str,
+    config,
+    claims: dict[str, Claim | None] | None,
+    modules: dict[str, nn.Module],
+) -> tuple[HFAttentionLayer, str | None]:
     heads, kv_heads = call.q0.shape[0], call.k0.shape[0]
     output = None
     if call.output is not None:
@@ -336,8 +351,11 @@ def _layer(
     found, refuted = {}, None
     for name, vectors in zip(CLAIMED, (call.q0, call.k0, call.v0), strict=True):
         claim = None if claims is None else claims[name]
-        found[name] = None if claim is None else _claimed(claim, call.module, vectors, recorder,
-                                                          modules, exclude)  # fmt: skip
+        found[name] = (
+            None
+            if claim is None
+            else _claimed(claim, call.module, vectors, recorder, modules, exclude)
+        )
         if found[name] is None:
             found[name] = _projection(call.module, vectors, recorder, paths, exclude)
             if claims is not None and (claim is not None or isinstance(found[name], Projection)):

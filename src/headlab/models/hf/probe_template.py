@@ -72,8 +72,11 @@ def template(layer: HFAttentionLayer) -> dict:
     output, norm = layer.output, layer.input_norm
     out = None
     if output is not None:
-        out = {"path": _relative(output.path, layer.path), "transposed": output.transposed,
-               "width": len(output.rows)}  # fmt: skip
+        out = {
+            "path": _relative(output.path, layer.path),
+            "transposed": output.transposed,
+            "width": len(output.rows),
+        }
     return {
         "class": type(layer.module).__qualname__,
         "role": role(layer.path),
@@ -160,19 +163,26 @@ def checked_layers(
         firsts.setdefault(_key(name, module), (name, by_key[_key(name, module)]))
     if len(firsts) != len(by_key):
         raise BadEntry("a template names a class the model does not hold")
-    claims = {path: {part: None if t[part] is None else Claim(_absolute(t[part]["path"], path),
-                                                             t[part]["transposed"],
-                                                             tuple(t[part]["offsets"]))
-                     for part in CLAIMED}
-              for path, t in firsts.values()}  # fmt: skip
+    claims = {
+        path: {
+            part: None
+            if t[part] is None
+            else Claim(
+                _absolute(t[part]["path"], path), t[part]["transposed"], tuple(t[part]["offsets"])
+            )
+            for part in CLAIMED
+        }
+        for path, t in firsts.values()
+    }
     found, refuted = probe_first(model, family, claims, inputs=inputs)
     if refuted:
         raise BadEntry(refuted)
     for path, t in firsts.values():
         if template(found[path]) != t:
             raise BadEntry(f"{path} does not give the entry's template when probed")
-    return [_moved(model, found[firsts[_key(name, module)][0]], name, module)
-            for name, module in held]  # fmt: skip
+    return [
+        _moved(model, found[firsts[_key(name, module)][0]], name, module) for name, module in held
+    ]
 
 
 def _moved(model: nn.Module, first: HFAttentionLayer, path: str, module: nn.Module):

@@ -30,13 +30,17 @@ def rotary_tables(
     if not isinstance(table, nn.Module):
         raise ValueError(f"rotary offsets need a model with rotary positions; {name} has none")
     if "layer_type" in inspect.signature(table.forward).parameters:
-        raise ValueError(f"rotary-aware composition reads one rotary table, {name} has one per "
-                         f"layer type ({type(table).__name__})")  # fmt: skip
+        raise ValueError(
+            f"rotary-aware composition reads one rotary table, {name} has one per "
+            f"layer type ({type(table).__name__})"
+        )
     family = sys.modules[type(table).__module__]
     rotate_half = getattr(family, "rotate_half", None)
     if rotate_half is None:
-        raise ValueError(f"rotary-aware composition reads rotate-half rotary (Llama's); "
-                         f"{family.__name__} has no rotate_half")  # fmt: skip
+        raise ValueError(
+            f"rotary-aware composition reads rotate-half rotary (Llama's); "
+            f"{family.__name__} has no rotate_half"
+        )
     probe = next(table.buffers(), None)
     device = None if probe is None else probe.device
     dummy = torch.zeros(1, positions.shape[0], head_dim, device=device)

@@ -22,14 +22,18 @@ from headlab.models.run_protocol import Block
 def _paths(name: str, model: nn.Module, layers: list[HFAttentionLayer], kind: str) -> list[str]:
     declared = set(getattr(model, "_no_split_modules", None) or ())
     if not declared:
-        raise ValueError(f"{name} declares no block class (transformers' _no_split_modules): "
-                         "its blocks cannot be read")  # fmt: skip
+        raise ValueError(
+            f"{name} declares no block class (transformers' _no_split_modules): "
+            "its blocks cannot be read"
+        )
     paths = []
     for layer in layers:
         path = block_path(model, declared, layer.path)
         if path is None:
-            raise ValueError(f"{name}'s {kind} attention at {layer.path} is in none of its "
-                             f"declared blocks ({', '.join(sorted(declared))})")  # fmt: skip
+            raise ValueError(
+                f"{name}'s {kind} attention at {layer.path} is in none of its "
+                f"declared blocks ({', '.join(sorted(declared))})"
+            )
         paths.append(path)
     if len(set(paths)) != len(paths):
         raise ValueError(f"{name} has two {kind} attention layers in one block ({paths})")
@@ -46,18 +50,24 @@ def seq2seq_blocks(
     decoder = _paths(name, model, layers["decoder"], "decoder self-")
     cross = _paths(name, model, layers["cross"], "cross-")
     if cross != decoder:
-        raise ValueError(f"{name}'s cross-attention layers are not one per decoder block "
-                         f"({len(cross)} cross, {len(decoder)} decoder blocks)")  # fmt: skip
+        raise ValueError(
+            f"{name}'s cross-attention layers are not one per decoder block "
+            f"({len(cross)} cross, {len(decoder)} decoder blocks)"
+        )
     family = str(getattr(model.config, "model_type", ""))
     blocks, parts = [], []
     rows = [(path, layer, None) for path, layer in zip(encoder, layers["encoder"], strict=True)]
-    rows += [(path, layer, x) for path, layer, x in
-             zip(decoder, layers["decoder"], layers["cross"], strict=True)]  # fmt: skip
+    rows += [
+        (path, layer, x)
+        for path, layer, x in zip(decoder, layers["decoder"], layers["cross"], strict=True)
+    ]
     for i, (path, layer, cross_layer) in enumerate(rows):
         found = read_parts(path, model.get_submodule(path), family)
         if found.mlp_in is None:
-            raise ValueError(f"{name}'s block {type(found.module).__name__} has no MLP this "
-                             f"route knows (its family {family!r} declares none)")  # fmt: skip
+            raise ValueError(
+                f"{name}'s block {type(found.module).__name__} has no MLP this "
+                f"route knows (its family {family!r} declares none)"
+            )
         if layer.num_kv_heads != layer.num_heads:
             raise ValueError(f"{name}: grouped K/V heads in an encoder-decoder are not read")
         stream = "encoder" if cross_layer is None else "decoder"

@@ -87,14 +87,17 @@ class Seq2SeqRoute:
             raise ValueError(f"{self.name}: an encoder-decoder runs whole texts only (no rows)")
         if not isinstance(batch, Mapping) or set(batch) != {"encoder", "decoder"}:
             got = sorted(batch) if isinstance(batch, Mapping) else type(batch).__name__
-            raise ValueError(f"{self.name} runs one input per stream, encoder and decoder; "
-                             f"got {got}")  # fmt: skip
+            raise ValueError(
+                f"{self.name} runs one input per stream, encoder and decoder; got {got}"
+            )
         first_decoder = self.encoder_blocks()
         memory = None
         if start >= first_decoder:
             if not sources or "encoder" not in sources:
-                raise ValueError(f"a run of {self.name} from decoder block {start} needs the "
-                                 "encoder's states (sources['encoder'])")  # fmt: skip
+                raise ValueError(
+                    f"a run of {self.name} from decoder block {start} needs the "
+                    "encoder's states (sources['encoder'])"
+                )
             memory = sources["encoder"]
         source, target = batch["encoder"], batch["decoder"]
         device = next(self.model.parameters()).device
@@ -111,17 +114,22 @@ class Seq2SeqRoute:
             encoded = 1 if memory is not None else copies
             inputs = {k: _copies(v, encoded).to(device) for k, v in source.inputs.items()}
             states = encoder(**inputs).last_hidden_state  # after the encoder's final norm
-            out = decoder(input_ids=_copies(target.input_ids, copies).to(device),
-                          attention_mask=_copies(target.attention_mask.long(), copies).to(device),
-                          encoder_hidden_states=states, use_cache=False, **extra)  # fmt: skip
+            out = decoder(
+                input_ids=_copies(target.input_ids, copies).to(device),
+                attention_mask=_copies(target.attention_mask.long(), copies).to(device),
+                encoder_hidden_states=states,
+                use_cache=False,
+                **extra,
+            )
             final = out.last_hidden_state  # (copies * batch, target pos, d_model)
             return final if keep is None else final[:, keep.to(device)]
 
         with ExitStack() as stack:
             if memory is not None:
                 given = memory.to(device)
-                stack.enter_context(intervene(blocks[first_decoder - 1], "resid_out",
-                                              lambda t: given, True))  # fmt: skip
+                stack.enter_context(
+                    intervene(blocks[first_decoder - 1], "resid_out", lambda t: given, True)
+                )
             given_stream(blocks, start, hidden)(stack)
             if interventions is not None:
                 interventions(stack)

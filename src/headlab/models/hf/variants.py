@@ -57,8 +57,7 @@ def with_head_view(
 ) -> TransformersModel:
     """``TransformersModel.with_head_view``: ``layers`` (default: all) viewed as ``num_heads``
     heads; ValueError for a layer already viewed or a count that does not divide its heads."""
-    chosen = check_layers(range(model.num_layers) if layers is None else layers,
-                          model.num_layers)  # fmt: skip
+    chosen = check_layers(range(model.num_layers) if layers is None else layers, model.num_layers)
     modules, changes = {}, {}
     for i in chosen:
         layer = model.layers[i]
@@ -147,8 +146,14 @@ def removed_sizes(removal: edits.Removal, d: int) -> dict:
     its projections' rows."""
     if removal.heads == 0:
         gone = "every head was removed"
-        return {"num_heads": 0, "num_kv_heads": 0, "output": None, "query": gone, "key": gone,
-                "value": gone}  # fmt: skip
+        return {
+            "num_heads": 0,
+            "num_kv_heads": 0,
+            "output": None,
+            "query": gone,
+            "key": gone,
+            "value": gone,
+        }
     q_rows, kv_rows = tuple(range(removal.heads * d)), tuple(range(removal.kv_heads * d))
     return {
         "num_heads": removal.heads,

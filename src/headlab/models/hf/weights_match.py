@@ -65,9 +65,13 @@ def _refuse_beyond(extra: list[str], config, where: str, declared_in: str) -> No
 
 
 def check_shapes(
-    shapes: Mapping[str, Shape], prefix: str, held: Mapping[str, Shape], config, where: str,
+    shapes: Mapping[str, Shape],
+    prefix: str,
+    held: Mapping[str, Shape],
+    config,
+    where: str,
     gguf: bool,
-) -> None:  # fmt: skip
+) -> None:
     """ValueError (see the module docstring) naming ``where`` (the folder or GGUF file) unless
     the weights ``held`` (name -> shape, from the headers) agree with the model the config
     builds (``shapes``, name -> shape, from the meta build; ``prefix``: the base model's name
@@ -76,9 +80,10 @@ def check_shapes(
     if gguf:  # GGUF names its layers blk.N. (transformers maps the rest itself)
         layers = _layers(config)
         extra = sorted(
-            k for k in held if (m := _GGUF_BLOCK.match(k)) and layers is not None
-            and int(m.group(1)) >= layers
-        )  # fmt: skip
+            k
+            for k in held
+            if (m := _GGUF_BLOCK.match(k)) and layers is not None and int(m.group(1)) >= layers
+        )
         if extra:
             _refuse_beyond(extra, config, where, declared_in)
         return

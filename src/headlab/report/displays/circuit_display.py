@@ -47,14 +47,23 @@ def circuit_display(
     # as the page holds the scores (float32), so that the circuit is exactly the edges at or above
     default = float(np.float32(abs(top[-1][1]))) if top else 0.0
     data = {
-        "model": run.model, "task": run.task, "method": run.method, "top": run.top,
-        "heads_per_layer": run.heads_per_layer, "kv_heads_per_layer": run.kv_heads_per_layer,
-        "nodes": names, "x": [where[n][0] for n in names], "y": [where[n][1] for n in names],
-        "picked": node, "count": kept,
+        "model": run.model,
+        "task": run.task,
+        "method": run.method,
+        "top": run.top,
+        "heads_per_layer": run.heads_per_layer,
+        "kv_heads_per_layer": run.kv_heads_per_layer,
+        "nodes": names,
+        "x": [where[n][0] for n in names],
+        "y": [where[n][1] for n in names],
+        "picked": node,
+        "count": kept,
         "threshold": default if threshold is None else float(threshold),
-        "senders": _b64(ends[0, :kept]), "receivers": _b64(ends[1, :kept]),
-        "inputs": _b64(inputs[:kept]), "scores": encode_floats(scores[:kept]),
-    }  # fmt: skip
+        "senders": _b64(ends[0, :kept]),
+        "receivers": _b64(ends[1, :kept]),
+        "inputs": _b64(inputs[:kept]),
+        "scores": encode_floats(scores[:kept]),
+    }
     return Display("circuit", data, repr(run), "display-circuit")
 
 

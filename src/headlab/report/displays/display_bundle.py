@@ -53,8 +53,10 @@ def page_code() -> str:
     """The drawers and their styles, as HTML: once per page, before or after the displays."""
     code = "\n".join(_static(name) for name in DRAWERS)
     code += "\nwindow.headlabDisplays.drawAll();"
-    return (f'<style data-headlab-code="css">{_static("displays.css")}</style>'
-            f'<script data-headlab-code="js">{code}</script>')  # fmt: skip
+    return (
+        f'<style data-headlab-code="css">{_static("displays.css")}</style>'
+        f'<script data-headlab-code="js">{code}</script>'
+    )
 
 
 def send_code_again() -> None:

@@ -28,20 +28,36 @@ def cross_display(result: EncoderDecoderHeads, *, metric: str | None = None) -> 
     metric = metric or ("max_weight" if "max_weight" in names else names[0])
     if metric not in names:
         raise ValueError(f"metric must be one of {', '.join(names)}, got {metric!r}")
-    kinds = {kind: {"num_layers": s.num_layers, "num_heads": s.num_heads, "metrics": s.metrics,
-                    "notes": s.notes} for kind, s in result.kinds.items()}  # fmt: skip
-    data = {"model": result.model, "n_sources": result.n_sources, "kinds": kinds,
-            "first_kind": "cross" if "cross" in kinds else next(iter(kinds)), "metric": metric,
-            "patterns": None}  # fmt: skip
+    kinds = {
+        kind: {
+            "num_layers": s.num_layers,
+            "num_heads": s.num_heads,
+            "metrics": s.metrics,
+            "notes": s.notes,
+        }
+        for kind, s in result.kinds.items()
+    }
+    data = {
+        "model": result.model,
+        "n_sources": result.n_sources,
+        "kinds": kinds,
+        "first_kind": "cross" if "cross" in kinds else next(iter(kinds)),
+        "metric": metric,
+        "patterns": None,
+    }
     kept = result.cross_patterns
     if kept is not None:
         data["patterns"] = {
-            "heads": [list(h) for h in kept.heads], "targets": kept.targets,
-            "sources": kept.sources, "notes": kept.notes,
+            "heads": [list(h) for h in kept.heads],
+            "targets": kept.targets,
+            "sources": kept.sources,
+            "notes": kept.notes,
             "weights": encode_floats(np.asarray(kept.weights, dtype=np.float32)),
-        }  # fmt: skip
-    summary = (f"EncoderDecoderHeads({result.model}, {result.n_sources} sources, "
-               f"{', '.join(result.kinds)})")  # fmt: skip
+        }
+    summary = (
+        f"EncoderDecoderHeads({result.model}, {result.n_sources} sources, "
+        f"{', '.join(result.kinds)})"
+    )
     return Display("cross", data, summary, "display-cross")
 
 
@@ -52,11 +68,20 @@ def patch_grid_display(result: VisionHeads, *, metric: str | None = None) -> Dis
     if metric not in result.metrics:
         raise ValueError(f"metric must be one of {', '.join(result.metrics)}, got {metric!r}")
     data = {
-        "model": result.model, "n_images": result.n_images, "num_layers": result.num_layers,
-        "num_heads": result.num_heads, "grid": result.grid, "registers": result.registers,
-        "threshold": result.threshold, "metrics": result.metrics, "metric": metric,
-        "notes": result.notes, "cls": None, "tokens": 0, "ratios": None,
-    }  # fmt: skip
+        "model": result.model,
+        "n_images": result.n_images,
+        "num_layers": result.num_layers,
+        "num_heads": result.num_heads,
+        "grid": result.grid,
+        "registers": result.registers,
+        "threshold": result.threshold,
+        "metrics": result.metrics,
+        "metric": metric,
+        "notes": result.notes,
+        "cls": None,
+        "tokens": 0,
+        "ratios": None,
+    }
     if result.cls_attention:
         rows = np.asarray(result.cls_attention, dtype=np.float32)  # (layer, head, k_pos)
         data["cls"], data["tokens"] = encode_floats(rows), int(rows.shape[-1])

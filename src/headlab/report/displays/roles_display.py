@@ -32,20 +32,26 @@ def roles_display(result: LongContextResult) -> Display:
             if grid is not None:
                 scores[name.replace("_", " ")] = grid
     data = {
-        "model": stats.model, "n_tokens": result.context.n_tokens,
-        "layers": stats.num_layers, "heads": stats.num_heads,
+        "model": stats.model,
+        "n_tokens": result.context.n_tokens,
+        "layers": stats.num_layers,
+        "heads": stats.num_heads,
         "roles": None if roles is None else roles.roles,
-        "note": "" if roles is None else roles.note, "scores": scores,
+        "note": "" if roles is None else roles.note,
+        "scores": scores,
         "window": None if roles is None else [roles.sinks, roles.window],
-    }  # fmt: skip
+    }
     if maps is not None:
         blocks = len(maps.blocked[0][0]) if maps.blocked and maps.blocked[0] else 0
         bins = len(maps.received[0][0]) if maps.received and maps.received[0] else 0
         data["maps"] = {
-            "block": maps.block, "blocks": blocks, "bin": maps.bin, "bins": bins,
+            "block": maps.block,
+            "blocks": blocks,
+            "bin": maps.bin,
+            "bins": bins,
             "blocked": encode_floats(_padded(maps.blocked, stats.num_heads, (blocks, blocks))),
             "received": encode_floats(_padded(maps.received, stats.num_heads, (bins,))),
-        }  # fmt: skip
+        }
     return Display("roles", data, repr(result), "display-roles")
 
 
@@ -54,11 +60,24 @@ def kv_budget_display(result: KVBudgetResult) -> Display:
     layers = 1 + max((int(r[0]) for r in result.group_ranking), default=0)
     groups = 1 + max((int(r[1]) for r in result.group_ranking), default=0)
     data = {
-        "model": result.model, "n_tokens": result.n_tokens, "sinks": result.sinks,
-        "window": result.window, "layers": layers, "groups": groups,
+        "model": result.model,
+        "n_tokens": result.n_tokens,
+        "sinks": result.sinks,
+        "window": result.window,
+        "layers": layers,
+        "groups": groups,
         "ranking": result.group_ranking,
-        "runs": [{"kind": r.kind, "budget": r.budget, "seed": r.seed, "groups": r.groups,
-                  "kv_saved": r.kv_saved, "perplexity": r.perplexity,
-                  "copy_accuracy": r.copy_accuracy} for r in result.runs],
-    }  # fmt: skip
+        "runs": [
+            {
+                "kind": r.kind,
+                "budget": r.budget,
+                "seed": r.seed,
+                "groups": r.groups,
+                "kv_saved": r.kv_saved,
+                "perplexity": r.perplexity,
+                "copy_accuracy": r.copy_accuracy,
+            }
+            for r in result.runs
+        ],
+    }
     return Display("kv-budget", data, repr(result), "display-kv-budget")

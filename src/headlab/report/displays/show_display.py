@@ -17,25 +17,43 @@ from headlab.report.displays.display_bundle import Display
 
 #: (module, class) of a results type -> (module, function) making its Display.
 BUILDERS: dict[tuple[str, str], tuple[str, str]] = {
-    ("headlab.results.head_statistics", "HeadStatistics"):
-        ("headlab.report.displays.heads_display", "heads_display"),
-    ("headlab.results.head_pattern_result", "HeadPattern"):
-        ("headlab.report.displays.heads_display", "pattern_display"),
-    ("headlab.results.long_context_result", "LongContextResult"):
-        ("headlab.report.displays.roles_display", "roles_display"),
-    ("headlab.results.kv_budget_result", "KVBudgetResult"):
-        ("headlab.report.displays.roles_display", "kv_budget_display"),
-    ("headlab.results.circuit_run", "CircuitRun"):
-        ("headlab.report.displays.circuit_display", "circuit_display"),
-    ("headlab.results.circuit_edges", "FaithfulnessCurve"):
-        ("headlab.report.displays.circuit_display", "curve_display"),
-    ("headlab.results.score_split_result", "ScoreSplitResult"):
-        ("headlab.report.displays.score_split_display", "score_split_display"),
-    ("headlab.results.stream_heads", "EncoderDecoderHeads"):
-        ("headlab.report.displays.kinds_display", "cross_display"),
-    ("headlab.results.stream_heads", "VisionHeads"):
-        ("headlab.report.displays.kinds_display", "patch_grid_display"),
-}  # fmt: skip
+    ("headlab.results.head_statistics", "HeadStatistics"): (
+        "headlab.report.displays.heads_display",
+        "heads_display",
+    ),
+    ("headlab.results.head_pattern_result", "HeadPattern"): (
+        "headlab.report.displays.heads_display",
+        "pattern_display",
+    ),
+    ("headlab.results.long_context_result", "LongContextResult"): (
+        "headlab.report.displays.roles_display",
+        "roles_display",
+    ),
+    ("headlab.results.kv_budget_result", "KVBudgetResult"): (
+        "headlab.report.displays.roles_display",
+        "kv_budget_display",
+    ),
+    ("headlab.results.circuit_run", "CircuitRun"): (
+        "headlab.report.displays.circuit_display",
+        "circuit_display",
+    ),
+    ("headlab.results.circuit_edges", "FaithfulnessCurve"): (
+        "headlab.report.displays.circuit_display",
+        "curve_display",
+    ),
+    ("headlab.results.score_split_result", "ScoreSplitResult"): (
+        "headlab.report.displays.score_split_display",
+        "score_split_display",
+    ),
+    ("headlab.results.stream_heads", "EncoderDecoderHeads"): (
+        "headlab.report.displays.kinds_display",
+        "cross_display",
+    ),
+    ("headlab.results.stream_heads", "VisionHeads"): (
+        "headlab.report.displays.kinds_display",
+        "patch_grid_display",
+    ),
+}
 
 
 def _builder(result: object) -> Callable[..., Display]:
@@ -44,8 +62,9 @@ def _builder(result: object) -> Callable[..., Display]:
         if where is not None:
             return getattr(importlib.import_module(where[0]), where[1])
     shown = ", ".join(name for _, name in BUILDERS)
-    raise TypeError(f"expected a results type with a display ({shown}), got "
-                    f"{type(result).__name__}")  # fmt: skip
+    raise TypeError(
+        f"expected a results type with a display ({shown}), got {type(result).__name__}"
+    )
 
 
 def show(result: object, **options: Any) -> Display:
