@@ -24,7 +24,7 @@
     controls.append(el("span", null, "|score| \u2265"), slider, count);
     const base = surface(W, H, "hl-canvas"), s = surface(W, H, "hl-canvas");
     tid(s.canvas, "circuit-canvas");
-    root.append(controls, s.canvas, el("p", "hl-muted", "Layers left to right (emb, then each layer's query heads as dots and its MLP as a square below; in a GQA layer a shaded box is a K/V group, whose k and v edges land on its hollow square; logits at the right). Edges: width by |score|, blue above 0, red below; into q solid, k dashed, v dotted. Point at a node for its edges; click it to light them (its 20 strongest at least, whatever the threshold)."));
+    root.append(controls, s.canvas, el("p", "hl-muted", "Layers left to right (emb, then each layer's query heads as dots and its MLP as a square below; in a GQA layer a shaded box is a K/V group, whose k and v edges land on its hollow square; logits at the right). Edges arc over the heads between their ends: width by |score|, blue above 0, red below; into q solid, k dashed, v dotted. Point at a node for its edges; click it to light them (its 20 strongest at least, whatever the threshold)."));
     (function () { // the graph without edges, drawn once
       const ctx = base.ctx; ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, W, H);
       d.heads_per_layer.forEach((heads, l) => {
@@ -65,13 +65,20 @@
         let list = paths.get(key); if (!list) { list = []; paths.set(key, list); }
         list.push(i);
       }
+      // An edge arcs over the heads between its ends (a straight edge along a row would run
+      // through every head dot on it); the dense hairline view keeps straight segments.
+      const edge = (i, curved) => {
+        const x0 = px[senders[i]], y0 = py[senders[i]], x1 = px[receivers[i]], y1 = py[receivers[i]];
+        ctx.moveTo(x0, y0);
+        if (!curved) { ctx.lineTo(x1, y1); return; }
+        const dx = x1 - x0, dy = y1 - y0, length = Math.hypot(dx, dy) || 1;
+        const lift = Math.min(0.2 * length, 60);  // px the arc's middle stands off the chord
+        ctx.quadraticCurveTo((x0 + x1) / 2 + (dy / length) * lift, (y0 + y1) / 2 - (dx / length) * lift, x1, y1);
+      };
       const stroke = (list) => {
         for (let a = 0; a < list.length; a += 400) {
           ctx.beginPath();
-          for (let b = a; b < Math.min(list.length, a + 400); b++) {
-            const i = list[b];
-            ctx.moveTo(px[senders[i]], py[senders[i]]); ctx.lineTo(px[receivers[i]], py[receivers[i]]);
-          }
+          for (let b = a; b < Math.min(list.length, a + 400); b++) edge(list[b], !many);
           ctx.stroke();
         }
       };
@@ -92,7 +99,7 @@
         lit.slice().reverse().forEach((i) => {
           ctx.strokeStyle = SIGN[scores[i] < 0 ? 1 : 0]; ctx.setLineDash(DASH[inputs[i]]);
           ctx.lineWidth = 0.8 + (3.2 * Math.abs(scores[i])) / top;
-          ctx.beginPath(); ctx.moveTo(px[senders[i]], py[senders[i]]); ctx.lineTo(px[receivers[i]], py[receivers[i]]); ctx.stroke();
+          ctx.beginPath(); edge(i, true); ctx.stroke();
         });
       }
       ctx.setLineDash([]); ctx.globalAlpha = 1;
