@@ -180,10 +180,12 @@ def bench_family(family: str, repeats: int) -> str:
         mask = x.get("attention_mask")
         if mask is None:  # audio: every encoder position
             mask = torch.ones(1, ours.config.max_source_positions)
-        source = SourceBatch(x, mask.bool(), [])
+        # every row's label of every position (its index: the ids are random)
+        source = SourceBatch(x, mask.bool(), [[str(i) for i in range(mask.shape[1])]] * len(mask))
         start = torch.full((target.shape[0], 1), ours.start_id())
         ids = torch.cat([start, target], dim=1)
-        batch = TokenBatch(ids, torch.ones_like(ids, dtype=torch.bool), [])
+        tokens = [[str(i) for i in range(ids.shape[1])]] * len(ids)
+        batch = TokenBatch(ids, torch.ones_like(ids, dtype=torch.bool), tokens)
         pairs = [(source, batch)]
         steps = {
             "forward": lambda: model(**x, decoder_input_ids=ids),

@@ -5,8 +5,11 @@ module that command calls; everywhere a name says what the module holds, once.""
 
 from __future__ import annotations
 
+import subprocess
 from collections import defaultdict
 from pathlib import Path
+
+import pytest
 
 import headlab
 
@@ -98,3 +101,24 @@ def test_typed_requests_are_named_request() -> None:
                 found.add(node.name)
     assert sorted(found - set(NOT_REQUESTS)) == []
     assert sorted(set(NOT_REQUESTS) - found) == []  # a name gone leaves the list too
+
+
+def test_no_tracked_file_holds_a_merge_conflict_marker() -> None:
+    root = Path(__file__).resolve().parents[1]
+    markers = ("<" * 7 + " ", ">" * 7 + " ")  # written so that this file holds none
+    listed = subprocess.run(
+        ["git", "-C", str(root), "ls-files"], capture_output=True, text=True, check=False
+    )
+    if listed.returncode != 0:
+        pytest.skip("not a git checkout")
+    held = []
+    for name in listed.stdout.splitlines():
+        path = root / name
+        if path.suffix not in {".py", ".md", ".js", ".css", ".html", ".toml", ".txt", ".ipynb"}:
+            continue
+        if not path.is_file():
+            continue
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if line.startswith(markers) or line == "=" * 7:
+                held.append(f"{name}:{number}")
+    assert not held, held
