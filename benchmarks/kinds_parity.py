@@ -34,99 +34,36 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1] / "tests" / "kinds"))
+from tiny_kinds import ENCODER_DECODERS as TINY_ENCODER_DECODERS
+from tiny_kinds import VISION as TINY_VISION
+from tiny_kinds import twins
+
 from machine_load import load_average
 
-TINY_ENCODER_DECODERS = ("t5", "bart", "marian", "whisper")
-TINY_VISION = ("vit", "dinov2", "dinov2_registers", "clip_vision")
 HEAD = 1  # the head ablated
 
 
 def tiny(kind: str):
-    """A random tiny model of ``kind`` (seed 0), eager."""
+    """A random tiny model of ``kind`` (seed 0), eager: the tests' models
+    (``tests/kinds/tiny_kinds.py``), and CLIP's text tower built here."""
     import transformers as tf
 
+    if kind != "clip_text":
+        return twins(kind, seed=0)[0]
     torch.manual_seed(0)
-    sizes = dict(
+    config = tf.CLIPTextConfig(
         vocab_size=97,
-        d_model=24,
-        encoder_layers=2,
-        decoder_layers=3,
-        encoder_attention_heads=4,
-        decoder_attention_heads=2,
-        encoder_ffn_dim=40,
-        decoder_ffn_dim=40,
-    )
-    image = dict(
         hidden_size=24,
         num_hidden_layers=3,
         num_attention_heads=4,
         intermediate_size=40,
-        image_size=35,
-        patch_size=7,
-        num_channels=3,
+        max_position_embeddings=32,
+        eos_token_id=2,
+        bos_token_id=1,
+        pad_token_id=0,
     )
-    built = {
-        "t5": lambda: tf.T5ForConditionalGeneration(
-            tf.T5Config(
-                vocab_size=97,
-                d_model=24,
-                d_kv=6,
-                d_ff=40,
-                num_layers=3,
-                num_decoder_layers=3,
-                num_heads=4,
-                relative_attention_num_buckets=8,
-                decoder_start_token_id=0,
-                pad_token_id=0,
-                eos_token_id=1,
-            )
-        ),
-        "bart": lambda: tf.BartForConditionalGeneration(
-            tf.BartConfig(max_position_embeddings=64, **sizes)
-        ),
-        "marian": lambda: tf.MarianMTModel(
-            tf.MarianConfig(
-                max_position_embeddings=64,
-                decoder_start_token_id=96,
-                pad_token_id=96,
-                eos_token_id=0,
-                **sizes,
-            )
-        ),
-        "whisper": lambda: tf.WhisperForConditionalGeneration(
-            tf.WhisperConfig(
-                num_mel_bins=16,
-                max_source_positions=50,
-                max_target_positions=40,
-                decoder_start_token_id=3,
-                pad_token_id=2,
-                eos_token_id=1,
-                bos_token_id=1,
-                suppress_tokens=None,
-                begin_suppress_tokens=None,
-                **sizes,
-            )
-        ),
-        "vit": lambda: tf.ViTModel(tf.ViTConfig(**image), add_pooling_layer=False),
-        "dinov2": lambda: tf.Dinov2Model(tf.Dinov2Config(**image)),
-        "dinov2_registers": lambda: tf.Dinov2WithRegistersModel(
-            tf.Dinov2WithRegistersConfig(num_register_tokens=4, **image)
-        ),
-        "clip_vision": lambda: tf.CLIPVisionModel(tf.CLIPVisionConfig(**image)),
-        "clip_text": lambda: tf.CLIPTextModel(
-            tf.CLIPTextConfig(
-                vocab_size=97,
-                hidden_size=24,
-                num_hidden_layers=3,
-                num_attention_heads=4,
-                intermediate_size=40,
-                max_position_embeddings=32,
-                eos_token_id=2,
-                bos_token_id=1,
-                pad_token_id=0,
-            )
-        ),
-    }[kind]()
+    built = tf.CLIPTextModel(config)
     built.set_attn_implementation("eager")
     return built.eval()
 

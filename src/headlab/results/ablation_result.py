@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from headlab.results.schema import Fields, is_int, problem
+from headlab.results.schema import Fields
 from headlab.results.summary_repr import summarised
 
 Head = tuple[int, int]  # (layer, head)
@@ -52,11 +52,7 @@ class AblationResult:
     def from_dict(cls, data: dict, where: str = "model-ablate") -> AblationResult:
         """The inverse of ``to_dict`` (``change`` is derived); ValueError naming a bad field."""
         f = Fields(data, where)
-        heads = []
-        for i, pair in enumerate(f.list("heads")):
-            if not (isinstance(pair, list) and len(pair) == 2 and all(map(is_int, pair))):
-                raise problem(f"{where}.heads[{i}]", "[layer, head]", pair)
-            heads.append((pair[0], pair[1]))
+        heads = f.heads("heads")
         return cls(
             f.name("model"),
             f.int("n_texts"),

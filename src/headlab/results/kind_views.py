@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from headlab.results.schema import Fields, is_int, is_number, problem
+from headlab.results.schema import Fields, is_number
 
 Head = tuple[int, int]  # (layer, head)
 
@@ -42,11 +42,7 @@ class CrossPatterns:
     def from_dict(cls, data: dict, where: str = "cross_patterns") -> CrossPatterns:
         """The inverse of ``to_dict``; ValueError naming the field that does not fit."""
         f = Fields(data, where)
-        heads = []
-        for i, pair in enumerate(f.list("heads", nonempty=True)):
-            if not (isinstance(pair, list) and len(pair) == 2 and all(map(is_int, pair))):
-                raise problem(f"{where}.heads[{i}]", "[layer, head]", pair)
-            heads.append((pair[0], pair[1]))
+        heads = f.heads("heads", nonempty=True)
         targets = f.get("targets", "a list of strings", strings)
         sources = f.get("sources", "a list of strings", strings)
         shape = f"{len(heads)} x {len(targets)} x {len(sources)} (head, target, source) numbers"

@@ -159,6 +159,15 @@ class Fields:
                 )
         return values
 
+    def heads(self, key: str, nonempty: bool = False) -> list[tuple[int, int]]:
+        """A list of [layer, head] pairs of integers."""
+        pairs = []
+        for i, pair in enumerate(self.list(key, nonempty)):
+            if not (isinstance(pair, list) and len(pair) == 2 and all(map(is_int, pair))):
+                raise problem(f"{self.at(key)}[{i}]", "[layer, head]", pair)
+            pairs.append((pair[0], pair[1]))
+        return pairs
+
     def numbers(self, key: str) -> list[float]:
         values = self.list(key)
         for i, v in enumerate(values):

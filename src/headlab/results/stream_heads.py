@@ -16,7 +16,7 @@ from typing import ClassVar
 
 from headlab.results.head_statistics import HeadStatistics
 from headlab.results.kind_views import CrossPatterns, cube_of
-from headlab.results.schema import Fields, are_short_texts, is_int, is_number, problem
+from headlab.results.schema import Fields, are_short_texts, is_int, is_number
 
 Head = tuple[int, int]  # (layer, head)
 
@@ -96,11 +96,7 @@ class KindAblation:
     def from_dict(cls, data: dict, where: str = "model-ablate-kind") -> KindAblation:
         """The inverse of ``to_dict`` (``change`` is derived); ValueError naming a bad field."""
         f = Fields(data, where)
-        heads = []
-        for i, pair in enumerate(f.list("heads")):
-            if not (isinstance(pair, list) and len(pair) == 2 and all(map(is_int, pair))):
-                raise problem(f"{where}.heads[{i}]", "[layer, head]", pair)
-            heads.append((pair[0], pair[1]))
+        heads = f.heads("heads")
         return cls(
             f.str("model"),
             f.int("n_inputs"),

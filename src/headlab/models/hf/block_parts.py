@@ -192,12 +192,13 @@ def _mlp_out(module, args, output):
     return None if parts is None else _output_hook(parts.sites, "mlp_out")(module, args, output)
 
 
-def hf_blocks(
-    name: str, model: nn.Module, layers: list[HFAttentionLayer], causal: bool
-) -> tuple[list[Block], list[HFBlockParts]]:
-    """The protocol's blocks of ``model`` (one per attention layer) and their modules.
-    ValueError (one line) where the model does not declare its blocks, two attention layers
-    share one, a block has no attention (a hybrid) or no declared MLP attribute."""
+def declared_block_paths(
+    name: str, model: nn.Module, layers: list[HFAttentionLayer], kind: str = "", shared: str = ""
+) -> list[str]:
+    """Each attention layer's block path, its block one of the model's declared block classes
+    (transformers' ``_no_split_modules``). ValueError (one line) where the model declares none, a
+    layer is in none, or two share one (``kind`` names the layers: "cross-"; ``shared`` ends that
+    message)."""
     declared = set(getattr(model, "_no_split_modules", None) or ())
     if not declared:
         raise ValueError(
@@ -209,15 +210,24 @@ def hf_blocks(
         path = block_path(model, declared, layer.path)
         if path is None:
             raise ValueError(
-                f"{name}'s attention at {layer.path} is in none of its declared "
+                f"{name}'s {kind}attention at {layer.path} is in none of its declared "
                 f"blocks ({', '.join(sorted(declared))})"
             )
         paths.append(path)
     if len(set(paths)) != len(paths):
-        raise ValueError(
-            f"{name} has two attention layers in one block ({paths}): "
-            "cross-attention is not read by this route"
-        )
+        raise ValueError(f"{name} has two {kind}attention layers in one block ({paths}){shared}")
+    return paths
+
+
+def hf_blocks(
+    name: str, model: nn.Module, layers: list[HFAttentionLayer], causal: bool
+) -> tuple[list[Block], list[HFBlockParts]]:
+    """The protocol's blocks of ``model`` (one per attention layer) and their modules.
+    ValueError (one line) where the model does not declare its blocks, two attention layers
+    share one, a block has no attention (a hybrid) or no declared MLP attribute."""
+    paths = declared_block_paths(
+        name, model, layers, shared=": cross-attention is not read by this route"
+    )
     container, _ = paths[0].rsplit(".", 1) if "." in paths[0] else ("", paths[0])
     listed = model.get_submodule(container) if container else model
     if isinstance(listed, nn.ModuleList) and len(listed) != len(paths):

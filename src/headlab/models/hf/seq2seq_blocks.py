@@ -14,30 +14,9 @@ from __future__ import annotations
 
 from torch import nn
 
-from headlab.models.hf.block_parts import HFBlockParts, block_path, read_parts
+from headlab.models.hf.block_parts import HFBlockParts, declared_block_paths, read_parts
 from headlab.models.hf.layer import HFAttentionLayer
 from headlab.models.run_protocol import Block
-
-
-def _paths(name: str, model: nn.Module, layers: list[HFAttentionLayer], kind: str) -> list[str]:
-    declared = set(getattr(model, "_no_split_modules", None) or ())
-    if not declared:
-        raise ValueError(
-            f"{name} declares no block class (transformers' _no_split_modules): "
-            "its blocks cannot be read"
-        )
-    paths = []
-    for layer in layers:
-        path = block_path(model, declared, layer.path)
-        if path is None:
-            raise ValueError(
-                f"{name}'s {kind} attention at {layer.path} is in none of its "
-                f"declared blocks ({', '.join(sorted(declared))})"
-            )
-        paths.append(path)
-    if len(set(paths)) != len(paths):
-        raise ValueError(f"{name} has two {kind} attention layers in one block ({paths})")
-    return paths
 
 
 def seq2seq_blocks(
@@ -46,9 +25,9 @@ def seq2seq_blocks(
     """The protocol's blocks of ``model`` (encoder blocks, then decoder blocks with their
     cross-attention) and their modules, from ``layers`` by kind ("encoder", "decoder",
     "cross"). ValueError (one line) naming what is missing."""
-    encoder = _paths(name, model, layers["encoder"], "encoder")
-    decoder = _paths(name, model, layers["decoder"], "decoder self-")
-    cross = _paths(name, model, layers["cross"], "cross-")
+    encoder = declared_block_paths(name, model, layers["encoder"], "encoder ")
+    decoder = declared_block_paths(name, model, layers["decoder"], "decoder self-")
+    cross = declared_block_paths(name, model, layers["cross"], "cross-")
     if cross != decoder:
         raise ValueError(
             f"{name}'s cross-attention layers are not one per decoder block "
