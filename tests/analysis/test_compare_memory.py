@@ -11,7 +11,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(sys.platform != "linux", reas
 
 PROBE = """
 import json, re, sys
+import headlab.attention.workers as workers
 from headlab.analysis.scenarios import CompareRequest, run_setup
+
+# the kernel's path as on a quiet or a busy machine, whatever this machine's load
+workers.competing = lambda: sys.argv[2] == "busy"
 
 def status(key):
     text = open("/proc/self/status").read()
@@ -32,8 +36,11 @@ print(status("VmHWM") - base, setup.memory_estimate())
 def test_the_estimate_covers_the_measured_peak_and_is_close_to_it(setup):
     """The peak resident growth of ``run_setup`` in a fresh process, against the estimate that
     ``check_fits`` refuses by: never below it, and not far above (docs/answers.md, Memory)."""
-    out = subprocess.run(
-        [sys.executable, "-c", PROBE, setup], capture_output=True, text=True, check=True
-    ).stdout
-    measured, estimate = map(int, out.split())
-    assert measured <= estimate <= 1.8 * measured, (measured, estimate)
+    peaks = []
+    for load in ("quiet", "busy"):  # the kernel takes other paths while another process runs
+        out = subprocess.run(
+            [sys.executable, "-c", PROBE, setup, load], capture_output=True, text=True, check=True
+        ).stdout
+        measured, estimate = map(int, out.split())
+        peaks.append(measured)
+    assert max(peaks) <= estimate <= 1.8 * max(peaks), (peaks, estimate)
