@@ -150,7 +150,7 @@ class RunnableModel(Protocol):
         hidden: Tensor | None = None,
         copies: int = 1,
         stop: StopAt | None = None,
-        rows: slice | None = None,
+        rows: slice | Tensor | None = None,
         keep: Tensor | None = None,
         interventions: Interventions | None = None,
         sources: Mapping[str, Tensor] | None = None,
@@ -160,7 +160,9 @@ class RunnableModel(Protocol):
         block ``start`` (copies * batch, pos, d_model), or with ``start`` = the block count the
         stream leaving the last block; None: the model's own embeddings. rows: only the
         positions rows.start .. rows.stop - 1, at their own positions (for the maps that act on
-        each position alone: a block up to its q, k, v, or its MLP with the heads held). keep:
+        each position alone: a block up to its q, k, v, or its MLP with the heads held); the
+        transformers route also takes (n,) ascending positions (its context runs:
+        ``models/hf/context_run.py``, whose heads read a whole run's keys and values). keep:
         (n_kept,) the positions whose final states are returned (default all). sources: the
         states leaving the last block of each other stream a cross-attention reads, when the
         run starts past them (``RunCache.streams_out``; the model applies that stream's final

@@ -77,7 +77,7 @@ class BlockRoute:
         hidden: Tensor | None = None,
         copies: int = 1,
         stop: StopAt | None = None,
-        rows: slice | None = None,
+        rows: slice | Tensor | None = None,
         keep: Tensor | None = None,
         interventions: Interventions | None = None,
         sources: Mapping[str, Tensor] | None = None,
@@ -89,7 +89,10 @@ class BlockRoute:
         device = next(self.model.parameters()).device
         ids, mask = batch.input_ids, batch.attention_mask.long()
         kwargs = {}
-        if rows is not None:  # positions rows.start .. rows.stop - 1 alone, at their positions
+        if isinstance(rows, Tensor):  # chosen positions (ascending) alone, at their positions
+            ids, mask = ids[:, rows], torch.ones_like(mask[:, rows])
+            kwargs["position_ids"] = rows.to(device)[None].expand(ids.shape[0] * copies, -1)
+        elif rows is not None:  # positions rows.start .. rows.stop - 1 alone, at their positions
             ids, mask = ids[:, rows], mask[:, rows]
             position = torch.arange(rows.start, rows.start + ids.shape[1], device=device)
             kwargs["position_ids"] = position[None].expand(ids.shape[0] * copies, -1)
