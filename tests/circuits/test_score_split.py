@@ -215,11 +215,15 @@ def test_at_length_marginals_refuse_qk_norm():
         attended_marginals(sides, 1, 0.3)
 
 
-def test_every_layer_equals_each_layer_alone():
+@pytest.mark.parametrize("layers", [1, 2])
+def test_every_layer_equals_each_layer_alone(layers, monkeypatch):
+    """Layers read the writes alone or side by side (``LAYERS``): the same marginals."""
+    from headlab.circuits import score_marginals
     from headlab.circuits.score_marginals import attended_marginals, every_layer
 
     sides = Sides(_model("gpt_neox"), _ids(3))
     scales = [0.25, 0.5]
+    monkeypatch.setattr(score_marginals, "LAYERS", layers)
     for layer, got in enumerate(every_layer(sides, scales)):
         alone = attended_marginals(sides, layer, scales[layer])
         for name in ("key", "query_marginal", "key_marginal"):
@@ -230,15 +234,48 @@ def test_every_layer_equals_each_layer_alone():
 
 @pytest.mark.parametrize("family", ["llama", "gpt2"])
 def test_at_length_marginals_do_not_depend_on_the_blocks(family, monkeypatch):
-    """Blocks of 3 query rows and 5 positions (several over 13 positions) give what the
-    defaults give: the blocks only order the work."""
+    """Blocks of 3 query rows and 5 positions (several over 13 positions), and keys with more
+    than 2 rows taking a product of their own, give what the defaults give: the blocks only
+    order the work."""
     from headlab.circuits import score_marginals
 
     sides = Sides(_model(family), _ids(4))
     whole = score_marginals.attended_marginals(sides, 1, 0.375)
     monkeypatch.setattr(score_marginals, "ROWS", 3)
     monkeypatch.setattr(score_marginals, "POSITIONS", 5)
+    monkeypatch.setattr(score_marginals, "MANY", 2)
     blocked = score_marginals.attended_marginals(sides, 1, 0.375)
     assert torch.equal(whole["key"], blocked["key"])
     for name in ("query_marginal", "key_marginal"):
         assert torch.allclose(whole[name], blocked[name], rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2", "qwen2", "phi3"])
+def test_pair_matrix_over_queries_streamed_equals_the_pair_split(family, monkeypatch):
+    """The pair matrix summed over every query at its attended key, made a few query positions
+    at a time from a key/value context (score_pairs_streamed), equals the sum of the pair
+    split's matrices (Sides' terms of the whole run) within 1e-10 in float64; its components
+    are the split's, its keys the attended ones."""
+    from headlab.circuits import score_pairs_streamed
+    from headlab.circuits.score_split import terms_at
+
+    model = _model(family)
+    ids = _ids(6)
+    sides = Sides(model, ids)
+    layer = sides.layers - 1
+    head = model.layers[layer].num_heads - 1
+    monkeypatch.setattr(score_pairs_streamed, "BLOCK", 4)
+    got = score_pairs_streamed.pairs_over_queries(model, ids, layer, head)
+    split = split_scores(
+        sides, layer, head, list(range(LENGTH)), KeySpec.parse("attended"), sources=0
+    )
+    assert got.components == split.components
+    want = torch.zeros_like(got.matrix)
+    group = split.kv_group
+    terms = terms_at(sides, layer, head, group, list(range(LENGTH)))
+    for pair in split.pairs:
+        assert int(got.key[pair.query]) == pair.key
+        want += split.scale * terms[pair.query][0] @ terms[pair.key][1].t()
+        assert abs(float(got.raw[pair.query]) - pair.raw) <= 1e-10
+    assert float((got.matrix - want).abs().max()) <= 1e-10 * float(want.abs().max())
+    assert abs(float(got.matrix.sum() - got.raw.sum())) <= 1e-9

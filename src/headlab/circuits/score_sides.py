@@ -113,26 +113,13 @@ class Sides:
     def layer_writes(self, index: int, rows: slice) -> tuple[Tensor, Tensor]:
         """(head [+ mlp], batch, rows, embed_dim) layer ``index``'s writes by the formula, and
         its output projection's bias (embed_dim,) (zeros without one)."""
-        block, cache = self.runner.blocks[index], self.cache
-        attention = block.attention
-        w_o = attention.output_weight()
-        if w_o is None:
-            raise ValueError(
-                f"layer {index} has no output projection taking its heads' outputs unchanged: "
-                "its heads' writes are not their own"
-            )
-        heads = cache.head_outputs[index][:, :, rows]  # (batch, head, rows, d_head)
-        w = w_o.detach().to(heads).reshape(w_o.shape[0], attention.num_heads, -1)
-        found = torch.einsum("bhpd,ehd->hbpe", heads, w)
-        if block.has_mlp:
-            found = torch.cat([found, cache.mlp[index][None, :, rows]])
-        bias = getattr(attention.output.module, "bias", None)
-        bias = (
-            torch.zeros_like(heads[0, 0, 0, :1]).expand(w.shape[0])
-            if bias is None
-            else bias.detach().to(heads)
+        cache = self.cache
+        mlp = cache.mlp[index]
+        return formula_writes(
+            self.runner.blocks[index],
+            cache.head_outputs[index][:, :, rows],
+            None if mlp is None else mlp[:, rows],
         )
-        return found, bias
 
     def _block_writes(self, block, rows: slice) -> Tensor:
         """(head [+ mlp], batch, rows, d_model): block ``block`` run on copies, copy c with
@@ -281,6 +268,31 @@ class Sides:
         }
 
 
+def formula_writes(block, heads: Tensor, mlp: Tensor | None) -> tuple[Tensor, Tensor]:
+    """(head [+ mlp], batch, rows, embed_dim) a block's writes by the formula from its head
+    outputs ``heads`` (batch, head, rows, d_head), each through its own slice of W_O, and its
+    MLP's output ``mlp`` (batch, rows, embed_dim); and the output projection's bias (embed_dim,)
+    (zeros without one)."""
+    attention = block.attention
+    w_o = attention.output_weight()
+    if w_o is None:
+        raise ValueError(
+            f"layer {block.index} has no output projection taking its heads' outputs unchanged: "
+            "its heads' writes are not their own"
+        )
+    w = w_o.detach().to(heads).reshape(w_o.shape[0], attention.num_heads, -1)
+    found = torch.einsum("bhpd,ehd->hbpe", heads, w)
+    if block.has_mlp:
+        found = torch.cat([found, mlp[None]])
+    bias = getattr(attention.output.module, "bias", None)
+    bias = (
+        torch.zeros_like(heads[0, 0, 0, :1]).expand(w.shape[0])
+        if bias is None
+        else bias.detach().to(heads)
+    )
+    return found, bias
+
+
 def qk_norms(block) -> list:
     """The norms on the way from the stream to a block's q and k: the one in front of the
     layer and any QK-norm inside the attention module."""
@@ -317,6 +329,7 @@ __all__ = [
     "QK_BIAS",
     "Sides",
     "capped",
+    "formula_writes",
     "kernel_scale",
     "qk_norms",
     "softcap_of",

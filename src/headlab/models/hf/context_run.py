@@ -26,7 +26,7 @@ from torch import Tensor
 
 from headlab.attention.interventions import intervene
 from headlab.models.interface import TokenBatch
-from headlab.models.run_protocol import RunCache, RunnableModel
+from headlab.models.run_protocol import RunCache, RunnableModel, StopAt
 
 
 @dataclass
@@ -39,7 +39,7 @@ class KeyValues:
     mask: Tensor
 
 
-def _plain_causal(model: RunnableModel) -> list[float]:
+def plain_scales(model: RunnableModel) -> list[float]:
     """Each block's score scale; ValueError where a layer's attention is more than a scaled,
     causal softmax (soft-cap, sliding window, sinks) or the model is not causal."""
     if not getattr(model, "causal", False):
@@ -85,7 +85,7 @@ def context_attention(
     q: (batch, head, rows, d_head); k, v: (batch, kv_head, pos, d_head); allowed: (batch, rows,
     pos) bool."""
     group = q.shape[1] // k.shape[1]
-    b, kv = k.shape[:2]
+    kv = k.shape[1]
     by_group = q.unflatten(1, (kv, group))  # (batch, kv_head, group, rows, d_head)
     scores = scale * by_group @ k[:, :, None].transpose(-2, -1)  # (batch, kv, group, rows, pos)
     scores = scores.masked_fill(~allowed[:, None, None], float("-inf"))
@@ -94,16 +94,22 @@ def context_attention(
 
 
 def context_cache(
-    model: RunnableModel, batch: TokenBatch, positions: Tensor, context: KeyValues
+    model: RunnableModel,
+    batch: TokenBatch,
+    positions: Tensor,
+    context: KeyValues,
+    until: int | None = None,
 ) -> RunCache:
     """The run at ``positions`` (n,) int64, ascending, alone, each block's heads attending the
     context's keys at positions up to their own: a ``RunCache`` over those n positions (resid,
-    head_outputs, mlp; final: the final states at them), equal to the whole run's there."""
+    head_outputs, mlp; final: the final states at them), equal to the whole run's there.
+    ``until``: the run stops at that block's resid_in (kept; later entries None, final the
+    stream there)."""
     if positions.dim() != 1 or positions.numel() == 0:
         raise ValueError(f"positions are one non-empty row, got shape {tuple(positions.shape)}")
     if bool((positions[1:] <= positions[:-1]).any()):
         raise ValueError("positions must be ascending and distinct")
-    scales = _plain_causal(model)
+    scales = plain_scales(model)
     blocks = model.blocks()
     n = len(blocks)
     length = context.k[0].shape[2]
@@ -137,8 +143,9 @@ def context_cache(
                 stack.enter_context(intervene(block, "mlp_out", into(mlp, i)))
         stack.enter_context(intervene(blocks[-1], "resid_out", into(resid, n)))
 
+    stop = None if until is None or until >= n else StopAt(until, "resid_in")
     with torch.no_grad():
-        final = model.run_blocks(batch, rows=positions, interventions=keeping)
+        final = model.run_blocks(batch, rows=positions, interventions=keeping, stop=stop)
     return RunCache(resid, heads, mlp, final, {})
 
 
@@ -146,4 +153,4 @@ def into_dict(store: dict, key: int):
     return lambda t: store.__setitem__(key, t.detach())
 
 
-__all__ = ["KeyValues", "context_attention", "context_cache", "key_values"]
+__all__ = ["KeyValues", "context_attention", "context_cache", "key_values", "plain_scales"]
