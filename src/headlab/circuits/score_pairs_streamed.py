@@ -30,13 +30,13 @@ from torch import Tensor
 from headlab.circuits.blocks import circuit_blocks
 from headlab.circuits.graph import EMBED, head_name, mlp_name
 from headlab.circuits.qk_maps import QKMap, qk_map, turn
-from headlab.circuits.score_sides import LINEAR_TOLERANCE, OUT_BIAS, QK_BIAS, formula_writes
+from headlab.circuits.score_sides import LINEAR_TOLERANCE, OUT_BIAS, QK_BIAS
 from headlab.models.hf.context_run import KeyValues, context_cache, key_values, plain_scales
 from headlab.models.interface import TokenBatch
 from headlab.models.run_protocol import RunCache
 
 #: Query positions run through the blocks together.
-BLOCK = 64
+BLOCK = 128
 
 
 @dataclass
@@ -65,37 +65,81 @@ def components(model, layer: int) -> list[str]:
     return [*names, OUT_BIAS, QK_BIAS]
 
 
-def _writes(model, run: RunCache, layer: int) -> Tensor:
-    """(component, rows, embed_dim) the writes at the run's positions (batch 1), the last the
-    rest (output biases); ValueError where the stream is not their sum."""
-    found = [run.resid[0][0]]
+@dataclass
+class _Side:
+    """One side of the score (``kind`` "q": query head ``index``; "k": K/V group ``index``)
+    of the layer's held ``map``: ``weight`` (d_head, embed_dim) W with the norm's g folded in
+    and centred for a LayerNorm (W g C: what D x meets, up to 1/s), ``constant`` (d_head,),
+    and per earlier block its heads' outputs composed into it, W g C W_O (head, d_head,
+    d_head)."""
+
+    weight: Tensor
+    constant: Tensor
+    through_heads: list[Tensor]
+    centred: bool
+
+    @classmethod
+    def of(cls, held: QKMap, blocks: list, layer: int, kind: str, index: int, centred: bool):
+        weight = (held.w_q if kind == "q" else held.w_k)[index] * held.g  # (d_head, embed_dim)
+        if centred:  # W g C = (W g) - its row means: C is symmetric
+            weight = weight - weight.mean(-1, keepdim=True)
+        constant = (held.c_q if kind == "q" else held.c_k)[index]
+        through = []
+        for block in blocks[:layer]:
+            attention = block.attention
+            w_o = attention.output_weight()
+            if w_o is None:
+                raise ValueError(
+                    f"layer {block.index} has no output projection taking its heads' outputs "
+                    "unchanged: its heads' writes are not their own"
+                )
+            w_o = w_o.detach().to(weight).view(w_o.shape[0], attention.num_heads, -1)
+            through.append(torch.einsum("oe,ehd->hod", weight, w_o))
+        return cls(weight, constant, through, centred)
+
+
+def _terms(
+    side: _Side, held: QKMap, blocks: list, run: RunCache, layer: int, positions: Tensor
+) -> Tensor:
+    """(component + 1, rows, d_head) the q or k terms of ``side`` at ``positions`` (rows,) of
+    one context run: each write at those positions taken through the held map (a head's output
+    through W g C W_O, never as an embed_dim write), the rest (the stream minus the writes: the
+    output biases) and the constant last; rotated at the positions. ValueError where the rest
+    is not the output biases."""
+    stream = run.resid[layer][0]  # (rows, embed_dim)
+    _, inv_s = held.held(stream)
+    made = [run.resid[0][0]]  # the embed_dim writes that are not heads'
+    terms = []
+    written = run.resid[0][0].clone()
     biases = 0
-    for block in circuit_blocks(model)[:layer]:
-        mlp = run.mlp[block.index]
-        writes, bias = formula_writes(block, run.head_outputs[block.index], mlp)
-        found += list(writes[:, 0])
-        biases = biases + bias
-    stream = run.resid[layer][0]
-    rest = stream - torch.stack(found).sum(0)
+    for block, through in zip(blocks[:layer], side.through_heads, strict=True):
+        heads = run.head_outputs[block.index][0]  # (head, rows, d_head)
+        w_o = block.attention.output_weight().detach().to(stream)
+        written += heads.transpose(0, 1).flatten(1) @ w_o.t()
+        terms.append(torch.einsum("hri,hoi->hro", heads, through))
+        bias = getattr(block.attention.output.module, "bias", None)
+        biases = biases + (0 if bias is None else bias.detach().to(stream))
+        if block.has_mlp:
+            made.append(run.mlp[block.index][0])
+            written += made[-1]
+            terms.append(None)
+    rest = stream - written
     if float((rest - biases).abs().max()) > LINEAR_TOLERANCE * max(
         float(stream.abs().max()), 1e-12
     ):
         raise ValueError(f"layer {layer}: the pair matrix at length needs writes by the formula")
-    return torch.stack([*found, rest])
-
-
-def _terms(held: QKMap, run: RunCache, layer: int, writes: Tensor, positions: Tensor, side):
-    """(component + 1, rows, d_head) the q (``side`` "q": head index) or k ("k": K/V group)
-    terms at ``positions`` (rows,) of their writes (component, rows, embed_dim), the constant
-    last."""
-    kind, index = side
-    weight = (held.w_q if kind == "q" else held.w_k)[index]  # (d_head, embed_dim)
-    constant = (held.c_q if kind == "q" else held.c_k)[index]
-    centred, inv_s = held.held(run.resid[layer][0])
-    terms = held.linear(writes, centred, inv_s) @ weight.t()  # (component, rows, d_head)
-    terms = torch.cat([terms, constant.expand(1, terms.shape[1], -1)])
-    tables = held.tables(positions)
-    return turn(terms, torch.arange(positions.shape[0]), tables)
+    plain = torch.stack([*made, rest]) @ side.weight.t()  # (writes, rows, d_head)
+    out, n = [plain[0:1]], 1
+    for term in terms:
+        if term is None:
+            out.append(plain[n : n + 1])
+            n += 1
+        else:
+            out.append(term)
+    out.append(plain[n:])
+    constant = side.constant.expand(1, stream.shape[0], -1)
+    unrotated = torch.cat([torch.cat(out) * inv_s[:, None], constant])
+    return turn(unrotated, torch.arange(positions.shape[0]), held.tables(positions))
 
 
 def pairs_over_queries(
@@ -125,18 +169,25 @@ def pairs_over_queries(
     matrix = keys.new_zeros(len(names), len(names))
     key = torch.empty(length, dtype=torch.long)
     raw = keys.new_empty(length)
+    sides: tuple[_Side, _Side] | None = None
     for start in range(0, length, BLOCK):
         queries = torch.arange(start, min(start + BLOCK, length))
         run = context_cache(model, batch, queries, context, until=layer)
-        writes = _writes(model, run, layer)
-        q = _terms(held, run, layer, writes, queries, ("q", head))  # (comp + 1, rows, d_head)
+        if sides is None:  # whether the norm centres, read from its output on the first run
+            centred = held.held(run.resid[layer][0])[0]
+            sides = tuple(
+                _Side.of(held, blocks, layer, kind, index, centred)
+                for kind, index in (("q", head), ("k", group))
+            )
+        query_side, key_side = sides
+        q = _terms(query_side, held, blocks, run, layer, queries)  # (comp + 1, rows, d_head)
         scores = q.sum(0) @ keys[: int(queries[-1]) + 1].t()  # (rows, k_pos)
         scores = scores.masked_fill(torch.arange(scores.shape[1]) > queries[:, None], -torch.inf)
         attended = scores.argmax(-1)
         key[queries] = attended
         wanted, where = torch.unique(attended, return_inverse=True)
         k_run = context_cache(model, batch, wanted, context, until=layer)
-        k = _terms(held, k_run, layer, _writes(model, k_run, layer), wanted, ("k", group))
+        k = _terms(key_side, held, blocks, k_run, layer, wanted)
         k_at = k[:, where]  # (comp + 1, rows, d_head): each query's key's terms
         matrix += scale * torch.einsum("ard,brd->ab", q, k_at)
         raw[queries] = scale * (q.sum(0) * k_at.sum(0)).sum(-1)
