@@ -262,6 +262,9 @@ MEASUREMENTS = {  # the measurement, tensors included; its ``result()`` is the r
 }
 INTERMEDIATES = {  # inputs, plans and pieces one analysis hands another; never printed as such
     "KeySpec": "which keys a score split explains, parsed from the CLI's --keys before loading",
+    "PairsOverQueries": "one head's pair matrix summed over a long text's queries, tensors "
+    "(read by benchmarks; no command prints it yet)",
+    "QKMap": "one layer's held map from the stream to q and k, tensors",
     "Finding": "one finding with its (batch, q_pos) rows; row(): FindingRow",
     "SideFacts": "what the findings read of one side's trace, tensors",
     "HeadSums": "one layer's streamed sums, tensors, reduced into HeadStatistics",
