@@ -52,21 +52,53 @@ def _timed(steps: dict, name: str, fn):
     return out
 
 
+#: The parts of ``every_layer`` whose CPU and wall seconds the rounds add up (the floor).
+PARTS = ("_plan", "_key_rows", "_query_block", "_few_block", "_many_block")
+
+
+def _counted(module, kept: dict):
+    """Wrap ``PARTS`` of ``module`` so that each call adds its seconds to ``kept``; returns a
+    function that puts them back."""
+    saved = {name: getattr(module, name) for name in PARTS}
+
+    def wrap(name, fn):
+        def counted(*args, **kwargs):
+            cpu, wall = time.process_time(), time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                row = kept.setdefault(name, {"cpu": 0.0, "wall": 0.0})
+                row["cpu"] += time.process_time() - cpu
+                row["wall"] += time.perf_counter() - wall
+
+        return counted
+
+    for name, fn in saved.items():
+        setattr(module, name, wrap(name, fn))
+    return lambda: [setattr(module, name, fn) for name, fn in saved.items()]
+
+
 def _marginals(model, steps: dict | None = None):
-    from headlab.circuits.score_marginals import every_layer
+    from headlab.circuits import score_marginals
     from headlab.circuits.score_sides import Sides
     from headlab.models.hf.context_run import plain_scales
 
     def run(ids):
         kept = {} if steps is None else steps
-        with torch.no_grad():
-            sides = _timed(kept, "sides", lambda: Sides(model, ids))
-            scales = plain_scales(model)
-            return _timed(
-                kept,
-                "every_layer",
-                lambda: sum(got["key"].numel() for got in every_layer(sides, scales)),
-            )
+        restore = _counted(score_marginals, kept.setdefault("parts", {}))
+        try:
+            with torch.no_grad():
+                sides = _timed(kept, "sides", lambda: Sides(model, ids))
+                scales = plain_scales(model)
+                return _timed(
+                    kept,
+                    "every_layer",
+                    lambda: sum(
+                        got["key"].numel() for got in score_marginals.every_layer(sides, scales)
+                    ),
+                )
+        finally:
+            restore()
 
     return run
 
