@@ -88,16 +88,21 @@ def _keys(q: Tensor, k: Tensor, per: int) -> Tensor:
     return key
 
 
-def _plan(sides: Sides, layer: int, scale: float, count: int, rest: Tensor) -> _Plan:
+def _plan(
+    sides: Sides, layer: int, scale: float, count: int, rest: Tensor, tables: dict | None = None
+) -> _Plan:
     """The plan of ``layer`` reading its first ``count`` writes; the rest (pos, embed_dim) and
     the q/k maps' constant are filled here (in d_head space), the writes' columns by
-    ``_pass``."""
+    ``_pass``. ``tables``: the rotary tables by head width, shared by the layers of a text."""
     x = sides.cache.resid[layer][0]  # (pos, embed_dim)
     held = qk_map(sides.runner.model, sides.runner.blocks[layer], x.dtype)
     centred, inv_s = held.held(x)
     length, heads, per = x.shape[0], held.w_q.shape[0], held.per
     positions = torch.arange(length)
-    tables = held.tables(positions)
+    kept = {} if tables is None else tables
+    if held.w_q.shape[1] not in kept:
+        kept[held.w_q.shape[1]] = held.tables(positions)
+    tables = kept[held.w_q.shape[1]]
 
     def projected(stream: Tensor, weight: Tensor) -> Tensor:  # (head, pos, d_head): W D x
         return torch.einsum("pe,hde->hpd", held.linear(stream, centred, inv_s), weight)
@@ -290,13 +295,14 @@ def every_layer(
     held = stream[0].new_empty(stream[0].shape[1], total, stream[0].shape[2])
     held[:, 0] = stream[0][0]
     written, count, biases = stream[0][0].clone(), 1, 0
-    plans = []
+    plans: list[_Plan] = []
+    tables: dict = {}
     for layer in range(sides.layers):
         rest = stream[layer][0] - written
         gap = float((rest - biases).abs().max())
         if gap > LINEAR_TOLERANCE * max(float(stream[layer].abs().max()), 1e-12):
             raise ValueError(f"layer {layer}: the at-length marginals need writes by the formula")
-        plans.append(_plan(sides, layer, scales[layer], count, rest))
+        plans.append(_plan(sides, layer, scales[layer], count, rest, tables))
         if layer + 1 < sides.layers:
             new, bias = sides.layer_writes(layer, slice(None))  # (part, 1, pos, embed_dim)
             held[:, count : count + new.shape[0]] = new[:, 0].transpose(0, 1)
