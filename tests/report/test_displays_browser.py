@@ -91,9 +91,40 @@ def test_heads_sort_and_select(browser, page_file, displays):
     cell, left, top = (int(canvas.get_attribute(f"data-{k}")) for k in ("cell", "left", "top"))
     canvas.hover(position={"x": left + 3.5 * cell, "y": top + 2.5 * cell})  # layer 2, head 3
     assert f"prev {prev[2, 3]:.4g}"[:9] in opened.tooltip()
+    page.evaluate(
+        "window.picks = []; document.addEventListener('headlab-pick', e => picks.push(e.detail))"
+    )
     canvas.click(position={"x": left + 3.5 * cell, "y": top + 2.5 * cell})
     picked = page.locator("[data-testid=heads-table] tr.picked")
     assert (picked.get_attribute("data-layer"), picked.get_attribute("data-head")) == ("2", "3")
+    assert page.evaluate("picks") == [{"layer": 2, "head": 3}]  # the page hears the pick
+    # a detector is drawn on 0..1 whatever its range; a statistic on its own
+    page.get_by_test_id("heads-metric-induction").click()
+    legend = page.locator("[data-testid=display-heads] .hl-legend").inner_text()
+    assert legend.startswith("0\n") and "\n1\n" in legend and "detector score" in legend
+    page.get_by_test_id("heads-metric-prev").click()
+    legend = page.locator("[data-testid=display-heads] .hl-legend").inner_text()
+    assert "its own scale" in legend and "detector" not in legend
+    opened.assert_clean()
+    opened.close()
+
+
+def test_heads_with_roles_colour_and_sort_by_role(browser, tmp_path):
+    stats = head_statistics(30, 9, seed=2)
+    roles = long_context_result().roles.roles  # 30 x 9
+    path = tmp_path / "roles.html"
+    path.write_text(show(stats, roles=roles, metric="entropy").html(code=True), encoding="utf-8")
+    opened = Offline(browser, path)
+    page = opened.page
+    page.get_by_test_id("heads-metric-role").click()
+    counts = {r: sum(row.count(r) for row in roles) for r in {r for row in roles for r in row}}
+    legend = page.get_by_test_id("roles-legend").inner_text()
+    for role, count in counts.items():
+        assert f"{role} {count}" in legend
+    first = page.locator("[data-testid=heads-table] tbody tr").first
+    layer, head = int(first.get_attribute("data-layer")), int(first.get_attribute("data-head"))
+    assert roles[layer][head] == min(counts)  # sorted by role, a to z
+    opened.shot("display-heads-roles.png", "[data-testid=display-heads]")
     opened.assert_clean()
     opened.close()
 
@@ -152,6 +183,16 @@ def test_the_circuit_threshold_and_node_selection(browser, page_file, displays):
     canvas.click(position={"x": x, "y": y})
     assert canvas.get_attribute("data-picked") == "16.0"
     assert "16.0 lit with 371 of its edges" in page.get_by_test_id("circuit-count").inner_text()
+    rows = page.locator("[data-testid=circuit-edges] tbody tr").all_inner_texts()
+    assert len(rows) == 40 and all("16.0" in row.split("\t")[1:3] for row in rows)
+    canvas.click(position={"x": x, "y": y})  # unlit: the strongest edges drawn
+    rows = page.locator("[data-testid=circuit-edges] tbody tr").all_inner_texts()
+    signed = np.frombuffer(base64.b64decode(data["scores"]), "<f4")
+    senders = np.frombuffer(base64.b64decode(data["senders"]), "<u2")
+    for rank, row in enumerate(rows):
+        number, sender, _, _, score = row.split("\t")
+        assert int(number) == rank + 1 and sender == data["nodes"][senders[rank]]
+        assert float(score) == pytest.approx(float(signed[rank]), rel=6e-3)  # 3 digits at least
     opened.shot("display-circuit.png", "[data-testid=display-circuit]")
     opened.assert_clean()
     opened.close()
@@ -186,6 +227,10 @@ def test_roles_plans_and_curves_respond(browser, page_file, displays):
     )
     page.get_by_test_id("roles-map").hover(position={"x": 10, "y": 10})
     assert "mean weight on these keys" in opened.tooltip()
+    sizes = page.locator("[data-testid=kv-budget-table] tbody tr").all_inner_texts()
+    assert [row.split("\t")[0] for row in sizes] == [
+        r["groups"] for r in displays["kv"].data["plan_sizes"]
+    ]
     page.get_by_test_id("kv-run-2").click()
     assert "picked" in page.get_by_test_id("kv-run-2").get_attribute("class")
     page.get_by_test_id("faithfulness-canvas").hover(position={"x": 100, "y": 100})
@@ -227,6 +272,70 @@ def test_drawn_however_a_front_end_runs_scripts(browser, tmp_path, displays):
         [first, later],
     )
     assert drawn == [True, True]
+    opened.assert_clean()
+    opened.close()
+
+
+#: VS Code's built-in renderer of text/html outputs (``renderHTML`` and ``domEval`` of
+#: extensions/notebook-renderers/src/index.ts in microsoft/vscode), step for step: the HTML set
+#: through its Trusted Types policy on a new div, the div attached, then each script copied
+#: (its text from ``innerText``, its type kept) and appended to that div and removed at once.
+VS_CODE_RENDER_HTML = """(html) => {
+  const policy = window.vscodePolicy || (window.vscodePolicy = trustedTypes.createPolicy(
+    'notebookRenderer', { createHTML: (v) => v, createScript: (v) => v }));
+  const container = document.createElement('div');
+  container.className = 'output';
+  document.body.appendChild(container);
+  const element = document.createElement('div');
+  element.innerHTML = policy.createHTML(html);
+  container.appendChild(element);
+  Array.from(element.getElementsByTagName('script')).forEach((node) => {
+    const tag = document.createElement('script');
+    tag.text = policy.createScript(node.innerText);
+    for (const key of ['type', 'src', 'nonce', 'noModule', 'async']) {
+      const value = node[key] || (node.getAttribute && node.getAttribute(key));
+      if (value) tag.setAttribute(key, value);
+    }
+    element.appendChild(tag).parentNode.removeChild(tag);
+  });
+  return element;
+}"""
+
+
+def test_drawn_as_vs_codes_notebook_renderer_runs_scripts(browser, tmp_path, displays):
+    """VS Code's notebooks draw text/html with the renderer above, in a page that enforces
+    Trusted Types: each copied script runs beside the display, not in it, so the display's
+    one-line script draws every display not drawn yet. The outputs come in either order (a
+    later output before the one with the code, as when a cell above is rendered late)."""
+    path = tmp_path / "vscode.html"
+    path.write_text(
+        "<!doctype html><meta charset=utf-8><meta http-equiv=Content-Security-Policy "
+        "content=\"require-trusted-types-for 'script'; trusted-types notebookRenderer\">"
+        "<body></body>",
+        encoding="utf-8",
+    )
+    opened = Offline(browser, path)
+    page = opened.page
+    first = displays["heads"].html(code=True)
+    later = [displays[name].html() for name in ("kv", "circuit")]
+    # Trusted Types hold: a string set as HTML is refused
+    refused = page.evaluate(
+        "() => { try { document.body.innerHTML = '<b>x</b>'; return false; }"
+        " catch (e) { return e instanceof TypeError; } }"
+    )
+    assert refused and all("TrustedHTML" in e for e in opened.errors), opened.errors
+    opened.errors.clear()  # that refusal's own console line
+    page.evaluate(VS_CODE_RENDER_HTML, later[0])  # before the drawers have come: not drawn
+    assert page.eval_on_selector_all(".hl-display[data-hl-drawn]", "ds => ds.length") == 0
+    page.evaluate(VS_CODE_RENDER_HTML, first)
+    page.evaluate(VS_CODE_RENDER_HTML, later[1])
+    drawn = page.eval_on_selector_all(
+        ".hl-display", "ds => ds.map(d => [d.dataset.hlKind, !!d.dataset.hlDrawn])"
+    )
+    assert drawn == [["kv-budget", True], ["heads", True], ["circuit", True]]
+    assert page.locator(".hl-fallback").count() == 0
+    page.get_by_test_id("heads-sort-layer").click()  # it responds there too
+    assert page.locator("[data-testid=heads-table] th.sorted").inner_text().startswith("layer")
     opened.assert_clean()
     opened.close()
 

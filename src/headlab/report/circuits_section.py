@@ -1,6 +1,8 @@
-"""The report's "Circuits" section: read ``headlab circuits``' results file, draw its figures
-(the circuit on the graph, the faithfulness curve) and list its top edges. The report measures
-nothing itself; the page's template escapes every text (the model's name, a task's edges)."""
+"""The report's "Circuits" section: read ``headlab circuits``' results file and show it through
+the notebook's displays (every edge on the graph with its threshold and the table of the
+strongest edges drawn; the faithfulness curve), with sentences from its numbers; its figures go
+to the figures folder. The report measures nothing itself; the displays write every text (the
+model's name, a task's edges) as text."""
 
 from __future__ import annotations
 
@@ -20,9 +22,10 @@ COMMAND = "headlab circuits --model smollm2 --task induction --method eap"
 
 
 def circuits_sections(directory: Path, pngs: dict[str, bytes]) -> dict:
-    """{"circuits": part, "formation": part}: the circuits part's title, performance line, top
-    edges, figures and command; or {missing: command, file} (and skipped: why, for a file that
-    breaks its schema); the formation part (``report/formation_section.py``)."""
+    """{"circuits": part, "formation": part, "attends": part}: the circuits part's title,
+    performance line, displays and command, or {missing: command, file} (and skipped: why, for
+    a file that breaks its schema); the formation part (``report/formation_section.py``) and
+    the score split's (``report/score_split_section.py``)."""
     path = Path(directory) / FILE
     part = skipping(path, lambda: _part(path, pngs))
     if part is None or isinstance(part, Skipped):
@@ -49,19 +52,6 @@ def _part(path: Path, pngs: dict[str, bytes]) -> dict | None:
     pngs["circuits.png"] = graph
     if curve is not None:
         pngs["circuits_faithfulness.png"] = curve
-    rows = []
-    for rank, (edge, score) in enumerate(result.top_edges(), start=1):
-        sender, rest = edge.split("->", 1)
-        receiver, _, input_ = rest.partition("<")
-        rows.append(
-            {
-                "rank": rank,
-                "sender": sender,
-                "receiver": receiver,
-                "input": input_.rstrip(">") or "in",
-                "score": f"{score:+.4g}",
-            }
-        )
     steps = f" (m={result.steps})" if result.steps else ""
     found = result.faithfulness
     return {
@@ -71,7 +61,6 @@ def _part(path: Path, pngs: dict[str, bytes]) -> dict | None:
         "baseline": _baseline_text(result.baseline),
         "sign_note": SIGN_NOTES.get(result.scores.metric),
         "edges": len(result.scores.edges),
-        "rows": rows,
         "cpr": None if found is None else f"{found.cpr:.3f}",
         "cmd": None if found is None else f"{found.cmd:.3f}",
         "command": COMMAND,

@@ -5,7 +5,7 @@ numbers (the report measures nothing itself), and draw their figures for the fig
 From ``model_long-context.json`` (``headlab model heads --text-file`` or ``--max-tokens``): the
 roles of every head, each head's blocked map and received profile (the roles display). From
 ``model_kv-budget.json`` (``headlab model kv-budget``): the plans against perplexity and copy
-accuracy (a table of the plan sizes, and the KV-budget display).
+accuracy (the KV-budget display: a row per plan size, every plan, the groups each windows).
 """
 
 from __future__ import annotations
@@ -69,52 +69,6 @@ def roles_answer(result: LongContextResult) -> str:
                 "position the model predicted right: every retrieval score is 0."
             )
     return "".join(parts)
-
-
-def budget_rows(result: KVBudgetResult) -> list[dict]:
-    """One row per plan size: the groups windowed, the KV memory saved (and the saving asked),
-    perplexity against the full model and copy accuracy of the chosen plan, the random plans
-    (lowest to highest) and the opposite ranking."""
-    base = result.baseline()
-    rows = []
-    for run in sorted((r for r in result.runs if r.kind == "chosen"), key=lambda r: r.budget):
-        same = [r for r in result.runs if r.budget == run.budget and r.kind != "full"]
-        randoms = [r for r in same if r.kind == "random"]
-        opposite = next((r for r in same if r.kind == "opposite"), None)
-
-        def change(r) -> str:
-            return f"{r.perplexity / base.perplexity - 1:+.1%}"
-
-        rows.append(
-            {
-                "groups": f"{len(run.groups)} ({run.budget:.0%})",
-                "saved": f"{run.kv_saved:.2f}x"
-                + ("" if run.target_kv_saved is None else f" (asked {run.target_kv_saved:g}x)"),
-                "perplexity": change(run),
-                "random_perplexity": "\u2026".join(
-                    change(r)
-                    for r in (
-                        min(randoms, key=lambda r: r.perplexity),
-                        max(randoms, key=lambda r: r.perplexity),
-                    )
-                )
-                if randoms
-                else "",
-                "opposite_perplexity": change(opposite) if opposite else "",
-                "copy_accuracy": f"{run.copy_accuracy:.3f}",
-                "random_copy": "\u2026".join(
-                    f"{v:.3f}"
-                    for v in (
-                        min(r.copy_accuracy for r in randoms),
-                        max(r.copy_accuracy for r in randoms),
-                    )
-                )
-                if randoms
-                else "",
-                "opposite_copy": f"{opposite.copy_accuracy:.3f}" if opposite else "",
-            }
-        )
-    return rows
 
 
 def budget_answer(result: KVBudgetResult) -> str:
@@ -195,7 +149,6 @@ def _budget_part(path: Path) -> tuple[dict, bytes] | None:
     png = figures.png_bytes(kv_budget_figure(budget))
     part = {
         "answer": budget_answer(budget),
-        "table": budget_rows(budget),
         "display": show(budget).html(),
     }
     return part, png
