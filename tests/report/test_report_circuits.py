@@ -88,6 +88,10 @@ def test_the_section_from_a_results_file(tmp_path):
     assert "image" not in part and "curve" not in part and "rows" not in part
     assert part["display"] == show(CircuitRun.from_dict(_document())).html()
     assert 'data-hl-kind="faithfulness"' in part["curve_display"]
+    # without a figures folder, the figures are not drawn at all: the page needs none
+    unused: dict[str, bytes] = {}
+    again = circuits_sections(tmp_path, unused, figures=False)["circuits"]
+    assert unused == {} and again["display"] == part["display"]
 
 
 def test_the_round_trip_of_the_results_type():

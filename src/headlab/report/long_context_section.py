@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from headlab.report import figures
 from headlab.report.displays import show
+from headlab.report.figures import png_bytes
 from headlab.report.long_context_figures import (
     chosen_heads,
     kv_budget_figure,
@@ -98,40 +98,46 @@ def _first_budget(result: KVBudgetResult) -> float | None:
     return next((r.budget for r in result.runs if r.kind == "chosen"), None)
 
 
-def long_context_sections(directory: Path, pngs: dict[str, bytes]) -> dict[str, dict]:
+def long_context_sections(
+    directory: Path, pngs: dict[str, bytes], *, figures: bool = True
+) -> dict[str, dict]:
     """{"roles": ..., "kv_budget": ...}: each {answer, display, ...} or {missing, file} (and
     skipped: why, with a SkippedResultsWarning, for a file that breaks its schema); the figures
-    go to ``pngs``."""
+    go to ``pngs`` (for the figures folder; not drawn without ``figures``: the page shows the
+    displays alone)."""
     out: dict[str, dict] = {}
     # Each part is read *and drawn* under ``skipping``: data a schema let through that still
     # cannot be drawn skips its file with one line, and the rest of the report is built.
     path = Path(directory) / LONG_FILE
-    roles = skipping(path, lambda: _roles_part(path))
+    roles = skipping(path, lambda: _roles_part(path, figures))
     if isinstance(roles, Skipped):
         out["roles"] = roles.part(COMMANDS["roles"])
     elif roles is None:
         out["roles"] = {"missing": COMMANDS["roles"], "file": str(path)}
     else:
-        part, pngs["roles.png"], pngs["attention_maps.png"] = roles
-        out["roles"] = part
+        out["roles"], drawn = roles
+        pngs.update(drawn)
     path = Path(directory) / BUDGET_FILE
-    budget = skipping(path, lambda: _budget_part(path))
+    budget = skipping(path, lambda: _budget_part(path, figures))
     if isinstance(budget, Skipped):
         out["kv_budget"] = budget.part(COMMANDS["kv_budget"])
     elif budget is None:
         out["kv_budget"] = {"missing": COMMANDS["kv_budget"], "file": str(path)}
     else:
-        out["kv_budget"], pngs["kv_budget.png"] = budget
+        out["kv_budget"], drawn = budget
+        pngs.update(drawn)
     return out
 
 
-def _roles_part(path: Path) -> tuple[dict, bytes, bytes] | None:
-    """(the roles part, its two figures); None without maps."""
+def _roles_part(path: Path, figures: bool) -> tuple[dict, dict[str, bytes]] | None:
+    """(the roles part, its two figures by file name); None without maps."""
     result = read_result(path, LongContextResult)
     if result is None or result.roles is None or result.maps is None:
         return None
-    roles_png = figures.png_bytes(roles_figure(result))
-    maps_png = figures.png_bytes(maps_figure(result, chosen_heads(result)))
+    drawn = {}
+    if figures:
+        drawn["roles.png"] = png_bytes(roles_figure(result))
+        drawn["attention_maps.png"] = png_bytes(maps_figure(result, chosen_heads(result)))
     part = {
         "model": result.statistics.model,
         "n_tokens": result.context.n_tokens,
@@ -139,16 +145,15 @@ def _roles_part(path: Path) -> tuple[dict, bytes, bytes] | None:
         "role_grid": result.roles.roles,
         "display": show(result).html(),  # the notebook's display of the same result
     }
-    return part, roles_png, maps_png
+    return part, drawn
 
 
-def _budget_part(path: Path) -> tuple[dict, bytes] | None:
+def _budget_part(path: Path, figures: bool) -> tuple[dict, dict[str, bytes]] | None:
     budget = read_result(path, KVBudgetResult)
     if budget is None:
         return None
-    png = figures.png_bytes(kv_budget_figure(budget))
     part = {
         "answer": budget_answer(budget),
         "display": show(budget).html(),
     }
-    return part, png
+    return part, {"kv_budget.png": png_bytes(kv_budget_figure(budget))} if figures else {}

@@ -42,7 +42,12 @@ def _sweep_figure(finals: list[dict]):
     return figures.sweep_figure(summarize(finals))
 
 
-def _results_sections(directory: Path, pngs: dict[str, bytes], roles: dict, want_png: bool) -> dict:
+def _results_sections(
+    directory: Path, pngs: dict[str, bytes], roles: dict | None = None, want_png: bool = True
+) -> dict:
+    """The trained model's parts and the sweeps' (``roles``: the long-context section's roles
+    part, shown with the heads of the same model; ``want_png``: also the heads' figure)."""
+    roles = roles or {}
     out: dict[str, dict] = {}
     readers = (
         ("heads", "model_heads.json", figures.heads_grid),
@@ -153,8 +158,8 @@ def collect(
         "coupling": coupling,
         "coupling_top": max(max(map(max, m["matrix"])) for m in coupling["matrices"]),
         "why": why_sections(Path(options.results), pngs),
-        "long": long_context_sections(Path(options.results), pngs),
-        "circuits": circuits_sections(Path(options.results), pngs),
+        "long": long_context_sections(Path(options.results), pngs, figures=want_png),
+        "circuits": circuits_sections(Path(options.results), pngs, figures=want_png),
         "kinds": kinds_sections(Path(options.results)),
         "results_dir": str(options.results),
     }
