@@ -102,7 +102,9 @@ def test_the_exported_notebook_draws_offline(browser, exported):
     # the plain-text repr printed in the notebook is one line
     assert "HeadStatistics('SmolLM2-135M-Instruct'" in page.inner_text("body")
 
-    page.get_by_test_id("heads-sort-induction").click()  # sort by the induction detector
+    # the induction detector first: its heatmap, and the table sorted by it, strongest first
+    sorted_by = page.locator("[data-testid=heads-table] th.sorted").inner_text()
+    assert sorted_by == "induction \u25be"
     first = page.locator("[data-testid=heads-table] tbody tr").first
     layer, head = first.get_attribute("data-layer"), first.get_attribute("data-head")
     title = page.get_by_test_id("display-pattern").locator(".hl-title").inner_text()
