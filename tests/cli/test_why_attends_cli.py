@@ -92,7 +92,6 @@ def test_end_to_end_equals_the_library(tiny_dir, tmp_path, capsys, monkeypatch):
         (["--keys", "sideways"], "--keys must be one of"),
         (["--layer", "-1"], "--layer must be >= 0"),
         (["--head", "-2"], "--head must be >= 0"),
-        (["--query", "3", "--keys", "5"], "key 5 comes after query 3"),
         (["--query", "x"], "--query takes comma-separated integers"),
     ],
 )
@@ -118,6 +117,7 @@ def test_bad_input_before_the_model_loads(tmp_path, capsys, argv, says):
         (["--layer", "1", "--head", "3"], "--head must lie in 0..2"),
         (["--layer", "0", "--head", "0", "--keys", "induction", "--query", "1"], "names no key"),
         (["--layer", "0", "--head", "0", "--query", "99"], "--query must lie in"),
+        (["--layer", "0", "--head", "0", "--query", "3", "--keys", "5"], "key 5 comes after"),
     ],
 )
 def test_bad_input_against_the_model(tiny_dir, tmp_path, capsys, argv, says):
@@ -138,3 +138,39 @@ def test_bad_input_against_the_model(tiny_dir, tmp_path, capsys, argv, says):
     assert says in err
     assert len(err.strip().splitlines()) == 1
     assert not (tmp_path / "w.json").exists()
+
+
+@pytest.fixture(scope="module")
+def bert_dir(tmp_path_factory) -> Path:
+    """A random BERT (post-norm encoder, MiniLM's tokenizer): E=15 with 3 heads, 2 layers."""
+    from transformers import BertConfig
+
+    from headlab.models import default_model_dir, write_random_bert
+
+    config = BertConfig(
+        hidden_size=15,
+        num_hidden_layers=2,
+        num_attention_heads=3,
+        intermediate_size=23,
+        max_position_embeddings=37,
+    )
+    tokenizer = default_model_dir() / "tokenizer.json"
+    folder = tmp_path_factory.mktemp("why_attends_bert")
+    return write_random_bert(folder, config, tokenizer, seed=3)
+
+
+def test_an_encoder_key_after_the_query(bert_dir, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    out, figure = tmp_path / "e.json", tmp_path / "e.png"
+    argv = ["why-attends", "--model", str(bert_dir), "--layer", "1", "--head", "2"]
+    argv += ["--text", "the cat sat on the mat", "--query", "2", "--keys", "5"]
+    code, printed, err = run([*argv, "--out", str(out), "--figure", str(figure)], capsys)
+    assert code == 0, err
+    data = json.loads(out.read_text())
+    data.pop("headlab")
+    (pair,) = ScoreSplitResult.from_dict(data).pairs
+    assert (pair.query, pair.key) == (2, 5)
+    assert abs(sum(pair.key_marginal) - pair.score) <= 1e-4
+    assert pair.sources  # split by source through the post-norm blocks
+    assert max(len(line) for line in printed.splitlines()) <= 80
+    assert png_text_chunks(figure.read_bytes())

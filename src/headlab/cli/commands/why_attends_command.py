@@ -2,7 +2,8 @@
 what the query side and the key side read.
 
 Parses and checks before the model loads (--keys, k >= 1, --layer/--head not negative, a key
-position after a query, the output paths), loads, checks what needs the model (the layer and
+position after a query in a causal model, read from the model's config alone, the output
+paths), loads, checks what needs the model (the layer and
 head against its sizes, the query positions against the text's tokens, a pattern that names no
 key), then calls ``headlab.circuits.score_split`` and prints one table per pair.
 """
@@ -33,7 +34,7 @@ PRINTED = 3
 ROWS = 8
 
 
-def _checked(layer: int, head: int, queries: list[int] | None, keys: str):
+def _checked(layer: int, head: int, queries: list[int], keys: str, source: ModelChoice):
     from headlab.circuits.score_keys import KeySpec, check_key
 
     with flags("keys"):
@@ -41,11 +42,25 @@ def _checked(layer: int, head: int, queries: list[int] | None, keys: str):
     for value, flag in ((layer, "--layer"), (head, "--head")):
         if value < 0:
             raise ValueError(f"{flag} must be >= 0, got {value}")
-    if spec.kind == "position":  # the circuits route runs causal models only
-        for query in queries or []:
+    if spec.kind == "position" and any(0 <= q < spec.count for q in queries):
+        causal = _causal(source)  # an encoder's query sees keys after it; a decoder's does not
+        for query in queries:
             if query >= 0:
-                check_key(query, spec.count, max(query, spec.count) + 1, causal=True)
+                check_key(query, spec.count, max(query, spec.count) + 1, causal=causal)
     return spec
+
+
+def _causal(source: ModelChoice) -> bool:
+    """Whether the chosen model is causal, from its config alone (no weight loads)."""
+    from headlab.models.outline import outline
+
+    with flags("model", "download", "trust_remote_code"):
+        found = outline(
+            source.name_or_path,
+            download=source.download,
+            trust_remote_code=source.trust_remote_code,
+        )
+    return found.causal
 
 
 @model_source(folder=True, backend=False)
@@ -85,7 +100,7 @@ def why_attends(
         raise ValueError("--query takes at least one position, got none")
     if sources < 0:
         raise ValueError(f"--sources must be >= 0, got {sources}")
-    spec = _checked(layer, head, queries, keys)
+    spec = _checked(layer, head, queries, keys, source)
     claim("why-attends", out, force=force, figure=figure)
     loaded = open_model(source, quiet=as_json)
     shapes = loaded.heads_per_layer
