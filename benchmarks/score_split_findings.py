@@ -193,12 +193,26 @@ def profiles(name: str) -> dict:
     ids = natural_text(model, 100)
     sides = Sides(model, torch.tensor([ids]))
     queries = list(range(len(ids) - 16, len(ids)))
-    out = {}
+    out, tops = {}, {}
     with torch.no_grad():
         for layer in range(1, model.num_layers):
             found = key_profiles(sides, layer, queries)
             out[layer] = [round(found["within"], 3), round(found["to_one_head"], 3)]
-    return {"model": name, "tokens": len(ids), "per_layer_within_and_to_one_head": out}
+            heads = torch.tensor(found["heads"])  # (head, component + 1), unit rows
+            names = found["components"]
+            mean = heads.mean(0)
+            tops[layer] = {
+                "mean_profile_top": [
+                    [names[c], round(float(mean[c]), 3)] for c in mean.abs().topk(3).indices
+                ],
+                "each_head_top": [names[int(c)] for c in heads.abs().argmax(-1)],
+            }
+    return {
+        "model": name,
+        "tokens": len(ids),
+        "per_layer_within_and_to_one_head": out,
+        "per_layer_components": tops,
+    }
 
 
 def toys(steps: int) -> dict:

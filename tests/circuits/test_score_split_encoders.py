@@ -16,6 +16,7 @@ import torch
 import transformers
 
 from headlab.circuits.score_keys import KeySpec
+from headlab.circuits.score_profiles import key_profiles
 from headlab.circuits.score_sides import Sides
 from headlab.circuits.score_split import split_scores
 from headlab.models.hf import attach
@@ -120,13 +121,16 @@ def test_the_hand_forward_is_the_model(bert):
 def test_terms_sum_to_the_kernel_score(bert, layer):
     _, wrapped, ids = bert
     sides = Sides(wrapped, ids)
-    result = split_scores(sides, layer, 3, [2, 9], KeySpec.parse("all"), sources=2)
+    result = split_scores(sides, layer, 3, [2, 9], KeySpec.parse("all"), sources=0)
     assert len(result.pairs) == 2 * LENGTH  # an encoder's query sees keys after it
     for pair in result.pairs:
         assert abs(pair.raw - pair.score) <= 1e-10  # no score bias: the terms are the score
         assert abs(sum(pair.key_marginal) - pair.raw) <= 1e-10
         assert abs(sum(pair.query_marginal) - pair.raw) <= 1e-10
         assert abs(sum(map(sum, pair.pair)) - pair.raw) <= 1e-10
+    result = split_scores(sides, layer, 3, [9], KeySpec.parse("top-2"), sources=2)
+    for pair in result.pairs:
+        assert len(pair.sources) == min(2, 3 * layer)  # the heads of the layers before
         for source in pair.sources:
             assert len(source.positions) == LENGTH
             term = pair.key_marginal[result.components.index(source.component)]
@@ -157,3 +161,44 @@ def test_taking_a_component_out_of_the_key_moves_the_score_by_its_term(bert, nam
     term = pair.key_marginal[result.components.index(name)]
     assert abs(moved - term) <= 1e-10
     assert abs(term) > 1e-6  # not a vacuous zero
+
+
+def test_key_profiles_are_the_split_at_each_heads_key(bert):
+    """key_profiles (its own batched path) against split_scores at each head's attended key, and
+    the one-head view's marginal at the key the merged score sum_h s_h / sqrt(head) ranks
+    first (the kernel's merge_view), keys after the query included."""
+    _, wrapped, ids = bert
+    layer, queries = 2, [1, 6, 12]
+    sides = Sides(wrapped, ids)
+    found = key_profiles(sides, layer, queries)
+    scores = sides.clean_scores(layer)["scores"][0]  # (head, q_pos, k_pos)
+    merged = scores.sum(0) / math.sqrt(HEADS)
+
+    def unit(rows):
+        return rows / rows.norm(dim=-1, keepdim=True)
+
+    every = {  # (head, query, key) -> the key-side marginal
+        (h, p.query, p.key): torch.tensor(p.key_marginal, dtype=torch.float64)
+        for h in range(HEADS)
+        for p in split_scores(sides, layer, h, queries, KeySpec.parse("all"), sources=0).pairs
+    }
+    own, one = [], []
+    for i in queries:
+        own.append(torch.stack([every[h, i, int(scores[h, i].argmax())] for h in range(HEADS)]))
+        j = int(merged[i].argmax())
+        one.append(sum(every[h, i, j] for h in range(HEADS)) / math.sqrt(HEADS))
+    heads = unit(unit(torch.stack(own)).mean(0))  # (head, component + 1)
+    one_head = unit(unit(torch.stack(one)).mean(0))
+    assert torch.allclose(
+        torch.tensor(found["heads"], dtype=torch.float64), heads, atol=1e-10, rtol=0
+    )
+    assert torch.allclose(
+        torch.tensor(found["one_head"], dtype=torch.float64), one_head, atol=1e-10, rtol=0
+    )
+    cos = heads @ heads.t()
+    within = (cos.sum() - cos.diagonal().sum()) / (HEADS * (HEADS - 1))
+    assert abs(found["within"] - float(within)) <= 1e-10
+    assert abs(found["to_one_head"] - float((heads @ one_head).mean())) <= 1e-10
+    assert any(int(merged[i].argmax()) > i for i in queries) or any(
+        int(scores[h, i].argmax()) > i for h in range(HEADS) for i in queries
+    )  # an encoder's key after its query is read

@@ -33,7 +33,7 @@ from contextlib import ExitStack
 import torch
 from torch import Tensor
 
-from headlab.attention.interventions import intervene, record
+from headlab.attention.interventions import record
 from headlab.circuits.frozen_norms import frozen_norms, norms_of
 from headlab.circuits.graph import EMBED, head_name, mlp_name
 from headlab.circuits.resume import Cache, Runner

@@ -32,7 +32,6 @@ from headlab.models.run_protocol import (
     stopped_run,
 )
 
-
 #: Families whose first block makes what every later block reads (T5's relative position bias,
 #: handed on from block to block): the blocks before ``start`` run, on the real input, and
 #: block ``start``'s resid_in is then replaced.
