@@ -202,3 +202,22 @@ def test_key_profiles_are_the_split_at_each_heads_key(bert):
     assert any(int(merged[i].argmax()) > i for i in queries) or any(
         int(scores[h, i].argmax()) > i for h in range(HEADS) for i in queries
     )  # an encoder's key after its query is read
+
+
+@pytest.mark.model
+def test_the_packaged_minilm_splits_to_its_own_scores(minilm):
+    """MiniLM (float32): the last layer's terms sum to the kernel's scores, keys after the query
+    included, up to float32's rounding of the carried writes."""
+    ids = minilm.encode("The cat sat on the mat. The dog ran in the park.")
+    sides = Sides(minilm, torch.tensor([ids]))
+    result = split_scores(sides, 5, 7, [3], KeySpec.parse("all"), sources=0)
+    assert len(result.pairs) == len(ids)
+    size = max(abs(p.score) for p in result.pairs)
+    for pair in result.pairs:
+        assert abs(sum(pair.key_marginal) - pair.score) <= 1e-4 * size
+        assert abs(sum(pair.query_marginal) - pair.score) <= 1e-4 * size
+    (pair,) = split_scores(sides, 5, 7, [3], KeySpec.parse("attended"), sources=2).pairs
+    assert len(pair.sources) == 2
+    for source in pair.sources:
+        term = pair.key_marginal[result.components.index(source.component)]
+        assert abs(sum(source.values) - term) <= 1e-4 * size
