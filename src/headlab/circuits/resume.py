@@ -39,12 +39,14 @@ class Cache:
     """One full run. resid: N + 1 tensors (batch, pos, d_model), the stream entering block
     0 .. N-1 and leaving block N-1; head_outputs: per layer (batch, head, pos, d_head); mlp: per
     layer (batch, pos, d_model) or None; logits: (batch, n_kept, vocab) at the kept
-    positions (None: a model without an output head, an encoder read by the score split)."""
+    positions (None: a model without an output head, an encoder read by the score split);
+    cross: per layer, its cross-attention's head outputs (batch, head, pos, d_head), or None."""
 
     resid: list[Tensor]
     head_outputs: list[Tensor]
     mlp: list[Tensor | None]
     logits: Tensor | None
+    cross: list[Tensor | None] | None = None
 
 
 def until_values(attention, seen: dict[str, Tensor]) -> Hooks:
@@ -121,10 +123,10 @@ class Runner:
         """One full run of ``ids`` (batch, pos) with everything patching reads kept."""
         run = cache(self.model, TokenBatch(ids, self.input.attention_mask, []), self.positions)
         if not getattr(self.model, "causal", True):  # an encoder: no output head
-            return Cache(run.resid, run.head_outputs, run.mlp, None)
+            return Cache(run.resid, run.head_outputs, run.mlp, None, run.cross_outputs)
         with torch.no_grad():
             logits = self.model.unembed(run.final)
-        return Cache(run.resid, run.head_outputs, run.mlp, logits.detach())
+        return Cache(run.resid, run.head_outputs, run.mlp, logits.detach(), run.cross_outputs)
 
     def forward(
         self,

@@ -38,6 +38,7 @@ from headlab.circuits.frozen_norms import frozen_norms, norms_of
 from headlab.circuits.graph import EMBED, head_name, mlp_name
 from headlab.circuits.resume import Cache, Runner
 from headlab.circuits.score_writes import block_writes
+from headlab.circuits.stream_graph import cross_name
 from headlab.models.hf.adapter import TransformersModel
 from headlab.models.run_protocol import StopAt
 
@@ -77,6 +78,9 @@ class Sides:
         names = [EMBED]
         for block in self.runner.blocks[:layer]:
             names += [head_name(block.index, h) for h in range(block.attention.num_heads)]
+            if block.cross_attention is not None:  # a decoder block of an encoder-decoder
+                count = block.cross_attention.num_heads
+                names += [cross_name(block.index, h) for h in range(count)]
             names += [mlp_name(block.index)] if block.has_mlp else []
         return [*names, OUT_BIAS]
 
@@ -113,27 +117,16 @@ class Sides:
         return found, biases
 
     def layer_writes(self, index: int, rows: slice) -> tuple[Tensor, Tensor]:
-        """(head [+ mlp], batch, rows, embed_dim) layer ``index``'s writes by the formula, and
-        its output projection's bias (embed_dim,) (zeros without one)."""
+        """(head [+ cross head] [+ mlp], batch, rows, embed_dim) layer ``index``'s writes by the
+        formula, and its output projections' biases (embed_dim,) (zeros without one)."""
         block, cache = self.runner.blocks[index], self.cache
-        attention = block.attention
-        w_o = attention.output_weight()
-        if w_o is None:
-            raise ValueError(
-                f"layer {index} has no output projection taking its heads' outputs unchanged: "
-                "its heads' writes are not their own"
-            )
-        heads = cache.head_outputs[index][:, :, rows]  # (batch, head, rows, d_head)
-        w = w_o.detach().to(heads).reshape(w_o.shape[0], attention.num_heads, -1)
-        found = torch.einsum("bhpd,ehd->hbpe", heads, w)
+        found, bias = _head_writes(block.attention, cache.head_outputs[index][:, :, rows], index)
+        if block.cross_attention is not None:
+            outputs = cache.cross[index][:, :, rows]
+            more, more_bias = _head_writes(block.cross_attention, outputs, index)
+            found, bias = torch.cat([found, more]), bias + more_bias
         if block.has_mlp:
             found = torch.cat([found, cache.mlp[index][None, :, rows]])
-        bias = getattr(attention.output.module, "bias", None)
-        bias = (
-            torch.zeros_like(heads[0, 0, 0, :1]).expand(w.shape[0])
-            if bias is None
-            else bias.detach().to(heads)
-        )
         return found, bias
 
     def side_terms(
@@ -243,6 +236,23 @@ def qk_norms(block) -> list:
     if block.attention.input_norm is not None:
         norms = [block.attention.input_norm.module, *norms]
     return norms
+
+
+def _head_writes(attention, heads: Tensor, index: int) -> tuple[Tensor, Tensor]:
+    """(head, batch, rows, embed_dim) each head's output ``heads`` (batch, head, rows, d_head)
+    through its own slice of ``attention``'s W_O, and W_O's bias (zeros without one)."""
+    w_o = attention.output_weight()
+    if w_o is None:
+        raise ValueError(
+            f"layer {index} has no output projection taking its heads' outputs unchanged: "
+            "its heads' writes are not their own"
+        )
+    w = w_o.detach().to(heads).reshape(w_o.shape[0], attention.num_heads, -1)
+    found = torch.einsum("bhpd,ehd->hbpe", heads, w)
+    bias = getattr(attention.output.module, "bias", None)
+    if bias is None:
+        return found, torch.zeros_like(heads[0, 0, 0, :1]).expand(w.shape[0])
+    return found, bias.detach().to(heads)
 
 
 def kernel_scale(q: Tensor, k: Tensor, logits: Tensor) -> float:

@@ -208,8 +208,8 @@ def split_scores(
         heads = [
             c
             for c in km.abs().argsort(descending=True).tolist()
-            if "." in names[c] and not names[c].startswith("mlp")
-        ][:sources]
+            if "." in names[c] and not names[c].startswith("mlp") and ".x" not in names[c]
+        ][:sources]  # a cross-attention head ("L.xH") reads another stream's positions
         for c in heads:
             sender_layer = int(names[c].split(".")[0])
             if sender_layer not in patterns:
