@@ -34,7 +34,9 @@ PRINTED = 3
 ROWS = 8
 
 
-def _checked(layer: int, head: int, queries: list[int], keys: str, source: ModelChoice | None):
+def _checked(
+    layer: int, head: int, queries: list[int], keys: str, source: ModelChoice | None, quiet: bool
+):
     from headlab.circuits.score_keys import KeySpec, check_key
 
     with flags("keys"):
@@ -45,24 +47,18 @@ def _checked(layer: int, head: int, queries: list[int], keys: str, source: Model
     if spec.kind == "position" and any(0 <= q < spec.count for q in queries):
         # an encoder's query sees keys after it; a decoder's (source None: an encoder-decoder's
         # decoder) does not
-        causal = True if source is None else _causal(source)
+        causal = True if source is None else _causal(source, quiet)
         for query in queries:
             if query >= 0:
                 check_key(query, spec.count, max(query, spec.count) + 1, causal=causal)
     return spec
 
 
-def _causal(source: ModelChoice) -> bool:
+def _causal(source: ModelChoice, quiet: bool) -> bool:
     """Whether the chosen model is causal, from its config alone (no weight loads)."""
-    from headlab.models.outline import outline
+    from headlab.cli.model_source import model_outline
 
-    with flags("model", "download", "trust_remote_code"):
-        found = outline(
-            source.name_or_path,
-            download=source.download,
-            trust_remote_code=source.trust_remote_code,
-        )
-    return found.causal
+    return model_outline(source, quiet=quiet, kind_checked=False).causal
 
 
 def _encoder_decoder(source: ModelChoice) -> None:
@@ -144,7 +140,8 @@ def why_attends(
         raise ValueError(f"--sources must be >= 0, got {sources}")
     if source_text is not None:
         _encoder_decoder(source)
-    spec = _checked(layer, head, queries, keys, source if source_text is None else None)
+    decoder_only = source_text is not None  # an encoder-decoder's decoder: causal
+    spec = _checked(layer, head, queries, keys, None if decoder_only else source, as_json)
     claim("why-attends", out, force=force, figure=figure)
     loaded, ids, tokens, shapes = _opened(source, text, source_text, as_json)
     if layer >= len(shapes):
