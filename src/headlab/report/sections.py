@@ -18,6 +18,7 @@ from headlab.report.displays import show
 from headlab.report.kinds_section import kinds_sections
 from headlab.report.long_context_figures import ROLE_COLOURS
 from headlab.report.long_context_section import long_context_sections
+from headlab.report.nodes_section import nodes_section
 from headlab.report.overview import overview
 from headlab.report.reading import PRODUCERS, Skipped, read_section, skipping
 from headlab.report.why import why_sections
@@ -166,6 +167,7 @@ def collect(
         "long": long_context_sections(Path(options.results), pngs),
         "circuits": circuits_sections(Path(options.results), pngs),
         "kinds": kinds_sections(Path(options.results)),
+        "nodes": nodes_section(Path(options.results)),
         "results_dir": str(options.results),
     }
     _add_roles(sections["results"]["heads"], sections["long"]["roles"])

@@ -207,8 +207,10 @@ def circuits(
     found = require_next_token_logits(source, request.needed_by, quiet=as_json, tokenizer=True)
     from headlab.circuits.fits import check_fits_model
 
-    with flags("length", "n_pairs", pairs_file="--pairs"):  # the task against the model's
-        check_fits_model(request, found)  # config, read once before the load
+    with flags("length", "n_pairs", "by_position", pairs_file="--pairs"):  # the task against
+        sweep = check_fits_model(request, found)  # the model's config, read once before the load
+    if sweep is not None and not as_json:
+        print(f"headlab: {sweep.says()}", file=sys.stderr)
     loaded = open_model(source, quiet=as_json, kind_checked=True)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing more is fetched, even with --download
     from headlab.circuits.run import prepare, run_circuits

@@ -1,0 +1,125 @@
+"""What the patching sweep (``head_patching``) costs, known before the model loads: from the
+model's config, the task's sizes and this machine's speed at a matrix product of the model's own
+shapes.
+
+The sweep patches every unit (each query head, each K/V group of a GQA layer, each MLP) once,
+and with ``by_position`` once more per position; a run patched at layer l runs layers l .. L-1
+on the pairs and unembeds the kept positions. Its floating-point operations, summed over the
+runs (``sweep_flops``: the projections, the MLP, the scores and the weighted values of each
+layer, the unembedding), divided by the rate of one product of the MLP's shapes on this machine
+(``product_rate``, the best of a few, on the threads torch has now), give a time that the sweep
+cannot beat (``SweepCost.seconds``: the norms, softmaxes and the run's bookkeeping come on top;
+measured 0.5-0.7 of the run's CPU time on SmolLM2). ``check_sweep`` refuses a by-position sweep
+whose time passes ``SWEEP_LIMIT_S``, with the estimate and what lowers it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+
+from headlab.results.patching_estimate import duration
+
+#: A by-position sweep whose lower bound passes this is refused before the load.
+SWEEP_LIMIT_S = 30 * 60
+#: Rows of the product timed by ``product_rate`` (at most the task's tokens).
+RATE_ROWS = 512
+
+
+@dataclass(frozen=True)
+class SweepCost:
+    """``units`` nodes patched at ``places`` places each (1: the whole node; 1 + pos with
+    by_position): ``runs`` patched runs passing through ``layer_runs`` layers in all (what
+    ``head_patching``'s progress counts), worth ``forwards`` whole forwards of the pairs,
+    ``flops`` in all, at ``rate`` FLOP/s (``product_rate``)."""
+
+    units: int
+    places: int
+    runs: int
+    layer_runs: int
+    forwards: float
+    flops: float
+    rate: float
+
+    @property
+    def seconds(self) -> float:
+        return self.flops / self.rate
+
+    def says(self) -> str:
+        where = f" x {self.places} places" if self.places > 1 else ""
+        return (
+            f"head-patching {self.units} nodes{where}: {self.runs:,} patched runs, about "
+            f"{self.forwards:,.0f} forwards of the pairs, at least {duration(self.seconds)} here "
+            f"({self.rate / 1e9:.0f} GFLOP/s in a product of the model's shapes)"
+        )
+
+
+def layer_flops(shape: dict[str, int], batch: int, pos: int) -> float:
+    """FLOPs of one layer on ``batch`` texts of ``pos`` tokens: q, k, v and W_O, the MLP's
+    three products (two for a plain MLP: counted as three, an upper bound of the two), the scores
+    and the weighted values (a causal half of pos x pos)."""
+    width, query = shape["width"], shape["heads"] * shape["head_dim"]
+    kv = shape["kv_heads"] * shape["head_dim"]
+    per_token = width * (2 * query + 2 * kv) + 3 * width * shape["mlp"]
+    attention = 2 * shape["heads"] * shape["head_dim"] * pos * (pos + 1) / 2
+    return 2.0 * batch * (pos * per_token + attention)
+
+
+def sweep_flops(shape: dict[str, int], batch: int, pos: int, by_position: bool) -> SweepCost:
+    """The sweep's runs and FLOPs (rate 1: ``SweepCost.seconds`` is then the FLOPs)."""
+    layers = shape["layers"]
+    grouped = shape["kv_heads"] < shape["heads"]
+    per_layer = shape["heads"] + (shape["kv_heads"] if grouped else 0) + 1  # heads, groups, MLP
+    places = 1 + (pos if by_position else 0)
+    one_layer = layer_flops(shape, batch, pos)
+    unembed = 2.0 * batch * pos * shape["width"] * shape["vocab"]
+    layer_runs = per_layer * places * sum(layers - layer for layer in range(layers))
+    runs = per_layer * places * layers
+    flops = layer_runs * one_layer + runs * unembed
+    forward = layers * one_layer + unembed
+    return SweepCost(per_layer * layers, places, runs, layer_runs, flops / forward, flops, 1.0)
+
+
+def product_rate(width: int, mlp: int, rows: int) -> float:
+    """FLOP/s of a (rows, width) x (width, mlp) float32 product here, the best of three (after
+    one to warm up); ``rows`` at most ``RATE_ROWS``."""
+    import torch
+
+    rows = max(1, min(rows, RATE_ROWS))
+    a, b = torch.randn(rows, width), torch.randn(width, mlp)
+    best = float("inf")
+    for _ in range(4):
+        start = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - start)
+    return 2.0 * rows * width * mlp / max(best, 1e-9)
+
+
+def sweep_cost(shape: dict[str, int], batch: int, pos: int, by_position: bool, rate=None):
+    """``SweepCost`` of the sweep at ``rate`` FLOP/s (None: ``product_rate`` measured now)."""
+    cost = sweep_flops(shape, batch, pos, by_position)
+    if rate is None:
+        rate = product_rate(shape["width"], shape["mlp"], batch * pos)
+    return dataclasses.replace(cost, rate=float(rate))
+
+
+def check_sweep(cost: SweepCost) -> None:
+    """ValueError, with the estimate, for a by-position sweep past ``SWEEP_LIMIT_S``."""
+    if cost.places > 1 and cost.seconds > SWEEP_LIMIT_S:
+        raise ValueError(
+            f"by_position must fit in {duration(SWEEP_LIMIT_S)}: {cost.says()}; refused before "
+            f"starting: leave out by_position (the sweep of whole nodes takes 1/{cost.places} "
+            "of it), or lower n_pairs or length"
+        )
+
+
+__all__ = [
+    "SWEEP_LIMIT_S",
+    "SweepCost",
+    "check_sweep",
+    "layer_flops",
+    "product_rate",
+    "sweep_cost",
+    "sweep_flops",
+]
