@@ -17,42 +17,13 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from dataclasses import dataclass
 
-from headlab.results.patching_estimate import duration
+from headlab.results.patching_estimate import SweepCost, duration
 
 #: A by-position sweep whose lower bound passes this is refused before the load.
 SWEEP_LIMIT_S = 30 * 60
 #: Rows of the product timed by ``product_rate`` (at most the task's tokens).
 RATE_ROWS = 512
-
-
-@dataclass(frozen=True)
-class SweepCost:
-    """``units`` nodes patched at ``places`` places each (1: the whole node; 1 + pos with
-    by_position): ``runs`` patched runs passing through ``layer_runs`` layers in all (what
-    ``head_patching``'s progress counts), worth ``forwards`` whole forwards of the pairs,
-    ``flops`` in all, at ``rate`` FLOP/s (``product_rate``)."""
-
-    units: int
-    places: int
-    runs: int
-    layer_runs: int
-    forwards: float
-    flops: float
-    rate: float
-
-    @property
-    def seconds(self) -> float:
-        return self.flops / self.rate
-
-    def says(self) -> str:
-        where = f" x {self.places} places" if self.places > 1 else ""
-        return (
-            f"head-patching {self.units} nodes{where}: {self.runs:,} patched runs, about "
-            f"{self.forwards:,.0f} forwards of the pairs, at least {duration(self.seconds)} here "
-            f"({self.rate / 1e9:.0f} GFLOP/s in a product of the model's shapes)"
-        )
 
 
 def layer_flops(shape: dict[str, int], batch: int, pos: int) -> float:
