@@ -35,7 +35,7 @@ from headlab.models.run_protocol import Block
 MLP_ATTRIBUTES = ("mlp", "feed_forward", "block_sparse_moe")
 #: Families whose MLP is not one module: model_type -> (the module reading the MLP's input, the
 #: module giving its output), paths inside the block.
-MLP_ENDS = {name: ("intermediate", "output.dense") for name in ("bert", "roberta", "vit")}
+MLP_ENDS = {name: ("intermediate", "output.dense") for name in ("bert", "roberta")}
 #: The encoder-decoders: BART, Marian and Whisper write their MLP as fc1 and fc2 on the block;
 #: T5 as the last sublayer's DenseReluDense (its index: 1 in an encoder block, 2 in a decoder's).
 MLP_ENDS.update({name: ("fc1", "fc2") for name in ("bart", "marian", "whisper")})
@@ -220,9 +220,14 @@ def declared_block_paths(
 
 
 def hf_blocks(
-    name: str, model: nn.Module, layers: list[HFAttentionLayer], causal: bool
+    name: str,
+    model: nn.Module,
+    layers: list[HFAttentionLayer],
+    causal: bool,
+    stream: str | None = None,
 ) -> tuple[list[Block], list[HFBlockParts]]:
-    """The protocol's blocks of ``model`` (one per attention layer) and their modules.
+    """The protocol's blocks of ``model`` (one per attention layer) and their modules, of the
+    stream ``stream`` (default: "decoder" or, not ``causal``, "encoder").
     ValueError (one line) where the model does not declare its blocks, two attention layers
     share one, a block has no attention (a hybrid) or no declared MLP attribute."""
     paths = declared_block_paths(
@@ -236,6 +241,7 @@ def hf_blocks(
             "attention (a hybrid): every block of a run needs its sites"
         )
     parallel = _parallel(model)
+    stream = stream or ("decoder" if causal else "encoder")
     family = str(getattr(model.config.get_text_config(), "model_type", ""))
     blocks, parts = [], []
     for i, (layer, path) in enumerate(zip(layers, paths, strict=True)):
@@ -246,7 +252,6 @@ def hf_blocks(
                 f"{name}'s block {kind} has none of the MLP attributes "
                 f"transformers' blocks declare ({names})"
             )
-        stream = "decoder" if causal else "encoder"
         blocks.append(Block(i, stream, layer, found.sites, True, parallel))
         parts.append(found)
     return blocks, parts
