@@ -121,7 +121,7 @@ def _sampled(patcher: StreamPatcher) -> list:
 
 
 def test_path_patching_and_eap_equal_brute_force(case):
-    kind, model, clean, corrupted = case
+    _, model, clean, corrupted = case
     inputs = image_inputs(model, clean, corrupted)
     metric = inputs.metric
     assert metric.kind == ("logit_diff" if model.has_head else "cls_projection")

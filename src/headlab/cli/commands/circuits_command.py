@@ -105,6 +105,8 @@ def circuits(
     audio: Path | None = kinds.AUDIO,
     corrupted_source_text: list[str] | None = seq2seq.CORRUPTED_TEXT,
     corrupted_audio: Path | None = seq2seq.CORRUPTED_AUDIO,
+    image: Path | None = kinds.IMAGE,
+    corrupted_image: Path | None = seq2seq.CORRUPTED_IMAGE,
     source: ModelChoice = None,  # the model-source options (``model_source``)
     by_position: bool = BY_POSITION,
     out: Path | None = OUT,
@@ -118,13 +120,20 @@ def circuits(
     Every edge (sender -> receiver's q, k or v input, MLP or logits) scored by weight-based
     composition, exact path patching, EAP or EAP-IG on clean/corrupted pairs; the model's own
     accuracy on the task first. An encoder-decoder: a source (--source-text, --audio) and its
-    corrupted twin, the target read with both; its graph spans both streams.
+    corrupted twin, the target read with both; its graph spans both streams. An image model
+    (ViT, DINOv2, CLIP's vision tower): --image and --corrupted-image.
     """
     from headlab.circuits.run import CircuitRequest, needs_equal_lengths
 
     if seq2seq.asked(
-        audio, source_text, target_text, corrupted_source_text, corrupted_audio
-    ) or seq2seq.is_encoder_decoder(source):
+        audio,
+        source_text,
+        target_text,
+        corrupted_source_text,
+        corrupted_audio,
+        image,
+        corrupted_image,
+    ) or seq2seq.is_other_kind(source):
         out = out or RESULTS_DIR / "circuits.json"
         given = {
             "--task": task,
@@ -139,6 +148,8 @@ def circuits(
             target_text,
             corrupted_source_text,
             corrupted_audio,
+            image=image,
+            corrupted_image=corrupted_image,
             method=method,
             top=top,
             edges=_edges(edges),
