@@ -211,7 +211,7 @@ def refuse_other_kinds(source, command: str = "this command") -> None:
         raise ValueError(
             f"{name}: family {family!r} is an image model (it reads pixel_values, "
             f"not text): {command} reads text; image models run in `headlab model "
-            "heads --image` and `model ablate --image`"
+            "heads --image`, `model ablate --image` and `circuits --image`"
         )
     raise ValueError(
         f"{name}: family {family!r} is an encoder-decoder: {command} reads one "
