@@ -49,8 +49,8 @@ def cross_name(layer: int, head: int) -> str:
 @dataclass(frozen=True)
 class StreamNode:
     """One node: ``name``, ``kind`` ("embed", "head", "cross", "mlp", "logits"), ``stream``
-    ("encoder", "decoder"), its block ``layer`` (-1 for embeddings, the block count for the
-    logits) and ``index`` (the head, else 0)."""
+    ("encoder", "decoder", "patches"), its block ``layer`` (-1 for embeddings, the block count
+    for the logits) and ``index`` (the head, else 0)."""
 
     name: str
     kind: str
