@@ -179,13 +179,18 @@ def test_graph_of_an_image_encoder_counted_by_hand():
     assert graph.edge("mlp.0->1.2<v>").receiver == "1.2"
 
 
-def test_pairs_of_two_sizes_and_identical_images_are_refused(case):
+def test_pairs_of_two_sizes_identical_images_and_one_class_are_refused(case, monkeypatch):
     _, model, clean, _ = case
     with pytest.raises(ValueError, match="one per image, of its size"):
         image_inputs(model, clean, clean[:1])
     if not model.has_head:
         with pytest.raises(ValueError, match="same class-token state"):
             image_inputs(model, clean, clean.clone())
+        return
+    own = model.unembed
+    monkeypatch.setattr(model, "unembed", lambda states: own(states)[..., :1])  # one output
+    with pytest.raises(ValueError, match="needs two classes or more"):
+        image_inputs(model, clean, clean.flip(-1))
 
 
 def test_graph_reads_the_image_encoders_blocks(case):

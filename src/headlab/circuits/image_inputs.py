@@ -50,7 +50,8 @@ def _readout(model, pixels: Tensor) -> Tensor:
 def image_inputs(model, clean: Tensor, corrupted: Tensor) -> StreamInputs:
     """``clean`` and ``corrupted`` pixel values (batch, channel, height, width), one corrupted
     image per clean one, and the metric (module docstring). ValueError (one line) for images of
-    two sizes or a corrupted image the model reads exactly as its clean one."""
+    two sizes, a head of one output, or a corrupted image the model reads exactly as its clean
+    one."""
     if clean.shape != corrupted.shape:
         raise ValueError(
             "corrupted images: one per image, of its size after the image processor (patching "
@@ -60,6 +61,11 @@ def image_inputs(model, clean: Tensor, corrupted: Tensor) -> StreamInputs:
     batch = clean.shape[0]
     kept = torch.ones(batch, 1, dtype=torch.bool)
     if model.has_head:
+        if good.shape[-1] < 2:
+            raise ValueError(
+                f"{model.name}'s head gives {good.shape[-1]} output: a logit difference needs "
+                "two classes or more"
+            )
         answers = good.argmax(-1)  # (batch,)
         others = bad.clone()
         others[torch.arange(batch), answers] = -torch.inf
