@@ -175,7 +175,7 @@ def test_graph_of_an_image_encoder_counted_by_hand():
 
     graph = StreamGraph((StreamBlockShape("patches", 3), StreamBlockShape("patches", 3)))
     assert len(graph.edges) == 9 + 4 + 45 + 8 + 9
-    assert graph.node("embed.patches").stream == "patches"
+    assert graph.node("embed").stream == "patches"  # one stream: named as a decoder's
     assert graph.edge("mlp.0->1.2<v>").receiver == "1.2"
 
 
@@ -196,5 +196,5 @@ def test_pairs_of_two_sizes_identical_images_and_one_class_are_refused(case, mon
 def test_graph_reads_the_image_encoders_blocks(case):
     _, model, *_ = case
     graph = stream_graph_of(model)
-    assert [n.name for n in graph.nodes][:1] == ["embed.patches"]
+    assert [n.name for n in graph.nodes][:1] == ["embed"]
     assert sum(n.kind == "head" for n in graph.nodes) == 6

@@ -1,8 +1,8 @@
 """The graph of an encoder-decoder: two residual streams, and the cross-attention between them;
 and of an image encoder (ViT, DINOv2, CLIP's vision tower): one stream over the class token,
 registers and patches, the graph of an encoder-decoder's encoder with the image's readout as its
-receiver (nodes ``embed.patches``, ``L.H``, ``mlp.L``, ``logits``; no causal mask, so every
-position reads every earlier sender).
+receiver, its nodes named as a decoder's (graph.py: ``embed``, ``L.H``, ``mlp.L``, ``logits``; no
+causal mask, so every position reads every earlier sender).
 
 Blocks are numbered in run order (``models/run_protocol.py``): the encoder's first, then the
 decoder's, so every node name is unique across the streams. Nodes, in the order they write:
@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from headlab.circuits.graph import LOGITS, Edge, mlp_name
+from headlab.circuits.graph import EMBED, LOGITS, Edge, mlp_name
 from headlab.results.node_names import head_name
 
 EMBED_PREFIX = "embed."
@@ -96,8 +96,8 @@ class StreamGraph:
         if found is None:
             raise ValueError(
                 f"no node {name!r} in this model of {len(self.blocks)} blocks; nodes are "
-                "'embed.<stream>' (encoder, decoder, patches), 'L.H' (self-attention head), "
-                "'L.xH' (cross-attention head), 'mlp.L', 'logits'"
+                "'embed' (one stream) or 'embed.encoder' and 'embed.decoder', 'L.H' "
+                "(self-attention head), 'L.xH' (cross-attention head), 'mlp.L', 'logits'"
             )
         return found
 
@@ -123,6 +123,7 @@ class StreamGraph:
 def _build(blocks: Sequence[StreamBlockShape]):
     nodes: list[StreamNode] = []
     edges: list[Edge] = []
+    streams = {shape.stream for shape in blocks}
     written: list[str] = []  # the senders the next reader of the current stream sees
     earlier: list[str] = []  # the senders of the stream before: what cross-attention k, v read
     stream = None
@@ -133,7 +134,8 @@ def _build(blocks: Sequence[StreamBlockShape]):
                     "an encoder-decoder's blocks are encoder blocks, then decoder blocks"
                 )
             earlier, stream = written, shape.stream
-            nodes.append(StreamNode(EMBED_PREFIX + stream, "embed", stream, -1))
+            name = EMBED_PREFIX + stream if len(streams) > 1 else EMBED  # one stream: a decoder's
+            nodes.append(StreamNode(name, "embed", stream, -1))
             written = [nodes[-1].name]
         heads = [
             StreamNode(head_name(layer, h), "head", stream, layer, h)
