@@ -18,7 +18,8 @@ suffix; each part is declared:
 A model that does not declare these is refused in one line naming what is missing. Each block's
 sites (``BLOCK_SITES``) are applied by four hooks put once on the block and its MLP; they read
 the ``Sites`` kept on the block module (the MLP: those of the block calling it, so that a
-variant sharing the MLP module keeps its own), and do nothing while it is empty.
+variant sharing the MLP module keeps its own), and do nothing while it is empty. The block's
+norms outside its MLP, each with its "scale" site, are read in ``norm_sites.py``.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from torch import Tensor, nn
 
 from headlab.attention.sites import BLOCK_SITES, Sites
 from headlab.models.hf.layer import HFAttentionLayer
+from headlab.models.hf.norm_sites import HFNorm, block_norms, running
 from headlab.models.run_protocol import Block
 
 #: The attribute under which transformers' blocks hold their MLP.
@@ -55,13 +57,15 @@ RUNNING = "headlab_running_block"
 @dataclass(frozen=True, eq=False)
 class HFBlockParts:
     """The modules of one block (``path`` in the model): the modules whose input and output are
-    the MLP's (one module in most families), and the sites its hooks apply."""
+    the MLP's (one module in most families), the sites its hooks apply, and its norms outside
+    the MLP."""
 
     path: str
     module: nn.Module
     mlp_in: nn.Module | None
     mlp_out: nn.Module | None
     sites: Sites
+    norms: tuple[HFNorm, ...] = ()
 
 
 def first_tensor(output: object) -> Tensor:
@@ -139,14 +143,24 @@ def _mlp_ends(module: nn.Module, family: str) -> tuple[nn.Module | None, nn.Modu
     return mlp, mlp
 
 
-def read_parts(path: str, module: nn.Module, family: str) -> HFBlockParts:
+def read_parts(
+    path: str,
+    module: nn.Module,
+    family: str,
+    attention: HFAttentionLayer,
+    cross: HFAttentionLayer | None = None,
+) -> HFBlockParts:
     """The parts kept on ``module`` (fresh sites for a variant's view of a block, which carries
-    the original's attributes and hooks), with the hooks put on the block and its MLP once."""
+    the original's attributes and hooks), with the hooks put on the block and its MLP once;
+    ``attention`` (and ``cross``, a decoder block's cross-attention) name the roles of its
+    norms."""
     kept = module.__dict__.get(ATTR)
     if kept is not None and kept.module is module:
         return kept
     mlp_in, mlp_out = _mlp_ends(module, family)
-    parts = HFBlockParts(path, module, mlp_in, mlp_out, Sites(BLOCK_SITES))
+    mlp = [m for m in (mlp_in, mlp_out) if m is not None]
+    norms = block_norms(module, mlp, attention, cross)
+    parts = HFBlockParts(path, module, mlp_in, mlp_out, Sites(BLOCK_SITES), norms)
     object.__setattr__(module, ATTR, parts)
     if not module.__dict__.get(HOOKED):
         object.__setattr__(module, HOOKED, True)
@@ -174,6 +188,7 @@ def _block_in(module, args, kwargs):
     for mlp in (parts.mlp_in, parts.mlp_out):  # maybe shared with a variant: its caller's sites
         if mlp is not None:
             object.__setattr__(mlp, RUNNING, parts)
+    running(parts.norms)
     return _input_hook(parts.sites, "resid_in")(module, args, kwargs)
 
 
@@ -239,7 +254,7 @@ def hf_blocks(
     family = str(getattr(model.config.get_text_config(), "model_type", ""))
     blocks, parts = [], []
     for i, (layer, path) in enumerate(zip(layers, paths, strict=True)):
-        found = read_parts(path, model.get_submodule(path), family)
+        found = read_parts(path, model.get_submodule(path), family, layer)
         if found.mlp_in is None:
             kind, names = type(found.module).__name__, ", ".join(MLP_ATTRIBUTES)
             raise ValueError(
@@ -247,7 +262,7 @@ def hf_blocks(
                 f"transformers' blocks declare ({names})"
             )
         stream = "decoder" if causal else "encoder"
-        blocks.append(Block(i, stream, layer, found.sites, True, parallel))
+        blocks.append(Block(i, stream, layer, found.sites, True, parallel, norms=found.norms))
         parts.append(found)
     return blocks, parts
 
