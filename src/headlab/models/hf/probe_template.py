@@ -15,7 +15,8 @@ is probed at every load).
 
 ``checked_layers`` builds the layers back: the template's claims are checked on a forward that
 stops after the first layer of each template (``probe.probe_first``: a probe of one layer per
-template), that layer must give the template again, and every other layer of it is that one
+template; an encoder-decoder's in two stopped forwards, its encoder's and its decoder's), that
+layer must give the template again, and every other layer of it is that one
 moved to its own path, each module found there and its weight shaped as the first layer's. The
 model's code and shapes are in the cache key, so the same code over the same shapes finds the
 same rows; the weights' values are what the check looks at. Whatever does not fit raises
@@ -151,11 +152,20 @@ def check_templates(values: list) -> list[dict]:
 
 
 def checked_layers(
-    model: nn.Module, family: str, templates: list[dict], inputs: dict | None = None
+    model: nn.Module,
+    family: str,
+    templates: list[dict],
+    inputs: dict | None = None,
+    stages: list[tuple[nn.Module, dict]] | None = None,
+    lengths: dict | None = None,
 ) -> list[HFAttentionLayer]:
     """The layers ``templates`` describe on ``model``, checked (module docstring) on a forward
     of ``inputs`` (its keywords; None: a few tokens); BadEntry saying why where they do not
-    fit."""
+    fit. ``stages``: (part, keywords) pairs, a template's first layer checked on the forward of
+    the first whose ``part`` (a module of ``model``) holds it (an encoder-decoder: its encoder's
+    on the source, its decoder's on given encoder states, so that neither runs past its first
+    block). ``lengths``: filled with id(module) -> (q_pos, k_pos) of its template's first layer's
+    call."""
     by_key = {(t["class"], t["role"]): t for t in templates}
     held = [(name, m) for name, m in model.named_modules() if _key(name, m) in by_key]
     firsts: dict[tuple[str, str], tuple[str, dict]] = {}
@@ -174,12 +184,26 @@ def checked_layers(
         }
         for path, t in firsts.values()
     }
-    found, refuted = probe_first(model, family, claims, inputs=inputs)
-    if refuted:
-        raise BadEntry(refuted)
+    found, seen = {}, {}
+    for part, keywords in stages or [(model, inputs)]:
+        inside = {id(m) for m in part.modules()}
+        here = {
+            p: c
+            for p, c in claims.items()
+            if p not in found and id(model.get_submodule(p)) in inside
+        }
+        if here:
+            got, refuted = probe_first(model, family, here, inputs=keywords, lengths=seen)
+            if refuted:
+                raise BadEntry(refuted)
+            found.update(got)
     for path, t in firsts.values():
-        if template(found[path]) != t:
+        if path not in found or template(found[path]) != t:
             raise BadEntry(f"{path} does not give the entry's template when probed")
+    if lengths is not None:
+        for name, module in held:
+            first = found[firsts[_key(name, module)][0]].module
+            lengths[id(module)] = seen[id(first)]
     return [
         _moved(model, found[firsts[_key(name, module)][0]], name, module) for name, module in held
     ]
