@@ -6,7 +6,9 @@ suffix; each part is declared:
 
 - the block: the ancestor of an attention module whose class is one of the model's
   ``_no_split_modules`` (transformers' own declaration of the modules that hold a whole layer:
-  ``LlamaDecoderLayer``, ``GPT2Block``, ``GPTNeoXLayer``...);
+  ``LlamaDecoderLayer``, ``GPT2Block``, ``GPTNeoXLayer``...), or for a model that names none
+  (Marian), of the classes its stacks declare give their hidden states
+  (``_can_record_outputs["hidden_states"]``);
 - its MLP: the block's attribute among ``MLP_ATTRIBUTES``, the names transformers' blocks give
   their MLP (``mlp`` in every decoder so far, ``feed_forward`` in some hybrids), or, for the
   families whose MLP is two modules with the residual add between them (BERT's ``intermediate``
@@ -207,18 +209,35 @@ def _mlp_out(module, args, output):
     return None if parts is None else _output_hook(parts.sites, "mlp_out")(module, args, output)
 
 
+def declared_block_classes(model: nn.Module) -> set[str]:
+    """The class names transformers declares a whole layer of ``model``: its
+    ``_no_split_modules``, or where it names none (Marian), the classes its stacks record as
+    giving their hidden states (``_can_record_outputs["hidden_states"]``, a class or an
+    ``OutputRecorder`` of one)."""
+    declared = set(getattr(model, "_no_split_modules", None) or ())
+    if declared:
+        return declared
+    for module in model.modules():
+        recorded = getattr(module, "_can_record_outputs", None)
+        found = recorded.get("hidden_states") if isinstance(recorded, dict) else None
+        found = getattr(found, "target_class", found)
+        if isinstance(found, type):
+            declared.add(found.__name__)
+    return declared
+
+
 def declared_block_paths(
     name: str, model: nn.Module, layers: list[HFAttentionLayer], kind: str = "", shared: str = ""
 ) -> list[str]:
     """Each attention layer's block path, its block one of the model's declared block classes
-    (transformers' ``_no_split_modules``). ValueError (one line) where the model declares none, a
+    (``declared_block_classes``). ValueError (one line) where the model declares none, a
     layer is in none, or two share one (``kind`` names the layers: "cross-"; ``shared`` ends that
     message)."""
-    declared = set(getattr(model, "_no_split_modules", None) or ())
+    declared = declared_block_classes(model)
     if not declared:
         raise ValueError(
-            f"{name} declares no block class (transformers' _no_split_modules): "
-            "its blocks cannot be read"
+            f"{name} declares no block class (transformers' _no_split_modules, or the layer "
+            "class whose outputs are its hidden_states): its blocks cannot be read"
         )
     paths = []
     for layer in layers:
