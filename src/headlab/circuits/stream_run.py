@@ -182,6 +182,10 @@ def run_stream_circuits(
         heads_per_layer=heads,
         kv_heads_per_layer=list(heads),
         scores=scores,
+        cross_heads_per_layer=[
+            0 if block.cross_attention is None else block.cross_attention.num_heads
+            for block in patcher.blocks
+        ],
     )
 
 

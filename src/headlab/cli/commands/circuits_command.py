@@ -125,13 +125,10 @@ def circuits(
     if seq2seq.asked(
         audio, source_text, target_text, corrupted_source_text, corrupted_audio
     ) or seq2seq.is_encoder_decoder(source):
+        from headlab.report.circuit_figures import circuit_graph_figure
+
         out = out or RESULTS_DIR / "circuits.json"
-        given = {
-            "--task": task,
-            "--pairs": pairs,
-            "--figure": figure,
-            "--faithfulness-figure": faithfulness_figure,
-        }
+        given = {"--task": task, "--pairs": pairs, "--faithfulness-figure": faithfulness_figure}
         result = seq2seq.kind_circuits(
             source,
             audio,
@@ -143,17 +140,23 @@ def circuits(
             top=top,
             edges=_edges(edges),
             other_inputs=[k for k, v in given.items() if v is not None],
-            claim=lambda: _claim(out, None, None, force),
+            claim=lambda: _claim(out, figure, None, force),
             quiet=as_json,
         )
-        if (
-            write_outputs(
-                "circuits", result, out, figure=None, draw=None, force=force, as_json=as_json
-            )
-            is not None
-        ):
+        written = write_outputs(
+            "circuits",
+            result,
+            out,
+            figure=figure,
+            draw=circuit_graph_figure,
+            force=force,
+            as_json=as_json,
+        )
+        if written is not None:
             _print(result)
-            print(f"wrote {out}")
+            for path in (out, figure):
+                if path is not None:
+                    print(f"wrote {path}")
         return
     from headlab.circuits.tasks import TaskRequest
 
