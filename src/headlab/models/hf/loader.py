@@ -42,7 +42,7 @@ from headlab.models.hf.checkpoint import (
     read_config,
 )
 from headlab.models.hf.observe import build_observed, picks_its_own_attention
-from headlab.models.hf.quiet_loading import quiet_loading
+from headlab.models.quiet_loading import quiet_loading
 from headlab.models.hf.registry import register
 from headlab.models.hf.requirements import require_accelerate
 from headlab.models.hf.runnable import (

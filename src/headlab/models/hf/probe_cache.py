@@ -11,7 +11,7 @@ on the weights' values (but see below), so ``probed_layers`` keeps it as JSON, o
           its config without the folder's name, every module's name and class, every
           parameter's name, shape and dtype)
 
-in ``<headlab's cache>/probes/<key>.json`` (``gguf_cache.cache_root``: ``$HEADLAB_CACHE`` or the
+in ``<headlab's cache>/probes/<key>.json`` (``locations.cache_root``: ``$HEADLAB_CACHE`` or the
 platform's cache folder; a few kB per model, written atomically: a temporary file renamed into
 place).
 
@@ -110,14 +110,14 @@ def probed_layers(
 ) -> list[HFAttentionLayer]:
     """``probe(model, family, inputs=inputs)``, or, when this model's code and shapes were probed
     before, the layers of the cache's entry checked by a probe of one layer per template (see the
-    module docstring); ``root``: the cache folder (default ``gguf_cache.cache_root()``);
+    module docstring); ``root``: the cache folder (default ``locations.cache_root()``);
     ``inputs``: the forward's keywords (an encoder-decoder's source and target, an image
     model's pixels; None: a few tokens), which the model's config decides, so the key holds
     them. ``stages``: where the check runs a forward of its own (``checked_layers``); ``lengths``:
     filled with id(module) -> (q_pos, k_pos) of each layer's call (``probe``). An entry that
     cannot be read or does not pass is discarded with one ``CacheNotice``, probed and written
     again. Raises what ``probe`` raises."""
-    from headlab.models.gguf_cache import cache_root
+    from headlab.results.locations import cache_root
 
     key = probe_key(model)
     if key is None:

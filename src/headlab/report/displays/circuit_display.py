@@ -7,7 +7,7 @@ import base64
 
 import numpy as np
 
-from headlab.report.circuit_figures import _positions, _split
+from headlab.report.circuit_figures import _layout, _split
 from headlab.report.displays.display_bundle import Display
 from headlab.results.circuit_edges import FaithfulnessCurve
 from headlab.results.circuit_run import CircuitRun
@@ -25,7 +25,7 @@ def circuit_display(
     for a negative threshold or a node the graph does not have."""
     if threshold is not None and threshold < 0:
         raise ValueError(f"threshold must be >= 0, got {threshold}")
-    where = _positions(run)
+    where = _layout(run).where
     names = list(where)
     if node is not None and node not in where:
         raise ValueError(f"node must be a node of the graph (such as {names[1]!r}), got {node!r}")
