@@ -290,7 +290,7 @@ def _claim(
 
 def _write_curve(result, path: Path, force: bool) -> None:
     from headlab.report.circuit_figures import faithfulness_figure
-    from headlab.results.atomic_files import save_figure
+    from headlab.report.png_files import save_figure
     from headlab.results.output_policy import Kind
 
     with writing("--faithfulness-figure"):
