@@ -154,9 +154,9 @@ def block_norms(
     attention: HFAttentionLayer,
     cross: HFAttentionLayer | None = None,
 ) -> tuple[HFNorm, ...]:
-    """The norms of the block ``module`` outside the modules ``mlp`` (its MLP's ends), by role:
-    the attention's (and the cross-attention's) input norm, those inside the attention modules,
-    the others "block"; each with its hook put on once."""
+    """The norms inside the block ``module`` and outside the modules ``mlp`` (its MLP's ends), by
+    role: the attention's (and the cross-attention's) input norm, those inside the attention
+    modules, the others "block"; each with its hook put on once."""
     inside = {id(m) for part in mlp for m in norms_of(part)}
     found = [m for m in norms_of(module) if id(m) not in inside]
     roles: dict[int, str] = {}
@@ -165,10 +165,9 @@ def block_norms(
             continue
         for m in norms_of(layer.module):
             roles[id(m)] = prefix + "qk"
-        if layer.input_norm is not None:
+        if layer.input_norm is not None:  # one outside the block (BART's and BERT's layer 0
+            # read the embeddings' norm) is not the block's: its output is the block's resid_in
             roles[id(layer.input_norm.module)] = prefix + ("in" if prefix else "attention_in")
-            if all(m is not layer.input_norm.module for m in found):
-                found.insert(0, layer.input_norm.module)
     norms = tuple(HFNorm(roles.get(id(m), "block"), m) for m in found)
     for norm in norms:
         if not norm.module.__dict__.get(HOOKED):
