@@ -70,6 +70,19 @@ def folders(tmp_path_factory):
         (
             [
                 "--model",
+                "{root}/t5_broken",
+                "--source-text",
+                "hi",
+                "--corrupted-source-text",
+                "ho",
+                "--faithfulness-figure",
+                "curve.png",
+            ],
+            "--faithfulness-figure: for decoder-only models",
+        ),
+        (
+            [
+                "--model",
                 "{root}/whisper_broken",
                 "--audio",
                 "{root}/phone.wav",
