@@ -20,7 +20,7 @@ from headlab.models.hf.kinds_loader import load_encoder_decoder, load_vision
 from headlab.models.hf.probe_cache import FOLDER
 from headlab.notices import CacheNotice
 
-KINDS = ("t5", "whisper", "vit", "dinov2_registers")
+KINDS = ("t5", "bart", "whisper", "vit", "dinov2_registers")
 
 
 def _load(kind: str, folder):
