@@ -102,3 +102,19 @@ def test_the_field_round_trips_and_is_checked_against_the_edges():
         CircuitRun.from_dict(document)
     document.pop("cross_heads_per_layer")  # a file written before the field: one stream
     assert CircuitRun.from_dict(document).cross_heads_per_layer is None
+
+
+def test_the_display_frames_every_node_of_both_streams():
+    """The notebook's and the report's circuit display draw in the figure's frame: every node
+    of the two-stream graph inside it (the page maps xlim x ylim onto its canvas), the bands
+    named, and the ticks in run order."""
+    from headlab.report.displays.circuit_display import circuit_display
+
+    data = circuit_display(_run()).data
+    (x0, x1), (y0, y1) = data["xlim"], data["ylim"]
+    assert len(data["nodes"]) == len(StreamGraph(BLOCKS).nodes)
+    for name, x, y in zip(data["nodes"], data["x"], data["y"], strict=True):
+        assert x0 < x < x1 and y0 < y < y1, name
+    assert [band[2] for band in data["bands"]] == ["encoder", "decoder"]
+    positions, labels = data["xticks"]
+    assert labels[0] == "emb" and labels[-1] == "out" and positions == sorted(positions)
