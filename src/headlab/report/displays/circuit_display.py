@@ -56,7 +56,7 @@ def circuit_display(
         "kv_heads_per_layer": run.kv_heads_per_layer,
         "xlim": list(layout.xlim),  # the figure's frame: an encoder-decoder's is wider
         "ylim": list(layout.ylim),
-        "xticks": [list(t) for t in zip(*sorted(zip(*layout.xticks)), strict=True)],
+        "xticks": [list(t) for t in zip(*sorted(zip(*layout.xticks, strict=True)), strict=True)],
         "bands": [list(band) for band in layout.bands],  # (x from, x to, stream name)
         "nodes": names,
         "x": [where[n][0] for n in names],
