@@ -41,11 +41,14 @@ def tl_head_attribution(bridge, clean, corrupted, metric) -> torch.Tensor:
 
     clean_z, grad_z = {}, {}
 
+    def layer(hook) -> int:  # the hook reports hook_z's own point, blocks.L.attn.o.hook_in
+        return int(hook.name.split(".")[1])
+
     def keep(act, hook):
-        clean_z[hook.name] = act.detach()
+        clean_z[layer(hook)] = act.detach()
 
     def keep_grad(grad, hook):
-        grad_z[hook.name] = grad.detach()
+        grad_z[layer(hook)] = grad.detach()
 
     bridge.reset_hooks()
     bridge.add_hook(is_z, keep, "fwd")
@@ -58,11 +61,12 @@ def tl_head_attribution(bridge, clean, corrupted, metric) -> torch.Tensor:
     bridge.zero_grad(set_to_none=True)  # the recipe's backward also fills the weights' grads
     with torch.no_grad():
         _, cache = bridge.run_with_cache(corrupted, names_filter=is_z)
-    layers = bridge.cfg.n_layers
-    names = [f"blocks.{layer}.attn.hook_z" for layer in range(layers)]
     # hook_z: (batch, pos, head, d_head)
     return torch.stack(
-        [((cache[n] - clean_z[n]) * grad_z[n]).sum((0, 1, 3)) for n in names]
+        [
+            ((cache[f"blocks.{i}.attn.hook_z"] - clean_z[i]) * grad_z[i]).sum((0, 1, 3))
+            for i in range(bridge.cfg.n_layers)
+        ]
     )  # (layer, head)
 
 

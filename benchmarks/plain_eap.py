@@ -96,12 +96,12 @@ def _run(model, ids: Tensor, gradients: bool) -> tuple[Tensor, _Captured]:
 
 def _norm_vjp(norm, x: Tensor, cotangents: Tensor) -> Tensor:
     """(receiver, batch, pos, d_model): each cotangent of the norm's output at input ``x``
-    taken back to its input."""
+    taken back to its input (one backward of the norm each: faster here on one thread than
+    ``is_grads_batched``, 9 against 15 ms for a layer's 15 receivers)."""
     x = x.detach().requires_grad_(True)
     with torch.enable_grad():
         y = norm(x)
-        (grad,) = torch.autograd.grad(y, x, cotangents, is_grads_batched=True)
-    return grad
+        return torch.stack([torch.autograd.grad(y, x, c, retain_graph=True)[0] for c in cotangents])
 
 
 def _senders(model, clean: _Captured, corrupted: _Captured) -> tuple[list[str], Tensor]:
