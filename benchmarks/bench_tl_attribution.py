@@ -33,8 +33,10 @@ from bench_three_ways import _gguf, load_transformer_lens
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
-def tl_head_attribution(bridge, clean, corrupted, metric) -> torch.Tensor:
-    """(layer, head): the standard recipe (module docstring) on a TransformerBridge."""
+def tl_head_attribution(bridge, clean, corrupted, metric, frozen: bool = False) -> torch.Tensor:
+    """(layer, head): the standard recipe (module docstring) on a TransformerBridge. ``frozen``:
+    the weights need no gradient for that call, the embeddings' output is made to need one
+    instead (``hook_embed``), so that the backward fills no weight's gradient."""
 
     def is_z(name: str) -> bool:
         return name.endswith("attn.hook_z")
@@ -53,11 +55,18 @@ def tl_head_attribution(bridge, clean, corrupted, metric) -> torch.Tensor:
     bridge.reset_hooks()
     bridge.add_hook(is_z, keep, "fwd")
     bridge.add_hook(is_z, keep_grad, "bwd")
+    if frozen:
+        bridge.add_hook("hook_embed", lambda act, hook: act.detach().requires_grad_(True), "fwd")
+    weights = [p for p in bridge.parameters() if p.requires_grad] if frozen else []
     try:
+        for p in weights:
+            p.requires_grad_(False)
         value = metric(bridge(clean)[:, metric.positions])
         value.backward()
     finally:
         bridge.reset_hooks()
+        for p in weights:
+            p.requires_grad_(True)
     bridge.zero_grad(set_to_none=True)  # the recipe's backward also fills the weights' grads
     with torch.no_grad():
         _, cache = bridge.run_with_cache(corrupted, names_filter=is_z)
@@ -78,6 +87,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--tolerance", type=float, default=1e-4)
+    parser.add_argument(
+        "--frozen-weights",
+        action="store_true",
+        help="also the recipe with the weights frozen (its backward fills no weight gradient)",
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
 
@@ -101,6 +115,12 @@ def main(argv: list[str] | None = None) -> int:
             bridge, pairs.clean, pairs.corrupted, metric
         ),
     }
+    if args.frozen_weights:
+        calls["tl_frozen_weights"] = lambda: tl_head_attribution(
+            bridge, pairs.clean, pairs.corrupted, metric, frozen=True
+        )
+        same = float((calls["tl_frozen_weights"]() - calls["transformer_lens"]()).abs().max())
+        print(f"frozen weights against the recipe: largest difference {same:.1e}")
     ours, theirs = calls["headlab"](), calls["transformer_lens"]()
     layers, heads = theirs.shape
     mine = torch.tensor([[ours.score(f"{i}.{h}") for h in range(heads)] for i in range(layers)])
