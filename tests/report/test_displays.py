@@ -154,6 +154,17 @@ def test_the_score_split_carries_every_pair_the_strongest_first():
     assert len(repr(result)) < 200 and "\n" not in repr(result)
 
 
+def test_head_statistics_carry_detectors_first_and_roles_of_their_shape():
+    stats = head_statistics(5, 7)
+    roles = [["local"] * 7 for _ in range(5)]
+    data = show(stats, roles=roles).data
+    assert data["first"] == "induction" and data["roles"] == roles
+    assert data["metrics"] == stats.metrics and data["detectors"] == stats.detectors
+    assert show(stats, metric="prev").data["first"] == "prev"
+    with pytest.raises(ValueError, match=r"\(5 layers x 7 heads\), got 5 layers x 6 heads"):
+        show(stats, roles=[row[:6] for row in roles])
+
+
 def test_another_type_is_refused():
     with pytest.raises(TypeError, match="expected a results type with a display"):
         show(object())

@@ -1,8 +1,7 @@
 """Every display in headless chromium with the network blocked: drawn, no console error, no
 request; hover names tokens and exact weights (against the synthetic weights themselves),
-sorting, selection, moving the zoom and the circuit's threshold work; and a display is drawn
-however a notebook front end runs its scripts (in place, detached as JupyterLab renders, or
-evaluated apart as classic Notebook's jQuery does)."""
+sorting, selection, moving the zoom and the circuit's threshold work. How each notebook front end
+runs a display's scripts: test_front_ends_browser.py."""
 
 from __future__ import annotations
 
@@ -91,9 +90,40 @@ def test_heads_sort_and_select(browser, page_file, displays):
     cell, left, top = (int(canvas.get_attribute(f"data-{k}")) for k in ("cell", "left", "top"))
     canvas.hover(position={"x": left + 3.5 * cell, "y": top + 2.5 * cell})  # layer 2, head 3
     assert f"prev {prev[2, 3]:.4g}"[:9] in opened.tooltip()
+    page.evaluate(
+        "window.picks = []; document.addEventListener('headlab-pick', e => picks.push(e.detail))"
+    )
     canvas.click(position={"x": left + 3.5 * cell, "y": top + 2.5 * cell})
     picked = page.locator("[data-testid=heads-table] tr.picked")
     assert (picked.get_attribute("data-layer"), picked.get_attribute("data-head")) == ("2", "3")
+    assert page.evaluate("picks") == [{"layer": 2, "head": 3}]  # the page hears the pick
+    # a detector is drawn on 0..1 whatever its range; a statistic on its own
+    page.get_by_test_id("heads-metric-induction").click()
+    legend = page.locator("[data-testid=display-heads] .hl-legend").inner_text()
+    assert legend.startswith("0\n") and "\n1\n" in legend and "detector score" in legend
+    page.get_by_test_id("heads-metric-prev").click()
+    legend = page.locator("[data-testid=display-heads] .hl-legend").inner_text()
+    assert "its own scale" in legend and "detector" not in legend
+    opened.assert_clean()
+    opened.close()
+
+
+def test_heads_with_roles_colour_and_sort_by_role(browser, tmp_path):
+    stats = head_statistics(30, 9, seed=2)
+    roles = long_context_result().roles.roles  # 30 x 9
+    path = tmp_path / "roles.html"
+    path.write_text(show(stats, roles=roles, metric="entropy").html(code=True), encoding="utf-8")
+    opened = Offline(browser, path)
+    page = opened.page
+    page.get_by_test_id("heads-metric-role").click()
+    counts = {r: sum(row.count(r) for row in roles) for r in {r for row in roles for r in row}}
+    legend = page.get_by_test_id("roles-legend").inner_text()
+    for role, count in counts.items():
+        assert f"{role} {count}" in legend
+    first = page.locator("[data-testid=heads-table] tbody tr").first
+    layer, head = int(first.get_attribute("data-layer")), int(first.get_attribute("data-head"))
+    assert roles[layer][head] == min(counts)  # sorted by role, a to z
+    opened.shot("display-heads-roles.png", "[data-testid=display-heads]")
     opened.assert_clean()
     opened.close()
 
@@ -152,6 +182,16 @@ def test_the_circuit_threshold_and_node_selection(browser, page_file, displays):
     canvas.click(position={"x": x, "y": y})
     assert canvas.get_attribute("data-picked") == "16.0"
     assert "16.0 lit with 371 of its edges" in page.get_by_test_id("circuit-count").inner_text()
+    rows = page.locator("[data-testid=circuit-edges] tbody tr").all_inner_texts()
+    assert len(rows) == 40 and all("16.0" in row.split("\t")[1:3] for row in rows)
+    canvas.click(position={"x": x, "y": y})  # unlit: the strongest edges drawn
+    rows = page.locator("[data-testid=circuit-edges] tbody tr").all_inner_texts()
+    signed = np.frombuffer(base64.b64decode(data["scores"]), "<f4")
+    senders = np.frombuffer(base64.b64decode(data["senders"]), "<u2")
+    for rank, row in enumerate(rows):
+        number, sender, _, _, score = row.split("\t")
+        assert int(number) == rank + 1 and sender == data["nodes"][senders[rank]]
+        assert float(score) == pytest.approx(float(signed[rank]), rel=6e-3)  # 3 digits at least
     opened.shot("display-circuit.png", "[data-testid=display-circuit]")
     opened.assert_clean()
     opened.close()
@@ -186,47 +226,16 @@ def test_roles_plans_and_curves_respond(browser, page_file, displays):
     )
     page.get_by_test_id("roles-map").hover(position={"x": 10, "y": 10})
     assert "mean weight on these keys" in opened.tooltip()
+    sizes = page.locator("[data-testid=kv-budget-table] tbody tr").all_inner_texts()
+    assert [row.split("\t")[0] for row in sizes] == [
+        r["groups"] for r in displays["kv"].data["plan_sizes"]
+    ]
     page.get_by_test_id("kv-run-2").click()
     assert "picked" in page.get_by_test_id("kv-run-2").get_attribute("class")
     page.get_by_test_id("faithfulness-canvas").hover(position={"x": 100, "y": 100})
     assert "edges" in opened.tooltip()
     opened.shot("display-roles.png", "[data-testid=display-roles]")
     opened.shot("display-kv-budget.png", "[data-testid=display-kv-budget]")
-    opened.assert_clean()
-    opened.close()
-
-
-def test_drawn_however_a_front_end_runs_scripts(browser, tmp_path, displays):
-    """JupyterLab sets an output's HTML and runs a copy of each script in its place (so the
-    display's own script finds its display); classic Notebook (jQuery) inserts it, then runs
-    each script apart, in the page's head."""
-    path = tmp_path / "front-ends.html"
-    path.write_text(
-        "<!doctype html><meta charset=utf-8><body><div id=lab></div><div id=out></div>",
-        encoding="utf-8",
-    )
-    opened = Offline(browser, path)
-    first = displays["heads"].html(code=True)  # the first output carries the code
-    later = displays["kv"].html()
-    drawn = opened.page.evaluate(
-        """([first, later]) => {
-          const runInPlace = (host) => host.querySelectorAll('script').forEach((old) => {
-            const s = document.createElement('script');
-            if (old.type) s.type = old.type;
-            s.textContent = old.textContent; old.replaceWith(s); });
-          const lab = document.getElementById('lab');
-          lab.innerHTML = first; runInPlace(lab);
-          const labDrawn = !!lab.querySelector('.hl-display').dataset.hlDrawn;
-          const classic = document.getElementById('out');  // attached, scripts run apart
-          classic.innerHTML = later;
-          classic.querySelectorAll('script:not([type])').forEach((old) => {
-            const s = document.createElement('script'); s.textContent = old.textContent;
-            document.head.appendChild(s).remove(); });
-          return [labDrawn, !!classic.querySelector('.hl-display').dataset.hlDrawn];
-        }""",
-        [first, later],
-    )
-    assert drawn == [True, True]
     opened.assert_clean()
     opened.close()
 

@@ -1,4 +1,5 @@
-"""The example notebook (docs/notebook.ipynb), executed offline by a kernel (nbclient), exported
+"""The example notebook (docs/notebook.ipynb: SmolLM2's statistics, one induction head's pattern,
+its circuit and its score split), executed offline by a kernel (nbclient), exported
 to HTML as nbconvert does and opened as a file in chromium with the network blocked: each display
 present and drawn, no console error, no request, hover and selection working. The notebook is
 committed without outputs."""
@@ -79,7 +80,7 @@ def test_each_display_output_holds_what_every_front_end_reads(executed):
         for o in c.get("outputs", [])
         if 'class="hl-display"' in o.get("data", {}).get("text/html", "")
     ]
-    assert len(outputs) == 3
+    assert len(outputs) == 4
     for i, output in enumerate(outputs):
         assert output.output_type in ("execute_result", "display_data")
         assert set(output.data) == {"text/html", "text/plain"}
@@ -97,11 +98,13 @@ def test_the_exported_notebook_draws_offline(browser, exported):
     kinds = page.eval_on_selector_all(
         ".hl-display", "ds => ds.map(d => [d.dataset.hlKind, !!d.dataset.hlDrawn])"
     )
-    assert kinds == [["heads", True], ["pattern", True], ["circuit", True]]
+    assert kinds == [["heads", True], ["pattern", True], ["circuit", True], ["score-split", True]]
     # the plain-text repr printed in the notebook is one line
     assert "HeadStatistics('SmolLM2-135M-Instruct'" in page.inner_text("body")
 
-    page.get_by_test_id("heads-sort-induction").click()  # sort by the induction detector
+    # the induction detector first: its heatmap, and the table sorted by it, strongest first
+    sorted_by = page.locator("[data-testid=heads-table] th.sorted").inner_text()
+    assert sorted_by == "induction \u25be"
     first = page.locator("[data-testid=heads-table] tbody tr").first
     layer, head = first.get_attribute("data-layer"), first.get_attribute("data-head")
     title = page.get_by_test_id("display-pattern").locator(".hl-title").inner_text()
@@ -120,6 +123,17 @@ def test_the_exported_notebook_draws_offline(browser, exported):
     assert f"{layer}.{head} lit with " in count and "(the circuit)" in count
     canvas.click(position={"x": 5, "y": 5})  # no node there: the selection is cleared
     assert canvas.get_attribute("data-picked") == ""
+
+    split = page.get_by_test_id("display-score-split")
+    assert f"head {layer}.{head} " in split.locator(".hl-title").inner_text()  # the same head
+    assert page.locator("[data-testid^=split-pick-]").count() == 3  # a pair a query
+    other = (int(split.get_attribute("data-pair")) + 1) % 3
+    page.locator("[data-testid^=split-pick-]").nth(other).click()
+    assert split.get_attribute("data-pair") == str(other)
+    pair = page.get_by_test_id("split-pair")
+    cell, left, top = (int(pair.get_attribute(f"data-{k}")) for k in ("cell", "left", "top"))
+    pair.hover(position={"x": left + 0.5 * cell, "y": top + 0.5 * cell})
+    assert "query side" in opened.tooltip()
     opened.shot("notebook.png")
     opened.assert_clean()
     opened.close()
@@ -134,5 +148,5 @@ def test_the_default_export_draws_with_its_own_cdn_scripts_blocked(browser, exec
     drawn = opened.page.eval_on_selector_all(
         ".hl-display", "ds => ds.map(d => !!d.dataset.hlDrawn)"
     )
-    assert drawn == [True, True, True] and opened.page.locator(".hl-error").count() == 0
+    assert drawn == [True] * 4 and opened.page.locator(".hl-error").count() == 0
     opened.close()

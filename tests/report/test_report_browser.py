@@ -237,11 +237,11 @@ def test_labels_at_every_length_and_a_cut_text_says_so(
     page.close()
 
 
-def test_overview_cell_opens_that_heads_view(
+def test_a_head_picked_in_the_heads_display_opens_on_the_text(
     browser: object, tmp_path: Path, shared_results: Path
 ) -> None:
-    """Clicking layer 2, head 4 of a grid shows that head's statistics and, since the encoder
-    explorer has the same 3 x 5 heads, opens that head there."""
+    """Clicking layer 2, head 4 of the heads display selects it in its table and, since the
+    encoder explorer has the same 3 x 5 heads, offers that head there, which opens it."""
     rng = np.random.default_rng(4)
     weights = rng.random((3, 5, 4, 4)) ** 4  # (layer, head, q_pos, k_pos) as model_heads: 3 x 5
     weights /= weights.sum(-1, keepdims=True)
@@ -254,19 +254,20 @@ def test_overview_cell_opens_that_heads_view(
     index.write_text(render(collected), encoding="utf-8")
     opened = Opened(browser, index)
     page = opened.page
-    assert page.locator("[data-testid=overview-entropy] a.cell").count() == 15
-    page.locator('[data-testid=overview-entropy] a.cell[data-layer="2"][data-head="4"]').click()
     view = page.get_by_test_id("head-view")
+    assert not view.is_visible()
+    canvas = page.get_by_test_id("heads-heatmap")
+    cell, left, top = (int(canvas.get_attribute(f"data-{k}")) for k in ("cell", "left", "top"))
+    canvas.click(position={"x": left + 4.5 * cell, "y": top + 2.5 * cell})  # layer 2, head 4
+    picked = page.locator("[data-testid=heads-table] tr.picked")
+    assert (picked.get_attribute("data-layer"), picked.get_attribute("data-head")) == ("2", "4")
     assert view.is_visible()
-    text = view.inner_text()
-    assert text.startswith("layer 2, head 4") and "entropy" in text and "self" in text
-    assert page.locator("a.cell.active").count() == 7  # the head in every statistic's grid
     before = opened.picture("model", 0)
-    view.get_by_text("show it on your text").click()
+    view.get_by_text("show layer 2, head 4 on your text").click()
     assert opened.picture("model", 0) != before
     assert "active" in page.get_by_test_id("layer-model-2").get_attribute("class")
     assert "active" in page.get_by_test_id("head-model-0-4").get_attribute("class")
-    page.locator("#model").screenshot(path=str(ARTIFACTS / "report-overview.png"))
+    page.locator("#model").screenshot(path=str(ARTIFACTS / "report-heads.png"))
     opened.assert_clean()
     page.close()
 

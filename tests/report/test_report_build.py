@@ -62,9 +62,6 @@ def test_results_sections_show_figures_and_tables(
     for key in ("heads", "collapse", "prune", "sweep"):
         assert f'data-testid="figure-{key}"' in html
         assert f'data-testid="missing-{key}"' not in html
-    grid = json.loads((shared_results / "model_heads.json").read_text())["metrics"]["self"]
-    value, layer, head = max((v, l, h) for l, row in enumerate(grid) for h, v in enumerate(row))
-    assert f"<td>self</td><td>layer {layer}, head {head}</td><td>{value:.3f}</td>" in html
     # sweep, through experiments.summary.summarize: retrieval with 4 heads, two seeds,
     # accuracies 0.65 and 0.66 (0.2 + 0.4 + 0.05 + 0.01 * seed): mean 0.655, std 0.007
     assert (
@@ -73,29 +70,20 @@ def test_results_sections_show_figures_and_tables(
     )
 
 
-def test_heads_overview_has_a_linked_cell_per_layer_and_head_for_every_statistic(
+def test_the_heads_part_is_the_heads_display_of_the_file_alone(
     built: tuple[Path, str], shared_results: Path
 ) -> None:
+    """The notebook's display of model_heads.json, its every value, and no second view of the
+    same numbers beside it (no grid of links, no figure, no table of the strongest heads)."""
     _, html = built
     data = json.loads((shared_results / "model_heads.json").read_text())
-    grid, layers, heads = data["metrics"], data["num_layers"], data["num_heads"]  # 3 x 5
-    for metric in grid:
-        card = re.search(rf'data-testid="overview-{metric}">(.*?)</figure>', html, re.S).group(1)
-        cells = re.findall(
-            r'<a class="cell" href="#head-view"[^>]*data-layer="(\d+)" data-head="(\d+)" '
-            r'data-value="([^"]+)"',
-            card,
-        )
-        assert [(int(l), int(h)) for l, h, _ in cells] == [
-            (l, h) for l in range(layers) for h in range(heads)
-        ]
-        assert [float(v) for *_, v in cells] == pytest.approx(
-            [v for row in grid[metric] for v in row], rel=1e-3
-        )
-        headers = re.findall(r'<th scope="col">(\d+)</th>', card)
-        assert headers == [str(h) for h in range(heads)]
-        assert len(re.findall(r'<th scope="row">', card)) == layers
-        assert 'class="colourbar"' in card
+    part = html[html.index('<section id="model">') : html.index("Collapsing heads into one")]
+    shown = re.findall(r'data-hl-kind="heads".*?class="hl-data">(.*?)</script>', part, re.S)
+    assert len(shown) == 1
+    display = json.loads(shown[0])
+    assert display["metrics"] == data["metrics"]
+    assert (display["num_layers"], display["num_heads"]) == (data["num_layers"], data["num_heads"])
+    assert "<img" not in part and "<table" not in part and 'class="cell"' not in part
 
 
 def test_answer_engine_section(built: tuple[Path, str]) -> None:

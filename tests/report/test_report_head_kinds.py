@@ -1,6 +1,6 @@
 """The report's "Heads in a trained model" section with a decoder's head detectors (induction,
-previous-token, duplicate-token) and, where a long-context run measured them, each head's role:
-layer x head grids whose cells hold the values of the results files."""
+previous-token, duplicate-token) and, where a long-context run of the same model measured them,
+each head's role: the heads display, holding the values of the results files."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from long_results import HEADS, LAYERS, long_context_result, write_long_results
 from report_pages import collect_measured
 
 from headlab.report import ReportRequest, render
-from headlab.report.long_context_figures import ROLE_COLOURS
 from headlab.results.json_store import write_result
 
 MODEL = "SmolLM2-135M"
@@ -38,13 +37,10 @@ def _heads(seed: int, model: str = MODEL) -> dict:
     }
 
 
-def _card(html: str, name: str) -> str:
-    return re.search(rf'data-testid="overview-{name}">(.*?)</figure>', html, re.S).group(1)
-
-
-def _cells(card: str) -> list[tuple[int, int, str]]:
-    found = re.findall(r'data-layer="(\d+)" data-head="(\d+)" data-value="([^"]+)"', card)
-    return [(int(l), int(h), v) for l, h, v in found]
+def _heads_display(html: str) -> dict:
+    section = html[html.index('<section id="model">') : html.index('<section id="kinds">')]
+    found = re.search(r'data-hl-kind="heads".*?class="hl-data">(.*?)</script>', section, re.S)
+    return json.loads(found.group(1))
 
 
 @pytest.fixture(scope="module")
@@ -56,47 +52,29 @@ def page(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict]:
     return render(collected), heads
 
 
-def test_every_detector_is_a_grid_of_its_scores_on_one_zero_to_one_scale(page) -> None:
+def test_the_detectors_come_first_induction_first_with_every_score(page) -> None:
     html, heads = page
-    section = html[html.index('<section id="model">') : html.index('<section id="sweeps">')]
-    assert "induction" in section and "previous-token" in section
+    display = _heads_display(html)
+    assert list(display["detectors"]) == ["induction", "previous_token", "duplicate_token"]
+    assert display["first"] == "induction"
     for name, grid in heads["detectors"].items():
-        card = _card(section, name.replace("_", "-"))
-        cells = _cells(card)
-        assert [(l, h) for l, h, _ in cells] == [
-            (l, h) for l in range(LAYERS) for h in range(HEADS)
-        ]
-        assert [float(v) for *_, v in cells] == pytest.approx(
-            [v for row in grid for v in row], rel=1e-3
-        )
-        assert re.search(r'class="colourbar"><span>0</span>.*<span>1</span>', card)
-    # the detectors come first, the induction detector before the others
-    order = re.findall(r'data-kind="(\w+)" data-testid="overview-([\w-]+)"', section)
-    assert order[0] == ("detector", "induction") and [k for k, _ in order[:3]] == ["detector"] * 3
-    grid = heads["detectors"]["induction"]
-    value, layer, head = max((v, l, h) for l, row in enumerate(grid) for h, v in enumerate(row))
-    assert f"<td>induction</td><td>layer {layer}, head {head}</td><td>{value:.3f}</td>" in section
+        assert display["detectors"][name] == grid
+    assert display["metrics"] == heads["metrics"]
 
 
-def test_the_roles_of_the_long_context_run_are_a_grid_of_the_same_model(page) -> None:
+def test_the_roles_of_the_long_context_run_of_the_same_model_come_with_them(page) -> None:
     html, _ = page
     roles = long_context_result(model=MODEL).roles
-    card = _card(html, "role")
-    cells = _cells(card)
-    assert [v for *_, v in cells] == [r for row in roles.roles for r in row]
-    first = re.search(r'data-layer="0" data-head="0"[^>]*', card).group(0)
-    colour = re.search(r'style="background: (#[0-9a-f]+)"', card).group(1)
-    assert colour == ROLE_COLOURS[roles.roles[0][0]] and "data-value" in first
-    for role, count in roles.counts().items():
-        assert f"{role} ({count})" in card
+    assert _heads_display(html)["roles"] == roles.roles
+    assert "each head's role on one text of" in html
 
 
 def test_roles_of_another_model_are_not_drawn_beside_these_heads(tmp_path: Path) -> None:
     results = write_long_results(tmp_path / "results", model="another-model")
     write_result(results / "model_heads.json", _load(_heads(6)))
     html = render(collect_measured(ReportRequest(results=results, use_model=False)))
-    assert 'data-testid="overview-induction"' in html
-    assert 'data-testid="overview-role"' not in html
+    display = _heads_display(html)
+    assert display["first"] == "induction" and display["roles"] is None
 
 
 def _load(data: dict):

@@ -22,7 +22,8 @@ from long_results import (
 from report_pages import build
 
 from headlab.report import ReportRequest
-from headlab.report.long_context_section import budget_rows, roles_answer
+from headlab.report.displays.roles_display import budget_rows
+from headlab.report.long_context_section import roles_answer
 
 XSS = "<img src=x onerror=alert(1)>"
 
@@ -58,7 +59,6 @@ def test_the_section_has_every_part_and_display(built) -> None:
         "answer-roles",
         "display-roles",
         "answer-kv-budget",
-        "kv-budget-table",
         "display-kv-budget",
     ):
         assert f'data-testid="{part}"' in section, part
@@ -66,7 +66,9 @@ def test_the_section_has_every_part_and_display(built) -> None:
     assert "<img" not in section and "data-explorer" not in section  # the displays alone
     for name in ("roles.png", "attention_maps.png", "kv_budget.png"):
         assert (png / name).read_bytes().startswith(b"\x89PNG"), name
-    assert section.count("<tr><td>") == 4  # one row per plan size
+    assert "<table" not in section  # the plan sizes are the display's own table
+    budget = _display_data(section, "kv-budget")
+    assert len(budget["plan_sizes"]) == 4  # one row per plan size
 
 
 def test_the_model_name_is_text_everywhere(built) -> None:

@@ -1,14 +1,16 @@
-"""The report's "Circuits" section: read ``headlab circuits``' results file, draw its figures
-(the circuit on the graph, the faithfulness curve) and list its top edges. The report measures
-nothing itself; the page's template escapes every text (the model's name, a task's edges)."""
+"""The report's "Circuits" section: read ``headlab circuits``' results file and show it through
+the notebook's displays (every edge on the graph with its threshold and the table of the
+strongest edges drawn; the faithfulness curve), with sentences from its numbers; its figures go
+to the figures folder. The report measures nothing itself; the displays write every text (the
+model's name, a task's edges) as text."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from headlab.report import figures
 from headlab.report.circuit_figures import circuit_graph_figure, faithfulness_figure
 from headlab.report.displays import show
+from headlab.report.figures import png_bytes
 from headlab.report.formation_section import formation_section
 from headlab.report.reading import Skipped, skipping
 from headlab.report.score_split_section import score_split_section
@@ -19,49 +21,30 @@ FILE = "circuits.json"
 COMMAND = "headlab circuits --model smollm2 --task induction --method eap"
 
 
-def circuits_sections(directory: Path, pngs: dict[str, bytes]) -> dict:
-    """{"circuits": part, "formation": part}: the circuits part's title, performance line, top
-    edges, figures and command; or {missing: command, file} (and skipped: why, for a file that
-    breaks its schema); the formation part (``report/formation_section.py``)."""
+def circuits_sections(directory: Path, pngs: dict[str, bytes], *, figures: bool = True) -> dict:
+    """{"circuits": part, "formation": part, "attends": part}: the circuits part's title,
+    performance line, displays and command, or {missing: command, file} (and skipped: why, for
+    a file that breaks its schema); the formation part (``report/formation_section.py``) and
+    the score split's (``report/score_split_section.py``). The circuit's and the score split's
+    figures go to ``pngs`` when ``figures`` (the page shows their displays alone)."""
     path = Path(directory) / FILE
-    part = skipping(path, lambda: _part(path, pngs))
+    part = skipping(path, lambda: _part(path, pngs, figures))
     if part is None or isinstance(part, Skipped):
         missing = part.part(COMMAND) if part else {"missing": COMMAND, "file": str(path)}
         part = {"title": "Circuits", **missing}
     return {
         "circuits": part,
         "formation": formation_section(Path(directory), pngs),
-        "attends": score_split_section(Path(directory), pngs),
+        "attends": score_split_section(Path(directory), pngs, figures=figures),
     }
 
 
-def _part(path: Path, pngs: dict[str, bytes]) -> dict | None:
+def _part(path: Path, pngs: dict[str, bytes], figures: bool) -> dict | None:
     result = read_result(path, CircuitRun)  # ValueError naming the file and the field
     if result is None:
         return None
-    try:
-        graph = figures.png_bytes(circuit_graph_figure(result))
-        curve = None
-        if result.faithfulness is not None:
-            curve = figures.png_bytes(faithfulness_figure(result))
-    except (KeyError, IndexError, TypeError, ValueError) as error:
-        raise ValueError(f"{path}: not a circuits results file ({error})") from None
-    pngs["circuits.png"] = graph
-    if curve is not None:
-        pngs["circuits_faithfulness.png"] = curve
-    rows = []
-    for rank, (edge, score) in enumerate(result.top_edges(), start=1):
-        sender, rest = edge.split("->", 1)
-        receiver, _, input_ = rest.partition("<")
-        rows.append(
-            {
-                "rank": rank,
-                "sender": sender,
-                "receiver": receiver,
-                "input": input_.rstrip(">") or "in",
-                "score": f"{score:+.4g}",
-            }
-        )
+    if figures:
+        _draw(path, result, pngs)
     steps = f" (m={result.steps})" if result.steps else ""
     found = result.faithfulness
     return {
@@ -71,7 +54,6 @@ def _part(path: Path, pngs: dict[str, bytes]) -> dict | None:
         "baseline": _baseline_text(result.baseline),
         "sign_note": SIGN_NOTES.get(result.scores.metric),
         "edges": len(result.scores.edges),
-        "rows": rows,
         "cpr": None if found is None else f"{found.cpr:.3f}",
         "cmd": None if found is None else f"{found.cmd:.3f}",
         "command": COMMAND,
@@ -79,6 +61,20 @@ def _part(path: Path, pngs: dict[str, bytes]) -> dict | None:
         "display": show(result).html(),
         "curve_display": None if found is None else show(found).html(),
     }
+
+
+def _draw(path: Path, result: CircuitRun, pngs: dict[str, bytes]) -> None:
+    """The circuit on the graph and its faithfulness curve, for the figures folder."""
+    try:
+        graph = png_bytes(circuit_graph_figure(result))
+        curve = None
+        if result.faithfulness is not None:
+            curve = png_bytes(faithfulness_figure(result))
+    except (KeyError, IndexError, TypeError, ValueError) as error:
+        raise ValueError(f"{path}: not a circuits results file ({error})") from None
+    pngs["circuits.png"] = graph
+    if curve is not None:
+        pngs["circuits_faithfulness.png"] = curve
 
 
 # what the sign of an edge's score means, per metric: a score is the change in the metric when

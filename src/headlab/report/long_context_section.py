@@ -5,15 +5,15 @@ numbers (the report measures nothing itself), and draw their figures for the fig
 From ``model_long-context.json`` (``headlab model heads --text-file`` or ``--max-tokens``): the
 roles of every head, each head's blocked map and received profile (the roles display). From
 ``model_kv-budget.json`` (``headlab model kv-budget``): the plans against perplexity and copy
-accuracy (a table of the plan sizes, and the KV-budget display).
+accuracy (the KV-budget display: a row per plan size, every plan, the groups each windows).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from headlab.report import figures
 from headlab.report.displays import show
+from headlab.report.figures import png_bytes
 from headlab.report.long_context_figures import (
     chosen_heads,
     kv_budget_figure,
@@ -71,52 +71,6 @@ def roles_answer(result: LongContextResult) -> str:
     return "".join(parts)
 
 
-def budget_rows(result: KVBudgetResult) -> list[dict]:
-    """One row per plan size: the groups windowed, the KV memory saved (and the saving asked),
-    perplexity against the full model and copy accuracy of the chosen plan, the random plans
-    (lowest to highest) and the opposite ranking."""
-    base = result.baseline()
-    rows = []
-    for run in sorted((r for r in result.runs if r.kind == "chosen"), key=lambda r: r.budget):
-        same = [r for r in result.runs if r.budget == run.budget and r.kind != "full"]
-        randoms = [r for r in same if r.kind == "random"]
-        opposite = next((r for r in same if r.kind == "opposite"), None)
-
-        def change(r) -> str:
-            return f"{r.perplexity / base.perplexity - 1:+.1%}"
-
-        rows.append(
-            {
-                "groups": f"{len(run.groups)} ({run.budget:.0%})",
-                "saved": f"{run.kv_saved:.2f}x"
-                + ("" if run.target_kv_saved is None else f" (asked {run.target_kv_saved:g}x)"),
-                "perplexity": change(run),
-                "random_perplexity": "\u2026".join(
-                    change(r)
-                    for r in (
-                        min(randoms, key=lambda r: r.perplexity),
-                        max(randoms, key=lambda r: r.perplexity),
-                    )
-                )
-                if randoms
-                else "",
-                "opposite_perplexity": change(opposite) if opposite else "",
-                "copy_accuracy": f"{run.copy_accuracy:.3f}",
-                "random_copy": "\u2026".join(
-                    f"{v:.3f}"
-                    for v in (
-                        min(r.copy_accuracy for r in randoms),
-                        max(r.copy_accuracy for r in randoms),
-                    )
-                )
-                if randoms
-                else "",
-                "opposite_copy": f"{opposite.copy_accuracy:.3f}" if opposite else "",
-            }
-        )
-    return rows
-
-
 def budget_answer(result: KVBudgetResult) -> str:
     """One paragraph from the measured plans (the table has every plan size)."""
     base = result.baseline()
@@ -144,40 +98,46 @@ def _first_budget(result: KVBudgetResult) -> float | None:
     return next((r.budget for r in result.runs if r.kind == "chosen"), None)
 
 
-def long_context_sections(directory: Path, pngs: dict[str, bytes]) -> dict[str, dict]:
+def long_context_sections(
+    directory: Path, pngs: dict[str, bytes], *, figures: bool = True
+) -> dict[str, dict]:
     """{"roles": ..., "kv_budget": ...}: each {answer, display, ...} or {missing, file} (and
     skipped: why, with a SkippedResultsWarning, for a file that breaks its schema); the figures
-    go to ``pngs``."""
+    go to ``pngs`` (for the figures folder; not drawn without ``figures``: the page shows the
+    displays alone)."""
     out: dict[str, dict] = {}
     # Each part is read *and drawn* under ``skipping``: data a schema let through that still
     # cannot be drawn skips its file with one line, and the rest of the report is built.
     path = Path(directory) / LONG_FILE
-    roles = skipping(path, lambda: _roles_part(path))
+    roles = skipping(path, lambda: _roles_part(path, figures))
     if isinstance(roles, Skipped):
         out["roles"] = roles.part(COMMANDS["roles"])
     elif roles is None:
         out["roles"] = {"missing": COMMANDS["roles"], "file": str(path)}
     else:
-        part, pngs["roles.png"], pngs["attention_maps.png"] = roles
-        out["roles"] = part
+        out["roles"], drawn = roles
+        pngs.update(drawn)
     path = Path(directory) / BUDGET_FILE
-    budget = skipping(path, lambda: _budget_part(path))
+    budget = skipping(path, lambda: _budget_part(path, figures))
     if isinstance(budget, Skipped):
         out["kv_budget"] = budget.part(COMMANDS["kv_budget"])
     elif budget is None:
         out["kv_budget"] = {"missing": COMMANDS["kv_budget"], "file": str(path)}
     else:
-        out["kv_budget"], pngs["kv_budget.png"] = budget
+        out["kv_budget"], drawn = budget
+        pngs.update(drawn)
     return out
 
 
-def _roles_part(path: Path) -> tuple[dict, bytes, bytes] | None:
-    """(the roles part, its two figures); None without maps."""
+def _roles_part(path: Path, figures: bool) -> tuple[dict, dict[str, bytes]] | None:
+    """(the roles part, its two figures by file name); None without maps."""
     result = read_result(path, LongContextResult)
     if result is None or result.roles is None or result.maps is None:
         return None
-    roles_png = figures.png_bytes(roles_figure(result))
-    maps_png = figures.png_bytes(maps_figure(result, chosen_heads(result)))
+    drawn = {}
+    if figures:
+        drawn["roles.png"] = png_bytes(roles_figure(result))
+        drawn["attention_maps.png"] = png_bytes(maps_figure(result, chosen_heads(result)))
     part = {
         "model": result.statistics.model,
         "n_tokens": result.context.n_tokens,
@@ -185,17 +145,15 @@ def _roles_part(path: Path) -> tuple[dict, bytes, bytes] | None:
         "role_grid": result.roles.roles,
         "display": show(result).html(),  # the notebook's display of the same result
     }
-    return part, roles_png, maps_png
+    return part, drawn
 
 
-def _budget_part(path: Path) -> tuple[dict, bytes] | None:
+def _budget_part(path: Path, figures: bool) -> tuple[dict, dict[str, bytes]] | None:
     budget = read_result(path, KVBudgetResult)
     if budget is None:
         return None
-    png = figures.png_bytes(kv_budget_figure(budget))
     part = {
         "answer": budget_answer(budget),
-        "table": budget_rows(budget),
         "display": show(budget).html(),
     }
-    return part, png
+    return part, {"kv_budget.png": png_bytes(kv_budget_figure(budget))} if figures else {}

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from headlab.report import figures
 from headlab.report.displays import show
 from headlab.report.displays.score_split_display import strongest_pair
+from headlab.report.figures import png_bytes
 from headlab.report.reading import Skipped, skipping
 from headlab.report.score_split_figures import score_split_figure
 from headlab.results.json_store import read_result
@@ -19,26 +19,27 @@ FILE = "why_attends.json"
 COMMAND = "headlab why-attends --model smollm2 --layer 9 --head 0 --keys induction"
 
 
-def score_split_section(directory: Path, pngs: dict[str, bytes]) -> dict:
-    """The part's title, sentence and display (its figure into ``pngs``); or {missing: command,
+def score_split_section(directory: Path, pngs: dict[str, bytes], *, figures: bool = True) -> dict:
+    """The part's title, sentence and display (its figure into ``pngs`` when ``figures``: the
+    page shows the display alone); or {missing: command,
     file} (and skipped: why, for a file that breaks its schema)."""
     path = Path(directory) / FILE
-    part = skipping(path, lambda: _part(path, pngs))
+    part = skipping(path, lambda: _part(path, pngs, figures))
     if part is None or isinstance(part, Skipped):
         missing = part.part(COMMAND) if part else {"missing": COMMAND, "file": str(path)}
         return {"title": "Why a head attends where it does", **missing}
     return part
 
 
-def _part(path: Path, pngs: dict[str, bytes]) -> dict | None:
+def _part(path: Path, pngs: dict[str, bytes], figures: bool) -> dict | None:
     result = read_result(path, ScoreSplitResult)
     if result is None or not result.pairs:
         return None
-    try:
-        png = figures.png_bytes(score_split_figure(result))
-    except (KeyError, IndexError, TypeError, ValueError) as error:
-        raise ValueError(f"{path}: not a why-attends results file ({error})") from None
-    pngs["why_attends.png"] = png
+    if figures:
+        try:
+            pngs["why_attends.png"] = png_bytes(score_split_figure(result))
+        except (KeyError, IndexError, TypeError, ValueError) as error:
+            raise ValueError(f"{path}: not a why-attends results file ({error})") from None
     pair = strongest_pair(result)
     tokens = result.tokens[pair.batch]
     order = sorted(range(len(result.components)), key=lambda c: -abs(pair.key_marginal[c]))

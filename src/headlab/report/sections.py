@@ -16,9 +16,7 @@ from headlab.report import figures
 from headlab.report.circuits_section import circuits_sections
 from headlab.report.displays import show
 from headlab.report.kinds_section import kinds_sections
-from headlab.report.long_context_figures import ROLE_COLOURS
 from headlab.report.long_context_section import long_context_sections
-from headlab.report.overview import overview
 from headlab.report.reading import PRODUCERS, Skipped, read_section, skipping
 from headlab.report.why import why_sections
 from headlab.results.explorers import decoded_views
@@ -44,7 +42,12 @@ def _sweep_figure(finals: list[dict]):
     return figures.sweep_figure(summarize(finals))
 
 
-def _results_sections(directory: Path, pngs: dict[str, bytes]) -> dict:
+def _results_sections(
+    directory: Path, pngs: dict[str, bytes], roles: dict | None = None, want_png: bool = True
+) -> dict:
+    """The trained model's parts and the sweeps' (``roles``: the long-context section's roles
+    part, shown with the heads of the same model; ``want_png``: also the heads' figure)."""
+    roles = roles or {}
     out: dict[str, dict] = {}
     readers = (
         ("heads", "model_heads.json", figures.heads_grid),
@@ -55,60 +58,53 @@ def _results_sections(directory: Path, pngs: dict[str, bytes]) -> dict:
     for key, filename, draw in readers:
         # Read and drawn under ``skipping``: a file whose data cannot be drawn is one line.
         part = skipping(
-            directory / filename, lambda k=key, f=filename, d=draw: _part(directory, k, f, d)
+            directory / filename,
+            lambda k=key, f=filename, d=draw: _part(directory, k, f, d, roles, want_png),
         )
         if isinstance(part, Skipped):
             out[key] = part.part(PRODUCERS[filename])
         elif part is None:
             out[key] = {"missing": PRODUCERS[filename], "file": str(directory / filename)}
         else:
-            pngs[f"{key}.png"] = part.pop("png")
+            png = part.pop("png")
+            if png is not None:
+                pngs[f"{key}.png"] = png
             out[key] = part
     return out
 
 
-def _part(directory: Path, key: str, filename: str, draw) -> dict | None:
-    """One results part: its data, figure (``png``) and tables; None when the file is absent."""
+def _part(
+    directory: Path, key: str, filename: str, draw, roles: dict, want_png: bool
+) -> dict | None:
+    """One results part: its data and figure (``png``; the heads: their display, and their
+    figure for the figures folder only) and tables; None when the file is absent."""
     data = read_section(directory, filename)
     if not data:
         return None
+    if key == "heads":
+        stats = HeadStatistics.from_dict(data)
+        grid = _roles_of(stats, roles)
+        return {
+            "png": figures.png_bytes(draw(data)) if want_png else None,
+            "data": data,
+            "roles_tokens": roles["n_tokens"] if grid else None,
+            "display": show(stats, roles=grid).html(),  # the notebook's display
+        }
     png = figures.png_bytes(draw(data))
     part = {"png": png, "image": _data_uri(png), "data": data}
     if key == "sweep":
         part["table"] = [r.to_dict() for r in summarize(data)]
-    if key == "heads":
-        part["summary"] = _heads_summary(data)
-        part["overview"] = overview(data)
-        part["display"] = show(HeadStatistics.from_dict(data)).html()  # the notebook's display
     return part
 
 
-def _heads_summary(heads: dict) -> list[dict]:
-    """For each detector, then each metric: the head with the largest value (layer, head,
-    value), the first in layer-major order on a tie. Rows may be of unequal length (pruned
-    layers, as the grid figure draws them), so the layers are walked as lists, not stacked into
-    one array."""
-    rows = []
-    named = {k.replace("_", "-"): g for k, g in heads.get("detectors", {}).items()}
-    for name, grid in {**named, **heads["metrics"]}.items():
-        cells = [
-            (float(v), layer, head) for layer, row in enumerate(grid) for head, v in enumerate(row)
-        ]
-        if cells:
-            value, layer, head = max(cells, key=lambda cell: cell[0])
-            rows.append({"metric": name, "layer": layer, "head": head, "value": value})
-    return rows
-
-
-def _add_roles(heads: dict, roles: dict) -> None:
-    """Each head's role (from the long-context run) as one more grid of the heads' overview, when
-    both parts were measured on the same model with the same layers."""
+def _roles_of(stats: HeadStatistics, roles: dict) -> list[list[str]] | None:
+    """Each head's role (from the long-context run), shown with the statistics, when both
+    were measured on the same model with the same layers and heads."""
     grid = roles.get("role_grid")
-    if "overview" not in heads or grid is None or roles.get("model") != heads["data"]["model"]:
-        return
-    if len(grid) == heads["overview"]["layers"]:
-        heads["overview"] = overview(heads["data"], grid, ROLE_COLOURS)
-        heads["roles_tokens"] = roles["n_tokens"]
+    if grid is None or roles.get("model") != stats.model:
+        return None
+    heads = [len(row) for row in next(iter(stats.metrics.values()))]
+    return grid if [len(row) for row in grid] == heads else None
 
 
 # page section -> (where its parts are in the sections, the parts' keys)
@@ -161,13 +157,14 @@ def collect(
         "params": measured.params,
         "coupling": coupling,
         "coupling_top": max(max(map(max, m["matrix"])) for m in coupling["matrices"]),
-        "results": _results_sections(Path(options.results), pngs),
         "why": why_sections(Path(options.results), pngs),
-        "long": long_context_sections(Path(options.results), pngs),
-        "circuits": circuits_sections(Path(options.results), pngs),
+        "long": long_context_sections(Path(options.results), pngs, figures=want_png),
+        "circuits": circuits_sections(Path(options.results), pngs, figures=want_png),
         "kinds": kinds_sections(Path(options.results)),
         "results_dir": str(options.results),
     }
-    _add_roles(sections["results"]["heads"], sections["long"]["roles"])
+    sections["results"] = _results_sections(
+        Path(options.results), pngs, sections["long"]["roles"], want_png
+    )
     sections["empty"] = _empty_sections(sections)
     return Collected(sections=sections, explorers=explorers, pngs=pngs)

@@ -238,7 +238,7 @@ def load_pretrained(
     tokenizer = load_tokenizer(checkpoint, trust_remote_code)  # refused before the weights
     extra = {} if checkpoint.gguf is not None else {"use_safetensors": True}
     try:
-        with quiet_loading():
+        with quiet_loading(gguf=checkpoint.gguf is not None):
             model, info = plan.model_class.from_pretrained(
                 str(checkpoint.folder),
                 gguf_file=checkpoint.gguf,

@@ -1,6 +1,7 @@
 """Displays of heads at long context: every head's role on one long text (a layers x heads grid;
 a click shows that head's blocked map and the attention each key receives, from the streaming
-sums), and the per-head KV budget: the plans run, and which K/V groups each plan windows."""
+sums), and the per-head KV budget: a row per plan size (the chosen plan against the random plans
+and the opposite ranking), every plan run, and which K/V groups each plan windows."""
 
 from __future__ import annotations
 
@@ -67,6 +68,7 @@ def kv_budget_display(result: KVBudgetResult) -> Display:
         "layers": layers,
         "groups": groups,
         "ranking": result.group_ranking,
+        "plan_sizes": budget_rows(result),
         "runs": [
             {
                 "kind": r.kind,
@@ -81,3 +83,49 @@ def kv_budget_display(result: KVBudgetResult) -> Display:
         ],
     }
     return Display("kv-budget", data, repr(result), "display-kv-budget")
+
+
+def budget_rows(result: KVBudgetResult) -> list[dict]:
+    """One row per plan size: the groups windowed, the KV memory saved (and the saving asked),
+    perplexity against the full model and copy accuracy of the chosen plan, the random plans
+    (lowest to highest) and the opposite ranking."""
+    base = result.baseline()
+    rows = []
+    for run in sorted((r for r in result.runs if r.kind == "chosen"), key=lambda r: r.budget):
+        same = [r for r in result.runs if r.budget == run.budget and r.kind != "full"]
+        randoms = [r for r in same if r.kind == "random"]
+        opposite = next((r for r in same if r.kind == "opposite"), None)
+
+        def change(r) -> str:
+            return f"{r.perplexity / base.perplexity - 1:+.1%}"
+
+        rows.append(
+            {
+                "groups": f"{len(run.groups)} ({run.budget:.0%})",
+                "saved": f"{run.kv_saved:.2f}x"
+                + ("" if run.target_kv_saved is None else f" (asked {run.target_kv_saved:g}x)"),
+                "perplexity": change(run),
+                "random_perplexity": "\u2026".join(
+                    change(r)
+                    for r in (
+                        min(randoms, key=lambda r: r.perplexity),
+                        max(randoms, key=lambda r: r.perplexity),
+                    )
+                )
+                if randoms
+                else "",
+                "opposite_perplexity": change(opposite) if opposite else "",
+                "copy_accuracy": f"{run.copy_accuracy:.3f}",
+                "random_copy": "\u2026".join(
+                    f"{v:.3f}"
+                    for v in (
+                        min(r.copy_accuracy for r in randoms),
+                        max(r.copy_accuracy for r in randoms),
+                    )
+                )
+                if randoms
+                else "",
+                "opposite_copy": f"{opposite.copy_accuracy:.3f}" if opposite else "",
+            }
+        )
+    return rows

@@ -5,7 +5,7 @@
   const kinds = window.headlabDisplays.kinds;
 
   // ---------------------------------------------------------------- the circuit graph
-  const SIGN = ["#3b6fd8", "#e4572e"], DASH = [[], [], [6, 4], [2, 3]], INPUT = ["", "q", "k", "v"], WIDTHS = 6, LIT = 20;
+  const SIGN = ["#3b6fd8", "#e4572e"], DASH = [[], [], [6, 4], [2, 3]], INPUT = ["", "q", "k", "v"], WIDTHS = 6, LIT = 20, ROWS = 40;
   kinds.circuit = function (root, d) {
     const senders = decode(d.senders, Uint16Array), receivers = decode(d.receivers, Uint16Array);
     const inputs = decode(d.inputs, Uint8Array), scores = decode(d.scores, Float32Array), m = d.count;
@@ -24,7 +24,9 @@
     controls.append(el("span", null, "|score| \u2265"), slider, count);
     const base = surface(W, H, "hl-canvas"), s = surface(W, H, "hl-canvas");
     tid(s.canvas, "circuit-canvas");
+    const edges = tid(el("div", "hl-table-box"), "circuit-edges");
     root.append(controls, s.canvas, el("p", "hl-muted", "Layers left to right (emb, then each layer's query heads as dots and its MLP as a square below; in a GQA layer a shaded box is a K/V group, whose k and v edges land on its hollow square; logits at the right). Edges arc over the heads between their ends: width by |score|, blue above 0, red below; into q solid, k dashed, v dotted. Point at a node for its edges; click it to light them (its 20 strongest at least, whatever the threshold)."));
+    root.append(edges);
     (function () { // the graph without edges, drawn once
       const ctx = base.ctx; ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, W, H);
       d.heads_per_layer.forEach((heads, l) => {
@@ -108,6 +110,23 @@
         (picked >= 0 ? "; " + d.nodes[picked] + " lit with " + lit.length + " of its edges (its strongest " + Math.min(LIT, lit.length) + " at least)" : "");
       s.canvas.dataset.picked = picked < 0 ? "" : d.nodes[picked];
       s.canvas.dataset.shown = shown; s.canvas.dataset.threshold = threshold; s.canvas.dataset.ms = (performance.now() - t0).toFixed(1);
+      table(picked >= 0 ? lit : null);
+    }
+    // The strongest edges drawn (or the lit node's), as rows: rank, ends, input, score.
+    function table(lit) {
+      const rows = (lit || Array.from({ length: Math.min(shown, ROWS) }, (_, i) => i)).slice(0, ROWS);
+      const t = el("table", "hl-table"), head = el("tr"), body = el("tbody");
+      ["#", "sender", "receiver", "input", "score"].forEach((n) => head.append(el("th", null, n)));
+      rows.forEach((i) => {
+        const tr = el("tr"), v = scores[i];
+        tr.append(el("td", null, String(i + 1)), el("td", null, d.nodes[senders[i]]), el("td", null, d.nodes[receivers[i]]),
+          el("td", null, INPUT[inputs[i]] || "in"), el("td", null, (v > 0 ? "+" : "") + fmt(v)));
+        body.append(tr);
+      });
+      const thead = el("thead"); thead.append(head); t.append(thead, body);
+      const said = lit ? d.nodes[picked] + "\u2019s strongest " + rows.length + " lit edges (# ranks every edge by |score|)"
+        : "The strongest " + rows.length + " of the " + shown + " edges drawn";
+      edges.replaceChildren(el("p", "hl-muted", said + ":"), t);
     }
     let queued = false;
     slider.addEventListener("input", () => {

@@ -120,43 +120,54 @@
   }
 
   // ---------------------------------------------------------------- head statistics
+  // Detector scores (0..1, one scale), then each statistic on its own scale; each head's role
+  // on a long text where the data has it. A pick is also sent to the page as "headlab-pick".
   kinds.heads = function (root, d) {
-    const names = [...Object.keys(d.metrics), ...Object.keys(d.detectors || {})];
-    const grids = Object.assign({}, d.metrics, d.detectors || {});
+    const detectors = Object.keys(d.detectors || {}), names = [...detectors, ...Object.keys(d.metrics)];
+    const grids = Object.assign({}, d.metrics, d.detectors || {}), roles = d.roles || null;
+    const columns = roles ? ["role", ...names] : names;
     let metric = d.first || names[0], sortBy = metric, descending = true, picked = null;
     root.append(el("h4", "hl-title", d.model + ": " + d.num_layers + " layers \u00d7 " + d.num_heads + " heads, " + d.n_texts + " texts"));
     (d.notes || []).forEach((n) => root.append(el("p", "hl-muted", "Note: " + n + ".")));
-    root.append(chips(names, metric, (name) => { metric = name; sortBy = name; descending = true; redraw(); }, "heads-metric-"));
+    root.append(chips(roles ? [...names, "role"] : names, metric, (name) => { metric = name; sortBy = name; descending = name !== "role"; redraw(); }, "heads-metric-"));
     const row = el("div", "hl-row"), left = el("div"), right = tid(el("div", "hl-table-box"), "heads-table");
     row.append(left, right); root.append(row);
-    const range = () => { const v = grids[metric].flat(); return [Math.min(...v), Math.max(...v)]; };
+    const range = () => { if (detectors.includes(metric)) return [0, 1]; const v = grids[metric].flat(); return [Math.min(...v), Math.max(...v)]; };
+    const value = (n, l, h) => (n === "role" ? roles[l][h] : grids[n][l][h]);
     const grid = Grid(d.num_layers, d.num_heads, (l, h) => {
+      if (metric === "role") return roles[l][h] === undefined ? null : ROLE_COLOURS[roles[l][h]] || "#cbd2d9";
       const v = grids[metric][l][h]; if (v === undefined) return null;
       const [lo, hi] = range(); return rgb(hi > lo ? (v - lo) / (hi - lo) : 0.5);
     }, {
-      hover: (l, h) => ["layer " + l + ", head " + h, ...names.map((n) => n + " " + (grids[n][l][h] === undefined ? "\u2013" : fmt(grids[n][l][h])))],
-      pick: (l, h) => { picked = [l, h]; table(); const r = right.querySelector("tr.picked"); if (r) r.scrollIntoView({ block: "nearest" }); },
+      hover: (l, h) => ["layer " + l + ", head " + h + (roles ? ": " + roles[l][h] : ""), ...names.map((n) => n + " " + (grids[n][l][h] === undefined ? "\u2013" : fmt(grids[n][l][h])))],
+      pick: (l, h) => { select(l, h); const r = right.querySelector("tr.picked"); if (r) r.scrollIntoView({ block: "nearest" }); },
     });
     tid(grid.canvas, "heads-heatmap");
     const scale = el("div");
     left.append(grid.canvas, scale);
+    function select(l, h) {
+      picked = [l, h]; table();
+      root.dataset.picked = l + "." + h;
+      root.dispatchEvent(new CustomEvent("headlab-pick", { bubbles: true, detail: { layer: l, head: h } }));
+    }
     function table() {
       const rows = [];
       for (let l = 0; l < d.num_layers; l++) for (let h = 0; h < grids[names[0]][l].length; h++) rows.push([l, h]);
-      const key = (r) => sortBy === "layer" ? r[0] * 1e4 + r[1] : sortBy === "head" ? r[1] * 1e4 + r[0] : grids[sortBy][r[0]][r[1]];
-      rows.sort((a, b) => (descending ? key(b) - key(a) : key(a) - key(b)));
+      const key = (r) => sortBy === "layer" ? r[0] * 1e4 + r[1] : sortBy === "head" ? r[1] * 1e4 + r[0] : value(sortBy, r[0], r[1]);
+      const order = (a, b) => (typeof a === "string" ? a.localeCompare(b) : a - b);
+      rows.sort((a, b) => (descending ? order(key(b), key(a)) : order(key(a), key(b))));
       const t = el("table", "hl-table"), head = el("tr");
-      ["layer", "head", ...names].forEach((n) => {
+      ["layer", "head", ...columns].forEach((n) => {
         const th = tid(el("th", n === sortBy ? "sorted" : null, n + (n === sortBy ? (descending ? " \u25be" : " \u25b4") : "")), "heads-sort-" + n.replace(/[^A-Za-z0-9_-]/g, "_"));
-        th.addEventListener("click", () => { descending = n === sortBy ? !descending : n !== "layer" && n !== "head"; sortBy = n; table(); });
+        th.addEventListener("click", () => { descending = n === sortBy ? !descending : !["layer", "head", "role"].includes(n); sortBy = n; table(); });
         head.append(th);
       });
       const body = el("tbody");
       rows.forEach(([l, h]) => {
         const tr = el("tr", picked && picked[0] === l && picked[1] === h ? "picked" : null);
         tr.dataset.layer = l; tr.dataset.head = h;
-        tr.append(el("td", null, String(l)), el("td", null, String(h)), ...names.map((n) => el("td", null, fmt(grids[n][l][h]))));
-        tr.addEventListener("click", () => { picked = [l, h]; grid.pick(l, h); table(); });
+        tr.append(el("td", null, String(l)), el("td", null, String(h)), ...columns.map((n) => el("td", null, n === "role" ? String(roles[l][h]) : fmt(grids[n][l][h]))));
+        tr.addEventListener("click", () => { grid.pick(l, h); select(l, h); });
         body.append(tr);
       });
       const thead = el("thead"); thead.append(head); t.append(thead, body);
@@ -164,11 +175,20 @@
     }
     function redraw() {
       grid.draw(); table();
+      if (metric === "role") { scale.replaceChildren(roleKey(roles)); return; }
       const [lo, hi] = range();
-      scale.replaceChildren(legend(fmt(lo), fmt(hi), metric + ", its own scale; click a cell or a row"));
+      scale.replaceChildren(legend(fmt(lo), fmt(hi), metric + (detectors.includes(metric) ? ", a detector score: 0 to 1, one scale for every detector" : ", its own scale") + "; click a cell or a row"));
     }
     redraw();
   };
+
+  // Role swatches with each role's count (the roles display and the statistics' role grid).
+  function roleKey(roles) {
+    const counts = {}; roles.flat().forEach((r) => { counts[r] = (counts[r] || 0) + 1; });
+    const p = tid(el("p", "hl-legend"), "roles-legend");
+    Object.keys(ROLE_COLOURS).forEach((r) => { const sw = el("i", "hl-swatch"); sw.style.background = ROLE_COLOURS[r]; p.append(sw, el("span", null, r + " " + (counts[r] || 0))); });
+    return p;
+  }
 
   // ---------------------------------------------------------------- roles at long context
   const ROLE_COLOURS = { retrieval: "#e4572e", copy: "#f3a712", sink: "#3b6fd8", local: "#17a398", mixed: "#cbd2d9" };
@@ -195,10 +215,7 @@
     box.append(grid.canvas, scale);
     function key() {
       if (colourBy !== "role") { const all = d.scores[colourBy].flat(); scale.replaceChildren(legend(fmt(Math.min(...all)), fmt(Math.max(...all)), colourBy)); return; }
-      const counts = {}; d.roles.flat().forEach((r) => { counts[r] = (counts[r] || 0) + 1; });
-      const p = tid(el("p", "hl-legend"), "roles-legend");
-      Object.keys(ROLE_COLOURS).forEach((r) => { const sw = el("i", "hl-swatch"); sw.style.background = ROLE_COLOURS[r]; p.append(sw, el("span", null, r + " " + (counts[r] || 0))); });
-      scale.replaceChildren(p);
+      scale.replaceChildren(roleKey(d.roles));
     }
     function show(l, h) {
       detail.replaceChildren(el("b", null, "layer " + l + ", head " + h + (d.roles ? ": " + d.roles[l][h] : "")));
@@ -241,6 +258,19 @@
     const errors = d.ranking.map((r) => r[2]), lo = Math.min(...errors), hi = Math.max(...errors);
     const full = d.runs.find((r) => r.kind === "full");
     let picked = d.runs.find((r) => r.kind === "chosen") || full;
+    // one row per plan size: the chosen plan against the random plans and the opposite ranking
+    const sizes = el("table", "hl-table"), sizesHead = el("tr"), sizesBody = el("tbody");
+    ["groups windowed", "KV memory saved", "perplexity change: chosen", "random plans (lowest\u2026highest)", "opposite",
+      "copy accuracy: chosen", "random plans", "opposite"].forEach((n) => sizesHead.append(el("th", null, n)));
+    (d.plan_sizes || []).forEach((r) => {
+      const tr = el("tr");
+      ["groups", "saved", "perplexity", "random_perplexity", "opposite_perplexity", "copy_accuracy", "random_copy", "opposite_copy"]
+        .forEach((k) => tr.append(el("td", null, r[k])));
+      sizesBody.append(tr);
+    });
+    const sizesTop = el("thead"); sizesTop.append(sizesHead); sizes.append(sizesTop, sizesBody);
+    root.append(tid(el("div", "hl-table-box hl-wide"), "kv-budget-table"));
+    root.lastChild.append(sizes);
     const row = el("div", "hl-row"), left = el("div"), right = tid(el("div", "hl-table-box"), "kv-table");
     left.style.maxWidth = "340px";  // the grid is narrow: its notes wrap beside the table
     row.append(left, right); root.append(row);

@@ -312,33 +312,20 @@
     };
   }
 
-  // The layers x heads overview: a click opens that head's view (every statistic of the head),
-  // and shows it in the trained encoder's explorer when that has the same layers and heads.
-  function Overview(root) {
+  // A head picked in the heads display (its "headlab-pick" event) can be shown on the text, in
+  // the trained model's explorer, when that has the same layers and heads.
+  function OfferOnText(display) {
     const view = document.getElementById("head-view");
-    root.addEventListener("click", (e) => {
-      const cell = e.target.closest("a.cell");
-      if (!cell) return;
-      e.preventDefault();
-      const l = +cell.dataset.layer, h = +cell.dataset.head;
-      const same = root.querySelectorAll("a.cell[data-layer=\"" + l + "\"][data-head=\"" + h + "\"]");
-      root.querySelectorAll("a.cell.active").forEach((c) => c.classList.remove("active"));
-      view.replaceChildren(el("b", null, "layer " + l + ", head " + h));
-      same.forEach((c) => {
-        c.classList.add("active");
-        view.appendChild(el("span", null, c.dataset.metric + " " + c.dataset.value));
-      });
-      const model = EXPLORERS.model;
-      const fits = model && model.layers === +root.dataset.layers && model.heads === +root.dataset.heads;
-      if (fits) {
-        const link = el("a", null, "show it on your text");
-        link.href = "#explorer-model";
-        link.addEventListener("click", (ev) => { ev.preventDefault(); model.open(l, h); });
-        view.appendChild(link);
-      }
+    display.addEventListener("headlab-pick", (e) => {
+      const l = e.detail.layer, h = e.detail.head, model = EXPLORERS.model;
+      const data = JSON.parse(display.querySelector("script.hl-data").textContent);
+      if (!model || model.layers !== data.num_layers || model.heads !== data.num_heads) return;
+      const link = el("a", null, "show layer " + l + ", head " + h + " on your text");
+      link.href = "#explorer-model";
+      link.addEventListener("click", (ev) => { ev.preventDefault(); model.open(l, h); });
+      view.replaceChildren(link);
       view.hidden = false;
       view.dataset.layer = l; view.dataset.head = h;
-      view.scrollIntoView({ block: "nearest" });
     });
   }
 
@@ -347,6 +334,6 @@
     const ex = DATA.explorers[root.dataset.explorer];
     if (ex) EXPLORERS[root.dataset.explorer] = Explorer(root, ex);
   });
-  document.querySelectorAll(".overview").forEach(Overview);
+  document.querySelectorAll("[data-testid=display-heads]").forEach(OfferOnText);
   document.body.dataset.renderMs = (performance.now() - start).toFixed(1);
 })();
