@@ -24,7 +24,8 @@ the bracketed terms for LayerNorm, none for RMSNorm); 1/s is read from the norm'
 each position, so its epsilon needs no knowing. Whether a layer may take it (and which norm it
 has) is observed once per layer, on ``CHECK_ROWS`` positions of a random stream with random
 gradients at the sites (every map here acts on each position alone), against the generic path
-(as ``Patcher.writes_are_linear`` observes the writes); where it does not agree (QK-norm over
+with the receivers weighted by random coefficients (one backward; ``sliced_receivers``), as
+``Patcher.writes_are_linear`` observes the writes; where it does not agree (QK-norm over
 all heads at once, a norm of another form, a head view), the layer takes the generic path.
 """
 
