@@ -178,6 +178,8 @@ def run_stream_circuits(
             patcher.corrupted_value,
         )
     heads = [block.attention.num_heads for block in patcher.blocks]
+    blocks = patcher.blocks
+    cross = [0 if b.cross_attention is None else b.cross_attention.num_heads for b in blocks]
     return CircuitRun(
         model=model.name,
         task=inputs.task,
@@ -188,6 +190,7 @@ def run_stream_circuits(
         heads_per_layer=heads,
         kv_heads_per_layer=list(heads),
         scores=scores,
+        cross_heads_per_layer=cross if any(cross) else None,  # one stream: a decoder's layout
     )
 
 

@@ -134,13 +134,10 @@ def circuits(
         image,
         corrupted_image,
     ) or seq2seq.is_other_kind(source):
+        from headlab.report.circuit_figures import circuit_graph_figure
+
         out = out or RESULTS_DIR / "circuits.json"
-        given = {
-            "--task": task,
-            "--pairs": pairs,
-            "--figure": figure,
-            "--faithfulness-figure": faithfulness_figure,
-        }
+        given = {"--task": task, "--pairs": pairs, "--faithfulness-figure": faithfulness_figure}
         result = seq2seq.kind_circuits(
             source,
             audio,
@@ -154,17 +151,23 @@ def circuits(
             top=top,
             edges=_edges(edges),
             other_inputs=[k for k, v in given.items() if v is not None],
-            claim=lambda: _claim(out, None, None, force),
+            claim=lambda: _claim(out, figure, None, force),
             quiet=as_json,
         )
-        if (
-            write_outputs(
-                "circuits", result, out, figure=None, draw=None, force=force, as_json=as_json
-            )
-            is not None
-        ):
+        written = write_outputs(
+            "circuits",
+            result,
+            out,
+            figure=figure,
+            draw=circuit_graph_figure,
+            force=force,
+            as_json=as_json,
+        )
+        if written is not None:
             _print(result)
-            print(f"wrote {out}")
+            for path in (out, figure):
+                if path is not None:
+                    print(f"wrote {path}")
         return
     from headlab.circuits.tasks import TaskRequest
 
@@ -298,7 +301,7 @@ def _claim(
 
 def _write_curve(result, path: Path, force: bool) -> None:
     from headlab.report.circuit_figures import faithfulness_figure
-    from headlab.results.atomic_files import save_figure
+    from headlab.report.png_files import save_figure
     from headlab.results.output_policy import Kind
 
     with writing("--faithfulness-figure"):
