@@ -101,12 +101,15 @@ def test_circuits_of_an_image_classifier_write_the_library_scores(folders, capsy
 
     out = tmp_path / "circuits.json"
     argv = ["circuits", "--model", str(folders / "vit"), *[a.format(root=folders) for a in PAIR]]
-    argv += ["--method", "path-patching", "--top", "7", "--out", str(out)]
+    figure = tmp_path / "circuit.png"
+    argv += ["--method", "path-patching", "--top", "7", "--out", str(out), "--figure", str(figure)]
     code, stdout, err = run(argv, capsys)
     assert code == 0, err
     assert "Top 7 of" in stdout and "clean-corrupted-image" in stdout
+    assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     written = CircuitRun.from_dict(json.loads(out.read_text()))
     assert written.scores.metric == "logit_diff"
+    assert written.cross_heads_per_layer is None  # one stream: drawn as a decoder's circuit
     model = load_vision(folders / "vit")
     assert model.has_head  # the classifier its config declares, loaded with its head
 
