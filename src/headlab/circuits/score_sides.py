@@ -34,7 +34,7 @@ import torch
 from torch import Tensor
 
 from headlab.attention.interventions import record
-from headlab.circuits.frozen_norms import frozen_norms, norms_of
+from headlab.circuits.frozen_norms import frozen_norms, qk_norms
 from headlab.circuits.graph import EMBED, head_name, mlp_name
 from headlab.circuits.resume import Cache, Runner
 from headlab.circuits.score_writes import block_writes
@@ -229,15 +229,6 @@ class Sides:
         }
 
 
-def qk_norms(block) -> list:
-    """The norms on the way from the stream to a block's q and k: the one in front of the
-    layer and any QK-norm inside the attention module."""
-    norms = norms_of(block.attention.module)
-    if block.attention.input_norm is not None:
-        norms = [block.attention.input_norm.module, *norms]
-    return norms
-
-
 def _head_writes(attention, heads: Tensor, index: int) -> tuple[Tensor, Tensor]:
     """(head, batch, rows, embed_dim) each head's output ``heads`` (batch, head, rows, d_head)
     through its own slice of ``attention``'s W_O, and W_O's bias (zeros without one)."""
@@ -283,6 +274,5 @@ __all__ = [
     "Sides",
     "capped",
     "kernel_scale",
-    "qk_norms",
     "softcap_of",
 ]

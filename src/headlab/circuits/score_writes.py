@@ -24,17 +24,9 @@ import torch
 from torch import Tensor
 
 from headlab.attention.interventions import intervene
-from headlab.circuits.frozen_norms import frozen_norms, norms_outside
+from headlab.circuits.frozen_norms import frozen_norms
 from headlab.circuits.resume import Cache, Runner
-from headlab.models.hf.block_parts import hf_blocks
 from headlab.models.run_protocol import StopAt
-
-
-def block_norms(runner: Runner, index: int) -> list:
-    """The norms of block ``index`` outside its MLP (the family's modules)."""
-    model = runner.model
-    _, parts = hf_blocks(model.name, model.model, model.layers, model.causal)
-    return norms_outside(parts[index])
 
 
 def block_writes(
@@ -77,7 +69,7 @@ def block_writes(
         return out.flatten(0, 1)
 
     def hooks(stack: ExitStack) -> None:
-        stack.enter_context(frozen_norms(block_norms(runner, i), b))
+        stack.enter_context(frozen_norms(block.norms, b))
         stack.enter_context(intervene(block.attention, "head_outputs", keep_heads))
         if block.has_mlp:
             stack.enter_context(intervene(block, "mlp_out", keep_mlp))
@@ -103,4 +95,4 @@ def carried_to(
     return carried
 
 
-__all__ = ["block_norms", "block_writes", "carried_to"]
+__all__ = ["block_writes", "carried_to"]

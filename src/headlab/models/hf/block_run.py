@@ -39,7 +39,7 @@ HANDED_ON = frozenset({"t5", "mt5", "umt5"})
 
 
 @contextmanager
-def _skipped(parts: Sequence[HFBlockParts]) -> Iterator[None]:
+def skipped_blocks(parts: Sequence[HFBlockParts]) -> Iterator[None]:
     """Within the block, ``parts``' blocks return their input (no compute)."""
 
     def passes(h, *_args, **_kwargs):
@@ -115,7 +115,7 @@ class BlockRoute:
             return states if keep is None else states[:, keep.to(device)]
 
         with ExitStack() as stack:
-            stack.enter_context(_skipped([] if family in HANDED_ON else parts[:start]))
+            stack.enter_context(skipped_blocks([] if family in HANDED_ON else parts[:start]))
             given_stream(blocks, start, hidden)(stack)
             if interventions is not None:
                 interventions(stack)
@@ -131,4 +131,4 @@ class BlockRoute:
         return HFOutputRows(self.model, states).logits(slice(None))
 
 
-__all__ = ["BlockRoute"]
+__all__ = ["BlockRoute", "skipped_blocks"]
