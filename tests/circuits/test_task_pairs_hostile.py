@@ -64,6 +64,15 @@ def test_a_lone_surrogate_is_refused_naming_the_line(tmp_path, field):
     assert "\\ud800" in message and "\n" not in message
 
 
+def test_a_number_past_pythons_digit_limit_is_refused_naming_the_line(tmp_path):
+    line = json.dumps(GOOD).replace('" Mary"', "9" * 5000, 1)
+    with pytest.raises(ValueError) as error:
+        read_pairs(_write(tmp_path, json.dumps(GOOD), line))
+    message = str(error.value)
+    assert "line 2: expected a JSON object, got invalid JSON" in message, message
+    assert "digits" in message and "set_int_max_str_digits" not in message
+
+
 def test_a_text_of_no_tokens_is_refused_naming_the_line(tmp_path):
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast

@@ -174,6 +174,23 @@ def test_two_processes_converting_at_once_both_succeed_with_one_result(tiny_gguf
     assert sorted(p.name for p in root.iterdir()) == [".tiny-llama.lock", "tiny-llama"]
 
 
+def test_a_conversion_in_a_fresh_process_writes_nothing_to_stderr(tiny_gguf, tmp_path):
+    """transformers' GGUF reader draws a tqdm bar ("Converting and de-quantizing GGUF
+    tensors") that only its module's own tqdm reaches; in a fresh process (the CLI's first
+    load of SmolLM2) that module is not imported yet when the conversion starts."""
+    src = str(Path(gguf_cache.__file__).parents[2])
+    env = {"PYTHONPATH": src, "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"}
+    run = subprocess.run(
+        [sys.executable, "-c", CONVERT, str(tiny_gguf), str(tmp_path / "cache")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stderr == ""
+
+
 def test_without_a_lock_the_first_rename_wins(tiny_gguf: Path, tmp_path: Path) -> None:
     """Where there is no fcntl, both processes convert; the second keeps the first's folder."""
     first = convert(tiny_gguf, tmp_path)

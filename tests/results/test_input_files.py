@@ -67,6 +67,18 @@ def test_a_depth_past_the_parser_s_recursion_is_refused_not_a_recursion_error(tm
         read_json(path, "--results")
 
 
+def test_a_number_past_pythons_digit_limit_is_refused_naming_the_file(tmp_path):
+    """Python's int parser refuses a number of more than 4300 digits with a ValueError that is
+    not a JSONDecodeError (its message asks for sys.set_int_max_str_digits)."""
+    path = tmp_path / "long-number.json"
+    path.write_text('{"n": ' + "9" * 5000 + "}")
+    with pytest.raises(ValueError) as error:
+        read_json(path, "--results")
+    message = str(error.value)
+    assert message.startswith(f"--results {path}: ") and "digits" in message, message
+    assert "set_int_max_str_digits" not in message and "\n" not in message
+
+
 def test_a_file_over_the_size_limit_is_refused_after_reading_at_most_the_limit(tmp_path):
     path = tmp_path / "big.json"
     path.write_text('{"a": "' + "x" * 5000 + '"}')

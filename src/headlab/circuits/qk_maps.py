@@ -14,9 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from torch import Tensor, nn
-
-from headlab.circuits.frozen_norms import held_scale, norm_form, norms_of
+from torch import Tensor
 
 
 @dataclass(frozen=True)
@@ -31,7 +29,7 @@ class QKMap:
     shift: Tensor
     c_q: Tensor
     c_k: Tensor
-    norm: nn.Module
+    norm: object
     model: object
 
     @property
@@ -41,11 +39,10 @@ class QKMap:
 
     def held(self, x: Tensor) -> tuple[bool, Tensor]:
         """(centred, 1/s (rows,)) of the norm at the streams ``x`` (rows, embed_dim), read from
-        its own output."""
+        its own output (the run protocol's ``BlockNorm.held``)."""
         with torch.no_grad():
-            y = self.norm(x[None])[0]
-        centred, inv_s = held_scale(x, y, (self.g, self.shift))
-        return centred, inv_s[:, 0]
+            centred, inv_s = self.norm.held(x)
+        return centred, inv_s.reshape(x.shape[0])
 
     def linear(self, x: Tensor, centred: bool, inv_s: Tensor) -> Tensor:
         """D x (..., embed_dim): the held norm's linear part, ``inv_s`` broadcast over x's
@@ -74,15 +71,16 @@ def qk_map(model, block, dtype: torch.dtype) -> QKMap:
     """``block``'s held map in ``dtype``; ValueError (one line) where it is not the module
     docstring's."""
     attention = block.attention
-    if attention.input_norm is None or norms_of(attention.module):
+    front = [n for n in block.norms if n.role == "attention_in"]
+    if len(front) != 1 or any(n.role == "qk" for n in block.norms):
         raise ValueError(
             f"layer {block.index}: the at-length split needs one norm in front and no QK-norm; "
             "split chosen pairs instead (why-attends)"
         )
     heads, groups, d = attention.num_heads, attention.num_kv_heads, attention.head_dim
     w_q, w_k = (w.detach().to(dtype) for w in attention.query_key_weights())
-    norm = attention.input_norm.module
-    g, shift = (t.to(dtype) for t in norm_form(norm))
+    norm = front[0]
+    g, shift = (t.to(dtype) for t in norm.form())
     bias_q, bias_k = _bias(attention.query), _bias(attention.key)
     c_q = w_q @ shift + (0 if bias_q is None else bias_q.to(dtype))
     c_k = w_k @ shift + (0 if bias_k is None else bias_k.to(dtype))

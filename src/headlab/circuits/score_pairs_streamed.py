@@ -10,7 +10,7 @@ constant "qk-bias" on each side); the result is the sum over i of those matrices
 How: one run keeps only every block's keys and values (models/hf/context_run.py:
 ``key_values``). Then a block of ``BLOCK`` query positions runs through the blocks up to L with
 that context (``context_cache``), which gives their stream, head outputs and MLP outputs, so
-their writes (score_sides.formula_writes) and norm scales; their attended keys come from their
+their writes and norm scales; their attended keys come from their
 queries and the context's keys; the keys not among the block's queries run the same way. The
 q and k terms of each write follow from layer L's held map (qk_maps.py), and the block's
 matrices are added up. Held at once: the keys and values, one block's writes (component, rows,

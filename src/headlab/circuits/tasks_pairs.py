@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from headlab.circuits.clean_corrupted import TaskPairs, check_positions, last_position_answers
-from headlab.results.input_files import check_depth, check_regular, read_bytes
+from headlab.results.input_files import check_depth, check_regular, loads, read_bytes
 
 FIELDS = ("clean", "corrupted", "answer", "wrong")
 #: the largest pairs file read (a pair is a few hundred bytes; this is far more than a run takes)
@@ -86,7 +86,7 @@ def _row(text: str, number: int, path: Path) -> PairRow:
     where = f"{path} line {number}"
     try:
         check_depth(text.encode("utf-8", "surrogatepass"), where)  # never a RecursionError
-        data = json.loads(text)
+        data = loads(text)
     except json.JSONDecodeError as error:
         raise ValueError(
             f"{where}: expected a JSON object, got invalid JSON ({error.msg} at "

@@ -31,9 +31,12 @@ class BadEntry(ValueError):
 
 
 def read_entry(path: Path, max_bytes: int = MAX_ENTRY_BYTES) -> dict:
-    """The JSON object in ``path``; FileNotFoundError when there is none, BadEntry when it is
-    not a regular file, over ``max_bytes``, nested deeper than ``MAX_ENTRY_DEPTH``, not UTF-8
-    JSON or not an object."""
+    """The JSON object in ``path``; FileNotFoundError when there is none (also where a file
+    stands in the place of a folder above it: a cache root that is a file holds no entry),
+    BadEntry when it is not a regular file, over ``max_bytes``, nested deeper than
+    ``MAX_ENTRY_DEPTH``, not UTF-8 JSON or not an object."""
+    if not path.parent.is_dir():  # missing, or a file where the cache's folder would be
+        raise FileNotFoundError(f"{path.parent} is no folder: the cache holds no entry there")
     try:
         return read_json(path, "", max_bytes=max_bytes, max_depth=MAX_ENTRY_DEPTH)
     except FileNotFoundError:

@@ -25,6 +25,7 @@ import json
 import os
 import re
 import stat
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -143,13 +144,28 @@ def check_depth(data: bytes, where: str, max_depth: int = MAX_JSON_DEPTH) -> Non
         )
 
 
+def loads(text: str) -> object:
+    """``json.loads``, whose one other ValueError (a number past Python's limit on the digits
+    of an int, whose message asks for ``sys.set_int_max_str_digits``) becomes a
+    ``JSONDecodeError`` at that number, as any other text that cannot be read is."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        raise
+    except ValueError:
+        limit = sys.get_int_max_str_digits()
+        number = re.search(rf"[0-9]{{{limit + 1},}}", text)
+        where = number.start() if number else 0
+        raise json.JSONDecodeError(f"a number of more than {limit} digits", text, where) from None
+
+
 def parse_json(data: bytes | str, where: str, max_depth: int = MAX_JSON_DEPTH) -> object:
     """The JSON value in ``data``; ValueError naming ``where`` for text that is not UTF-8, not
     JSON, or nested deeper than ``max_depth``."""
     raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
     check_depth(raw, where, max_depth)
     try:
-        return json.loads(raw.decode("utf-8") if isinstance(data, bytes) else data)
+        return loads(raw.decode("utf-8") if isinstance(data, bytes) else data)
     except UnicodeDecodeError:
         raise ValueError(f"{where}: expected UTF-8 JSON, got undecodable bytes") from None
     except json.JSONDecodeError as error:

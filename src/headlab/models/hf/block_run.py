@@ -11,6 +11,7 @@ blocks and their sites come from ``block_parts.py``; logits from the model's own
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 
@@ -31,9 +32,14 @@ from headlab.models.run_protocol import (
     stopped_run,
 )
 
+#: Families whose first block makes what every later block reads (T5's relative position bias,
+#: handed on from block to block): the blocks before ``start`` run, on the real input, and
+#: block ``start``'s resid_in is then replaced.
+HANDED_ON = frozenset({"t5", "mt5", "umt5"})
+
 
 @contextmanager
-def _skipped(parts: Sequence[HFBlockParts]) -> Iterator[None]:
+def skipped_blocks(parts: Sequence[HFBlockParts]) -> Iterator[None]:
     """Within the block, ``parts``' blocks return their input (no compute)."""
 
     def passes(h, *_args, **_kwargs):
@@ -89,14 +95,17 @@ class BlockRoute:
         device = next(self.model.parameters()).device
         ids, mask = batch.input_ids, batch.attention_mask.long()
         kwargs = {}
+        body = getattr(self.model, self.model.base_model_prefix, self.model)
         if isinstance(rows, Tensor):  # chosen positions (ascending) alone, at their positions
             ids, mask = ids[:, rows], torch.ones_like(mask[:, rows])
             kwargs["position_ids"] = rows.to(device)[None].expand(ids.shape[0] * copies, -1)
         elif rows is not None:  # positions rows.start .. rows.stop - 1 alone, at their positions
             ids, mask = ids[:, rows], mask[:, rows]
             position = torch.arange(rows.start, rows.start + ids.shape[1], device=device)
-            kwargs["position_ids"] = position[None].expand(ids.shape[0] * copies, -1)
-        body = getattr(self.model, self.model.base_model_prefix, self.model)
+            # (T5's stack takes none: its positions are its relative bias, not a per-position map)
+            if "position_ids" in inspect.signature(body.forward).parameters:
+                kwargs["position_ids"] = position[None].expand(ids.shape[0] * copies, -1)
+        family = getattr(self.model.config, "model_type", "")
 
         def call() -> Tensor:
             out = body(
@@ -109,7 +118,7 @@ class BlockRoute:
             return states if keep is None else states[:, keep.to(device)]
 
         with ExitStack() as stack:
-            stack.enter_context(_skipped(parts[:start]))
+            stack.enter_context(skipped_blocks([] if family in HANDED_ON else parts[:start]))
             given_stream(blocks, start, hidden)(stack)
             if interventions is not None:
                 interventions(stack)
@@ -125,4 +134,4 @@ class BlockRoute:
         return HFOutputRows(self.model, states).logits(slice(None))
 
 
-__all__ = ["BlockRoute"]
+__all__ = ["BlockRoute", "skipped_blocks"]

@@ -4,6 +4,7 @@ GGUF cache alike."""
 from __future__ import annotations
 
 import functools
+import importlib
 import os
 import sys
 from collections.abc import Iterator
@@ -11,11 +12,13 @@ from contextlib import contextmanager
 
 
 @contextmanager
-def quiet_loading() -> Iterator[None]:
+def quiet_loading(gguf: bool = False) -> Iterator[None]:
     """transformers' own output off while it loads: its progress bars ("Loading weights", and
     the GGUF reader's tqdm bar, which only the TQDM_DISABLE variable reaches) and its warnings,
     the LOAD REPORT table among them (``weights_match.say_unused`` says it in one line). They
-    wrote lines of stderr on every load, also around a command's one-line refusal."""
+    wrote lines of stderr on every load, also around a command's one-line refusal. ``gguf``:
+    the load reads a GGUF (its reader is imported here, so that its bar is off even when no
+    GGUF was read before in this process: the cache's first conversion)."""
     from transformers.utils import logging
 
     shown = logging.is_progress_bar_enabled()
@@ -26,8 +29,8 @@ def quiet_loading() -> Iterator[None]:
     os.environ["TQDM_DISABLE"] = "1"
     # tqdm reads TQDM_DISABLE when it is first imported (transformers imported it long before):
     # the GGUF reader's bar is turned off on the reader itself, for the load only.
-    # (the reader module is imported by then: reading a GGUF config imports it)
-    gguf_reader = sys.modules.get("transformers.modeling_gguf_pytorch_utils")
+    reader = "transformers.modeling_gguf_pytorch_utils"
+    gguf_reader = importlib.import_module(reader) if gguf else sys.modules.get(reader)
     bar = getattr(gguf_reader, "tqdm", None)
     if bar is not None:
         gguf_reader.tqdm = functools.partial(bar, disable=True)
