@@ -103,6 +103,15 @@ def test_force_never_replaces_a_file_headlab_did_not_write(tmp_path, content):
     assert path.read_bytes() == data
 
 
+def test_a_tag_is_named_on_one_bounded_line(tmp_path):
+    path = tmp_path / "odd.json"
+    path.write_text(json.dumps({"headlab": "a\nb" + "x" * 10_000}))
+    with pytest.raises(OutputRefused) as refused:
+        check_output(path, Kind.json("model-heads"))
+    message = str(refused.value)
+    assert "\n" not in message and len(message) < 400 and "holds headlab 'a\\nbx" in message
+
+
 def test_the_same_kind_and_empty_files_need_no_force(tmp_path):
     from headlab.results.json_store import write_json
 

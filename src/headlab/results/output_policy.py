@@ -126,8 +126,9 @@ def headlab_output_kind(path: str | Path) -> str | None:
             tag = read(path)
         except (OSError, ValueError, UnicodeError):
             tag = None
-        if tag is not None:
-            return f"headlab {tag} {form}"
+        if tag is not None:  # a tag is the file's text: shown on one line, bounded
+            shown = tag if tag.isprintable() and len(tag) <= 60 else ascii(tag[:60])
+            return f"headlab {shown} {form}"
     return None
 
 
