@@ -7,12 +7,20 @@ nothing is downloaded), each saved once to a temporary folder and loaded, interl
 ways (medians of ``--repeats`` loads):
 
     eager     transformers' ``from_pretrained`` (eager attention)
-    cold      ``kinds_loader`` with an empty probe cache: the full probe (an observed forward and
-              the search of every head's query, key and value slice), written to the cache
+    + forward transformers' ``from_pretrained`` and one short forward (the inputs headlab's
+              probe runs: 5 source and 3 target tokens, Whisper's one 30 s window, one image):
+              the weights a first use touches (they are mapped from the file, read on first
+              touch)
+    cold      ``kinds_loader`` with an empty probe cache: the full probe (one observed forward,
+              the search of every head's query, key and value slice, the kinds told apart by
+              the lengths of its calls), written to the cache
     cached    ``kinds_loader`` with the entry in the cache: a probe of one layer per template
-              checks it (``models/hf/probe_cache.py``)
+              checks it (``models/hf/probe_cache.py``; an encoder-decoder's: two forwards that
+              stop after a first block, the encoder's on the source and the decoder's on given
+              encoder states)
 
-Both headlab loads also run the forward that sorts the layers by kind (encoder, decoder, cross).
+Wall times, and the process's CPU time of the cached load over eager's (the machine's load moves
+wall times more than CPU times).
 
     python benchmarks/bench_kinds_load.py [--repeats 3] [--families whisper,t5,...]
 """
@@ -24,6 +32,7 @@ import os
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -47,8 +56,47 @@ def _with_cache(folder: str, load, source: str):
             os.environ["HEADLAB_CACHE"] = before
 
 
+def _first_inputs(family: str, model) -> dict:
+    """The forward's keywords of headlab's probe: 5 source and 3 target tokens, Whisper's one
+    window of zeros, one blank image at the model's size."""
+    import torch
+
+    config = model.config
+    if family in VISION:
+        size = int(config.image_size)
+        return {"pixel_values": torch.zeros(1, int(config.num_channels), size, size)}
+    target = torch.tensor([[0, 1, 2]])
+    if family == "whisper":
+        frames = 2 * int(config.max_source_positions)
+        return {
+            "input_features": torch.zeros(1, int(config.num_mel_bins), frames),
+            "decoder_input_ids": target,
+        }
+    source = torch.arange(1, 6)[None]
+    return {
+        "input_ids": source,
+        "attention_mask": torch.ones_like(source),
+        "decoder_input_ids": target,
+    }
+
+
+def _with_cpu(steps: dict, cpu: dict) -> dict:
+    """``steps`` whose calls also add their process CPU time (ms) to ``cpu[name]``."""
+
+    def timed(name, step):
+        def run():
+            start = time.process_time()
+            step()
+            cpu.setdefault(name, []).append((time.process_time() - start) * 1e3)
+
+        return run
+
+    return {name: timed(name, step) for name, step in steps.items()}
+
+
 def bench_family(family: str, repeats: int) -> str:
-    """One markdown row: ``family``'s three loads."""
+    """One markdown row: ``family``'s loads."""
+    import torch
     import transformers
 
     from headlab.models.hf.kinds_loader import load_encoder_decoder, load_vision
@@ -56,6 +104,15 @@ def bench_family(family: str, repeats: int) -> str:
     model = build(family).eval()
     params = sum(p.numel() for p in model.parameters())
     load = load_vision if family in VISION else load_encoder_decoder
+    first_inputs = _first_inputs(family, model)
+
+    def eager():
+        return type(model).from_pretrained(folder, attn_implementation="eager")
+
+    def eager_forward():
+        with torch.no_grad():
+            eager()(**first_inputs)
+
     with tempfile.TemporaryDirectory() as folder, tempfile.TemporaryDirectory() as caches:
         model.save_pretrained(folder, safe_serialization=True)
         if family in VISION:
@@ -66,19 +123,21 @@ def bench_family(family: str, repeats: int) -> str:
         def cold():
             return _with_cache(tempfile.mkdtemp(dir=caches), load, folder)
 
-        times = interleaved(
-            {
-                "eager": lambda: type(model).from_pretrained(folder, attn_implementation="eager"),
-                "cold": cold,
-                "cached": lambda: _with_cache(warm, load, folder),
-            },
-            repeats,
-            0,
-        )
-    eager, first, cached = (statistics.median(times[k]) for k in ("eager", "cold", "cached"))
+        cpu: dict[str, list[float]] = {}
+        steps = {
+            "eager": eager,
+            "eager_forward": eager_forward,
+            "cold": cold,
+            "cached": lambda: _with_cache(warm, load, folder),
+        }
+        times = interleaved(_with_cpu(steps, cpu), repeats, 0)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    cpu_eager, cpu_cached = (statistics.median(cpu[k]) for k in ("eager", "cached"))
     return (
-        f"| {family} | {params / 1e6:.0f}M | {eager:.0f} | {first:.0f} | {cached:.0f} | "
-        f"{first / eager:.1f} | {cached / eager:.1f} |"
+        f"| {family} | {params / 1e6:.0f}M | {med['eager']:.0f} | {med['eager_forward']:.0f} | "
+        f"{med['cold']:.0f} | {med['cached']:.0f} | {med['cold'] / med['eager']:.1f} | "
+        f"{med['cached'] / med['eager']:.1f} | {med['cached'] / med['eager_forward']:.1f} | "
+        f"{cpu_cached / cpu_eager:.1f} |"
     )
 
 
@@ -89,10 +148,10 @@ def main() -> None:
     args = parser.parse_args()
     print(f"load average at start: {load_average():.1f}")
     print(
-        "| family | params | eager ms | headlab cold ms | headlab cached ms | cold / eager | "
-        "cached / eager |"
+        "| family | params | eager ms | eager + forward ms | headlab cold ms | headlab cached ms "
+        "| cold / eager | cached / eager | cached / (eager + forward) | cached / eager CPU |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- " * 10 + "|")
     for family in args.families.split(","):
         print(bench_family(family, args.repeats), flush=True)
     print(f"load average at end: {load_average():.1f}")

@@ -156,11 +156,12 @@ def test_the_layers_form_no_cycle() -> None:
     assert [cycle_from(name, (name,)) for name in ORDER] == [None] * len(ORDER)
 
 
-def import_circles() -> list[list[str]]:
+def import_circles(graph: dict[str, list[str]] | None = None) -> list[list[str]]:
     """The modules that import each other in a circle, however indirectly (strongly connected
     components of more than one module, Tarjan's algorithm), counting every import: top level,
-    inside functions and under ``if TYPE_CHECKING``."""
-    graph = {m: sorted(t for t in imports(m) if t in MODULES and t != m) for m in MODULES}
+    inside functions and under ``if TYPE_CHECKING``; or the circles of ``graph``."""
+    if graph is None:
+        graph = {m: sorted(t for t in imports(m) if t in MODULES and t != m) for m in MODULES}
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -197,9 +198,33 @@ def import_circles() -> list[list[str]]:
     return circles
 
 
+def entry_graph() -> dict[str, list[str]]:
+    """The entries of each folder (its modules and its subfolders) as nodes: a -> b where a
+    module in entry a imports one in entry b, a and b in one folder (a package's ``__init__`` is
+    its folder, not an entry of it)."""
+    graph: dict[str, set[str]] = {}
+    for module in MODULES:
+        for target in imports(module):
+            if target not in MODULES or target == module:
+                continue
+            a, b = module.split("."), target.split(".")
+            common = 0
+            while common < min(len(a), len(b)) and a[common] == b[common]:
+                common += 1
+            if common in (len(a), len(b)):  # one is the other's package
+                continue
+            source = ".".join(a[: common + 1])
+            graph.setdefault(source, set()).add(".".join(b[: common + 1]))
+            graph.setdefault(".".join(b[: common + 1]), set())
+    return {node: sorted(targets) for node, targets in graph.items()}
+
+
 def test_no_import_circle_at_any_level() -> None:
-    """Between any modules, inside one folder too: each module's imports lead away from it."""
+    """Between any modules, inside one folder too: each module's imports lead away from it;
+    and between the entries of a folder (models/hf and models/gguf_cache.py may not import
+    each other, even through different modules)."""
     assert import_circles() == []
+    assert import_circles(entry_graph()) == []
 
 
 def test_the_circle_finder_finds_a_circle(monkeypatch) -> None:

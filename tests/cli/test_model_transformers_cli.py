@@ -375,3 +375,29 @@ def test_a_folder_without_a_tokenizer_is_refused_before_its_weights_load(
     assert code == 2 and printed == "" and len(err.strip().splitlines()) == 1, err
     assert "no-tokenizer has no tokenizer to read text with" in err
     assert "holds no tokenizer.json or tokenizer_config.json" in err
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["model", "heads", "--n-texts", "2"],
+        ["model", "ablate", "--ablate", "0.1", "--n-texts", "2"],
+        ["model", "collapse", "--n-texts", "2"],
+        ["model", "importance", "--n-texts", "2"],
+    ],
+)
+def test_a_max_length_past_the_positions_is_refused_before_the_weights_load(
+    hf_dirs, capsys, monkeypatch, command
+):
+    """--max-length against the positions that the config declares (Llama: 64), before the
+    load: transformers' from_pretrained fails here if it is reached."""
+    import transformers
+
+    def never(cls, *args, **kwargs):
+        raise AssertionError("the weights were loaded before --max-length was checked")
+
+    monkeypatch.setattr(transformers.PreTrainedModel, "from_pretrained", classmethod(never))
+    args = [*command, "--model", str(hf_dirs["llama"]), "--max-length", "100"]
+    code, printed, err = run(args, capsys)
+    assert code == 2 and printed == "" and len(err.strip().splitlines()) == 1, err
+    assert "--max-length must be between 2 and 64, got 100" in err

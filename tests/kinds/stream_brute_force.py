@@ -1,5 +1,6 @@
-"""Path patching of one edge of an encoder-decoder, by brute force: every step a whole forward of
-the model's own code (``EncoderDecoderModel.run``: transformers' forward, teacher-forced) with
+"""Path patching of one edge of an encoder-decoder (or of an image encoder), by brute force: every
+step a whole forward of the model's own code (``EncoderDecoderModel.run``: transformers' forward,
+teacher-forced; an image encoder: transformers' forward on the pixel values) with
 interventions at the blocks' and attentions' sites; none of the run protocol's starts,
 ``sources`` or stacked copies. ``scale`` may be a tensor with autograd, so that the derivative
 of the metric along the edge at 0 (what EAP estimates) comes from autograd through the same
@@ -19,10 +20,14 @@ from headlab.attention.interventions import intervene
 class BruteForce:
     """Whole forwards of ``model`` on ``clean``, with the corrupted values of ``corrupted``."""
 
-    def __init__(self, model, clean, corrupted, metric) -> None:
+    def __init__(self, model, clean, corrupted, metric, run=None) -> None:
+        """``run``: batch -> the metric's logits (batch, pos, vocab) of one whole forward of the
+        model's own code (default: an encoder-decoder's teacher-forced ``run``)."""
         self.model, self.input, self.metric = model, clean, metric
+        self.run = run or (lambda batch: model.run(batch["encoder"], batch["decoder"]))
         self.blocks = model.blocks()
-        self.first_decoder = sum(b.stream == "encoder" for b in self.blocks)
+        self.starts = {b.stream: b.index for b in reversed(self.blocks)}  # each stream's first
+        self.first_decoder = self.starts.get("decoder")
         self.clean = self.record(clean)
         self.corrupted = self.record(corrupted)
         self.clean_value = float(self.value([]).detach())
@@ -31,11 +36,11 @@ class BruteForce:
     def forward(self, interventions, batch=None) -> Tensor:
         """The metric's logits (batch, n_kept, vocab) of one whole forward with
         ``interventions``: (module, site, fn) triples."""
-        batch = batch or self.input
+        batch = self.input if batch is None else batch
         with ExitStack() as stack:
             for module, site, fn in interventions:
                 stack.enter_context(intervene(module, site, fn))
-            logits = self.model.run(batch["encoder"], batch["decoder"])
+            logits = self.run(batch)
         return logits[:, self.metric.positions]
 
     def value(self, interventions) -> Tensor:
@@ -69,7 +74,7 @@ class BruteForce:
 
     def _write(self, node) -> Tensor:
         if node.kind == "embed":
-            at = 0 if node.stream == "encoder" else self.first_decoder
+            at = self.starts[node.stream]
             return self.corrupted[("in", at)] - self.clean[("in", at)]
         block = self.blocks[node.layer]
         part = {"head": "self", "cross": "cross", "mlp": "mlp"}[node.kind]

@@ -1,6 +1,6 @@
 """``headlab circuits`` on an encoder-decoder: bad input is one line and exit code 2 before the
 model loads (folders whose weights are unreadable: a load would fail with another message), and
-a run writes the circuits results file with the library's scores."""
+a run writes the circuits results file with the library's scores, and its figure."""
 
 from __future__ import annotations
 
@@ -70,6 +70,19 @@ def folders(tmp_path_factory):
         (
             [
                 "--model",
+                "{root}/t5_broken",
+                "--source-text",
+                "hi",
+                "--corrupted-source-text",
+                "ho",
+                "--faithfulness-figure",
+                "curve.png",
+            ],
+            "--faithfulness-figure: for decoder-only models",
+        ),
+        (
+            [
+                "--model",
                 "{root}/whisper_broken",
                 "--audio",
                 "{root}/phone.wav",
@@ -94,7 +107,7 @@ def test_circuits_of_an_encoder_decoder_writes_the_library_scores(folders, capsy
     from headlab.models.hf.kinds_loader import load_encoder_decoder
     from headlab.results.circuit_run import CircuitRun
 
-    out = tmp_path / "circuits.json"
+    out, figure = tmp_path / "circuits.json", tmp_path / "circuit.png"
     argv = [
         "circuits",
         "--model",
@@ -111,11 +124,15 @@ def test_circuits_of_an_encoder_decoder_writes_the_library_scores(folders, capsy
         "7",
         "--out",
         str(out),
+        "--figure",
+        str(figure),
     ]
     code, stdout, err = run(argv, capsys)
     assert code == 0, err
     assert "Top 7 of" in stdout and "source-target" in stdout
+    assert f"wrote {figure}" in stdout and figure.read_bytes().startswith(b"\x89PNG")
     written = CircuitRun.from_dict(json.loads(out.read_text()))
+    assert written.cross_heads_per_layer == [0] * 3 + [4] * 3  # the tiny T5's blocks
     model = load_encoder_decoder(folders / "t5")
     pairs = source_target_pairs(model, KindInputs(("the cat sat",), (), ("le chat",)))
     bad = source_batches(model, KindInputs(("the dog ran",)))

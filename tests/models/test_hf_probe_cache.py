@@ -205,9 +205,9 @@ def test_an_entry_that_passes_is_checked_by_a_probe_of_one_layer(name, tmp_path,
     calls = []
     first_calls = probe_module._first_calls
 
-    def counted(recorder, family):
+    def counted(recorder, family, lengths=None):
         calls.append(len(recorder.calls))
-        return first_calls(recorder, family)
+        return first_calls(recorder, family, lengths)
 
     with monkeypatch.context() as patch:
         patch.setattr(probe_module, "_slice", _no_probe)

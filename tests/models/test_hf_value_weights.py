@@ -94,3 +94,27 @@ def test_norm_scale_of_torch_layer_norm_and_rms_norm(width):
         with torch.no_grad():
             norm.weight.copy_(torch.randn(width, generator=generator) + 0.5)
         torch.testing.assert_close(norm_scale(norm, width), norm.weight.detach())
+
+
+def test_a_transposed_output_weight_is_copied_once_while_unchanged():
+    """GPT-2's Conv1D stores W_O as (in, out): its (out, in) copy is made once, so that the
+    contribution norms' factors kept per W_O are found again, and made again when the weight
+    changes in place; with a gradient asked for, W_O stays on the autograd graph."""
+    from headlab.attention.output_norms import head_factors
+
+    model = build("gpt2")
+    layer = attach(model).attention_layers()[0]
+    c_proj = model.transformer.h[0].attn.c_proj.weight
+    with torch.no_grad():
+        first = layer.output_weight()
+        assert layer.output_weight() is first and first.is_contiguous()
+        heads = model.config.n_head
+        assert head_factors(layer.output_weight(), heads) is head_factors(first, heads)
+        c_proj.mul_(-0.5)
+        changed = layer.output_weight()
+    assert changed is not first
+    torch.testing.assert_close(changed, c_proj.t(), rtol=0, atol=0)
+    with torch.enable_grad():
+        on_graph = layer.output_weight()
+        on_graph.sum().backward()
+    assert on_graph.requires_grad and c_proj.grad is not None

@@ -198,20 +198,41 @@ def test_the_circuit_threshold_and_node_selection(browser, page_file, displays):
 
 
 def _size(data: dict) -> tuple[float, float]:
-    layers, tallest = len(data["heads_per_layer"]), max(data["heads_per_layer"])
+    (x0, x1), (y0, y1) = data["xlim"], data["ylim"]
     return (
-        min(1100, max(640, 70 + 34 * (layers + 2))),
-        min(620, max(260, 60 + 22 * (tallest + 3))),
+        min(1100, max(640, 70 + 34 * (x1 - x0 - 0.2))),
+        min(620, max(260, 60 + 22 * (y1 - y0 + 0.6))),
     )
 
 
 def _node_xy(data: dict, i: int) -> tuple[float, float]:
-    """Where the page draws node i (the drawer's own mapping, displays.js)."""
-    (w, h), layers = _size(data), len(data["heads_per_layer"])
-    tallest = max(data["heads_per_layer"])
-    x = 30 + ((data["x"][i] + 1.6) / (layers + 2.2)) * (w - 50)
-    y = 20 + (1 - (data["y"][i] + 2.0) / (tallest + 2.4)) * (h - 40)
+    """Where the page draws node i (the drawer's own mapping of the frame, circuit.js)."""
+    (w, h), (x0, x1), (y0, y1) = _size(data), data["xlim"], data["ylim"]
+    x = 30 + ((data["x"][i] - x0) / (x1 - x0)) * (w - 50)
+    y = 20 + (1 - (data["y"][i] - y0) / (y1 - y0)) * (h - 40)
     return x, y
+
+
+def test_an_encoder_decoders_circuit_draws_both_streams(browser, tmp_path):
+    """Its cross-attention heads and the decoder's nodes are on the canvas: pointing at a
+    cross-attention head shows its name."""
+    from test_stream_circuit_figure import _run
+
+    display = show(_run())
+    path = tmp_path / "stream.html"
+    path.write_text(
+        "<!doctype html><meta charset=utf-8><body>" + display.html() + page_code(),
+        encoding="utf-8",
+    )
+    opened = Offline(browser, path)
+    canvas = opened.page.get_by_test_id("circuit-canvas")
+    for name in ("4.x4", "logits", "embed.encoder"):
+        x, y = _node_xy(display.data, display.data["nodes"].index(name))
+        canvas.hover(position={"x": x, "y": y})
+        assert opened.tooltip().startswith(name)
+    opened.shot("circuit-encoder-decoder.png", "[data-testid=circuit-canvas]")
+    opened.assert_clean()
+    opened.close()
 
 
 def test_roles_plans_and_curves_respond(browser, page_file, displays):

@@ -1,8 +1,8 @@
 """The report with every results file that has a display, opened as a file in headless chromium
 with the network blocked: each section shows the notebook's display of its result (heads with
-their roles, roles, KV-budget plans, circuit, faithfulness curve, score split, cross-attention,
-patch grid), drawn by the one copy of the drawers, with no second view beside it, no console
-error and no request."""
+their roles, roles, KV-budget plans, circuit, faithfulness curve, score split, node scores,
+cross-attention, patch grid), drawn by the one copy of the drawers, with no second view beside
+it, no console error and no request."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from display_browser import Offline, chromium
 from display_samples import circuit_run, head_statistics, score_split_result
 from kind_samples import encoder_decoder_heads, vision_heads
 from long_results import write_long_results
+from node_samples import node_scores
 from report_pages import build
 
 from headlab.report import ReportRequest
@@ -27,7 +28,7 @@ SHOWN = {
     "model": ["heads"],
     "kinds": ["cross", "patch-grid"],
     "long-context": ["roles", "kv-budget"],
-    "circuits": ["circuit", "faithfulness", "score-split"],
+    "circuits": ["circuit", "faithfulness", "score-split", "nodes"],
 }
 
 
@@ -45,6 +46,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
     write_result(results / "model_heads.json", stats)
     write_result(results / "circuits.json", circuit_run())
     write_result(results / "why_attends.json", score_split_result())
+    write_result(results / "circuit_nodes.json", node_scores())
     write_result(results / "model_heads-encoder-decoder.json", encoder_decoder_heads())
     write_result(results / "model_heads-vision.json", vision_heads())
     return build(root / "report", ReportRequest(results=results, use_model=False))

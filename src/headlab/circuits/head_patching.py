@@ -91,7 +91,9 @@ def head_patching(
     clean, corrupted: (batch, pos) int64 token ids of one shape; attention_mask: (batch, pos),
     1 on real tokens (default all); chunk: copies per run (default: as many as fit in
     ``CHUNK_BUDGET``). ValueError as ``node_attribution``, before the model runs.
-    ``progress(done, total)`` counts the patched runs."""
+    ``progress(done, total)`` counts the layers the patched runs have passed through (a run
+    from layer l passes through L - l of the L layers), so that it moves with the work: the
+    early layers' runs, done first, cost the most."""
     _check_pair(clean, corrupted, metric)
     metric.check_vocab(int(model.output_width))
     if chunk is not None:
@@ -120,8 +122,9 @@ def head_patching(
         by_layer[node.layer] += [(node, p) for p in places]
     chunk = chunk or default_chunk(clean_sites[streams[0]])
     effects: dict[Job, float] = {}
-    total, done = sum(len(jobs) for jobs in by_layer.values()), 0
-    b = runner.batch
+    depth = len(runner.blocks)
+    total = sum(len(jobs) * (depth - layer) for layer, jobs in by_layer.items())
+    done, b = 0, runner.batch
     with torch.no_grad():
         for layer, jobs in sorted(by_layer.items()):
             block = runner.blocks[layer]
@@ -138,7 +141,7 @@ def head_patching(
                 values = runner.measure(metric, layer, hidden, len(part), hooks)
                 for job, value in zip(part, values.double().tolist(), strict=True):
                     effects[job] = value - clean_value
-                done += len(part)
+                done += len(part) * (depth - layer)
                 if progress is not None:
                     progress(done, total)
     table = [[effects[(node, p)] for p in places[1:]] for node in nodes]

@@ -43,7 +43,7 @@ from headlab.results.circuit_edges import EdgeScores
 
 Progress = Callable[[int, int], None]
 # Positions on which ``writes_are_linear`` compares the block's writes with the formulas.
-LINEARITY_ROWS = 64
+LINEARITY_ROWS = 16
 
 
 def _check_pair(clean: Tensor, corrupted: Tensor, metric: Metric) -> None:

@@ -24,7 +24,8 @@ the bracketed terms for LayerNorm, none for RMSNorm); 1/s is read from the norm'
 each position, so its epsilon needs no knowing. Whether a layer may take it (and which norm it
 has) is observed once per layer, on ``CHECK_ROWS`` positions of a random stream with random
 gradients at the sites (every map here acts on each position alone), against the generic path
-(as ``Patcher.writes_are_linear`` observes the writes); where it does not agree (QK-norm over
+with the receivers weighted by random coefficients (one backward; ``sliced_receivers``), as
+``Patcher.writes_are_linear`` observes the writes; where it does not agree (QK-norm over
 all heads at once, a norm of another form, a head view), the layer takes the generic path.
 """
 
@@ -196,8 +197,12 @@ def sliced_receivers(
     runner: Runner, layer: int, receivers: list[Receiver]
 ) -> SlicedReceivers | None:
     """The sliced path for ``receivers`` of ``layer`` where it gives the generic path's
-    gradients (observed on ``CHECK_ROWS`` positions of a random stream, with random gradients
-    at the sites), else None."""
+    gradients, else None. Observed on ``CHECK_ROWS`` positions of a random stream: random
+    gradients g_r at each receiver's slice of its site give the projections' output gradients
+    (one backward) that the sliced path reads; random coefficients c_r weight the receivers,
+    and sum_r c_r (sliced dm/dx_r) must equal the generic path's sum_r c_r dm/dx_r, the one
+    backward of sum_r c_r <site_r, g_r> (with the coefficients a receiver that reads another's
+    rows shows, where a plain sum over the receivers would hide it)."""
     plan = _plan(runner, layer, receivers)
     if plan is None:
         return None
@@ -205,21 +210,37 @@ def sliced_receivers(
     generator = torch.Generator().manual_seed(0)
     width = plan.weights.shape[-1]
     x = torch.randn(runner.batch, rows.stop, width, generator=generator, dtype=torch.float64)
-    x = x.to(plan.weights)
-    with torch.no_grad():
-        seen = runner.values(layer, x, 1, rows=rows)
-    site_grads = {
-        s: torch.randn(seen[s].shape, generator=generator, dtype=torch.float64).to(seen[s])
-        for s in sorted({site for site, _ in receivers})
-    }
-    want = site_input_grads(runner, layer, x, rows, site_grads, receivers)
-    found = output_grads_at(runner, layer, x, rows, plan.modules, site_grads)
+    x = x.to(plan.weights).requires_grad_(True)
+    kept: dict[int, Tensor] = {}
+
+    def hooks(stack: ExitStack) -> None:
+        stack.enter_context(kept_outputs(plan.modules, kept, range(len(plan.modules))))
+
+    coefficients = torch.randn(len(receivers), generator=generator, dtype=torch.float64)
+    with torch.enable_grad():
+        seen = runner.values(layer, x, 1, hooks, rows)
+        sites = sorted({site for site, _ in receivers})
+        upstream = {s: torch.zeros_like(seen[s]) for s in sites}  # (batch, head, rows, d_head)
+        weighted = {s: torch.zeros_like(seen[s]) for s in sites}
+        for (site, i), c in zip(receivers, coefficients.tolist(), strict=True):
+            shape = upstream[site][:, i].shape
+            g = torch.randn(shape, generator=generator, dtype=torch.float64).to(x)
+            upstream[site][:, i] += g
+            weighted[site][:, i] += c * g
+        outputs = [kept[j] for j in range(len(plan.modules))]
+        tensors = [seen[s] for s in sites]
+        found = torch.autograd.grad(
+            tensors, outputs, [upstream[s] for s in sites], retain_graph=True, allow_unused=True
+        )
+        (want,) = torch.autograd.grad(tensors, x, [weighted[s] for s in sites])
     if any(g is None for g in found):
         return None
     bound = CHECK_TOLERANCE * float(want.abs().max())
+    weights = coefficients.to(want)
     for centred in (False, True):
         candidate = replace(plan, centred=centred)
-        if float((candidate.grads(x, found) - want).abs().max()) <= bound:
+        combined = torch.einsum("r,rbpe->bpe", weights, candidate.grads(x.detach(), list(found)))
+        if float((combined - want).abs().max()) <= bound:
             return candidate
     return None
 

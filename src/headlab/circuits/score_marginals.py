@@ -31,7 +31,6 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from headlab.circuits.frozen_norms import held_scale, norm_form, norms_of
 from headlab.circuits.score_sides import LINEAR_TOLERANCE, Sides
 
 #: Query rows per block of the attended-key search (scores (head, rows, pos) at a time).
@@ -48,21 +47,18 @@ def _fast_parts(sides: Sides, layer: int) -> dict:
     tables; ValueError where the layer's map is not the one of the module docstring."""
     block = sides.runner.blocks[layer]
     attention = block.attention
-    if attention.input_norm is None or norms_of(attention.module):
+    front = [n for n in block.norms if n.role == "attention_in"]
+    if len(front) != 1 or any(n.role == "qk" for n in block.norms):
         raise ValueError(
             f"layer {layer}: the at-length marginals need one norm in front and no QK-norm; "
             "split chosen pairs instead (why-attends)"
         )
     heads, groups, d = attention.num_heads, attention.num_kv_heads, attention.head_dim
     w_q, w_k = (w.detach() for w in attention.query_key_weights())
-    module = attention.input_norm.module
     x = sides.cache.resid[layer][0]  # (pos, embed_dim)
     length = x.shape[0]
-    form = norm_form(module)
-    with torch.no_grad():
-        y = module(x[None])[0]
-    centred, inv_s = held_scale(x, y, form)
-    g, shift = form[0].to(x), form[1].to(x)
+    centred, inv_s = front[0].held(x)
+    g, shift = (t.to(x) for t in front[0].form())
     centre = (x - x.mean(-1, keepdim=True) if centred else x) * g * inv_s  # the held linear part
     bias_q, bias_k = _bias(attention.query), _bias(attention.key)
     w_q, w_k = w_q.to(x), w_k.to(x)

@@ -34,11 +34,10 @@ import torch
 from torch import Tensor
 
 from headlab.attention.interventions import intervene, record
-from headlab.circuits.frozen_norms import frozen_norms, norms_of, norms_outside
+from headlab.circuits.frozen_norms import frozen_norms, qk_norms
 from headlab.circuits.graph import EMBED, head_name, mlp_name
 from headlab.circuits.resume import Cache, Runner
 from headlab.models.hf.adapter import TransformersModel
-from headlab.models.hf.block_parts import hf_blocks
 from headlab.models.run_protocol import StopAt
 
 #: The stream's own constant (output projections' biases) and the q/k maps' constant.
@@ -161,7 +160,7 @@ class Sides:
             return out.flatten(0, 1)
 
         def hooks(stack: ExitStack) -> None:
-            stack.enter_context(frozen_norms(self._block_norms(i), b))
+            stack.enter_context(frozen_norms(block.norms, b))
             stack.enter_context(intervene(block.attention, "head_outputs", keep_heads))
             if block.has_mlp:
                 stack.enter_context(intervene(block, "mlp_out", keep_mlp))
@@ -174,12 +173,6 @@ class Sides:
             )
         out = out.unflatten(0, (copies, b))
         return out[:parts] - out[parts]
-
-    def _block_norms(self, index: int) -> list:
-        """The norms of block ``index`` outside its MLP (the family's modules)."""
-        model = self.runner.model
-        _, parts = hf_blocks(model.name, model.model, model.layers, model.causal)
-        return norms_outside(parts[index])
 
     def side_terms(
         self, layer: int, rows: slice, writes: Tensor | None = None
@@ -281,15 +274,6 @@ class Sides:
         }
 
 
-def qk_norms(block) -> list:
-    """The norms on the way from the stream to a block's q and k: the one in front of the
-    layer and any QK-norm inside the attention module."""
-    norms = norms_of(block.attention.module)
-    if block.attention.input_norm is not None:
-        norms = [block.attention.input_norm.module, *norms]
-    return norms
-
-
 def kernel_scale(q: Tensor, k: Tensor, logits: Tensor) -> float:
     """The kernel's score scale read from its logits: <logits, q k^T> / <q k^T, q k^T> with K/V
     heads repeated over their groups (exact where logits = scale * q k^T)."""
@@ -318,6 +302,5 @@ __all__ = [
     "Sides",
     "capped",
     "kernel_scale",
-    "qk_norms",
     "softcap_of",
 ]

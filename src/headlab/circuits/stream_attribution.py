@@ -1,5 +1,6 @@
 """Edge attribution (EAP, Syed et al. 2023) across an encoder-decoder's two streams
-(stream_graph.py): every edge at once, from one forward and backward on the clean input.
+(stream_graph.py), or along an image encoder's one: every edge at once, from one forward and
+backward on the clean input.
 
     score(u -> v) = sum over batch, pos of  (write_u(corrupted) - write_u(clean)) . dm / dx_v
 
@@ -58,8 +59,8 @@ def site_gradients(patcher: StreamPatcher, keys: set[Key]) -> dict[Key, Tensor]:
     blocks, kept = patcher.blocks, {}
 
     def hooks(stack: ExitStack) -> None:
-        stack.enter_context(intervene(blocks[0], "resid_in", _leaf))
-        stack.enter_context(intervene(blocks[patcher.first_decoder], "resid_in", _leaf))
+        for first in patcher.starts.values():
+            stack.enter_context(intervene(blocks[first], "resid_in", _leaf))
         for layer, kind, site in keys:
             if kind == "logits":
                 last = _viewed(kept, (layer, kind, site))

@@ -1,4 +1,8 @@
-"""The graph of an encoder-decoder: two residual streams, and the cross-attention between them.
+"""The graph of an encoder-decoder: two residual streams, and the cross-attention between them;
+and of an image encoder (ViT, DINOv2, CLIP's vision tower): one stream over the class token,
+registers and patches, the graph of an encoder-decoder's encoder with the image's readout as its
+receiver, its nodes named as a decoder's (graph.py: ``embed``, ``L.H``, ``mlp.L``, ``logits``; no
+causal mask, so every position reads every earlier sender).
 
 Blocks are numbered in run order (``models/run_protocol.py``): the encoder's first, then the
 decoder's, so every node name is unique across the streams. Nodes, in the order they write:
@@ -9,7 +13,8 @@ decoder's, so every node name is unique across the streams. Nodes, in the order 
                     stream, its key and value inputs the encoder's final states
     mlp.L           the MLP of block L
     embed.decoder   the decoder's embeddings
-    logits          the decoder's final norm and the output head: a receiver only
+    logits          the decoder's final norm and the output head (an image encoder's readout:
+                    its classifier, or its class token's final state): a receiver only
 
 Edges (``graph.Edge``; names as there: ``"0.1->3.x2<k>"``, ``"mlp.1->4.x0<v>"``):
 
@@ -31,7 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from headlab.circuits.graph import LOGITS, Edge, mlp_name
+from headlab.circuits.graph import EMBED, LOGITS, Edge, mlp_name
 from headlab.results.node_names import head_name
 
 EMBED_PREFIX = "embed."
@@ -44,8 +49,8 @@ def cross_name(layer: int, head: int) -> str:
 @dataclass(frozen=True)
 class StreamNode:
     """One node: ``name``, ``kind`` ("embed", "head", "cross", "mlp", "logits"), ``stream``
-    ("encoder", "decoder"), its block ``layer`` (-1 for embeddings, the block count for the
-    logits) and ``index`` (the head, else 0)."""
+    ("encoder", "decoder", "patches"), its block ``layer`` (-1 for embeddings, the block count
+    for the logits) and ``index`` (the head, else 0)."""
 
     name: str
     kind: str
@@ -90,9 +95,9 @@ class StreamGraph:
         found = self.node_index.get(name)
         if found is None:
             raise ValueError(
-                f"no node {name!r} in this encoder-decoder of {len(self.blocks)} blocks; nodes "
-                "are 'embed.encoder', 'embed.decoder', 'L.H' (self-attention head), 'L.xH' "
-                "(cross-attention head), 'mlp.L', 'logits'"
+                f"no node {name!r} in this model of {len(self.blocks)} blocks; nodes are "
+                "'embed' (one stream) or 'embed.encoder' and 'embed.decoder', 'L.H' "
+                "(self-attention head), 'L.xH' (cross-attention head), 'mlp.L', 'logits'"
             )
         return found
 
@@ -116,19 +121,21 @@ class StreamGraph:
 
 
 def _build(blocks: Sequence[StreamBlockShape]):
-    nodes: list[StreamNode] = [StreamNode(EMBED_PREFIX + "encoder", "embed", "encoder", -1)]
+    nodes: list[StreamNode] = []
     edges: list[Edge] = []
-    written = [nodes[0].name]  # the senders the next reader of the current stream sees
-    encoder_senders: list[str] = []
-    stream = "encoder"
+    streams = {shape.stream for shape in blocks}
+    written: list[str] = []  # the senders the next reader of the current stream sees
+    earlier: list[str] = []  # the senders of the stream before: what cross-attention k, v read
+    stream = None
     for layer, shape in enumerate(blocks):
-        if shape.stream != stream:  # the decoder starts: its own stream
-            if shape.stream != "decoder" or stream != "encoder":
+        if shape.stream != stream:  # a stream starts: its embeddings
+            if stream is not None and (stream, shape.stream) != ("encoder", "decoder"):
                 raise ValueError(
                     "an encoder-decoder's blocks are encoder blocks, then decoder blocks"
                 )
-            encoder_senders, stream = written, "decoder"
-            nodes.append(StreamNode(EMBED_PREFIX + "decoder", "embed", "decoder", -1))
+            earlier, stream = written, shape.stream
+            name = EMBED_PREFIX + stream if len(streams) > 1 else EMBED  # one stream: a decoder's
+            nodes.append(StreamNode(name, "embed", stream, -1))
             written = [nodes[-1].name]
         heads = [
             StreamNode(head_name(layer, h), "head", stream, layer, h)
@@ -140,6 +147,8 @@ def _build(blocks: Sequence[StreamBlockShape]):
                 edges += [Edge(s, head.name, input_) for s in written]
         written = written + [h.name for h in heads]
         if shape.cross_heads:
+            if not earlier:
+                raise ValueError(f"block {layer}'s cross-attention reads no earlier stream")
             cross = [
                 StreamNode(cross_name(layer, h), "cross", stream, layer, h)
                 for h in range(shape.cross_heads)
@@ -148,26 +157,30 @@ def _build(blocks: Sequence[StreamBlockShape]):
             for head in cross:
                 edges += [Edge(s, head.name, "q") for s in written]
                 for input_ in ("k", "v"):
-                    edges += [Edge(s, head.name, input_) for s in encoder_senders]
+                    edges += [Edge(s, head.name, input_) for s in earlier]
             written = written + [h.name for h in cross]
         mlp = StreamNode(mlp_name(layer), "mlp", stream, layer)
         nodes.append(mlp)
         edges += [Edge(s, mlp.name, "in") for s in written]
         written = [*written, mlp.name]
-    if stream != "decoder":
+    if stream in (None, "encoder"):
         raise ValueError("an encoder-decoder's graph needs decoder blocks, got none")
-    nodes.append(StreamNode(LOGITS, "logits", "decoder", len(blocks)))
+    nodes.append(StreamNode(LOGITS, "logits", stream, len(blocks)))
     edges += [Edge(s, LOGITS, "in") for s in written]
     return tuple(nodes), tuple(edges)
 
 
 def stream_graph_of(model) -> StreamGraph:
     """The graph of a model with the run protocol's two streams (an encoder and a decoder whose
-    blocks read it). ValueError (one line) for a model of another shape."""
-    streams = [s.name for s in model.streams()]
-    if streams != ["encoder", "decoder"]:
+    blocks read it), or with one stream of patches (an image encoder). ValueError (one line)
+    for a model of another shape."""
+    found = list(model.streams())
+    streams = [s.name for s in found]
+    patches = len(found) == 1 and found[0].kind == "patches"
+    if streams != ["encoder", "decoder"] and not patches:
         raise ValueError(
-            f"{model.name} has the streams {streams}; this graph reads an encoder and a decoder"
+            f"{model.name} has the streams {streams}; this graph reads an encoder and a "
+            "decoder, or one stream of image patches"
         )
     shapes = []
     for block in model.blocks():

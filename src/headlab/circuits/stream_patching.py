@@ -1,5 +1,7 @@
 """Exact path patching across an encoder-decoder's two streams (stream_graph.py), through the run
-protocol (``models/run_protocol.py``; the transformers route in ``models/hf/seq2seq_run.py``).
+protocol (``models/run_protocol.py``; the transformers route in ``models/hf/seq2seq_run.py``),
+and along the one stream of an image encoder (``models/hf/vision_run.py``: the same graph without
+the decoder and the cross-attention).
 
 As in a decoder (patching.py), an edge u -> v carries u's write on the corrupted input into v's
 input while everything else is clean, and nothing is linearised:
@@ -40,7 +42,18 @@ Progress = Callable[[int, int], None]
 Hooks = Callable[[ExitStack], None]
 
 
-def _check_pair(clean: Mapping, corrupted: Mapping, metric: Metric) -> None:
+def _check_pair(clean, corrupted, metric: Metric) -> None:
+    if not isinstance(clean, Mapping):  # an image encoder's pixel values
+        if clean.shape != corrupted.shape:
+            raise ValueError(
+                f"clean and corrupted images must be of one shape, got {tuple(clean.shape)} "
+                f"and {tuple(corrupted.shape)}"
+            )
+        if metric.batch != clean.shape[0]:
+            raise ValueError(
+                f"the metric is for {metric.batch} images, the batch has {clean.shape[0]}"
+            )
+        return
     for stream in ("encoder", "decoder"):
         a = clean[stream].mask if stream == "encoder" else clean[stream].input_ids
         b = corrupted[stream].mask if stream == "encoder" else corrupted[stream].input_ids
@@ -65,22 +78,28 @@ def held_copies(t: Tensor, value: Tensor) -> Tensor:
 
 
 class StreamPatcher:
-    """Clean and corrupted runs of an encoder-decoder kept once, then edges patched against
-    them. clean, corrupted: ``{"encoder": SourceBatch, "decoder": TokenBatch}`` of equal shapes;
-    metric: on the decoder's next-token logits (metrics.py). ValueError for unequal shapes or a
-    metric of another batch, before any run."""
+    """Clean and corrupted runs of an encoder-decoder (or of an image encoder) kept once, then
+    edges patched against them. clean, corrupted: ``{"encoder": SourceBatch, "decoder":
+    TokenBatch}`` of equal shapes (an image encoder: pixel values (batch, channel, height,
+    width)); metric: on the decoder's next-token logits (metrics.py; an image encoder: on its
+    readout, one row per image, ``vision_run.py``). ValueError for unequal shapes or a metric of
+    another batch, before any run."""
 
-    def __init__(self, model, clean: Mapping, corrupted: Mapping, metric: Metric) -> None:
+    def __init__(self, model, clean, corrupted, metric: Metric) -> None:
         _check_pair(clean, corrupted, metric)
         metric.check_vocab(int(model.output_width))
         self.model, self.input = model, clean
         self.graph: StreamGraph = stream_graph_of(model)
         self.blocks = list(model.blocks())
-        self.first_decoder = sum(b.stream == "encoder" for b in self.blocks)
-        self.positions = metric.positions
+        #: each stream's first block
+        self.starts = {b.stream: b.index for b in reversed(self.blocks)}
+        self.first_decoder = self.starts.get("decoder")  # None: one stream
+        # the final states the runs keep: the metric's positions of the decoder; every position
+        # of an image (its readout reads them all)
+        self.positions = None if self.first_decoder is None else metric.positions
         with torch.no_grad():
-            self.clean = cache(model, clean, metric.positions)
-            self.corrupted = cache(model, corrupted, metric.positions)
+            self.clean = cache(model, clean, self.positions)
+            self.corrupted = cache(model, corrupted, self.positions)
             clean_logits = model.unembed(self.clean.final)
             corrupted_logits = model.unembed(self.corrupted.final)
         self.metric = metric.with_reference(clean_logits) if metric.kind == "kl" else metric
@@ -110,7 +129,7 @@ class StreamPatcher:
         clean input's encoder states unless ``sources`` ((copies * batch, source pos,
         d_model)); the final states at the metric's positions, or the tensor at ``stop``."""
         given = None
-        if start >= self.first_decoder:
+        if self.first_decoder is not None and start >= self.first_decoder:
             given = {"encoder": sources if sources is not None else self.encoder_out(self.clean)}
         return self.model.run_blocks(
             self.input,
@@ -180,7 +199,7 @@ class StreamPatcher:
                 continue
             node = self.graph.node(name)
             if node.kind == "embed":
-                at = 0 if node.stream == "encoder" else self.first_decoder
+                at = self.starts[node.stream]
                 self._writes[name] = self.corrupted.resid[at] - self.clean.resid[at]
             elif node.kind == "logits":
                 raise ValueError(f"{name!r} writes nothing into the residual stream")
@@ -233,7 +252,7 @@ class StreamPatcher:
         return {n: out[c * b : (c + 1) * b] - base for c, n in enumerate(names)}
 
     def sources_for(self, layer: int, copies: int) -> Tensor | None:
-        if layer < self.first_decoder:
+        if self.first_decoder is None or layer < self.first_decoder:
             return None
         return self.encoder_out(self.clean).repeat(copies, 1, 1)
 

@@ -46,7 +46,7 @@ class StreamCircuitRequest:
     def __post_init__(self) -> None:
         if self.method not in STREAM_METHODS:
             raise ValueError(
-                f"method must be one of {', '.join(STREAM_METHODS)} for an "
+                f"method must be one of {', '.join(STREAM_METHODS)} for an image model or an "
                 f"encoder-decoder, got {self.method!r}"
             )
         check_int("top", self.top, low=1)
@@ -59,11 +59,15 @@ class StreamCircuitRequest:
 @dataclass(frozen=True)
 class StreamInputs:
     """The clean and corrupted runs' inputs (``{"encoder": SourceBatch, "decoder":
-    TokenBatch}``, one target for both) and the metric on the target."""
+    TokenBatch}``, one target for both; an image encoder: pixel values, image_inputs.py), the
+    metric on the target, the task's name and, where the inputs give it, the model's accuracy
+    (None: the share of target tokens it predicts top-1)."""
 
-    clean: dict
-    corrupted: dict
+    clean: object
+    corrupted: object
     metric: Metric
+    task: str = TASK
+    accuracy: float | None = None
 
 
 def _stacked(model, sources: list):
@@ -109,18 +113,20 @@ def stream_inputs(model, pairs: Sequence, corrupted: Sequence) -> StreamInputs:
     return StreamInputs(clean, bad, metric)
 
 
-def _performance(patcher, metric: Metric, n_pairs: int) -> TaskPerformance:
-    """The metric clean and corrupted, and the share of counted target tokens that are the
-    model's top-1 prediction on the clean input."""
-    with torch.no_grad():
-        logits = patcher.model.unembed(patcher.clean.final)  # (batch, n_kept, vocab)
-    counted = metric.weight > 0
-    right = (logits.argmax(-1) == metric.answers.to(logits.device))[counted]
-    accuracy = float(right.double().mean())
+def _performance(patcher, inputs: StreamInputs) -> TaskPerformance:
+    """The metric clean and corrupted, and the inputs' accuracy or the share of counted target
+    tokens that are the model's top-1 prediction on the clean input."""
+    metric, accuracy = inputs.metric, inputs.accuracy
+    if accuracy is None:
+        with torch.no_grad():
+            logits = patcher.model.unembed(patcher.clean.final)  # (batch, n_kept, vocab)
+        counted = metric.weight > 0
+        right = (logits.argmax(-1) == metric.answers.to(logits.device))[counted]
+        accuracy = float(right.double().mean())
     return TaskPerformance(
-        TASK,
-        "logprob",
-        n_pairs,
+        inputs.task,
+        metric.kind,
+        metric.batch,
         patcher.clean_value,
         patcher.corrupted_value,
         accuracy,
@@ -150,7 +156,7 @@ def run_stream_circuits(
             f"top must be at most {len(names)} (the edges scored in {model.name}), "
             f"got {request.top}"
         )
-    performance = _performance(patcher, inputs.metric, inputs.metric.batch)
+    performance = _performance(patcher, inputs)
     if request.method == "eap":
         scores = stream_attribution(
             model,
@@ -172,9 +178,11 @@ def run_stream_circuits(
             patcher.corrupted_value,
         )
     heads = [block.attention.num_heads for block in patcher.blocks]
+    blocks = patcher.blocks
+    cross = [0 if b.cross_attention is None else b.cross_attention.num_heads for b in blocks]
     return CircuitRun(
         model=model.name,
-        task=TASK,
+        task=inputs.task,
         method=request.method,
         steps=None,
         top=request.top,
@@ -182,6 +190,7 @@ def run_stream_circuits(
         heads_per_layer=heads,
         kv_heads_per_layer=list(heads),
         scores=scores,
+        cross_heads_per_layer=cross if any(cross) else None,  # one stream: a decoder's layout
     )
 
 

@@ -48,13 +48,31 @@ def corpus_request(corpus: Path | None, n_texts: int, max_length: int | None):
 
 
 def load_with_texts(source: ModelChoice, request, *, quiet: bool, kind_checked: bool = False):
-    """(model, texts, max_length): the texts read before the model loads, the length checked
-    against its positions once it has (``kind_checked``: as ``open_model``'s)."""
+    """(model, texts, max_length): the texts read before the model loads; a ``--max-length``
+    given checked against the positions its config declares before the load too (the outline),
+    and the length checked against the loaded model's positions (``kind_checked``: as
+    ``open_model``'s)."""
     with flags(*CORPUS_FLAGS):
         texts = request.texts()
+    if request.max_length is not None:
+        check_length_before_load(source, request, quiet=quiet, kind_checked=kind_checked)
+        kind_checked = True
     loaded = open_model(source, quiet=quiet, kind_checked=kind_checked)
     with flags(*CORPUS_FLAGS):
         return loaded, texts, request.length_for(loaded.max_positions)
+
+
+def check_length_before_load(
+    source: ModelChoice, request, *, quiet: bool, kind_checked: bool = False
+) -> None:
+    """ValueError naming --max-length when it asks for more tokens than the positions the
+    model's config declares, read before any weight loads (``headlab.models.outline``)."""
+    from headlab.cli.model_source import model_outline
+
+    found = model_outline(source, quiet=quiet, kind_checked=kind_checked)
+    if found.max_positions is not None:
+        with flags(*CORPUS_FLAGS):
+            request.length_for(found.max_positions)
 
 
 def load_for(source: ModelChoice, request, *, quiet: bool, kind_checked: bool = False):

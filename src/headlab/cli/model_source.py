@@ -94,28 +94,41 @@ def open_model(source: ModelChoice, *, quiet: bool = False, kind_checked: bool =
         )
 
 
-def require_next_token_logits(
-    source: ModelChoice, needed_by: str, *, quiet: bool = False, tokenizer: bool = False
+def model_outline(
+    source: ModelChoice, *, quiet: bool = False, tokenizer: bool = False, kind_checked: bool = True
 ):
     """The model's ``ModelOutline`` (``headlab.models.outline``: its config, read once before
-    the load, and with ``tokenizer`` its tokenizer), once it is known to give next-token logits;
-    ValueError naming what the chosen model lacks otherwise (``needed_by``: "the induction
-    task"). Its errors name the flags."""
+    the load, and with ``tokenizer`` its tokenizer). ``kind_checked`` False: an image or
+    encoder-decoder model is refused first, as ``open_model`` does. Its errors name the flags."""
     hub_access(source.download)
-    from headlab.models.interface import require_next_token_logits as require
+    from headlab.models.hf.kinds_loader import refuse_other_kinds
     from headlab.models.load import check_backend
     from headlab.models.outline import outline
 
     with flags("backend"):  # in the load's order: a retired or unknown backend first
         check_backend(source.backend, warn=False)
+    if not kind_checked:
+        with flags("model"):
+            refuse_other_kinds(source.name_or_path)
     names = ("model", "download", "trust_remote_code")
     with flags(*names), progress("reading the model's config", None, quiet=quiet):
-        found = outline(
+        return outline(
             source.name_or_path,
             download=source.download,
             trust_remote_code=source.trust_remote_code,
             tokenizer=tokenizer,
         )
+
+
+def require_next_token_logits(
+    source: ModelChoice, needed_by: str, *, quiet: bool = False, tokenizer: bool = False
+):
+    """The model's ``ModelOutline`` (``model_outline``), once it is known to give next-token
+    logits; ValueError naming what the chosen model lacks otherwise (``needed_by``: "the
+    induction task"). Its errors name the flags."""
+    from headlab.models.interface import require_next_token_logits as require
+
+    found = model_outline(source, quiet=quiet, tokenizer=tokenizer)
     try:
         require(found, needed_by)
     except ValueError as error:

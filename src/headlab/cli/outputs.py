@@ -121,7 +121,7 @@ def write_outputs(
     """After the work: ``result`` to ``out`` (headlab ``name`` results; given as ``out_flag``),
     ``draw(result)`` to --figure when asked. With --json, print the document and return None
     (the command prints nothing more); else return the document written."""
-    from headlab.results.atomic_files import save_figure
+    from headlab.report.png_files import save_figure
     from headlab.results.json_store import write_result
     from headlab.results.output_policy import Kind
 

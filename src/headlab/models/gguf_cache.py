@@ -180,7 +180,7 @@ def _write_conversion(gguf: Path, into: Path) -> None:
     from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from headlab.models.hf.quiet_loading import quiet_loading
+    from headlab.models.quiet_loading import quiet_loading
 
     kwargs = {"gguf_file": gguf.name, "local_files_only": True}
     with quiet_loading(gguf=True):

@@ -21,6 +21,10 @@ each with its sites, all reached by one ``headlab.attention.interventions.interv
                            elsewhere): the same sites; its key and value inputs read the final
                            states of the stream ``block.reads``
 
+Each block also names its norms outside its MLP (``Block.norms``: ``BlockNorm``, by ``role``),
+each with the site ``scale`` (``NORM_SITES``: one over each row's scale, (..., 1)); replacing
+it holds the norm at given scales, which makes it affine in its input (circuits/frozen_norms.py).
+
 The attention's query, key and value inputs are the sites q, k, v (after the family's norm,
 projections, QK-norm and rotary); the stream they are made from is the block's resid_in (or,
 for a parallel block, the same stream its MLP reads).
@@ -45,7 +49,7 @@ import torch
 from torch import Tensor, nn
 
 from headlab.attention.interventions import intervene
-from headlab.attention.sites import BLOCK_SITES, SITES, Sites
+from headlab.attention.sites import BLOCK_SITES, NORM_SITES, SITES, Sites
 from headlab.models.interface import AttentionLayer, TokenBatch
 
 #: What a stream runs over: text tokens, image patches, audio frames.
@@ -73,6 +77,31 @@ class Stream:
             )
 
 
+#: Where a block's norm sits: in front of its attention (the one its q, k, v inputs are made
+#: from), inside the attention (a QK-norm), the same two for the cross-attention, or elsewhere
+#: in the block outside its MLP (post-norms, the norm in front of the MLP).
+NORM_ROLES = ("attention_in", "qk", "cross_in", "cross_qk", "block")
+
+
+@runtime_checkable
+class BlockNorm(Protocol):
+    """A norm n(x) = g * C(x) / s(x) + b of a block (C: a LayerNorm's centring, or none; one s
+    per row of its input's last axis): its ``role`` (``NORM_ROLES``) and its ``sites``
+    (``NORM_SITES``: "scale", 1/s (..., 1), reached by ``intervene``)."""
+
+    role: str
+    sites: Sites
+
+    def form(self) -> tuple[Tensor, Tensor]:
+        """The norm's g and b, each (width,)."""
+        ...
+
+    def held(self, x: Tensor) -> tuple[bool, Tensor]:
+        """Whether the norm centres, and 1/s (..., 1) for each row of ``x`` (..., width), read
+        from the norm's own output on ``x`` (so that its epsilon and form need no knowing)."""
+        ...
+
+
 @runtime_checkable
 class BlockAttention(AttentionLayer, Protocol):
     """A block's attention: the interface's ``AttentionLayer`` and its heads' output projection."""
@@ -89,7 +118,8 @@ class Block:
     (``BLOCK_SITES``), whether it has an MLP and whether the MLP reads the block's input
     (``parallel``: GPT-NeoX, GPT-J) rather than the attention's output; an encoder-decoder's
     decoder block also has ``cross_attention``, whose key and value inputs read the final states
-    of stream ``reads``."""
+    of stream ``reads``. ``norms``: the block's norms outside its MLP (``BlockNorm``; empty for
+    a model that names none)."""
 
     index: int
     stream: str
@@ -99,10 +129,17 @@ class Block:
     parallel: bool
     cross_attention: BlockAttention | None = None
     reads: str | None = None
+    norms: tuple[BlockNorm, ...] = ()
 
     def __post_init__(self) -> None:
         if self.sites.names != BLOCK_SITES:
             raise ValueError(f"a block's sites are {BLOCK_SITES}, got {self.sites.names}")
+        for norm in self.norms:
+            if norm.role not in NORM_ROLES or norm.sites.names != NORM_SITES:
+                raise ValueError(
+                    f"a block's norm has a role of {NORM_ROLES} and the sites {NORM_SITES}, "
+                    f"got {norm.role!r} and {norm.sites.names}"
+                )
         if (self.cross_attention is None) != (self.reads is None):
             raise ValueError("a block's cross-attention and the stream it reads go together")
 
@@ -310,9 +347,11 @@ def _into(store: list, index: int) -> Callable[[Tensor], None]:
 
 
 __all__ = [
+    "NORM_ROLES",
     "STREAM_KINDS",
     "Block",
     "BlockAttention",
+    "BlockNorm",
     "Inputs",
     "Interventions",
     "RunCache",

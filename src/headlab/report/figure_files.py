@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from headlab.report.figures import heads_grid, sweep_figure
-from headlab.results.atomic_files import save_figure
+from headlab.report.png_files import save_figure
 from headlab.results.jsonl_store import read_rows
 from headlab.results.output_policy import Kind, check_output
 from headlab.results.sweep_summary import summarize

@@ -12,7 +12,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from headlab.results.atomic_files import figure_png
+from headlab.report.png_files import figure_png
 from headlab.results.quality_measures import SHARE_MEASURES
 from headlab.results.sweep_summary import SummaryRow, plot_series
 

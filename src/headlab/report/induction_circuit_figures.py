@@ -10,7 +10,7 @@ from pathlib import Path
 from matplotlib.figure import Figure
 
 from headlab.report.figures import legend_outside, style_axes
-from headlab.results.atomic_files import save_figure
+from headlab.report.png_files import save_figure
 from headlab.results.induction_circuit_result import InductionFormation
 from headlab.results.output_policy import Kind
 

@@ -3,19 +3,17 @@
 A reader sees the old file or the new one, never a half-written one; an interrupted write leaves
 no temp file behind. New files get the usual permissions (0666 less the umask), not mkstemp's 0600;
 a file replaced keeps its own (a results file the user made private stays private).
-``write_output`` and ``save_figure`` apply headlab's output policy
-(``headlab.results.output_policy``) at the moment of writing; ``atomic_write_bytes`` is for
-paths inside a folder headlab owns.
+``write_output`` applies headlab's output policy (``headlab.results.output_policy``) at the
+moment of writing (figures through it: ``headlab.report.png_files.save_figure``);
+``atomic_write_bytes`` is for paths inside a folder headlab owns.
 """
 
 from __future__ import annotations
 
-import io
 import os
 import stat
 import tempfile
 from pathlib import Path
-from typing import Any
 
 from headlab.results.interrupts import temporary
 from headlab.results.output_policy import Kind, check_output
@@ -74,40 +72,3 @@ def write_output(
     name for it); the check is repeated here, at write time.
     """
     return atomic_write_bytes(check_output(path, kind, force=force, argument=argument), data)
-
-
-def figure_png(figure: Any, kind_name: str, **savefig: Any) -> bytes:
-    """Render a matplotlib figure to PNG bytes tagged as headlab's ``kind_name``; close it.
-
-    Every text is drawn verbatim: a user's ``$x^$`` is not read as TeX (mathtext).
-    """
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.text import Text
-
-    if not isinstance(figure.canvas, FigureCanvasAgg):
-        FigureCanvasAgg(figure)
-    for text in figure.findobj(Text):
-        text.set_parse_math(False)
-    buffer = io.BytesIO()
-    try:
-        figure.savefig(buffer, format="png", metadata={"headlab": kind_name}, **savefig)
-    finally:
-        import matplotlib.pyplot as plt
-
-        plt.close(figure)
-    return buffer.getvalue()
-
-
-def save_figure(
-    figure: Any,
-    path: str | Path,
-    kind: Kind,
-    *,
-    force: bool = False,
-    argument: str = "path",
-    **savefig: Any,
-) -> Path:
-    """Render a figure to PNG and write it under the output policy (``kind`` must be a PNG kind);
-    a refusal names ``path`` as ``argument``."""
-    png = figure_png(figure, kind.name, **savefig)
-    return write_output(path, png, kind, force=force, argument=argument)

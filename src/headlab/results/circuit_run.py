@@ -29,6 +29,7 @@ RUN_METHODS = (
 _HEAD = re.compile(r"(\d+)\.(\d+)")
 _GROUP = re.compile(r"(\d+)\.g(\d+)")
 _MLP = re.compile(r"mlp\.(\d+)")
+_CROSS = re.compile(r"(\d+)\.x(\d+)")
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,9 @@ class CircuitRun:
     the field is read as None) and its ``baseline``: the mean score of random matrices of the
     model's shapes per input mode ("q", "k", "v", "k_group", "v_group"). ``performance`` is None
     for "composition" without a faithfulness curve: it reads the weights, the model does not
-    run."""
+    run. ``cross_heads_per_layer``: an encoder-decoder's graph (its blocks in run order, the
+    encoder's first): each block's cross-attention heads, 0 in an encoder block; None for a
+    model of one stream (and in files written before it)."""
 
     KIND = "circuits"
 
@@ -57,6 +60,7 @@ class CircuitRun:
     faithfulness: FaithfulnessCurve | None = None
     rotary_offsets: list[int] | None = None
     baseline: dict[str, float] | None = None
+    cross_heads_per_layer: list[int] | None = None
 
     def top_edges(self) -> list[tuple[str, float]]:
         """The circuit: the ``top`` edges of largest |score|, largest first."""
@@ -86,6 +90,9 @@ class CircuitRun:
             "faithfulness": None if self.faithfulness is None else self.faithfulness.to_dict(),
             "rotary_offsets": None if self.rotary_offsets is None else list(self.rotary_offsets),
             "baseline": None if self.baseline is None else dict(self.baseline),
+            "cross_heads_per_layer": None
+            if self.cross_heads_per_layer is None
+            else list(self.cross_heads_per_layer),
         }
 
     @classmethod
@@ -131,6 +138,7 @@ class CircuitRun:
             ),
             rotary_offsets=offsets,
             baseline=_baseline(fields, method),
+            cross_heads_per_layer=_cross_heads(fields, len(heads), scores.edges),
         )
 
 
@@ -214,6 +222,32 @@ def _performance(fields: Fields, method: str) -> TaskPerformance | None:
     if fields.data.get("performance") is None and method == "composition":
         return None
     return TaskPerformance.from_dict(fields.object("performance").data, fields.at("performance"))
+
+
+def _cross_heads(fields: Fields, layers: int, edges: list[str]) -> list[int] | None:
+    """Each block's cross-attention heads (a file without the field: None), as many as the
+    blocks, each at least the heads its edges name there (``L.xH``)."""
+    if fields.data.get("cross_heads_per_layer") is None:
+        return None
+    key = "cross_heads_per_layer"
+    values = fields.list(key, nonempty=True)
+    if len(values) != layers:
+        raise problem(fields.at(key), f"{layers} counts (one per block)", values)
+    for i, v in enumerate(values):
+        if not is_int(v) or v < 0:
+            raise problem(f"{fields.at(key)}[{i}]", "an integer >= 0", v)
+    named: dict[int, int] = {}  # block -> the cross heads its edges name
+    for edge in edges:
+        sender, _, rest = edge.partition("->")
+        for found in map(_CROSS.fullmatch, (sender, rest.partition("<")[0])):
+            if found:
+                block = int(found.group(1))
+                named[block] = max(named.get(block, 0), int(found.group(2)) + 1)
+    for block, count in named.items():
+        if block >= layers or values[block] < count:
+            at = f"{fields.at(key)}[{min(block, layers - 1)}]"
+            raise problem(at, f"at least {count} (the cross heads its edges name)", values)
+    return values
 
 
 def _baseline(fields: Fields, method: str) -> dict[str, float] | None:

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 
 from headlab.results.schema import Fields, problem
 
-TASK_METRICS = ("logprob", "logit_diff", "prob_diff")
+TASK_METRICS = ("logprob", "logit_diff", "prob_diff", "cls_projection")
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
-"""What exact path patching of a set of edges will cost, said before it starts
-(``headlab.circuits.run.patching_estimate`` measures it; ``headlab circuits`` prints it or
-refuses)."""
+"""What exact path patching of a set of edges, or the patching sweep, will cost, said before it
+starts (``headlab.circuits.run.patching_estimate`` and ``headlab.circuits.sweep_cost`` measure
+them; ``headlab circuits`` prints them or refuses)."""
 
 from __future__ import annotations
 
@@ -36,6 +36,51 @@ class PatchingEstimate:
     def from_dict(cls, data: dict, where: str = "patching-estimate") -> PatchingEstimate:
         f = Fields(data, where)
         return cls(f.int("edges"), f.number("forwards", 0.0), f.number("forward_seconds", 0.0))
+
+
+@dataclass(frozen=True)
+class SweepCost:
+    """What the patching sweep costs (``headlab.circuits.sweep_cost``): ``units`` nodes
+    patched at ``places`` places each (1: the whole node; 1 + pos with by_position): ``runs``
+    patched runs passing through ``layer_runs`` layers in all (what ``head_patching``'s progress
+    counts), worth ``forwards`` whole forwards of the pairs, ``flops`` in all, at ``rate``
+    FLOP/s (``product_rate``)."""
+
+    units: int
+    places: int
+    runs: int
+    layer_runs: int
+    forwards: float
+    flops: float
+    rate: float
+
+    @property
+    def seconds(self) -> float:
+        return self.flops / self.rate
+
+    def says(self) -> str:
+        where = f" x {self.places} places" if self.places > 1 else ""
+        return (
+            f"head-patching {self.units} nodes{where}: {self.runs:,} patched runs, about "
+            f"{self.forwards:,.0f} forwards of the pairs, at least {duration(self.seconds)} here "
+            f"({self.rate / 1e9:.0f} GFLOP/s in a product of the model's shapes)"
+        )
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict, where: str = "sweep-cost") -> SweepCost:
+        f = Fields(data, where)
+        return cls(
+            f.int("units"),
+            f.int("places"),
+            f.int("runs"),
+            f.int("layer_runs"),
+            f.number("forwards", 0.0),
+            f.number("flops", 0.0),
+            f.number("rate", 1e-9),
+        )
 
 
 def duration(seconds: float) -> str:

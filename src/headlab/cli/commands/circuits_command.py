@@ -105,6 +105,8 @@ def circuits(
     audio: Path | None = kinds.AUDIO,
     corrupted_source_text: list[str] | None = seq2seq.CORRUPTED_TEXT,
     corrupted_audio: Path | None = seq2seq.CORRUPTED_AUDIO,
+    image: Path | None = kinds.IMAGE,
+    corrupted_image: Path | None = seq2seq.CORRUPTED_IMAGE,
     source: ModelChoice = None,  # the model-source options (``model_source``)
     by_position: bool = BY_POSITION,
     out: Path | None = OUT,
@@ -118,20 +120,24 @@ def circuits(
     Every edge (sender -> receiver's q, k or v input, MLP or logits) scored by weight-based
     composition, exact path patching, EAP or EAP-IG on clean/corrupted pairs; the model's own
     accuracy on the task first. An encoder-decoder: a source (--source-text, --audio) and its
-    corrupted twin, the target read with both; its graph spans both streams.
+    corrupted twin, the target read with both; its graph spans both streams. An image model
+    (ViT, DINOv2, CLIP's vision tower): --image and --corrupted-image.
     """
     from headlab.circuits.run import CircuitRequest, needs_equal_lengths
 
     if seq2seq.asked(
-        audio, source_text, target_text, corrupted_source_text, corrupted_audio
-    ) or seq2seq.is_encoder_decoder(source):
+        audio,
+        source_text,
+        target_text,
+        corrupted_source_text,
+        corrupted_audio,
+        image,
+        corrupted_image,
+    ) or seq2seq.is_other_kind(source):
+        from headlab.report.circuit_figures import circuit_graph_figure
+
         out = out or RESULTS_DIR / "circuits.json"
-        given = {
-            "--task": task,
-            "--pairs": pairs,
-            "--figure": figure,
-            "--faithfulness-figure": faithfulness_figure,
-        }
+        given = {"--task": task, "--pairs": pairs, "--faithfulness-figure": faithfulness_figure}
         result = seq2seq.kind_circuits(
             source,
             audio,
@@ -139,21 +145,29 @@ def circuits(
             target_text,
             corrupted_source_text,
             corrupted_audio,
+            image=image,
+            corrupted_image=corrupted_image,
             method=method,
             top=top,
             edges=_edges(edges),
             other_inputs=[k for k, v in given.items() if v is not None],
-            claim=lambda: _claim(out, None, None, force),
+            claim=lambda: _claim(out, figure, None, force),
             quiet=as_json,
         )
-        if (
-            write_outputs(
-                "circuits", result, out, figure=None, draw=None, force=force, as_json=as_json
-            )
-            is not None
-        ):
+        written = write_outputs(
+            "circuits",
+            result,
+            out,
+            figure=figure,
+            draw=circuit_graph_figure,
+            force=force,
+            as_json=as_json,
+        )
+        if written is not None:
             _print(result)
-            print(f"wrote {out}")
+            for path in (out, figure):
+                if path is not None:
+                    print(f"wrote {path}")
         return
     from headlab.circuits.tasks import TaskRequest
 
@@ -207,8 +221,10 @@ def circuits(
     found = require_next_token_logits(source, request.needed_by, quiet=as_json, tokenizer=True)
     from headlab.circuits.fits import check_fits_model
 
-    with flags("length", "n_pairs", pairs_file="--pairs"):  # the task against the model's
-        check_fits_model(request, found)  # config, read once before the load
+    with flags("length", "n_pairs", "by_position", pairs_file="--pairs"):  # the task against
+        sweep = check_fits_model(request, found)  # the model's config, read once before the load
+    if sweep is not None and not as_json:
+        print(f"headlab: {sweep.says()}", file=sys.stderr)
     loaded = open_model(source, quiet=as_json, kind_checked=True)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing more is fetched, even with --download
     from headlab.circuits.run import prepare, run_circuits
@@ -287,7 +303,7 @@ def _claim(
 
 def _write_curve(result, path: Path, force: bool) -> None:
     from headlab.report.circuit_figures import faithfulness_figure
-    from headlab.results.atomic_files import save_figure
+    from headlab.report.png_files import save_figure
     from headlab.results.output_policy import Kind
 
     with writing("--faithfulness-figure"):

@@ -6,6 +6,7 @@ keys over the source), the decoder's self-attention (over the target) and the cr
 runs ``inputs`` once, a source of ``source_len`` positions and a target of ``target_len``
 (different lengths), and tells each call apart by its query and key lengths: no module or
 family is named. A model with one stream (an image model) has only "encoder" calls.
+``kinds_of`` tells them apart from the lengths the probe recorded (no forward of its own).
 """
 
 from __future__ import annotations
@@ -52,9 +53,20 @@ def attention_kinds(
             model(**inputs)
     finally:
         RECORDER.reset(token)
-    names = {id(m): name for name, m in model.named_modules()}
+    seen = {key: (q_len, k_len) for key, (_, q_len, k_len) in lengths.seen.items()}
+    return kinds_of(model, seen, source_len, target_len)
+
+
+def kinds_of(
+    model: nn.Module, lengths: dict[int, tuple[int, int]], source_len: int, target_len: int | None
+) -> dict[int, str]:
+    """id(attention module) -> its kind, from ``lengths``: id(module) -> the (q_pos, k_pos) of
+    its call on a source of ``source_len`` positions and a target of ``target_len`` (the probe
+    records them: ``probe.probe``, ``probe_cache.probed_layers``). ValueError naming the module
+    whose lengths fit no kind."""
+    names = {id(m): (name, m) for name, m in model.named_modules()}
     kinds = {}
-    for key, (module, q_len, k_len) in lengths.seen.items():
+    for key, (q_len, k_len) in lengths.items():
         if (q_len, k_len) == (source_len, source_len):
             kinds[key] = "encoder"
         elif target_len is not None and (q_len, k_len) == (target_len, target_len):
@@ -62,8 +74,9 @@ def attention_kinds(
         elif target_len is not None and (q_len, k_len) == (target_len, source_len):
             kinds[key] = "cross"
         else:
+            name, module = names.get(key, ("?", None))
             raise ValueError(
-                f"{type(module).__name__} at {names.get(key, '?')}: {q_len} queries over "
+                f"{type(module).__name__} at {name}: {q_len} queries over "
                 f"{k_len} keys, neither the source ({source_len}) nor the target's "
                 f"({target_len}); headlab cannot tell which attention it is"
             )

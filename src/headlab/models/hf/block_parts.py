@@ -6,7 +6,9 @@ suffix; each part is declared:
 
 - the block: the ancestor of an attention module whose class is one of the model's
   ``_no_split_modules`` (transformers' own declaration of the modules that hold a whole layer:
-  ``LlamaDecoderLayer``, ``GPT2Block``, ``GPTNeoXLayer``...);
+  ``LlamaDecoderLayer``, ``GPT2Block``, ``GPTNeoXLayer``...), or for a model that names none
+  (Marian), of the classes its stacks declare give their hidden states
+  (``_can_record_outputs["hidden_states"]``);
 - its MLP: the block's attribute among ``MLP_ATTRIBUTES``, the names transformers' blocks give
   their MLP (``mlp`` in every decoder so far, ``feed_forward`` in some hybrids), or, for the
   families whose MLP is two modules with the residual add between them (BERT's ``intermediate``
@@ -18,7 +20,8 @@ suffix; each part is declared:
 A model that does not declare these is refused in one line naming what is missing. Each block's
 sites (``BLOCK_SITES``) are applied by four hooks put once on the block and its MLP; they read
 the ``Sites`` kept on the block module (the MLP: those of the block calling it, so that a
-variant sharing the MLP module keeps its own), and do nothing while it is empty.
+variant sharing the MLP module keeps its own), and do nothing while it is empty. The block's
+norms outside its MLP, each with its "scale" site, are read in ``norm_sites.py``.
 """
 
 from __future__ import annotations
@@ -29,13 +32,14 @@ from torch import Tensor, nn
 
 from headlab.attention.sites import BLOCK_SITES, Sites
 from headlab.models.hf.layer import HFAttentionLayer
+from headlab.models.hf.norm_sites import HFNorm, block_norms, running
 from headlab.models.run_protocol import Block
 
 #: The attribute under which transformers' blocks hold their MLP.
 MLP_ATTRIBUTES = ("mlp", "feed_forward", "block_sparse_moe")
 #: Families whose MLP is not one module: model_type -> (the module reading the MLP's input, the
 #: module giving its output), paths inside the block.
-MLP_ENDS = {name: ("intermediate", "output.dense") for name in ("bert", "roberta", "vit")}
+MLP_ENDS = {name: ("intermediate", "output.dense") for name in ("bert", "roberta")}
 #: The encoder-decoders: BART, Marian and Whisper write their MLP as fc1 and fc2 on the block;
 #: T5 as the last sublayer's DenseReluDense (its index: 1 in an encoder block, 2 in a decoder's).
 MLP_ENDS.update({name: ("fc1", "fc2") for name in ("bart", "marian", "whisper")})
@@ -55,13 +59,15 @@ RUNNING = "headlab_running_block"
 @dataclass(frozen=True, eq=False)
 class HFBlockParts:
     """The modules of one block (``path`` in the model): the modules whose input and output are
-    the MLP's (one module in most families), and the sites its hooks apply."""
+    the MLP's (one module in most families), the sites its hooks apply, and its norms outside
+    the MLP."""
 
     path: str
     module: nn.Module
     mlp_in: nn.Module | None
     mlp_out: nn.Module | None
     sites: Sites
+    norms: tuple[HFNorm, ...] = ()
 
 
 def first_tensor(output: object) -> Tensor:
@@ -139,14 +145,24 @@ def _mlp_ends(module: nn.Module, family: str) -> tuple[nn.Module | None, nn.Modu
     return mlp, mlp
 
 
-def read_parts(path: str, module: nn.Module, family: str) -> HFBlockParts:
+def read_parts(
+    path: str,
+    module: nn.Module,
+    family: str,
+    attention: HFAttentionLayer,
+    cross: HFAttentionLayer | None = None,
+) -> HFBlockParts:
     """The parts kept on ``module`` (fresh sites for a variant's view of a block, which carries
-    the original's attributes and hooks), with the hooks put on the block and its MLP once."""
+    the original's attributes and hooks), with the hooks put on the block and its MLP once;
+    ``attention`` (and ``cross``, a decoder block's cross-attention) name the roles of its
+    norms."""
     kept = module.__dict__.get(ATTR)
     if kept is not None and kept.module is module:
         return kept
     mlp_in, mlp_out = _mlp_ends(module, family)
-    parts = HFBlockParts(path, module, mlp_in, mlp_out, Sites(BLOCK_SITES))
+    mlp = [m for m in (mlp_in, mlp_out) if m is not None]
+    norms = block_norms(module, mlp, attention, cross)
+    parts = HFBlockParts(path, module, mlp_in, mlp_out, Sites(BLOCK_SITES), norms)
     object.__setattr__(module, ATTR, parts)
     if not module.__dict__.get(HOOKED):
         object.__setattr__(module, HOOKED, True)
@@ -174,6 +190,7 @@ def _block_in(module, args, kwargs):
     for mlp in (parts.mlp_in, parts.mlp_out):  # maybe shared with a variant: its caller's sites
         if mlp is not None:
             object.__setattr__(mlp, RUNNING, parts)
+    running(parts.norms)
     return _input_hook(parts.sites, "resid_in")(module, args, kwargs)
 
 
@@ -192,18 +209,35 @@ def _mlp_out(module, args, output):
     return None if parts is None else _output_hook(parts.sites, "mlp_out")(module, args, output)
 
 
+def declared_block_classes(model: nn.Module) -> set[str]:
+    """The class names transformers declares a whole layer of ``model``: its
+    ``_no_split_modules``, or where it names none (Marian), the classes its stacks record as
+    giving their hidden states (``_can_record_outputs["hidden_states"]``, a class or an
+    ``OutputRecorder`` of one)."""
+    declared = set(getattr(model, "_no_split_modules", None) or ())
+    if declared:
+        return declared
+    for module in model.modules():
+        recorded = getattr(module, "_can_record_outputs", None)
+        found = recorded.get("hidden_states") if isinstance(recorded, dict) else None
+        found = getattr(found, "target_class", found)
+        if isinstance(found, type):
+            declared.add(found.__name__)
+    return declared
+
+
 def declared_block_paths(
     name: str, model: nn.Module, layers: list[HFAttentionLayer], kind: str = "", shared: str = ""
 ) -> list[str]:
     """Each attention layer's block path, its block one of the model's declared block classes
-    (transformers' ``_no_split_modules``). ValueError (one line) where the model declares none, a
+    (``declared_block_classes``). ValueError (one line) where the model declares none, a
     layer is in none, or two share one (``kind`` names the layers: "cross-"; ``shared`` ends that
     message)."""
-    declared = set(getattr(model, "_no_split_modules", None) or ())
+    declared = declared_block_classes(model)
     if not declared:
         raise ValueError(
-            f"{name} declares no block class (transformers' _no_split_modules): "
-            "its blocks cannot be read"
+            f"{name} declares no block class (transformers' _no_split_modules, or the layer "
+            "class whose outputs are its hidden_states): its blocks cannot be read"
         )
     paths = []
     for layer in layers:
@@ -220,9 +254,14 @@ def declared_block_paths(
 
 
 def hf_blocks(
-    name: str, model: nn.Module, layers: list[HFAttentionLayer], causal: bool
+    name: str,
+    model: nn.Module,
+    layers: list[HFAttentionLayer],
+    causal: bool,
+    stream: str | None = None,
 ) -> tuple[list[Block], list[HFBlockParts]]:
-    """The protocol's blocks of ``model`` (one per attention layer) and their modules.
+    """The protocol's blocks of ``model`` (one per attention layer) and their modules, of the
+    stream ``stream`` (default: "decoder" or, not ``causal``, "encoder").
     ValueError (one line) where the model does not declare its blocks, two attention layers
     share one, a block has no attention (a hybrid) or no declared MLP attribute."""
     paths = declared_block_paths(
@@ -236,18 +275,18 @@ def hf_blocks(
             "attention (a hybrid): every block of a run needs its sites"
         )
     parallel = _parallel(model)
+    stream = stream or ("decoder" if causal else "encoder")
     family = str(getattr(model.config.get_text_config(), "model_type", ""))
     blocks, parts = [], []
     for i, (layer, path) in enumerate(zip(layers, paths, strict=True)):
-        found = read_parts(path, model.get_submodule(path), family)
+        found = read_parts(path, model.get_submodule(path), family, layer)
         if found.mlp_in is None:
             kind, names = type(found.module).__name__, ", ".join(MLP_ATTRIBUTES)
             raise ValueError(
                 f"{name}'s block {kind} has none of the MLP attributes "
                 f"transformers' blocks declare ({names})"
             )
-        stream = "decoder" if causal else "encoder"
-        blocks.append(Block(i, stream, layer, found.sites, True, parallel))
+        blocks.append(Block(i, stream, layer, found.sites, True, parallel, norms=found.norms))
         parts.append(found)
     return blocks, parts
 

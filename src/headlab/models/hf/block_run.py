@@ -33,7 +33,7 @@ from headlab.models.run_protocol import (
 
 
 @contextmanager
-def _skipped(parts: Sequence[HFBlockParts]) -> Iterator[None]:
+def skipped_blocks(parts: Sequence[HFBlockParts]) -> Iterator[None]:
     """Within the block, ``parts``' blocks return their input (no compute)."""
 
     def passes(h, *_args, **_kwargs):
@@ -106,7 +106,7 @@ class BlockRoute:
             return states if keep is None else states[:, keep.to(device)]
 
         with ExitStack() as stack:
-            stack.enter_context(_skipped(parts[:start]))
+            stack.enter_context(skipped_blocks(parts[:start]))
             given_stream(blocks, start, hidden)(stack)
             if interventions is not None:
                 interventions(stack)
@@ -122,4 +122,4 @@ class BlockRoute:
         return HFOutputRows(self.model, states).logits(slice(None))
 
 
-__all__ = ["BlockRoute"]
+__all__ = ["BlockRoute", "skipped_blocks"]

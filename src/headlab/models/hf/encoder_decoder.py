@@ -3,7 +3,9 @@ attention, its heads kept apart by kind.
 
 The model's own code runs untouched; every attention call goes to headlab's function, which
 applies what each module's ``HFAttentionLayer`` holds (sites, a head mask). The layers are found
-by one short observed forward (``probe``) and sorted by kind (``attention_kinds``):
+by one short observed forward (``probe``; on a second load of a checkpoint, its cached entry
+checked by two forwards that each stop after a first block) and sorted by kind by the lengths
+of their calls (``attention_kinds.kinds_of``):
 
     layers["encoder"]   the encoder's self-attention, one per encoder block
     layers["decoder"]   the decoder's self-attention (causal)
@@ -33,7 +35,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from headlab.models.hf.attention_kinds import KINDS, attention_kinds
+from headlab.models.hf.attention_kinds import KINDS, attention_kinds, kinds_of
 from headlab.models.hf.layer import HFAttentionLayer, keep_all, layer_of
 from headlab.models.hf.probe import probe
 from headlab.models.hf.probe_cache import probed_layers
@@ -102,17 +104,44 @@ class EncoderDecoderModel(Seq2SeqRoute):
         }
         return inputs, 5, 3
 
+    def _stages(self, inputs: dict, source_len: int) -> list[tuple[torch.nn.Module, dict]]:
+        """Where a cached probe's check runs (``probe_cache.probed_layers``): the encoder's
+        first layer on the source, the decoder's on zero encoder states of ``source_len``
+        positions, so that neither forward runs past its first block."""
+        from transformers.modeling_outputs import BaseModelOutput
+
+        encoder, decoder = self.model.get_encoder(), self.model.get_decoder()
+        weight = next(self.model.parameters())
+        width = int(self.config.get_text_config().hidden_size)
+        states = weight.new_zeros(1, source_len, width)
+        given = {
+            "encoder_outputs": BaseModelOutput(last_hidden_state=states),
+            "decoder_input_ids": inputs["decoder_input_ids"],
+        }
+        if "attention_mask" in inputs:
+            given["attention_mask"] = inputs["attention_mask"]
+        return [(encoder, inputs), (decoder, given)]
+
     def _layers(self, cached: bool) -> dict[str, list[HFAttentionLayer]]:
         """Each kind's layers; ``cached``: a model transformers built from a checkpoint, whose
         probe is kept in headlab's cache (``probe_cache``; a model in memory is always
-        probed)."""
+        probed). The kinds are told apart by the lengths of the probe's calls."""
         inputs, source_len, target_len = self._probe_inputs()
         found = [layer_of(m) for m in self.model.modules()]
         layers = [layer for layer in found if layer is not None]
-        if not layers:  # the first time: one observed forward finds them
-            find = probed_layers if cached else probe
-            layers = keep_all(self.model, find(self.model, self.family, inputs=inputs))
-        kinds = attention_kinds(self.model, inputs, source_len, target_len)
+        if not layers:  # the first time: one observed forward (or a cached entry) finds them
+            lengths: dict = {}
+            if cached:
+                stages = self._stages(inputs, source_len)
+                found = probed_layers(
+                    self.model, self.family, inputs=inputs, stages=stages, lengths=lengths
+                )
+            else:
+                found = probe(self.model, self.family, inputs=inputs, lengths=lengths)
+            layers = keep_all(self.model, found)
+            kinds = kinds_of(self.model, lengths, source_len, target_len)
+        else:  # layers kept by an earlier wrapper of this model: one forward sorts them
+            kinds = attention_kinds(self.model, inputs, source_len, target_len)
         by_kind = {kind: [] for kind in KINDS}
         for layer in layers:
             by_kind[kinds[id(layer.module)]].append(layer)

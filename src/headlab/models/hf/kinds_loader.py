@@ -2,7 +2,8 @@
 
 ``declared_kind(config)`` says from a checkpoint's config.json alone (before any weight is read)
 which kind it is: "encoder-decoder" (``is_encoder_decoder``: T5, BART, Marian, Whisper), "vision"
-(ViT, DINOv2, DINOv2 with registers, CLIP, whose vision tower is loaded) or "text".
+(ViT, DINOv2, DINOv2 with registers, CLIP, whose vision tower is loaded; a ViT or DINOv2 whose
+config declares an image-classification head is loaded with it) or "text".
 ``load_encoder_decoder`` and ``load_vision`` load a checkpoint folder (or a cached hub id;
 fetched only with ``download``) with transformers' own classes on headlab's attention, with the
 tokenizer, the feature extractor (Whisper) or the image processor the folder holds. Weights are
@@ -166,6 +167,8 @@ def load_vision(source, *, download: bool = False):
     name = VISION_TYPES[config.model_type]
     if name == "AutoModel":
         model_class = transformers.AutoModel._model_mapping[type(config)]
+        head = _classifier(config)
+        model_class = getattr(transformers, head) if head else model_class
     else:
         model_class = getattr(transformers, name)
         config = getattr(config, "vision_config", config)
@@ -175,6 +178,17 @@ def load_vision(source, *, download: bool = False):
     model = _pretrained(model_class, checkpoint, config)
     processor = _preprocessor("AutoImageProcessor", checkpoint)
     return VisionModel(checkpoint.name, model, processor, cached=True)
+
+
+def _classifier(config) -> str | None:
+    """The image-classification class a ViT or DINOv2 checkpoint declares (its config's
+    ``architectures``), loaded with its head; None for an encoder alone."""
+    import transformers
+
+    for name in getattr(config, "architectures", None) or ():
+        if name.endswith("ForImageClassification") and hasattr(transformers, name):
+            return name
+    return None
 
 
 def refuse_other_kinds(source, command: str = "this command") -> None:
@@ -197,7 +211,7 @@ def refuse_other_kinds(source, command: str = "this command") -> None:
         raise ValueError(
             f"{name}: family {family!r} is an image model (it reads pixel_values, "
             f"not text): {command} reads text; image models run in `headlab model "
-            "heads --image` and `model ablate --image`"
+            "heads --image`, `model ablate --image` and `circuits --image`"
         )
     raise ValueError(
         f"{name}: family {family!r} is an encoder-decoder: {command} reads one "

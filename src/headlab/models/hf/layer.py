@@ -25,10 +25,16 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor, nn
+from torch.utils.weak import WeakTensorKeyDictionary
 
 from headlab.attention import layout
 from headlab.attention.sites import Sites
 from headlab.attention.streaming_sums import StatisticsRequest
+
+#: A stored-transposed W_O (GPT-2's Conv1D) -> (what it was when copied, its (out, in) copy): the
+#: copy is made once per weight, so that every later call returns the same tensor and what is
+#: kept per W_O (the contribution norms' factors, output_norms.py) is found again.
+_CONTIGUOUS = WeakTensorKeyDictionary()
 
 #: The attribute of an attention module that holds its HFAttentionLayer.
 ATTR = "headlab_layer"
@@ -186,7 +192,7 @@ class HFAttentionLayer:
         if self.output is None:
             return None
         weight = self.output.weight()
-        return weight.contiguous() if self.output.transposed else weight
+        return _contiguous(weight) if self.output.transposed else weight
 
     def statistics_request(self) -> StatisticsRequest | None:
         """The sites' statistics request with this layer's W_O (contribution norms); without one
@@ -196,6 +202,25 @@ class HFAttentionLayer:
         if request is None:
             return None
         return dataclasses.replace(request, output_weight=self.output_weight())
+
+
+def _contiguous(weight: Tensor) -> Tensor:
+    """``weight`` (a transposed view of a parameter) as a contiguous tensor: where no gradient
+    is asked for, the one copy kept for that parameter while it is unchanged (the same data,
+    version, dtype and device), else a fresh copy on the autograd graph."""
+    if torch.is_grad_enabled() and weight.requires_grad:
+        return weight.contiguous()
+    source = weight._base if weight._base is not None else weight
+    try:
+        state = (source._version, source.data_ptr(), source.dtype, source.device)
+    except RuntimeError:  # an inference tensor keeps no version: copy it every call
+        return weight.contiguous()
+    kept = _CONTIGUOUS.get(source)
+    if kept is None or kept[0] != state:
+        with torch.inference_mode(False), torch.no_grad():
+            kept = (state, weight.detach().contiguous())
+        _CONTIGUOUS[source] = kept
+    return kept[1]
 
 
 def layer_of(module: nn.Module) -> HFAttentionLayer | None:

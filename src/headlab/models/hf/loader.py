@@ -42,7 +42,6 @@ from headlab.models.hf.checkpoint import (
     read_config,
 )
 from headlab.models.hf.observe import build_observed, picks_its_own_attention
-from headlab.models.hf.quiet_loading import quiet_loading
 from headlab.models.hf.registry import register
 from headlab.models.hf.requirements import require_accelerate
 from headlab.models.hf.runnable import (
@@ -52,6 +51,7 @@ from headlab.models.hf.runnable import (
     refuse_unrunnable,
 )
 from headlab.models.hf.weights_match import check_finite, check_shapes, say_unused
+from headlab.models.quiet_loading import quiet_loading
 from headlab.models.weight_files import checkpoint_shapes, held_values
 
 

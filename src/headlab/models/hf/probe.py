@@ -45,7 +45,8 @@ NO_SLICE = "no projection inside the module outputs them: a norm or another step
 class Call:
     """One call of the registered function: the module, q0 (head, d_head), k0 and v0 (kv_head,
     d_head) at position 0 of the first text, the returned tensor (kept alive so that its memory
-    is not reused), and the output projection once a module consumes it."""
+    is not reused), its (q_pos, k_pos) lengths, and the output projection once a module
+    consumes it."""
 
     module: nn.Module
     q0: Tensor
@@ -53,6 +54,7 @@ class Call:
     v0: Tensor
     head_dim: int
     returned: Tensor
+    lengths: tuple[int, int]
     output: tuple[nn.Module, bool] | None = None
 
 
@@ -82,7 +84,8 @@ class Recorder:
         kv_head, k_pos, d), returned (batch, q_pos, head, d_value)."""
         q0, k0 = query[0, :, 0].detach().clone(), key[0, :, 0].detach().clone()
         v0 = value[0, :, 0].detach().clone()
-        self.calls.append(Call(module, q0, k0, v0, query.shape[-1], returned))
+        lengths = (query.shape[2], key.shape[2])
+        self.calls.append(Call(module, q0, k0, v0, query.shape[-1], returned, lengths))
 
     def norm_call(self, module: nn.Module, y: Tensor) -> None:
         """From a forward hook on a module with a 1-D weight: its output y (..., width)."""
@@ -115,9 +118,7 @@ def _same_memory(x: Tensor, returned: Tensor) -> bool:
 def _close(a: Tensor, b: Tensor) -> bool:
     tolerance = 1e-4 if a.dtype == torch.float32 or a.dtype == torch.float64 else 2e-2
     scale = float(b.abs().max()) if b.numel() else 0.0
-    return a.shape == b.shape and float(
-        (a - b).abs().max(),
-    ) <= tolerance * max(scale, 1e-6)
+    return a.shape == b.shape and float((a - b).abs().max()) <= tolerance * max(scale, 1e-6)
 
 
 def _layout(module: nn.Module, x: Tensor, y: Tensor) -> bool | None:
@@ -228,19 +229,22 @@ def _projection(
 
 
 def probe(
-    model: nn.Module, family: str, tokens: int = 3, inputs: dict | None = None
+    model: nn.Module,
+    family: str,
+    tokens: int = 3,
+    inputs: dict | None = None,
+    lengths: dict | None = None,
 ) -> list[HFAttentionLayer]:
     """Each attention module of ``model`` (loaded on headlab's attention) as an
     HFAttentionLayer, in the order a forward calls them. ``inputs``: the forward's keywords
     (default: ``tokens`` token ids; an encoder-decoder or an image model passes its own).
-    Raises ValueError when no module calls the attention function."""
+    ``lengths``: filled with id(module) -> its first call's (q_pos, k_pos). Raises ValueError
+    when no module calls the attention function."""
     paths = {id(m): name for name, m in model.named_modules()}
     recorder = _observe(model, tokens, inputs=inputs)
     config, modules = model.config.get_text_config(), dict(model.named_modules())
-    return [
-        _layer(call, recorder, paths, family, config, None, modules)[0]
-        for call in _first_calls(recorder, family)
-    ]
+    calls = _first_calls(recorder, family, lengths)
+    return [_layer(call, recorder, paths, family, config, None, modules)[0] for call in calls]
 
 
 #: The three projections a claim may name, in an entry's order.
@@ -253,19 +257,19 @@ def probe_first(
     claims: dict[str, dict[str, Claim | None]],
     tokens: int = 3,
     inputs: dict | None = None,
+    lengths: dict | None = None,
 ) -> tuple[dict[str, HFAttentionLayer], str | None]:
     """The attention layers at the paths of ``claims`` (the first of each template), their
     query, key and value claims checked on the observed forward instead of searched (a claim
     that fails, or None, is searched): (path -> layer, why a claim failed or None). The forward
     stops once each of these layers has been called and its output read: a probe of one layer
-    per template.
-    ``inputs``: the forward's keywords, as for ``probe``."""
+    per template. ``inputs`` and ``lengths``: as for ``probe``."""
     paths = {id(m): name for name, m in model.named_modules()}
     config, modules = model.config.get_text_config(), dict(model.named_modules())
     wanted = {id(modules[path]) for path in claims if path in modules}
     recorder = _observe(model, tokens, wanted=wanted, inputs=inputs)
     found, refuted = {}, None
-    for call in _first_calls(recorder, family):
+    for call in _first_calls(recorder, family, lengths):
         path = paths[id(call.module)]
         if path in claims and path not in found:
             found[path], why = _layer(call, recorder, paths, family, config, claims[path], modules)
@@ -274,8 +278,9 @@ def probe_first(
     return found, refuted or (missing and f"no call of {', '.join(missing)}") or None
 
 
-def _first_calls(recorder: Recorder, family: str) -> list[Call]:
-    """Each attention module's first call, in call order; ValueError when there is none."""
+def _first_calls(recorder: Recorder, family: str, lengths: dict | None = None) -> list[Call]:
+    """Each attention module's first call, in call order (its lengths into ``lengths``);
+    ValueError when there is none."""
     if not recorder.calls:
         raise ValueError(f"family {family!r}: no module called headlab's attention function")
     calls, seen_modules = [], set()
@@ -283,6 +288,8 @@ def _first_calls(recorder: Recorder, family: str) -> list[Call]:
         if id(call.module) not in seen_modules:
             seen_modules.add(id(call.module))
             calls.append(call)
+            if lengths is not None:
+                lengths[id(call.module)] = call.lengths
     return calls
 
 
@@ -351,12 +358,9 @@ def _layer(
     found, refuted = {}, None
     for name, vectors in zip(CLAIMED, (call.q0, call.k0, call.v0), strict=True):
         claim = None if claims is None else claims[name]
-        found[name] = (
-            None
-            if claim is None
-            else _claimed(claim, call.module, vectors, recorder, modules, exclude)
-        )
-        if found[name] is None:
+        if claim is not None:
+            found[name] = _claimed(claim, call.module, vectors, recorder, modules, exclude)
+        if found.get(name) is None:
             found[name] = _projection(call.module, vectors, recorder, paths, exclude)
             if claims is not None and (claim is not None or isinstance(found[name], Projection)):
                 refuted = refuted or f"its {name} heads are not where the entry says"

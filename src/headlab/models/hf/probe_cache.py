@@ -11,7 +11,7 @@ on the weights' values (but see below), so ``probed_layers`` keeps it as JSON, o
           its config without the folder's name, every module's name and class, every
           parameter's name, shape and dtype)
 
-in ``<headlab's cache>/probes/<key>.json`` (``gguf_cache.cache_root``: ``$HEADLAB_CACHE`` or the
+in ``<headlab's cache>/probes/<key>.json`` (``locations.cache_root``: ``$HEADLAB_CACHE`` or the
 platform's cache folder; a few kB per model, written atomically: a temporary file renamed into
 place).
 
@@ -101,28 +101,35 @@ def read_templates(path: Path) -> list[dict]:
 
 
 def probed_layers(
-    model: nn.Module, family: str, root: Path | None = None, inputs: dict | None = None
+    model: nn.Module,
+    family: str,
+    root: Path | None = None,
+    inputs: dict | None = None,
+    stages: list[tuple[nn.Module, dict]] | None = None,
+    lengths: dict | None = None,
 ) -> list[HFAttentionLayer]:
     """``probe(model, family, inputs=inputs)``, or, when this model's code and shapes were probed
     before, the layers of the cache's entry checked by a probe of one layer per template (see the
-    module docstring); ``root``: the cache folder (default ``gguf_cache.cache_root()``);
+    module docstring); ``root``: the cache folder (default ``locations.cache_root()``);
     ``inputs``: the forward's keywords (an encoder-decoder's source and target, an image
     model's pixels; None: a few tokens), which the model's config decides, so the key holds
-    them. An entry that cannot be read or does not pass is discarded with one ``CacheNotice``,
-    probed and written again. Raises what ``probe`` raises."""
-    from headlab.models.gguf_cache import cache_root
+    them. ``stages``: where the check runs a forward of its own (``checked_layers``); ``lengths``:
+    filled with id(module) -> (q_pos, k_pos) of each layer's call (``probe``). An entry that
+    cannot be read or does not pass is discarded with one ``CacheNotice``, probed and written
+    again. Raises what ``probe`` raises."""
+    from headlab.results.locations import cache_root
 
     key = probe_key(model)
     if key is None:
-        return probe(model, family, inputs=inputs)
+        return probe(model, family, inputs=inputs, lengths=lengths)
     path = (cache_root() if root is None else Path(root)) / FOLDER / f"{key}.json"
     try:
-        return checked_layers(model, family, read_templates(path), inputs)
+        return checked_layers(model, family, read_templates(path), inputs, stages, lengths)
     except FileNotFoundError:
         pass
     except BadEntry as error:
         discarded("the probe cache entry", path, str(error))
-    layers = probe(model, family, inputs=inputs)
+    layers = probe(model, family, inputs=inputs, lengths=lengths)
     templates = to_entry(model, layers) if distinct(layers) else None
     if templates is not None:
         _write(path, {"format": FORMAT, "templates": templates})

@@ -10,12 +10,14 @@ A template holds the first layer's findings with every path relative to the laye
 projection (layout, width), each head's first query, key and value row in the projection that
 holds them (``probe.Claim``), and the norm in front. ``to_entry`` keeps a model's layers as one
 template per class and role, only where every layer of a class and role gives the same template
-and the layers are called in the order the model holds them (else nothing is kept: such a model
-is probed at every load).
+(but the first, which may have one of its own, keyed by its exact path: BART's layer 0 reads the
+embeddings' norm) and the layers are called in the order the model holds them (else nothing is
+kept: such a model is probed at every load).
 
 ``checked_layers`` builds the layers back: the template's claims are checked on a forward that
 stops after the first layer of each template (``probe.probe_first``: a probe of one layer per
-template), that layer must give the template again, and every other layer of it is that one
+template; an encoder-decoder's in two stopped forwards, its encoder's and its decoder's), that
+layer must give the template again, and every other layer of it is that one
 moved to its own path, each module found there and its weight shaped as the first layer's. The
 model's code and shapes are in the cache key, so the same code over the same shapes finds the
 same rows; the weights' values are what the check looks at. Whatever does not fit raises
@@ -55,12 +57,16 @@ def role(path: str) -> str:
     return ".".join("*" if part.isdigit() else part for part in path.split("."))
 
 
-def _key(path: str, module: nn.Module) -> tuple[str, str]:
-    return type(module).__qualname__, role(path)
+def _key(path: str, module: nn.Module, keys=()) -> tuple[str, str]:
+    """(class, role), or (class, the exact path) where ``keys`` hold a template of that layer
+    alone."""
+    exact = (type(module).__qualname__, path)
+    return exact if exact in keys else (exact[0], role(path))
 
 
-def template(layer: HFAttentionLayer) -> dict:
-    """``layer``'s findings with every path relative to its own (JSON-ready)."""
+def template(layer: HFAttentionLayer, alone: bool = False) -> dict:
+    """``layer``'s findings with every path relative to its own (JSON-ready); ``alone``: a
+    template of this layer only (its role is its exact path)."""
 
     def claim(found, heads: int) -> dict | None:
         made = claim_of(found, heads)
@@ -79,7 +85,7 @@ def template(layer: HFAttentionLayer) -> dict:
         }
     return {
         "class": type(layer.module).__qualname__,
-        "role": role(layer.path),
+        "role": layer.path if alone else role(layer.path),
         "num_heads": layer.num_heads,
         "num_kv_heads": layer.num_kv_heads,
         "head_dim": layer.head_dim,
@@ -93,13 +99,25 @@ def template(layer: HFAttentionLayer) -> dict:
 
 
 def to_entry(model: nn.Module, layers: list[HFAttentionLayer]) -> list[dict] | None:
-    """One template per attention class and role, or None where the layers do not follow them."""
+    """One template per attention class and role (the first layer of a role may have one of its
+    own: BART's layer 0 reads the embeddings' norm, the others none), or None where the layers
+    do not follow them."""
     templates: dict[tuple[str, str], dict] = {}
+    firsts: dict[tuple[str, str], list[HFAttentionLayer]] = {}
+    apart: set[tuple[str, str]] = set()  # the roles whose first layer has its own template
     for layer in layers:
         made = template(layer)
-        if templates.setdefault((made["class"], made["role"]), made) != made:
-            return None
-    held = [name for name, m in model.named_modules() if _key(name, m) in templates]
+        key = (made["class"], made["role"])
+        if templates.setdefault(key, made) == made:
+            firsts.setdefault(key, []).append(layer)
+            continue
+        if len(firsts[key]) != 1 or key in apart:
+            return None  # a layer past the first differs
+        apart.add(key)
+        alone = template(firsts[key][0], alone=True)
+        templates[(alone["class"], alone["role"])] = alone
+        templates[key], firsts[key] = made, [layer]
+    held = [name for name, m in model.named_modules() if _key(name, m, templates) in templates]
     return list(templates.values()) if held == [layer.path for layer in layers] else None
 
 
@@ -151,16 +169,25 @@ def check_templates(values: list) -> list[dict]:
 
 
 def checked_layers(
-    model: nn.Module, family: str, templates: list[dict], inputs: dict | None = None
+    model: nn.Module,
+    family: str,
+    templates: list[dict],
+    inputs: dict | None = None,
+    stages: list[tuple[nn.Module, dict]] | None = None,
+    lengths: dict | None = None,
 ) -> list[HFAttentionLayer]:
     """The layers ``templates`` describe on ``model``, checked (module docstring) on a forward
     of ``inputs`` (its keywords; None: a few tokens); BadEntry saying why where they do not
-    fit."""
+    fit. ``stages``: (part, keywords) pairs, a template's first layer checked on the forward of
+    the first whose ``part`` (a module of ``model``) holds it (an encoder-decoder: its encoder's
+    on the source, its decoder's on given encoder states, so that neither runs past its first
+    block). ``lengths``: filled with id(module) -> (q_pos, k_pos) of its template's first layer's
+    call."""
     by_key = {(t["class"], t["role"]): t for t in templates}
-    held = [(name, m) for name, m in model.named_modules() if _key(name, m) in by_key]
+    held = [(name, m) for name, m in model.named_modules() if _key(name, m, by_key) in by_key]
     firsts: dict[tuple[str, str], tuple[str, dict]] = {}
     for name, module in held:
-        firsts.setdefault(_key(name, module), (name, by_key[_key(name, module)]))
+        firsts.setdefault(_key(name, module, by_key), (name, by_key[_key(name, module, by_key)]))
     if len(firsts) != len(by_key):
         raise BadEntry("a template names a class the model does not hold")
     claims = {
@@ -174,14 +201,29 @@ def checked_layers(
         }
         for path, t in firsts.values()
     }
-    found, refuted = probe_first(model, family, claims, inputs=inputs)
-    if refuted:
-        raise BadEntry(refuted)
+    found, seen = {}, {}
+    for part, keywords in stages or [(model, inputs)]:
+        inside = {id(m) for m in part.modules()}
+        here = {
+            p: c
+            for p, c in claims.items()
+            if p not in found and id(model.get_submodule(p)) in inside
+        }
+        if here:
+            got, refuted = probe_first(model, family, here, inputs=keywords, lengths=seen)
+            if refuted:
+                raise BadEntry(refuted)
+            found.update(got)
     for path, t in firsts.values():
-        if template(found[path]) != t:
+        if path not in found or template(found[path], alone=t["role"] == path) != t:
             raise BadEntry(f"{path} does not give the entry's template when probed")
+    if lengths is not None:
+        for name, module in held:
+            first = found[firsts[_key(name, module, by_key)][0]].module
+            lengths[id(module)] = seen[id(first)]
     return [
-        _moved(model, found[firsts[_key(name, module)][0]], name, module) for name, module in held
+        _moved(model, found[firsts[_key(name, module, by_key)][0]], name, module)
+        for name, module in held
     ]
 
 

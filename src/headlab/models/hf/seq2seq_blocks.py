@@ -41,7 +41,7 @@ def seq2seq_blocks(
         for path, layer, x in zip(decoder, layers["decoder"], layers["cross"], strict=True)
     ]
     for i, (path, layer, cross_layer) in enumerate(rows):
-        found = read_parts(path, model.get_submodule(path), family)
+        found = read_parts(path, model.get_submodule(path), family, layer, cross_layer)
         if found.mlp_in is None:
             raise ValueError(
                 f"{name}'s block {type(found.module).__name__} has no MLP this "
@@ -51,7 +51,9 @@ def seq2seq_blocks(
             raise ValueError(f"{name}: grouped K/V heads in an encoder-decoder are not read")
         stream = "encoder" if cross_layer is None else "decoder"
         reads = None if cross_layer is None else "encoder"
-        blocks.append(Block(i, stream, layer, found.sites, True, False, cross_layer, reads))
+        blocks.append(
+            Block(i, stream, layer, found.sites, True, False, cross_layer, reads, found.norms)
+        )
         parts.append(found)
     return blocks, parts
 

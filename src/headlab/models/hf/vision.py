@@ -28,6 +28,7 @@ from headlab.models.hf.layer import HFAttentionLayer, keep_all, layer_of
 from headlab.models.hf.probe import probe
 from headlab.models.hf.probe_cache import probed_layers
 from headlab.models.hf.runnable import model_family
+from headlab.models.hf.vision_run import VisionRoute
 from headlab.models.interface import HeadMask, layer_masks
 
 
@@ -52,14 +53,17 @@ class TokenLayout:
         return torch.stack([r.reshape(-1), c.reshape(-1)], dim=-1).double()
 
 
-class VisionModel:
-    """A transformers image encoder on headlab's attention (see the module docstring)."""
+class VisionModel(VisionRoute):
+    """A transformers image encoder on headlab's attention (see the module docstring); with an
+    image-classification head (``ViTForImageClassification``...), its body is the encoder and
+    the head is the run protocol's output head (``vision_run.py``)."""
 
     def __init__(self, name: str, model: torch.nn.Module, processor=None, cached: bool = False):
         """``cached``: a model transformers built from a checkpoint, whose probe is kept in
         headlab's cache (``probe_cache``); a model in memory is always probed."""
         self.name = name
         self.model = model.eval()
+        self.body = getattr(model, model.base_model_prefix, model)  # the encoder, headless
         self.processor = processor
         self.config = model.config
         self.family = model_family(model)
@@ -79,7 +83,7 @@ class VisionModel:
         import inspect
 
         size = self.image_size()
-        asks = "interpolate_pos_encoding" in inspect.signature(self.model.forward).parameters
+        asks = "interpolate_pos_encoding" in inspect.signature(self.body.forward).parameters
         if asks or self.family.startswith("dinov2"):
             size = (2 * self.patch_size, 2 * self.patch_size)
         blank = torch.zeros(1, int(self.config.num_channels), *size)
@@ -146,7 +150,7 @@ class VisionModel:
         try:
             for layer, mask in zip(self.layers, masks, strict=True):
                 layer.head_mask = mask
-            out = self.model(pixel_values=pixel_values, output_hidden_states=hidden_states)
+            out = self.body(pixel_values=pixel_values, output_hidden_states=hidden_states)
         finally:
             for layer in self.layers:
                 layer.head_mask = None

@@ -7,7 +7,7 @@ import base64
 
 import numpy as np
 
-from headlab.report.circuit_figures import _positions, _split
+from headlab.report.circuit_figures import _layout, _split
 from headlab.report.displays.display_bundle import Display
 from headlab.results.circuit_edges import FaithfulnessCurve
 from headlab.results.circuit_run import CircuitRun
@@ -25,7 +25,8 @@ def circuit_display(
     for a negative threshold or a node the graph does not have."""
     if threshold is not None and threshold < 0:
         raise ValueError(f"threshold must be >= 0, got {threshold}")
-    where = _positions(run)
+    layout = _layout(run)
+    where = layout.where
     names = list(where)
     if node is not None and node not in where:
         raise ValueError(f"node must be a node of the graph (such as {names[1]!r}), got {node!r}")
@@ -53,6 +54,10 @@ def circuit_display(
         "top": run.top,
         "heads_per_layer": run.heads_per_layer,
         "kv_heads_per_layer": run.kv_heads_per_layer,
+        "xlim": list(layout.xlim),  # the figure's frame: an encoder-decoder's is wider
+        "ylim": list(layout.ylim),
+        "xticks": [list(t) for t in zip(*sorted(zip(*layout.xticks, strict=True)), strict=True)],
+        "bands": [list(band) for band in layout.bands],  # (x from, x to, stream name)
         "nodes": names,
         "x": [where[n][0] for n in names],
         "y": [where[n][1] for n in names],

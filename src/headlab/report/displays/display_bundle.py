@@ -46,7 +46,14 @@ def _static(name: str) -> str:
 #: The drawers, in order: ``kinds_displays.js`` queues its drawers for ``displays.js``, which
 #: holds the shared helpers and the smaller drawers and makes ``window.headlabDisplays``; then one
 #: file per larger drawer, which adds itself to it.
-DRAWERS = ("kinds_displays.js", "displays.js", "pattern.js", "circuit.js", "score_split.js")
+DRAWERS = (
+    "kinds_displays.js",
+    "displays.js",
+    "pattern.js",
+    "circuit.js",
+    "score_split.js",
+    "node_scores.js",
+)
 
 
 def page_code() -> str:

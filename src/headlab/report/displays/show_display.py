@@ -45,6 +45,10 @@ BUILDERS: dict[tuple[str, str], tuple[str, str]] = {
         "headlab.report.displays.score_split_display",
         "score_split_display",
     ),
+    ("headlab.results.node_scores", "NodeScores"): (
+        "headlab.report.displays.node_display",
+        "node_display",
+    ),
     ("headlab.results.stream_heads", "EncoderDecoderHeads"): (
         "headlab.report.displays.kinds_display",
         "cross_display",

@@ -9,9 +9,10 @@
   kinds.circuit = function (root, d) {
     const senders = decode(d.senders, Uint16Array), receivers = decode(d.receivers, Uint16Array);
     const inputs = decode(d.inputs, Uint8Array), scores = decode(d.scores, Float32Array), m = d.count;
-    const L = d.heads_per_layer.length, tallest = Math.max(...d.heads_per_layer);
-    const W = Math.min(1100, Math.max(640, 70 + 34 * (L + 2))), H = Math.min(620, Math.max(260, 60 + 22 * (tallest + 3)));
-    const X = (x) => 30 + ((x + 1.6) / (L + 2.2)) * (W - 50), Y = (y) => 20 + (1 - (y + 2.0) / (tallest + 2.4)) * (H - 40);
+    // the frame is the figure's (xlim, ylim): a decoder's layers, or an encoder-decoder's blocks in run order
+    const [x0, x1] = d.xlim, [y0, y1] = d.ylim;
+    const W = Math.min(1100, Math.max(640, 70 + 34 * (x1 - x0 - 0.2))), H = Math.min(620, Math.max(260, 60 + 22 * (y1 - y0 + 0.6)));
+    const X = (x) => 30 + ((x - x0) / (x1 - x0)) * (W - 50), Y = (y) => 20 + (1 - (y - y0) / (y1 - y0)) * (H - 40);
     const px = d.x.map(X), py = d.y.map(Y);
     const largest = m ? Math.abs(scores[0]) : 1, smallest = (() => { for (let i = m - 1; i >= 0; i--) if (scores[i] !== 0) return Math.abs(scores[i]); return largest; })();
     root.append(el("h4", "hl-title", d.model + ", " + d.task + ", " + d.method + ": " + m + " edges"));
@@ -25,10 +26,15 @@
     const base = surface(W, H, "hl-canvas"), s = surface(W, H, "hl-canvas");
     tid(s.canvas, "circuit-canvas");
     const edges = tid(el("div", "hl-table-box"), "circuit-edges");
-    root.append(controls, s.canvas, el("p", "hl-muted", "Layers left to right (emb, then each layer's query heads as dots and its MLP as a square below; in a GQA layer a shaded box is a K/V group, whose k and v edges land on its hollow square; logits at the right). Edges arc over the heads between their ends: width by |score|, blue above 0, red below; into q solid, k dashed, v dotted. Point at a node for its edges; click it to light them (its 20 strongest at least, whatever the threshold)."));
+    root.append(controls, s.canvas, el("p", "hl-muted", "Layers left to right (emb, then each layer's query heads as dots and its MLP as a square below; in a GQA layer a shaded box is a K/V group, whose k and v edges land on its hollow square; logits at the right). Edges arc over the heads between their ends: width by |score|, blue above 0, red below; into q solid, k dashed, v dotted. Point at a node for its edges; click it to light them (its 20 strongest at least, whatever the threshold)." + (d.bands.length ? " An encoder-decoder's blocks run in order on shaded bands, the encoder's then the decoder's; a decoder block's cross-attention heads (xH) sit above its self-attention heads, where the encoder's k and v edges land." : "")));
     root.append(edges);
     (function () { // the graph without edges, drawn once
       const ctx = base.ctx; ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, W, H);
+      ctx.font = "11px system-ui, sans-serif"; ctx.textAlign = "left";
+      d.bands.forEach(([from, to, name], i) => { // an encoder-decoder's two streams, shaded apart
+        ctx.fillStyle = i % 2 ? "#f7f4ee" : "#f1f5fa"; ctx.fillRect(X(from), 0, X(to) - X(from), H - 14);
+        ctx.fillStyle = "#616e7c"; ctx.fillText(name, X(from) + 4, 12);
+      });
       d.heads_per_layer.forEach((heads, l) => {
         const kv = d.kv_heads_per_layer[l];
         if (kv < heads) {
@@ -40,12 +46,11 @@
         }
       });
       ctx.font = "10px system-ui, sans-serif"; ctx.textAlign = "center"; ctx.fillStyle = "#616e7c";
-      const step = Math.max(1, Math.ceil(L / 20));
-      for (let l = 0; l < L; l += step) ctx.fillText(String(l), X(l), H - 4);
-      ctx.fillText("emb", X(-1), H - 4); ctx.fillText("out", X(L), H - 4);
+      const [tx, tl] = d.xticks, step = Math.max(1, Math.ceil(tx.length / 22));
+      tx.forEach((x, i) => { if (i % step === 0 || tl[i] === "emb" || tl[i] === "out") ctx.fillText(tl[i], X(x), H - 4); });
       d.nodes.forEach((name, i) => {
         ctx.fillStyle = "#9aa5b1"; ctx.strokeStyle = "#9aa5b1";
-        if (name === "embed" || name === "logits") { ctx.fillStyle = "#1f2933"; ctx.fillRect(px[i] - 4, py[i] - 4, 8, 8); }
+        if (name.startsWith("embed") || name === "logits") { ctx.fillStyle = "#1f2933"; ctx.fillRect(px[i] - 4, py[i] - 4, 8, 8); }
         else if (name.startsWith("mlp.")) ctx.fillRect(px[i] - 3, py[i] - 3, 6, 6);
         else if (name.includes(".g")) { ctx.fillStyle = "#fff"; ctx.fillRect(px[i] - 3, py[i] - 3, 6, 6); ctx.strokeRect(px[i] - 3, py[i] - 3, 6, 6); }
         else { ctx.beginPath(); ctx.arc(px[i], py[i], 2.5, 0, 2 * Math.PI); ctx.fill(); }
