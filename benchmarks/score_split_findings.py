@@ -4,7 +4,7 @@
     python benchmarks/score_split_findings.py induction [--pairs 4]
     python benchmarks/score_split_findings.py sink
     python benchmarks/score_split_findings.py retrieval [--length 2048]
-    python benchmarks/score_split_findings.py profiles
+    python benchmarks/score_split_findings.py profiles [--model minilm]
     python benchmarks/score_split_findings.py toys [--steps 1200]
 
 Each prints one JSON document (and the wall time and load average).
@@ -35,10 +35,10 @@ PASSAGE = (
 )
 
 
-def smollm2():
+def smollm2(name: str = "smollm2"):
     from headlab.models import load
 
-    return load("smollm2")
+    return load(name)
 
 
 def spearman(a: list[float], b: list[float]) -> float:
@@ -188,17 +188,31 @@ def retrieval(length: int) -> dict:
     }
 
 
-def profiles() -> dict:
-    model = smollm2()
+def profiles(name: str) -> dict:
+    model = smollm2(name)
     ids = natural_text(model, 100)
     sides = Sides(model, torch.tensor([ids]))
     queries = list(range(len(ids) - 16, len(ids)))
-    out = {}
+    out, tops = {}, {}
     with torch.no_grad():
         for layer in range(1, model.num_layers):
             found = key_profiles(sides, layer, queries)
             out[layer] = [round(found["within"], 3), round(found["to_one_head"], 3)]
-    return {"tokens": len(ids), "per_layer_within_and_to_one_head": out}
+            heads = torch.tensor(found["heads"])  # (head, component + 1), unit rows
+            names = found["components"]
+            mean = heads.mean(0)
+            tops[layer] = {
+                "mean_profile_top": [
+                    [names[c], round(float(mean[c]), 3)] for c in mean.abs().topk(3).indices
+                ],
+                "each_head_top": [names[int(c)] for c in heads.abs().argmax(-1)],
+            }
+    return {
+        "model": name,
+        "tokens": len(ids),
+        "per_layer_within_and_to_one_head": out,
+        "per_layer_components": tops,
+    }
 
 
 def toys(steps: int) -> dict:
@@ -243,6 +257,7 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=4)
     parser.add_argument("--length", type=int, default=2048)
     parser.add_argument("--steps", type=int, default=1200)
+    parser.add_argument("--model", default="smollm2", help="profiles: smollm2 or minilm")
     args = parser.parse_args()
     torch.set_num_threads(2)
     start = time.perf_counter()
@@ -250,7 +265,7 @@ def main() -> None:
         "induction": lambda: induction(args.pairs),
         "sink": sink,
         "retrieval": lambda: retrieval(args.length),
-        "profiles": profiles,
+        "profiles": lambda: profiles(args.model),
         "toys": lambda: toys(args.steps),
     }[args.what]()
     found["wall_s"] = round(time.perf_counter() - start, 1)

@@ -92,7 +92,6 @@ def test_end_to_end_equals_the_library(tiny_dir, tmp_path, capsys, monkeypatch):
         (["--keys", "sideways"], "--keys must be one of"),
         (["--layer", "-1"], "--layer must be >= 0"),
         (["--head", "-2"], "--head must be >= 0"),
-        (["--query", "3", "--keys", "5"], "key 5 comes after query 3"),
         (["--query", "x"], "--query takes comma-separated integers"),
     ],
 )
@@ -118,6 +117,7 @@ def test_bad_input_before_the_model_loads(tmp_path, capsys, argv, says):
         (["--layer", "1", "--head", "3"], "--head must lie in 0..2"),
         (["--layer", "0", "--head", "0", "--keys", "induction", "--query", "1"], "names no key"),
         (["--layer", "0", "--head", "0", "--query", "99"], "--query must lie in"),
+        (["--layer", "0", "--head", "0", "--query", "3", "--keys", "5"], "key 5 comes after"),
     ],
 )
 def test_bad_input_against_the_model(tiny_dir, tmp_path, capsys, argv, says):
@@ -138,3 +138,93 @@ def test_bad_input_against_the_model(tiny_dir, tmp_path, capsys, argv, says):
     assert says in err
     assert len(err.strip().splitlines()) == 1
     assert not (tmp_path / "w.json").exists()
+
+
+@pytest.fixture(scope="module")
+def bert_dir(tmp_path_factory) -> Path:
+    """A random BERT (post-norm encoder, MiniLM's tokenizer): E=15 with 3 heads, 2 layers."""
+    from transformers import BertConfig
+
+    from headlab.models import default_model_dir, write_random_bert
+
+    config = BertConfig(
+        hidden_size=15,
+        num_hidden_layers=2,
+        num_attention_heads=3,
+        intermediate_size=23,
+        max_position_embeddings=37,
+    )
+    tokenizer = default_model_dir() / "tokenizer.json"
+    folder = tmp_path_factory.mktemp("why_attends_bert")
+    return write_random_bert(folder, config, tokenizer, seed=3)
+
+
+def test_an_encoder_key_after_the_query(bert_dir, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    out, figure = tmp_path / "e.json", tmp_path / "e.png"
+    argv = ["why-attends", "--model", str(bert_dir), "--layer", "1", "--head", "2"]
+    argv += ["--text", "the cat sat on the mat", "--query", "2", "--keys", "5"]
+    code, printed, err = run([*argv, "--out", str(out), "--figure", str(figure)], capsys)
+    assert code == 0, err
+    data = json.loads(out.read_text())
+    data.pop("headlab")
+    (pair,) = ScoreSplitResult.from_dict(data).pairs
+    assert (pair.query, pair.key) == (2, 5)
+    assert abs(sum(pair.key_marginal) - pair.score) <= 1e-4
+    assert pair.sources  # split by source through the post-norm blocks
+    assert max(len(line) for line in printed.splitlines()) <= 80
+    assert png_text_chunks(figure.read_bytes())
+
+
+@pytest.fixture(scope="module")
+def t5_dir(tmp_path_factory) -> Path:
+    """A random T5 encoder-decoder with a character tokenizer."""
+    import transformers
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "kinds"))
+    from tiny_kinds import char_tokenizer
+
+    torch.manual_seed(0)
+    config = transformers.T5Config(
+        vocab_size=40,
+        d_model=24,
+        d_kv=6,
+        d_ff=40,
+        num_layers=2,
+        num_decoder_layers=3,
+        num_heads=4,
+        relative_attention_num_buckets=8,
+        decoder_start_token_id=0,
+        pad_token_id=0,
+        eos_token_id=1,
+    )
+    folder = tmp_path_factory.mktemp("why_attends_t5")
+    transformers.T5ForConditionalGeneration(config).save_pretrained(folder)
+    char_tokenizer().save_pretrained(folder)
+    return folder
+
+
+def test_an_encoder_decoders_decoder_head(t5_dir, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    out = tmp_path / "t.json"
+    argv = ["why-attends", "--model", str(t5_dir), "--source-text", "the cat sat"]
+    argv += ["--text", "die katze", "--layer", "2", "--head", "1", "--keys", "all"]
+    code, printed, err = run([*argv, "--query", "4", "--out", str(out)], capsys)
+    assert code == 0, err
+    data = json.loads(out.read_text())
+    data.pop("headlab")
+    result = ScoreSplitResult.from_dict(data)
+    assert [p.key for p in result.pairs] == list(range(5))  # causal: keys up to the query
+    assert "1.x3" in result.components  # the cross-attention heads write the decoder stream
+    for pair in result.pairs:
+        assert abs(pair.raw + pair.bias_term - pair.score) <= 1e-5
+    assert max(abs(p.bias_term) for p in result.pairs) > 1e-3  # T5's relative bias
+    assert max(len(line) for line in printed.splitlines()) <= 80
+
+
+def test_source_text_needs_an_encoder_decoder_before_the_load(tiny_dir, tmp_path, capsys):
+    argv = ["why-attends", "--model", str(tiny_dir), "--layer", "0", "--head", "0"]
+    code, _out, err = run([*argv, "--source-text", "x", "--out", str(tmp_path / "w.json")], capsys)
+    assert code == 2
+    assert "--source-text needs an encoder-decoder" in err
+    assert len(err.strip().splitlines()) == 1

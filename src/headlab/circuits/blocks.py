@@ -19,8 +19,9 @@ def layer_shape(block: Block) -> LayerShape:
     return LayerShape(attention.num_heads, attention.num_kv_heads, block.has_mlp, block.parallel)
 
 
-def circuit_blocks(model: RunnableModel) -> list[Block]:
-    """The model's blocks, in order. ValueError for a model that is not a decoder, one with
+def circuit_blocks(model: RunnableModel, encoders: bool = False) -> list[Block]:
+    """The model's blocks, in order. ValueError for a model that is not a decoder (unless
+    ``encoders``: the score split reads an encoder's stream too, score_sides.py), one with
     another stream, or one whose blocks the model cannot read (its own one-line reason)."""
     if not isinstance(model, RunnableModel):
         name = getattr(model, "name", type(model).__name__)
@@ -28,7 +29,7 @@ def circuit_blocks(model: RunnableModel) -> list[Block]:
             f"{name} does not give its blocks (the run protocol: streams, blocks, "
             "run_blocks, unembed)"
         )
-    if not getattr(model, "causal", False):
+    if not encoders and not getattr(model, "causal", False):
         raise ValueError(
             f"{model.name} is not a decoder: circuits need the residual stream of a causal "
             "language model (an encoder's post-norm layers have none to split into edges)"

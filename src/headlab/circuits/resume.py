@@ -39,12 +39,14 @@ class Cache:
     """One full run. resid: N + 1 tensors (batch, pos, d_model), the stream entering block
     0 .. N-1 and leaving block N-1; head_outputs: per layer (batch, head, pos, d_head); mlp: per
     layer (batch, pos, d_model) or None; logits: (batch, n_kept, vocab) at the kept
-    positions."""
+    positions (None: a model without an output head, an encoder read by the score split);
+    cross: per layer, its cross-attention's head outputs (batch, head, pos, d_head), or None."""
 
     resid: list[Tensor]
     head_outputs: list[Tensor]
     mlp: list[Tensor | None]
-    logits: Tensor
+    logits: Tensor | None
+    cross: list[Tensor | None] | None = None
 
 
 def until_values(attention, seen: dict[str, Tensor]) -> Hooks:
@@ -64,13 +66,19 @@ def until_values(attention, seen: dict[str, Tensor]) -> Hooks:
 
 class Runner:
     """Runs of ``model`` on ``ids`` (batch, pos) int64 with ``attention_mask`` (batch, pos)
-    (1 on real tokens), unembedding only ``positions`` (n_kept,) int64."""
+    (1 on real tokens), unembedding only ``positions`` (n_kept,) int64. ``encoders``: an
+    encoder's one stream is taken too (it has no output head: its cache holds no logits)."""
 
     def __init__(
-        self, model: RunnableModel, ids: Tensor, attention_mask: Tensor, positions: Tensor
+        self,
+        model: RunnableModel,
+        ids: Tensor,
+        attention_mask: Tensor,
+        positions: Tensor,
+        encoders: bool = False,
     ) -> None:
         self.model = model
-        self.blocks = circuit_blocks(model)
+        self.blocks = circuit_blocks(model, encoders)
         self.ids, self.attention_mask, self.positions = ids, attention_mask.long(), positions
         self.input = TokenBatch(ids, attention_mask.bool(), [])
 
@@ -114,9 +122,11 @@ class Runner:
     def cache(self, ids: Tensor) -> Cache:
         """One full run of ``ids`` (batch, pos) with everything patching reads kept."""
         run = cache(self.model, TokenBatch(ids, self.input.attention_mask, []), self.positions)
+        if not getattr(self.model, "causal", True):  # an encoder: no output head
+            return Cache(run.resid, run.head_outputs, run.mlp, None, run.cross_outputs)
         with torch.no_grad():
             logits = self.model.unembed(run.final)
-        return Cache(run.resid, run.head_outputs, run.mlp, logits.detach())
+        return Cache(run.resid, run.head_outputs, run.mlp, logits.detach(), run.cross_outputs)
 
     def forward(
         self,

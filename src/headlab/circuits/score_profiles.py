@@ -42,8 +42,10 @@ def key_profiles(sides: Sides, layer: int, queries: list[int]) -> dict:
     q = q_terms.sum(0)[0]  # (head, q_pos, d_head)
     merged = scores.sum(0) / math.sqrt(heads)
     own, one = [], []
+    causal = sides.runner.model.causal
     for i in queries:
-        keys = [*scores[:, i, : i + 1].argmax(-1).tolist(), int(merged[i, : i + 1].argmax())]
+        seen = i + 1 if causal else length  # an encoder's query sees every key
+        keys = [*scores[:, i, :seen].argmax(-1).tolist(), int(merged[i, :seen].argmax())]
         at = [scale * k_terms[:, 0, h // per, keys[h]] @ q[h, i] for h in range(heads)]
         own.append(torch.stack(at))  # (head, component + 1)
         j = keys[-1]

@@ -33,10 +33,12 @@ from contextlib import ExitStack
 import torch
 from torch import Tensor
 
-from headlab.attention.interventions import intervene, record
+from headlab.attention.interventions import record
 from headlab.circuits.frozen_norms import frozen_norms, qk_norms
 from headlab.circuits.graph import EMBED, head_name, mlp_name
 from headlab.circuits.resume import Cache, Runner
+from headlab.circuits.score_writes import block_writes
+from headlab.circuits.stream_graph import cross_name
 from headlab.models.hf.adapter import TransformersModel
 from headlab.models.run_protocol import StopAt
 
@@ -60,7 +62,7 @@ class Sides:
     ) -> None:
         mask = torch.ones_like(ids) if attention_mask is None else attention_mask
         positions = torch.tensor([ids.shape[1] - 1])
-        self.runner = Runner(model, ids, mask, positions)
+        self.runner = Runner(model, ids, mask, positions, encoders=True)
         self.cache: Cache = self.runner.cache(ids)
         #: whether the last ``writes`` took the formula (a head's output through its W_O
         #: slice); False: the blocks ran with their post-norms held
@@ -76,6 +78,9 @@ class Sides:
         names = [EMBED]
         for block in self.runner.blocks[:layer]:
             names += [head_name(block.index, h) for h in range(block.attention.num_heads)]
+            if block.cross_attention is not None:  # a decoder block of an encoder-decoder
+                count = block.cross_attention.num_heads
+                names += [cross_name(block.index, h) for h in range(count)]
             names += [mlp_name(block.index)] if block.has_mlp else []
         return [*names, OUT_BIAS]
 
@@ -83,19 +88,21 @@ class Sides:
         """(component, batch, rows, embed_dim): each of ``components(layer)``'s write at the
         positions ``rows``; they sum to the stream entering ``layer`` there. A head's write is
         its output through its own slice of W_O where the family adds that to the stream
-        (observed: the writes then sum to the stream up to the output biases); else (post-norms,
-        Gemma 2, OLMo 2) each block runs once on copies, one per head and MLP, with its norms
-        held at the run's scales (``_block_writes``)."""
+        (observed: the writes then sum to the stream up to the output biases); else (post-norms:
+        Gemma 2, OLMo 2, and an encoder's post-norm blocks, BERT) each block runs once on copies,
+        one per component written so far, head and MLP, with its norms held at the run's scales
+        (``score_writes.block_writes``)."""
         stream = self.cache.resid[layer][:, rows]
         found, biases = self._direct_writes(layer, rows)
         rest = stream - torch.stack(found).sum(0)
         gap = float((rest - biases).abs().max())
         self.direct = gap <= LINEAR_TOLERANCE * max(float(stream.abs().max()), 1e-12)
         if not self.direct:
-            found = [self.cache.resid[0][:, rows]]
+            carried = self.cache.resid[0][None, :, rows]
             for block in self.runner.blocks[:layer]:
-                found += list(self._block_writes(block, rows))
-            rest = stream - torch.stack(found).sum(0)
+                carried = block_writes(self.runner, self.cache, block, rows, carried)
+            found = list(carried)
+            rest = stream - carried.sum(0)
         return torch.stack([*found, rest])
 
     def _direct_writes(self, layer: int, rows: slice) -> tuple[list[Tensor], Tensor]:
@@ -110,69 +117,17 @@ class Sides:
         return found, biases
 
     def layer_writes(self, index: int, rows: slice) -> tuple[Tensor, Tensor]:
-        """(head [+ mlp], batch, rows, embed_dim) layer ``index``'s writes by the formula, and
-        its output projection's bias (embed_dim,) (zeros without one)."""
+        """(head [+ cross head] [+ mlp], batch, rows, embed_dim) layer ``index``'s writes by the
+        formula, and its output projections' biases (embed_dim,) (zeros without one)."""
         block, cache = self.runner.blocks[index], self.cache
-        attention = block.attention
-        w_o = attention.output_weight()
-        if w_o is None:
-            raise ValueError(
-                f"layer {index} has no output projection taking its heads' outputs unchanged: "
-                "its heads' writes are not their own"
-            )
-        heads = cache.head_outputs[index][:, :, rows]  # (batch, head, rows, d_head)
-        w = w_o.detach().to(heads).reshape(w_o.shape[0], attention.num_heads, -1)
-        found = torch.einsum("bhpd,ehd->hbpe", heads, w)
+        found, bias = _head_writes(block.attention, cache.head_outputs[index][:, :, rows], index)
+        if block.cross_attention is not None:
+            outputs = cache.cross[index][:, :, rows]
+            more, more_bias = _head_writes(block.cross_attention, outputs, index)
+            found, bias = torch.cat([found, more]), bias + more_bias
         if block.has_mlp:
             found = torch.cat([found, cache.mlp[index][None, :, rows]])
-        bias = getattr(attention.output.module, "bias", None)
-        bias = (
-            torch.zeros_like(heads[0, 0, 0, :1]).expand(w.shape[0])
-            if bias is None
-            else bias.detach().to(heads)
-        )
         return found, bias
-
-    def _block_writes(self, block, rows: slice) -> Tensor:
-        """(head [+ mlp], batch, rows, d_model): block ``block`` run on copies, copy c with
-        only head c's output (or only the MLP's) and a zero stream, then a zero copy and the
-        real run (last), every norm of the block held at the real run's scales: each write is
-        its copy's output minus the zero copy's (whose output, the biases, goes to the rest)."""
-        i, cache = block.index, self.cache
-        heads = cache.head_outputs[i][:, :, rows]
-        b, count = heads.shape[0], block.attention.num_heads
-        parts = count + block.has_mlp
-        copies = parts + 2
-        one_hot = heads.new_zeros(copies, *heads.shape)
-        for h in range(count):
-            one_hot[h, :, h] = heads[:, h]
-        one_hot[-1] = heads
-
-        def keep_heads(_t: Tensor) -> Tensor:
-            return one_hot.flatten(0, 1)
-
-        def keep_mlp(_t: Tensor) -> Tensor:
-            value = cache.mlp[i][:, rows]
-            out = value.new_zeros(copies, *value.shape)
-            out[-1] = value
-            if block.has_mlp:
-                out[count] = value
-            return out.flatten(0, 1)
-
-        def hooks(stack: ExitStack) -> None:
-            stack.enter_context(frozen_norms(block.norms, b))
-            stack.enter_context(intervene(block.attention, "head_outputs", keep_heads))
-            if block.has_mlp:
-                stack.enter_context(intervene(block, "mlp_out", keep_mlp))
-
-        stream = cache.resid[i][:, rows]
-        hidden = torch.cat([stream.new_zeros(copies - 1, *stream.shape), stream[None]])
-        with torch.no_grad():
-            out = self.runner.forward(
-                i, hidden.flatten(0, 1), copies, hooks, rows, StopAt(i, "resid_out")
-            )
-        out = out.unflatten(0, (copies, b))
-        return out[:parts] - out[parts]
 
     def side_terms(
         self, layer: int, rows: slice, writes: Tensor | None = None
@@ -272,6 +227,23 @@ class Sides:
             "logits": logits[-1],
             "scores": recording["scores"],
         }
+
+
+def _head_writes(attention, heads: Tensor, index: int) -> tuple[Tensor, Tensor]:
+    """(head, batch, rows, embed_dim) each head's output ``heads`` (batch, head, rows, d_head)
+    through its own slice of ``attention``'s W_O, and W_O's bias (zeros without one)."""
+    w_o = attention.output_weight()
+    if w_o is None:
+        raise ValueError(
+            f"layer {index} has no output projection taking its heads' outputs unchanged: "
+            "its heads' writes are not their own"
+        )
+    w = w_o.detach().to(heads).reshape(w_o.shape[0], attention.num_heads, -1)
+    found = torch.einsum("bhpd,ehd->hbpe", heads, w)
+    bias = getattr(attention.output.module, "bias", None)
+    if bias is None:
+        return found, torch.zeros_like(heads[0, 0, 0, :1]).expand(w.shape[0])
+    return found, bias.detach().to(heads)
 
 
 def kernel_scale(q: Tensor, k: Tensor, logits: Tensor) -> float:

@@ -23,6 +23,7 @@ from torch import Tensor
 from headlab.attention.interventions import record
 from headlab.circuits.score_keys import KeySpec, keys_for
 from headlab.circuits.score_sides import QK_BIAS, Sides, capped, kernel_scale, softcap_of
+from headlab.circuits.score_writes import block_writes, carried_to
 from headlab.models.run_protocol import StopAt
 from headlab.results.score_split_result import REST, PairSplit, ScoreSplitResult, SourceSplit
 
@@ -130,20 +131,34 @@ def source_terms(
     pattern: tuple[Tensor, Tensor],
 ) -> SourceSplit:
     """The key-side term of head ``component`` ("M.H") at ``key`` split by the positions that
-    head read: each source's write pushed through layer ``layer``'s key map (norms held) and
-    dotted with ``query_side`` (the query's q, d_head) times ``scale``."""
+    head read (every position before the key in a causal model, every position in an encoder):
+    each source's write pushed through layer ``layer``'s key map (norms held) and dotted with
+    ``query_side`` (the query's q, d_head) times ``scale``. Where a head's write is not its
+    output through W_O alone (post-norms, an encoder's post-norm blocks), each source's part of
+    the head's output is carried through the blocks with their norms held (score_writes.py)."""
     sender_layer, sender = (int(x) for x in component.split("."))
-    attention = sides.runner.blocks[sender_layer].attention
+    runner = sides.runner
+    attention = runner.blocks[sender_layer].attention
     weights, values = pattern
     kv = sender // (attention.num_heads // attention.num_kv_heads)
-    w_o = attention.output_weight().detach().to(values)
-    d = attention.head_dim
-    slice_o = w_o[:, sender * d : (sender + 1) * d]  # (embed_dim, d_head)
-    row = weights[sender, key, : key + 1]  # (k_pos,)
-    writes = (row[:, None] * values[kv, : key + 1]) @ slice_o.t()  # (source, embed_dim)
-    _, k = sides.side_terms(layer, slice(key, key + 1), writes[:, None, None])
+    count = key + 1 if runner.model.causal else weights.shape[-1]
+    pieces = weights[sender, key, :count, None] * values[kv, :count]  # (source, d_head)
+    rows = slice(key, key + 1)
+    if sides.direct:
+        w_o = attention.output_weight().detach().to(values)
+        d = attention.head_dim
+        slice_o = w_o[:, sender * d : (sender + 1) * d]  # (embed_dim, d_head)
+        writes = (pieces @ slice_o.t())[:, None, None]  # (source, batch, rows, embed_dim)
+    else:
+        parts = pieces.new_zeros(count, 1, attention.num_heads, 1, pieces.shape[-1])
+        parts[:, 0, sender, 0] = pieces
+        block = runner.blocks[sender_layer]
+        none = sides.cache.resid[0][None, :, rows][:0]
+        writes = block_writes(runner, sides.cache, block, rows, none, parts, with_mlp=False)
+        writes = carried_to(runner, sides.cache, sender_layer + 1, layer, rows, writes)
+    _, k = sides.side_terms(layer, rows, writes)
     values_out = scale * (k[:-1, 0, group, 0] @ query_side)  # the constant is not a source's
-    return SourceSplit(component, list(range(key + 1)), values_out.tolist())
+    return SourceSplit(component, list(range(count)), values_out.tolist())
 
 
 def split_scores(
@@ -193,9 +208,9 @@ def split_scores(
         heads = [
             c
             for c in km.abs().argsort(descending=True).tolist()
-            if "." in names[c] and not names[c].startswith("mlp")
-        ][:sources]
-        for c in heads if sides.direct else []:
+            if "." in names[c] and not names[c].startswith("mlp") and ".x" not in names[c]
+        ][:sources]  # a cross-attention head ("L.xH") reads another stream's positions
+        for c in heads:
             sender_layer = int(names[c].split(".")[0])
             if sender_layer not in patterns:
                 patterns[sender_layer] = layer_pattern(sides, sender_layer)

@@ -2,7 +2,8 @@
 what the query side and the key side read.
 
 Parses and checks before the model loads (--keys, k >= 1, --layer/--head not negative, a key
-position after a query, the output paths), loads, checks what needs the model (the layer and
+position after a query in a causal model, read from the model's config alone, the output
+paths), loads, checks what needs the model (the layer and
 head against its sizes, the query positions against the text's tokens, a pattern that names no
 key), then calls ``headlab.circuits.score_split`` and prints one table per pair.
 """
@@ -33,7 +34,9 @@ PRINTED = 3
 ROWS = 8
 
 
-def _checked(layer: int, head: int, queries: list[int] | None, keys: str):
+def _checked(
+    layer: int, head: int, queries: list[int], keys: str, source: ModelChoice | None, quiet: bool
+):
     from headlab.circuits.score_keys import KeySpec, check_key
 
     with flags("keys"):
@@ -41,11 +44,55 @@ def _checked(layer: int, head: int, queries: list[int] | None, keys: str):
     for value, flag in ((layer, "--layer"), (head, "--head")):
         if value < 0:
             raise ValueError(f"{flag} must be >= 0, got {value}")
-    if spec.kind == "position":  # the circuits route runs causal models only
-        for query in queries or []:
+    if spec.kind == "position" and any(0 <= q < spec.count for q in queries):
+        # an encoder's query sees keys after it; a decoder's (source None: an encoder-decoder's
+        # decoder) does not
+        causal = True if source is None else _causal(source, quiet)
+        for query in queries:
             if query >= 0:
-                check_key(query, spec.count, max(query, spec.count) + 1, causal=True)
+                check_key(query, spec.count, max(query, spec.count) + 1, causal=causal)
     return spec
+
+
+def _causal(source: ModelChoice, quiet: bool) -> bool:
+    """Whether the chosen model is causal, from its config alone (no weight loads)."""
+    from headlab.cli.model_source import model_outline
+
+    return model_outline(source, quiet=quiet, kind_checked=False).causal
+
+
+def _encoder_decoder(source: ModelChoice) -> None:
+    """ValueError (one line, from the config alone) unless the model is an encoder-decoder whose
+    decoder the split reads (``seq2seq_view.ROW_FAMILIES``: T5)."""
+    from headlab.cli.model_kinds import declared
+    from headlab.models.hf.checkpoint import declared_config
+    from headlab.models.hf.seq2seq_view import ROW_FAMILIES
+
+    with flags("model", "download"):
+        kind, name, _ = declared(source)
+        family = str((declared_config(source.name_or_path) or {}).get("model_type", ""))
+    if kind != "encoder-decoder" or family not in ROW_FAMILIES:
+        raise ValueError(
+            f"--source-text needs an encoder-decoder of family {', '.join(sorted(ROW_FAMILIES))}"
+            f", got {name} ({kind}, family {family!r})"
+        )
+
+
+def _opened(source: ModelChoice, text: str, source_text: str | None, quiet: bool):
+    """(the model the split runs, the text's ids, its tokens, heads per layer): the model
+    itself, or an encoder-decoder's decoder stream reading ``source_text``."""
+    if source_text is None:
+        loaded = open_model(source, quiet=quiet)
+        ids = loaded.encode(text)
+        return loaded, ids, [loaded.decode([t]) for t in ids], loaded.heads_per_layer
+    from headlab.cli.model_kinds import open_kind
+    from headlab.models.hf.seq2seq_view import DecoderStream
+
+    model = open_kind(source, "encoder-decoder", quiet)
+    target = model.target_texts([text])
+    view = DecoderStream(model, model.source_texts([source_text]))
+    ids = target.input_ids[0].tolist()
+    return view, ids, list(target.tokens[0]), model.heads_per_layer("decoder")
 
 
 @model_source(folder=True, backend=False)
@@ -67,6 +114,12 @@ def why_attends(
     recompute: bool = typer.Option(
         False, "--recompute", help="Also each key-side term with the norms recomputed."
     ),
+    source_text: str | None = typer.Option(
+        None,
+        "--source-text",
+        help="For an encoder-decoder (T5): its source; --text is then the decoder's text, and "
+        "--layer a decoder block, whose self-attention is split.",
+    ),
     source: ModelChoice = None,  # the model-source options (``model_source``)
     out: Path = OUT,
     figure: Path | None = FIGURE,
@@ -85,15 +138,16 @@ def why_attends(
         raise ValueError("--query takes at least one position, got none")
     if sources < 0:
         raise ValueError(f"--sources must be >= 0, got {sources}")
-    spec = _checked(layer, head, queries, keys)
+    if source_text is not None:
+        _encoder_decoder(source)
+    decoder_only = source_text is not None  # an encoder-decoder's decoder: causal
+    spec = _checked(layer, head, queries, keys, None if decoder_only else source, as_json)
     claim("why-attends", out, force=force, figure=figure)
-    loaded = open_model(source, quiet=as_json)
-    shapes = loaded.heads_per_layer
+    loaded, ids, tokens, shapes = _opened(source, text, source_text, as_json)
     if layer >= len(shapes):
         raise ValueError(f"--layer must lie in 0..{len(shapes) - 1} ({loaded.name}), got {layer}")
     if head >= shapes[layer]:
         raise ValueError(f"--head must lie in 0..{shapes[layer] - 1} (layer {layer}), got {head}")
-    ids = loaded.encode(text)
     positions = [q + len(ids) if q < 0 else q for q in queries]
     bad = [q for q, p in zip(queries, positions, strict=True) if not 0 <= p < len(ids)]
     if bad:
@@ -111,7 +165,6 @@ def why_attends(
         with flags("keys"):
             for p in positions:
                 keys_for(spec, ids, p, causal=loaded.causal)
-    tokens = [loaded.decode([t]) for t in ids]
     with (
         progress(
             "why-attends: one run of the model, then the split", None, quiet=as_json

@@ -11,6 +11,7 @@ blocks and their sites come from ``block_parts.py``; logits from the model's own
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 
@@ -30,6 +31,11 @@ from headlab.models.run_protocol import (
     given_stream,
     stopped_run,
 )
+
+#: Families whose first block makes what every later block reads (T5's relative position bias,
+#: handed on from block to block): the blocks before ``start`` run, on the real input, and
+#: block ``start``'s resid_in is then replaced.
+HANDED_ON = frozenset({"t5", "mt5", "umt5"})
 
 
 @contextmanager
@@ -89,11 +95,14 @@ class BlockRoute:
         device = next(self.model.parameters()).device
         ids, mask = batch.input_ids, batch.attention_mask.long()
         kwargs = {}
+        body = getattr(self.model, self.model.base_model_prefix, self.model)
         if rows is not None:  # positions rows.start .. rows.stop - 1 alone, at their positions
             ids, mask = ids[:, rows], mask[:, rows]
             position = torch.arange(rows.start, rows.start + ids.shape[1], device=device)
-            kwargs["position_ids"] = position[None].expand(ids.shape[0] * copies, -1)
-        body = getattr(self.model, self.model.base_model_prefix, self.model)
+            # (T5's stack takes none: its positions are its relative bias, not a per-position map)
+            if "position_ids" in inspect.signature(body.forward).parameters:
+                kwargs["position_ids"] = position[None].expand(ids.shape[0] * copies, -1)
+        family = getattr(self.model.config, "model_type", "")
 
         def call() -> Tensor:
             out = body(
@@ -106,7 +115,7 @@ class BlockRoute:
             return states if keep is None else states[:, keep.to(device)]
 
         with ExitStack() as stack:
-            stack.enter_context(skipped_blocks(parts[:start]))
+            stack.enter_context(skipped_blocks([] if family in HANDED_ON else parts[:start]))
             given_stream(blocks, start, hidden)(stack)
             if interventions is not None:
                 interventions(stack)

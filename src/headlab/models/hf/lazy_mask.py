@@ -126,9 +126,13 @@ def headlab_mask(
     allow_is_bidirectional_skip: bool = False,
     use_vmap: bool = False,
     device: torch.device | str = "cpu",
+    config: object = None,
     **_: object,
-) -> LazyMask:
-    """The ``AttentionMaskInterface`` entry: transformers' keywords -> a ``LazyMask``.
+) -> LazyMask | Tensor:
+    """The ``AttentionMaskInterface`` entry: transformers' keywords -> a ``LazyMask``; for a
+    model whose own code adds a bias onto the mask it gets back (Falcon with ``alibi``: its
+    ``FalconModel.forward`` folds ALiBi into the mask tensor, reading its dtype and values), the
+    (batch, 1, q_pos, k_pos) boolean tensor transformers' SDPA mask would be (True = may attend).
 
     The flag follows transformers' own rules for skipping the mask under SDPA
     (``masking_utils._ignore_causal_mask_sdpa``): "causal" only where transformers allows the
@@ -141,6 +145,23 @@ def headlab_mask(
         return _prepared(attention_mask, batch_size, q_length, kv_length, q_offset, kv_offset)
     mask_function = causal_mask_function if mask_function is None else mask_function
     padding = prepare_padding_mask(attention_mask, kv_length, kv_offset)
+    if getattr(config, "alibi", None) is True:
+        from transformers.masking_utils import sdpa_mask
+
+        block = sdpa_mask(
+            batch_size=batch_size,
+            q_length=q_length,
+            kv_length=kv_length,
+            q_offset=q_offset,
+            kv_offset=kv_offset,
+            mask_function=mask_function,
+            attention_mask=padding,
+            local_size=local_size,
+            allow_is_causal_skip=False,
+            use_vmap=use_vmap,
+            device=device,
+        )
+        return block.expand(batch_size, 1, q_length, kv_length)
     q_offset, kv_offset = int(q_offset), int(kv_offset)
     unwindowed = local_size is None or kv_length < local_size
     real = _all_real(padding, kv_length, kv_offset)
