@@ -23,13 +23,14 @@ def test_cli_prints_the_path_and_refuses_with_exit_2(
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "headlab did not write" in err
-    assert f"--out {foreign}" in err and "--force replaces" in err and "out=" not in err
+    assert f"--out {foreign}" in err and "not even with --force" in err and "out=" not in err
+    assert (foreign / "keep.txt").read_text() == "keep"
     with pytest.raises(SystemExit) as exit_:
         main(["report", "--out", str(out), "--text", "  "])
     assert exit_.value.code == 2
 
 
-def test_force_names_the_files_it_deletes_as_a_warning_naming_the_flag(
+def test_force_never_deletes_a_users_file_inside_a_report_and_names_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "site"
@@ -37,13 +38,18 @@ def test_force_names_the_files_it_deletes_as_a_warning_naming_the_flag(
     main(args)
     (out / "stale.txt").write_text("added by a user")
     capsys.readouterr()
+    for force in ([], ["--force"]):
+        with pytest.raises(SystemExit) as exit_:
+            main([*args, *force])
+        assert exit_.value.code == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith(f"headlab: error: --out {out} ")
+        assert "files headlab did not write (stale.txt)" in err and "move them" in err
+        assert "not even with --force" in err and "force=True" not in err
+        assert (out / "stale.txt").read_text() == "added by a user"
+    (out / "stale.txt").unlink()  # the user moves it: then --force (or not) rebuilds
     main([*args, "--force"])
-    captured = capsys.readouterr()
-    assert captured.out.strip() == str(out / "index.html")
-    warning = f"headlab: warning: --force: deleting files that headlab did not write in {out}: "
-    assert captured.err.count(f"{warning}stale.txt\n") == 1
-    assert "force=True" not in captured.err
-    assert not (out / "stale.txt").exists()
+    assert capsys.readouterr().out.strip() == str(out / "index.html")
 
 
 def test_text_file_and_model_choose_what_the_report_shows(

@@ -184,3 +184,19 @@ def test_report_force_help_says_what_force_refuses(capsys):
     (force,) = [p for p in command.params if p.name == "force"]
     assert "not a headlab report" not in force.help
     assert "Never a folder headlab did not write" in force.help
+    assert "files a user added inside a headlab folder" in force.help
+
+
+def test_every_force_help_says_it_replaces_only_headlab_output(capsys):
+    """--force replaces headlab's own output of another kind, never a user's file: no command's
+    help may promise more."""
+    helps = {
+        path: param.help
+        for path, command in command_paths()
+        for param in command.params
+        if param.name == "force"
+    }
+    assert len(helps) > 10
+    for path, text in helps.items():
+        assert "headlab's own output of another kind" in text, (path, text)
+        assert "never a file headlab did not write" in text.lower() or "Never a folder" in text

@@ -93,10 +93,11 @@ def test_a_deeply_nested_results_file_is_skipped_and_the_report_still_built(tmp_
 def test_an_existing_deeply_nested_out_is_refused_not_a_recursion_error(tmp_path, capsys):
     out = tmp_path / "deep.json"
     out.write_text(DEEP)
-    code, _, err = run(["expressivity", "--out", str(out)], capsys)
-    assert code == 2
-    assert "deep.json exists and is not headlab expressivity results" in err
-    assert out.read_text() == DEEP
+    for force in ([], ["--force"]):
+        code, _, err = run(["expressivity", "--out", str(out), *force], capsys)
+        assert code == 2
+        assert "deep.json exists and headlab did not write it" in err
+        assert out.read_text() == DEEP
 
 
 def test_a_results_line_nested_too_deep_is_skipped_naming_the_line(tmp_path):

@@ -76,11 +76,14 @@ def test_outputs_inside_the_documents_folder_are_refused(tmp_path, capsys, outpu
 def test_the_library_refuses_a_declared_input_too(tmp_path):
     from headlab.results.output_policy import Kind, OutputRefused, check_output, reading
 
-    source = tmp_path / "r.jsonl"
-    source.write_text("{}")
+    source = tmp_path / "r.json"
+    source.write_text('{"headlab": "model-heads"}')  # headlab's, of another kind
     with reading(source), pytest.raises(OutputRefused, match="not even with force"):
         check_output(source, Kind.png("sweep"), force=True)
     assert check_output(source, Kind.png("sweep"), force=True) == source  # outside the block
+    source.write_text("{}")  # a user's file: not even outside it
+    with pytest.raises(OutputRefused, match="headlab did not write it"):
+        check_output(source, Kind.png("sweep"), force=True)
 
 
 # The model a command opens is its input too: with --model PATH (as with --model-dir), no output

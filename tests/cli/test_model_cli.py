@@ -115,6 +115,7 @@ def test_refuses_to_overwrite_foreign_file(tiny_dir, corpus, tmp_path, capsys):
     foreign = tmp_path / "notes.json"
     foreign.write_text("my notes")
     argv = ["model", "importance", "--model-dir", str(tiny_dir), "--corpus", str(corpus)]
-    code, _, err = run([*argv, "--out", str(foreign)], capsys)
-    assert code == 2 and "is not headlab model-importance results" in err
-    assert foreign.read_text() == "my notes"
+    for force in ([], ["--force"]):
+        code, _, err = run([*argv, "--out", str(foreign), *force], capsys)
+        assert code == 2 and "headlab did not write it" in err
+        assert foreign.read_text() == "my notes"

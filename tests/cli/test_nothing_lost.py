@@ -71,12 +71,20 @@ def test_sweep_plot_never_replaces_its_results_or_a_user_file(tmp_path, results,
     thesis = tmp_path / "thesis.txt"
     thesis.write_text("chapter one")
     argv = ["sweep", "plot", "--results", str(results), "--out", str(thesis)]
-    refused(argv, capsys, tmp_path, "pass --force to replace it")
+    for force in ([], ["--force"]):  # a user's file: not even with --force
+        refused([*argv, *force], capsys, tmp_path, "headlab did not write it")
+        refused([*argv, *force], capsys, tmp_path, "not even with --force (choose a new path")
     figure = tmp_path / "sweep.png"
     assert run(["sweep", "plot", "--results", str(results), "--out", str(figure)], capsys)[0] == 0
     assert run(["sweep", "plot", "--results", str(results), "--out", str(figure)], capsys)[0] == 0
+    # headlab's results of another kind: replaced only with --force
+    other = tmp_path / "heads.json"
+    other.write_text(json.dumps({"headlab": "model-heads", "heads": []}))
+    argv = ["sweep", "plot", "--results", str(results), "--out", str(other)]
+    refused(argv, capsys, tmp_path, "holds headlab model-heads results (JSON)")
+    refused(argv, capsys, tmp_path, "pass --force to replace it")
     assert run([*argv, "--force"], capsys)[0] == 0  # replacing wanted: --force
-    assert thesis.read_bytes()[:4] == b"\x89PNG"
+    assert other.read_bytes()[:4] == b"\x89PNG"
 
 
 @pytest.mark.parametrize("target", ["/dev/null", "fifo", "directory", "symlink"])
@@ -110,12 +118,16 @@ def test_model_outputs_are_checked_before_the_work_and_by_kind(tiny_dir, tmp_pat
     refused([*base, "--figure", str(notes)], capsys, tmp_path, "--figure")
     request = tmp_path / "request.json"
     request.write_text(json.dumps({"model": "mine", "question": "keep me"}))
-    refused([*base, "--out", str(request)], capsys, tmp_path, "not headlab model-heads results")
+    for force in ([], ["--force"]):  # a user's JSON: not even with --force
+        refused([*base, "--out", str(request), *force], capsys, tmp_path, "did not write it")
     heads = tmp_path / "heads.json"
     assert run([*base, "--out", str(heads)], capsys)[0] == 0
     assert run([*base, "--out", str(heads)], capsys)[0] == 0  # its own kind: replaced
     importance = ["model", "importance", "--model-dir", str(tiny_dir), "--corpus", str(corpus)]
     refused([*importance, "--out", str(heads)], capsys, tmp_path, "model-importance")
+    # headlab's results of another kind: --force replaces them
+    assert run([*importance, "--out", str(heads), "--force"], capsys)[0] == 0
+    assert json.loads(heads.read_text())["headlab"] == "model-importance"
 
 
 def test_sweep_out_is_checked_before_training(tmp_path, capsys):
@@ -235,8 +247,10 @@ def test_user_text_with_dollars_is_drawn_verbatim(tmp_path, capsys):
     assert png_text_chunks(png)["headlab"] == "report-figure"
 
 
+@pytest.mark.parametrize("force", [[], ["--force"]], ids=["plain", "force"])
 @pytest.mark.parametrize("flag", ["--out", "--figure"])
-def test_a_refused_output_names_the_flag_not_the_library_argument(tmp_path, capsys, flag):
+def test_a_users_file_is_refused_even_with_force_naming_the_flag(tmp_path, capsys, flag, force):
+    """``--out notes.txt --force`` over a user's text file: one line, exit 2, file unchanged."""
     notes = tmp_path / "notes.txt"
     notes.write_text("my notes")
     paths = {
@@ -244,10 +258,12 @@ def test_a_refused_output_names_the_flag_not_the_library_argument(tmp_path, caps
         "--figure": str(tmp_path / "e.png"),
         flag: str(notes),
     }
-    argv = ["expressivity", "--model", "none", *(x for kv in paths.items() for x in kv)]
-    refused(argv, capsys, tmp_path, f"{flag} {notes} exists and is not headlab expressivity")
+    argv = ["expressivity", "--model", "none", *(x for kv in paths.items() for x in kv), *force]
+    refused(argv, capsys, tmp_path, f"{flag} {notes} exists and headlab did not write it")
     err = run(argv, capsys)[2]
-    assert "pass --force to replace it" in err and "path=" not in err and "force=" not in err
+    assert "not even with --force (choose a new path, or move the file away)" in err
+    assert "path=" not in err and "force=" not in err
+    assert notes.read_text() == "my notes"
 
 
 def test_a_refusal_at_write_time_names_the_flag_too(tmp_path):
@@ -259,8 +275,8 @@ def test_a_refusal_at_write_time_names_the_flag_too(tmp_path):
     notes.write_text("my notes")
     with pytest.raises(OutputRefused) as refused_, writing("--figure"):
         write_output(notes, b"png", Kind.png("model-heads"))
-    assert str(refused_.value).startswith(f"--figure {notes} exists and is not headlab model-heads")
-    assert "pass --force to replace it" in str(refused_.value)
+    assert str(refused_.value).startswith(f"--figure {notes} exists and headlab did not write it")
+    assert "not even with --force" in str(refused_.value)
 
 
 def test_sweep_plot_names_out_as_its_flag(tmp_path, results, capsys):

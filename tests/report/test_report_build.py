@@ -10,8 +10,7 @@ import pytest
 from report_pages import build, collect_measured
 
 from headlab.report import ReportRequest, safe_json
-from headlab.report.build import MARKER
-from headlab.report.target import ReplacedUserFilesWarning
+from headlab.report.build import FIGURES_MARKER, MARKER
 
 XSS = "<img src=x onerror=alert(1)> </script><script>alert(2)</script> & \"done\" 'x' end"
 
@@ -143,13 +142,15 @@ def test_rebuild_replaces_a_report_but_never_a_foreign_directory(tmp_path: Path)
     with pytest.raises(ValueError, match=r"files headlab did not write \(stale.txt\)"):
         build(report, options)
     assert (report / "stale.txt").read_text() == "added by a user"
-    with pytest.warns(ReplacedUserFilesWarning) as warned:
-        build(report, ReportRequest(text="p q", results=tmp_path / "none"), force=True)
-    (message,) = [str(w.message) for w in warned]  # once, at the swap, not at the early check
-    assert re.match(
-        r"force=True: deleting files that headlab did not write in .*: stale.txt$", message
-    )
-    assert "--force" not in message  # the library names its argument; the CLI maps it
+    # force never deletes a user's file inside a headlab folder: refused, naming it
+    with pytest.raises(ValueError, match=r"files headlab did not write \(stale.txt\)") as refused:
+        build(report, options, force=True)
+    message = str(refused.value)
+    assert "move them" in message and "--force" not in message  # the CLI maps the names
+    assert (report / "stale.txt").read_text() == "added by a user"
+    (report / "stale.txt").rename(tmp_path / "stale.txt")  # the user moves it; then it builds
+    build(report, ReportRequest(text="p q", results=tmp_path / "none"))
+    (tmp_path / "stale.txt").unlink()
     assert sorted(p.name for p in report.iterdir()) == [MARKER, "index.html", "measurements.json"]
     assert _page_data((report / "index.html").read_text())["explorers"]["text"]["tokens"] == [
         "p",
@@ -157,6 +158,40 @@ def test_rebuild_replaces_a_report_but_never_a_foreign_directory(tmp_path: Path)
     ]
     # nothing left behind next to the target (temp and old directories are gone)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "report"]
+
+
+def test_force_replaces_headlab_output_of_another_kind_never_a_user_file_inside(
+    tmp_path: Path,
+) -> None:
+    """A headlab figures folder, or a headlab results file, where a report goes: refused, and
+    replaced with force; a figures folder holding a user's file: refused even with force."""
+    from headlab.results.output_policy import OutputRefused
+
+    options = ReportRequest(text="x y", results=tmp_path / "none")
+    figures = tmp_path / "figures"
+    build(tmp_path / "r", options, png=figures)
+    assert (figures / FIGURES_MARKER).is_file()
+    with pytest.raises(OutputRefused, match=r"is a headlab figures folder, not a report"):
+        build(figures, options)
+    (figures / "caption.txt").write_text("mine")
+    with pytest.raises(OutputRefused, match=r"headlab did not write \(caption.txt\)"):
+        build(figures, options, force=True)
+    assert (figures / "caption.txt").read_text() == "mine"
+    (figures / "caption.txt").unlink()
+    build(figures, options, force=True)
+    assert (figures / MARKER).is_file() and not (figures / FIGURES_MARKER).exists()
+
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps({"headlab": "model-heads", "heads": []}))
+    with pytest.raises(OutputRefused, match=r"holds headlab model-heads results \(JSON\)"):
+        build(results, options)
+    build(results, options, force=True)
+    assert (results / MARKER).is_file()
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes")
+    with pytest.raises(OutputRefused, match=r"headlab did not write it.*not even with force"):
+        build(notes, options, force=True)
+    assert notes.read_text() == "my notes"
 
 
 def test_png_figures(tmp_path: Path, results_dir: Path) -> None:

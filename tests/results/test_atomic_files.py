@@ -44,16 +44,16 @@ def test_a_refusal_names_the_library_argument_not_a_cli_flag(tmp_path):
 
     notes = tmp_path / "notes.txt"
     notes.write_text("my notes")
-    expected = f"path={notes} exists and is not headlab t results (JSON); not replacing it"
+    expected = f"path={notes} exists and headlab did not write it; not replacing it"
     for write in (
         lambda: check_output(notes, Kind.json("t")),
-        lambda: write_output(notes, b"{}", Kind.json("t")),
-        lambda: write_json(notes, {}, "t"),
+        lambda: write_output(notes, b"{}", Kind.json("t"), force=True),
+        lambda: write_json(notes, {}, "t", force=True),
     ):
         with pytest.raises(OutputRefused) as refused:
             write()
         assert str(refused.value).startswith(expected)
-        assert "pass force=True to replace it" in str(refused.value)
+        assert "not even with force=True" in str(refused.value)
         assert "--" not in str(refused.value)
     with pytest.raises(OutputRefused, match=f"^out={notes} exists"):
         plot_sweep(tmp_path / "r.jsonl", notes)

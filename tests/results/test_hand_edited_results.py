@@ -133,8 +133,8 @@ def test_a_ragged_grid_skips_its_file_naming_it_not_numpy_alone(tmp_path):
     said = [str(w.message) for w in caught if issubclass(w.category, SkippedResultsWarning)]
     if "skipped" in sections["heads"]:
         assert len(said) == 1 and "model_heads.json" in said[0]
-    else:  # drawn: the grid was stacked as it is
-        assert "image" in sections["heads"]
+    else:  # drawn: the heads display holds the grid as it is
+        assert "display" in sections["heads"]
     assert "missing" in sections["sweep"]
 
 
@@ -163,8 +163,8 @@ def test_a_file_both_read_and_written_keeps_every_row_past_a_deep_line(tmp_path_
 def test_a_ragged_grid_is_drawn_and_summarised_with_its_pruned_layer(tmp_path):
     """Issue 31: a metrics grid with a short row (a pruned layer) passes the schema, and the
     figure pads it blank, but the page's summary stacked it into one NumPy array and skipped the
-    whole file with NumPy's message. Now it is drawn, and the summary's best head is the
-    largest value, found here by hand: 0.5 at layer 1, head 0."""
+    whole file with NumPy's message. Now it is drawn: the heads display carries the pruned
+    layer's one value, 0.5 at layer 1, head 0 (the largest, found here by hand)."""
     from headlab.report.sections import _results_sections
 
     heads = {
@@ -180,5 +180,5 @@ def test_a_ragged_grid_is_drawn_and_summarised_with_its_pruned_layer(tmp_path):
         warnings.simplefilter("always")
         sections = _results_sections(tmp_path, {})
     assert not [w for w in caught if issubclass(w.category, SkippedResultsWarning)]
-    assert "image" in sections["heads"], sections["heads"]
+    assert "display" in sections["heads"], sections["heads"]
     assert "0.5" in json.dumps(sections["heads"]) and "skipped" not in sections["heads"]

@@ -11,7 +11,7 @@ from pathlib import Path
 import typer
 
 from headlab.cli.model_source import ModelChoice, open_model
-from headlab.cli.outputs import an_input, claim
+from headlab.cli.outputs import FORCE, an_input, claim
 from headlab.cli.parsing import flags
 from headlab.results.locations import model_results
 
@@ -24,10 +24,7 @@ MAX_LENGTH = typer.Option(
 )
 AS_JSON = typer.Option(False, "--json", help="Print the results document as JSON.")
 FIGURE = typer.Option(None, "--figure", help="Write a layers x heads PNG grid.")
-FORCE = typer.Option(False, "--force", help="Replace --out even if it is not this analysis' file.")
-FORCE_WITH_FIGURE = typer.Option(
-    False, "--force", help="Replace --out (and --figure) even if it is not this analysis' file."
-)
+FORCE_WITH_FIGURE = FORCE
 # the request's fields, which its errors name, are these options
 CORPUS_FLAGS = ("n_texts", "max_length")
 

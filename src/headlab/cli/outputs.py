@@ -23,7 +23,11 @@ T = TypeVar("T")
 
 # The output options of the commands that write through ``write_outputs``.
 FIGURE = typer.Option(None, "--figure", help="Write the figure (PNG).")
-FORCE = typer.Option(False, "--force", help="Replace --out/--figure if not ours.")
+FORCE_HELP = (
+    "Also replace headlab's own output of another kind (never a file headlab did not write, "
+    "nor an input of the command)."
+)
+FORCE = typer.Option(False, "--force", help=FORCE_HELP)
 AS_JSON = typer.Option(False, "--json", help="Print the results document as JSON.")
 
 

@@ -75,8 +75,8 @@ def flags(*names: str, **aliases: str) -> Iterator[None]:
 
 @contextmanager
 def _warnings_as_flags(mapping: dict[str, str]) -> Iterator[None]:
-    """A headlab warning shown within this block names flags (``force=True: deleting ...`` ->
-    ``--force: deleting ...``); it is shown when it is warned, as any other warning."""
+    """A headlab warning shown within this block names flags (``results=D does not exist`` ->
+    ``--results D does not exist``); it is shown when it is warned, as any other warning."""
     from headlab.notices import HeadlabWarning
 
     shown = warnings.showwarning

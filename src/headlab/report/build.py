@@ -20,6 +20,8 @@ from headlab import __version__
 from headlab.report.displays.display_bundle import page_code, safe_json
 from headlab.report.sections import Collected, collect
 from headlab.report.target import (
+    FIGURES_MARKER,
+    REPORT_MARKER,
     FolderKind,
     check_folder,
     inside,
@@ -32,8 +34,7 @@ from headlab.results.json_store import read_result, write_result
 from headlab.results.output_policy import OutputRefused
 from headlab.results.report_measurements import ReportMeasurements, ReportRequest
 
-MARKER = ".headlab-report"
-FIGURES_MARKER = ".headlab-figures"
+MARKER = REPORT_MARKER
 MEASUREMENTS = "measurements.json"  # beside index.html: what the page shows beside the results
 
 
@@ -96,11 +97,8 @@ def check_targets(
     (a ValueError) when either may not be written (``headlab.report.target``). ``headlab report``
     calls it before measuring; ``build_report`` again before it writes."""
     inputs = options.inputs()
-    # Refusals before the work; the warning about deleted files comes once, from the swap.
-    target = check_folder(out, REPORT, inputs=inputs, force=force, warn=False)
-    figures = (
-        None if png is None else check_folder(png, FIGURES, inputs=inputs, force=force, warn=False)
-    )
+    target = check_folder(out, REPORT, inputs=inputs, force=force)
+    figures = None if png is None else check_folder(png, FIGURES, inputs=inputs, force=force)
     if figures is not None and (inside(figures, target) or inside(target, figures)):
         raise OutputRefused(f"png={png} and out={out} must be separate folders")
     return target, figures

@@ -1,11 +1,13 @@
 """Where a report (or its figures folder) may be written, and the swap that puts it there.
 
 A report folder is headlab's when it holds the marker file, which lists the files headlab wrote
-into it. Writing is allowed to a new path, an empty folder, or a folder of the same kind. Never to
-the current folder or one of its parents, to a folder that holds the report's inputs, to a file,
-or to a folder that is not headlab's (``force=True`` does not change that). Files a user added
-inside a headlab folder are named and kept, unless ``force``, which deletes them with a warning
-naming them. The check runs before the build and again at the moment of the swap.
+into it. Writing is allowed to a new path, an empty folder, or a folder of the same kind; with
+``force``, also over headlab's own output of another kind (a figures folder where a report goes,
+or a file headlab wrote: ``headlab.results.output_policy.is_headlab_output``). Never to the
+current folder or one of its parents, to a folder that holds the report's inputs, to a file or a
+folder that headlab did not write, and never over files a user added inside a headlab folder:
+those are named, and the user moves them (``force`` does not change that: headlab deletes only
+what it wrote). The check runs before the build and again at the moment of the swap.
 """
 
 from __future__ import annotations
@@ -13,12 +15,20 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from headlab.notices import HeadlabWarning
-from headlab.results.output_policy import OutputRefused, check_not_input, check_parent
+from headlab.results.output_policy import (
+    OutputRefused,
+    check_not_input,
+    check_parent,
+    headlab_output_kind,
+)
+
+REPORT_MARKER = ".headlab-report"
+FIGURES_MARKER = ".headlab-figures"
+#: Every folder marker headlab writes, and what a folder holding it is.
+MARKERS = {REPORT_MARKER: "report", FIGURES_MARKER: "figures folder"}
 
 
 @dataclass(frozen=True)
@@ -26,10 +36,6 @@ class FolderKind:
     marker: str  # file name of the marker inside a folder of this kind
     what: str  # "report" or "figures folder", for messages
     argument: str  # the library argument that names it (the CLI maps it to its flag)
-
-
-class ReplacedUserFilesWarning(HeadlabWarning):
-    """``force=True`` deleted files that a user had added inside a headlab folder (named)."""
 
 
 def _absolute(path: str | Path) -> Path:
@@ -40,10 +46,26 @@ def inside(path: Path, folder: Path) -> bool:
     return path == folder or folder in path.parents
 
 
-def written_files(folder: Path, kind: FolderKind) -> set[str]:
-    """The names the marker lists (the files headlab wrote), always with the marker itself."""
-    lines = (folder / kind.marker).read_text(encoding="utf-8", errors="replace").splitlines()
-    return {kind.marker, *(line for line in lines[1:] if line and "/" not in line)}
+def written_files(folder: Path, marker: str) -> set[str]:
+    """The names the ``marker`` file lists (the files headlab wrote), always with the marker."""
+    lines = (folder / marker).read_text(encoding="utf-8", errors="replace").splitlines()
+    return {marker, *(line for line in lines[1:] if line and "/" not in line)}
+
+
+def _check_existing_file(target: Path, where: str, force: bool) -> Path:
+    """A file where the folder goes: ``force`` replaces it only when headlab wrote it."""
+    other = headlab_output_kind(target) if target.is_file() else None
+    if other is None:
+        raise OutputRefused(
+            f"{where} exists, is not a folder and headlab did not write it; not replacing it, "
+            "not even with force=True (choose a new path)"
+        )
+    if not force:
+        raise OutputRefused(
+            f"{where} holds {other}; not replacing it (choose a new path, or pass force=True "
+            "to replace it)"
+        )
+    return target
 
 
 def check_folder(
@@ -52,11 +74,13 @@ def check_folder(
     *,
     inputs: tuple[Path, ...] = (),
     force: bool = False,
-    warn: bool = True,
 ) -> Path:
     """The absolute path if a ``kind`` folder may replace ``path``; OutputRefused otherwise.
-    With ``force`` and ``warn``, a ReplacedUserFilesWarning names the user's files it deletes
-    (the early check passes ``warn=False``: the swap warns, when it deletes)."""
+
+    force: also replace headlab's own output of another kind (a folder with another headlab
+    marker, or a file headlab wrote); never a folder without a marker, nor one holding files
+    that its marker does not list (the refusal names them).
+    """
     target = _absolute(path)
     where = f"{kind.argument}={path}"
     cwd = Path.cwd().resolve()
@@ -74,29 +98,28 @@ def check_folder(
     if not target.exists():
         return target
     if not target.is_dir():
-        raise OutputRefused(f"{where} exists and is not a folder; choose a new path")
+        return _check_existing_file(target, where, force)
     names = {p.name for p in target.iterdir()}
     if not names:
         return target
-    if kind.marker not in names:
+    marker = kind.marker if kind.marker in names else next((m for m in MARKERS if m in names), None)
+    if marker is None:
         raise OutputRefused(
             f"{where} is a folder that headlab did not write (no {kind.marker} inside); "
-            "choose a new path (force=True replaces only a headlab "
-            f"{kind.what})"
+            "not replacing it, not even with force=True (choose a new path)"
         )
-    added = sorted(names - written_files(target, kind))
-    if added and not force:
+    if marker != kind.marker and not force:
+        raise OutputRefused(
+            f"{where} is a headlab {MARKERS[marker]}, not a {kind.what}; not replacing it "
+            "(choose a new path, or pass force=True to replace it)"
+        )
+    added = sorted(names - written_files(target, marker))
+    if added:
         shown = ", ".join(added[:5]) + (f" and {len(added) - 5} more" if len(added) > 5 else "")
         raise OutputRefused(
-            f"{where} is a headlab {kind.what} holding files headlab did not write ({shown}); "
-            "move them, or pass force=True to delete them"
-        )
-    if added and warn:
-        warnings.warn(
-            f"force=True: deleting files that headlab did not write in {target}: "
-            + ", ".join(added),
-            ReplacedUserFilesWarning,
-            stacklevel=2,
+            f"{where} is a headlab {MARKERS[marker]} holding files headlab did not write "
+            f"({shown}); headlab never deletes them, not even with force=True (move them out "
+            "of the folder, or choose a new path)"
         )
     return target
 

@@ -1,10 +1,12 @@
 """Where headlab may write: one policy for every file and folder it writes.
 
-headlab writes only to a path that does not exist, or to a regular file (or folder) that headlab
-wrote itself and that holds the same kind of output. It never writes to a device, a FIFO, a
-socket, through a symbolic link, or over a directory; it never replaces a user's file unless the
-caller passes ``force`` (the CLI's ``--force``). Every refusal is an ``OutputRefused`` (a
-ValueError, so the CLI prints one line and exits 2) that names the path and the reason.
+headlab writes only to a path that does not exist (or an empty file), or over a regular file (or
+folder) that headlab wrote itself and that holds the same kind of output. With ``force`` (the
+CLI's ``--force``) it may also replace headlab's own output of another kind (``is_headlab_output``);
+never a file that headlab did not write, not even with ``force``. It never writes to a device, a
+FIFO, a socket, through a symbolic link, or over a directory. Every refusal is an
+``OutputRefused`` (a ValueError, so the CLI prints one line and exits 2) that names the path, the
+reason and what to do.
 
 The check runs twice: before any long work starts (``check_output``), and again at the moment of
 writing (the writers in ``headlab.results.atomic_files`` call it), so a file that appeared in
@@ -13,8 +15,10 @@ between is safe.
 How a file is recognised as headlab's own, by kind:
 - ``Kind.json(name)``: a JSON object whose ``"headlab"`` key equals ``name``;
 - ``Kind.png(name)``: a PNG whose ``headlab`` text chunk equals ``name``;
-- ``Kind.jsonl(name)``: a results file (see ``headlab.results.jsonl_store``), appended to;
-- folders: a marker file inside (``headlab.report.build``).
+- a results JSONL (``headlab.results.jsonl_store``): its first line is a sweep row, or an object
+  whose ``"headlab"`` key is a string; appended to by its own writer (``jsonl_writer``);
+- folders: a marker file inside (``headlab.report.target``).
+Any of these, of any kind, is headlab's output (``is_headlab_output``), which ``force`` may replace.
 An empty regular file holds nothing to lose and counts as new.
 
 A command's own inputs are never replaced, not even with ``force``: a command declares them
@@ -70,6 +74,67 @@ class Kind:
 def _is_our_json(path: Path, name: str) -> bool:
     document = read_json(path, "", expected=object)  # bounded: size, depth (ValueError)
     return isinstance(document, dict) and document.get("headlab") == name
+
+
+def _json_kind(path: Path) -> str | None:
+    """The ``"headlab"`` string of a JSON object file (headlab's results of that kind); None."""
+    document = read_json(path, "", expected=object)
+    tag = document.get("headlab") if isinstance(document, dict) else None
+    return tag if isinstance(tag, str) else None
+
+
+def _png_kind(path: Path) -> str | None:
+    with path.open("rb") as handle:
+        return png_text_chunks(handle.read(2**16)).get("headlab")
+
+
+def _jsonl_kind(path: Path) -> str | None:
+    """``sweep`` when the first line of ``path`` is a whole sweep row, the ``"headlab"`` string
+    of a first line that is an object holding one (a corpus-roles run); None otherwise."""
+    import json
+
+    from headlab.results.jsonl_store import PEEK_BYTES, row_problem
+
+    with path.open("rb") as handle:
+        head = handle.read(PEEK_BYTES).lstrip()
+    line, newline, _ = head.partition(b"\n")
+    if not newline:
+        return None
+    try:
+        row = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(row, dict):
+        return None
+    tag = row.get("headlab")
+    if isinstance(tag, str):
+        return tag
+    return "sweep" if row_problem(row) is None else None
+
+
+def headlab_output_kind(path: str | Path) -> str | None:
+    """What headlab output the regular file ``path`` holds: a JSON results document, a figure
+    (PNG), or a results JSONL, as ``"<kind> results (JSON)"`` and the like; None when headlab did
+    not write it (or it cannot be read)."""
+    path = Path(path)
+    for read, form in (
+        (_png_kind, "figure (PNG)"),
+        (_json_kind, "results (JSON)"),
+        (_jsonl_kind, "results (JSONL)"),
+    ):
+        try:
+            tag = read(path)
+        except (OSError, ValueError, UnicodeError):
+            tag = None
+        if tag is not None:  # a tag is the file's text: shown on one line, bounded
+            shown = tag if tag.isprintable() and len(tag) <= 60 else ascii(tag[:60])
+            return f"headlab {shown} {form}"
+    return None
+
+
+def is_headlab_output(path: str | Path) -> bool:
+    """Whether headlab wrote the regular file ``path`` (of any kind): what ``force`` may replace."""
+    return headlab_output_kind(path) is not None
 
 
 def png_text_chunks(data: bytes) -> dict[str, str]:
@@ -196,9 +261,10 @@ def check_output(
 ) -> Path:
     """Return ``path`` if headlab may write ``kind`` there; otherwise raise OutputRefused.
 
-    force: also replace a regular file that is not headlab's ``kind`` (never a device, FIFO,
-    directory or a symbolic link's target). argument: the name of ``path`` in the caller's
-    signature, which the messages use (``out=results.json exists ...``).
+    force: also replace headlab's own output of another kind (``is_headlab_output``); never a
+    file that headlab did not write, a device, FIFO, directory or a symbolic link's target.
+    argument: the name of ``path`` in the caller's signature, which the messages use
+    (``out=results.json exists ...``).
     """
     path = Path(path)
     where = _named(argument, path)
@@ -214,9 +280,17 @@ def check_output(
         )
     if not stat.S_ISREG(info.st_mode):
         raise OutputRefused(f"{where} is {file_type(info.st_mode)}; expected a file path")
-    if info.st_size == 0 or force or kind.recognises(path):
+    if info.st_size == 0 or kind.recognises(path):
         return path
+    other = headlab_output_kind(path)
+    if other is not None and force:
+        return path
+    if other is not None:
+        raise OutputRefused(
+            f"{where} holds {other}, not {kind.description}; not replacing it "
+            "(choose a new path, or pass force=True to replace it)"
+        )
     raise OutputRefused(
-        f"{where} exists and is not {kind.description}; not replacing it "
-        "(choose a new path, or pass force=True to replace it)"
+        f"{where} exists and headlab did not write it; not replacing it, not even with "
+        "force=True (choose a new path, or move the file away)"
     )

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import typer
 
+from headlab.cli.outputs import FORCE
 from headlab.cli.parsing import flags, int_list
 from headlab.results.locations import RESULTS_DIR
 
@@ -32,7 +33,7 @@ def induction_circuit(
     lr: float = typer.Option(3e-3, "--lr", help="Peak learning rate (the sweep's 3e-3)."),
     out: Path = OUT,
     figure: Path = FIGURE,
-    force: bool = typer.Option(False, "--force", help="Replace a file headlab did not write."),
+    force: bool = FORCE,
     as_json: bool = typer.Option(False, "--json", help="Print the results document only."),
 ) -> None:
     """When the induction circuit forms during training (2-layer toys)."""

@@ -17,7 +17,7 @@ from headlab.cli.model_source import (
     open_model,
     require_next_token_logits,
 )
-from headlab.cli.outputs import an_input, emit_result, writing
+from headlab.cli.outputs import FORCE, an_input, emit_result, writing
 from headlab.cli.parsing import flags, float_list
 from headlab.cli.progress import progress
 from headlab.cli.tables import fitted_tables
@@ -127,9 +127,7 @@ def kv_budget_command(
     out: Path = OUT,
     figure: Path | None = FIGURE,
     as_json: bool = AS_JSON,
-    force: bool = typer.Option(
-        False, "--force", help="Replace --out (and --figure) if it is not this analysis' file."
-    ),
+    force: bool = FORCE,
 ) -> None:
     """A per-head KV budget, proven by running the model with it.
 

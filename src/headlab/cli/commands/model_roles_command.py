@@ -10,7 +10,7 @@ import typer
 from rich.text import Text
 
 from headlab.cli.model_source import ModelChoice, model_source
-from headlab.cli.outputs import an_input_folder, claim, emit_result, note_lines
+from headlab.cli.outputs import FORCE, an_input_folder, claim, emit_result, note_lines
 from headlab.cli.parsing import flags
 from headlab.cli.progress import progress
 from headlab.cli.role_tables import role_tables
@@ -64,9 +64,7 @@ def roles_command(
     out: Path = OUT,
     summary: Path = SUMMARY,
     as_json: bool = typer.Option(False, "--json", help="Print the merged document as JSON."),
-    force: bool = typer.Option(
-        False, "--force", help="Replace --summary if it is not this analysis' file."
-    ),
+    force: bool = FORCE,
 ) -> None:
     """Every head's role over many documents, merged exactly.
 

@@ -33,9 +33,9 @@ def report(
         bool,
         typer.Option(
             "--force",
-            help="Replace the headlab report in DIR even if it holds files headlab did not "
-            "write (they are deleted, named in a warning). Never a folder headlab did not "
-            "write, the current folder or one holding an input.",
+            help="Also replace headlab's own output of another kind (a figures folder, a file "
+            "headlab wrote). Never a folder headlab did not write, files a user added inside "
+            "a headlab folder, the current folder or one holding an input.",
         ),
     ] = False,
     png: Annotated[

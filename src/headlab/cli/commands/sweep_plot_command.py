@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from headlab.cli.outputs import an_input
+from headlab.cli.outputs import FORCE, an_input
 from headlab.cli.parsing import flags
 from headlab.results.locations import SWEEP_FIGURE, SWEEP_RESULTS
 
@@ -14,9 +14,7 @@ def plot(
         str(SWEEP_RESULTS), "--results", help="Results file (JSONL).", callback=an_input
     ),
     out: str = typer.Option(str(SWEEP_FIGURE), "--out", help="PNG to write."),
-    force: bool = typer.Option(
-        False, "--force", help="Replace --out even if it is not a headlab sweep figure."
-    ),
+    force: bool = FORCE,
 ) -> None:
     """Plot final accuracy and loss against head count, one column per task."""
     from headlab.report.figure_files import plot_sweep
