@@ -78,9 +78,7 @@ def key_values(model: RunnableModel, batch: TokenBatch) -> KeyValues:
     return KeyValues(k, v, batch.attention_mask.bool())
 
 
-def context_attention(
-    q: Tensor, k: Tensor, v: Tensor, allowed: Tensor, scale: float
-) -> Tensor:
+def context_attention(q: Tensor, k: Tensor, v: Tensor, allowed: Tensor, scale: float) -> Tensor:
     """(batch, head, rows, d_head) softmax(scale q k^T) v over the keys each row may see.
     q: (batch, head, rows, d_head); k, v: (batch, kv_head, pos, d_head); allowed: (batch, rows,
     pos) bool."""
