@@ -12,6 +12,7 @@ from headlab.report.circuit_figures import circuit_graph_figure, faithfulness_fi
 from headlab.report.displays import show
 from headlab.report.figures import png_bytes
 from headlab.report.formation_section import formation_section
+from headlab.report.nodes_section import nodes_section
 from headlab.report.reading import Skipped, skipping
 from headlab.report.score_split_section import score_split_section
 from headlab.results.circuit_run import CircuitRun
@@ -22,10 +23,11 @@ COMMAND = "headlab circuits --model smollm2 --task induction --method eap"
 
 
 def circuits_sections(directory: Path, pngs: dict[str, bytes], *, figures: bool = True) -> dict:
-    """{"circuits": part, "formation": part, "attends": part}: the circuits part's title,
-    performance line, displays and command, or {missing: command, file} (and skipped: why, for
-    a file that breaks its schema); the formation part (``report/formation_section.py``) and
-    the score split's (``report/score_split_section.py``). The circuit's and the score split's
+    """{"circuits": part, "formation": part, "attends": part, "nodes": part}: the circuits
+    part's title, performance line, displays and command, or {missing: command, file} (and
+    skipped: why, for a file that breaks its schema); the formation part
+    (``report/formation_section.py``), the score split's (``report/score_split_section.py``)
+    and the node scores' (``report/nodes_section.py``). The circuit's and the score split's
     figures go to ``pngs`` when ``figures`` (the page shows their displays alone)."""
     path = Path(directory) / FILE
     part = skipping(path, lambda: _part(path, pngs, figures))
@@ -36,6 +38,7 @@ def circuits_sections(directory: Path, pngs: dict[str, bytes], *, figures: bool 
         "circuits": part,
         "formation": formation_section(Path(directory), pngs),
         "attends": score_split_section(Path(directory), pngs, figures=figures),
+        "nodes": nodes_section(Path(directory)),
     }
 
 

@@ -17,7 +17,6 @@ from headlab.report.circuits_section import circuits_sections
 from headlab.report.displays import show
 from headlab.report.kinds_section import kinds_sections
 from headlab.report.long_context_section import long_context_sections
-from headlab.report.nodes_section import nodes_section
 from headlab.report.reading import PRODUCERS, Skipped, read_section, skipping
 from headlab.report.why import why_sections
 from headlab.results.explorers import decoded_views
@@ -115,7 +114,7 @@ GROUPS = {
     "sweeps": ("results", ("sweep",)),
     "why": ("why", ("expressivity", "specialisation", "redundancy", "redundancy_decoder")),
     "long": ("long", ("roles", "kv_budget")),
-    "circuits": ("circuits", ("circuits", "formation", "attends")),
+    "circuits": ("circuits", ("circuits", "formation", "attends", "nodes")),
 }
 
 
@@ -162,7 +161,6 @@ def collect(
         "long": long_context_sections(Path(options.results), pngs, figures=want_png),
         "circuits": circuits_sections(Path(options.results), pngs, figures=want_png),
         "kinds": kinds_sections(Path(options.results)),
-        "nodes": nodes_section(Path(options.results)),
         "results_dir": str(options.results),
     }
     sections["results"] = _results_sections(
