@@ -25,11 +25,12 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import time
 import warnings
 
 import torch
 from torch import Tensor
+
+from side_by_side import interleaved_cpu
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -175,25 +176,14 @@ def main(argv: list[str] | None = None) -> None:
         f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}",
         flush=True,
     )
-    cpu: dict[str, list[float]] = {side: [] for side in sides}
-    wall: dict[str, list[float]] = {side: [] for side in sides}
     found: dict[str, Tensor] = {}
+
+    def compare() -> None:
+        gap = (found["headlab"] - found["reference"]).abs().max().item()
+        print(f"largest difference of the effects: {gap:.1e}", flush=True)
+
     with torch.inference_mode():
-        for round_ in range(args.rounds):
-            order = list(sides) if round_ % 2 == 0 else list(sides)[::-1]
-            for side in order:
-                started, used = time.perf_counter(), time.process_time()
-                found[side] = sides[side]()
-                cpu[side].append(time.process_time() - used)
-                wall[side].append(time.perf_counter() - started)
-                print(
-                    f"  round {round_ + 1}, {side}: CPU {cpu[side][-1]:.1f} s, wall "
-                    f"{wall[side][-1]:.1f} s (load average {os.getloadavg()[0]:.1f})",
-                    flush=True,
-                )
-            if round_ == 0:
-                gap = (found["headlab"] - found["reference"]).abs().max().item()
-                print(f"largest difference of the effects: {gap:.1e}", flush=True)
+        cpu, wall = interleaved_cpu(sides, args.rounds, found, compare)
     ratio = statistics.median(cpu["headlab"]) / statistics.median(cpu["reference"])
     for side in sides:
         print(

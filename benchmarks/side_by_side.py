@@ -8,6 +8,7 @@ median against a baseline measured under the same load (``machine_load``).
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 
@@ -47,6 +48,35 @@ def interleaved(
             times[name] += time_calls(step, 1, 0)
             faults.setdefault(name, []).append(page_faults() - before)
     return times
+
+
+def interleaved_cpu(
+    sides: dict[str, Callable[[], object]],
+    rounds: int,
+    found: dict[str, object],
+    after_first: Callable[[], None] = lambda: None,
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """(cpu, wall): name -> seconds of each of ``rounds`` rounds, every side once per round,
+    every other round in reverse order, each timed by the process' CPU time and the wall clock
+    and printed with the load average; ``found`` gets each side's last result, and
+    ``after_first`` runs once the first round has (to compare the results)."""
+    cpu: dict[str, list[float]] = {side: [] for side in sides}
+    wall: dict[str, list[float]] = {side: [] for side in sides}
+    for round_ in range(rounds):
+        order = list(sides) if round_ % 2 == 0 else list(sides)[::-1]
+        for side in order:
+            started, used = time.perf_counter(), time.process_time()
+            found[side] = sides[side]()
+            cpu[side].append(time.process_time() - used)
+            wall[side].append(time.perf_counter() - started)
+            print(
+                f"  round {round_ + 1}, {side}: CPU {cpu[side][-1]:.1f} s, wall "
+                f"{wall[side][-1]:.1f} s (load average {os.getloadavg()[0]:.1f})",
+                flush=True,
+            )
+        if round_ == 0:
+            after_first()
+    return cpu, wall
 
 
 def load_table(
