@@ -53,7 +53,7 @@ def _timed(steps: dict, name: str, fn):
 
 
 #: The parts of ``every_layer`` whose CPU and wall seconds the rounds add up (the floor).
-PARTS = ("_plan", "_key_rows", "_query_block", "_few_block", "_many_block")
+PARTS = ("_plan", "_key_rows", "_block", "_some_block", "_many_block")
 
 
 def _counted(module, kept: dict):
