@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from headlab.attention.one_thread import one_torch_thread
 from headlab.circuits.qk_maps import qk_map, turn
 from headlab.circuits.score_sides import LINEAR_TOLERANCE, Sides
 
@@ -315,8 +316,9 @@ def attended_marginals(
     writes = sides.writes(layer, slice(None))[:, 0]  # (component, pos, embed_dim)
     if not sides.direct:
         raise ValueError(f"layer {layer}: the at-length marginals need writes by the formula")
-    plan = _plan(sides, layer, scale, writes.shape[0] - 1)
-    _pass(writes[:-1].transpose(0, 1).contiguous(), [plan])
+    with one_torch_thread(when_busy=True):
+        plan = _plan(sides, layer, scale, writes.shape[0] - 1)
+        _pass(writes[:-1].transpose(0, 1).contiguous(), [plan])
     if progress is not None:
         progress(1, 1)
     return _out(plan)
@@ -331,9 +333,21 @@ def every_layer(
 ) -> Iterator[dict[str, Tensor]]:
     """``attended_marginals`` of each layer in turn (a generator). The writes are made once,
     into one (pos, component, embed_dim) buffer filled as the layers go; the rest (the output
-    biases) is the stream minus their running sum, checked against the biases."""
+    biases) is the stream minus their running sum, checked against the biases. On one torch
+    thread while another process competes for the cores (one_thread.py: the pass's many small
+    ops would each wait in an OpenMP barrier for a descheduled thread)."""
     if sides.runner.batch != 1:
         raise ValueError(f"marginals read one text, got a batch of {sides.runner.batch}")
+    with one_torch_thread(when_busy=True):
+        plans = _every_plan(sides, scales)
+    for layer, plan in enumerate(plans):
+        if progress is not None:
+            progress(layer + 1, sides.layers)
+        yield _out(plan)
+
+
+def _every_plan(sides: Sides, scales: list[float]) -> list[_Plan]:
+    """Every layer's plan, filled: the writes made once into the held buffer, then one pass."""
     stream = sides.cache.resid
     blocks = sides.runner.blocks
     total = 1 + sum(b.attention.num_heads + b.has_mlp for b in blocks[:-1])
@@ -355,11 +369,7 @@ def every_layer(
             written += new[:, 0].sum(0)
             biases = biases + bias
     _pass(held, plans)
-    del held
-    for layer, plan in enumerate(plans):
-        if progress is not None:
-            progress(layer + 1, sides.layers)
-        yield _out(plan)
+    return plans
 
 
 __all__ = ["attended_marginals", "every_layer"]
