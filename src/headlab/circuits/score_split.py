@@ -87,9 +87,10 @@ def terms_at(sides: Sides, layer: int, head: int, group: int, positions: list[in
     return out
 
 
-def _framed(pair: Tensor, names: list[str], qm: Tensor, km: Tensor):
-    """The pair matrix on the ``PAIR_SIDE`` components of largest |marginal| per side, with a
-    "rest" row and column that keep its sum."""
+def framed(pair: Tensor, names: list[str], qm: Tensor, km: Tensor):
+    """The pair matrix ``pair`` (component, component) on the ``PAIR_SIDE`` components of
+    largest |marginal| per side (``qm``, ``km``), with a "rest" row and column that keep its
+    sum: (row names, column names, the grid as lists)."""
     rows = sorted(qm.abs().topk(min(PAIR_SIDE, qm.numel())).indices.tolist())
     cols = sorted(km.abs().topk(min(PAIR_SIDE, km.numel())).indices.tolist())
     kept = pair[rows][:, cols]
@@ -203,7 +204,7 @@ def split_scores(
         qm, km = pair.sum(1), pair.sum(0)
         raw = pair.sum()
         score = float(scores[i, j]) if facts["kernel"] else None
-        rows, cols, grid = _framed(pair, names, qm, km)
+        rows, cols, grid = framed(pair, names, qm, km)
         split = []
         heads = [
             c
@@ -271,6 +272,7 @@ def recomputed_terms(
 
 __all__ = [
     "KERNEL_SCORES_UP_TO",
+    "framed",
     "head_facts",
     "layer_pattern",
     "recomputed_terms",

@@ -17,15 +17,23 @@ from rich.console import Console
 from rich.text import Text
 
 from headlab.cli.model_source import ModelChoice, model_source, open_model
-from headlab.cli.outputs import AS_JSON, FORCE, claim, write_outputs
+from headlab.cli.outputs import AS_JSON, FORCE, an_input, claim, write_outputs
 from headlab.cli.parsing import flags, int_list
 from headlab.cli.progress import progress
 from headlab.cli.tables import fitted_tables
 from headlab.results.locations import RESULTS_DIR
 
-OUT = typer.Option(RESULTS_DIR / "why_attends.json", "--out", help="Results file (JSON).")
+OUT = typer.Option(
+    None,
+    "--out",
+    help="Results file (JSON) [default: headlab-results/why_attends.json, or "
+    "headlab-results/why_attends_all_queries.json with --all-queries].",
+)
 FIGURE = typer.Option(
     None, "--figure", help="Write the pair heatmap, marginals and source tokens (PNG)."
+)
+TEXT_FILE = typer.Option(
+    None, "--text-file", help="With --all-queries: a long text (UTF-8).", callback=an_input
 )
 TEXT = "The cat sat on the mat. The dog ran in the park. The cat sat on the mat. The dog ran"
 #: Pairs printed as tables (the results file holds them all).
@@ -120,8 +128,21 @@ def why_attends(
         help="For an encoder-decoder (T5): its source; --text is then the decoder's text, and "
         "--layer a decoder block, whose self-attention is split.",
     ),
+    all_queries: bool = typer.Option(
+        False,
+        "--all-queries",
+        help="Every query at the key it attends: the pair matrix summed over them, at any "
+        "length (no pair options).",
+    ),
+    text_file: Path | None = TEXT_FILE,
+    length: int | None = typer.Option(
+        None,
+        "--length",
+        help="With --all-queries: cut the text to this many tokens; without --text or "
+        "--text-file, the built-in copy task at this length.",
+    ),
     source: ModelChoice = None,  # the model-source options (``model_source``)
-    out: Path = OUT,
+    out: Path | None = OUT,
     figure: Path | None = FIGURE,
     force: bool = FORCE,
     as_json: bool = AS_JSON,
@@ -133,6 +154,16 @@ def why_attends(
     (embeddings, earlier heads through W_O, MLPs, biases), its two marginals, and the key side
     of the strongest head components split by the source token they read.
     """
+    if all_queries or text_file is not None or length is not None:  # one head over all queries
+        from headlab.cli.pairs_over_queries import refuse_pair_options, why_attends_all_queries
+
+        pairs = {"--query": query != "-1", "--keys": keys != "attended", "--sources": sources != 3}
+        pairs.update({"--recompute": recompute, "--source-text": source_text is not None})
+        refuse_pair_options(all_queries, pairs, text != TEXT and text_file is not None)
+        given = text if text != TEXT or (text_file is None and length is None) else None
+        args = (layer, head, given, text_file, length, out, figure, force, as_json)
+        return why_attends_all_queries(source, *args)
+    out = RESULTS_DIR / "why_attends.json" if out is None else out
     queries = int_list(query, "--query", low=None)
     if queries is None:
         raise ValueError("--query takes at least one position, got none")
