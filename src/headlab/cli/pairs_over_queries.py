@@ -95,6 +95,11 @@ def why_attends_all_queries(
         print(f"wrote {figure}")
 
 
+def _number(value: float) -> str:
+    """A signed number in 4 significant digits, without an exponent up to 10**9."""
+    return f"{value:+.0f}" if 1e4 <= abs(value) < 1e9 else f"{value:+.4g}"
+
+
 def print_result(result) -> None:
     """The strongest cells of the matrix, then both marginals, and where the queries attend."""
     console = Console()
@@ -102,10 +107,10 @@ def print_result(result) -> None:
     queries = len(result.keys)
     title = (
         f"{result.layer}.{result.head} of {result.model}, {queries} queries at their attended "
-        f"keys: q.k summed {total:.4g}; the strongest pairs"
+        f"keys: q.k summed {_number(total).lstrip('+')}; the strongest pairs"
     )
     rows = [
-        [q, k, f"{v:+.4g}", f"{v / total:+.3f}" if total else "-"] for q, k, v in result.strongest
+        [q, k, _number(v), f"{v / total:+.3f}" if total else "-"] for q, k, v in result.strongest
     ]
     for table in fitted_tables(
         title,
@@ -119,8 +124,8 @@ def print_result(result) -> None:
     marginals = [
         [
             result.components[c],
-            f"{result.key_marginal[c]:+.4g}",
-            f"{result.query_marginal[c]:+.4g}",
+            _number(result.key_marginal[c]),
+            _number(result.query_marginal[c]),
         ]
         for c in order[:ROWS]
     ]

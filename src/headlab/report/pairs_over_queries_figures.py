@@ -17,8 +17,8 @@ def pairs_over_queries_figure(result: PairsOverQueriesResult) -> Figure:
     fig = Figure(figsize=(11, 8.2))
     grid = fig.add_gridspec(2, 3, height_ratios=[1.25, 1], hspace=0.45, wspace=0.55)
     title = (
-        f"{result.model} head {result.layer}.{result.head}: the pair matrix summed over "
-        f"{len(result.keys)} queries at their attended keys (total {result.total:.4g})"
+        f"{result.model} head {result.layer}.{result.head}\nthe pair matrix summed over "
+        f"{len(result.keys)} queries at their attended keys (total {result.total:.5g})"
     )
     heat = fig.add_subplot(grid[0, 0:2])
     pair_heatmap(fig, heat, result.pair, result.pair_rows, result.pair_cols, title)

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from headlab.results.schema import Fields, is_int, is_number, problem
+from headlab.results.schema import MAX_NAME, Fields, is_int, is_number, is_short_text, problem
 
 FROZEN = "norm scales held at the run's values (one per position)"
 
@@ -113,18 +113,26 @@ class PairsOverQueriesResult:
         known = set(components)
         strongest = []
         for i, cell in enumerate(fields.list("strongest")):
-            ok = isinstance(cell, list) and len(cell) == 3 and cell[0] in known
-            if not (ok and cell[1] in known and is_number(cell[2])):
-                raise problem(
-                    f"{fields.at('strongest')}[{i}]", "[component, component, value]", cell
-                )
-            strongest.append((str(cell[0]), str(cell[1]), float(cell[2])))
+            where_cell = f"{fields.at('strongest')}[{i}]"
+            if not (isinstance(cell, list) and len(cell) == 3):
+                raise problem(where_cell, "[component, component, value]", cell)
+            for j in (0, 1):
+                if not is_short_text(cell[j]):
+                    got = f"{len(cell[j])} characters" if isinstance(cell[j], str) else cell[j]
+                    raise problem(
+                        f"{where_cell}[{j}]", f"a string of at most {MAX_NAME} characters", got
+                    )
+                if cell[j] not in known:
+                    raise problem(f"{where_cell}[{j}]", "one of the components", cell[j])
+            if not is_number(cell[2]):
+                raise problem(f"{where_cell}[2]", "a finite number", cell[2])
+            strongest.append((cell[0], cell[1], float(cell[2])))
         return cls(
             model=fields.name("model"),
             layer=fields.int("layer"),
             head=fields.int("head"),
             kv_group=fields.int("kv_group"),
-            text=fields.str("text"),
+            text=fields.text("text"),
             tokens=tokens,
             components=components,
             scale=fields.number("scale"),
