@@ -26,8 +26,8 @@ from headlab.results.locations import RESULTS_DIR
 OUT = typer.Option(
     None,
     "--out",
-    help="Results file (JSON) [default: headlab-results/why_attends.json, or "
-    "headlab-results/why_attends_all_queries.json with --all-queries].",
+    help="Results file (JSON) [default: why_attends.json, or why_attends_all_queries.json "
+    "with --all-queries, in headlab-results/].",
 )
 FIGURE = typer.Option(
     None, "--figure", help="Write the pair heatmap, marginals and source tokens (PNG)."
@@ -152,7 +152,8 @@ def why_attends(
     Each pre-softmax score of the head is split, with the norms held at the run's scales, into
     a pair matrix over the components that wrote the query's and the key's residual stream
     (embeddings, earlier heads through W_O, MLPs, biases), its two marginals, and the key side
-    of the strongest head components split by the source token they read.
+    of the strongest head components split by the source token they read. With --all-queries:
+    every query of a text at the key it attends, their pair matrices summed, at any length.
     """
     if all_queries or text_file is not None or length is not None:  # one head over all queries
         from headlab.cli.pairs_over_queries import refuse_pair_options, why_attends_all_queries
