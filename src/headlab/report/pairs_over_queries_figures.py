@@ -16,8 +16,9 @@ from headlab.results.pairs_over_queries_result import PairsOverQueriesResult
 def pairs_over_queries_figure(result: PairsOverQueriesResult) -> Figure:
     fig = Figure(figsize=(11, 8.2))
     grid = fig.add_gridspec(2, 3, height_ratios=[1.25, 1], hspace=0.45, wspace=0.55)
+    model = result.model.replace("$", r"\$")  # matplotlib reads $...$ as math
     title = (
-        f"{result.model} head {result.layer}.{result.head}\nthe pair matrix summed over "
+        f"{model} head {result.layer}.{result.head}\nthe pair matrix summed over "
         f"{len(result.keys)} queries at their attended keys (total {result.total:.5g})"
     )
     heat = fig.add_subplot(grid[0, 0:2])
