@@ -113,9 +113,10 @@ def _refused(argv: list[str], capsys, monkeypatch, model: str) -> str:
 @pytest.mark.parametrize(
     ("argv", "says"),
     [
-        (["--keys", "top-2"], "--all-queries takes every query at the key it attends; --keys"),
-        (["--query", "3"], "--query chooses pairs"),
-        (["--recompute"], "--recompute chooses pairs"),
+        (["--keys", "top-2"], "--keys does not go with --all-queries, which takes every query"),
+        (["--query", "3"], "--query does not go with --all-queries"),
+        (["--recompute"], "--recompute does not go with --all-queries"),
+        (["--source-text", "s"], "--source-text does not go with --all-queries"),
         (["--text", "a b", "--text-file", "x.txt"], "give --text or --text-file, not both"),
         (["--length", "1"], "--length must be >= 2 tokens, got 1"),
         (["--layer", "-1"], "--layer must be >= 0, got -1"),

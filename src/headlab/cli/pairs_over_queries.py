@@ -36,12 +36,12 @@ def refuse_pair_options(all_queries: bool, pair_options: dict[str, bool], text_g
     flag -> given) with --all-queries, --text with --text-file, --text-file or --length
     without --all-queries."""
     if not all_queries:
-        raise ValueError("--text-file and --length go with --all-queries, got neither flag")
+        raise ValueError("--text-file and --length go with --all-queries, which was not given")
     given = [flag for flag, on in pair_options.items() if on]
     if given:
         raise ValueError(
-            f"--all-queries takes every query at the key it attends; {given[0]} chooses pairs "
-            "(leave it out, or leave out --all-queries)"
+            f"{given[0]} does not go with --all-queries, which takes every query at the key "
+            "it attends (leave one of them out)"
         )
     if text_given:
         raise ValueError("give --text or --text-file, not both")
