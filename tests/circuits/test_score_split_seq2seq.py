@@ -99,9 +99,13 @@ def _built(kind: str):
     ours.set_attn_implementation(register())
     seq2seq = EncoderDecoderModel(kind, ours)
     if kind == "whisper":
-        features = torch.randn(1, 11, 26, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+        features = torch.randn(
+            1, 11, 26, dtype=torch.float64, generator=torch.Generator().manual_seed(2)
+        )
         labels = [[f"{0.02 * i:.2f}s" for i in range(13)]]
-        source = SourceBatch({"input_features": features}, torch.ones(1, 13, dtype=torch.bool), labels)
+        source = SourceBatch(
+            {"input_features": features}, torch.ones(1, 13, dtype=torch.bool), labels
+        )
     else:
         source = seq2seq.source_ids(SOURCE)
     target = seq2seq.target_ids(TARGET).input_ids

@@ -168,9 +168,7 @@ class CrossSides:
 
         stream = sides.cache.resid[layer]
         with torch.no_grad():
-            sides.runner.forward(
-                layer, stream, 1, hooks, stop=StopAt(layer, "weights", cross=True)
-            )
+            sides.runner.forward(layer, stream, 1, hooks, stop=StopAt(layer, "weights", cross=True))
         seen = kept["r"]
         return {"q": seen["q"], "k": seen["k"], "logits": logits[-1], "scores": seen["scores"]}
 
@@ -240,7 +238,7 @@ def split_cross_scores(
             progress(n + 1, len(wanted))
     ids = runner.ids[0].tolist()
     return ScoreSplitResult(
-        model=runner.model.name,
+        model=f"{sides.decoder.seq2seq.name} (cross-attention)",
         layer=layer,
         head=head,
         kv_group=head,

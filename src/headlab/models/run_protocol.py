@@ -77,7 +77,9 @@ class Stream:
 
     def __post_init__(self) -> None:
         if self.final_norm is not None and self.final_norm.role != "final":
-            raise ValueError(f"a stream's final norm has the role final, got {self.final_norm.role!r}")
+            raise ValueError(
+                f"a stream's final norm has the role final, got {self.final_norm.role!r}"
+            )
         if self.kind not in STREAM_KINDS:
             raise ValueError(
                 f"a stream's kind is one of {', '.join(STREAM_KINDS)}, got {self.kind!r}"

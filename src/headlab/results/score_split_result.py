@@ -212,8 +212,7 @@ class ScoreSplitResult:
                 names = components if names is None else names
                 if len(side) != len(names):
                     raise ValueError(
-                        f"{where}: a marginal has {len(side)} values for "
-                        f"{len(names)} components"
+                        f"{where}: a marginal has {len(side)} values for {len(names)} components"
                     )
         return cls(
             model=fields.str("model"),

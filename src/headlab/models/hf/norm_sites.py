@@ -38,7 +38,9 @@ RUNNING = "headlab_running_norm"
 def is_norm(module: nn.Module) -> bool:
     """Whether ``module`` is a norm: a 1-D ``weight`` and "Norm" in its class name."""
     weight = getattr(module, "weight", None)
-    return "norm" in type(module).__name__.lower() and isinstance(weight, Tensor) and weight.dim() == 1
+    return (
+        "norm" in type(module).__name__.lower() and isinstance(weight, Tensor) and weight.dim() == 1
+    )
 
 
 def norms_of(module: nn.Module) -> list[nn.Module]:
@@ -191,7 +193,9 @@ def stack_final_norm(stack: nn.Module, blocks: list[nn.Module]) -> HFNorm | None
         return None
     if len(found) > 1:
         names = ", ".join(name for name, _ in found)
-        raise ValueError(f"{type(stack).__name__} has {len(found)} norms after its blocks ({names})")
+        raise ValueError(
+            f"{type(stack).__name__} has {len(found)} norms after its blocks ({names})"
+        )
     norm = HFNorm("final", found[0][1])
     if not norm.module.__dict__.get(HOOKED):
         object.__setattr__(norm.module, HOOKED, True)

@@ -119,7 +119,7 @@ class DecoderStream:
             stop=stop,
             keep=keep,
             interventions=interventions,
-            sources={"encoder": self.encoded} if not sources else sources,
+            sources=sources or {"encoder": self.encoded},
         )
 
     def _embedded(self, batch: TokenBatch, copies: int) -> Tensor:
@@ -193,7 +193,9 @@ class EncoderStream:
         encoder = self.model.get_encoder()
 
         def call() -> Tensor:
-            given = {k: v.repeat(copies, *([1] * (v.dim() - 1))).to(device) for k, v in inputs.items()}
+            given = {
+                k: v.repeat(copies, *([1] * (v.dim() - 1))).to(device) for k, v in inputs.items()
+            }
             states = encoder(**given).last_hidden_state  # after the encoder's final norm
             return states if keep is None else states[:, keep.to(device)]
 
