@@ -132,7 +132,7 @@ def test_the_encoder_and_bart_decoder(files, tmp_path, capsys, monkeypatch):
 def test_bad_input_before_the_model_loads(files, tmp_path, capsys, model, argv, says):
     argv = [str(files / a) if a.endswith(".wav") else a for a in argv]
     base = ["why-attends", "--model-dir", str(files / model), "--layer", "0", "--head", "0"]
-    code, out, err = run([*base, *argv, "--out", str(tmp_path / "w.json")], capsys)
+    code, _out, err = run([*base, *argv, "--out", str(tmp_path / "w.json")], capsys)
     lines = [line for line in err.splitlines() if line.startswith("headlab: error")]
     assert code == 2 and len(lines) == 1 and says in lines[0], (code, err)
     assert "Traceback" not in err and not (tmp_path / "w.json").exists()

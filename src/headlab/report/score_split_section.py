@@ -47,7 +47,8 @@ def _part(path: Path, pngs: dict[str, bytes], figures: bool) -> dict | None:
     top = names[order[0]]
     said = (
         f"Query {pair.query} ({tokens[pair.query]!r}) to key {pair.key} "
-        f"({result.key_labels(pair.batch)[pair.key]!r}): q.k = {pair.raw:.4g}; the key side's largest term is "
+        f"({result.key_labels(pair.batch)[pair.key]!r}): q.k = {pair.raw:.4g}; "
+        "the key side's largest term is "
         f"{top}'s ({pair.key_marginal[order[0]]:+.4g})."
     )
     if pair.sources:
