@@ -136,3 +136,38 @@ def test_bad_input_before_the_model_loads(files, tmp_path, capsys, model, argv, 
     lines = [line for line in err.splitlines() if line.startswith("headlab: error")]
     assert code == 2 and len(lines) == 1 and says in lines[0], (code, err)
     assert "Traceback" not in err and not (tmp_path / "w.json").exists()
+
+
+def test_a_t5_encoder_folder_equals_the_loaded_encoder_decoders_encoder(
+    files, tmp_path, capsys, monkeypatch
+):
+    """A ``T5EncoderModel`` checkpoint loads through ``headlab.models.load`` as an encoder (not
+    causal); with the encoder-decoder's weights, its split of a text is the split of the
+    encoder-decoder's encoder reading that text as its source."""
+    from transformers import T5EncoderModel
+
+    from headlab.models import load
+
+    folder = tmp_path / "t5_encoder"
+    T5EncoderModel.from_pretrained(files / "t5").save_pretrained(folder)
+    shutil.copy(files / "t5" / "tokenizer.json", folder)
+    for name in ("tokenizer_config.json", "special_tokens_map.json"):
+        if (files / "t5" / name).exists():
+            shutil.copy(files / "t5" / name, folder)
+    assert load(folder).causal is False
+    argv = ["--layer", "1", "--head", "2", "--query", "1", "--keys", "all"]
+    alone, _ = _ran(
+        ["--model-dir", str(folder), "--text", "a cat", *argv], capsys, monkeypatch, tmp_path / "a"
+    )
+    inside, _ = _ran(
+        ["--model-dir", str(files / "t5"), "--source-text", "a cat", "--attention", "encoder"]
+        + argv,
+        capsys,
+        monkeypatch,
+        tmp_path / "b",
+    )
+    assert len(alone.pairs) == len(inside.pairs) == 6  # "a cat" and </s>
+    for a, b in zip(alone.pairs, inside.pairs, strict=True):
+        assert (a.query, a.key) == (b.query, b.key)
+        assert a.key_marginal == pytest.approx(b.key_marginal, abs=1e-5)
+        assert a.score == pytest.approx(b.score, abs=1e-5)
