@@ -44,7 +44,7 @@ from headlab.models.run_protocol import (
 BIAS_FAMILIES = frozenset({"t5", "mt5", "umt5"})
 #: Families whose positions enter only with the embeddings (learned absolute positions): a run
 #: of some rows from a given stream is exact.
-EMBEDDED_FAMILIES = frozenset({"bart", "mbart", "marian", "whisper"})
+EMBEDDED_FAMILIES = frozenset({"bart", "marian", "whisper"})
 ROW_FAMILIES = BIAS_FAMILIES | EMBEDDED_FAMILIES
 
 
