@@ -182,6 +182,23 @@ def test_cross_terms_sum_to_the_eager_score(built, layer, head):
         assert abs(pair.score - want) <= 1e-10 and abs(pair.bias_term) <= 1e-10
 
 
+def test_the_key_side_a_few_components_at_a_time_is_the_same(built, monkeypatch):
+    """The key side's copies run a few components at a time (``COPIES_BUDGET``) and keys far
+    apart run apart (``position_runs``): one component and one key at a time gives the same
+    terms."""
+    import headlab.circuits.score_cross as score_cross
+
+    *_, sides = built
+    whole = split_cross_scores(sides, 1, 1, [4], KeySpec.parse("all"))
+    monkeypatch.setattr(score_cross, "COPIES_BUDGET", 1)
+    monkeypatch.setattr(score_cross, "position_runs", lambda ps: [slice(p, p + 1) for p in ps])
+    apart = split_cross_scores(sides, 1, 1, [4], KeySpec.parse("top-2"))
+    for pair in apart.pairs:
+        want = whole.pairs[pair.key]
+        gaps = [abs(a - b) for a, b in zip(pair.key_marginal, want.key_marginal, strict=True)]
+        assert max(gaps) <= 1e-12 and abs(pair.score - want.score) <= 1e-12
+
+
 def module_heads(module) -> int:
     return int(getattr(module, "n_heads", None) or module.num_heads)
 

@@ -160,8 +160,15 @@ def test_a_t5_encoder_folder_equals_the_loaded_encoder_decoders_encoder(
         ["--model-dir", str(folder), "--text", "a cat", *argv], capsys, monkeypatch, tmp_path / "a"
     )
     inside, _ = _ran(
-        ["--model-dir", str(files / "t5"), "--source-text", "a cat", "--attention", "encoder"]
-        + argv,
+        [
+            "--model-dir",
+            str(files / "t5"),
+            "--source-text",
+            "a cat",
+            "--attention",
+            "encoder",
+            *argv,
+        ],
         capsys,
         monkeypatch,
         tmp_path / "b",

@@ -35,8 +35,8 @@ from headlab.attention.interventions import intervene, record
 from headlab.circuits.frozen_norms import frozen_norms
 from headlab.circuits.graph import head_name
 from headlab.circuits.score_keys import KeySpec, keys_for
-from headlab.circuits.score_sides import OUT_BIAS, QK_BIAS, Sides, kernel_scale
-from headlab.circuits.score_split import framed
+from headlab.circuits.score_sides import COPIES_BUDGET, OUT_BIAS, QK_BIAS, Sides, kernel_scale
+from headlab.circuits.score_split import framed, position_runs
 from headlab.circuits.score_writes import one_head_each
 from headlab.models.hf.seq2seq_view import DecoderStream, EncoderStream
 from headlab.models.run_protocol import StopAt
@@ -116,16 +116,31 @@ class CrossSides:
         terms = q[:-2] - zero
         return torch.cat([terms[: n - 1], terms[n : n + count], terms[n - 1 : n], zero])
 
-    def key_terms(self, layer: int) -> Tensor:
-        """(component + 1, batch, head, source pos, d_head): each of ``key_components()``'s
-        part of block ``layer``'s cross-attention k at every source position, then the constant
-        (``QK_BIAS``: the final norm's shift, the k projection's bias); they sum to the run's k."""
-        keys, sides = self.keys, self.queries
-        writes = keys.writes(keys.layers, slice(0, self.source_length))  # (component, b, S, d)
+    def key_terms(self, layer: int, rows: slice) -> Tensor:
+        """(component + 1, batch, head, rows, d_head): each of ``key_components()``'s part of
+        block ``layer``'s cross-attention k at the source positions ``rows``, then the
+        constant (``QK_BIAS``: the final norm's shift, the k projection's bias); they sum to
+        the run's k. The copies hold the encoder's whole final states (the cross-attention's
+        mask reads every source position), a few components at a time (``COPIES_BUDGET``)."""
+        keys = self.keys
+        writes = keys.writes(keys.layers, rows)  # (component, batch, rows, d_model)
         real = keys.cache.resid[keys.layers]  # (batch, source pos, d_model)
-        b = real.shape[0]
-        copies = writes.shape[0] + 2
-        memory = torch.cat([writes, torch.zeros_like(real)[None], real[None]]).flatten(0, 1)
+        per = max(1, COPIES_BUDGET // max(1, real.numel() * real.element_size() * 4))
+        terms = []
+        for start in range(0, writes.shape[0], per):
+            k = self._run_keys(layer, rows, writes[start : start + per], real)
+            terms.append(k[:-1] - k[-1])
+        return torch.cat([*terms, k[-1:]])  # the constant: the zero copy's k
+
+    def _run_keys(self, layer: int, rows: slice, part: Tensor, real: Tensor) -> Tensor:
+        """(copy + 1, batch, head, rows, d_head) the k of the copies of the encoder's final
+        states that hold ``part``'s writes (part, batch, rows, d_model) at ``rows``, then of a
+        zero copy; the real states run last, holding the final norm's scales, and are dropped."""
+        sides = self.queries
+        b, copies = real.shape[0], part.shape[0] + 2
+        memory = real.new_zeros(copies, *real.shape)  # (copies, batch, source pos, d_model)
+        memory[: part.shape[0], :, rows] = part
+        memory[-1] = real
         row = slice(0, 1)  # the k map reads no target position: one runs
         hidden = sides.cache.resid[layer][:, row].repeat(copies, 1, 1)
         final = self.encoder.final_norm
@@ -143,11 +158,9 @@ class CrossSides:
                 stop=StopAt(layer, "k", cross=True),
                 rows=row,
                 interventions=hooks,
-                sources={"encoder": memory},
+                sources={"encoder": memory.flatten(0, 1)},
             )
-        k = k.unflatten(0, (copies, b))  # (copies, batch, head, source pos, d_head)
-        zero = k[-2:-1]
-        return torch.cat([k[:-2] - zero, zero])
+        return k.unflatten(0, (copies, b))[:-1, :, :, rows]
 
     def clean_scores(self, layer: int) -> dict[str, Tensor]:
         """Block ``layer``'s cross-attention on the clean run: q, k (its sites), ``logits``
@@ -208,13 +221,16 @@ def split_cross_scores(
         raise ValueError(f"--keys {spec.name()} names no source position the queries see")
     names = [*sides.query_components(layer), QK_BIAS]
     key_names = [*sides.key_components(), QK_BIAS]
-    k_all = sides.key_terms(layer)[:, 0, head]  # (component + 1, source pos, d_head)
+    k_at: dict[int, Tensor] = {}  # source position -> (component + 1, d_head)
+    for rows in position_runs(sorted({j for _, j in wanted})):
+        k = sides.key_terms(layer, rows)[:, 0, head]  # (component + 1, rows, d_head)
+        k_at.update({j: k[:, j - rows.start] for j in range(rows.start, rows.stop)})
     q_rows: dict[int, Tensor] = {}
     pairs = []
     for n, (i, j) in enumerate(wanted):
         if i not in q_rows:
             q_rows[i] = sides.query_terms(layer, slice(i, i + 1))[:, 0, head, 0]
-        pair = scale * q_rows[i] @ k_all[:, j].t()  # (query component + 1, key component + 1)
+        pair = scale * q_rows[i] @ k_at[j].t()  # (query component + 1, key component + 1)
         qm, km = pair.sum(1), pair.sum(0)
         raw, score = float(pair.sum()), float(scores[i, j])
         rows, cols, grid = framed(pair, names, qm, km, key_names)

@@ -67,7 +67,7 @@ def head_facts(sides: Sides, layer: int, head: int) -> dict:
     }
 
 
-def _runs(positions: list[int]) -> list[slice]:
+def position_runs(positions: list[int]) -> list[slice]:
     """Slices covering ``positions``: one where they lie within ``SPAN``, else one each."""
     lo, hi = min(positions), max(positions)
     if hi - lo < SPAN:
@@ -79,7 +79,7 @@ def terms_at(sides: Sides, layer: int, head: int, group: int, positions: list[in
     """position -> (q terms (component + 1, d_head) of ``head``, k terms (component + 1,
     d_head) of K/V group ``group``), the components then ``QK_BIAS``."""
     out = {}
-    for rows in _runs(positions):
+    for rows in position_runs(positions):
         q, k = sides.side_terms(layer, rows)  # (component + 1, batch, head|kv_head, rows, d)
         for p in range(rows.start, rows.stop):
             if p in positions:
@@ -276,6 +276,7 @@ __all__ = [
     "framed",
     "head_facts",
     "layer_pattern",
+    "position_runs",
     "recomputed_terms",
     "source_terms",
     "split_scores",

@@ -102,7 +102,7 @@ def seq2seq_choice(
     return Seq2SeqChoice(attention, inputs)
 
 
-def checked_keys(choice: Seq2SeqChoice, spec, queries: list[int]) -> None:
+def checked_keys(choice: Seq2SeqChoice, spec) -> None:
     """ValueError (one line) for keys that mean nothing across two streams (a cross-attention:
     attended, top-K, all or a source position)."""
     if choice.attention == "cross":

@@ -153,7 +153,7 @@ def why_attends(
         spec = _checked(layer, head, queries, keys, source, as_json)
     else:  # an encoder-decoder's decoder is causal; its cross-attention's keys are the source's
         spec = _checked(layer, head, queries if choice.causal else [], keys, None, as_json)
-        checked_keys(choice, spec, queries)
+        checked_keys(choice, spec)
     claim("why-attends", out, force=force, figure=figure)
     loaded = _opened(source, text, choice, as_json)
     ids, shapes = loaded.ids, loaded.shapes
