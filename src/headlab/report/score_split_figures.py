@@ -44,7 +44,8 @@ def score_split_figure(result: ScoreSplitResult) -> Figure:
     image = heat.imshow(matrix, cmap="RdBu_r", vmin=-bound, vmax=bound, aspect="auto")
     heat.set_xticks(range(len(pair.pair_cols)), pair.pair_cols, rotation=60, fontsize=7)
     heat.set_yticks(range(len(pair.pair_rows)), pair.pair_rows, fontsize=7)
-    heat.set_xlabel("key side (what the key position's stream holds)", fontsize=8)
+    held = "the key position's stream" if result.key_components is None else "the encoder's stream"
+    heat.set_xlabel(f"key side (what {held} holds)", fontsize=8)
     heat.set_ylabel("query side", fontsize=8)
     fig.colorbar(image, ax=heat, fraction=0.04, pad=0.02).ax.tick_params(labelsize=7)
     query, key = _token(tokens[pair.query]), _token(result.key_labels(pair.batch)[pair.key])
