@@ -157,6 +157,15 @@ def test_the_pattern_hovers_exact_weights_and_moves(browser, page_file, displays
     opened.close()
 
 
+STRONG_PIXELS = """(id) => {
+  const c = document.querySelector(`[data-testid=${id}]`);
+  const d = c.getContext("2d").getImageData(0, 0, c.width, c.height).data;
+  let n = 0;
+  for (let i = 0; i < d.length; i += 4) if (Math.min(d[i], d[i + 1], d[i + 2]) < 150) n++;
+  return n / (d.length / 4);
+}"""  # the share of a canvas' pixels in a strong colour (no channel above 150 of 255)
+
+
 def test_the_circuit_threshold_and_node_selection(browser, page_file, displays):
     opened = Offline(browser, page_file)
     page, run = opened.page, displays["run"]
@@ -174,6 +183,10 @@ def test_the_circuit_threshold_and_node_selection(browser, page_file, displays):
     slider.fill("0")
     page.evaluate(FRAMES)
     assert canvas.get_attribute("data-shown") == "70651"  # every edge, drawn
+    # ... by opacity, weak edges near clear: not a solid block of hairlines (61% of the canvas
+    # in strong colour when every hairline was at least a quarter opaque, on these scores and on
+    # a real EAP run's; 24% and 1% drawn by opacity)
+    assert page.evaluate(STRONG_PIXELS, "circuit-canvas") < 0.4
     data = displays["circuit"].data
     node = data["nodes"].index("16.0")
     x, y = _node_xy(data, node)  # CSS pixels inside the canvas' border (playwright's positions)
