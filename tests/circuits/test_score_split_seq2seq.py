@@ -331,6 +331,9 @@ def test_an_encoder_read_from_the_loaded_encoder_decoder(built):
 
     result = split_scores(sides.keys, layer, head, [2, length - 1], KeySpec.parse("all"))
     assert len(result.pairs) == 2 * length  # an encoder: keys after the query too
+    # a few positions run alone (Whisper: the window runs, the given stream stands for them)
+    few = split_scores(sides.keys, layer, head, [3], KeySpec.parse("4"), sources=0).pairs
+    assert abs(few[0].raw - float(reference[3, 4])) <= 1e-10
     assert sides.keys.direct is (kind != "bart")  # BART's encoder is post-norm
     for pair in result.pairs:
         assert abs(pair.raw - float(reference[pair.query, pair.key])) <= 1e-10
