@@ -117,6 +117,7 @@ def _refused(argv: list[str], capsys, monkeypatch, model: str) -> str:
         (["--query", "3"], "--query does not go with --all-queries"),
         (["--recompute"], "--recompute does not go with --all-queries"),
         (["--source-text", "s"], "--source-text does not go with --all-queries"),
+        (["--attention", "cross"], "--attention does not go with --all-queries"),
         (["--text", "a b", "--text-file", "x.txt"], "give --text or --text-file, not both"),
         (["--length", "1"], "--length must be >= 2 tokens, got 1"),
         (["--layer", "-1"], "--layer must be >= 0, got -1"),

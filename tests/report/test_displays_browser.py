@@ -359,3 +359,32 @@ def test_a_page_that_runs_no_script_shows_each_summary(browser, page_file, displ
     assert fallbacks.first.inner_text().startswith(repr(head_statistics()))
     assert page.locator("canvas").count() == 0 and page.locator("img").count() == 0
     context.close()
+
+
+def test_a_cross_attention_split_shows_the_key_sides_own_names(browser, tmp_path):
+    """A cross-attention's key side is the encoder's: its bars name the encoder's components
+    and its pair names the source's label, not the target's token at that position."""
+    from dataclasses import replace
+
+    plain = score_split_result()
+    keyed = ["enc." + c for c in plain.components]
+    labels = [f"src{i}" for i in range(64)]
+    pairs = [replace(p, sources=[]) for p in plain.pairs]
+    result = replace(plain, pairs=pairs, attention="cross", key_components=keyed, key_tokens=labels)
+    path = tmp_path / "cross.html"
+    path.write_text(
+        "<!doctype html><meta charset=utf-8><body>" + show(result).html(code=True), encoding="utf-8"
+    )
+    opened = Offline(browser, path)
+    page = opened.page
+    first = max(range(3), key=lambda i: result.pairs[i].score)
+    pair = result.pairs[first]
+    names = page.locator("[data-testid=split-key-bars] .hl-bar-row").evaluate_all(
+        "rows => rows.map(r => r.dataset.component)"
+    )
+    strongest = sorted(range(len(keyed)), key=lambda c: -abs(pair.key_marginal[c]))
+    assert names == [keyed[c] for c in strongest[:10]]
+    said = page.get_by_test_id("split-say").inner_text()
+    assert f"src{pair.key}" in said  # the source's label of the key position
+    opened.assert_clean()
+    opened.close()

@@ -18,16 +18,23 @@ AROUND = 24
 
 
 def pair_heatmap(
-    fig, ax, grid: list[list[float]], rows: list[str], cols: list[str], title: str
+    fig,
+    ax,
+    grid: list[list[float]],
+    rows: list[str],
+    cols: list[str],
+    title: str,
+    held: str = "the key position's stream",
 ) -> None:
-    """A framed pair matrix ``grid`` (rows: query side, columns: key side) as a heatmap on
-    ``ax`` under ``title``, red adding to the score, with its colour bar."""
+    """A framed pair matrix ``grid`` (rows: query side, columns: key side, which reads
+    ``held``) as a heatmap on ``ax`` under ``title``, red adding to the score, with its colour
+    bar."""
     matrix = np.asarray(grid)
     bound = float(np.abs(matrix).max()) or 1.0
     image = ax.imshow(matrix, cmap="RdBu_r", vmin=-bound, vmax=bound, aspect="auto")
     ax.set_xticks(range(len(cols)), cols, rotation=60, fontsize=7)
     ax.set_yticks(range(len(rows)), rows, fontsize=7)
-    ax.set_xlabel("key side (what the key position's stream holds)", fontsize=8)
+    ax.set_xlabel(f"key side (what {held} holds)", fontsize=8)
     ax.set_ylabel("query side", fontsize=8)
     fig.colorbar(image, ax=ax, fraction=0.04, pad=0.02).ax.tick_params(labelsize=7)
     ax.set_title(title, fontsize=9)
@@ -55,15 +62,16 @@ def score_split_figure(result: ScoreSplitResult) -> Figure:
     tokens = result.tokens[pair.batch]
     fig = Figure(figsize=(11, 8.2))
     grid = fig.add_gridspec(2, 3, height_ratios=[1.25, 1], hspace=0.45, wspace=0.55)
-    query, key = _token(tokens[pair.query]), _token(tokens[pair.key])
+    query, key = _token(tokens[pair.query]), _token(result.key_labels(pair.batch)[pair.key])
     score = "" if pair.score is None else f", score {pair.score:.3g}"
     title = (
         f"{result.model} head {result.layer}.{result.head}: query {pair.query} '{query}' -> "
         f"key {pair.key} '{key}' (raw {pair.raw:.3g}{score})"
     )
+    held = "the key position's stream" if result.key_components is None else "the encoder's stream"
     heat = fig.add_subplot(grid[0, 0:2])
-    pair_heatmap(fig, heat, pair.pair, pair.pair_rows, pair.pair_cols, title)
-    marginal_bars(fig.add_subplot(grid[0, 2]), result.components, pair.key_marginal, "key side")
+    pair_heatmap(fig, heat, pair.pair, pair.pair_rows, pair.pair_cols, title, held)
+    marginal_bars(fig.add_subplot(grid[0, 2]), result.key_names(), pair.key_marginal, "key side")
     marginal_bars(fig.add_subplot(grid[1, 2]), result.components, pair.query_marginal, "query side")
     text = fig.add_subplot(grid[1, 0:2])
     text.set_axis_off()
@@ -74,8 +82,8 @@ def score_split_figure(result: ScoreSplitResult) -> Figure:
         text.text(
             0,
             0.5,
-            "no head component split by source (the family's writes pass "
-            "through a post-norm, or no head adds to the key side)",
+            "no head component split by source (a cross-attention's key side, or no head "
+            "adds to the key side)",
             fontsize=8,
         )
     return fig
