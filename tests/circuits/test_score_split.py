@@ -215,6 +215,22 @@ def test_at_length_marginals_refuse_qk_norm():
         attended_marginals(sides, 1, 0.3)
 
 
+def test_at_length_marginals_refuse_a_window_only_the_config_names():
+    """Mistral's attention module keeps no window (it is in the mask): the attended key of a
+    query past the window would otherwise be searched over keys the model never sees."""
+    from headlab.circuits.score_marginals import attended_marginals, every_layer
+
+    model = _model("mistral")
+    assert getattr(model.layers[0].module, "sliding_window", None) is None
+    window = model.config.sliding_window
+    assert window < LENGTH - 1  # a query exists whose earliest keys lie outside its window
+    sides = Sides(model, _ids())
+    with pytest.raises(ValueError, match="sliding window"):
+        attended_marginals(sides, 1, 0.3)
+    with pytest.raises(ValueError, match="sliding window"):
+        next(every_layer(sides, [0.3] * sides.layers))
+
+
 @pytest.mark.parametrize("layers", [1, 2])
 def test_every_layer_equals_each_layer_alone(layers, monkeypatch):
     """Layers read the writes alone or side by side (``LAYERS``): the same marginals."""
