@@ -78,9 +78,8 @@ def test_t5_relative_bias_is_the_bias_term(t5, layer, head):
         assert all(pair.sources for pair in result.pairs)
 
 
-def test_falcon_alibi_is_the_bias_term():
-    torch.manual_seed(3)
-    config = transformers.FalconConfig(
+def _falcon_config():
+    return transformers.FalconConfig(
         vocab_size=VOCAB,
         hidden_size=30,
         num_attention_heads=5,
@@ -91,7 +90,11 @@ def test_falcon_alibi_is_the_bias_term():
         parallel_attn=True,
         bias=True,
     )
-    model = _random(transformers.FalconForCausalLM(config))
+
+
+def test_falcon_alibi_is_the_bias_term():
+    torch.manual_seed(3)
+    model = _random(transformers.FalconForCausalLM(_falcon_config()))
     sides = Sides(model, _ids())
     head = 2
     result = split_scores(sides, 2, head, [6, 10], KeySpec.parse("all"), sources=1)
@@ -103,6 +106,34 @@ def test_falcon_alibi_is_the_bias_term():
 
     with pytest.raises(ValueError, match="ALiBi"):
         attended_marginals(sides, 2, 0.3)
+
+
+def test_long_texts_read_q_k_alone_so_a_bias_or_a_window_is_refused(monkeypatch):
+    """Past ``KERNEL_SCORES_UP_TO`` tokens the split reads scale * q . k: the same pairs as the
+    kernel's scores where the family adds nothing (Llama), a one-line refusal where it adds a
+    bias (Falcon's ALiBi, T5's relative bias) or masks a window (Mistral's, from its config)."""
+    from hf_families import build
+
+    from headlab.circuits import score_split
+
+    def split(model, layer, head):
+        sides = Sides(model, _ids())
+        return split_scores(sides, layer, head, [LENGTH - 1], KeySpec.parse("top-3"))
+
+    models = {name: attach(build(name).double(), announce=False) for name in ("llama", "mistral")}
+    torch.manual_seed(3)
+    models["falcon"] = _random(transformers.FalconForCausalLM(_falcon_config()))
+    short = split(models["llama"], 1, 2)
+    monkeypatch.setattr(score_split, "KERNEL_SCORES_UP_TO", 4)
+    long = split(models["llama"], 1, 2)
+    assert [p.key for p in long.pairs] == [p.key for p in short.pairs]
+    for a, b in zip(long.pairs, short.pairs, strict=True):
+        assert a.score is None and abs(a.raw - b.raw) <= 1e-10  # no kernel score read
+        assert max(abs(x - y) for x, y in zip(a.key_marginal, b.key_marginal, strict=True)) <= 1e-10
+    with pytest.raises(ValueError, match="adds a bias to q . k"):
+        split(models["falcon"], 2, 2)
+    with pytest.raises(ValueError, match="sliding window of 4"):
+        split(models["mistral"], 1, 0)
 
 
 @pytest.fixture(scope="module")

@@ -24,6 +24,7 @@ from headlab.attention.interventions import record
 from headlab.circuits.score_keys import KeySpec, keys_for
 from headlab.circuits.score_sides import QK_BIAS, Sides, capped, kernel_scale, softcap_of
 from headlab.circuits.score_writes import block_writes, carried_to
+from headlab.models.hf.plain_attention import sliding_layer, text_config
 from headlab.models.run_protocol import StopAt
 from headlab.results.score_split_result import REST, PairSplit, ScoreSplitResult, SourceSplit
 
@@ -55,6 +56,7 @@ def head_facts(sides: Sides, layer: int, head: int) -> dict:
             "group": group,
         }
     probe = sides.clean_scores(layer, rows=slice(0, min(length, 32)))
+    _refuse_a_bias_or_window(sides, layer, head, probe, cap)
     scale = kernel_scale(probe["q"], probe["k"], probe["logits"])
     q, k = sides.clean_qk(layer)
     raw = scale * q[0, head] @ k[0, group].t()  # (q_pos, k_pos)
@@ -65,6 +67,28 @@ def head_facts(sides: Sides, layer: int, head: int) -> dict:
         "kernel": False,
         "group": group,
     }
+
+
+def _refuse_a_bias_or_window(sides: Sides, layer: int, head: int, probe: dict, cap) -> None:
+    """ValueError (one line) where scale * q . k (capped) is not the kernel's score over a long
+    text: a score bias (T5's relative bias, ALiBi in the mask) seen on the probe's first rows,
+    or a sliding window shorter than the text (the config's, as Mistral keeps it)."""
+    length = sides.runner.ids.shape[1]
+    config = getattr(sides.runner.model, "config", None)
+    window = getattr(text_config(config), "sliding_window", None) if config is not None else None
+    if config is not None and sliding_layer(config, layer) and (window or 0) < length:
+        raise ValueError(
+            f"layer {layer} attends through a sliding window of {window}; over "
+            f"{KERNEL_SCORES_UP_TO} tokens the split reads q . k alone: got {length} tokens"
+        )
+    kernel, plain = probe["scores"][0, head], capped(probe["logits"][0, head], cap)
+    seen = torch.isfinite(kernel)
+    gap = float((kernel - plain)[seen].abs().max()) if bool(seen.any()) else 0.0
+    if gap > 1e-5 * max(1.0, float(plain[seen].abs().max())):
+        raise ValueError(
+            f"layer {layer} adds a bias to q . k (by up to {gap:.3g} on the first rows); over "
+            f"{KERNEL_SCORES_UP_TO} tokens the split reads q . k alone: got {length} tokens"
+        )
 
 
 def position_runs(positions: list[int]) -> list[slice]:
