@@ -79,8 +79,10 @@ class Stream:
 
 #: Where a block's norm sits: in front of its attention (the one its q, k, v inputs are made
 #: from), inside the attention (a QK-norm), the same two for the cross-attention, or elsewhere
-#: in the block outside its MLP (post-norms, the norm in front of the MLP).
-NORM_ROLES = ("attention_in", "qk", "cross_in", "cross_qk", "block")
+#: in the block outside its MLP (post-norms, the norm in front of the MLP). "embed": a norm
+#: between the embeddings and the first block (CLIP's vision tower), which an image model gives
+#: as ``embedding_norms()`` (models/hf/vision_run.py), outside every block.
+NORM_ROLES = ("attention_in", "qk", "cross_in", "cross_qk", "block", "embed")
 
 
 @runtime_checkable

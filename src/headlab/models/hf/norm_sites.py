@@ -176,10 +176,23 @@ def block_norms(
     return norms
 
 
+def embedding_norm(module: nn.Module) -> HFNorm:
+    """A norm between a model's embeddings and its first block (CLIP's ``pre_layrnorm``), role
+    "embed", with its hook put on once; no block runs it, so it is always the running one."""
+    norm = module.__dict__.get(RUNNING)
+    if not isinstance(norm, HFNorm):
+        norm = HFNorm("embed", module)
+        running((norm,))
+    if not module.__dict__.get(HOOKED):
+        object.__setattr__(module, HOOKED, True)
+        module.register_forward_hook(_norm_out, with_kwargs=True)
+    return norm
+
+
 def running(norms: tuple[HFNorm, ...]) -> None:
     """Mark ``norms`` as the ones their modules' hooks apply (their block is about to run)."""
     for norm in norms:
         object.__setattr__(norm.module, RUNNING, norm)
 
 
-__all__ = ["HFNorm", "block_norms", "norms_of", "running"]
+__all__ = ["HFNorm", "block_norms", "embedding_norm", "norms_of", "running"]

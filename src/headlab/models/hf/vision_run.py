@@ -23,14 +23,16 @@ skipping this reuses); the blocks are read as there (``block_parts.hf_blocks``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from contextlib import ExitStack
+from collections.abc import Iterator, Mapping
+from contextlib import ExitStack, contextmanager
 
+import torch
 from torch import Tensor, nn
 
 from headlab.models.hf.block_logits import FinalStates
 from headlab.models.hf.block_parts import HFBlockParts, hf_blocks
 from headlab.models.hf.block_run import skipped_blocks
+from headlab.models.hf.norm_sites import HFNorm, embedding_norm
 from headlab.models.run_protocol import (
     Block,
     Interventions,
@@ -43,6 +45,23 @@ from headlab.models.run_protocol import (
 
 #: The stream of an image encoder and its named positions.
 PATCHES = Stream("patches", "patches", ("cls", "register"))
+#: The body's attributes that hold a norm between its embeddings and its first block.
+EMBEDDING_NORMS = ("pre_layrnorm",)
+
+
+@contextmanager
+def _embeddings_skipped(body: nn.Module, like: Tensor | None) -> Iterator[None]:
+    """Within the block, the body's embeddings return zeros like ``like`` (copies * batch, pos,
+    d_model) without computing anything; ``like`` None: no change."""
+    embeddings = getattr(body, "embeddings", None)
+    if like is None or embeddings is None:
+        yield
+        return
+    object.__setattr__(embeddings, "forward", lambda *a, **k: torch.zeros_like(like))
+    try:
+        yield
+    finally:
+        del embeddings.__dict__["forward"]
 
 
 class VisionRoute:
@@ -62,6 +81,16 @@ class VisionRoute:
 
     def streams(self) -> list[Stream]:
         return [PATCHES]
+
+    def embedding_norms(self) -> tuple[HFNorm, ...]:
+        """The norms between the embeddings and the first block (CLIP: ``pre_layrnorm``), in
+        run order, each with its "scale" site; empty for ViT and DINOv2."""
+        found = self.__dict__.get("_embedding_norms")
+        if found is None:
+            modules = [getattr(self.body, name, None) for name in EMBEDDING_NORMS]
+            found = tuple(embedding_norm(m) for m in modules if isinstance(m, nn.Module))
+            self.__dict__["_embedding_norms"] = found
+        return found
 
     def blocks(self) -> list[Block]:
         return self._block_parts()[0]
@@ -92,8 +121,11 @@ class VisionRoute:
     ) -> Tensor:
         blocks, parts = self._block_parts()
         check_start(blocks, start, hidden)
-        if rows is not None:
-            raise ValueError(f"{self.name}: an image encoder runs whole images only (no rows)")
+        if rows is not None and (hidden is None or stop is None or not isinstance(rows, slice)):
+            raise ValueError(
+                f"{self.name}: a run of some positions alone (a slice) needs their stream "
+                "(hidden) and a stop"
+            )
         if sources:
             raise ValueError(f"{self.name} has one stream: no sources to read")
         if not isinstance(batch, Tensor):
@@ -102,13 +134,16 @@ class VisionRoute:
                 f"{type(batch).__name__}"
             )
         device = next(self.model.parameters()).device
-        pixels = self.check_pixels(batch).repeat(copies, 1, 1, 1).to(device)
+        pixels = self.check_pixels(batch).to(device)
+        if hidden is None:  # else the embeddings are not computed (module docstring)
+            pixels = pixels.repeat(copies, 1, 1, 1)
 
         def call() -> Tensor:
             states = self.body(pixel_values=pixels).last_hidden_state  # (copies*batch, pos, d)
             return states if keep is None else states[:, keep.to(device)]
 
         with ExitStack() as stack:
+            stack.enter_context(_embeddings_skipped(self.body, hidden))
             stack.enter_context(skipped_blocks(parts[:start]))
             given_stream(blocks, start, hidden)(stack)
             if interventions is not None:
