@@ -16,7 +16,10 @@ query side and the key side each add the q/k maps' constant "qk-bias"). A pair k
 
 ``frozen``: the norms are held at the run's scales (the split is exact given them); ``recomputed``
 per pair, where measured: per key-side component, the score's change when that component is
-taken out of the key input with the norms recomputed (vs the frozen term). Plain data.
+taken out of the key input with the norms recomputed (vs the frozen term). ``grid``: on an
+image, its patch grid (rows, cols) and the position of its first patch ``first_patch`` (the
+class token and the registers come before it; the patches follow row by row); None on a text.
+Plain data.
 """
 
 from __future__ import annotations
@@ -133,6 +136,8 @@ class ScoreSplitResult:
     softcap: float | None
     pairs: list[PairSplit]
     frozen: str = "norm scales held at the run's values (one per position, and per head)"
+    grid: tuple[int, int] | None = None
+    first_patch: int | None = None
 
     def __repr__(self) -> str:
         pairs = ", ".join(f"{p.query}->{p.key}" for p in self.pairs[:4])
@@ -164,6 +169,8 @@ class ScoreSplitResult:
             "softcap": self.softcap,
             "pairs": [p.to_dict() for p in self.pairs],
             "frozen": self.frozen,
+            "grid": None if self.grid is None else list(self.grid),
+            "first_patch": self.first_patch,
         }
 
     @classmethod
@@ -178,6 +185,12 @@ class ScoreSplitResult:
                         f"{where}: a marginal has {len(side)} values for "
                         f"{len(components)} components"
                     )
+        grid, first_patch = None, None
+        if data.get("grid") is not None:  # an image (files of texts, and older files, have none)
+            grid = tuple(int(n) for n in fields.list("grid"))
+            first_patch = fields.int("first_patch")
+            if len(grid) != 2 or min(grid) < 1:
+                raise ValueError(f"{where}: grid must be [rows, cols] >= 1, got {list(grid)}")
         return cls(
             model=fields.str("model"),
             layer=fields.int("layer"),
@@ -190,6 +203,8 @@ class ScoreSplitResult:
             softcap=None if data.get("softcap") is None else fields.number("softcap"),
             pairs=pairs,
             frozen=fields.str("frozen"),
+            grid=grid,
+            first_patch=first_patch,
         )
 
 

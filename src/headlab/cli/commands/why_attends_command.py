@@ -16,6 +16,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
+from headlab.cli.model_kinds import IMAGE
 from headlab.cli.model_source import ModelChoice, model_source, open_model
 from headlab.cli.outputs import AS_JSON, FORCE, claim, write_outputs
 from headlab.cli.parsing import flags, int_list
@@ -99,14 +100,20 @@ def _opened(source: ModelChoice, text: str, source_text: str | None, quiet: bool
 def why_attends(
     layer: int = typer.Option(..., "--layer", help="The head's layer (from 0)."),
     head: int = typer.Option(..., "--head", help="The query head within the layer (from 0)."),
-    text: str = typer.Option(TEXT, "--text", help="The text the head reads."),
-    query: str = typer.Option(
-        "-1", "--query", help="Query positions, comma-separated (negative: from the end)."
+    text: str | None = typer.Option(
+        None, "--text", help="The text the head reads [default: a short text with repeats]."
+    ),
+    query: str | None = typer.Option(
+        None,
+        "--query",
+        help="Query positions, comma-separated (negative: from the end) [default: -1; an "
+        "image: cls, or patch-N].",
     ),
     keys: str = typer.Option(
         "attended",
         "--keys",
-        help="attended, top-K, induction, previous, bos, self, all or a key position.",
+        help="attended, top-K, induction, previous, bos, self, all or a key position; an "
+        "image: attended, top-K, all, self, cls, registers, patch-N or a position.",
     ),
     sources: int = typer.Option(
         3, "--sources", help="Head components whose key side is split by source position."
@@ -120,6 +127,7 @@ def why_attends(
         help="For an encoder-decoder (T5): its source; --text is then the decoder's text, and "
         "--layer a decoder block, whose self-attention is split.",
     ),
+    image: Path | None = IMAGE,
     source: ModelChoice = None,  # the model-source options (``model_source``)
     out: Path = OUT,
     figure: Path | None = FIGURE,
@@ -131,9 +139,33 @@ def why_attends(
     Each pre-softmax score of the head is split, with the norms held at the run's scales, into
     a pair matrix over the components that wrote the query's and the key's residual stream
     (embeddings, earlier heads through W_O, MLPs, biases), its two marginals, and the key side
-    of the strongest head components split by the source token they read.
+    of the strongest head components split by the source token they read. With --image
+    (ViT, DINOv2, CLIP's vision tower): the image's class token, registers and patches.
     """
-    queries = int_list(query, "--query", low=None)
+    if image is not None:
+        from headlab.cli.why_attends_image import image_split
+
+        given = {"--text": text, "--source-text": source_text}
+        result = image_split(
+            source,
+            image,
+            layer=layer,
+            head=head,
+            query=query,
+            keys=keys,
+            sources=sources,
+            recompute=recompute,
+            text_options=[flag for flag, value in given.items() if value is not None],
+            claim=lambda: claim("why-attends", out, force=force, figure=figure),
+            quiet=as_json,
+        )
+        _written(result, out, figure, force, as_json)
+        return
+    from headlab.cli.why_attends_image import refuse_images_elsewhere
+
+    refuse_images_elsewhere(source)
+    text = TEXT if text is None else text
+    queries = int_list("-1" if query is None else query, "--query", low=None)
     if queries is None:
         raise ValueError("--query takes at least one position, got none")
     if sources < 0:
@@ -184,6 +216,11 @@ def why_attends(
                 tokens=tokens,
                 progress=update,
             )
+    _written(result, out, figure, force, as_json)
+
+
+def _written(result, out: Path, figure: Path | None, force: bool, as_json: bool) -> None:
+    """The results file, the figure, and the tables (none with --json)."""
     from headlab.report.score_split_figures import score_split_figure
 
     written = write_outputs(
