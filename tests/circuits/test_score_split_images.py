@@ -254,3 +254,19 @@ def test_image_keys_refuse_in_one_line(word):
     with pytest.raises(ValueError) as caught:
         ImageKeys.parse(word)
     assert "\n" not in str(caught.value)
+
+
+def test_the_branch_scales_read_from_the_blocks_are_the_layer_scales(case):
+    """DINOv2's layer scales, read by running each block (no parameter named), are the modules'
+    own lambda1 vectors; ViT and CLIP have none (ones)."""
+    kind, eager, _, sides, _ = case
+    _, blocks = _parts(kind, eager)
+    for index, block in enumerate(blocks):
+        on_heads, on_mlp = sides.branch_scales(index)
+        for got, want in ((on_heads, block[3]), (on_mlp, block[6])):
+            want = torch.as_tensor(want, dtype=got.dtype).expand_as(got)
+            assert torch.allclose(got, want, atol=1e-10, rtol=0)
+    layer = LAYERS - 1
+    sides.writes(layer, slice(0, 3))
+    scaled = kind.startswith("dinov2")  # the formula with the scales, not the carried writes
+    assert sides.scaled is scaled and sides.direct is (not scaled)
