@@ -15,6 +15,30 @@ from tiny_kinds import saved
 from cli_run import run
 
 
+def _two_towers(folder):
+    """A tiny CLIP checkpoint (a text and an image tower) with an image processor and no
+    tokenizer."""
+    import torch
+    import transformers as tf
+
+    torch.manual_seed(2)
+    tower = dict(hidden_size=24, num_hidden_layers=3, num_attention_heads=4, intermediate_size=40)
+    config = tf.CLIPConfig(
+        text_config=dict(
+            vocab_size=97,
+            max_position_embeddings=32,
+            bos_token_id=1,
+            eos_token_id=2,
+            pad_token_id=0,
+            **tower,
+        ),
+        vision_config=dict(image_size=35, patch_size=7, **tower),
+        projection_dim=16,
+    )
+    tf.CLIPModel(config).save_pretrained(folder)
+    tf.ViTImageProcessor(size={"height": 35, "width": 35}).save_pretrained(folder)
+
+
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
     from PIL import Image
@@ -26,6 +50,7 @@ def folders(tmp_path_factory):
         broken = root / f"{kind}_broken"
         shutil.copytree(root / kind, broken)
         (broken / "model.safetensors").write_bytes(b"not weights")
+    _two_towers(root / "clip")
     rng = np.random.default_rng(5)
     (root / "two").mkdir()
     for name in ("one.png", "two/a.png", "two/b.png"):
@@ -90,3 +115,19 @@ def test_a_run_writes_the_library_split_and_a_figure(folders, capsys, tmp_path):
         assert (got.query, got.key) == (expected.query, expected.key)
         assert np.allclose(got.key_marginal, expected.key_marginal, rtol=1e-6, atol=1e-9)
         assert abs(sum(got.key_marginal) - got.score) <= 1e-5 * max(1.0, abs(got.score))
+
+
+def test_a_two_tower_checkpoint_reads_images_with_its_vision_tower(folders, capsys, tmp_path):
+    """CLIP: --image splits a head of its vision tower (its sizes read from vision_config
+    before the load); without --image the text command reads its text tower, as every text
+    command does (this folder has no tokenizer: that is what it says)."""
+    clip = ["why-attends", "--model-dir", str(folders / "clip"), "--layer", "2"]
+    out = ["--out", str(tmp_path / "why.json")]
+    code, stdout, err = run(
+        [*clip, "--head", "3", "--image", str(folders / "one.png"), *out], capsys
+    )
+    assert code == 0 and "2.3: query 0 'cls' -> key" in stdout, err
+    code, _, err = run([*clip, "--head", "4", "--image", str(folders / "one.png"), *out], capsys)
+    assert code == 2 and "--head must lie in 0..3" in err and "loading" not in err
+    code, _, err = run([*clip, "--head", "0", *out, "--force"], capsys)
+    assert code == 2 and "no tokenizer" in err and "is an image model" not in err

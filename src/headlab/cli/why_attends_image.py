@@ -22,10 +22,16 @@ from headlab.cli.parsing import flags
 
 def refuse_images_elsewhere(source) -> None:
     """ValueError (one line, from the config alone) when the text command is asked of an image
-    model: it reads --image."""
+    model: it reads --image. A checkpoint with a text and an image tower (CLIP) reads texts with
+    its text tower, as every text command does."""
     from headlab.cli.kind_circuits import is_other_kind
+    from headlab.models.hf.checkpoint import declared_config
+    from headlab.models.hf.loader import TWO_TOWERS
 
-    if is_other_kind(source) and kinds.declared(source)[0] == "vision":
+    if not is_other_kind(source) or kinds.declared(source)[0] != "vision":
+        return
+    config = declared_config(source.name_or_path) or {}
+    if config.get("model_type") not in TWO_TOWERS:
         raise ValueError(
             f"{kinds.declared(source)[1]} is an image model: pass --image (one image file)"
         )
