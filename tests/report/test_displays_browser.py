@@ -158,6 +158,15 @@ def test_the_pattern_hovers_exact_weights_and_moves(browser, page_file, displays
     opened.close()
 
 
+STRONG_PIXELS = """(id) => {
+  const c = document.querySelector(`[data-testid=${id}]`);
+  const d = c.getContext("2d").getImageData(0, 0, c.width, c.height).data;
+  let n = 0;
+  for (let i = 0; i < d.length; i += 4) if (Math.min(d[i], d[i + 1], d[i + 2]) < 150) n++;
+  return n / (d.length / 4);
+}"""  # the share of a canvas' pixels in a strong colour (no channel above 150 of 255)
+
+
 def test_the_circuit_threshold_and_node_selection(browser, page_file, displays):
     opened = Offline(browser, page_file)
     page, run = opened.page, displays["run"]
@@ -175,6 +184,10 @@ def test_the_circuit_threshold_and_node_selection(browser, page_file, displays):
     slider.fill("0")
     page.evaluate(FRAMES)
     assert canvas.get_attribute("data-shown") == "70651"  # every edge, drawn
+    # ... by opacity, weak edges near clear: not a solid block of hairlines (61% of the canvas
+    # in strong colour when every hairline was at least a quarter opaque, on these scores and on
+    # a real EAP run's; 24% and 1% drawn by opacity)
+    assert page.evaluate(STRONG_PIXELS, "circuit-canvas") < 0.4
     data = displays["circuit"].data
     node = data["nodes"].index("16.0")
     x, y = _node_xy(data, node)  # CSS pixels inside the canvas' border (playwright's positions)
@@ -374,3 +387,32 @@ def test_a_page_that_runs_no_script_shows_each_summary(browser, page_file, displ
     assert fallbacks.first.inner_text().startswith(repr(head_statistics()))
     assert page.locator("canvas").count() == 0 and page.locator("img").count() == 0
     context.close()
+
+
+def test_a_cross_attention_split_shows_the_key_sides_own_names(browser, tmp_path):
+    """A cross-attention's key side is the encoder's: its bars name the encoder's components
+    and its pair names the source's label, not the target's token at that position."""
+    from dataclasses import replace
+
+    plain = score_split_result()
+    keyed = ["enc." + c for c in plain.components]
+    labels = [f"src{i}" for i in range(64)]
+    pairs = [replace(p, sources=[]) for p in plain.pairs]
+    result = replace(plain, pairs=pairs, attention="cross", key_components=keyed, key_tokens=labels)
+    path = tmp_path / "cross.html"
+    path.write_text(
+        "<!doctype html><meta charset=utf-8><body>" + show(result).html(code=True), encoding="utf-8"
+    )
+    opened = Offline(browser, path)
+    page = opened.page
+    first = max(range(3), key=lambda i: result.pairs[i].score)
+    pair = result.pairs[first]
+    names = page.locator("[data-testid=split-key-bars] .hl-bar-row").evaluate_all(
+        "rows => rows.map(r => r.dataset.component)"
+    )
+    strongest = sorted(range(len(keyed)), key=lambda c: -abs(pair.key_marginal[c]))
+    assert names == [keyed[c] for c in strongest[:10]]
+    said = page.get_by_test_id("split-say").inner_text()
+    assert f"src{pair.key}" in said  # the source's label of the key position
+    opened.assert_clean()
+    opened.close()

@@ -67,7 +67,7 @@ def head_facts(sides: Sides, layer: int, head: int) -> dict:
     }
 
 
-def _runs(positions: list[int]) -> list[slice]:
+def position_runs(positions: list[int]) -> list[slice]:
     """Slices covering ``positions``: one where they lie within ``SPAN``, else one each."""
     lo, hi = min(positions), max(positions)
     if hi - lo < SPAN:
@@ -79,7 +79,7 @@ def terms_at(sides: Sides, layer: int, head: int, group: int, positions: list[in
     """position -> (q terms (component + 1, d_head) of ``head``, k terms (component + 1,
     d_head) of K/V group ``group``), the components then ``QK_BIAS``."""
     out = {}
-    for rows in _runs(positions):
+    for rows in position_runs(positions):
         q, k = sides.side_terms(layer, rows)  # (component + 1, batch, head|kv_head, rows, d)
         for p in range(rows.start, rows.stop):
             if p in positions:
@@ -87,9 +87,10 @@ def terms_at(sides: Sides, layer: int, head: int, group: int, positions: list[in
     return out
 
 
-def _framed(pair: Tensor, names: list[str], qm: Tensor, km: Tensor):
+def framed(pair: Tensor, names: list[str], qm: Tensor, km: Tensor, key_names=None):
     """The pair matrix on the ``PAIR_SIDE`` components of largest |marginal| per side, with a
-    "rest" row and column that keep its sum."""
+    "rest" row and column that keep its sum. ``key_names``: the key side's components where
+    they are not ``names`` (a cross-attention's)."""
     rows = sorted(qm.abs().topk(min(PAIR_SIDE, qm.numel())).indices.tolist())
     cols = sorted(km.abs().topk(min(PAIR_SIDE, km.numel())).indices.tolist())
     kept = pair[rows][:, cols]
@@ -99,7 +100,8 @@ def _framed(pair: Tensor, names: list[str], qm: Tensor, km: Tensor):
     grid = torch.cat(
         [torch.cat([kept, rest_col[:, None]], 1), torch.cat([rest_row, corner[None]])[None]]
     )
-    return [names[r] for r in rows] + [REST], [names[c] for c in cols] + [REST], grid.tolist()
+    keyed = names if key_names is None else key_names
+    return [names[r] for r in rows] + [REST], [keyed[c] for c in cols] + [REST], grid.tolist()
 
 
 def layer_pattern(sides: Sides, layer: int) -> tuple[Tensor, Tensor]:
@@ -205,7 +207,7 @@ def split_scores(
         qm, km = pair.sum(1), pair.sum(0)
         raw = pair.sum()
         score = float(scores[i, j]) if facts["kernel"] else None
-        rows, cols, grid = _framed(pair, names, qm, km)
+        rows, cols, grid = framed(pair, names, qm, km)
         split = []
         heads = [
             c
@@ -273,8 +275,10 @@ def recomputed_terms(
 
 __all__ = [
     "KERNEL_SCORES_UP_TO",
+    "framed",
     "head_facts",
     "layer_pattern",
+    "position_runs",
     "recomputed_terms",
     "source_terms",
     "split_scores",

@@ -9,7 +9,9 @@ Shapes use ``batch, pos, head, kv_head, d_head, d_model``.
 Streams (``Stream``): the token sequences a model's residual streams run over. A decoder or an
 encoder has one ("text"); an encoder-decoder two (its encoder's and its decoder's); a vision
 model one over patches ("patches"), whose special positions (its CLS token, its registers) are
-named in ``named_positions``.
+named in ``named_positions``. A stream whose final states another stream reads names the norm
+that sits after its last block, in no block (``Stream.final_norm``, role "final": T5's and
+Whisper's encoder), so that its scale, too, can be held.
 
 Blocks (``Block``), in the order a run reaches them (an encoder-decoder's encoder blocks first),
 each with its sites, all reached by one ``headlab.attention.interventions.intervene``:
@@ -69,8 +71,22 @@ class Stream:
     name: str
     kind: str
     named_positions: tuple[str, ...] = ()
+    #: the norm after the stream's last block (``BlockNorm``, role "final"), where another
+    #: stream reads its final states; None where it has none (BART) or none is read
+    final_norm: BlockNorm | None = field(default=None, compare=False)
+    #: the norm between the stream's embeddings and its first block (``BlockNorm``, role
+    #: "embed": CLIP's vision tower's ``pre_layrnorm``); None where it has none
+    embedding_norm: BlockNorm | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
+        if self.final_norm is not None and self.final_norm.role != "final":
+            raise ValueError(
+                f"a stream's final norm has the role final, got {self.final_norm.role!r}"
+            )
+        if self.embedding_norm is not None and self.embedding_norm.role != "embed":
+            raise ValueError(
+                f"a stream's embedding norm has the role embed, got {self.embedding_norm.role!r}"
+            )
         if self.kind not in STREAM_KINDS:
             raise ValueError(
                 f"a stream's kind is one of {', '.join(STREAM_KINDS)}, got {self.kind!r}"
@@ -79,10 +95,10 @@ class Stream:
 
 #: Where a block's norm sits: in front of its attention (the one its q, k, v inputs are made
 #: from), inside the attention (a QK-norm), the same two for the cross-attention, or elsewhere
-#: in the block outside its MLP (post-norms, the norm in front of the MLP). "embed": a norm
-#: between the embeddings and the first block (CLIP's vision tower), which an image model gives
-#: as ``embedding_norms()`` (models/hf/vision_run.py), outside every block.
-NORM_ROLES = ("attention_in", "qk", "cross_in", "cross_qk", "block", "embed")
+#: in the block outside its MLP (post-norms, the norm in front of the MLP); "final": a stream's
+#: norm after its last block (``Stream.final_norm``), in no block; "embed": a stream's norm
+#: between its embeddings and its first block (``Stream.embedding_norm``: CLIP's vision tower).
+NORM_ROLES = ("attention_in", "qk", "cross_in", "cross_qk", "block", "final", "embed")
 
 
 @runtime_checkable

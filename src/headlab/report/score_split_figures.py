@@ -45,17 +45,18 @@ def score_split_figure(result: ScoreSplitResult) -> Figure:
     image = heat.imshow(matrix, cmap="RdBu_r", vmin=-bound, vmax=bound, aspect="auto")
     heat.set_xticks(range(len(pair.pair_cols)), pair.pair_cols, rotation=60, fontsize=7)
     heat.set_yticks(range(len(pair.pair_rows)), pair.pair_rows, fontsize=7)
-    heat.set_xlabel("key side (what the key position's stream holds)", fontsize=8)
+    held = "the key position's stream" if result.key_components is None else "the encoder's stream"
+    heat.set_xlabel(f"key side (what {held} holds)", fontsize=8)
     heat.set_ylabel("query side", fontsize=8)
     fig.colorbar(image, ax=heat, fraction=0.04, pad=0.02).ax.tick_params(labelsize=7)
-    query, key = _token(tokens[pair.query]), _token(tokens[pair.key])
+    query, key = _token(tokens[pair.query]), _token(result.key_labels(pair.batch)[pair.key])
     score = "" if pair.score is None else f", score {pair.score:.3g}"
     heat.set_title(
         f"{result.model} head {result.layer}.{result.head}: query {pair.query} '{query}' -> "
         f"key {pair.key} '{key}' (raw {pair.raw:.3g}{score})",
         fontsize=9,
     )
-    _bars(fig.add_subplot(grid[0, 2]), result.components, pair.key_marginal, "key side")
+    _bars(fig.add_subplot(grid[0, 2]), result.key_names(), pair.key_marginal, "key side")
     _bars(fig.add_subplot(grid[1, 2]), result.components, pair.query_marginal, "query side")
     text = fig.add_subplot(grid[1, 0:2])
     text.set_axis_off()
@@ -69,8 +70,8 @@ def score_split_figure(result: ScoreSplitResult) -> Figure:
         text.text(
             0,
             0.5,
-            "no head component split by source (the family's writes pass "
-            "through a post-norm, or no head adds to the key side)",
+            "no head component split by source (a cross-attention's key side, or no head "
+            "adds to the key side)",
             fontsize=8,
         )
     return fig

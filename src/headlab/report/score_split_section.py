@@ -42,11 +42,13 @@ def _part(path: Path, pngs: dict[str, bytes], figures: bool) -> dict | None:
             raise ValueError(f"{path}: not a why-attends results file ({error})") from None
     pair = strongest_pair(result)
     tokens = result.tokens[pair.batch]
-    order = sorted(range(len(result.components)), key=lambda c: -abs(pair.key_marginal[c]))
-    top = result.components[order[0]]
+    names = result.key_names()
+    order = sorted(range(len(names)), key=lambda c: -abs(pair.key_marginal[c]))
+    top = names[order[0]]
     said = (
         f"Query {pair.query} ({tokens[pair.query]!r}) to key {pair.key} "
-        f"({tokens[pair.key]!r}): q.k = {pair.raw:.4g}; the key side's largest term is "
+        f"({result.key_labels(pair.batch)[pair.key]!r}): q.k = {pair.raw:.4g}; "
+        "the key side's largest term is "
         f"{top}'s ({pair.key_marginal[order[0]]:+.4g})."
     )
     if pair.sources:

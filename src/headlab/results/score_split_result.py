@@ -14,6 +14,13 @@ query side and the key side each add the q/k maps' constant "qk-bias"). A pair k
   split by the source position it read (``SourceSplit``: positions, values; the values sum to
   the component's key-side term).
 
+``attention``: "self" (the head's own stream on both sides), or "cross" (an encoder-decoder's
+cross-attention: the query side reads the decoder's stream, the key side the encoder's). A
+cross split names the key side's own components (``key_components``: the encoder's,
+"enc."-prefixed, and "qk-bias") and its positions' labels (``key_tokens``: the source's tokens,
+or the times of an audio window's positions); ``key_names()`` and ``key_labels(batch)`` give
+either side's whatever the attention.
+
 ``frozen``: the norms are held at the run's scales (the split is exact given them); ``recomputed``
 per pair, where measured: per key-side component, the score's change when that component is
 taken out of the key input with the norms recomputed (vs the frozen term). ``grid``: on an
@@ -29,6 +36,8 @@ from dataclasses import dataclass, field
 from headlab.results.schema import Fields
 
 REST = "rest"
+#: What a split's head attends with: its own stream, or an encoder-decoder's cross-attention.
+ATTENTIONS = ("self", "cross")
 
 
 @dataclass(frozen=True)
@@ -136,8 +145,25 @@ class ScoreSplitResult:
     softcap: float | None
     pairs: list[PairSplit]
     frozen: str = "norm scales held at the run's values (one per position, and per head)"
+    attention: str = "self"
+    key_components: list[str] | None = None
+    key_tokens: list[str] | None = None
     grid: tuple[int, int] | None = None
     first_patch: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.attention not in ATTENTIONS:
+            raise ValueError(f"attention must be one of {ATTENTIONS}, got {self.attention!r}")
+        if (self.attention == "cross") != (self.key_components is not None):
+            raise ValueError("a cross split, and only one, names its key side's components")
+
+    def key_names(self) -> list[str]:
+        """The key side's components (the query side's, but in a cross split)."""
+        return self.components if self.key_components is None else self.key_components
+
+    def key_labels(self, batch: int = 0) -> list[str]:
+        """The labels of the key positions of text ``batch``."""
+        return self.tokens[batch] if self.key_tokens is None else self.key_tokens
 
     def __repr__(self) -> str:
         pairs = ", ".join(f"{p.query}->{p.key}" for p in self.pairs[:4])
@@ -150,9 +176,9 @@ class ScoreSplitResult:
 
     def key_shares(self) -> dict[str, float]:
         """Each component's key-side term summed over the pairs."""
-        out = dict.fromkeys(self.components, 0.0)
+        out = dict.fromkeys(self.key_names(), 0.0)
         for pair in self.pairs:
-            for name, value in zip(self.components, pair.key_marginal, strict=True):
+            for name, value in zip(self.key_names(), pair.key_marginal, strict=True):
                 out[name] += value
         return out
 
@@ -169,6 +195,9 @@ class ScoreSplitResult:
             "softcap": self.softcap,
             "pairs": [p.to_dict() for p in self.pairs],
             "frozen": self.frozen,
+            "attention": self.attention,
+            "key_components": None if self.key_components is None else list(self.key_components),
+            "key_tokens": None if self.key_tokens is None else list(self.key_tokens),
             "grid": None if self.grid is None else list(self.grid),
             "first_patch": self.first_patch,
         }
@@ -178,12 +207,19 @@ class ScoreSplitResult:
         fields = Fields(data, where)
         components = [str(c) for c in fields.list("components", nonempty=True)]
         pairs = [PairSplit.from_dict(p.data, p.where) for p in fields.objects("pairs")]
+        attention = fields.str("attention") if data.get("attention") is not None else "self"
+        keyed = None
+        if data.get("key_components") is not None:
+            keyed = [str(c) for c in fields.list("key_components", nonempty=True)]
+        key_tokens = None
+        if data.get("key_tokens") is not None:
+            key_tokens = [str(t) for t in fields.list("key_tokens")]
         for pair in pairs:
-            for side in (pair.query_marginal, pair.key_marginal):
-                if len(side) != len(components):
+            for side, names in ((pair.query_marginal, components), (pair.key_marginal, keyed)):
+                names = components if names is None else names
+                if len(side) != len(names):
                     raise ValueError(
-                        f"{where}: a marginal has {len(side)} values for "
-                        f"{len(components)} components"
+                        f"{where}: a marginal has {len(side)} values for {len(names)} components"
                     )
         grid, first_patch = None, None
         if data.get("grid") is not None:  # an image (files of texts, and older files, have none)
@@ -203,9 +239,12 @@ class ScoreSplitResult:
             softcap=None if data.get("softcap") is None else fields.number("softcap"),
             pairs=pairs,
             frozen=fields.str("frozen"),
+            attention=attention,
+            key_components=keyed,
+            key_tokens=key_tokens,
             grid=grid,
             first_patch=first_patch,
         )
 
 
-__all__ = ["REST", "PairSplit", "ScoreSplitResult", "SourceSplit"]
+__all__ = ["ATTENTIONS", "REST", "PairSplit", "ScoreSplitResult", "SourceSplit"]

@@ -16,17 +16,25 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from headlab.cli.model_kinds import IMAGE
+from headlab.cli.model_kinds import AUDIO, IMAGE
 from headlab.cli.model_source import ModelChoice, model_source, open_model
-from headlab.cli.outputs import AS_JSON, FORCE, claim, write_outputs
+from headlab.cli.outputs import AS_JSON, FORCE, an_input, claim, write_outputs
 from headlab.cli.parsing import flags, int_list
 from headlab.cli.progress import progress
 from headlab.cli.tables import fitted_tables
 from headlab.results.locations import RESULTS_DIR
 
-OUT = typer.Option(RESULTS_DIR / "why_attends.json", "--out", help="Results file (JSON).")
+OUT = typer.Option(
+    None,
+    "--out",
+    help="Results file (JSON) [default: why_attends.json, or why_attends_all_queries.json "
+    "with --all-queries, in headlab-results/].",
+)
 FIGURE = typer.Option(
     None, "--figure", help="Write the pair heatmap, marginals and source tokens (PNG)."
+)
+TEXT_FILE = typer.Option(
+    None, "--text-file", help="With --all-queries: a long text (UTF-8).", callback=an_input
 )
 TEXT = "The cat sat on the mat. The dog ran in the park. The cat sat on the mat. The dog ran"
 #: Pairs printed as tables (the results file holds them all).
@@ -62,47 +70,44 @@ def _causal(source: ModelChoice, quiet: bool) -> bool:
     return model_outline(source, quiet=quiet, kind_checked=False).causal
 
 
-def _encoder_decoder(source: ModelChoice) -> None:
-    """ValueError (one line, from the config alone) unless the model is an encoder-decoder whose
-    decoder the split reads (``seq2seq_view.ROW_FAMILIES``: T5)."""
-    from headlab.cli.model_kinds import declared
-    from headlab.models.hf.checkpoint import declared_config
-    from headlab.models.hf.seq2seq_view import ROW_FAMILIES
+def _opened(source: ModelChoice, text: str, choice, quiet: bool):
+    """The model's attention to split (``why_attends_seq2seq.Opened``): the model itself, or
+    an encoder-decoder's attention that ``choice`` names (``why_attends_seq2seq``)."""
+    if choice is not None:
+        from headlab.cli.why_attends_seq2seq import opened
 
-    with flags("model", "download"):
-        kind, name, _ = declared(source)
-        family = str((declared_config(source.name_or_path) or {}).get("model_type", ""))
-    if kind != "encoder-decoder" or family not in ROW_FAMILIES:
-        raise ValueError(
-            f"--source-text needs an encoder-decoder of family {', '.join(sorted(ROW_FAMILIES))}"
-            f", got {name} ({kind}, family {family!r})"
+        return opened(source, choice, text, quiet)
+    import torch
+
+    from headlab.circuits.score_sides import Sides
+    from headlab.circuits.score_split import split_scores
+    from headlab.cli.why_attends_seq2seq import Opened
+
+    loaded = open_model(source, quiet=quiet)
+    ids = loaded.encode(text)
+    tokens = [loaded.decode([t]) for t in ids]
+
+    def split(layer, head, positions, spec, sources, recompute, progress):
+        return split_scores(
+            Sides(loaded, torch.tensor([ids])),
+            layer,
+            head,
+            positions,
+            spec,
+            sources=sources,
+            recompute=recompute,
+            tokens=tokens,
+            progress=progress,
         )
 
-
-def _opened(source: ModelChoice, text: str, source_text: str | None, quiet: bool):
-    """(the model the split runs, the text's ids, its tokens, heads per layer): the model
-    itself, or an encoder-decoder's decoder stream reading ``source_text``."""
-    if source_text is None:
-        loaded = open_model(source, quiet=quiet)
-        ids = loaded.encode(text)
-        return loaded, ids, [loaded.decode([t]) for t in ids], loaded.heads_per_layer
-    from headlab.cli.model_kinds import open_kind
-    from headlab.models.hf.seq2seq_view import DecoderStream
-
-    model = open_kind(source, "encoder-decoder", quiet)
-    target = model.target_texts([text])
-    view = DecoderStream(model, model.source_texts([source_text]))
-    ids = target.input_ids[0].tolist()
-    return view, ids, list(target.tokens[0]), model.heads_per_layer("decoder")
+    return Opened(loaded.name, ids, tokens, len(ids), loaded.heads_per_layer, split, loaded.causal)
 
 
 @model_source(folder=True, backend=False)
 def why_attends(
     layer: int = typer.Option(..., "--layer", help="The head's layer (from 0)."),
     head: int = typer.Option(..., "--head", help="The query head within the layer (from 0)."),
-    text: str | None = typer.Option(
-        None, "--text", help="The text the head reads [default: a short text with repeats]."
-    ),
+    text: str = typer.Option(TEXT, "--text", help="The text the head reads."),
     query: str | None = typer.Option(
         None,
         "--query",
@@ -124,12 +129,33 @@ def why_attends(
     source_text: str | None = typer.Option(
         None,
         "--source-text",
-        help="For an encoder-decoder (T5): its source; --text is then the decoder's text, and "
-        "--layer a decoder block, whose self-attention is split.",
+        help="For an encoder-decoder (T5, BART, Marian): its source; --text is then the "
+        "decoder's text, and --layer a decoder block (an encoder block with --attention "
+        "encoder).",
+    ),
+    audio: Path | None = AUDIO,
+    attention: str | None = typer.Option(
+        None,
+        "--attention",
+        help="Which attention of an encoder-decoder: decoder (its self-attention), cross "
+        "(decoder queries over source keys) or encoder (over the source) [default: decoder].",
+    ),
+    all_queries: bool = typer.Option(
+        False,
+        "--all-queries",
+        help="Every query at the key it attends: the pair matrix summed over them, at any "
+        "length (no pair options).",
+    ),
+    text_file: Path | None = TEXT_FILE,
+    length: int | None = typer.Option(
+        None,
+        "--length",
+        help="With --all-queries: cut the text to this many tokens; without --text or "
+        "--text-file, the built-in copy task at this length.",
     ),
     image: Path | None = IMAGE,
     source: ModelChoice = None,  # the model-source options (``model_source``)
-    out: Path = OUT,
+    out: Path | None = OUT,
     figure: Path | None = FIGURE,
     force: bool = FORCE,
     as_json: bool = AS_JSON,
@@ -139,13 +165,19 @@ def why_attends(
     Each pre-softmax score of the head is split, with the norms held at the run's scales, into
     a pair matrix over the components that wrote the query's and the key's residual stream
     (embeddings, earlier heads through W_O, MLPs, biases), its two marginals, and the key side
-    of the strongest head components split by the source token they read. With --image
-    (ViT, DINOv2, CLIP's vision tower): the image's class token, registers and patches.
+    of the strongest head components split by the source token they read. With --all-queries:
+    every query of a text at the key it attends, their pair matrices summed, at any length.
+    With --image (ViT, DINOv2, CLIP's vision tower): the image's class token, registers and
+    patches.
     """
     if image is not None:
         from headlab.cli.why_attends_image import image_split
 
-        given = {"--text": text, "--source-text": source_text}
+        given = {"--text": text != TEXT, "--source-text": source_text is not None}
+        given.update({"--audio": audio is not None, "--attention": attention is not None})
+        given.update({"--all-queries": all_queries, "--text-file": text_file is not None})
+        given["--length"] = length is not None
+        out = RESULTS_DIR / "why_attends.json" if out is None else out
         result = image_split(
             source,
             image,
@@ -155,27 +187,42 @@ def why_attends(
             keys=keys,
             sources=sources,
             recompute=recompute,
-            text_options=[flag for flag, value in given.items() if value is not None],
+            text_options=[flag for flag, value in given.items() if value],
             claim=lambda: claim("why-attends", out, force=force, figure=figure),
             quiet=as_json,
         )
-        _written(result, out, figure, force, as_json)
-        return
+        return _written(result, out, figure, force, as_json)
     from headlab.cli.why_attends_image import refuse_images_elsewhere
 
     refuse_images_elsewhere(source)
-    text = TEXT if text is None else text
+    if all_queries or text_file is not None or length is not None:  # one head over all queries
+        from headlab.cli.pairs_over_queries import refuse_pair_options, why_attends_all_queries
+
+        pairs = {"--query": query is not None, "--keys": keys != "attended"}
+        pairs["--sources"] = sources != 3
+        pairs.update({"--recompute": recompute, "--source-text": source_text is not None})
+        pairs.update({"--audio": audio is not None, "--attention": attention is not None})
+        refuse_pair_options(all_queries, pairs, text != TEXT and text_file is not None)
+        given = text if text != TEXT or (text_file is None and length is None) else None
+        args = (layer, head, given, text_file, length, out, figure, force, as_json)
+        return why_attends_all_queries(source, *args)
+    out = RESULTS_DIR / "why_attends.json" if out is None else out
     queries = int_list("-1" if query is None else query, "--query", low=None)
     if queries is None:
         raise ValueError("--query takes at least one position, got none")
     if sources < 0:
         raise ValueError(f"--sources must be >= 0, got {sources}")
-    if source_text is not None:
-        _encoder_decoder(source)
-    decoder_only = source_text is not None  # an encoder-decoder's decoder: causal
-    spec = _checked(layer, head, queries, keys, None if decoder_only else source, as_json)
+    from headlab.cli.why_attends_seq2seq import checked_keys, seq2seq_choice
+
+    choice = seq2seq_choice(source, source_text, audio, attention, recompute)
+    if choice is None:
+        spec = _checked(layer, head, queries, keys, source, as_json)
+    else:  # an encoder-decoder's decoder is causal; its cross-attention's keys are the source's
+        spec = _checked(layer, head, queries if choice.causal else [], keys, None, as_json)
+        checked_keys(choice, spec)
     claim("why-attends", out, force=force, figure=figure)
-    loaded, ids, tokens, shapes = _opened(source, text, source_text, as_json)
+    loaded = _opened(source, text, choice, as_json)
+    ids, shapes = loaded.ids, loaded.shapes
     if layer >= len(shapes):
         raise ValueError(f"--layer must lie in 0..{len(shapes) - 1} ({loaded.name}), got {layer}")
     if head >= shapes[layer]:
@@ -190,32 +237,22 @@ def why_attends(
     import torch
 
     from headlab.circuits.score_keys import keys_for
-    from headlab.circuits.score_sides import Sides
-    from headlab.circuits.score_split import split_scores
 
     if not spec.needs_scores():
         with flags("keys"):
             for p in positions:
-                keys_for(spec, ids, p, causal=loaded.causal)
+                if loaded.causal is None:  # a cross-attention: keys are source positions
+                    keys_for(spec, list(range(loaded.key_length)), 0, causal=False)
+                else:
+                    keys_for(spec, ids, p, causal=loaded.causal)
     with (
         progress(
             "why-attends: one run of the model, then the split", None, quiet=as_json
         ) as update,
         torch.no_grad(),
+        flags("keys"),
     ):
-        sides = Sides(loaded, torch.tensor([ids]))
-        with flags("keys"):
-            result = split_scores(
-                sides,
-                layer,
-                head,
-                positions,
-                spec,
-                sources=sources,
-                recompute=recompute,
-                tokens=tokens,
-                progress=update,
-            )
+        result = loaded.split(layer, head, positions, spec, sources, recompute, update)
     _written(result, out, figure, force, as_json)
 
 
@@ -242,26 +279,20 @@ def _written(result, out: Path, figure: Path | None, force: bool, as_json: bool)
 
 def _print(result) -> None:
     console = Console()
-    tokens = result.tokens[0]
+    tokens, key_tokens, key_names = result.tokens[0], result.key_labels(0), result.key_names()
     for pair in result.pairs[:PRINTED]:
         score = "" if pair.score is None else f"score {pair.score:.4g} = "
         cap = f" {pair.softcap_term:+.3g} soft-cap" if pair.softcap_term else ""
         shown = pair.bias_term and abs(pair.bias_term) > 1e-4 * max(1.0, abs(pair.raw))
         bias = f" {pair.bias_term:+.3g} bias" if shown else ""  # else: the float's rounding
+        head = f"{result.layer}.{result.head}"
+        head = f"cross-attention {head}" if result.attention == "cross" else head
         title = (
-            f"{result.layer}.{result.head}: query {pair.query} {tokens[pair.query]!r} -> "
-            f"key {pair.key} {tokens[pair.key]!r}: {score}{pair.raw:.4g} q.k{cap}{bias}"
+            f"{head}: query {pair.query} {tokens[pair.query]!r} -> "
+            f"key {pair.key} {key_tokens[pair.key]!r}: {score}{pair.raw:.4g} q.k{cap}{bias}"
         )
-        order = sorted(range(len(result.components)), key=lambda c: -abs(pair.key_marginal[c]))[
-            :ROWS
-        ]
-        rows = [
-            [result.components[c], f"{pair.key_marginal[c]:+.4g}", f"{pair.query_marginal[c]:+.4g}"]
-            for c in order
-        ]
-        for table in fitted_tables(
-            title, ["component", "key side", "query side"], rows, left=["component"]
-        ):
+        headers, rows, left = _sides_table(result, pair, key_names)
+        for table in fitted_tables(title, headers, rows, left=left):
             console.print(table)
         for split in pair.sources[:1]:
             top = sorted(zip(split.positions, split.values, strict=True), key=lambda x: -x[1])
@@ -270,12 +301,36 @@ def _print(result) -> None:
     more = len(result.pairs) - PRINTED
     if more > 0:
         console.print(Text(f"... and {more} more pairs in the results file"))
+    held = "the key position's stream"
+    if result.key_components is not None:
+        held = "the encoder's stream at the source position"
     console.print(
         Text(
-            "key side: what the key position's stream holds; query side: the "
-            "query's; each sums to q.k (norms held at the run's scales)"
+            f"key side: what {held} holds; query side: the query's; each sums to q.k "
+            "(norms held at the run's scales)"
         )
     )
+
+
+def _sides_table(result, pair, key_names: list[str]) -> tuple[list[str], list, list[str]]:
+    """(headers, rows, the columns of text) of one pair's table: the ``ROWS`` components with
+    the largest key-side terms and their query-side terms; a cross-attention's two sides, whose
+    components differ, side by side."""
+    keyed = sorted(range(len(key_names)), key=lambda c: -abs(pair.key_marginal[c]))[:ROWS]
+    if result.key_components is None:
+        rows = [
+            [key_names[c], f"{pair.key_marginal[c]:+.4g}", f"{pair.query_marginal[c]:+.4g}"]
+            for c in keyed
+        ]
+        return ["component", "key side", "query side"], rows, ["component"]
+    names = result.components
+    queried = sorted(range(len(names)), key=lambda c: -abs(pair.query_marginal[c]))[:ROWS]
+    rows = [
+        [key_names[k], f"{pair.key_marginal[k]:+.4g}", names[q], f"{pair.query_marginal[q]:+.4g}"]
+        for k, q in zip(keyed, queried, strict=False)
+    ]
+    headers = ["key component", "key side", "query component", "query side"]
+    return headers, rows, ["key component", "query component"]
 
 
 def register(app: typer.Typer) -> None:

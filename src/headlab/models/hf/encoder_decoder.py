@@ -93,7 +93,10 @@ class EncoderDecoderModel(Seq2SeqRoute):
         target = torch.tensor([[self.start_id(), 1, 2]], device=device) % self.vocab_size
         if self.reads == "audio":
             frames = 2 * int(self.config.max_source_positions)
-            features = torch.zeros(1, int(self.config.num_mel_bins), frames, device=device)
+            dtype = next(self.model.parameters()).dtype
+            features = torch.zeros(
+                1, int(self.config.num_mel_bins), frames, device=device, dtype=dtype
+            )
             inputs = {"input_features": features, "decoder_input_ids": target}
             return inputs, int(self.config.max_source_positions), 3
         source = (torch.arange(1, 6, device=device) % self.vocab_size)[None]
@@ -205,6 +208,7 @@ class EncoderDecoderModel(Seq2SeqRoute):
         arrays = [w.detach().to(torch.float32).cpu().numpy() for w in waveforms]
         features = self.features(arrays, sampling_rate=wanted, return_tensors="pt")
         values = features["input_features"]  # (batch, mel, frame)
+        values = values.to(next(self.model.parameters()).dtype)  # a float64 model reads float64
         positions = int(self.config.max_source_positions)
         mask = torch.ones(values.shape[0], positions, dtype=torch.bool)
         times = [f"{i * SECONDS_PER_POSITION:.2f}s" for i in range(positions)]

@@ -12,10 +12,10 @@ family's own modules: the embeddings module is run once per part with every othe
 it set to zero (``torch.func.functional_call``: the model is not touched). Each part is linear
 in its own parameter (the patch convolution's weight applied to the pixels, the class token,
 the registers, the position embeddings, DINOv2's interpolation of them included), and the
-parameters left over (the convolution's bias) make a constant. CLIP's ``pre_layrnorm`` then
-runs on every part with its scale held at the image's own (its "scale" site, frozen to the
-real run's: the norm is then affine), so each part arrives at the first block as
-``g * C(part) / s`` and the norm's shift joins the constant.
+parameters left over (the convolution's bias) make a constant. CLIP's ``pre_layrnorm`` (the
+stream's ``embedding_norm``) then runs on every part with its scale held at the image's own
+(its "scale" site, frozen to the real run's: the norm is then affine), so each part arrives at
+the first block as ``g * C(part) / s`` and the norm's shift joins the constant.
 
     PARTS           part name -> the embeddings' parameter names it keeps
     ImageStream(model, pixel_values)   .layout, .tokens(), .embedding_parts()
@@ -135,23 +135,21 @@ class ImageStream:
                 f"{self.name}'s embeddings are not the sum of their parts ({', '.join(names)}; "
                 f"off by {gap:.3g}): its stream cannot be split into them"
             )
-        norms = self.vision.embedding_norms()
-        if norms:
-            parts = self._through_norms(norms, parts[:-1], real)
+        norm = self.vision.streams()[0].embedding_norm
+        if norm is not None:
+            parts = self._through_norm(norm, parts[:-1], real)
         return names, parts[: len(names)]
 
-    def _through_norms(self, norms, parts: Tensor, real: Tensor) -> Tensor:
-        """(part, 1, pos, d_model): ``parts`` through ``norms`` in turn, each held at the scale
-        the real embeddings ``real`` give it (the last copy's)."""
+    def _through_norm(self, norm, parts: Tensor, real: Tensor) -> Tensor:
+        """(part, 1, pos, d_model): ``parts`` through ``norm``, held at the scale the real
+        embeddings ``real`` give it (the last copy's), its shift (the zero copy's) taken off."""
 
         def hold(inv_s: Tensor) -> Tensor:  # (copies, pos, 1)
             return inv_s[-1:].expand_as(inv_s)
 
         copies = torch.cat([parts[:, 0], torch.zeros_like(real), real])
-        with torch.no_grad():
-            for norm in norms:
-                with intervene(norm, "scale", hold):
-                    copies = norm.module(copies)
+        with torch.no_grad(), intervene(norm, "scale", hold):
+            copies = norm.module(copies)
         return (copies[:-2] - copies[-2:-1])[:, None]
 
 

@@ -104,6 +104,9 @@ def plan_model(config, where: str, trust_remote_code: bool = False) -> Plan:
 
     family = family_of(config)
     refuse_encoder_decoder(config, where)  # before the build: no model class needed
+    encoder = _encoder_class(config)
+    if encoder is not None:  # an encoder-decoder family's encoder alone (T5EncoderModel)
+        return _encoder_plan(encoder, config, where)
     base = _on_meta(AutoModel, config, trust_remote_code, where)
     if base is None:
         raise ValueError(f"{where}: transformers has no model class for {family!r}; {LIST_HINT}")
@@ -121,6 +124,42 @@ def plan_model(config, where: str, trust_remote_code: bool = False) -> Plan:
     return Plan(
         type(model),
         causal,
+        sum(p.numel() for p in model.parameters()),
+        {name: tuple(t.shape) for name, t in model.state_dict().items()},
+        str(getattr(model, "base_model_prefix", "") or ""),
+    )
+
+
+def _encoder_class(config) -> type | None:
+    """The transformers class of an encoder-decoder family's encoder alone, where the config
+    names one (``architectures``: "T5EncoderModel", "MT5EncoderModel"...) and is not an
+    encoder-decoder's; None otherwise (AutoModel would build the whole encoder-decoder, whose
+    decoder reads as causal)."""
+    import transformers
+
+    if getattr(config, "is_encoder_decoder", False):
+        return None
+    for name in getattr(config, "architectures", None) or ():
+        if isinstance(name, str) and name.endswith("EncoderModel"):
+            found = getattr(transformers, name, None)
+            if isinstance(found, type) and found.config_class is type(config):
+                return found
+    return None
+
+
+def _encoder_plan(model_class: type, config, where: str) -> Plan:
+    """The ``Plan`` of ``model_class``, an encoder alone, built on the meta device."""
+    try:
+        model = build_observed(model_class, config)
+    except (ValueError, *BUILD_ERRORS) as error:
+        raise ValueError(
+            f"{where}: transformers cannot build {model_class.__name__} from its config "
+            f"({type(error).__name__}: {first_line(error)})"
+        ) from None
+    refuse_unrunnable(model_class, config, where, built=model)
+    return Plan(
+        model_class,
+        False,
         sum(p.numel() for p in model.parameters()),
         {name: tuple(t.shape) for name, t in model.state_dict().items()},
         str(getattr(model, "base_model_prefix", "") or ""),

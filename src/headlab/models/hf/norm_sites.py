@@ -35,16 +35,17 @@ HOOKED = "headlab_norm_hooked"
 RUNNING = "headlab_running_norm"
 
 
+def is_norm(module: nn.Module) -> bool:
+    """Whether ``module`` is a norm: a 1-D ``weight`` and "Norm" in its class name."""
+    weight = getattr(module, "weight", None)
+    return (
+        "norm" in type(module).__name__.lower() and isinstance(weight, Tensor) and weight.dim() == 1
+    )
+
+
 def norms_of(module: nn.Module) -> list[nn.Module]:
-    """The norm modules inside ``module`` (itself included): a 1-D ``weight`` and "Norm" in the
-    class name."""
-    return [
-        m
-        for m in module.modules()
-        if "norm" in type(m).__name__.lower()
-        and isinstance(getattr(m, "weight", None), Tensor)
-        and m.weight.dim() == 1
-    ]
+    """The norm modules inside ``module`` (itself included)."""
+    return [m for m in module.modules() if is_norm(m)]
 
 
 def _centred(x: Tensor) -> Tensor:
@@ -189,10 +190,37 @@ def embedding_norm(module: nn.Module) -> HFNorm:
     return norm
 
 
+def stack_final_norm(stack: nn.Module, blocks: list[nn.Module]) -> HFNorm | None:
+    """The norm after the last block of ``stack`` (an encoder: T5's ``final_layer_norm``,
+    Whisper's ``layer_norm``), role "final", hooked and running for good (it belongs to no
+    block); None where the stack has none (BART's encoder: its norms outside the blocks are the
+    embeddings'). The norms of ``stack`` outside ``blocks`` whose name does not say "embed";
+    ValueError (one line) where more than one is left."""
+    inside = {id(m) for block in blocks for m in norms_of(block)}
+    found = [
+        (name, m)
+        for name, m in stack.named_modules()
+        if is_norm(m) and id(m) not in inside and "embed" not in name.lower()
+    ]
+    if not found:
+        return None
+    if len(found) > 1:
+        names = ", ".join(name for name, _ in found)
+        raise ValueError(
+            f"{type(stack).__name__} has {len(found)} norms after its blocks ({names})"
+        )
+    norm = HFNorm("final", found[0][1])
+    if not norm.module.__dict__.get(HOOKED):
+        object.__setattr__(norm.module, HOOKED, True)
+        norm.module.register_forward_hook(_norm_out, with_kwargs=True)
+    running((norm,))
+    return norm
+
+
 def running(norms: tuple[HFNorm, ...]) -> None:
     """Mark ``norms`` as the ones their modules' hooks apply (their block is about to run)."""
     for norm in norms:
         object.__setattr__(norm.module, RUNNING, norm)
 
 
-__all__ = ["HFNorm", "block_norms", "embedding_norm", "norms_of", "running"]
+__all__ = ["HFNorm", "block_norms", "embedding_norm", "norms_of", "running", "stack_final_norm"]

@@ -30,6 +30,7 @@ from torch import Tensor
 
 from headlab.attention.interventions import intervene
 from headlab.models.hf.block_logits import FinalStates
+from headlab.models.hf.norm_sites import stack_final_norm
 from headlab.models.hf.seq2seq_blocks import seq2seq_blocks
 from headlab.models.run_protocol import (
     Block,
@@ -58,7 +59,17 @@ class Seq2SeqRoute:
         return found[0]
 
     def streams(self) -> list[Stream]:
-        return [Stream("encoder", self.reads), Stream("decoder", "text")]
+        """The encoder's stream (with its final norm, which the cross-attention reads through)
+        and the decoder's."""
+        self.blocks()
+        parts = self.__dict__["_stream_blocks"][1]
+        first = self.encoder_blocks()
+        found = self.__dict__.get("_final_norm", False)
+        if found is False:
+            modules = [p.module for p in parts[:first]]
+            found = stack_final_norm(self.model.get_encoder(), modules)
+            self.__dict__["_final_norm"] = found
+        return [Stream("encoder", self.reads, final_norm=found), Stream("decoder", "text")]
 
     @property
     def output_width(self) -> int:

@@ -8,7 +8,13 @@ on ``copies`` copies of the pixel values stacked on the batch axis; ``batch`` is
 (batch, channel, height, width) tensor of pixel values (``VisionModel.pixels``). Starting at block
 ``start``, the blocks before it return their input (nothing computed) and block ``start``
 receives the given stream at its resid_in, as on the decoders' route (``block_run.py``, whose
-skipping this reuses); the blocks are read as there (``block_parts.hf_blocks``).
+skipping this reuses); the blocks are read as there (``block_parts.hf_blocks``). A run given its
+stream (``hidden``) computes no embeddings: the body's embeddings module returns zeros of the
+stream's shape (its patch convolution on every copy would be wasted), so ``rows`` (some
+positions alone, for the maps that act on each position alone, with a ``stop``) runs those
+positions' stream alone. The stream's ``embedding_norm`` is the norm between the embeddings and
+the first block (CLIP's ``pre_layrnorm``), a ``BlockNorm`` with its "scale" site (role
+"embed"); None for ViT and DINOv2.
 
 ``unembed`` is the model's readout of an image, one row per image ((batch, 1, output_width)):
 
@@ -25,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
+from dataclasses import replace
 
 import torch
 from torch import Tensor, nn
@@ -32,7 +39,7 @@ from torch import Tensor, nn
 from headlab.models.hf.block_logits import FinalStates
 from headlab.models.hf.block_parts import HFBlockParts, hf_blocks
 from headlab.models.hf.block_run import skipped_blocks
-from headlab.models.hf.norm_sites import HFNorm, embedding_norm
+from headlab.models.hf.norm_sites import embedding_norm
 from headlab.models.run_protocol import (
     Block,
     Interventions,
@@ -45,8 +52,8 @@ from headlab.models.run_protocol import (
 
 #: The stream of an image encoder and its named positions.
 PATCHES = Stream("patches", "patches", ("cls", "register"))
-#: The body's attributes that hold a norm between its embeddings and its first block.
-EMBEDDING_NORMS = ("pre_layrnorm",)
+#: The body's attribute that holds a norm between its embeddings and its first block (CLIP).
+EMBEDDING_NORM = "pre_layrnorm"
 
 
 @contextmanager
@@ -80,17 +87,14 @@ class VisionRoute:
         return found
 
     def streams(self) -> list[Stream]:
-        return [PATCHES]
-
-    def embedding_norms(self) -> tuple[HFNorm, ...]:
-        """The norms between the embeddings and the first block (CLIP: ``pre_layrnorm``), in
-        run order, each with its "scale" site; empty for ViT and DINOv2."""
-        found = self.__dict__.get("_embedding_norms")
+        """The stream of patches, with its embedding norm where the body has one (CLIP)."""
+        found = self.__dict__.get("_stream")
         if found is None:
-            modules = [getattr(self.body, name, None) for name in EMBEDDING_NORMS]
-            found = tuple(embedding_norm(m) for m in modules if isinstance(m, nn.Module))
-            self.__dict__["_embedding_norms"] = found
-        return found
+            module = getattr(self.body, EMBEDDING_NORM, None)
+            norm = embedding_norm(module) if isinstance(module, nn.Module) else None
+            found = replace(PATCHES, embedding_norm=norm)
+            self.__dict__["_stream"] = found
+        return [found]
 
     def blocks(self) -> list[Block]:
         return self._block_parts()[0]

@@ -6,6 +6,9 @@
 
   // ---------------------------------------------------------------- the circuit graph
   const SIGN = ["#3b6fd8", "#e4572e"], DASH = [[], [], [6, 4], [2, 3]], INPUT = ["", "q", "k", "v"], WIDTHS = 6, LIT = 20, ROWS = 40;
+  // thousands of edges overlap: an edge under a thousandth of the largest is near transparent,
+  // so the drawing shows where the strong edges run rather than a block of hairlines
+  const DECADES = 3, MANY_ALPHA = [0.004, 0.03, 0.08, 0.2, 0.45, 0.8];
   kinds.circuit = function (root, d) {
     const senders = decode(d.senders, Uint16Array), receivers = decode(d.receivers, Uint16Array);
     const inputs = decode(d.inputs, Uint8Array), scores = decode(d.scores, Float32Array), m = d.count;
@@ -26,7 +29,7 @@
     const base = surface(W, H, "hl-canvas"), s = surface(W, H, "hl-canvas");
     tid(s.canvas, "circuit-canvas");
     const edges = tid(el("div", "hl-table-box"), "circuit-edges");
-    root.append(controls, s.canvas, el("p", "hl-muted", "Layers left to right (emb, then each layer's query heads as dots and its MLP as a square below; in a GQA layer a shaded box is a K/V group, whose k and v edges land on its hollow square; logits at the right). Edges arc over the heads between their ends: width by |score|, blue above 0, red below; into q solid, k dashed, v dotted. Point at a node for its edges; click it to light them (its 20 strongest at least, whatever the threshold)." + (d.bands.length ? " An encoder-decoder's blocks run in order on shaded bands, the encoder's then the decoder's; a decoder block's cross-attention heads (xH) sit above its self-attention heads, where the encoder's k and v edges land." : "")));
+    root.append(controls, s.canvas, el("p", "hl-muted", "Layers left to right (emb, then each layer's query heads as dots and its MLP as a square below; in a GQA layer a shaded box is a K/V group, whose k and v edges land on its hollow square; logits at the right). Edges arc over the heads between their ends: width by |score|, blue above 0, red below (past 2000 edges drawn: straight hairlines, opacity by |score| in half-decades, near clear under a thousandth of the largest); into q solid, k dashed, v dotted. Point at a node for its edges; click it to light them (its 20 strongest at least, whatever the threshold)." + (d.bands.length ? " An encoder-decoder's blocks run in order on shaded bands, the encoder's then the decoder's; a decoder block's cross-attention heads (xH) sit above its self-attention heads, where the encoder's k and v edges land." : "")));
     root.append(edges);
     (function () { // the graph without edges, drawn once
       const ctx = base.ctx; ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, W, H);
@@ -64,10 +67,12 @@
       // Thousands of edges: thin, solid, faint lines, stroked a few hundred segments a path
       // (software rasterizers stroke long self-crossing paths and dashes slowly); dashes only
       // where they can be told apart.
-      const many = shown > 2000, faint = shown > 3000 ? 0.25 : shown > 300 ? 0.5 : 0.85;
+      const many = shown > 2000, faint = shown > 300 ? 0.5 : 0.85;
       const paths = new Map();  // (width bucket, sign, input) -> edges; strongest drawn last
       for (let i = shown - 1; i >= 0; i--) {
-        const share = Math.abs(scores[i]) / largest, w = Math.min(WIDTHS - 1, Math.floor(share * WIDTHS));
+        const share = Math.abs(scores[i]) / largest;
+        // few edges: width by share; many: opacity by decades of share (half a decade a step)
+        const w = Math.max(0, Math.min(WIDTHS - 1, Math.floor(many ? 2 * (DECADES + Math.log10(Math.max(share, 1e-30))) : share * WIDTHS)));
         const key = w * 8 + (scores[i] < 0 ? 4 : 0) + inputs[i];
         let list = paths.get(key); if (!list) { list = []; paths.set(key, list); }
         list.push(i);
@@ -94,7 +99,7 @@
         ctx.strokeStyle = SIGN[sign]; ctx.setLineDash(many ? [] : DASH[input]);
         // many edges: one-pixel hairlines (the rasterizer's fast path), strength by opacity
         ctx.lineWidth = many ? 1 : 0.5 + (3.5 * (w + 0.5)) / WIDTHS;
-        ctx.globalAlpha = picked < 0 ? Math.min(1, faint + (many ? 0.15 : 0.1) * w) : many ? 0.015 : 0.08;
+        ctx.globalAlpha = picked < 0 ? (many ? MANY_ALPHA[w] : Math.min(1, faint + 0.1 * w)) : many ? 0.004 : 0.08;
         stroke(list);
       });
       // the picked node's edges above the threshold, and at least its LIT strongest below it

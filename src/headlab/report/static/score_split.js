@@ -96,7 +96,7 @@
   function sources(p, tokens, d) {
     const box = tid(el("div"), "split-sources");
     if (!p.sources.length) {
-      box.append(el("p", "hl-muted", "No head component is split by source here (the family's writes pass through a post-norm, or no head adds to the key side)."));
+      box.append(el("p", "hl-muted", "No head component is split by source here (a cross-attention's key side, or no head adds to the key side)."));
       return box;
     }
     const text = tid(el("div", "hl-text"), "split-text"), caption = el("p", "hl-muted");
@@ -138,13 +138,14 @@
     const body = tid(el("div"), "split-body");
     root.append(chips(labels, labels[d.first], (label) => show(labels.indexOf(label)), "split-pick-"), body);
     function show(i) {
-      const p = d.pairs[i], tokens = d.tokens[p.batch];
+      // a cross-attention's key side is another stream's: its own components and labels
+      const p = d.pairs[i], tokens = d.tokens[p.batch], keyTokens = d.key_tokens || tokens, keyNames = d.key_components || d.components;
       const sum = "q\u00b7k " + fmt(p.raw) + (p.softcap_term ? " " + signed(p.softcap_term) + " (softcap)" : "") + (p.bias_term ? " " + signed(p.bias_term) + " (bias)" : "") + (p.score === null ? "" : " = score " + fmt(p.score));
-      const say = tid(el("p", "hl-muted", "Query " + p.query + " " + quote(tokens[p.query]) + " \u2192 key " + p.key + " " + quote(tokens[p.key]) + ": " + sum +
+      const say = tid(el("p", "hl-muted", "Query " + p.query + " " + quote(tokens[p.query]) + " \u2192 key " + p.key + " " + quote(keyTokens[p.key]) + ": " + sum +
         ". Every term below is a share of q\u00b7k (" + d.frozen + "); the pair matrix keeps the components that matter most on each side, the others summed into \u201crest\u201d."), "split-say");
       const row = el("div", "hl-row");
       const side = el("div");
-      side.append(bars(d.components, p.key_marginal, p.raw, "key side", "split-key-bars", d.bars), bars(d.components, p.query_marginal, p.raw, "query side", "split-query-bars", d.bars));
+      side.append(bars(keyNames, p.key_marginal, p.raw, "key side", "split-key-bars", d.bars), bars(d.components, p.query_marginal, p.raw, "query side", "split-query-bars", d.bars));
       row.append(heatmap(p), side);
       body.replaceChildren(say, row, sources(p, tokens, d));
       root.dataset.pair = i;
