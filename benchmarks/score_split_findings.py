@@ -3,7 +3,7 @@
 
     python benchmarks/score_split_findings.py induction [--pairs 4]
     python benchmarks/score_split_findings.py sink
-    python benchmarks/score_split_findings.py retrieval [--length 2048]
+    python benchmarks/score_split_findings.py retrieval [--length 2048] [--head 20.6]
     python benchmarks/score_split_findings.py profiles [--model minilm]
     python benchmarks/score_split_findings.py toys [--steps 1200]
 
@@ -147,7 +147,7 @@ def sink() -> dict:
     return out
 
 
-def retrieval(length: int) -> dict:
+def retrieval(length: int, chosen: tuple[int, int] = RETRIEVAL_HEAD) -> dict:
     model = smollm2()
     filler = natural_text(model, 4000)
     passage = (
@@ -161,7 +161,7 @@ def retrieval(length: int) -> dict:
     ids = [filler[0], *reps[:at], *passage, *reps[at:], *passage][:length]
     start = len(ids) - len(passage)
     queries = list(range(start + 2, len(ids), 3))
-    layer, head = RETRIEVAL_HEAD
+    layer, head = chosen
     with torch.no_grad():
         sides = Sides(model, torch.tensor([ids]))
         result = split_scores(sides, layer, head, queries, KeySpec.parse("induction"), sources=2)
@@ -178,6 +178,7 @@ def retrieval(length: int) -> dict:
                 sources[(split.component, p - pair.key)] += v / len(result.pairs)
     top_sources = sorted(sources, key=lambda k: -abs(sources[k]))[:6]
     return {
+        "head": f"{layer}.{head}",
         "length": len(ids),
         "passage_tokens": len(passage),
         "queries": len(queries),
@@ -258,13 +259,14 @@ def main() -> None:
     parser.add_argument("--length", type=int, default=2048)
     parser.add_argument("--steps", type=int, default=1200)
     parser.add_argument("--model", default="smollm2", help="profiles: smollm2 or minilm")
+    parser.add_argument("--head", default="20.6", help="retrieval: the head, layer.head")
     args = parser.parse_args()
     torch.set_num_threads(2)
     start = time.perf_counter()
     found = {
         "induction": lambda: induction(args.pairs),
         "sink": sink,
-        "retrieval": lambda: retrieval(args.length),
+        "retrieval": lambda: retrieval(args.length, tuple(int(x) for x in args.head.split("."))),
         "profiles": lambda: profiles(args.model),
         "toys": lambda: toys(args.steps),
     }[args.what]()

@@ -257,25 +257,32 @@ def test_pair_matrix_over_queries_streamed_equals_the_pair_split(family, monkeyp
     split's matrices (Sides' terms of the whole run) within 1e-10 in float64; its components
     are the split's, its keys the attended ones."""
     from headlab.circuits import score_pairs_streamed
-    from headlab.circuits.score_split import terms_at
 
     model = _model(family)
     ids = _ids(6)
-    sides = Sides(model, ids)
-    layer = sides.layers - 1
+    layer = len(model.layers) - 1
     head = model.layers[layer].num_heads - 1
     monkeypatch.setattr(score_pairs_streamed, "BLOCK", 4)
     got = score_pairs_streamed.pairs_over_queries(model, ids, layer, head)
-    split = split_scores(
-        sides, layer, head, list(range(LENGTH)), KeySpec.parse("attended"), sources=0
-    )
+    want, split = pair_split_sum(model, ids, layer, head)
     assert got.components == split.components
-    want = torch.zeros_like(got.matrix)
-    group = split.kv_group
-    terms = terms_at(sides, layer, head, group, list(range(LENGTH)))
     for pair in split.pairs:
         assert int(got.key[pair.query]) == pair.key
-        want += split.scale * terms[pair.query][0] @ terms[pair.key][1].t()
         assert abs(float(got.raw[pair.query]) - pair.raw) <= 1e-10
     assert float((got.matrix - want).abs().max()) <= 1e-10 * float(want.abs().max())
     assert abs(float(got.matrix.sum() - got.raw.sum())) <= 1e-9
+
+
+def pair_split_sum(model, ids, layer: int, head: int) -> tuple[torch.Tensor, ScoreSplitResult]:
+    """(the pair split's matrices summed over every query of ``ids`` at its attended key
+    (component + 1, component + 1), the split): the reference of the matrix over queries."""
+    from headlab.circuits.score_split import terms_at
+
+    sides = Sides(model, ids)
+    queries = list(range(ids.shape[1]))
+    split = split_scores(sides, layer, head, queries, KeySpec.parse("attended"), sources=0)
+    terms = terms_at(sides, layer, head, split.kv_group, queries)
+    want = 0
+    for pair in split.pairs:
+        want = want + split.scale * terms[pair.query][0] @ terms[pair.key][1].t()
+    return want, split

@@ -28,6 +28,7 @@ from headlab.results.schema import MAX_NAME
 from report.conftest import write_results
 from report.long_results import write_long_results
 from report.test_report_formation import _document as formation_document
+from report.test_report_pairs_over_queries import _result as pairs_over_queries_result
 from report.test_report_score_split import _result as score_split_result
 from report.test_report_why import _redundancy_doc
 from results.test_circuit_run_sizes import _run as circuit_run
@@ -43,6 +44,7 @@ BUILDERS = {
     "circuits.json": circuits_sections,
     "induction-circuit.json": circuits_sections,
     "why_attends.json": circuits_sections,
+    "why_attends_all_queries.json": circuits_sections,
     "model_long-context.json": lambda d, pngs: long_context_sections(d, pngs),
     "model_kv-budget.json": lambda d, pngs: long_context_sections(d, pngs),
     "redundancy.json": why_sections,
@@ -57,6 +59,10 @@ def results(tmp_path_factory) -> Path:
     documents = {
         "induction-circuit.json": {"headlab": "induction-circuit", **formation_document()},
         "why_attends.json": {"headlab": "score-split", **score_split_result().to_dict()},
+        "why_attends_all_queries.json": {
+            "headlab": "pairs-over-queries",
+            **pairs_over_queries_result().to_dict(),
+        },
         "circuits.json": {"headlab": "circuits", **circuit_run()},
         "redundancy.json": {"headlab": "redundancy", **_redundancy_doc()},
     }

@@ -88,9 +88,10 @@ def terms_at(sides: Sides, layer: int, head: int, group: int, positions: list[in
 
 
 def framed(pair: Tensor, names: list[str], qm: Tensor, km: Tensor, key_names=None):
-    """The pair matrix on the ``PAIR_SIDE`` components of largest |marginal| per side, with a
-    "rest" row and column that keep its sum. ``key_names``: the key side's components where
-    they are not ``names`` (a cross-attention's)."""
+    """The pair matrix ``pair`` (component, component) on the ``PAIR_SIDE`` components of
+    largest |marginal| per side (``qm``, ``km``), with a "rest" row and column that keep its
+    sum: (row names, column names, the grid as lists). ``key_names``: the key side's
+    components where they are not ``names`` (a cross-attention's)."""
     rows = sorted(qm.abs().topk(min(PAIR_SIDE, qm.numel())).indices.tolist())
     cols = sorted(km.abs().topk(min(PAIR_SIDE, km.numel())).indices.tolist())
     kept = pair[rows][:, cols]

@@ -13,6 +13,7 @@ from headlab.report.displays import show
 from headlab.report.figures import png_bytes
 from headlab.report.formation_section import formation_section
 from headlab.report.nodes_section import nodes_section
+from headlab.report.pairs_over_queries_section import pairs_over_queries_section
 from headlab.report.reading import Skipped, skipping
 from headlab.report.score_split_section import score_split_section
 from headlab.results.circuit_run import CircuitRun
@@ -23,11 +24,12 @@ COMMAND = "headlab circuits --model smollm2 --task induction --method eap"
 
 
 def circuits_sections(directory: Path, pngs: dict[str, bytes], *, figures: bool = True) -> dict:
-    """{"circuits": part, "formation": part, "attends": part, "nodes": part}: the circuits
-    part's title, performance line, displays and command, or {missing: command, file} (and
-    skipped: why, for a file that breaks its schema); the formation part
-    (``report/formation_section.py``), the score split's (``report/score_split_section.py``)
-    and the node scores' (``report/nodes_section.py``). The circuit's and the score split's
+    """{"circuits": part, "formation": part, "attends": part, "attends_all": part, "nodes":
+    part}: the circuits part's title, performance line, displays and command, or {missing:
+    command, file} (and skipped: why, for a file that breaks its schema); the formation part
+    (``report/formation_section.py``), the score split's (``report/score_split_section.py``),
+    one head's over all its queries (``report/pairs_over_queries_section.py``) and the node
+    scores' (``report/nodes_section.py``). The circuit's and the score split's
     figures go to ``pngs`` when ``figures`` (the page shows their displays alone)."""
     path = Path(directory) / FILE
     part = skipping(path, lambda: _part(path, pngs, figures))
@@ -38,6 +40,7 @@ def circuits_sections(directory: Path, pngs: dict[str, bytes], *, figures: bool 
         "circuits": part,
         "formation": formation_section(Path(directory), pngs),
         "attends": score_split_section(Path(directory), pngs, figures=figures),
+        "attends_all": pairs_over_queries_section(Path(directory), pngs),
         "nodes": nodes_section(Path(directory)),
     }
 

@@ -18,7 +18,31 @@ BARS = 10
 AROUND = 24
 
 
-def _bars(ax, names: list[str], values: list[float], title: str) -> None:
+def pair_heatmap(
+    fig,
+    ax,
+    grid: list[list[float]],
+    rows: list[str],
+    cols: list[str],
+    title: str,
+    held: str = "the key position's stream",
+) -> None:
+    """A framed pair matrix ``grid`` (rows: query side, columns: key side, which reads
+    ``held``) as a heatmap on ``ax`` under ``title``, red adding to the score, with its colour
+    bar."""
+    matrix = np.asarray(grid)
+    bound = float(np.abs(matrix).max()) or 1.0
+    image = ax.imshow(matrix, cmap="RdBu_r", vmin=-bound, vmax=bound, aspect="auto")
+    ax.set_xticks(range(len(cols)), cols, rotation=60, fontsize=7)
+    ax.set_yticks(range(len(rows)), rows, fontsize=7)
+    ax.set_xlabel(f"key side (what {held} holds)", fontsize=8)
+    ax.set_ylabel("query side", fontsize=8)
+    fig.colorbar(image, ax=ax, fraction=0.04, pad=0.02).ax.tick_params(labelsize=7)
+    ax.set_title(title, fontsize=9)
+
+
+def marginal_bars(ax, names: list[str], values: list[float], title: str) -> None:
+    """The ``BARS`` largest of ``values`` (one per name in ``names``) as bars on ``ax``."""
     order = np.argsort(-np.abs(values))[:BARS][::-1]
     shown = [values[i] for i in order]
     colours = ["#c0504d" if v >= 0 else "#3a6ea5" for v in shown]  # as the heatmap: red adds
@@ -39,25 +63,17 @@ def score_split_figure(result: ScoreSplitResult) -> Figure:
     tokens = result.tokens[pair.batch]
     fig = Figure(figsize=(11, 8.2))
     grid = fig.add_gridspec(2, 3, height_ratios=[1.25, 1], hspace=0.6, wspace=0.55)
-    heat = fig.add_subplot(grid[0, 0:2])
-    matrix = np.asarray(pair.pair)
-    bound = float(np.abs(matrix).max()) or 1.0
-    image = heat.imshow(matrix, cmap="RdBu_r", vmin=-bound, vmax=bound, aspect="auto")
-    heat.set_xticks(range(len(pair.pair_cols)), pair.pair_cols, rotation=60, fontsize=7)
-    heat.set_yticks(range(len(pair.pair_rows)), pair.pair_rows, fontsize=7)
-    held = "the key position's stream" if result.key_components is None else "the encoder's stream"
-    heat.set_xlabel(f"key side (what {held} holds)", fontsize=8)
-    heat.set_ylabel("query side", fontsize=8)
-    fig.colorbar(image, ax=heat, fraction=0.04, pad=0.02).ax.tick_params(labelsize=7)
     query, key = _token(tokens[pair.query]), _token(result.key_labels(pair.batch)[pair.key])
     score = "" if pair.score is None else f", score {pair.score:.3g}"
-    heat.set_title(
+    title = (
         f"{result.model} head {result.layer}.{result.head}: query {pair.query} '{query}' -> "
-        f"key {pair.key} '{key}' (raw {pair.raw:.3g}{score})",
-        fontsize=9,
+        f"key {pair.key} '{key}' (raw {pair.raw:.3g}{score})"
     )
-    _bars(fig.add_subplot(grid[0, 2]), result.key_names(), pair.key_marginal, "key side")
-    _bars(fig.add_subplot(grid[1, 2]), result.components, pair.query_marginal, "query side")
+    held = "the key position's stream" if result.key_components is None else "the encoder's stream"
+    heat = fig.add_subplot(grid[0, 0:2])
+    pair_heatmap(fig, heat, pair.pair, pair.pair_rows, pair.pair_cols, title, held)
+    marginal_bars(fig.add_subplot(grid[0, 2]), result.key_names(), pair.key_marginal, "key side")
+    marginal_bars(fig.add_subplot(grid[1, 2]), result.components, pair.query_marginal, "query side")
     text = fig.add_subplot(grid[1, 0:2])
     text.set_axis_off()
     if pair.sources and result.grid is not None:
@@ -147,4 +163,4 @@ def _source_text(ax, tokens, pair, component, positions, values) -> None:
         x += width
 
 
-__all__ = ["score_split_figure", "strongest_pair"]
+__all__ = ["marginal_bars", "pair_heatmap", "score_split_figure", "strongest_pair"]

@@ -114,7 +114,7 @@ GROUPS = {
     "sweeps": ("results", ("sweep",)),
     "why": ("why", ("expressivity", "specialisation", "redundancy", "redundancy_decoder")),
     "long": ("long", ("roles", "kv_budget")),
-    "circuits": ("circuits", ("circuits", "formation", "attends", "nodes")),
+    "circuits": ("circuits", ("circuits", "formation", "attends", "attends_all", "nodes")),
 }
 
 

@@ -13,7 +13,8 @@ block is a map of each position's stream and of the keys and values before it, w
 context holds.
 
 For the family's plain causal attention only (the module's ``scaling``, a full causal mask): a
-layer with a soft-cap, a sliding window or sinks is refused in one line.
+layer with a soft-cap, a sliding window (a module attribute, or the config's: Mistral keeps it
+there, plain_attention.py) or sinks is refused in one line.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import torch
 from torch import Tensor
 
 from headlab.attention.interventions import intervene
+from headlab.models.hf.plain_attention import sliding_layer
 from headlab.models.interface import TokenBatch
 from headlab.models.run_protocol import RunCache, RunnableModel, StopAt
 
@@ -45,10 +47,14 @@ def plain_scales(model: RunnableModel) -> list[float]:
     if not getattr(model, "causal", False):
         raise ValueError(f"a context run reads a causal model's keys; {model.name} is not causal")
     scales = []
+    config = getattr(model, "config", None)
     for block in model.blocks():
         module = block.attention.module
         for name in ("attn_logit_softcapping", "sliding_window", "sinks"):
-            if getattr(module, name, None) is not None:
+            found = getattr(module, name, None) is not None
+            if name == "sliding_window" and config is not None:  # Mistral's is in its config
+                found = found or sliding_layer(config, block.index)
+            if found:
                 raise ValueError(
                     f"a context run computes plain causal attention; block {block.index} of "
                     f"{model.name} has {name}"
