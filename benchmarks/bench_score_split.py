@@ -1,16 +1,19 @@
 """The score split at length on SmolLM2, side by side with a plain forward of the same tokens.
 
     python benchmarks/bench_score_split.py --length 2048 --repeats 2 --pairs-length 8192
+    python benchmarks/bench_score_split.py --length 2048 --repeats 2 --skip memory --load both
 
 Time (interleaved rounds, every other round in reverse order; CPU seconds of all threads and
 wall seconds): a plain forward (the model's own, logits at the last position) against every
 head's two marginals at the attended key of every query (``Sides`` = one forward keeping what
 the split reads, then ``score_marginals.every_layer`` for every layer, at the kernel's scales,
-the attention modules' own ``scaling``), each step timed. Memory (each in a fresh process,
-``fresh_process.measure``: peak resident set during the call above the resident set before it,
-the weights): a plain forward of ``--pairs-length`` tokens against one head's pair matrix over
-every query at its attended key (``score_pairs_streamed.pairs_over_queries``, layer
-``--layer``, head ``--head``). Prints one JSON document with the load average.
+the attention modules' own ``scaling``), each step timed; ``--load busy`` (or ``both``: quiet,
+then busy) runs the rounds beside one competing CPU-bound process (``machine_load.competing``).
+Memory (each in a fresh process, ``fresh_process.measure``: peak resident set during the call
+above the resident set before it, the weights): a plain forward of ``--pairs-length`` tokens
+against one head's pair matrix over every query at its attended key
+(``score_pairs_streamed.pairs_over_queries``, layer ``--layer``, head ``--head``). Prints one
+JSON document with the load averages.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from fresh_process import measure, run_child
+from machine_load import add_load_argument, competing, loads
 
 
 def _ids(model, length: int) -> torch.Tensor:
@@ -53,7 +57,7 @@ def _timed(steps: dict, name: str, fn):
 
 
 #: The parts of ``every_layer`` whose CPU and wall seconds the rounds add up (the floor).
-PARTS = ("_plan", "_key_rows", "_query_block", "_few_block", "_many_block")
+PARTS = ("_plan", "_key_rows", "_block", "_some_block", "_many_block")
 
 
 def _counted(module, kept: dict):
@@ -150,6 +154,7 @@ def main() -> None:
     parser.add_argument("--head", type=int, default=0)
     parser.add_argument("--skip", choices=["time", "memory"], default=None)
     parser.add_argument("--child", default=None)
+    add_load_argument(parser)
     args = parser.parse_args()
     if args.child:
         child(args.child, args.length, args.layer, args.head)
@@ -162,20 +167,28 @@ def main() -> None:
         model = load("smollm2")
         ids = _ids(model, args.length)
         _forward(model)(ids[:, :16])  # warm
-        rounds = _rounds(model, ids, args.repeats)
-        median = {
-            name: {
-                kind: statistics.median(r["total"][kind] for r in rows) for kind in ("cpu", "wall")
+        out["time"] = {}
+        for load in loads(args.load):
+            with competing(load):
+                before = [round(x, 2) for x in os.getloadavg()]
+                rounds = _rounds(model, ids, args.repeats)
+            median = {
+                name: {
+                    kind: statistics.median(r["total"][kind] for r in rows)
+                    for kind in ("cpu", "wall")
+                }
+                for name, rows in rounds.items()
             }
-            for name, rows in rounds.items()
-        }
-        out["time"] = {
-            "length": args.length,
-            "rounds": rounds,
-            "median_s": median,
-            "ratio": {k: median["marginals"][k] / median["forward"][k] for k in ("cpu", "wall")},
-        }
-        out["load_average_after_time"] = [round(x, 2) for x in os.getloadavg()]
+            out["time"][load] = {
+                "length": args.length,
+                "load_average_before": before,
+                "load_average_after": [round(x, 2) for x in os.getloadavg()],
+                "rounds": rounds,
+                "median_s": median,
+                "ratio": {
+                    k: median["marginals"][k] / median["forward"][k] for k in ("cpu", "wall")
+                },
+            }
         del model
     if args.skip != "memory":
         memory = {}

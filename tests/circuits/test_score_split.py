@@ -215,6 +215,22 @@ def test_at_length_marginals_refuse_qk_norm():
         attended_marginals(sides, 1, 0.3)
 
 
+def test_at_length_marginals_refuse_a_window_only_the_config_names():
+    """Mistral's attention module keeps no window (it is in the mask): the attended key of a
+    query past the window would otherwise be searched over keys the model never sees."""
+    from headlab.circuits.score_marginals import attended_marginals, every_layer
+
+    model = _model("mistral")
+    assert getattr(model.layers[0].module, "sliding_window", None) is None
+    window = model.config.sliding_window
+    assert window < LENGTH - 1  # a query exists whose earliest keys lie outside its window
+    sides = Sides(model, _ids())
+    with pytest.raises(ValueError, match="sliding window"):
+        attended_marginals(sides, 1, 0.3)
+    with pytest.raises(ValueError, match="sliding window"):
+        next(every_layer(sides, [0.3] * sides.layers))
+
+
 @pytest.mark.parametrize("layers", [1, 2])
 def test_every_layer_equals_each_layer_alone(layers, monkeypatch):
     """Layers read the writes alone or side by side (``LAYERS``): the same marginals."""
@@ -232,18 +248,20 @@ def test_every_layer_equals_each_layer_alone(layers, monkeypatch):
             )
 
 
-@pytest.mark.parametrize("family", ["llama", "gpt2"])
-def test_at_length_marginals_do_not_depend_on_the_blocks(family, monkeypatch):
-    """Blocks of 3 query rows and 5 positions (several over 13 positions), and keys with more
-    than 2 rows taking a product of their own, give what the defaults give: the blocks only
-    order the work."""
+@pytest.mark.parametrize(("family", "few", "many"), [("llama", 1, 3), ("gpt2", 0, 2)])
+def test_at_length_marginals_do_not_depend_on_the_blocks(family, few, many, monkeypatch):
+    """Blocks of 3 query rows and 5 positions (several over 13 positions), keys with at most
+    ``few`` rows joining the query side's product, keys with more than ``many`` rows taking
+    the product through W_K and those between a gathered product give what the defaults give:
+    the blocks only order the work."""
     from headlab.circuits import score_marginals
 
     sides = Sides(_model(family), _ids(4))
     whole = score_marginals.attended_marginals(sides, 1, 0.375)
     monkeypatch.setattr(score_marginals, "ROWS", 3)
     monkeypatch.setattr(score_marginals, "POSITIONS", 5)
-    monkeypatch.setattr(score_marginals, "MANY", 2)
+    monkeypatch.setattr(score_marginals, "FEW", few)
+    monkeypatch.setattr(score_marginals, "MANY", many)
     blocked = score_marginals.attended_marginals(sides, 1, 0.375)
     assert torch.equal(whole["key"], blocked["key"])
     for name in ("query_marginal", "key_marginal"):
@@ -286,3 +304,23 @@ def pair_split_sum(model, ids, layer: int, head: int) -> tuple[torch.Tensor, Sco
     for pair in split.pairs:
         want = want + split.scale * terms[pair.query][0] @ terms[pair.key][1].t()
     return want, split
+
+
+@pytest.mark.parametrize("rows", [1, 7, 64])
+def test_attended_key_search_breaks_ties_as_a_brute_force(rows, monkeypatch):
+    """The attended key of each query (``_keys``, blocks of ``rows`` queries, only the diagonal
+    square masked) is the first of its highest causal scores: small integer q and k in float64
+    make exact ties everywhere, against a loop over every (head, query, key)."""
+    from headlab.circuits import score_marginals
+
+    monkeypatch.setattr(score_marginals, "ROWS", rows)
+    generator = torch.Generator().manual_seed(7)
+    heads, per, length, d_head = 6, 2, 37, 5
+    q = torch.randint(-2, 3, (heads, length, d_head), generator=generator).double()
+    k = torch.randint(-2, 3, (heads // per, length, d_head), generator=generator).double()
+    k[:, 11] = k[:, 3]  # planted ties: a later copy of an earlier key
+    got = score_marginals._keys(q, k, per)
+    for head in range(heads):
+        for query in range(length):
+            scores = [float(q[head, query] @ k[head // per, key]) for key in range(query + 1)]
+            assert int(got[head, query]) == scores.index(max(scores))

@@ -98,6 +98,11 @@ def test_falcon_alibi_is_the_bias_term():
     mask = torch.ones(1, LENGTH, dtype=torch.long)
     alibi = build_alibi_tensor(mask, 5, torch.float64)[head, 0] / math.sqrt(6)  # (k_pos,)
     _check(result, alibi.expand(LENGTH, LENGTH))
+    # the at-length views read q . k alone, whose highest is not ALiBi's: refused, not misread
+    from headlab.circuits.score_marginals import attended_marginals
+
+    with pytest.raises(ValueError, match="ALiBi"):
+        attended_marginals(sides, 2, 0.3)
 
 
 @pytest.fixture(scope="module")

@@ -5,8 +5,9 @@ With the norm held at 1/s_p at position p, q_p = R(p) (W_Q D_p x_p + c_Q) and k_
 D_p x_p + c_K), where D_p x = g * C(x) / s_p (C: the centring of a LayerNorm, else the
 identity), c = W shift + the projection's bias, and R(p) the family's rotary at p (its own
 cos and sin tables, applied to vectors; never (pos, d_head, d_head) matrices). For families
-whose map is that: a scaled norm in front, no QK-norm, rotate-half rotary or none (``qk_map``
-refuses others in one line; the pair split of score_split.py covers every family).
+whose map is that: a scaled norm in front, no QK-norm, rotate-half rotary or none, and whose
+highest score is the highest q . k: no sliding window, no ALiBi (``qk_map`` refuses others in one
+line; the pair split of score_split.py covers every family).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor
+
+from headlab.models.hf.plain_attention import sliding_layer, text_config
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,23 @@ def _bias(projection) -> Tensor | None:
     return bias.detach()[list(projection.rows)]
 
 
+def _refuse_what_q_k_do_not_hold(model, block) -> None:
+    """ValueError (one line) where the kernel's highest score is not the highest q . k: a
+    sliding window (a module attribute, or only in the config as Mistral's) or ALiBi's bias."""
+    config = getattr(model, "config", None)
+    window = getattr(block.attention.module, "sliding_window", None) is not None
+    if window or (config is not None and sliding_layer(config, block.index)):
+        raise ValueError(
+            f"layer {block.index} attends through a sliding window; the at-length split reads "
+            "every earlier key; split chosen pairs instead (why-attends)"
+        )
+    if config is not None and getattr(text_config(config), "alibi", None) is True:
+        raise ValueError(
+            f"layer {block.index}: ALiBi adds a bias to the scores; the at-length split reads "
+            "q . k alone; split chosen pairs instead (why-attends)"
+        )
+
+
 def qk_map(model, block, dtype: torch.dtype) -> QKMap:
     """``block``'s held map in ``dtype``; ValueError (one line) where it is not the module
     docstring's."""
@@ -77,6 +97,7 @@ def qk_map(model, block, dtype: torch.dtype) -> QKMap:
             f"layer {block.index}: the at-length split needs one norm in front and no QK-norm; "
             "split chosen pairs instead (why-attends)"
         )
+    _refuse_what_q_k_do_not_hold(model, block)
     heads, groups, d = attention.num_heads, attention.num_kv_heads, attention.head_dim
     w_q, w_k = (w.detach().to(dtype) for w in attention.query_key_weights())
     norm = front[0]
