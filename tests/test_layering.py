@@ -287,6 +287,8 @@ MEASUREMENTS = {  # the measurement, tensors included; its ``result()`` is the r
 }
 INTERMEDIATES = {  # inputs, plans and pieces one analysis hands another; never printed as such
     "KeySpec": "which keys a score split explains, parsed from the CLI's --keys before loading",
+    "ImageKeys": "the --keys of a score split on an image, parsed before loading, resolved to a "
+    "KeySpec on its patch grid",
     "PairsOverQueries": "one head's pair matrix summed over a long text's queries, tensors "
     "(read by benchmarks; no command prints it yet)",
     "QKMap": "one layer's held map from the stream to q and k, tensors",

@@ -183,3 +183,47 @@ def score_split_result(seed: int = 0, n: int = 61) -> ScoreSplitResult:
     return ScoreSplitResult(
         f"fixture {XSS}", 2, 1, 0, "top-3", [words], SPLIT_COMPONENTS, 0.125, None, pairs
     )
+
+
+def image_split_result(seed: int = 1) -> ScoreSplitResult:
+    """A score split on an image of 3 x 4 patches after its class token and 4 registers: the
+    text's sample with the image's positions and patch grid."""
+    rows, cols, first = 3, 4, 5
+    tokens = ["cls"] + [f"register {r}" for r in range(4)]
+    tokens += [f"patch {r},{c}" for r in range(rows) for c in range(cols)]
+    rng = np.random.default_rng(seed)
+    key_side = rng.standard_normal(len(SPLIT_COMPONENTS)).round(3)
+    raw = float(key_side.sum())
+    pair = rng.standard_normal((2, 2)).round(3)
+    pair[-1, -1] += raw - pair.sum()
+    reads = rng.standard_normal(len(tokens)).round(3)
+    reads[-1] += key_side[6] - reads.sum()  # every position is a source: sums to 1.1's term
+    split = PairSplit(
+        0,
+        0,
+        first + 6,
+        raw,
+        raw,
+        0.0,
+        0.0,
+        key_side.tolist(),
+        key_side.tolist(),
+        ["embed", "rest"],
+        ["1.1", "rest"],
+        pair.tolist(),
+        [SourceSplit("1.1", list(range(len(tokens))), reads.tolist())],
+    )
+    return ScoreSplitResult(
+        "tiny-dinov2",
+        2,
+        1,
+        1,
+        "patch-6",
+        [tokens],
+        SPLIT_COMPONENTS,
+        0.125,
+        None,
+        [split],
+        grid=(rows, cols),
+        first_patch=first,
+    )

@@ -16,6 +16,7 @@ from display_samples import (
     circuit_run,
     head_pattern,
     head_statistics,
+    image_split_result,
     score_split_result,
     synthetic_weights,
 )
@@ -344,6 +345,33 @@ def test_the_score_split_shows_its_pairs_bars_and_sources(browser, tmp_path):
     page.locator("[data-testid^=split-pick-]").nth((first + 1) % 3).click()
     assert root.get_attribute("data-pair") == str((first + 1) % 3)
     opened.shot("display-score-split.png", "[data-testid=display-score-split]")
+    opened.assert_clean()
+    opened.close()
+
+
+def test_an_image_split_shows_its_source_on_the_patch_grid(browser, tmp_path):
+    """An image's split draws the strongest head's source split on the patch grid: a cell per
+    patch (hover: its position and the exact term), the class token and registers below."""
+    result = image_split_result()
+    path = tmp_path / "image-split.html"
+    path.write_text(
+        "<!doctype html><meta charset=utf-8><body>" + show(result).html(code=True), encoding="utf-8"
+    )
+    opened = Offline(browser, path)
+    page = opened.page
+    canvas = page.get_by_test_id("split-grid")
+    cell = int(canvas.get_attribute("data-cell"))
+    assert canvas.bounding_box()["width"] >= 4 * cell  # 4 columns
+    canvas.hover(position={"x": 1 + 2.5 * cell, "y": 1 + 1.5 * cell})  # patch (1, 2)
+    source = result.pairs[0].sources[0]
+    position = 5 + 1 * 4 + 2
+    text = opened.tooltip()
+    assert f"position {position} " in text and "patch 1,2" in text
+    assert f"{abs(source.values[position]):.4g}" in text
+    others = page.get_by_test_id("split-grid-others").inner_text()
+    assert others.startswith("cls ") and "register 3" in others
+    assert page.locator("[data-testid=split-text] .hl-tok").count() == 0  # no row of tokens
+    opened.shot("display-score-split-image.png", "[data-testid=display-score-split]")
     opened.assert_clean()
     opened.close()
 

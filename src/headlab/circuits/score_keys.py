@@ -11,12 +11,16 @@
     all          every key the query sees
     N            key position N (an integer; a causal model refuses one after the query)
 
+and, made by code that knows where they are (an image's class token, registers, a patch:
+image_keys.py), ``KeySpec.at(positions, label)``: the positions given, named ``label``.
+
 ``keys_for(spec, ids, query, scores)`` gives the positions for one query row, ``scores`` the
 head's (k_pos,) scores of that row (needed by "attended" and "top-K" only).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from torch import Tensor
@@ -26,8 +30,17 @@ PATTERNS = ("attended", "induction", "previous", "bos", "self", "all")
 
 @dataclass(frozen=True)
 class KeySpec:
-    kind: str  # a pattern, "top" or "position"
+    kind: str  # a pattern, "top", "position" or "positions"
     count: int = 1  # top-K's K, or the key position
+    positions: tuple[int, ...] = ()  # "positions": the keys
+    label: str = ""  # "positions": their name
+
+    @staticmethod
+    def at(positions: Sequence[int], label: str) -> KeySpec:
+        """The keys at ``positions`` (at least one), named ``label`` ("cls", "registers")."""
+        if not positions:
+            raise ValueError(f"--keys {label} names no key")
+        return KeySpec("positions", positions=tuple(int(p) for p in positions), label=label)
 
     @staticmethod
     def parse(text: str) -> KeySpec:
@@ -46,6 +59,8 @@ class KeySpec:
         )
 
     def name(self) -> str:
+        if self.kind == "positions":
+            return self.label
         if self.kind == "top":
             return f"top-{self.count}"
         return str(self.count) if self.kind == "position" else self.kind
@@ -73,6 +88,10 @@ def keys_for(
     if spec.kind == "position":
         check_key(query, spec.count, len(ids), causal)
         return [spec.count]
+    if spec.kind == "positions":
+        for key in spec.positions:
+            check_key(query, key, len(ids), causal)
+        return list(spec.positions)
     if spec.kind in ("attended", "top"):
         if scores is None:
             raise ValueError(f"--keys {spec.name()} needs the head's scores")

@@ -105,6 +105,12 @@ class Sides:
             rest = stream - carried.sum(0)
         return torch.stack([*found, rest])
 
+    def formula_scale(self, index: int) -> Tensor | None:
+        """(embed_dim,) the factor by which layer ``index`` multiplies a head's write by the
+        formula before adding it, where the last ``writes`` took the formula with such factors
+        (an image encoder's layer scale: image_sides.py); None: none."""
+        return None
+
     def _direct_writes(self, layer: int, rows: slice) -> tuple[list[Tensor], Tensor]:
         """The writes by the formula (a head's output through its W_O slice, an MLP's output)
         and the sum of the output projections' biases."""

@@ -171,11 +171,13 @@ def source_terms(
     count = key + 1 if runner.model.causal else weights.shape[-1]
     pieces = weights[sender, key, :count, None] * values[kv, :count]  # (source, d_head)
     rows = slice(key, key + 1)
-    if sides.direct:
+    scaled = sides.formula_scale(sender_layer)
+    if sides.direct or scaled is not None:
         w_o = attention.output_weight().detach().to(values)
         d = attention.head_dim
         slice_o = w_o[:, sender * d : (sender + 1) * d]  # (embed_dim, d_head)
         writes = (pieces @ slice_o.t())[:, None, None]  # (source, batch, rows, embed_dim)
+        writes = writes if scaled is None else writes * scaled
     else:
         parts = pieces.new_zeros(count, 1, attention.num_heads, 1, pieces.shape[-1])
         parts[:, 0, sender, 0] = pieces

@@ -74,11 +74,18 @@ class Stream:
     #: the norm after the stream's last block (``BlockNorm``, role "final"), where another
     #: stream reads its final states; None where it has none (BART) or none is read
     final_norm: BlockNorm | None = field(default=None, compare=False)
+    #: the norm between the stream's embeddings and its first block (``BlockNorm``, role
+    #: "embed": CLIP's vision tower's ``pre_layrnorm``); None where it has none
+    embedding_norm: BlockNorm | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.final_norm is not None and self.final_norm.role != "final":
             raise ValueError(
                 f"a stream's final norm has the role final, got {self.final_norm.role!r}"
+            )
+        if self.embedding_norm is not None and self.embedding_norm.role != "embed":
+            raise ValueError(
+                f"a stream's embedding norm has the role embed, got {self.embedding_norm.role!r}"
             )
         if self.kind not in STREAM_KINDS:
             raise ValueError(
@@ -89,8 +96,9 @@ class Stream:
 #: Where a block's norm sits: in front of its attention (the one its q, k, v inputs are made
 #: from), inside the attention (a QK-norm), the same two for the cross-attention, or elsewhere
 #: in the block outside its MLP (post-norms, the norm in front of the MLP); "final": a stream's
-#: norm after its last block (``Stream.final_norm``), in no block.
-NORM_ROLES = ("attention_in", "qk", "cross_in", "cross_qk", "block", "final")
+#: norm after its last block (``Stream.final_norm``), in no block; "embed": a stream's norm
+#: between its embeddings and its first block (``Stream.embedding_norm``: CLIP's vision tower).
+NORM_ROLES = ("attention_in", "qk", "cross_in", "cross_qk", "block", "final", "embed")
 
 
 @runtime_checkable

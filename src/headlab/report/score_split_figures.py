@@ -1,6 +1,7 @@
 """The figure of a score split (``ScoreSplitResult``): one (query, key) pair's pair matrix as a
 heatmap, its two marginals as bars, and the source tokens of the strongest key-side head on the
-text. Draws what the result holds; measures nothing."""
+text, or on an image, on its patch grid (the class token and the registers named beside it).
+Draws what the result holds; measures nothing."""
 
 from __future__ import annotations
 
@@ -61,7 +62,7 @@ def score_split_figure(result: ScoreSplitResult) -> Figure:
     pair = strongest_pair(result)
     tokens = result.tokens[pair.batch]
     fig = Figure(figsize=(11, 8.2))
-    grid = fig.add_gridspec(2, 3, height_ratios=[1.25, 1], hspace=0.45, wspace=0.55)
+    grid = fig.add_gridspec(2, 3, height_ratios=[1.25, 1], hspace=0.6, wspace=0.55)
     query, key = _token(tokens[pair.query]), _token(result.key_labels(pair.batch)[pair.key])
     score = "" if pair.score is None else f", score {pair.score:.3g}"
     title = (
@@ -75,7 +76,10 @@ def score_split_figure(result: ScoreSplitResult) -> Figure:
     marginal_bars(fig.add_subplot(grid[1, 2]), result.components, pair.query_marginal, "query side")
     text = fig.add_subplot(grid[1, 0:2])
     text.set_axis_off()
-    if pair.sources:
+    if pair.sources and result.grid is not None:
+        text.set_axis_on()
+        _source_grid(fig, text, result, pair, pair.sources[0])
+    elif pair.sources:
         source = pair.sources[0]
         _source_text(text, tokens, pair, source.component, source.positions, source.values)
     else:
@@ -87,6 +91,41 @@ def score_split_figure(result: ScoreSplitResult) -> Figure:
             fontsize=8,
         )
     return fig
+
+
+def _source_grid(fig, ax, result: ScoreSplitResult, pair, source) -> None:
+    """The source split of head ``source.component`` laid out on the image's patches, row by
+    row; the class token's and the registers' parts in the title; the key's patch outlined
+    (solid), the query's (dashed)."""
+    from matplotlib.patches import Rectangle
+
+    rows, cols = result.grid
+    first = result.first_patch
+    values = dict(zip(source.positions, source.values, strict=True))
+    grid = np.array([values.get(first + p, np.nan) for p in range(rows * cols)]).reshape(rows, cols)
+    bound = float(np.nanmax(np.abs(grid))) if np.isfinite(grid).any() else 1.0
+    image = ax.imshow(grid, cmap="RdBu_r", vmin=-(bound or 1.0), vmax=bound or 1.0)
+    bar = fig.colorbar(image, ax=ax, fraction=0.04, pad=0.02, format="%.2g")
+    bar.ax.tick_params(labelsize=7)
+    ax.set_xticks([]), ax.set_yticks([])
+    for position, style in ((pair.key, "-"), (pair.query, "--")):
+        if position >= first:
+            r, c = divmod(position - first, cols)
+            box = Rectangle((c - 0.5, r - 0.5), 1, 1, fill=False, lw=1.6, ls=style, ec="#222")
+            ax.add_patch(box)
+    before = f"cls {values.get(0, 0.0):+.3g}"
+    if first > 1:
+        parts = ", ".join(f"{values.get(p, 0.0):+.2g}" for p in range(1, first))
+        before += f"; registers {parts}"
+    ax.set_title(
+        f"key side of head {source.component} at key {pair.key}, by the patch it read "
+        f"({sum(source.values):+.3g} in all)",
+        fontsize=9,
+    )
+    ax.set_xlabel(
+        f"red adds, blue takes away; key's patch outlined, query's dashed\n{before}",
+        fontsize=8,
+    )
 
 
 def _source_text(ax, tokens, pair, component, positions, values) -> None:

@@ -23,7 +23,10 @@ either side's whatever the attention.
 
 ``frozen``: the norms are held at the run's scales (the split is exact given them); ``recomputed``
 per pair, where measured: per key-side component, the score's change when that component is
-taken out of the key input with the norms recomputed (vs the frozen term). Plain data.
+taken out of the key input with the norms recomputed (vs the frozen term). ``grid``: on an
+image, its patch grid (rows, cols) and the position of its first patch ``first_patch`` (the
+class token and the registers come before it; the patches follow row by row); None on a text.
+Plain data.
 """
 
 from __future__ import annotations
@@ -145,6 +148,8 @@ class ScoreSplitResult:
     attention: str = "self"
     key_components: list[str] | None = None
     key_tokens: list[str] | None = None
+    grid: tuple[int, int] | None = None
+    first_patch: int | None = None
 
     def __post_init__(self) -> None:
         if self.attention not in ATTENTIONS:
@@ -193,6 +198,8 @@ class ScoreSplitResult:
             "attention": self.attention,
             "key_components": None if self.key_components is None else list(self.key_components),
             "key_tokens": None if self.key_tokens is None else list(self.key_tokens),
+            "grid": None if self.grid is None else list(self.grid),
+            "first_patch": self.first_patch,
         }
 
     @classmethod
@@ -214,6 +221,12 @@ class ScoreSplitResult:
                     raise ValueError(
                         f"{where}: a marginal has {len(side)} values for {len(names)} components"
                     )
+        grid, first_patch = None, None
+        if data.get("grid") is not None:  # an image (files of texts, and older files, have none)
+            grid = tuple(int(n) for n in fields.list("grid"))
+            first_patch = fields.int("first_patch")
+            if len(grid) != 2 or min(grid) < 1:
+                raise ValueError(f"{where}: grid must be [rows, cols] >= 1, got {list(grid)}")
         return cls(
             model=fields.str("model"),
             layer=fields.int("layer"),
@@ -229,6 +242,8 @@ class ScoreSplitResult:
             attention=attention,
             key_components=keyed,
             key_tokens=key_tokens,
+            grid=grid,
+            first_patch=first_patch,
         )
 
 

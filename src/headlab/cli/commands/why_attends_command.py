@@ -16,7 +16,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from headlab.cli.model_kinds import AUDIO
+from headlab.cli.model_kinds import AUDIO, IMAGE
 from headlab.cli.model_source import ModelChoice, model_source, open_model
 from headlab.cli.outputs import AS_JSON, FORCE, an_input, claim, write_outputs
 from headlab.cli.parsing import flags, int_list
@@ -108,13 +108,17 @@ def why_attends(
     layer: int = typer.Option(..., "--layer", help="The head's layer (from 0)."),
     head: int = typer.Option(..., "--head", help="The query head within the layer (from 0)."),
     text: str = typer.Option(TEXT, "--text", help="The text the head reads."),
-    query: str = typer.Option(
-        "-1", "--query", help="Query positions, comma-separated (negative: from the end)."
+    query: str | None = typer.Option(
+        None,
+        "--query",
+        help="Query positions, comma-separated (negative: from the end) [default: -1; an "
+        "image: cls, or patch-N].",
     ),
     keys: str = typer.Option(
         "attended",
         "--keys",
-        help="attended, top-K, induction, previous, bos, self, all or a key position.",
+        help="attended, top-K, induction, previous, bos, self, all or a key position; an "
+        "image: attended, top-K, all, self, cls, registers, patch-N or a position.",
     ),
     sources: int = typer.Option(
         3, "--sources", help="Head components whose key side is split by source position."
@@ -149,6 +153,7 @@ def why_attends(
         help="With --all-queries: cut the text to this many tokens; without --text or "
         "--text-file, the built-in copy task at this length.",
     ),
+    image: Path | None = IMAGE,
     source: ModelChoice = None,  # the model-source options (``model_source``)
     out: Path | None = OUT,
     figure: Path | None = FIGURE,
@@ -162,11 +167,39 @@ def why_attends(
     (embeddings, earlier heads through W_O, MLPs, biases), its two marginals, and the key side
     of the strongest head components split by the source token they read. With --all-queries:
     every query of a text at the key it attends, their pair matrices summed, at any length.
+    With --image (ViT, DINOv2, CLIP's vision tower): the image's class token, registers and
+    patches.
     """
+    if image is not None:
+        from headlab.cli.why_attends_image import image_split
+
+        given = {"--text": text != TEXT, "--source-text": source_text is not None}
+        given.update({"--audio": audio is not None, "--attention": attention is not None})
+        given.update({"--all-queries": all_queries, "--text-file": text_file is not None})
+        given["--length"] = length is not None
+        out = RESULTS_DIR / "why_attends.json" if out is None else out
+        result = image_split(
+            source,
+            image,
+            layer=layer,
+            head=head,
+            query=query,
+            keys=keys,
+            sources=sources,
+            recompute=recompute,
+            text_options=[flag for flag, value in given.items() if value],
+            claim=lambda: claim("why-attends", out, force=force, figure=figure),
+            quiet=as_json,
+        )
+        return _written(result, out, figure, force, as_json)
+    from headlab.cli.why_attends_image import refuse_images_elsewhere
+
+    refuse_images_elsewhere(source)
     if all_queries or text_file is not None or length is not None:  # one head over all queries
         from headlab.cli.pairs_over_queries import refuse_pair_options, why_attends_all_queries
 
-        pairs = {"--query": query != "-1", "--keys": keys != "attended", "--sources": sources != 3}
+        pairs = {"--query": query is not None, "--keys": keys != "attended"}
+        pairs["--sources"] = sources != 3
         pairs.update({"--recompute": recompute, "--source-text": source_text is not None})
         pairs.update({"--audio": audio is not None, "--attention": attention is not None})
         refuse_pair_options(all_queries, pairs, text != TEXT and text_file is not None)
@@ -174,7 +207,7 @@ def why_attends(
         args = (layer, head, given, text_file, length, out, figure, force, as_json)
         return why_attends_all_queries(source, *args)
     out = RESULTS_DIR / "why_attends.json" if out is None else out
-    queries = int_list(query, "--query", low=None)
+    queries = int_list("-1" if query is None else query, "--query", low=None)
     if queries is None:
         raise ValueError("--query takes at least one position, got none")
     if sources < 0:
@@ -220,6 +253,11 @@ def why_attends(
         flags("keys"),
     ):
         result = loaded.split(layer, head, positions, spec, sources, recompute, update)
+    _written(result, out, figure, force, as_json)
+
+
+def _written(result, out: Path, figure: Path | None, force: bool, as_json: bool) -> None:
+    """The results file, the figure, and the tables (none with --json)."""
     from headlab.report.score_split_figures import score_split_figure
 
     written = write_outputs(

@@ -177,6 +177,19 @@ def block_norms(
     return norms
 
 
+def embedding_norm(module: nn.Module) -> HFNorm:
+    """A norm between a model's embeddings and its first block (CLIP's ``pre_layrnorm``), role
+    "embed", with its hook put on once; no block runs it, so it is always the running one."""
+    norm = module.__dict__.get(RUNNING)
+    if not isinstance(norm, HFNorm):
+        norm = HFNorm("embed", module)
+        running((norm,))
+    if not module.__dict__.get(HOOKED):
+        object.__setattr__(module, HOOKED, True)
+        module.register_forward_hook(_norm_out, with_kwargs=True)
+    return norm
+
+
 def stack_final_norm(stack: nn.Module, blocks: list[nn.Module]) -> HFNorm | None:
     """The norm after the last block of ``stack`` (an encoder: T5's ``final_layer_norm``,
     Whisper's ``layer_norm``), role "final", hooked and running for good (it belongs to no
@@ -210,4 +223,4 @@ def running(norms: tuple[HFNorm, ...]) -> None:
         object.__setattr__(norm.module, RUNNING, norm)
 
 
-__all__ = ["HFNorm", "block_norms", "norms_of", "running", "stack_final_norm"]
+__all__ = ["HFNorm", "block_norms", "embedding_norm", "norms_of", "running", "stack_final_norm"]

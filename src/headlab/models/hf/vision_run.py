@@ -8,7 +8,13 @@ on ``copies`` copies of the pixel values stacked on the batch axis; ``batch`` is
 (batch, channel, height, width) tensor of pixel values (``VisionModel.pixels``). Starting at block
 ``start``, the blocks before it return their input (nothing computed) and block ``start``
 receives the given stream at its resid_in, as on the decoders' route (``block_run.py``, whose
-skipping this reuses); the blocks are read as there (``block_parts.hf_blocks``).
+skipping this reuses); the blocks are read as there (``block_parts.hf_blocks``). A run given its
+stream (``hidden``) computes no embeddings: the body's embeddings module returns zeros of the
+stream's shape (its patch convolution on every copy would be wasted), so ``rows`` (some
+positions alone, for the maps that act on each position alone, with a ``stop``) runs those
+positions' stream alone. The stream's ``embedding_norm`` is the norm between the embeddings and
+the first block (CLIP's ``pre_layrnorm``), a ``BlockNorm`` with its "scale" site (role
+"embed"); None for ViT and DINOv2.
 
 ``unembed`` is the model's readout of an image, one row per image ((batch, 1, output_width)):
 
@@ -23,14 +29,17 @@ skipping this reuses); the blocks are read as there (``block_parts.hf_blocks``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from contextlib import ExitStack
+from collections.abc import Iterator, Mapping
+from contextlib import ExitStack, contextmanager
+from dataclasses import replace
 
+import torch
 from torch import Tensor, nn
 
 from headlab.models.hf.block_logits import FinalStates
 from headlab.models.hf.block_parts import HFBlockParts, hf_blocks
 from headlab.models.hf.block_run import skipped_blocks
+from headlab.models.hf.norm_sites import embedding_norm
 from headlab.models.run_protocol import (
     Block,
     Interventions,
@@ -43,6 +52,23 @@ from headlab.models.run_protocol import (
 
 #: The stream of an image encoder and its named positions.
 PATCHES = Stream("patches", "patches", ("cls", "register"))
+#: The body's attribute that holds a norm between its embeddings and its first block (CLIP).
+EMBEDDING_NORM = "pre_layrnorm"
+
+
+@contextmanager
+def _embeddings_skipped(body: nn.Module, like: Tensor | None) -> Iterator[None]:
+    """Within the block, the body's embeddings return zeros like ``like`` (copies * batch, pos,
+    d_model) without computing anything; ``like`` None: no change."""
+    embeddings = getattr(body, "embeddings", None)
+    if like is None or embeddings is None:
+        yield
+        return
+    object.__setattr__(embeddings, "forward", lambda *a, **k: torch.zeros_like(like))
+    try:
+        yield
+    finally:
+        del embeddings.__dict__["forward"]
 
 
 class VisionRoute:
@@ -61,7 +87,14 @@ class VisionRoute:
         return found
 
     def streams(self) -> list[Stream]:
-        return [PATCHES]
+        """The stream of patches, with its embedding norm where the body has one (CLIP)."""
+        found = self.__dict__.get("_stream")
+        if found is None:
+            module = getattr(self.body, EMBEDDING_NORM, None)
+            norm = embedding_norm(module) if isinstance(module, nn.Module) else None
+            found = replace(PATCHES, embedding_norm=norm)
+            self.__dict__["_stream"] = found
+        return [found]
 
     def blocks(self) -> list[Block]:
         return self._block_parts()[0]
@@ -92,8 +125,11 @@ class VisionRoute:
     ) -> Tensor:
         blocks, parts = self._block_parts()
         check_start(blocks, start, hidden)
-        if rows is not None:
-            raise ValueError(f"{self.name}: an image encoder runs whole images only (no rows)")
+        if rows is not None and (hidden is None or stop is None or not isinstance(rows, slice)):
+            raise ValueError(
+                f"{self.name}: a run of some positions alone (a slice) needs their stream "
+                "(hidden) and a stop"
+            )
         if sources:
             raise ValueError(f"{self.name} has one stream: no sources to read")
         if not isinstance(batch, Tensor):
@@ -102,13 +138,16 @@ class VisionRoute:
                 f"{type(batch).__name__}"
             )
         device = next(self.model.parameters()).device
-        pixels = self.check_pixels(batch).repeat(copies, 1, 1, 1).to(device)
+        pixels = self.check_pixels(batch).to(device)
+        if hidden is None:  # else the embeddings are not computed (module docstring)
+            pixels = pixels.repeat(copies, 1, 1, 1)
 
         def call() -> Tensor:
             states = self.body(pixel_values=pixels).last_hidden_state  # (copies*batch, pos, d)
             return states if keep is None else states[:, keep.to(device)]
 
         with ExitStack() as stack:
+            stack.enter_context(_embeddings_skipped(self.body, hidden))
             stack.enter_context(skipped_blocks(parts[:start]))
             given_stream(blocks, start, hidden)(stack)
             if interventions is not None:

@@ -60,8 +60,40 @@
     return box;
   }
 
-  // One head's key-side term on the text, by the source position it read.
-  function sources(p, tokens) {
+  // An image's source split on its patch grid, row by row (its class token and registers
+  // named below it); the key's patch outlined solid, the query's dashed.
+  function patchGrid(p, source, tokens, d) {
+    const [rows, cols] = d.grid, first = d.first_patch, at = new Map(source.positions.map((pos, i) => [pos, source.values[i]]));
+    const cell = Math.max(6, Math.min(40, Math.floor(440 / Math.max(rows, cols)))), s = surface(cols * cell + 2, rows * cell + 2, "hl-canvas");
+    const bound = largest(source.values), ctx = s.ctx;
+    ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, s.w, s.h);
+    for (let r = 0; r < rows; r++) for (let c = 0; c < cols; c++) {
+      const v = at.get(first + r * cols + c);
+      ctx.fillStyle = v === undefined ? "#eee" : diverging(v, bound); ctx.fillRect(1 + c * cell, 1 + r * cell, cell - 1, cell - 1);
+    }
+    ctx.strokeStyle = "#1f2933"; ctx.lineWidth = 2;
+    [[p.key, []], [p.query, [4, 3]]].forEach(([pos, dash]) => {
+      if (pos < first) return;
+      const r = Math.floor((pos - first) / cols), c = (pos - first) % cols;
+      ctx.setLineDash(dash); ctx.strokeRect(2 + c * cell, 2 + r * cell, cell - 3, cell - 3);
+    });
+    ctx.setLineDash([]);
+    s.canvas.addEventListener("mousemove", (e) => {
+      const [x, y] = local(e, s.canvas, s.w, s.h), c = Math.floor((x - 1) / cell), r = Math.floor((y - 1) / cell);
+      if (r < 0 || c < 0 || r >= rows || c >= cols) return untip();
+      const pos = first + r * cols + c, v = at.get(pos);
+      tip(e, ["position " + pos + " " + quote(tokens[pos]), v === undefined ? "not read by head " + source.component + " here" : signed(v) + " to the key side, through head " + source.component]);
+    });
+    s.canvas.addEventListener("mouseleave", untip);
+    s.canvas.dataset.cell = cell;
+    const before = [];
+    for (let pos = 0; pos < first; pos++) if (at.has(pos)) before.push(tokens[pos] + " " + signed(at.get(pos)));
+    return [tid(s.canvas, "split-grid"), tid(el("p", "hl-muted", before.join("; ")), "split-grid-others")];
+  }
+
+  // One head's key-side term on the text (an image: on its patch grid), by the source position
+  // it read.
+  function sources(p, tokens, d) {
     const box = tid(el("div"), "split-sources");
     if (!p.sources.length) {
       box.append(el("p", "hl-muted", "No head component is split by source here (a cross-attention's key side, or no head adds to the key side)."));
@@ -70,6 +102,12 @@
     const text = tid(el("div", "hl-text"), "split-text"), caption = el("p", "hl-muted");
     const start = Math.max(0, p.key - BEFORE), end = Math.min(tokens.length, Math.max(p.key, p.query) + 1, p.key + 1 + AFTER);
     function show(source) {
+      if (d.grid) {
+        caption.textContent = "The key side of head " + source.component + " at key " + p.key + ", by the patch it read (red adds to the score, blue takes away): " +
+          signed(source.values.reduce((a, b) => a + b, 0)) + " in all. Outlined: the key's patch (solid) and the query's (dashed).";
+        text.replaceChildren(...patchGrid(p, source, tokens, d));
+        return;
+      }
       const at = new Map(source.positions.map((pos, i) => [pos, source.values[i]]));
       const bound = largest(source.values), total = source.values.reduce((a, b) => a + b, 0);
       let outside = 0; source.positions.forEach((pos) => { if (pos < start || pos >= end) outside++; });
@@ -109,7 +147,7 @@
       const side = el("div");
       side.append(bars(keyNames, p.key_marginal, p.raw, "key side", "split-key-bars", d.bars), bars(d.components, p.query_marginal, p.raw, "query side", "split-query-bars", d.bars));
       row.append(heatmap(p), side);
-      body.replaceChildren(say, row, sources(p, tokens));
+      body.replaceChildren(say, row, sources(p, tokens, d));
       root.dataset.pair = i;
     }
     show(d.first);
