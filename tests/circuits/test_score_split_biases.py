@@ -130,7 +130,7 @@ def test_long_texts_read_q_k_alone_so_a_bias_or_a_window_is_refused(monkeypatch)
     for a, b in zip(long.pairs, short.pairs, strict=True):
         assert a.score is None and abs(a.raw - b.raw) <= 1e-10  # no kernel score read
         assert max(abs(x - y) for x, y in zip(a.key_marginal, b.key_marginal, strict=True)) <= 1e-10
-    with pytest.raises(ValueError, match="adds a bias to q . k"):
+    with pytest.raises(ValueError, match=r"adds a bias to q \. k"):
         split(models["falcon"], 2, 2)
     with pytest.raises(ValueError, match="sliding window of 4"):
         split(models["mistral"], 1, 0)
