@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from headlab.report.displays.score_split_display import strongest_pair
 from headlab.report.figures import style_axes
@@ -49,6 +50,7 @@ def marginal_bars(ax, names: list[str], values: list[float], title: str) -> None
     ax.barh(range(len(order)), shown, color=colours)
     ax.set_yticks(range(len(order)), [names[i] for i in order], fontsize=8)
     ax.axvline(0, color="#555", lw=0.6)
+    ax.xaxis.set_major_locator(MaxNLocator(4))  # sums over thousands of queries stay apart
     ax.set_title(title, fontsize=9)
     style_axes(ax)
 
