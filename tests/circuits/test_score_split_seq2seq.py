@@ -22,136 +22,23 @@ positions from 11 mel bins).
 
 import pytest
 import torch
-import transformers
+from tiny_seq2seq import (
+    eager_inputs,
+    head_slice,
+    module_heads,
+    projections,
+    self_attention_input,
+    tiny_models,
+)
 
 from headlab.circuits.score_cross import CrossSides, split_cross_scores
 from headlab.circuits.score_keys import KeySpec
-from headlab.models.hf.encoder_decoder import EncoderDecoderModel, SourceBatch
-from headlab.models.hf.registry import register
-
-VOCAB, D_MODEL = 53, 35
-SOURCE = [[5, 9, 12, 7, 30, 2, 8]]
-TARGET = [[4, 11, 6, 19, 4, 23, 40, 3, 17, 22]]
-
-
-def _config(kind: str):
-    if kind == "t5":
-        return transformers.T5Config(
-            vocab_size=VOCAB,
-            d_model=D_MODEL,
-            d_kv=7,
-            d_ff=37,
-            num_layers=2,
-            num_decoder_layers=3,
-            num_heads=5,
-            relative_attention_num_buckets=8,
-            decoder_start_token_id=0,
-            pad_token_id=0,
-            eos_token_id=1,
-        )
-    sizes = dict(
-        vocab_size=VOCAB,
-        d_model=D_MODEL,
-        encoder_layers=2,
-        decoder_layers=3,
-        encoder_attention_heads=5,
-        decoder_attention_heads=7,
-        encoder_ffn_dim=37,
-        decoder_ffn_dim=41,
-    )
-    if kind == "whisper":  # its sinusoidal positions need an even width
-        sizes.update(d_model=42, encoder_attention_heads=7, decoder_attention_heads=6)
-    if kind == "bart":
-        return transformers.BartConfig(max_position_embeddings=29, **sizes)
-    return transformers.WhisperConfig(
-        num_mel_bins=11,
-        max_source_positions=13,
-        max_target_positions=29,
-        decoder_start_token_id=3,
-        pad_token_id=2,
-        eos_token_id=1,
-        bos_token_id=1,
-        suppress_tokens=None,
-        begin_suppress_tokens=None,
-        **sizes,
-    )
-
-
-MODELS = {
-    "t5": transformers.T5ForConditionalGeneration,
-    "bart": transformers.BartForConditionalGeneration,
-    "whisper": transformers.WhisperForConditionalGeneration,
-}
-
-
-def _built(kind: str):
-    """(eager model, headlab's twin as an ``EncoderDecoderModel``, source, target ids)."""
-    torch.manual_seed(11)
-    eager = MODELS[kind](_config(kind)).eval()
-    with torch.no_grad():  # the init's constant norms and biases become random
-        for parameter in eager.parameters():
-            if parameter.ndim == 1:
-                parameter.normal_(0.3, 0.4)
-    eager = eager.double()
-    eager.set_attn_implementation("eager")
-    ours = MODELS[kind](_config(kind)).eval().double()
-    ours.load_state_dict(eager.state_dict())
-    ours.set_attn_implementation(register())
-    seq2seq = EncoderDecoderModel(kind, ours)
-    if kind == "whisper":
-        features = torch.randn(
-            1, 11, 26, dtype=torch.float64, generator=torch.Generator().manual_seed(2)
-        )
-        labels = [[f"{0.02 * i:.2f}s" for i in range(13)]]
-        source = SourceBatch(
-            {"input_features": features}, torch.ones(1, 13, dtype=torch.bool), labels
-        )
-    else:
-        source = seq2seq.source_ids(SOURCE)
-    target = seq2seq.target_ids(TARGET).input_ids
-    return eager, seq2seq, source, target
 
 
 @pytest.fixture(scope="module", params=["t5", "bart", "whisper"])
 def built(request):
-    eager, seq2seq, source, target = _built(request.param)
+    eager, seq2seq, source, target = tiny_models(request.param)
     return request.param, eager, source, target, CrossSides(seq2seq, source, target)
-
-
-def _cross_module(eager, kind: str, layer: int):
-    decoder = eager.get_decoder()
-    if kind == "t5":
-        return decoder.block[layer].layer[1].EncDecAttention
-    return decoder.layers[layer].encoder_attn
-
-
-def _projections(module):
-    return (module.q, module.k) if hasattr(module, "q") else (module.q_proj, module.k_proj)
-
-
-def _eager_inputs(eager, kind, layer, source, target):
-    """The eager cross-attention's own inputs: its query stream (batch, pos, d_model) and the
-    encoder's final states (batch, source pos, d_model); and the eager model's output."""
-    module = _cross_module(eager, kind, layer)
-    seen = {}
-
-    def keep(_module, args, kwargs):
-        seen["h"] = args[0] if args else kwargs["hidden_states"]
-        seen["kv"] = kwargs["key_value_states"]
-
-    handle = module.register_forward_pre_hook(keep, with_kwargs=True)
-    try:
-        with torch.no_grad():
-            out = eager(
-                **source.inputs, decoder_input_ids=target, output_attentions=True, use_cache=False
-            )
-    finally:
-        handle.remove()
-    return module, seen["h"][0], seen["kv"][0], out
-
-
-def _head(t: torch.Tensor, head: int, width: int) -> torch.Tensor:
-    return t[..., head * width : (head + 1) * width]
 
 
 @pytest.mark.parametrize(("layer", "head"), [(0, 0), (2, 3)])
@@ -163,12 +50,12 @@ def test_cross_terms_sum_to_the_eager_score(built, layer, head):
     assert result.attention == "cross"
     assert result.key_components[0] == "enc.embed" and "enc.mlp.1" in result.key_components
     assert f"{layer}.{head}" in result.components  # the block's own self-attention heads
-    module, h, kv, out = _eager_inputs(eager, kind, layer, source, target)
-    q_proj, k_proj = _projections(module)
+    module, h, kv, out = eager_inputs(eager, kind, layer, source, target)
+    q_proj, k_proj = projections(module)
     width = q_proj.weight.shape[0] // module_heads(module)
     with torch.no_grad():
-        q = _head(q_proj(h), head, width)  # (pos, d_head)
-        k = _head(k_proj(kv), head, width)  # (source pos, d_head)
+        q = head_slice(q_proj(h), head, width)  # (pos, d_head)
+        k = head_slice(k_proj(kv), head, width)  # (source pos, d_head)
         reference = module.scaling * q @ k.t()  # (pos, source pos)
     weights = out.cross_attentions[layer][0, head]
     assert torch.allclose(reference.softmax(-1), weights, atol=1e-12, rtol=0)
@@ -197,10 +84,6 @@ def test_the_key_side_a_few_components_at_a_time_is_the_same(built, monkeypatch)
         want = whole.pairs[pair.key]
         gaps = [abs(a - b) for a, b in zip(pair.key_marginal, want.key_marginal, strict=True)]
         assert max(gaps) <= 1e-12 and abs(pair.score - want.score) <= 1e-12
-
-
-def module_heads(module) -> int:
-    return int(getattr(module, "n_heads", None) or module.num_heads)
 
 
 def _encoder_writes(kind: str, eager, sides, source) -> tuple[torch.Tensor, dict]:
@@ -255,13 +138,13 @@ def test_taking_an_encoder_component_out_of_the_key_moves_the_score_by_its_term(
     kind, eager, source, target, sides = built
     layer, head, query = 1, 2, 6
     result = split_cross_scores(sides, layer, head, [query], KeySpec.parse("all"))
-    module, h, kv, _ = _eager_inputs(eager, kind, layer, source, target)
-    q_proj, k_proj = _projections(module)
+    module, h, kv, _ = eager_inputs(eager, kind, layer, source, target)
+    q_proj, k_proj = projections(module)
     width = q_proj.weight.shape[0] // module_heads(module)
     stream, writes = _encoder_writes(kind, eager, sides, source)
     encoder = eager.get_encoder()
     with torch.no_grad():
-        q = module.scaling * _head(q_proj(h[query]), head, width)
+        q = module.scaling * head_slice(q_proj(h[query]), head, width)
 
         def key_input(x):  # the encoder's last stream -> its final states, the norm held
             if kind == "bart":  # no final norm
@@ -275,7 +158,7 @@ def test_taking_an_encoder_component_out_of_the_key_moves_the_score_by_its_term(
             return norm.weight * (x - x.mean(-1, keepdim=True)) / s + norm.bias
 
         def score(x, key):
-            return float(q @ _head(k_proj(key_input(x)), head, width)[key])
+            return float(q @ head_slice(k_proj(key_input(x)), head, width)[key])
 
         assert torch.allclose(key_input(stream), kv, atol=1e-12, rtol=0)
         for name, write in writes.items():
@@ -287,28 +170,12 @@ def test_taking_an_encoder_component_out_of_the_key_moves_the_score_by_its_term(
                 assert abs(term) > 1e-8
 
 
-def _self_attention_input(module, run) -> torch.Tensor:
-    """(pos, d_model) the hidden states the eager self-attention ``module`` reads in ``run()``."""
-    seen = {}
-
-    def keep(_module, args, kwargs):
-        seen.setdefault("h", args[0] if args else kwargs["hidden_states"])
-
-    handle = module.register_forward_pre_hook(keep, with_kwargs=True)
-    try:
-        with torch.no_grad():
-            run()
-    finally:
-        handle.remove()
-    return seen["h"][0]
-
-
 def _self_scores(module, h: torch.Tensor, head: int) -> torch.Tensor:
     """(q_pos, k_pos) scaling * q . k of ``head``, by hand from the module's weights."""
-    q_proj, k_proj = _projections(module)
+    q_proj, k_proj = projections(module)
     width = q_proj.weight.shape[0] // module_heads(module)
     with torch.no_grad():
-        q, k = _head(q_proj(h), head, width), _head(k_proj(h), head, width)
+        q, k = head_slice(q_proj(h), head, width), head_slice(k_proj(h), head, width)
         return module.scaling * q @ k.t()
 
 
@@ -320,7 +187,7 @@ def test_an_encoder_read_from_the_loaded_encoder_decoder(built):
     encoder = eager.get_encoder()
     block = encoder.block[layer].layer[0] if kind == "t5" else encoder.layers[layer]
     module = block.SelfAttention if kind == "t5" else block.self_attn
-    h = _self_attention_input(module, lambda: encoder(**source.inputs))
+    h = self_attention_input(module, lambda: encoder(**source.inputs))
     reference = _self_scores(module, h, head)
     length = source.mask.shape[1]
     bias = torch.zeros(length, length, dtype=torch.float64)
@@ -349,11 +216,11 @@ def test_bart_decoder_self_attention_is_split_through_its_post_norms():
     from headlab.circuits.score_split import split_scores
     from headlab.models.hf.seq2seq_view import DecoderStream
 
-    eager, seq2seq, source, target = _built("bart")
+    eager, seq2seq, source, target = tiny_models("bart")
     sides = Sides(DecoderStream(seq2seq, source), target)
     layer, head, queries = 2, 4, [5, 9]
     module = eager.get_decoder().layers[layer].self_attn
-    h = _self_attention_input(
+    h = self_attention_input(
         module, lambda: eager(**source.inputs, decoder_input_ids=target, use_cache=False)
     )
     reference = _self_scores(module, h, head)

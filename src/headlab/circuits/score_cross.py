@@ -36,11 +36,17 @@ from headlab.circuits.frozen_norms import frozen_norms
 from headlab.circuits.graph import head_name
 from headlab.circuits.score_keys import KeySpec, keys_for
 from headlab.circuits.score_sides import COPIES_BUDGET, OUT_BIAS, QK_BIAS, Sides, kernel_scale
-from headlab.circuits.score_split import framed, position_runs
+from headlab.circuits.score_split import (
+    framed,
+    is_head,
+    layer_pattern,
+    position_runs,
+    source_writes,
+)
 from headlab.circuits.score_writes import one_head_each
 from headlab.models.hf.seq2seq_view import DecoderStream, EncoderStream
 from headlab.models.run_protocol import StopAt
-from headlab.results.score_split_result import PairSplit, ScoreSplitResult
+from headlab.results.score_split_result import PairSplit, ScoreSplitResult, SourceSplit
 
 #: The prefix of the encoder's components on the key side.
 ENCODER = "enc."
@@ -116,14 +122,18 @@ class CrossSides:
         terms = q[:-2] - zero
         return torch.cat([terms[: n - 1], terms[n : n + count], terms[n - 1 : n], zero])
 
-    def key_terms(self, layer: int, rows: slice) -> Tensor:
+    def key_terms(self, layer: int, rows: slice, writes: Tensor | None = None) -> Tensor:
         """(component + 1, batch, head, rows, d_head): each of ``key_components()``'s part of
         block ``layer``'s cross-attention k at the source positions ``rows``, then the
         constant (``QK_BIAS``: the final norm's shift, the k projection's bias); they sum to
         the run's k. The copies hold the encoder's whole final states (the cross-attention's
-        mask reads every source position), a few components at a time (``COPIES_BUDGET``)."""
+        mask reads every source position), a few components at a time (``COPIES_BUDGET``).
+        ``writes``: (component, batch, rows, d_model) in the encoder's stream leaving its last
+        block, to split instead of the encoder's components (a part of them: any sum of
+        writes)."""
         keys = self.keys
-        writes = keys.writes(keys.layers, rows)  # (component, batch, rows, d_model)
+        if writes is None:
+            writes = keys.writes(keys.layers, rows)  # (component, batch, rows, d_model)
         real = keys.cache.resid[keys.layers]  # (batch, source pos, d_model)
         per = max(1, COPIES_BUDGET // max(1, real.numel() * real.element_size() * 4))
         terms = []
@@ -193,14 +203,17 @@ def split_cross_scores(
     queries: list[int],
     spec: KeySpec,
     *,
+    sources: int = 3,
     tokens: list[str] | None = None,
     source_labels: list[str] | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> ScoreSplitResult:
     """The split of cross-attention ``head`` of decoder block ``layer`` at each target
     position in ``queries`` and the source positions ``spec`` names for it (attended, top-K,
-    all, a position). ``tokens``: the target's tokens; ``source_labels``: the source's (its
-    tokens, or the times of an audio window's positions)."""
+    all, a position). ``sources``: the encoder heads (by |key-side term|) whose key side is
+    split by the source position they read, per pair (``cross_source_terms``). ``tokens``: the
+    target's tokens; ``source_labels``: the source's (its tokens, or the times of an audio
+    window's positions)."""
     check_cross_keys(spec)
     runner = sides.queries.runner
     if runner.batch != 1:
@@ -226,6 +239,7 @@ def split_cross_scores(
         k = sides.key_terms(layer, rows)[:, 0, head]  # (component + 1, rows, d_head)
         k_at.update({j: k[:, j - rows.start] for j in range(rows.start, rows.stop)})
     q_rows: dict[int, Tensor] = {}
+    patterns: dict[int, tuple[Tensor, Tensor]] = {}
     pairs = []
     for n, (i, j) in enumerate(wanted):
         if i not in q_rows:
@@ -234,6 +248,18 @@ def split_cross_scores(
         qm, km = pair.sum(1), pair.sum(0)
         raw, score = float(pair.sum()), float(scores[i, j])
         rows, cols, grid = framed(pair, names, qm, km, key_names)
+        order = km.abs().argsort(descending=True).tolist()
+        heads = [key_names[c] for c in order if is_head(key_names[c].removeprefix(ENCODER))]
+        split = []
+        for name in heads[:sources]:
+            sender_layer = int(name.removeprefix(ENCODER).split(".")[0])
+            if sender_layer not in patterns:
+                patterns[sender_layer] = layer_pattern(sides.keys, sender_layer)
+            pattern = patterns[sender_layer]
+            query_side = q_rows[i].sum(0)
+            split.append(
+                cross_source_terms(sides, layer, head, query_side, scale, name, j, pattern)
+            )
         pairs.append(
             PairSplit(
                 batch=0,
@@ -248,6 +274,7 @@ def split_cross_scores(
                 pair_rows=rows,
                 pair_cols=cols,
                 pair=grid,
+                sources=split,
             )
         )
         if progress is not None:
@@ -270,4 +297,35 @@ def split_cross_scores(
     )
 
 
-__all__ = ["CROSS_KEYS", "ENCODER", "CrossSides", "check_cross_keys", "split_cross_scores"]
+def cross_source_terms(
+    sides: CrossSides,
+    layer: int,
+    head: int,
+    query_side: Tensor,
+    scale: float,
+    component: str,
+    key: int,
+    pattern: tuple[Tensor, Tensor],
+) -> SourceSplit:
+    """The key-side term of encoder head ``component`` ("enc.M.H") at source position ``key``
+    split by the source positions that head read: each source's part of its write in the
+    encoder's stream leaving the last block (``score_split.source_writes``: carried through
+    BART's post-norms), pushed through the encoder's final norm held at the run's scale (T5,
+    Whisper) and block ``layer``'s cross-attention k map, dotted with ``query_side`` (the
+    query's q, d_head) times ``scale``. ``pattern``: ``layer_pattern`` of encoder layer M."""
+    keys = sides.keys
+    name = component.removeprefix(ENCODER)
+    writes = source_writes(keys, keys.layers, name, key, pattern)  # (source, 1, 1, d_model)
+    k = sides.key_terms(layer, slice(key, key + 1), writes)[:-1, 0, head, 0]  # (source, d_head)
+    values = scale * (k @ query_side)  # the constant is not a source's
+    return SourceSplit(component, list(range(writes.shape[0])), values.tolist())
+
+
+__all__ = [
+    "CROSS_KEYS",
+    "ENCODER",
+    "CrossSides",
+    "check_cross_keys",
+    "cross_source_terms",
+    "split_cross_scores",
+]

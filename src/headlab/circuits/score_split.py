@@ -147,22 +147,23 @@ def layer_pattern(sides: Sides, layer: int) -> tuple[Tensor, Tensor]:
     return got["weights"][0], got["v"][0]
 
 
-def source_terms(
-    sides: Sides,
-    layer: int,
-    group: int,
-    query_side: Tensor,
-    scale: float,
-    component: str,
-    key: int,
-    pattern: tuple[Tensor, Tensor],
-) -> SourceSplit:
-    """The key-side term of head ``component`` ("M.H") at ``key`` split by the positions that
-    head read (every position before the key in a causal model, every position in an encoder):
-    each source's write pushed through layer ``layer``'s key map (norms held) and dotted with
-    ``query_side`` (the query's q, d_head) times ``scale``. Where a head's write is not its
-    output through W_O alone (post-norms, an encoder's post-norm blocks), each source's part of
-    the head's output is carried through the blocks with their norms held (score_writes.py)."""
+def is_head(name: str) -> bool:
+    """Whether component ``name`` is a self-attention head ("M.H"): not the embeddings, an MLP,
+    a constant or a cross-attention head ("M.xH", which reads another stream's positions)."""
+    return "." in name and not name.startswith("mlp") and ".x" not in name
+
+
+def source_writes(
+    sides: Sides, layer: int, component: str, key: int, pattern: tuple[Tensor, Tensor]
+) -> Tensor:
+    """(source, batch, 1, embed_dim): head ``component``'s ("M.H") write at ``key`` split by
+    the positions that head read (every position up to the key in a causal model, every
+    position in an encoder), each source's part as it enters block ``layer`` of ``sides``'s
+    stream (``layer``: the block count for the stream leaving the last block). ``pattern``:
+    ``layer_pattern`` of layer M. Where a head's write is not its output through W_O alone
+    (post-norms, an encoder's post-norm blocks: ``sides.direct`` False after ``writes``), each
+    source's part of the head's output is carried through the blocks with their norms held
+    (score_writes.py); they sum to the head's write at the key."""
     sender_layer, sender = (int(x) for x in component.split("."))
     runner = sides.runner
     attention = runner.blocks[sender_layer].attention
@@ -177,17 +178,32 @@ def source_terms(
         d = attention.head_dim
         slice_o = w_o[:, sender * d : (sender + 1) * d]  # (embed_dim, d_head)
         writes = (pieces @ slice_o.t())[:, None, None]  # (source, batch, rows, embed_dim)
-        writes = writes if scaled is None else writes * scaled
-    else:
-        parts = pieces.new_zeros(count, 1, attention.num_heads, 1, pieces.shape[-1])
-        parts[:, 0, sender, 0] = pieces
-        block = runner.blocks[sender_layer]
-        none = sides.cache.resid[0][None, :, rows][:0]
-        writes = block_writes(runner, sides.cache, block, rows, none, parts, with_mlp=False)
-        writes = carried_to(runner, sides.cache, sender_layer + 1, layer, rows, writes)
-    _, k = sides.side_terms(layer, rows, writes)
+        return writes if scaled is None else writes * scaled
+    parts = pieces.new_zeros(count, 1, attention.num_heads, 1, pieces.shape[-1])
+    parts[:, 0, sender, 0] = pieces
+    block = runner.blocks[sender_layer]
+    none = sides.cache.resid[0][None, :, rows][:0]
+    writes = block_writes(runner, sides.cache, block, rows, none, parts, with_mlp=False)
+    return carried_to(runner, sides.cache, sender_layer + 1, layer, rows, writes)
+
+
+def source_terms(
+    sides: Sides,
+    layer: int,
+    group: int,
+    query_side: Tensor,
+    scale: float,
+    component: str,
+    key: int,
+    pattern: tuple[Tensor, Tensor],
+) -> SourceSplit:
+    """The key-side term of head ``component`` ("M.H") at ``key`` split by the positions that
+    head read (``source_writes``): each source's write pushed through layer ``layer``'s key
+    map (norms held) and dotted with ``query_side`` (the query's q, d_head) times ``scale``."""
+    writes = source_writes(sides, layer, component, key, pattern)
+    _, k = sides.side_terms(layer, slice(key, key + 1), writes)
     values_out = scale * (k[:-1, 0, group, 0] @ query_side)  # the constant is not a source's
-    return SourceSplit(component, list(range(count)), values_out.tolist())
+    return SourceSplit(component, list(range(writes.shape[0])), values_out.tolist())
 
 
 def split_scores(
@@ -234,12 +250,8 @@ def split_scores(
         score = float(scores[i, j]) if facts["kernel"] else None
         rows, cols, grid = framed(pair, names, qm, km)
         split = []
-        heads = [
-            c
-            for c in km.abs().argsort(descending=True).tolist()
-            if "." in names[c] and not names[c].startswith("mlp") and ".x" not in names[c]
-        ][:sources]  # a cross-attention head ("L.xH") reads another stream's positions
-        for c in heads:
+        heads = [c for c in km.abs().argsort(descending=True).tolist() if is_head(names[c])]
+        for c in heads[:sources]:
             sender_layer = int(names[c].split(".")[0])
             if sender_layer not in patterns:
                 patterns[sender_layer] = layer_pattern(sides, sender_layer)
@@ -302,10 +314,12 @@ __all__ = [
     "KERNEL_SCORES_UP_TO",
     "framed",
     "head_facts",
+    "is_head",
     "layer_pattern",
     "position_runs",
     "recomputed_terms",
     "source_terms",
+    "source_writes",
     "split_scores",
     "terms_at",
 ]
