@@ -87,13 +87,24 @@ def test_a_t5_cross_attention_head_equals_the_library(files, tmp_path, capsys, m
         assert (a.query, a.key) == (b.query, b.key)
         assert a.key_marginal == pytest.approx(b.key_marginal, abs=1e-6)
         assert abs(sum(a.key_marginal) - a.score) <= 1e-4
+        assert [s.component for s in a.sources] == [s.component for s in b.sources]
+        for split, same in zip(a.sources, b.sources, strict=True):
+            assert split.values == pytest.approx(same.values, abs=1e-6)
+    # the strongest encoder heads' key sides, by the source token each read
+    split = got.pairs[0].sources[0]
+    assert len(got.pairs[0].sources) == 3 and split.component.startswith("enc.")
+    best = max(zip(split.positions, split.values, strict=True), key=lambda x: x[1])
+    said = f"{split.component}'s key side by source: {best[0]} {got.key_tokens[best[0]]!r}"
+    assert said in printed
 
 
 def test_a_whisper_cross_attention_head_reads_audio(files, tmp_path, capsys, monkeypatch):
     argv = ["--model-dir", str(files / "whisper"), "--audio", str(files / "speech.wav")]
     argv += ["--text", "ab", "--attention", "cross", "--layer", "1", "--head", "1"]
-    got, _ = _ran([*argv, "--keys", "top-3"], capsys, monkeypatch, tmp_path / "w.json")
+    argv += ["--keys", "top-3", "--sources", "1"]
+    got, _ = _ran(argv, capsys, monkeypatch, tmp_path / "w.json")
     assert len(got.pairs) == 3 and got.key_tokens[1] == "0.02s"  # 20 ms per source position
+    assert all(len(pair.sources) == 1 for pair in got.pairs)
     assert all(c.startswith("enc.") for c in got.key_components[:-1])
     for pair in got.pairs:
         assert abs(sum(pair.query_marginal) - pair.score) <= 1e-4

@@ -390,14 +390,19 @@ def test_a_page_that_runs_no_script_shows_each_summary(browser, page_file, displ
 
 
 def test_a_cross_attention_split_shows_the_key_sides_own_names(browser, tmp_path):
-    """A cross-attention's key side is the encoder's: its bars name the encoder's components
-    and its pair names the source's label, not the target's token at that position."""
+    """A cross-attention's key side is the encoder's: its bars name the encoder's components,
+    its pair names the source's label, not the target's token at that position, and an encoder
+    head's split by source lies on the source's tokens, the query (a target position) not
+    outlined among them."""
     from dataclasses import replace
 
     plain = score_split_result()
     keyed = ["enc." + c for c in plain.components]
     labels = [f"src{i}" for i in range(64)]
-    pairs = [replace(p, sources=[]) for p in plain.pairs]
+    pairs = [
+        replace(p, sources=[replace(s, component="enc." + s.component) for s in p.sources])
+        for p in plain.pairs
+    ]
     result = replace(plain, pairs=pairs, attention="cross", key_components=keyed, key_tokens=labels)
     path = tmp_path / "cross.html"
     path.write_text(
@@ -414,5 +419,12 @@ def test_a_cross_attention_split_shows_the_key_sides_own_names(browser, tmp_path
     assert names == [keyed[c] for c in strongest[:10]]
     said = page.get_by_test_id("split-say").inner_text()
     assert f"src{pair.key}" in said  # the source's label of the key position
+    spans = page.locator("[data-testid=split-text] .hl-tok")
+    assert spans.count() == min(64, pair.key + 13) - max(0, pair.key - 150)
+    shown = spans.evaluate_all("spans => spans.map(s => s.textContent)")
+    assert shown[0] == f"src{max(0, pair.key - 150)}"
+    assert page.locator("[data-testid=split-text] .hl-asker").count() == 0
+    caption = page.get_by_test_id("split-sources").inner_text()
+    assert f"head {pair.sources[0].component} at key {pair.key}" in caption
     opened.assert_clean()
     opened.close()

@@ -136,6 +136,7 @@ def opened(source: ModelChoice, choice: Seq2SeqChoice, text: str, quiet: bool) -
                 head,
                 positions,
                 spec,
+                sources=sources,
                 tokens=list(target.tokens[0]),
                 source_labels=labels,
                 progress=progress,

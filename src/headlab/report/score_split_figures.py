@@ -83,13 +83,14 @@ def score_split_figure(result: ScoreSplitResult) -> Figure:
         _source_grid(fig, text, result, pair, pair.sources[0])
     elif pair.sources:
         source = pair.sources[0]
-        _source_text(text, tokens, pair, source.component, source.positions, source.values)
+        labels = result.key_labels(pair.batch)  # a cross-attention's: the source's tokens
+        _source_text(text, labels, pair, source.component, source.positions, source.values)
     else:
         text.text(
             0,
             0.5,
-            "no head component split by source (a cross-attention's key side, or no head "
-            "adds to the key side)",
+            "no head component split by source (no head adds to the key side, or none was "
+            "asked for)",
             fontsize=8,
         )
     return fig

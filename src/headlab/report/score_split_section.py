@@ -56,7 +56,8 @@ def _part(path: Path, pngs: dict[str, bytes], figures: bool) -> dict | None:
         best = max(zip(source.positions, source.values, strict=True), key=lambda x: x[1])
         said += (
             f" Head {source.component} adds {sum(source.values):+.4g} to the key side, "
-            f"most through the token it read at {best[0]} ({tokens[best[0]]!r}, "
+            f"most through the token it read at {best[0]} "
+            f"({result.key_labels(pair.batch)[best[0]]!r}, "
             f"{best[1]:+.4g})."
         )
     return {

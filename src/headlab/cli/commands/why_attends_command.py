@@ -121,7 +121,10 @@ def why_attends(
         "image: attended, top-K, all, self, cls, registers, patch-N or a position.",
     ),
     sources: int = typer.Option(
-        3, "--sources", help="Head components whose key side is split by source position."
+        3,
+        "--sources",
+        help="Head components whose key side is split by source position (a "
+        "cross-attention's: encoder heads, by the source token they read).",
     ),
     recompute: bool = typer.Option(
         False, "--recompute", help="Also each key-side term with the norms recomputed."
@@ -296,7 +299,7 @@ def _print(result) -> None:
             console.print(table)
         for split in pair.sources[:1]:
             top = sorted(zip(split.positions, split.values, strict=True), key=lambda x: -x[1])
-            said = ", ".join(f"{p} {tokens[p]!r} {v:+.3g}" for p, v in top[:3])
+            said = ", ".join(f"{p} {key_tokens[p]!r} {v:+.3g}" for p, v in top[:3])
             console.print(Text(f"{split.component}'s key side by source: {said}"))
     more = len(result.pairs) - PRINTED
     if more > 0:

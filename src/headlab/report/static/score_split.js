@@ -96,11 +96,13 @@
   function sources(p, tokens, d) {
     const box = tid(el("div"), "split-sources");
     if (!p.sources.length) {
-      box.append(el("p", "hl-muted", "No head component is split by source here (a cross-attention's key side, or no head adds to the key side)."));
+      box.append(el("p", "hl-muted", "No head component is split by source here (no head adds to the key side, or none was asked for)."));
       return box;
     }
     const text = tid(el("div", "hl-text"), "split-text"), caption = el("p", "hl-muted");
-    const start = Math.max(0, p.key - BEFORE), end = Math.min(tokens.length, Math.max(p.key, p.query) + 1, p.key + 1 + AFTER);
+    // a cross-attention's sources are the source text's positions: the query is not among them
+    const cross = !!d.key_components, last = cross ? tokens.length : Math.max(p.key, p.query) + 1;
+    const start = Math.max(0, p.key - BEFORE), end = Math.min(tokens.length, last, p.key + 1 + AFTER);
     function show(source) {
       if (d.grid) {
         caption.textContent = "The key side of head " + source.component + " at key " + p.key + ", by the patch it read (red adds to the score, blue takes away): " +
@@ -112,10 +114,10 @@
       const bound = largest(source.values), total = source.values.reduce((a, b) => a + b, 0);
       let outside = 0; source.positions.forEach((pos) => { if (pos < start || pos >= end) outside++; });
       caption.textContent = "The key side of head " + source.component + " at key " + p.key + ", by the source token it read (red adds to the score, blue takes away): " + signed(total) + " in all" +
-        (outside ? "; " + outside + " source positions lie outside the tokens shown" : "") + ". Outlined: the key (solid) and the query (dashed).";
+        (outside ? "; " + outside + " source positions lie outside the tokens shown" : "") + (cross ? ". Outlined: the key." : ". Outlined: the key (solid) and the query (dashed).");
       const spans = [];
       for (let pos = start; pos < end; pos++) {
-        const cls = "hl-tok" + (pos === p.key ? " hl-query" : "") + (pos === p.query && pos !== p.key ? " hl-asker" : "");
+        const cls = "hl-tok" + (pos === p.key ? " hl-query" : "") + (!cross && pos === p.query && pos !== p.key ? " hl-asker" : "");
         const span = el("span", cls, tokens[pos]), v = at.get(pos);
         span.dataset.pos = pos;
         if (v !== undefined) span.style.background = diverging(v, bound);
@@ -147,7 +149,7 @@
       const side = el("div");
       side.append(bars(keyNames, p.key_marginal, p.raw, "key side", "split-key-bars", d.bars), bars(d.components, p.query_marginal, p.raw, "query side", "split-query-bars", d.bars));
       row.append(heatmap(p), side);
-      body.replaceChildren(say, row, sources(p, tokens, d));
+      body.replaceChildren(say, row, sources(p, keyTokens, d));
       root.dataset.pair = i;
     }
     show(d.first);
