@@ -14,10 +14,10 @@ model.
   LayerNorm), then k. BART has no final norm; its last block's MLP write leaves the block
   through that block's post-norm, applied by hand at the real scale.
 
-Sizes are distinct where the family allows (d_model 35: 5 encoder heads of 7, 7 decoder heads
-of 5; Whisper, whose sinusoidal positions need an even width, d_model 42: 7 encoder heads of 6, 6
-decoder heads of 7; FFN 37 and 41; 7 source tokens, 11 target tokens; Whisper 13 source
-positions from 11 mel bins).
+The models are tiny_seq2seq.py's: sizes distinct where the family allows (d_model 35: 5 encoder
+heads of 7, 7 decoder heads of 5; Whisper, whose sinusoidal positions need an even width,
+d_model 42: 7 encoder heads of 6, 6 decoder heads of 7; FFN 37 and 41; 7 source tokens, 11
+target tokens; Whisper 13 source positions from 11 mel bins).
 """
 
 import pytest

@@ -21,6 +21,11 @@ come from the family's own code: the decoder runs from block L on copies (one pe
 component, a zero copy, the real stream last) stopped at the cross-attention's q site; and on
 copies of the encoder's final states (one per key-side component, a zero copy, the real states
 last) handed to the cross-attention, stopped at its k site.
+
+The key side of the strongest encoder heads is split further by the source position each read
+(``cross_source_terms``): encoder head H of block M writes at source position j the sum over t
+of ``w_jt v_t W_O^T``, each source's part goes to k the way the whole write does, so the parts
+sum to the head's key-side term.
 """
 
 from __future__ import annotations
