@@ -25,7 +25,9 @@ last) handed to the cross-attention, stopped at its k site.
 The key side of the strongest encoder heads is split further by the source position each read
 (``cross_source_terms``): encoder head H of block M writes at source position j the sum over t
 of ``w_jt v_t W_O^T``, each source's part goes to k the way the whole write does, so the parts
-sum to the head's key-side term.
+sum to the head's key-side term. That map, held, is linear in a write at j: each part is its
+write dotted with the map's gradient there (``CrossSides.key_direction``, one backward per
+pair), not a copy of the encoder's whole final states per source.
 """
 
 from __future__ import annotations
@@ -127,18 +129,14 @@ class CrossSides:
         terms = q[:-2] - zero
         return torch.cat([terms[: n - 1], terms[n : n + count], terms[n - 1 : n], zero])
 
-    def key_terms(self, layer: int, rows: slice, writes: Tensor | None = None) -> Tensor:
+    def key_terms(self, layer: int, rows: slice) -> Tensor:
         """(component + 1, batch, head, rows, d_head): each of ``key_components()``'s part of
         block ``layer``'s cross-attention k at the source positions ``rows``, then the
         constant (``QK_BIAS``: the final norm's shift, the k projection's bias); they sum to
         the run's k. The copies hold the encoder's whole final states (the cross-attention's
-        mask reads every source position), a few components at a time (``COPIES_BUDGET``).
-        ``writes``: (component, batch, rows, d_model) in the encoder's stream leaving its last
-        block, to split instead of the encoder's components (a part of them: any sum of
-        writes)."""
+        mask reads every source position), a few components at a time (``COPIES_BUDGET``)."""
         keys = self.keys
-        if writes is None:
-            writes = keys.writes(keys.layers, rows)  # (component, batch, rows, d_model)
+        writes = keys.writes(keys.layers, rows)  # (component, batch, rows, d_model)
         real = keys.cache.resid[keys.layers]  # (batch, source pos, d_model)
         per = max(1, COPIES_BUDGET // max(1, real.numel() * real.element_size() * 4))
         terms = []
@@ -164,7 +162,7 @@ class CrossSides:
             if final is not None:
                 stack.enter_context(frozen_norms([final], b))
 
-        with torch.no_grad():
+        with torch.set_grad_enabled(part.requires_grad):
             k = self.decoder.run_blocks(
                 sides.runner.input,
                 start=layer,
@@ -176,6 +174,20 @@ class CrossSides:
                 sources={"encoder": memory.flatten(0, 1)},
             )
         return k.unflatten(0, (copies, b))[:-1, :, :, rows]
+
+    def key_direction(self, layer: int, head: int, key: int, query_side: Tensor) -> Tensor:
+        """(d_model,): the gradient of ``query_side . k`` (``head`` of block ``layer``'s
+        cross-attention, its k at source position ``key``) in a write at ``key`` into the
+        encoder's stream leaving its last block. With the final norm held, the k map is affine
+        there, so any write's part of ``query_side . k`` is its dot with this: one run and one
+        backward of the family's own code, whatever the number of writes (their copies would
+        each hold the encoder's whole final states)."""
+        real = self.keys.cache.resid[self.keys.layers]  # (batch, source pos, d_model)
+        write = real.new_zeros(1, 1, 1, real.shape[-1], requires_grad=True)
+        k = self._run_keys(layer, slice(key, key + 1), write, real)  # (2, batch, head, 1, d)
+        moved = (k[0, 0, head, 0] - k[1, 0, head, 0]) @ query_side.detach()
+        (direction,) = torch.autograd.grad(moved, write)
+        return direction.reshape(-1)
 
     def clean_scores(self, layer: int) -> dict[str, Tensor]:
         """Block ``layer``'s cross-attention on the clean run: q, k (its sites), ``logits``
@@ -256,14 +268,13 @@ def split_cross_scores(
         order = km.abs().argsort(descending=True).tolist()
         heads = [key_names[c] for c in order if is_head(key_names[c].removeprefix(ENCODER))]
         split = []
+        direction = sides.key_direction(layer, head, j, q_rows[i].sum(0)) if sources else None
         for name in heads[:sources]:
             sender_layer = int(name.removeprefix(ENCODER).split(".")[0])
             if sender_layer not in patterns:
                 patterns[sender_layer] = layer_pattern(sides.keys, sender_layer)
-            pattern = patterns[sender_layer]
-            query_side = q_rows[i].sum(0)
             split.append(
-                cross_source_terms(sides, layer, head, query_side, scale, name, j, pattern)
+                cross_source_terms(sides, direction, scale, name, j, patterns[sender_layer])
             )
         pairs.append(
             PairSplit(
@@ -303,26 +314,18 @@ def split_cross_scores(
 
 
 def cross_source_terms(
-    sides: CrossSides,
-    layer: int,
-    head: int,
-    query_side: Tensor,
-    scale: float,
-    component: str,
-    key: int,
-    pattern: tuple[Tensor, Tensor],
+    sides: CrossSides, direction: Tensor, scale: float, component: str, key: int, pattern
 ) -> SourceSplit:
     """The key-side term of encoder head ``component`` ("enc.M.H") at source position ``key``
     split by the source positions that head read: each source's part of its write in the
     encoder's stream leaving the last block (``score_split.source_writes``: carried through
-    BART's post-norms), pushed through the encoder's final norm held at the run's scale (T5,
-    Whisper) and block ``layer``'s cross-attention k map, dotted with ``query_side`` (the
-    query's q, d_head) times ``scale``. ``pattern``: ``layer_pattern`` of encoder layer M."""
+    BART's post-norms) dotted with ``direction`` (``CrossSides.key_direction`` of the pair: the
+    encoder's final norm held at the run's scale, then the cross-attention's k map and the
+    query's q) times ``scale``. ``pattern``: ``layer_pattern`` of encoder layer M."""
     keys = sides.keys
     name = component.removeprefix(ENCODER)
     writes = source_writes(keys, keys.layers, name, key, pattern)  # (source, 1, 1, d_model)
-    k = sides.key_terms(layer, slice(key, key + 1), writes)[:-1, 0, head, 0]  # (source, d_head)
-    values = scale * (k @ query_side)  # the constant is not a source's
+    values = scale * (writes[:, 0, 0] @ direction)  # the constant is not a source's
     return SourceSplit(component, list(range(writes.shape[0])), values.tolist())
 
 
