@@ -184,9 +184,10 @@ class CrossSides:
         each hold the encoder's whole final states)."""
         real = self.keys.cache.resid[self.keys.layers]  # (batch, source pos, d_model)
         write = real.new_zeros(1, 1, 1, real.shape[-1], requires_grad=True)
-        k = self._run_keys(layer, slice(key, key + 1), write, real)  # (2, batch, head, 1, d)
-        moved = (k[0, 0, head, 0] - k[1, 0, head, 0]) @ query_side.detach()
-        (direction,) = torch.autograd.grad(moved, write)
+        with torch.enable_grad():  # the callers may run under no_grad
+            k = self._run_keys(layer, slice(key, key + 1), write, real)  # (2, batch, head, 1, d)
+            moved = (k[0, 0, head, 0] - k[1, 0, head, 0]) @ query_side.detach()
+            (direction,) = torch.autograd.grad(moved, write)
         return direction.reshape(-1)
 
     def clean_scores(self, layer: int) -> dict[str, Tensor]:
