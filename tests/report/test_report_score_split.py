@@ -57,28 +57,30 @@ def test_a_missing_file_names_its_command(tmp_path):
 
 def test_a_cross_attention_split_names_and_draws_the_source_tokens(tmp_path):
     """A cross-attention's sources are the source text's positions: the sentence and the
-    figure's token strip read ``key_tokens``, not the target's tokens."""
+    figure's token strip read ``key_tokens``, not the target's tokens; the strip shows the
+    tokens around the key (the head read those after it too), not all 60."""
     from dataclasses import replace
 
-    from headlab.report.score_split_figures import score_split_figure
+    from headlab.report.score_split_figures import AFTER, score_split_figure
 
     plain = _result()
-    pairs = [
-        replace(plain.pairs[0], sources=[SourceSplit("enc.0.1", [0, 1, 2], [0.25, 1.5, 0.25])])
-    ]
+    source = SourceSplit("enc.0.1", list(range(60)), [0.25, 1.5, 0.25] + [0.0625] * 57)
+    pairs = [replace(plain.pairs[0], sources=[source])]
+    labels = ["▁das", "▁Haus", "</s>"] + [f"w{i}" for i in range(3, 60)]
     result = replace(
         plain,
         pairs=pairs,
         attention="cross",
         key_components=["enc." + c for c in COMPONENTS[:-1]] + ["qk-bias"],
-        key_tokens=["▁das", "▁Haus", "</s>"],
+        key_tokens=labels,
     )
     document = {"headlab": ScoreSplitResult.KIND, **result.to_dict()}
     (tmp_path / FILE).write_text(json.dumps(document))
     part = score_split_section(tmp_path, {})
-    assert "Head enc.0.1 adds +2 to the key side" in part["answer"]
+    assert "Head enc.0.1 adds +5.562 to the key side" in part["answer"]
     assert "at 1 ('▁Haus', +1.5)" in part["answer"]
     figure = score_split_figure(result)
     drawn = [t.get_text() for ax in figure.axes for t in ax.texts]
-    assert {"▁das", "▁Haus", "</s>"} <= set(drawn)
-    assert "<script>x</script>" not in drawn and "b" not in drawn  # the target's tokens
+    strip = labels[: pairs[0].key + AFTER + 1]  # the key is 2: every token before it
+    assert [t for t in drawn if t in labels] == strip
+    assert "b" not in drawn  # the target's tokens

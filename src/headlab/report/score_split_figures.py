@@ -15,8 +15,9 @@ from headlab.results.score_split_result import ScoreSplitResult
 
 #: Bars per side.
 BARS = 10
-#: Tokens of the text shown around the key.
-AROUND = 24
+#: Tokens of the text shown before the key, and after it (an encoder's or a cross-attention's
+#: heads read the positions after it too).
+AROUND, AFTER = 24, 12
 
 
 def pair_heatmap(
@@ -132,9 +133,10 @@ def _source_grid(fig, ax, result: ScoreSplitResult, pair, source) -> None:
 
 
 def _source_text(ax, tokens, pair, component, positions, values) -> None:
-    """The tokens before the key, each shaded by what head ``component`` read there."""
+    """The tokens around the key, each shaded by what head ``component`` read there."""
     start = max(0, pair.key + 1 - AROUND)
-    shown = [(p, v) for p, v in zip(positions, values, strict=True) if p >= start]
+    read = zip(positions, values, strict=True)
+    shown = [(p, v) for p, v in read if start <= p <= pair.key + AFTER]
     bound = max((abs(v) for _, v in shown), default=1.0) or 1.0
     ax.set_title(
         f"key side of head {component} at key {pair.key}, by the source token it read "
