@@ -99,7 +99,7 @@
       box.append(el("p", "hl-muted", "No head component is split by source here (a cross-attention's key side, or no head adds to the key side)."));
       return box;
     }
-    const text = tid(el("div", "hl-text"), "split-text"), caption = el("p", "hl-muted");
+    const text = tid(el("div", d.grid ? null : "hl-text"), "split-text"), caption = el("p", "hl-muted");  // a grid is not scrolled in a text strip
     const start = Math.max(0, p.key - BEFORE), end = Math.min(tokens.length, Math.max(p.key, p.query) + 1, p.key + 1 + AFTER);
     function show(source) {
       if (d.grid) {
