@@ -185,10 +185,10 @@ def score_split_result(seed: int = 0, n: int = 61) -> ScoreSplitResult:
     )
 
 
-def image_split_result(seed: int = 1) -> ScoreSplitResult:
-    """A score split on an image of 3 x 4 patches after its class token and 4 registers: the
-    text's sample with the image's positions and patch grid."""
-    rows, cols, first = 3, 4, 5
+def image_split_result(seed: int = 1, rows: int = 3, cols: int = 4) -> ScoreSplitResult:
+    """A score split on an image of ``rows`` x ``cols`` patches after its class token and 4
+    registers: the text's sample with the image's positions and patch grid."""
+    first = 5
     tokens = ["cls"] + [f"register {r}" for r in range(4)]
     tokens += [f"patch {r},{c}" for r in range(rows) for c in range(cols)]
     rng = np.random.default_rng(seed)

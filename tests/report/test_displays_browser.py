@@ -376,6 +376,21 @@ def test_an_image_split_shows_its_source_on_the_patch_grid(browser, tmp_path):
     opened.close()
 
 
+def test_a_large_patch_grid_shows_whole(browser, tmp_path):
+    """DINOv2's 16 x 16 patches: the grid is drawn whole, not scrolled inside the text's strip
+    of tokens (160 px high)."""
+    path = tmp_path / "image-split-large.html"
+    page_html = show(image_split_result(rows=13, cols=11)).html(code=True)
+    path.write_text("<!doctype html><meta charset=utf-8><body>" + page_html, encoding="utf-8")
+    opened = Offline(browser, path)
+    canvas = opened.page.get_by_test_id("split-grid")
+    box, holder = canvas.bounding_box(), opened.page.get_by_test_id("split-text").bounding_box()
+    assert box["height"] > 160  # a grid taller than the strip
+    assert holder["height"] >= box["height"] and holder["y"] <= box["y"]
+    opened.assert_clean()
+    opened.close()
+
+
 def test_a_page_that_runs_no_script_shows_each_summary(browser, page_file, displays):
     """An untrusted notebook (JupyterLab and classic Notebook strip its scripts) or a viewer
     without scripts: each display shows its one-line summary, escaped, and nothing else."""

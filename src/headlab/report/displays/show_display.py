@@ -45,6 +45,10 @@ BUILDERS: dict[tuple[str, str], tuple[str, str]] = {
         "headlab.report.displays.score_split_display",
         "score_split_display",
     ),
+    ("headlab.results.pairs_over_queries_result", "PairsOverQueriesResult"): (
+        "headlab.report.displays.pairs_over_queries_display",
+        "pairs_over_queries_display",
+    ),
     ("headlab.results.node_scores", "NodeScores"): (
         "headlab.report.displays.node_display",
         "node_display",

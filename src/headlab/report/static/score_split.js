@@ -99,7 +99,7 @@
       box.append(el("p", "hl-muted", "No head component is split by source here (no head adds to the key side, or none was asked for)."));
       return box;
     }
-    const text = tid(el("div", "hl-text"), "split-text"), caption = el("p", "hl-muted");
+    const text = tid(el("div", d.grid ? null : "hl-text"), "split-text"), caption = el("p", "hl-muted");  // a grid is not scrolled in a text strip
     // a cross-attention's sources are the source text's positions: the query is not among them
     const cross = !!d.key_components, last = cross ? tokens.length : Math.max(p.key, p.query) + 1;
     const start = Math.max(0, p.key - BEFORE), end = Math.min(tokens.length, last, p.key + 1 + AFTER);
@@ -153,5 +153,38 @@
       root.dataset.pair = i;
     }
     show(d.first);
+  };
+
+  // One head over all its queries: the summed pair matrix and marginals, and where each query
+  // attends (a point per query at (query, attended key), coloured by its raw score q.k).
+  function attended(d) {
+    const n = d.keys.length, W = 430, H = 300, left = 46, bottom = 28, s = surface(W, H, "hl-canvas"), ctx = s.ctx;
+    const X = (q) => left + (q / Math.max(1, n - 1)) * (W - left - 8), Y = (k) => H - bottom - (k / Math.max(1, n - 1)) * (H - bottom - 8);
+    const bound = largest(d.raw);
+    ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, W, H);
+    ctx.strokeStyle = "#cbd2d9"; ctx.strokeRect(left, 8, W - left - 8, H - bottom - 8);
+    ctx.font = "10px system-ui, sans-serif"; ctx.fillStyle = "#616e7c"; ctx.textAlign = "center";
+    ctx.fillText("query position (0 to " + (n - 1) + ")", left + (W - left) / 2, H - 6);
+    ctx.save(); ctx.translate(12, (H - bottom) / 2); ctx.rotate(-Math.PI / 2); ctx.fillText("attended key (0 to " + (n - 1) + ")", 0, 0); ctx.restore();
+    // every point shows: at least 40% of the colour's strength, whatever its score
+    for (let q = 0; q < n; q++) { const v = d.raw[q]; ctx.fillStyle = diverging(Math.sign(v) * Math.max(Math.abs(v), 0.4 * bound), bound); ctx.fillRect(X(q) - 1, Y(d.keys[q]) - 1, 2.5, 2.5); }
+    s.canvas.addEventListener("mousemove", (e) => {
+      const [x] = local(e, s.canvas, s.w, s.h), q = Math.round(((x - left) / (W - left - 8)) * (n - 1));
+      if (q < 0 || q >= n) return untip();
+      const k = d.keys[q];
+      tip(e, ["query " + q + " " + quote(d.tokens[q]) + " \u2192 key " + k + " " + quote(d.tokens[k]), "q\u00b7k " + fmt(d.raw[q])]);
+    });
+    s.canvas.addEventListener("mouseleave", untip);
+    return tid(s.canvas, "pairs-attended");
+  }
+
+  kinds["pairs-over-queries"] = function (root, d) {
+    const n = d.keys.length, first = d.keys.filter((k) => k === 0).length, self = d.keys.filter((k, q) => k === q).length;
+    root.append(el("h4", "hl-title", d.model + ", head " + d.layer + "." + d.head + " (K/V group " + d.kv_group + "): the pair matrix summed over " + n + " queries at their attended keys"));
+    root.append(tid(el("p", "hl-muted", "q\u00b7k summed over the queries: " + fmt(d.total) + "; " + first + " queries attend the first position, " + self + " themselves. Every term is a share of that sum (" + d.frozen + "); red adds, blue takes away; \u201crest\u201d sums the other components."), "pairs-say"));
+    const row = el("div", "hl-row"), side = el("div");
+    side.append(bars(d.components, d.key_marginal, d.total, "key side, summed", "pairs-key-bars", d.bars), bars(d.components, d.query_marginal, d.total, "query side, summed", "pairs-query-bars", d.bars));
+    row.append(heatmap({ pair_rows: d.pair_rows, pair_cols: d.pair_cols, pair: d.pair, raw: d.total }), side, attended(d));
+    root.append(row);
   };
 })();
