@@ -138,36 +138,14 @@ def test_long_texts_read_q_k_alone_so_a_bias_or_a_window_is_refused(monkeypatch)
 
 @pytest.fixture(scope="module")
 def t5_decoder():
-    """A random T5 encoder-decoder's decoder stream (``DecoderStream``) for one source."""
-    from headlab.models.hf.encoder_decoder import EncoderDecoderModel
-    from headlab.models.hf.registry import register
+    """A random T5 encoder-decoder's decoder stream (``DecoderStream``) for one source, with
+    the eager model of the same weights (tiny_seq2seq.py)."""
+    from tiny_seq2seq import tiny_models
+
     from headlab.models.hf.seq2seq_view import DecoderStream
 
-    torch.manual_seed(5)
-    config = transformers.T5Config(
-        vocab_size=VOCAB,
-        d_model=35,
-        d_kv=7,
-        d_ff=37,
-        num_layers=2,
-        num_decoder_layers=3,
-        num_heads=5,
-        relative_attention_num_buckets=8,
-        decoder_start_token_id=0,
-        pad_token_id=0,
-        eos_token_id=1,
-    )
-    model = transformers.T5ForConditionalGeneration(config).eval()
-    with torch.no_grad():
-        for parameter in model.parameters():
-            if parameter.ndim == 1:
-                parameter.normal_(0.3, 0.4)
-    model = model.double()
-    model.set_attn_implementation(register())
-    seq2seq = EncoderDecoderModel("t5", model)
-    source = seq2seq.source_ids([[5, 9, 12, 7, 30, 2, 8]])
-    target = seq2seq.target_ids([[4, 11, 6, 19, 4, 23, 40, 3, 17, 22]])
-    return model, DecoderStream(seq2seq, source), target.input_ids
+    eager, seq2seq, source, target = tiny_models("t5")
+    return eager, DecoderStream(seq2seq, source), target
 
 
 def test_t5_decoder_self_attention_splits_with_its_relative_bias(t5_decoder):

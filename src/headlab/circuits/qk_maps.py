@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from headlab.models.hf.plain_attention import sliding_layer, text_config
+from headlab.models.hf.plain_attention import slides, text_config
 
 
 @dataclass(frozen=True)
@@ -74,8 +74,7 @@ def _refuse_what_q_k_do_not_hold(model, block) -> None:
     """ValueError (one line) where the kernel's highest score is not the highest q . k: a
     sliding window (a module attribute, or only in the config as Mistral's) or ALiBi's bias."""
     config = getattr(model, "config", None)
-    window = getattr(block.attention.module, "sliding_window", None) is not None
-    if window or (config is not None and sliding_layer(config, block.index)):
+    if slides(config, block.attention.module, block.index):
         raise ValueError(
             f"layer {block.index} attends through a sliding window; the at-length split reads "
             "every earlier key; split chosen pairs instead (why-attends)"

@@ -24,7 +24,7 @@ from headlab.attention.interventions import record
 from headlab.circuits.score_keys import KeySpec, keys_for
 from headlab.circuits.score_sides import QK_BIAS, Sides, capped, kernel_scale, softcap_of
 from headlab.circuits.score_writes import block_writes, carried_to
-from headlab.models.hf.plain_attention import sliding_layer, text_config
+from headlab.models.hf.plain_attention import slides, text_config
 from headlab.models.run_protocol import StopAt
 from headlab.results.score_split_result import REST, PairSplit, ScoreSplitResult, SourceSplit
 
@@ -72,11 +72,15 @@ def head_facts(sides: Sides, layer: int, head: int) -> dict:
 def _refuse_a_bias_or_window(sides: Sides, layer: int, head: int, probe: dict, cap) -> None:
     """ValueError (one line) where scale * q . k (capped) is not the kernel's score over a long
     text: a score bias (T5's relative bias, ALiBi in the mask) seen on the probe's first rows,
-    or a sliding window shorter than the text (the config's, as Mistral keeps it)."""
+    or a sliding window shorter than the text (the module's, or the config's as Mistral keeps
+    it)."""
     length = sides.runner.ids.shape[1]
     config = getattr(sides.runner.model, "config", None)
-    window = getattr(text_config(config), "sliding_window", None) if config is not None else None
-    if config is not None and sliding_layer(config, layer) and (window or 0) < length:
+    module = sides.runner.blocks[layer].attention.module
+    window = getattr(module, "sliding_window", None)
+    if window is None and config is not None:
+        window = getattr(text_config(config), "sliding_window", None)
+    if slides(config, module, layer) and (window or 0) < length:
         raise ValueError(
             f"layer {layer} attends through a sliding window of {window}; over "
             f"{KERNEL_SCORES_UP_TO} tokens the split reads q . k alone: got {length} tokens"

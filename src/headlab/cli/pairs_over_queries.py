@@ -136,11 +136,10 @@ def print_result(result) -> None:
         left=["component"],
     ):
         console.print(table)
-    own = sum(k == i for i, k in enumerate(result.keys))
-    first = sum(k == 0 for k in result.keys)
     console.print(
         Text(
-            f"of {queries} queries, {first} attend the first position and {own} themselves; "
+            f"of {queries} queries, {result.at_first} attend the first position and "
+            f"{result.at_themselves} themselves; "
             f"the text: {result.text}"
         )
     )

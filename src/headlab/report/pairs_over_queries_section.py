@@ -47,10 +47,10 @@ def _part(path: Path, pngs: dict[str, bytes]) -> dict | None:
     total = result.total
     order = sorted(range(len(result.components)), key=lambda c: -abs(result.key_marginal[c]))
     tops = ", ".join(f"{result.components[c]} {result.key_marginal[c]:+.5g}" for c in order[:3])
-    first = sum(k == 0 for k in result.keys)
     said = (
         f"Over {len(result.keys)} queries, each at the key it attends, q.k sums to {total:.5g}. "
-        f"The key side's largest terms: {tops}. {first} queries attend the first position."
+        f"The key side's largest terms: {tops}. "
+        f"{result.at_first} queries attend the first position."
     )
     return {
         "title": f"{TITLE}: head {result.layer}.{result.head} of {result.model}",

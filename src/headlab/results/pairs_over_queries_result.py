@@ -60,6 +60,16 @@ class PairsOverQueriesResult:
         """The matrix's sum: the queries' raw scores summed."""
         return sum(self.raw)
 
+    @property
+    def at_first(self) -> int:
+        """Queries whose attended key is the first position."""
+        return sum(k == 0 for k in self.keys)
+
+    @property
+    def at_themselves(self) -> int:
+        """Queries whose attended key is their own position."""
+        return sum(k == i for i, k in enumerate(self.keys))
+
     def __repr__(self) -> str:
         return (
             f"PairsOverQueriesResult({self.model!r}, head {self.layer}.{self.head}: "

@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from headlab.attention.interventions import intervene
-from headlab.models.hf.plain_attention import sliding_layer
+from headlab.models.hf.plain_attention import slides
 from headlab.models.interface import TokenBatch
 from headlab.models.run_protocol import RunCache, RunnableModel, StopAt
 
@@ -51,9 +51,10 @@ def plain_scales(model: RunnableModel) -> list[float]:
     for block in model.blocks():
         module = block.attention.module
         for name in ("attn_logit_softcapping", "sliding_window", "sinks"):
-            found = getattr(module, name, None) is not None
-            if name == "sliding_window" and config is not None:  # Mistral's is in its config
-                found = found or sliding_layer(config, block.index)
+            if name == "sliding_window":  # Mistral's is in its config only
+                found = slides(config, module, block.index)
+            else:
+                found = getattr(module, name, None) is not None
             if found:
                 raise ValueError(
                     f"a context run computes plain causal attention; block {block.index} of "

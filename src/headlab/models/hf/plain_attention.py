@@ -38,6 +38,15 @@ def sliding_layer(config, index: int) -> bool:
     return window is not None and getattr(text, "use_sliding_window", True) is not False
 
 
+def slides(config, module, index: int) -> bool:
+    """Whether block ``index`` attends through a sliding window: its attention ``module``'s own
+    ``sliding_window`` attribute, or ``config``'s (``sliding_layer``; Mistral keeps it there
+    only; ``config`` None: the module alone)."""
+    if getattr(module, "sliding_window", None) is not None:
+        return True
+    return config is not None and sliding_layer(config, index)
+
+
 def attention_extras(config) -> str | None:
     """What ``config``'s attention adds to a plain causal softmax with one norm in front, in
     words ("QK-norm (family qwen3)"); None where nothing is known to (the run checks its
@@ -56,4 +65,4 @@ def attention_extras(config) -> str | None:
     return None
 
 
-__all__ = ["attention_extras", "sliding_layer", "text_config"]
+__all__ = ["attention_extras", "slides", "sliding_layer", "text_config"]

@@ -16,5 +16,6 @@ def pairs_over_queries_display(result: PairsOverQueriesResult) -> Display:
     """``result`` drawn whole; the text's tokens travel for the points' tooltips."""
     data = result.to_dict()
     data["total"] = result.total
+    data["at_first"], data["at_themselves"] = result.at_first, result.at_themselves
     data["bars"] = BARS
     return Display("pairs-over-queries", data, repr(result), "display-pairs-over-queries")

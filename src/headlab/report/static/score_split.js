@@ -179,9 +179,9 @@
   }
 
   kinds["pairs-over-queries"] = function (root, d) {
-    const n = d.keys.length, first = d.keys.filter((k) => k === 0).length, self = d.keys.filter((k, q) => k === q).length;
+    const n = d.keys.length;
     root.append(el("h4", "hl-title", d.model + ", head " + d.layer + "." + d.head + " (K/V group " + d.kv_group + "): the pair matrix summed over " + n + " queries at their attended keys"));
-    root.append(tid(el("p", "hl-muted", "q\u00b7k summed over the queries: " + fmt(d.total) + "; " + first + " queries attend the first position, " + self + " themselves. Every term is a share of that sum (" + d.frozen + "); red adds, blue takes away; \u201crest\u201d sums the other components."), "pairs-say"));
+    root.append(tid(el("p", "hl-muted", "q\u00b7k summed over the queries: " + fmt(d.total) + "; " + d.at_first + " queries attend the first position, " + d.at_themselves + " themselves. Every term is a share of that sum (" + d.frozen + "); red adds, blue takes away; \u201crest\u201d sums the other components."), "pairs-say"));
     const row = el("div", "hl-row"), side = el("div");
     side.append(bars(d.components, d.key_marginal, d.total, "key side, summed", "pairs-key-bars", d.bars), bars(d.components, d.query_marginal, d.total, "query side, summed", "pairs-query-bars", d.bars));
     row.append(heatmap({ pair_rows: d.pair_rows, pair_cols: d.pair_cols, pair: d.pair, raw: d.total }), side, attended(d));
